@@ -1,0 +1,294 @@
+//! `ferrite`: inspect, run and benchmark TensorFlow Lite / circle models.
+
+mod npy;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::{Parser, Subcommand};
+use ferrite::model::{Model, Subgraph, TensorInfo};
+use ferrite::{DType, Session, SessionOptions};
+use serde_json::{json, Value};
+
+#[derive(Parser)]
+#[command(name = "ferrite", version, about = "Run TensorFlow Lite and circle models")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Show subgraphs, inputs/outputs and every op with its tensors.
+    Inspect {
+        model: PathBuf,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a model on .npy inputs (or seeded random ones) and write .npy outputs.
+    Run {
+        model: PathBuf,
+        /// Input .npy files in model input order.
+        #[arg(short = 'i', long = "input")]
+        inputs: Vec<PathBuf>,
+        /// Directory for output_<k>.npy.
+        #[arg(short = 'o', long = "output-dir")]
+        out_dir: PathBuf,
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+        /// Seed for random inputs.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+    /// Time load, prepare and execute.
+    Bench {
+        model: PathBuf,
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+        #[arg(long, default_value_t = 3)]
+        warmup: usize,
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Inspect { model, json } => inspect(&model, json),
+        Cmd::Run { model, inputs, out_dir, threads, seed } => run(&model, &inputs, &out_dir, threads, seed),
+        Cmd::Bench { model, threads, warmup, runs, json } => bench(&model, threads, warmup, runs, json),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ferrite: error: {}", e.replace('\n', " "));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn tensor_json(model: &Model, g: &Subgraph, t: usize) -> Value {
+    let info: &TensorInfo = &g.tensors[t];
+    let bytes = info.dtype.size().map(|s| s * info.numel());
+    let mut v = json!({
+        "index": t, "name": info.name, "dtype": info.dtype.name(), "shape": info.shape,
+        "shape_signature": info.shape_signature, "bytes": bytes, "constant": info.is_const(),
+    });
+    if let Some(q) = &info.quant {
+        v["quantization"] = json!({"scale": q.scale, "zero_point": q.zero_point, "axis": q.axis});
+    }
+    if info.sparsity.is_some() {
+        v["sparse"] = json!(true);
+    }
+    let _ = model;
+    v
+}
+
+fn describe(t: &Value) -> String {
+    let mut s = format!(
+        "#{} {} {}{} {}B{}",
+        t["index"],
+        t["dtype"].as_str().unwrap_or("?"),
+        t["shape"],
+        if t["shape"] != t["shape_signature"] { format!(" (signature {})", t["shape_signature"]) } else { String::new() },
+        t["bytes"],
+        if t["constant"] == json!(true) { " const" } else { "" }
+    );
+    if let Some(q) = t.get("quantization") {
+        s.push_str(&format!(" q(scale={}, zp={})", q["scale"], q["zero_point"]));
+    }
+    format!("{s} '{}'", t["name"].as_str().unwrap_or(""))
+}
+
+fn inspect(path: &Path, as_json: bool) -> Result<(), String> {
+    let model = Model::from_file(path).map_err(|e| e.to_string())?;
+    let mut subgraphs = Vec::new();
+    for (si, g) in model.subgraphs.iter().enumerate() {
+        let ops: Vec<Value> = g
+            .ops
+            .iter()
+            .enumerate()
+            .map(|(oi, op)| {
+                json!({
+                    "index": oi, "op": op.code.name(), "version": op.version,
+                    "params": format!("{:?}", op.params),
+                    "inputs": op.inputs.iter().map(|i| i.map_or(Value::Null, |t| tensor_json(&model, g, t))).collect::<Vec<_>>(),
+                    "outputs": op.outputs.iter().map(|&t| tensor_json(&model, g, t)).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        subgraphs.push(json!({
+            "index": si, "name": g.name, "tensors": g.tensors.len(),
+            "inputs": g.inputs.iter().map(|&t| tensor_json(&model, g, t)).collect::<Vec<_>>(),
+            "outputs": g.outputs.iter().map(|&t| tensor_json(&model, g, t)).collect::<Vec<_>>(),
+            "ops": ops,
+        }));
+    }
+    let sigs: Vec<Value> = model.signatures.iter().map(|s| json!({"key": s.key, "subgraph": s.subgraph, "inputs": s.inputs, "outputs": s.outputs})).collect();
+    let doc = json!({"file": path.display().to_string(), "format": model.kind.name(), "version": model.version, "description": model.description, "subgraphs": subgraphs, "signatures": sigs});
+    if as_json {
+        println!("{doc}");
+        return Ok(());
+    }
+    println!("{} ({} v{}) {}", path.display(), model.kind.name(), model.version, model.description);
+    for s in &sigs {
+        println!("signature '{}' -> subgraph {}", s["key"].as_str().unwrap_or(""), s["subgraph"]);
+    }
+    for g in doc["subgraphs"].as_array().into_iter().flatten() {
+        println!("\nsubgraph {} '{}': {} tensors, {} ops", g["index"], g["name"].as_str().unwrap_or(""), g["tensors"], g["ops"].as_array().map_or(0, Vec::len));
+        for t in g["inputs"].as_array().into_iter().flatten() {
+            println!("  input  {}", describe(t));
+        }
+        for t in g["outputs"].as_array().into_iter().flatten() {
+            println!("  output {}", describe(t));
+        }
+        for op in g["ops"].as_array().into_iter().flatten() {
+            println!("  [{}] {} {}", op["index"], op["op"].as_str().unwrap_or(""), op["params"].as_str().unwrap_or(""));
+            for t in op["inputs"].as_array().into_iter().flatten() {
+                if t.is_null() {
+                    println!("      in  (none)");
+                } else {
+                    println!("      in  {}", describe(t));
+                }
+            }
+            for t in op["outputs"].as_array().into_iter().flatten() {
+                println!("      out {}", describe(t));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// SplitMix64: small, seeded, reproducible.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+fn random_bytes(dtype: DType, n: usize, rng: &mut Rng) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(n * dtype.size().unwrap_or(1));
+    for _ in 0..n {
+        let u = rng.unit();
+        match dtype {
+            DType::F32 => out.extend_from_slice(&((u * 2.0 - 1.0) as f32).to_le_bytes()),
+            DType::I32 => out.extend_from_slice(&((u * 10.0) as i32).to_le_bytes()),
+            DType::I64 => out.extend_from_slice(&((u * 10.0) as i64).to_le_bytes()),
+            DType::I8 => out.push(((u * 256.0) as i32 - 128) as i8 as u8),
+            DType::U8 => out.push((u * 256.0) as u8),
+            DType::I16 => out.extend_from_slice(&(((u * 65536.0) as i32 - 32768) as i16).to_le_bytes()),
+            DType::Bool => out.push((u < 0.5) as u8),
+            t => return Err(format!("cannot generate random {} input", t.name())),
+        }
+    }
+    Ok(out)
+}
+
+fn open_session(path: &Path, threads: usize) -> Result<Session, String> {
+    let model = Model::from_file(path).map_err(|e| e.to_string())?;
+    Session::with_options(Arc::new(model), SessionOptions { threads, ..Default::default() }).map_err(|e| e.to_string())
+}
+
+fn run(path: &Path, inputs: &[PathBuf], out_dir: &Path, threads: usize, seed: u64) -> Result<(), String> {
+    let mut s = open_session(path, threads)?;
+    let descs = s.inputs();
+    if !inputs.is_empty() && inputs.len() != descs.len() {
+        return Err(format!("model has {} inputs but {} -i files were given", descs.len(), inputs.len()));
+    }
+    let mut data = Vec::new();
+    let mut rng = Rng(seed);
+    for (k, d) in descs.iter().enumerate() {
+        if let Some(p) = inputs.get(k) {
+            let a = npy::read(&std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?).map_err(|e| format!("{}: {e}", p.display()))?;
+            if a.dtype != d.dtype {
+                return Err(format!("{}: array is {} but input {k} ('{}') is {}", p.display(), a.dtype.name(), d.name, d.dtype.name()));
+            }
+            if a.shape != d.shape {
+                s.resize_input(k, &a.shape).map_err(|e| e.to_string())?;
+            }
+            data.push(a.data);
+        } else {
+            data.push(random_bytes(d.dtype, d.shape.iter().product(), &mut rng)?);
+        }
+    }
+    s.prepare().map_err(|e| e.to_string())?;
+    for (k, d) in data.iter().enumerate() {
+        s.set_input(k, d).map_err(|e| e.to_string())?;
+    }
+    s.run().map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+    for k in 0..s.outputs().len() {
+        let o = s.output(k).map_err(|e| e.to_string())?;
+        let p = out_dir.join(format!("output_{k}.npy"));
+        std::fs::write(&p, npy::write(o.dtype, o.shape, o.bytes)?).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    Ok(())
+}
+
+fn peak_rss_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
+}
+
+fn bench(path: &Path, threads: usize, warmup: usize, runs: usize, as_json: bool) -> Result<(), String> {
+    let runs = runs.max(1);
+    let t0 = Instant::now();
+    let mut s = open_session(path, threads)?;
+    let load_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let t1 = Instant::now();
+    s.prepare().map_err(|e| e.to_string())?;
+    let prepare_ms = t1.elapsed().as_secs_f64() * 1e3;
+    let mut rng = Rng(0);
+    for (k, d) in s.inputs().iter().enumerate() {
+        let b = random_bytes(d.dtype, d.shape.iter().product(), &mut rng)?;
+        s.set_input(k, &b).map_err(|e| e.to_string())?;
+    }
+    for _ in 0..warmup {
+        s.run().map_err(|e| e.to_string())?;
+    }
+    let mut times = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let t = Instant::now();
+        s.run().map_err(|e| e.to_string())?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let mut sorted = times.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = if runs % 2 == 1 { sorted[runs / 2] } else { (sorted[runs / 2 - 1] + sorted[runs / 2]) / 2.0 };
+    let mean = times.iter().sum::<f64>() / runs as f64;
+    let geomean = (times.iter().map(|t| t.max(1e-9).ln()).sum::<f64>() / runs as f64).exp();
+    let (arena, lower) = s.arena_stats().unwrap_or((0, 0));
+    let doc = json!({
+        "model": path.display().to_string(), "threads": threads, "runs": runs, "warmup": warmup,
+        "load_ms": load_ms, "prepare_ms": prepare_ms,
+        "execute_ms": {"mean": mean, "median": median, "min": sorted[0], "max": sorted[runs - 1], "geomean": geomean},
+        "peak_rss_kb": peak_rss_kb(), "arena_bytes": arena, "arena_lower_bound_bytes": lower,
+    });
+    if as_json {
+        println!("{doc}");
+    } else {
+        println!("model      {}", path.display());
+        println!("load       {load_ms:.3} ms");
+        println!("prepare    {prepare_ms:.3} ms");
+        println!("execute    median {median:.3} ms, mean {mean:.3}, min {:.3}, max {:.3}, geomean {geomean:.3} ({runs} runs, {warmup} warmup, {threads} thread(s))", sorted[0], sorted[runs - 1]);
+        println!("arena      {arena} bytes (lower bound {lower})");
+        println!("peak RSS   {} kB", peak_rss_kb());
+    }
+    Ok(())
+}

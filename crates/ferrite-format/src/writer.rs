@@ -1,0 +1,324 @@
+//! Builds `.tflite` model files with the generated flatbuffer builders.
+//!
+//! Used by the test suite to generate single-op models with randomized
+//! parameters, to build the small demo model the repository ships, and later
+//! by training export. The writer is deliberately explicit: every tensor and op
+//! is described by value, nothing is inferred.
+
+use crate::schema as fb;
+use flatbuffers::{FlatBufferBuilder, UnionWIPOffset, WIPOffset};
+
+/// Tensor element types the writer can describe (a subset of the format's).
+pub use fb::TensorType;
+/// Builtin operator codes.
+pub use fb::BuiltinOperator;
+/// Padding kinds.
+pub use fb::Padding;
+/// Fused activations.
+pub use fb::ActivationFunctionType as Activation;
+
+/// One tensor of the subgraph being written.
+#[derive(Debug, Clone)]
+pub struct TensorSpec {
+    /// Tensor name.
+    pub name: String,
+    /// Element type.
+    pub dtype: TensorType,
+    /// Static shape (unknown dims written as 1 here and -1 in `shape_signature`).
+    pub shape: Vec<i32>,
+    /// Shape with -1 for dims unknown until run time.
+    pub shape_signature: Option<Vec<i32>>,
+    /// Constant data, little-endian, or `None` for activations.
+    pub data: Option<Vec<u8>>,
+    /// Per-tensor or per-axis quantization: (scales, zero points, axis).
+    pub quant: Option<(Vec<f32>, Vec<i64>, i32)>,
+}
+
+impl TensorSpec {
+    /// A non-constant tensor.
+    pub fn activation(name: &str, dtype: TensorType, shape: &[i32]) -> Self {
+        TensorSpec { name: name.into(), dtype, shape: shape.to_vec(), shape_signature: None, data: None, quant: None }
+    }
+    /// A constant float32 tensor.
+    pub fn const_f32(name: &str, shape: &[i32], values: &[f32]) -> Self {
+        let data = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        TensorSpec { data: Some(data), ..Self::activation(name, TensorType::FLOAT32, shape) }
+    }
+    /// A constant int32 tensor.
+    pub fn const_i32(name: &str, shape: &[i32], values: &[i32]) -> Self {
+        let data = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        TensorSpec { data: Some(data), ..Self::activation(name, TensorType::INT32, shape) }
+    }
+}
+
+/// Builtin options of an op, for the ops the writer can express.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(missing_docs)]
+pub enum Options {
+    None,
+    Conv2D { padding: Padding, stride: (i32, i32), dilation: (i32, i32), activation: Activation },
+    DepthwiseConv2D { padding: Padding, stride: (i32, i32), dilation: (i32, i32), depth_multiplier: i32, activation: Activation },
+    Pool2D { padding: Padding, stride: (i32, i32), filter: (i32, i32), activation: Activation },
+    FullyConnected { activation: Activation, keep_num_dims: bool },
+    Softmax { beta: f32 },
+    Concatenation { axis: i32, activation: Activation },
+    /// ADD, SUB, MUL, DIV share the shape of their options.
+    Binary { activation: Activation },
+    Reshape { new_shape: Vec<i32> },
+    Resize { align_corners: bool, half_pixel_centers: bool },
+    ResizeNearest { align_corners: bool, half_pixel_centers: bool },
+    BlockSize(i32),
+    Gather { axis: i32, batch_dims: i32 },
+    Reducer { keep_dims: bool },
+    Squeeze { dims: Vec<i32> },
+    Split { num_splits: i32 },
+    StridedSlice { begin_mask: i32, end_mask: i32, ellipsis_mask: i32, new_axis_mask: i32, shrink_axis_mask: i32, offset: bool },
+    Cast { input: TensorType, output: TensorType },
+    ArgMinMax { output_type: TensorType },
+    TransposeConv { padding: Padding, stride: (i32, i32), activation: Activation },
+    Shape { out_type: TensorType },
+    Pack { values_count: i32, axis: i32 },
+    Unpack { num: i32, axis: i32 },
+    LeakyRelu { alpha: f32 },
+    BatchMatMul { adj_x: bool, adj_y: bool },
+    /// Options-less ops whose files carry an empty options table of this union type.
+    Empty(fb::BuiltinOptions),
+}
+
+/// What an op is: a builtin code or a custom op name.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OpCode {
+    /// A builtin operator.
+    Builtin(BuiltinOperator),
+    /// A custom operator with its name.
+    Custom(String),
+}
+
+/// One operator of the subgraph being written.
+#[derive(Debug, Clone)]
+pub struct OpSpec {
+    /// The op code.
+    pub code: OpCode,
+    /// Input tensor indices (-1 for an omitted optional input).
+    pub inputs: Vec<i32>,
+    /// Output tensor indices.
+    pub outputs: Vec<i32>,
+    /// Builtin options.
+    pub options: Options,
+    /// Custom options bytes (custom ops only).
+    pub custom_options: Option<Vec<u8>>,
+}
+
+/// A single-subgraph model description.
+#[derive(Debug, Clone, Default)]
+pub struct ModelSpec {
+    /// Tensors, indexed by position.
+    pub tensors: Vec<TensorSpec>,
+    /// Operators in execution order.
+    pub ops: Vec<OpSpec>,
+    /// Subgraph input tensor indices.
+    pub inputs: Vec<i32>,
+    /// Subgraph output tensor indices.
+    pub outputs: Vec<i32>,
+    /// Model description string.
+    pub description: String,
+}
+
+impl ModelSpec {
+    /// Adds a tensor and returns its index.
+    pub fn add_tensor(&mut self, t: TensorSpec) -> i32 {
+        self.tensors.push(t);
+        (self.tensors.len() - 1) as i32
+    }
+
+    /// Adds an op.
+    pub fn add_op(&mut self, code: OpCode, inputs: &[i32], outputs: &[i32], options: Options) {
+        self.ops.push(OpSpec { code, inputs: inputs.to_vec(), outputs: outputs.to_vec(), options, custom_options: None });
+    }
+
+    /// Serializes the model to `.tflite` bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut b = FlatBufferBuilder::with_capacity(1024);
+
+        // Buffer 0 is the format's empty sentinel; each constant gets its own buffer.
+        let mut buffers = vec![fb::Buffer::create(&mut b, &fb::BufferArgs::default())];
+        let mut tensor_buffer = Vec::with_capacity(self.tensors.len());
+        for t in &self.tensors {
+            match &t.data {
+                Some(d) => {
+                    let data = b.create_vector(d);
+                    let buf = fb::Buffer::create(&mut b, &fb::BufferArgs { data: Some(data), ..Default::default() });
+                    buffers.push(buf);
+                    tensor_buffer.push((buffers.len() - 1) as u32);
+                }
+                None => tensor_buffer.push(0),
+            }
+        }
+
+        let mut tensors = Vec::with_capacity(self.tensors.len());
+        for (t, &buffer) in self.tensors.iter().zip(&tensor_buffer) {
+            let shape = b.create_vector(&t.shape);
+            let shape_signature = t.shape_signature.as_ref().map(|s| b.create_vector(s));
+            let name = b.create_string(&t.name);
+            let quantization = t.quant.as_ref().map(|(s, z, axis)| {
+                let scale = b.create_vector(s);
+                let zero_point = b.create_vector(z);
+                fb::QuantizationParameters::create(
+                    &mut b,
+                    &fb::QuantizationParametersArgs { scale: Some(scale), zero_point: Some(zero_point), quantized_dimension: *axis, ..Default::default() },
+                )
+            });
+            tensors.push(fb::Tensor::create(
+                &mut b,
+                &fb::TensorArgs { shape: Some(shape), type_: t.dtype, buffer, name: Some(name), quantization, shape_signature, has_rank: true, ..Default::default() },
+            ));
+        }
+
+        // One operator code per distinct (builtin, custom name).
+        let mut codes: Vec<OpCode> = Vec::new();
+        let mut op_code_index = Vec::with_capacity(self.ops.len());
+        for op in &self.ops {
+            let idx = codes.iter().position(|c| *c == op.code).unwrap_or_else(|| {
+                codes.push(op.code.clone());
+                codes.len() - 1
+            });
+            op_code_index.push(idx as u32);
+        }
+        let codes: Vec<_> = codes
+            .iter()
+            .map(|c| {
+                let (code, custom) = match c {
+                    OpCode::Builtin(op) => (*op, None),
+                    OpCode::Custom(name) => (BuiltinOperator::CUSTOM, Some(b.create_string(name))),
+                };
+                // Old readers only look at the one-byte field; codes above 127 use the placeholder there.
+                let deprecated = code.0.min(127) as i8;
+                fb::OperatorCode::create(&mut b, &fb::OperatorCodeArgs { deprecated_builtin_code: deprecated, custom_code: custom, version: 1, builtin_code: code })
+            })
+            .collect();
+
+        let mut ops = Vec::with_capacity(self.ops.len());
+        for (op, &opcode_index) in self.ops.iter().zip(&op_code_index) {
+            let inputs = b.create_vector(&op.inputs);
+            let outputs = b.create_vector(&op.outputs);
+            let (options_type, options) = write_options(&mut b, &op.options);
+            let options_type = match &op.code {
+                OpCode::Builtin(code) if options.is_some() => options_type_for(*code, options_type),
+                _ => options_type,
+            };
+            let custom_options = op.custom_options.as_ref().map(|c| b.create_vector(c));
+            ops.push(fb::Operator::create(
+                &mut b,
+                &fb::OperatorArgs { opcode_index, inputs: Some(inputs), outputs: Some(outputs), builtin_options_type: options_type, builtin_options: options, custom_options, ..Default::default() },
+            ));
+        }
+
+        let tensors = b.create_vector(&tensors);
+        let inputs = b.create_vector(&self.inputs);
+        let outputs = b.create_vector(&self.outputs);
+        let ops = b.create_vector(&ops);
+        let name = b.create_string("main");
+        let subgraph = fb::SubGraph::create(&mut b, &fb::SubGraphArgs { tensors: Some(tensors), inputs: Some(inputs), outputs: Some(outputs), operators: Some(ops), name: Some(name) });
+        let subgraphs = b.create_vector(&[subgraph]);
+        let codes = b.create_vector(&codes);
+        let buffers = b.create_vector(&buffers);
+        let description = b.create_string(&self.description);
+        let model = fb::Model::create(
+            &mut b,
+            &fb::ModelArgs { version: 3, operator_codes: Some(codes), subgraphs: Some(subgraphs), description: Some(description), buffers: Some(buffers), ..Default::default() },
+        );
+        b.finish(model, Some("TFL3"));
+        b.finished_data().to_vec()
+    }
+}
+
+fn write_options(b: &mut FlatBufferBuilder, o: &Options) -> (fb::BuiltinOptions, Option<WIPOffset<UnionWIPOffset>>) {
+    use fb::BuiltinOptions as T;
+    let (t, off) = match o {
+        Options::None => return (T::NONE, None),
+        Options::Conv2D { padding, stride, dilation, activation } => (
+            T::Conv2DOptions,
+            fb::Conv2DOptions::create(b, &fb::Conv2DOptionsArgs { padding: *padding, stride_w: stride.1, stride_h: stride.0, fused_activation_function: *activation, dilation_w_factor: dilation.1, dilation_h_factor: dilation.0, ..Default::default() }).as_union_value(),
+        ),
+        Options::DepthwiseConv2D { padding, stride, dilation, depth_multiplier, activation } => (
+            T::DepthwiseConv2DOptions,
+            fb::DepthwiseConv2DOptions::create(b, &fb::DepthwiseConv2DOptionsArgs { padding: *padding, stride_w: stride.1, stride_h: stride.0, depth_multiplier: *depth_multiplier, fused_activation_function: *activation, dilation_w_factor: dilation.1, dilation_h_factor: dilation.0 }).as_union_value(),
+        ),
+        Options::Pool2D { padding, stride, filter, activation } => (
+            T::Pool2DOptions,
+            fb::Pool2DOptions::create(b, &fb::Pool2DOptionsArgs { padding: *padding, stride_w: stride.1, stride_h: stride.0, filter_width: filter.1, filter_height: filter.0, fused_activation_function: *activation }).as_union_value(),
+        ),
+        Options::FullyConnected { activation, keep_num_dims } => (
+            T::FullyConnectedOptions,
+            fb::FullyConnectedOptions::create(b, &fb::FullyConnectedOptionsArgs { fused_activation_function: *activation, keep_num_dims: *keep_num_dims, ..Default::default() }).as_union_value(),
+        ),
+        Options::Softmax { beta } => (T::SoftmaxOptions, fb::SoftmaxOptions::create(b, &fb::SoftmaxOptionsArgs { beta: *beta }).as_union_value()),
+        Options::Concatenation { axis, activation } => (
+            T::ConcatenationOptions,
+            fb::ConcatenationOptions::create(b, &fb::ConcatenationOptionsArgs { axis: *axis, fused_activation_function: *activation }).as_union_value(),
+        ),
+        // The four binary ops share one layout; the union type is fixed up by the caller's op code below.
+        Options::Binary { activation } => (T::AddOptions, fb::AddOptions::create(b, &fb::AddOptionsArgs { fused_activation_function: *activation, pot_scale_int16: true }).as_union_value()),
+        Options::Reshape { new_shape } => {
+            let s = b.create_vector(new_shape);
+            (T::ReshapeOptions, fb::ReshapeOptions::create(b, &fb::ReshapeOptionsArgs { new_shape: Some(s) }).as_union_value())
+        }
+        Options::Resize { align_corners, half_pixel_centers } => (
+            T::ResizeBilinearOptions,
+            fb::ResizeBilinearOptions::create(b, &fb::ResizeBilinearOptionsArgs { align_corners: *align_corners, half_pixel_centers: *half_pixel_centers }).as_union_value(),
+        ),
+        Options::ResizeNearest { align_corners, half_pixel_centers } => (
+            T::ResizeNearestNeighborOptions,
+            fb::ResizeNearestNeighborOptions::create(b, &fb::ResizeNearestNeighborOptionsArgs { align_corners: *align_corners, half_pixel_centers: *half_pixel_centers }).as_union_value(),
+        ),
+        Options::BlockSize(n) => (T::SpaceToDepthOptions, fb::SpaceToDepthOptions::create(b, &fb::SpaceToDepthOptionsArgs { block_size: *n }).as_union_value()),
+        Options::Gather { axis, batch_dims } => (T::GatherOptions, fb::GatherOptions::create(b, &fb::GatherOptionsArgs { axis: *axis, batch_dims: *batch_dims }).as_union_value()),
+        Options::Reducer { keep_dims } => (T::ReducerOptions, fb::ReducerOptions::create(b, &fb::ReducerOptionsArgs { keep_dims: *keep_dims }).as_union_value()),
+        Options::Squeeze { dims } => {
+            let d = b.create_vector(dims);
+            (T::SqueezeOptions, fb::SqueezeOptions::create(b, &fb::SqueezeOptionsArgs { squeeze_dims: Some(d) }).as_union_value())
+        }
+        Options::Split { num_splits } => (T::SplitOptions, fb::SplitOptions::create(b, &fb::SplitOptionsArgs { num_splits: *num_splits }).as_union_value()),
+        Options::StridedSlice { begin_mask, end_mask, ellipsis_mask, new_axis_mask, shrink_axis_mask, offset } => (
+            T::StridedSliceOptions,
+            fb::StridedSliceOptions::create(b, &fb::StridedSliceOptionsArgs { begin_mask: *begin_mask, end_mask: *end_mask, ellipsis_mask: *ellipsis_mask, new_axis_mask: *new_axis_mask, shrink_axis_mask: *shrink_axis_mask, offset: *offset }).as_union_value(),
+        ),
+        Options::Cast { input, output } => (T::CastOptions, fb::CastOptions::create(b, &fb::CastOptionsArgs { in_data_type: *input, out_data_type: *output }).as_union_value()),
+        Options::ArgMinMax { output_type } => (T::ArgMaxOptions, fb::ArgMaxOptions::create(b, &fb::ArgMaxOptionsArgs { output_type: *output_type }).as_union_value()),
+        Options::TransposeConv { padding, stride, activation } => (
+            T::TransposeConvOptions,
+            fb::TransposeConvOptions::create(b, &fb::TransposeConvOptionsArgs { padding: *padding, stride_w: stride.1, stride_h: stride.0, fused_activation_function: *activation, ..Default::default() }).as_union_value(),
+        ),
+        Options::Shape { out_type } => (T::ShapeOptions, fb::ShapeOptions::create(b, &fb::ShapeOptionsArgs { out_type: *out_type }).as_union_value()),
+        Options::Pack { values_count, axis } => (T::PackOptions, fb::PackOptions::create(b, &fb::PackOptionsArgs { values_count: *values_count, axis: *axis }).as_union_value()),
+        Options::Unpack { num, axis } => (T::UnpackOptions, fb::UnpackOptions::create(b, &fb::UnpackOptionsArgs { num: *num, axis: *axis }).as_union_value()),
+        Options::LeakyRelu { alpha } => (T::LeakyReluOptions, fb::LeakyReluOptions::create(b, &fb::LeakyReluOptionsArgs { alpha: *alpha }).as_union_value()),
+        Options::BatchMatMul { adj_x, adj_y } => (
+            T::BatchMatMulOptions,
+            fb::BatchMatMulOptions::create(b, &fb::BatchMatMulOptionsArgs { adj_x: *adj_x, adj_y: *adj_y, ..Default::default() }).as_union_value(),
+        ),
+        Options::Empty(t) => {
+            // Every options-less table is an empty table; one layout serves them all.
+            let start = b.start_table();
+            (*t, b.end_table(start).as_union_value())
+        }
+    };
+    (t, Some(off))
+}
+
+/// The union type id that LiteRT expects for the options of `op`, where the
+/// writer's shared layouts (binary ops, block size, arg min/max, split)
+/// cover several union members.
+pub fn options_type_for(op: BuiltinOperator, written: fb::BuiltinOptions) -> fb::BuiltinOptions {
+    use fb::BuiltinOptions as T;
+    use BuiltinOperator as B;
+    match op {
+        B::SUB => T::SubOptions,
+        B::MUL => T::MulOptions,
+        B::DIV => T::DivOptions,
+        B::DEPTH_TO_SPACE => T::DepthToSpaceOptions,
+        B::ARG_MIN => T::ArgMinOptions,
+        B::SPLIT_V => T::SplitVOptions,
+        _ => written,
+    }
+}

@@ -1,0 +1,245 @@
+//! Convolutions: 2-D, depthwise and transposed, float32, NHWC.
+
+use crate::Clamp;
+
+/// Geometry of a 2-D window operation (convolution or pooling).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    /// Batch.
+    pub batch: usize,
+    /// Input height and width.
+    pub in_h: usize,
+    /// Input width.
+    pub in_w: usize,
+    /// Output height.
+    pub out_h: usize,
+    /// Output width.
+    pub out_w: usize,
+    /// Kernel height.
+    pub k_h: usize,
+    /// Kernel width.
+    pub k_w: usize,
+    /// Stride (height).
+    pub stride_h: usize,
+    /// Stride (width).
+    pub stride_w: usize,
+    /// Dilation (height).
+    pub dil_h: usize,
+    /// Dilation (width).
+    pub dil_w: usize,
+    /// Padding before the first row.
+    pub pad_top: usize,
+    /// Padding before the first column.
+    pub pad_left: usize,
+}
+
+/// Output size and leading padding for TFLite's SAME/VALID padding rules.
+/// Returns `None` if the window does not fit (VALID with a filter larger than the input).
+pub fn out_size_and_pad(input: usize, filter: usize, stride: usize, dilation: usize, same: bool) -> Option<(usize, usize)> {
+    if stride == 0 || dilation == 0 || filter == 0 {
+        return None;
+    }
+    let eff = (filter - 1).checked_mul(dilation)? + 1;
+    let out = if same { input.div_ceil(stride) } else { (input.checked_sub(eff)? / stride) + 1 };
+    let needed = ((out.max(1) - 1) * stride + eff).saturating_sub(input);
+    Some((out, needed / 2))
+}
+
+impl Window {
+    /// Input row for output row `oy` and kernel row `ky`, or `None` in the padding.
+    #[inline(always)]
+    fn in_y(&self, oy: usize, ky: usize) -> Option<usize> {
+        (oy * self.stride_h + ky * self.dil_h).checked_sub(self.pad_top).filter(|&y| y < self.in_h)
+    }
+    #[inline(always)]
+    fn in_x(&self, ox: usize, kx: usize) -> Option<usize> {
+        (ox * self.stride_w + kx * self.dil_w).checked_sub(self.pad_left).filter(|&x| x < self.in_w)
+    }
+}
+
+/// Repacks TFLite conv weights [out_c, k_h, k_w, in_c] to [k_h, k_w, in_c, out_c],
+/// so the inner loop runs over contiguous output channels.
+pub fn pack_conv_weights(w: &[f32], out_c: usize, k_h: usize, k_w: usize, in_c: usize) -> Vec<f32> {
+    let mut p = vec![0.0; w.len()];
+    for o in 0..out_c {
+        for ky in 0..k_h {
+            for kx in 0..k_w {
+                for i in 0..in_c {
+                    p[((ky * k_w + kx) * in_c + i) * out_c + o] = w[((o * k_h + ky) * k_w + kx) * in_c + i];
+                }
+            }
+        }
+    }
+    p
+}
+
+/// 2-D convolution with weights packed by [`pack_conv_weights`].
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d(input: &[f32], in_c: usize, packed: &[f32], bias: Option<&[f32]>, out_c: usize, g: &Window, clamp: Clamp, out: &mut [f32]) {
+    let in_row = g.in_w * in_c;
+    let in_img = g.in_h * in_row;
+    for n in 0..g.batch {
+        for oy in 0..g.out_h {
+            for ox in 0..g.out_w {
+                let o0 = ((n * g.out_h + oy) * g.out_w + ox) * out_c;
+                let acc = &mut out[o0..o0 + out_c];
+                match bias {
+                    Some(b) => acc.copy_from_slice(&b[..out_c]),
+                    None => acc.fill(0.0),
+                }
+                for ky in 0..g.k_h {
+                    let Some(iy) = g.in_y(oy, ky) else { continue };
+                    for kx in 0..g.k_w {
+                        let Some(ix) = g.in_x(ox, kx) else { continue };
+                        let px = &input[n * in_img + iy * in_row + ix * in_c..][..in_c];
+                        let wbase = (ky * g.k_w + kx) * in_c * out_c;
+                        for (i, &v) in px.iter().enumerate() {
+                            let wr = &packed[wbase + i * out_c..][..out_c];
+                            for (a, &w) in acc.iter_mut().zip(wr) {
+                                *a += v * w;
+                            }
+                        }
+                    }
+                }
+                clamp.apply_slice(acc);
+            }
+        }
+    }
+}
+
+/// Depthwise convolution: weights [1, k_h, k_w, in_c * multiplier].
+#[allow(clippy::too_many_arguments)]
+pub fn depthwise_conv2d(input: &[f32], in_c: usize, multiplier: usize, w: &[f32], bias: Option<&[f32]>, g: &Window, clamp: Clamp, out: &mut [f32]) {
+    let out_c = in_c * multiplier;
+    let in_row = g.in_w * in_c;
+    let in_img = g.in_h * in_row;
+    for n in 0..g.batch {
+        for oy in 0..g.out_h {
+            for ox in 0..g.out_w {
+                let o0 = ((n * g.out_h + oy) * g.out_w + ox) * out_c;
+                let acc = &mut out[o0..o0 + out_c];
+                match bias {
+                    Some(b) => acc.copy_from_slice(&b[..out_c]),
+                    None => acc.fill(0.0),
+                }
+                for ky in 0..g.k_h {
+                    let Some(iy) = g.in_y(oy, ky) else { continue };
+                    for kx in 0..g.k_w {
+                        let Some(ix) = g.in_x(ox, kx) else { continue };
+                        let px = &input[n * in_img + iy * in_row + ix * in_c..][..in_c];
+                        let wr = &w[(ky * g.k_w + kx) * out_c..][..out_c];
+                        if multiplier == 1 {
+                            for ((a, &v), &wv) in acc.iter_mut().zip(px).zip(wr) {
+                                *a += v * wv;
+                            }
+                        } else {
+                            for (c, &v) in px.iter().enumerate() {
+                                for m in 0..multiplier {
+                                    acc[c * multiplier + m] += v * wr[c * multiplier + m];
+                                }
+                            }
+                        }
+                    }
+                }
+                clamp.apply_slice(acc);
+            }
+        }
+    }
+}
+
+/// Transposed convolution (gradient of conv2d w.r.t. its input).
+/// Weights are [out_c, k_h, k_w, in_c]; `g` describes the *forward* conv that maps
+/// the output (g.in_*) to the input (g.out_*), so `g.out_h/out_w` are this op's input size.
+#[allow(clippy::too_many_arguments)]
+pub fn transpose_conv2d(input: &[f32], in_c: usize, w: &[f32], bias: Option<&[f32]>, out_c: usize, g: &Window, clamp: Clamp, out: &mut [f32]) {
+    // Output pixel (y, x) receives input (iy, ix) through tap (ky, kx) when
+    // y = iy*stride + ky - pad. Scatter in the natural order, then clamp.
+    let (oh, ow) = (g.in_h, g.in_w);
+    out.fill(0.0);
+    for n in 0..g.batch {
+        for iy in 0..g.out_h {
+            for ix in 0..g.out_w {
+                let px = &input[((n * g.out_h + iy) * g.out_w + ix) * in_c..][..in_c];
+                for ky in 0..g.k_h {
+                    let Some(y) = (iy * g.stride_h + ky).checked_sub(g.pad_top).filter(|&y| y < oh) else { continue };
+                    for kx in 0..g.k_w {
+                        let Some(x) = (ix * g.stride_w + kx).checked_sub(g.pad_left).filter(|&x| x < ow) else { continue };
+                        let o = &mut out[((n * oh + y) * ow + x) * out_c..][..out_c];
+                        for (oc, ov) in o.iter_mut().enumerate() {
+                            let wr = &w[((oc * g.k_h + ky) * g.k_w + kx) * in_c..][..in_c];
+                            let mut s = 0.0;
+                            for (&a, &b) in px.iter().zip(wr) {
+                                s += a * b;
+                            }
+                            *ov += s;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for px in out.chunks_exact_mut(out_c) {
+        if let Some(b) = bias {
+            for (v, &bv) in px.iter_mut().zip(b) {
+                *v += bv;
+            }
+        }
+        clamp.apply_slice(px);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive_conv(input: &[f32], in_c: usize, w: &[f32], out_c: usize, g: &Window) -> Vec<f32> {
+        let mut out = vec![0.0; g.batch * g.out_h * g.out_w * out_c];
+        for n in 0..g.batch {
+            for oy in 0..g.out_h {
+                for ox in 0..g.out_w {
+                    for o in 0..out_c {
+                        let mut s = 0.0;
+                        for ky in 0..g.k_h {
+                            for kx in 0..g.k_w {
+                                let y = (oy * g.stride_h + ky * g.dil_h) as isize - g.pad_top as isize;
+                                let x = (ox * g.stride_w + kx * g.dil_w) as isize - g.pad_left as isize;
+                                if y < 0 || x < 0 || y >= g.in_h as isize || x >= g.in_w as isize {
+                                    continue;
+                                }
+                                for i in 0..in_c {
+                                    s += input[((n * g.in_h + y as usize) * g.in_w + x as usize) * in_c + i] * w[((o * g.k_h + ky) * g.k_w + kx) * in_c + i];
+                                }
+                            }
+                        }
+                        out[((n * g.out_h + oy) * g.out_w + ox) * out_c + o] = s;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn conv_matches_naive() {
+        let (in_h, in_w, in_c, out_c, k) = (7, 6, 3, 5, 3);
+        let (out_h, pad_t) = out_size_and_pad(in_h, k, 2, 1, true).unwrap();
+        let (out_w, pad_l) = out_size_and_pad(in_w, k, 2, 1, true).unwrap();
+        let g = Window { batch: 2, in_h, in_w, out_h, out_w, k_h: k, k_w: k, stride_h: 2, stride_w: 2, dil_h: 1, dil_w: 1, pad_top: pad_t, pad_left: pad_l };
+        let input: Vec<f32> = (0..2 * in_h * in_w * in_c).map(|i| ((i * 7 % 13) as f32) - 6.0).collect();
+        let w: Vec<f32> = (0..out_c * k * k * in_c).map(|i| ((i * 5 % 11) as f32) * 0.1 - 0.5).collect();
+        let mut out = vec![0.0; 2 * out_h * out_w * out_c];
+        conv2d(&input, in_c, &pack_conv_weights(&w, out_c, k, k, in_c), None, out_c, &g, Clamp::NONE, &mut out);
+        let r = naive_conv(&input, in_c, &w, out_c, &g);
+        for (a, b) in out.iter().zip(&r) {
+            assert!((a - b).abs() < 1e-4);
+        }
+    }
+
+    #[test]
+    fn same_padding_matches_tflite_rule() {
+        assert_eq!(out_size_and_pad(224, 3, 2, 1, true), Some((112, 0)));
+        assert_eq!(out_size_and_pad(5, 3, 1, 1, true), Some((5, 1)));
+        assert_eq!(out_size_and_pad(5, 3, 1, 1, false), Some((3, 0)));
+        assert_eq!(out_size_and_pad(2, 3, 1, 1, false), None);
+    }
+}

@@ -1,0 +1,160 @@
+//! Element-wise ops: broadcasting binary ops and float activations.
+
+/// NumPy-style broadcast of two shapes, or `None` if incompatible.
+pub fn broadcast_shape(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+    let r = a.len().max(b.len());
+    let mut out = vec![0; r];
+    for (i, o) in out.iter_mut().enumerate() {
+        let da = if i + a.len() >= r { a[i + a.len() - r] } else { 1 };
+        let db = if i + b.len() >= r { b[i + b.len() - r] } else { 1 };
+        *o = match (da, db) {
+            (x, y) if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            _ => return None,
+        };
+    }
+    Some(out)
+}
+
+/// Strides of `shape` seen through a broadcast to `out` (0 on broadcast dims).
+fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
+    let r = out.len();
+    let st = crate::strides(shape);
+    (0..r)
+        .map(|i| {
+            if i + shape.len() < r {
+                0
+            } else {
+                let j = i + shape.len() - r;
+                if shape[j] == 1 && out[i] != 1 {
+                    0
+                } else {
+                    st[j]
+                }
+            }
+        })
+        .collect()
+}
+
+/// Applies `f` element-wise over `a` and `b` broadcast to `out_shape`.
+/// The caller guarantees `out_shape` is the broadcast of the two input shapes.
+pub fn binary<A: Copy, B: Copy, O>(a: &[A], a_shape: &[usize], b: &[B], b_shape: &[usize], out: &mut [O], out_shape: &[usize], mut f: impl FnMut(A, B) -> O) {
+    let n = out.len();
+    if a.len() == n && b.len() == n {
+        for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+            *o = f(x, y);
+        }
+        return;
+    }
+    if b.len() == 1 && a.len() == n {
+        let y = b[0];
+        for (o, &x) in out.iter_mut().zip(a) {
+            *o = f(x, y);
+        }
+        return;
+    }
+    if a.len() == 1 && b.len() == n {
+        let x = a[0];
+        for (o, &y) in out.iter_mut().zip(b) {
+            *o = f(x, y);
+        }
+        return;
+    }
+    if n == 0 {
+        return;
+    }
+    let r = out_shape.len();
+    let sa = broadcast_strides(a_shape, out_shape);
+    let sb = broadcast_strides(b_shape, out_shape);
+    let inner = out_shape[r - 1];
+    let (ia, ib) = (sa[r - 1], sb[r - 1]);
+    let mut idx = vec![0usize; r];
+    let mut o = 0;
+    while o < n {
+        let oa: usize = (0..r - 1).map(|d| idx[d] * sa[d]).sum();
+        let ob: usize = (0..r - 1).map(|d| idx[d] * sb[d]).sum();
+        for k in 0..inner {
+            out[o + k] = f(a[oa + k * ia], b[ob + k * ib]);
+        }
+        o += inner;
+        // Advance the outer index (all dims but the last).
+        for d in (0..r - 1).rev() {
+            idx[d] += 1;
+            if idx[d] < out_shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+/// Logistic sigmoid.
+#[inline]
+pub fn logistic(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// Hard swish: `x * relu6(x + 3) / 6`.
+#[inline]
+pub fn hard_swish(x: f32) -> f32 {
+    x * (x + 3.0).clamp(0.0, 6.0) / 6.0
+}
+
+/// GELU, exact (erf) or tanh approximation.
+#[inline]
+pub fn gelu(x: f32, approximate: bool) -> f32 {
+    if approximate {
+        0.5 * x * (1.0 + ((2.0f32 / std::f32::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
+    } else {
+        0.5 * x * (1.0 + erf(x / std::f32::consts::SQRT_2))
+    }
+}
+
+/// Error function (Abramowitz–Stegun 7.1.26 refined with one Newton step is not
+/// needed for float32 tolerance; this rational form has |err| < 1.5e-7).
+pub fn erf(x: f32) -> f32 {
+    let x64 = x as f64;
+    let t = 1.0 / (1.0 + 0.3275911 * x64.abs());
+    let y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * (-x64 * x64).exp();
+    (if x64 >= 0.0 { y } else { -y }) as f32
+}
+
+/// TFLite's ROUND: half away from zero is *not* used; it rounds half to even.
+#[inline]
+pub fn round_half_even(x: f32) -> f32 {
+    let r = x.round();
+    if (x - x.trunc()).abs() == 0.5 {
+        2.0 * (x / 2.0).round()
+    } else {
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcast_shapes() {
+        assert_eq!(broadcast_shape(&[2, 1, 3], &[4, 1]), Some(vec![2, 4, 3]));
+        assert_eq!(broadcast_shape(&[2, 3], &[4]), None);
+    }
+
+    #[test]
+    fn binary_broadcast_matches_naive() {
+        let (sa, sb) = ([2usize, 1, 3], [4usize, 1]);
+        let os = broadcast_shape(&sa, &sb).unwrap();
+        let a: Vec<f32> = (0..6).map(|v| v as f32).collect();
+        let b: Vec<f32> = (0..4).map(|v| (v * 10) as f32).collect();
+        let mut out = vec![0.0; 24];
+        binary(&a, &sa, &b, &sb, &mut out, &os, |x, y| x + y);
+        for i in 0..2 {
+            for j in 0..4 {
+                for k in 0..3 {
+                    assert_eq!(out[(i * 4 + j) * 3 + k], a[i * 3 + k] + b[j]);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! Compute kernels for ferrite: pure functions over slices and shapes.
+//!
+//! Nothing here knows about graphs, tensors or sessions. Every kernel takes
+//! plain slices plus the shapes and parameters it needs, writes into a caller
+//! provided output slice, and is tested against a naive reference.
+//! Layouts follow TensorFlow Lite: activations NHWC, conv filters OHWI,
+//! depthwise filters 1HW(C*M), fully-connected weights [out, in].
+
+#![warn(missing_docs)]
+
+pub mod conv;
+pub mod elementwise;
+pub mod gemm;
+pub mod movement;
+pub mod pool;
+pub mod reduce;
+pub mod resize;
+pub mod softmax;
+
+/// Output clamp applied by a fused activation (`NONE` is an infinite range).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Clamp {
+    /// Lower bound.
+    pub min: f32,
+    /// Upper bound.
+    pub max: f32,
+}
+
+impl Clamp {
+    /// No clamping.
+    pub const NONE: Clamp = Clamp { min: f32::NEG_INFINITY, max: f32::INFINITY };
+    /// RELU.
+    pub const RELU: Clamp = Clamp { min: 0.0, max: f32::INFINITY };
+    /// RELU6.
+    pub const RELU6: Clamp = Clamp { min: 0.0, max: 6.0 };
+    /// RELU_N1_TO_1.
+    pub const RELU_N1_TO_1: Clamp = Clamp { min: -1.0, max: 1.0 };
+
+    /// Applies the clamp to one value.
+    #[inline(always)]
+    pub fn apply(self, v: f32) -> f32 {
+        v.max(self.min).min(self.max)
+    }
+
+    /// Applies the clamp to a slice in place.
+    pub fn apply_slice(self, s: &mut [f32]) {
+        if self != Clamp::NONE {
+            for v in s {
+                *v = self.apply(*v);
+            }
+        }
+    }
+}
+
+/// Row-major strides of a shape.
+pub fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}
+
+/// Number of elements of a shape.
+pub fn numel(shape: &[usize]) -> usize {
+    shape.iter().product()
+}

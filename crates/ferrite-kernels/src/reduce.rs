@@ -1,0 +1,93 @@
+//! Reductions over a set of axes, and arg-min/max along one axis.
+
+use crate::strides;
+
+/// Reduction kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reducer {
+    /// Sum.
+    Sum,
+    /// Mean.
+    Mean,
+    /// Maximum.
+    Max,
+    /// Minimum.
+    Min,
+    /// Product.
+    Prod,
+}
+
+/// Reduces `input` of `shape` over the dims flagged in `reduce`; `out` holds
+/// the product of the kept dims.
+pub fn reduce(input: &[f32], shape: &[usize], reduce: &[bool], kind: Reducer, out: &mut [f32]) {
+    let init = match kind {
+        Reducer::Sum | Reducer::Mean => 0.0,
+        Reducer::Max => f32::NEG_INFINITY,
+        Reducer::Min => f32::INFINITY,
+        Reducer::Prod => 1.0,
+    };
+    out.fill(init);
+    let r = shape.len();
+    let kept: Vec<usize> = (0..r).map(|d| if reduce[d] { 1 } else { shape[d] }).collect();
+    let ost = strides(&kept);
+    let mut idx = vec![0usize; r];
+    for &v in input {
+        let o: usize = (0..r).map(|d| if reduce[d] { 0 } else { idx[d] * ost[d] }).sum();
+        let a = &mut out[o];
+        *a = match kind {
+            Reducer::Sum | Reducer::Mean => *a + v,
+            Reducer::Max => a.max(v),
+            Reducer::Min => a.min(v),
+            Reducer::Prod => *a * v,
+        };
+        for d in (0..r).rev() {
+            idx[d] += 1;
+            if idx[d] < shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    if kind == Reducer::Mean {
+        let count: usize = (0..r).filter(|&d| reduce[d]).map(|d| shape[d]).product();
+        if count > 0 {
+            for a in out.iter_mut() {
+                *a /= count as f32;
+            }
+        }
+    }
+}
+
+/// Index of the max (or min) along `axis`; ties pick the first index.
+pub fn arg_extreme<T: Copy + PartialOrd>(input: &[T], shape: &[usize], axis: usize, want_max: bool, out: &mut [i64]) {
+    let outer: usize = shape[..axis].iter().product();
+    let n = shape[axis];
+    let inner: usize = shape[axis + 1..].iter().product();
+    for o in 0..outer {
+        for i in 0..inner {
+            let mut best = 0;
+            let mut bv = input[o * n * inner + i];
+            for k in 1..n {
+                let v = input[(o * n + k) * inner + i];
+                if (want_max && v > bv) || (!want_max && v < bv) {
+                    bv = v;
+                    best = k;
+                }
+            }
+            out[o * inner + i] = best as i64;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mean_over_spatial() {
+        let x: Vec<f32> = (0..12).map(|v| v as f32).collect();
+        let mut out = [0.0; 3];
+        reduce(&x, &[1, 2, 2, 3], &[false, true, true, false], Reducer::Mean, &mut out);
+        assert_eq!(out, [4.5, 5.5, 6.5]);
+    }
+}

@@ -1,0 +1,207 @@
+//! Type conversions: DEQUANTIZE (fp16 and affine int), DENSIFY, CAST.
+
+use crate::backend::{arg, typed, typed_mut, Built, OpContext};
+use crate::error::{Error, Result};
+use crate::model::{DType, SparseDim, Sparsity};
+
+pub(crate) fn dequantize(op: &OpContext<'_>) -> Result<Built> {
+    let x = op.input(0)?;
+    let shape = x.shape.clone();
+    let dtype = x.dtype;
+    if dtype == DType::F16 {
+        return Ok(Built {
+            outputs: vec![(DType::F32, shape)],
+            kernel: Box::new(|ins, outs| {
+                let src = arg(ins, 0)?;
+                for (o, c) in typed_mut::<f32>(outs[0])?.iter_mut().zip(src.chunks_exact(2)) {
+                    *o = half::f16::from_le_bytes([c[0], c[1]]).to_f32();
+                }
+                Ok(())
+            }),
+        });
+    }
+    let q = x.quant.ok_or_else(|| op.bad("DEQUANTIZE input has no quantization parameters"))?.clone();
+    if !matches!(dtype, DType::I8 | DType::U8 | DType::I16 | DType::I32) {
+        return Err(op.unsupported(format!("DEQUANTIZE of {}", dtype.name())));
+    }
+    let channels = q.scale.len();
+    if channels > 1 && shape.get(q.axis) != Some(&channels) {
+        return Err(op.bad(format!("{channels} scales for dim {} of {shape:?}", q.axis)));
+    }
+    let inner: usize = shape.get(q.axis + 1..).map_or(1, |s| s.iter().product());
+    Ok(Built {
+        outputs: vec![(DType::F32, shape)],
+        kernel: Box::new(move |ins, outs| {
+            let src = arg(ins, 0)?;
+            let vals: Vec<i64> = match dtype {
+                DType::I8 => src.iter().map(|&b| i64::from(b as i8)).collect(),
+                DType::U8 => src.iter().map(|&b| i64::from(b)).collect(),
+                DType::I16 => typed::<i16>(src)?.iter().map(|&v| i64::from(v)).collect(),
+                _ => typed::<i32>(src)?.iter().map(|&v| i64::from(v)).collect(),
+            };
+            for (i, (o, v)) in typed_mut::<f32>(outs[0])?.iter_mut().zip(vals).enumerate() {
+                let c = if channels > 1 { (i / inner) % channels } else { 0 };
+                *o = q.scale[c] * (v - q.zero_point[c]) as f32;
+            }
+            Ok(())
+        }),
+    })
+}
+
+/// Expands a sparse constant into its dense form, validating every index.
+pub(crate) fn densify_bytes(shape: &[usize], elem: usize, sp: &Sparsity, src: &[u8]) -> std::result::Result<Vec<u8>, String> {
+    let n = shape.len();
+    let levels = sp.traversal_order.len();
+    if levels < n || sp.block_map.len() != levels - n || sp.traversal_order.iter().any(|&t| t >= levels) || sp.block_map.iter().any(|&b| b >= n) {
+        return Err("traversal order / block map inconsistent with the tensor rank".into());
+    }
+    // The format takes a block's size from the metadata entry its traversal slot names.
+    let block_size: Vec<usize> = (0..levels - n)
+        .map(|i| match sp.dims.get(sp.traversal_order[n + i]) {
+            Some(SparseDim::Dense(s)) => Ok(*s),
+            _ => Err("block dimension without a dense size".to_string()),
+        })
+        .collect::<std::result::Result<_, _>>()?;
+    let numel: usize = shape.iter().product();
+    let mut dst = vec![0u8; numel * elem];
+    let strides = ferrite_kernels::strides(shape);
+    let mut indices = vec![0usize; levels];
+    let mut src_pos = 0usize;
+    // Bounds the work a hostile description can ask for, independent of what it writes.
+    let mut budget = numel.saturating_mul(levels + 1).saturating_add(1 << 16);
+    struct W<'a> {
+        shape: &'a [usize],
+        sp: &'a Sparsity,
+        block_size: &'a [usize],
+        strides: &'a [usize],
+        elem: usize,
+        src: &'a [u8],
+    }
+    fn go(w: &W<'_>, level: usize, prev: usize, indices: &mut [usize], src_pos: &mut usize, dst: &mut [u8], budget: &mut usize) -> std::result::Result<(), String> {
+        *budget = budget.checked_sub(1).ok_or("sparse description requires too much work")?;
+        let n = w.shape.len();
+        if level == indices.len() {
+            let mut orig = vec![0usize; n];
+            for i in 0..n {
+                orig[w.sp.traversal_order[i]] = indices[i];
+            }
+            for i in n..indices.len() {
+                let b = w.sp.traversal_order[i] - n;
+                let d = w.sp.block_map[b];
+                orig[d] = orig[d] * w.block_size[b] + indices[i];
+            }
+            let mut flat = 0usize;
+            for d in 0..n {
+                if orig[d] >= w.shape[d] {
+                    return Err(format!("sparse index {} out of range for dim {d} of size {}", orig[d], w.shape[d]));
+                }
+                flat += orig[d] * w.strides[d];
+            }
+            let s = w.src.get(*src_pos * w.elem..(*src_pos + 1) * w.elem).ok_or("sparse values buffer too short")?;
+            dst[flat * w.elem..(flat + 1) * w.elem].copy_from_slice(s);
+            *src_pos += 1;
+            return Ok(());
+        }
+        match &w.sp.dims[level] {
+            SparseDim::Dense(size) => {
+                for i in 0..*size {
+                    indices[level] = i;
+                    go(w, level + 1, prev.checked_mul(*size).and_then(|v| v.checked_add(i)).ok_or("sparse index overflow")?, indices, src_pos, dst, budget)?;
+                }
+            }
+            SparseDim::Csr { segments, indices: idx } => {
+                let (a, b) = (segments.get(prev).copied().ok_or("sparse segment out of range")?, segments.get(prev + 1).copied().ok_or("sparse segment out of range")?);
+                if a > b || b > idx.len() {
+                    return Err("sparse segments are not ordered or exceed the indices".into());
+                }
+                for (i, &ix) in idx.iter().enumerate().take(b).skip(a) {
+                    indices[level] = ix;
+                    go(w, level + 1, i, indices, src_pos, dst, budget)?;
+                }
+            }
+        }
+        Ok(())
+    }
+    let w = W { shape, sp, block_size: &block_size, strides: &strides, elem, src };
+    go(&w, 0, 0, &mut indices, &mut src_pos, &mut dst, &mut budget)?;
+    Ok(dst)
+}
+
+pub(crate) fn densify(op: &OpContext<'_>) -> Result<Built> {
+    let x = op.input(0)?;
+    let sp = x.sparsity.ok_or_else(|| op.bad("DENSIFY input is not sparse"))?;
+    let src = x.value.ok_or_else(|| op.unsupported("DENSIFY of a non-constant tensor"))?;
+    let elem = x.dtype.size().ok_or_else(|| op.unsupported("element type"))?;
+    // The input is constant, so the dense form is computed once here.
+    let dense = densify_bytes(&x.shape, elem, sp, src).map_err(|m| op.bad(m))?;
+    Ok(Built {
+        outputs: vec![(x.dtype, x.shape.clone())],
+        kernel: Box::new(move |_, outs| {
+            outs[0].copy_from_slice(&dense);
+            Ok(())
+        }),
+    })
+}
+
+fn read_f64(dtype: DType, b: &[u8]) -> Result<Vec<f64>> {
+    Ok(match dtype {
+        DType::F32 => typed::<f32>(b)?.iter().map(|&v| f64::from(v)).collect(),
+        DType::F64 => typed::<f64>(b)?.to_vec(),
+        DType::I32 => typed::<i32>(b)?.iter().map(|&v| f64::from(v)).collect(),
+        DType::I64 => typed::<i64>(b)?.iter().map(|&v| v as f64).collect(),
+        DType::I16 => typed::<i16>(b)?.iter().map(|&v| f64::from(v)).collect(),
+        DType::U16 => typed::<u16>(b)?.iter().map(|&v| f64::from(v)).collect(),
+        DType::U32 => typed::<u32>(b)?.iter().map(|&v| f64::from(v)).collect(),
+        DType::I8 => b.iter().map(|&v| f64::from(v as i8)).collect(),
+        DType::U8 | DType::Bool => b.iter().map(|&v| f64::from(v)).collect(),
+        DType::F16 => b.chunks_exact(2).map(|c| f64::from(half::f16::from_le_bytes([c[0], c[1]]).to_f32())).collect(),
+        t => return Err(Error::Runtime(format!("CAST from {}", t.name()))),
+    })
+}
+
+pub(crate) fn cast(op: &OpContext<'_>) -> Result<Built> {
+    let x = op.input(0)?;
+    let to = op.outputs[0].dtype;
+    let from = x.dtype;
+    if to.size().is_none() {
+        return Err(op.unsupported(format!("CAST to {}", to.name())));
+    }
+    Ok(Built {
+        outputs: vec![(to, x.shape.clone())],
+        kernel: Box::new(move |ins, outs| {
+            let v = read_f64(from, arg(ins, 0)?)?;
+            let o = &mut *outs[0];
+            // Float to integer truncates toward zero (saturating), as a C cast on in-range values.
+            macro_rules! put {
+                ($t:ty) => {
+                    for (d, x) in typed_mut::<$t>(o)?.iter_mut().zip(v) {
+                        *d = x as $t;
+                    }
+                };
+            }
+            match to {
+                DType::F32 => put!(f32),
+                DType::F64 => put!(f64),
+                DType::I32 => put!(i32),
+                DType::I64 => put!(i64),
+                DType::I16 => put!(i16),
+                DType::U16 => put!(u16),
+                DType::U32 => put!(u32),
+                DType::I8 => put!(i8),
+                DType::U8 => put!(u8),
+                DType::Bool => {
+                    for (d, x) in o.iter_mut().zip(v) {
+                        *d = (x != 0.0) as u8;
+                    }
+                }
+                DType::F16 => {
+                    for (d, x) in o.chunks_exact_mut(2).zip(v) {
+                        d.copy_from_slice(&half::f16::from_f64(x).to_le_bytes());
+                    }
+                }
+                t => return Err(Error::Runtime(format!("CAST to {}", t.name()))),
+            }
+            Ok(())
+        }),
+    })
+}

@@ -1,0 +1,290 @@
+//! Convolutions, pooling, fully-connected, matmul, softmax.
+
+use ferrite_kernels::conv::{self, out_size_and_pad, Window};
+use ferrite_kernels::{gemm, pool as kpool, softmax as ksoftmax, Clamp};
+
+use super::{clamp_of, require_f32};
+use crate::backend::{arg, typed, typed_mut, BackendContext, Built, OpContext, Packing};
+use crate::error::Result;
+use crate::model::DType;
+use crate::ops::{OpParams, Padding};
+
+fn rank4<'s>(op: &OpContext<'_>, shape: &'s [usize], what: &str) -> Result<&'s [usize]> {
+    if shape.len() != 4 {
+        return Err(op.bad(format!("{what} must be 4-D, got {shape:?}")));
+    }
+    Ok(shape)
+}
+
+/// Builds the window geometry of a conv/pool over an NHWC input.
+pub(crate) fn window(op: &OpContext<'_>, input: &[usize], k: (usize, usize), stride: (usize, usize), dil: (usize, usize), padding: Padding) -> Result<Window> {
+    let same = padding == Padding::Same;
+    let (oh, pt) = out_size_and_pad(input[1], k.0, stride.0, dil.0, same).ok_or_else(|| op.bad(format!("window {k:?} does not fit input {input:?}")))?;
+    let (ow, pl) = out_size_and_pad(input[2], k.1, stride.1, dil.1, same).ok_or_else(|| op.bad(format!("window {k:?} does not fit input {input:?}")))?;
+    Ok(Window { batch: input[0], in_h: input[1], in_w: input[2], out_h: oh, out_w: ow, k_h: k.0, k_w: k.1, stride_h: stride.0, stride_w: stride.1, dil_h: dil.0, dil_w: dil.1, pad_top: pt, pad_left: pl })
+}
+
+fn check_bias(op: &OpContext<'_>, i: usize, n: usize) -> Result<()> {
+    if let Some(b) = op.opt_input(i) {
+        if b.shape.iter().product::<usize>() != n {
+            return Err(op.bad(format!("bias has shape {:?}, expected {n} elements", b.shape)));
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn conv2d(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> {
+    let OpParams::Conv2D { padding, stride, dilation, activation } = op.op.params else { return Err(op.bad("missing Conv2D options")) };
+    require_f32(op, &[0, 1, 2])?;
+    let x = rank4(op, &op.input(0)?.shape, "input")?.to_vec();
+    let wd = op.input(1)?;
+    let w = rank4(op, &wd.shape, "filter")?.to_vec();
+    let (oc, kh, kw, ic) = (w[0], w[1], w[2], w[3]);
+    if ic != x[3] {
+        return Err(op.unsupported(format!("grouped convolution (input has {} channels, filter {ic})", x[3])));
+    }
+    check_bias(op, 2, oc)?;
+    let clamp = clamp_of(op, activation)?;
+    let g = window(op, &x, (kh, kw), stride, dilation, padding)?;
+    // Constant filters are repacked once per session; others are packed each run.
+    let packed = match wd.value {
+        Some(v) => Some(ctx.packed(op.subgraph, wd.tensor, Packing::ConvHwio, || Ok(conv::pack_conv_weights(typed::<f32>(v)?, oc, kh, kw, ic)))?),
+        None => None,
+    };
+    let has_bias = op.opt_input(2).is_some();
+    Ok(Built {
+        outputs: vec![(DType::F32, vec![g.batch, g.out_h, g.out_w, oc])],
+        kernel: Box::new(move |ins, outs| {
+            let input = typed::<f32>(arg(ins, 0)?)?;
+            let bias = if has_bias { Some(typed::<f32>(arg(ins, 2)?)?) } else { None };
+            let out = typed_mut::<f32>(outs[0])?;
+            match &packed {
+                Some(p) => conv::conv2d(input, ic, p, bias, oc, &g, clamp, out),
+                None => conv::conv2d(input, ic, &conv::pack_conv_weights(typed::<f32>(arg(ins, 1)?)?, oc, kh, kw, ic), bias, oc, &g, clamp, out),
+            }
+            Ok(())
+        }),
+    })
+}
+
+pub(crate) fn depthwise(op: &OpContext<'_>) -> Result<Built> {
+    let OpParams::DepthwiseConv2D { padding, stride, dilation, activation, .. } = op.op.params else { return Err(op.bad("missing DepthwiseConv2D options")) };
+    require_f32(op, &[0, 1, 2])?;
+    let x = rank4(op, &op.input(0)?.shape, "input")?.to_vec();
+    let w = rank4(op, &op.input(1)?.shape, "filter")?.to_vec();
+    let (kh, kw, oc) = (w[1], w[2], w[3]);
+    if w[0] != 1 || x[3] == 0 || oc % x[3] != 0 {
+        return Err(op.bad(format!("depthwise filter {w:?} does not match input {x:?}")));
+    }
+    // The multiplier follows from the shapes; the option field is redundant in newer files.
+    let mult = oc / x[3];
+    check_bias(op, 2, oc)?;
+    let clamp = clamp_of(op, activation)?;
+    let g = window(op, &x, (kh, kw), stride, dilation, padding)?;
+    let ic = x[3];
+    let has_bias = op.opt_input(2).is_some();
+    Ok(Built {
+        outputs: vec![(DType::F32, vec![g.batch, g.out_h, g.out_w, oc])],
+        kernel: Box::new(move |ins, outs| {
+            let bias = if has_bias { Some(typed::<f32>(arg(ins, 2)?)?) } else { None };
+            conv::depthwise_conv2d(typed(arg(ins, 0)?)?, ic, mult, typed(arg(ins, 1)?)?, bias, &g, clamp, typed_mut(outs[0])?);
+            Ok(())
+        }),
+    })
+}
+
+pub(crate) fn pool(op: &OpContext<'_>, max: bool) -> Result<Built> {
+    let OpParams::Pool2D { padding, stride, filter, activation } = op.op.params else { return Err(op.bad("missing Pool2D options")) };
+    require_f32(op, &[0])?;
+    let x = rank4(op, &op.input(0)?.shape, "input")?.to_vec();
+    let clamp = clamp_of(op, activation)?;
+    let g = window(op, &x, filter, stride, (1, 1), padding)?;
+    let c = x[3];
+    Ok(Built {
+        outputs: vec![(DType::F32, vec![g.batch, g.out_h, g.out_w, c])],
+        kernel: Box::new(move |ins, outs| {
+            let (i, o) = (typed::<f32>(arg(ins, 0)?)?, typed_mut::<f32>(outs[0])?);
+            if max {
+                kpool::max_pool(i, c, &g, clamp, o)
+            } else {
+                kpool::average_pool(i, c, &g, clamp, o)
+            }
+            Ok(())
+        }),
+    })
+}
+
+pub(crate) fn fully_connected(op: &OpContext<'_>) -> Result<Built> {
+    let OpParams::FullyConnected { activation, keep_num_dims, shuffled_weights, .. } = op.op.params else { return Err(op.bad("missing FullyConnected options")) };
+    if shuffled_weights {
+        return Err(op.unsupported("shuffled weights format"));
+    }
+    require_f32(op, &[0, 1, 2])?;
+    let x = op.input(0)?.shape.clone();
+    let w = op.input(1)?.shape.clone();
+    if w.len() != 2 {
+        return Err(op.bad(format!("weights must be 2-D, got {w:?}")));
+    }
+    let (out_n, in_n) = (w[0], w[1]);
+    let total: usize = x.iter().product();
+    if in_n == 0 || total % in_n != 0 {
+        return Err(op.bad(format!("input {x:?} is not a multiple of the weights' input size {in_n}")));
+    }
+    let batch = total / in_n;
+    check_bias(op, 2, out_n)?;
+    let clamp = clamp_of(op, activation)?;
+    let out_shape = if keep_num_dims {
+        let mut s = x.clone();
+        if let Some(l) = s.last_mut() {
+            *l = out_n;
+        }
+        s
+    } else {
+        vec![batch, out_n]
+    };
+    let has_bias = op.opt_input(2).is_some();
+    Ok(Built {
+        outputs: vec![(DType::F32, out_shape)],
+        kernel: Box::new(move |ins, outs| {
+            let bias = if has_bias { Some(typed::<f32>(arg(ins, 2)?)?) } else { None };
+            gemm::fully_connected(typed(arg(ins, 0)?)?, typed(arg(ins, 1)?)?, bias, batch, in_n, out_n, clamp, typed_mut(outs[0])?);
+            Ok(())
+        }),
+    })
+}
+
+/// Shared by TRANSPOSE_CONV and MediaPipe's Convolution2DTransposeBias.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn transpose_conv_built(op: &OpContext<'_>, x: &[usize], w: &[usize], out_h: usize, out_w: usize, stride: (usize, usize), padding: Padding, clamp: Clamp, input_idx: usize, weight_idx: usize, bias_idx: Option<usize>) -> Result<Built> {
+    let (oc, kh, kw, ic) = (w[0], w[1], w[2], w[3]);
+    if ic != x[3] {
+        return Err(op.bad(format!("filter {w:?} does not match input {x:?}")));
+    }
+    // Padding is that of the forward conv mapping the output back onto the input.
+    let same = padding == Padding::Same;
+    let pad = |o: usize, k: usize, s: usize, i: usize| if same { (((i.max(1) - 1) * s + k).saturating_sub(o)) / 2 } else { 0 };
+    let g = Window { batch: x[0], in_h: out_h, in_w: out_w, out_h: x[1], out_w: x[2], k_h: kh, k_w: kw, stride_h: stride.0, stride_w: stride.1, dil_h: 1, dil_w: 1, pad_top: pad(out_h, kh, stride.0, x[1]), pad_left: pad(out_w, kw, stride.1, x[2]) };
+    if let Some(b) = bias_idx {
+        check_bias(op, b, oc)?;
+    }
+    Ok(Built {
+        outputs: vec![(DType::F32, vec![x[0], out_h, out_w, oc])],
+        kernel: Box::new(move |ins, outs| {
+            let bias = match bias_idx {
+                Some(b) if ins.get(b).copied().flatten().is_some() => Some(typed::<f32>(arg(ins, b)?)?),
+                _ => None,
+            };
+            conv::transpose_conv2d(typed(arg(ins, input_idx)?)?, ic, typed(arg(ins, weight_idx)?)?, bias, oc, &g, clamp, typed_mut(outs[0])?);
+            Ok(())
+        }),
+    })
+}
+
+pub(crate) fn transpose_conv(op: &OpContext<'_>) -> Result<Built> {
+    let OpParams::TransposeConv { padding, stride, activation } = op.op.params else { return Err(op.bad("missing TransposeConv options")) };
+    require_f32(op, &[1, 2, 3])?;
+    let out_shape = op.const_ints(0)?;
+    let x = rank4(op, &op.input(2)?.shape, "input")?.to_vec();
+    let w = rank4(op, &op.input(1)?.shape, "filter")?.to_vec();
+    if out_shape.len() != 4 || out_shape.iter().any(|&d| d <= 0) || out_shape[0] as usize != x[0] || out_shape[3] as usize != w[0] {
+        return Err(op.bad(format!("output_shape {out_shape:?} does not match input {x:?} / filter {w:?}")));
+    }
+    let clamp = clamp_of(op, activation)?;
+    transpose_conv_built(op, &x, &w, out_shape[1] as usize, out_shape[2] as usize, stride, padding, clamp, 2, 1, Some(3))
+}
+
+pub(crate) fn batch_matmul(op: &OpContext<'_>) -> Result<Built> {
+    let OpParams::BatchMatMul { adj_x, adj_y, .. } = op.op.params else { return Err(op.bad("missing BatchMatMul options")) };
+    require_f32(op, &[0, 1])?;
+    let a = op.input(0)?.shape.clone();
+    let b = op.input(1)?.shape.clone();
+    if a.len() < 2 || b.len() < 2 {
+        return Err(op.bad(format!("operands must be at least 2-D, got {a:?} and {b:?}")));
+    }
+    let (ra, rb) = (a.len(), b.len());
+    let (m, ka) = if adj_x { (a[ra - 1], a[ra - 2]) } else { (a[ra - 2], a[ra - 1]) };
+    let (kb, n) = if adj_y { (b[rb - 1], b[rb - 2]) } else { (b[rb - 2], b[rb - 1]) };
+    if ka != kb {
+        return Err(op.bad(format!("inner dimensions differ: {a:?} x {b:?}")));
+    }
+    let batch = ferrite_kernels::elementwise::broadcast_shape(&a[..ra - 2], &b[..rb - 2]).ok_or_else(|| op.bad(format!("batch dims of {a:?} and {b:?} do not broadcast")))?;
+    let mut out_shape = batch.clone();
+    out_shape.extend([m, n]);
+    let nb: usize = batch.iter().product();
+    let bstr = |s: &[usize]| -> Vec<usize> {
+        // Flat batch index -> operand batch index, honouring broadcast.
+        let sh = &s[..s.len() - 2];
+        (0..nb)
+            .map(|flat| {
+                let mut rem = flat;
+                let mut idx = 0;
+                let mut mul = 1;
+                for d in (0..batch.len()).rev() {
+                    let i = rem % batch[d];
+                    rem /= batch[d];
+                    if d + sh.len() >= batch.len() {
+                        let sd = d + sh.len() - batch.len();
+                        idx += if sh[sd] == 1 { 0 } else { i } * mul;
+                        mul *= sh[sd];
+                    }
+                }
+                idx
+            })
+            .collect()
+    };
+    let (ia, ib) = (bstr(&a), bstr(&b));
+    let k = ka;
+    Ok(Built {
+        outputs: vec![(DType::F32, out_shape)],
+        kernel: Box::new(move |ins, outs| {
+            let (av, bv) = (typed::<f32>(arg(ins, 0)?)?, typed::<f32>(arg(ins, 1)?)?);
+            let out = typed_mut::<f32>(outs[0])?;
+            let mut ta = Vec::new();
+            let mut tb = Vec::new();
+            for p in 0..nb {
+                let asl = &av[ia[p] * m * k..][..m * k];
+                let bsl = &bv[ib[p] * k * n..][..k * n];
+                let asl = if adj_x {
+                    ta.resize(m * k, 0.0);
+                    ferrite_kernels::movement::transpose(asl, &[k, m], &[1, 0], &mut ta);
+                    &ta[..]
+                } else {
+                    asl
+                };
+                let bsl = if adj_y {
+                    tb.resize(k * n, 0.0);
+                    ferrite_kernels::movement::transpose(bsl, &[n, k], &[1, 0], &mut tb);
+                    &tb[..]
+                } else {
+                    bsl
+                };
+                gemm::matmul(asl, bsl, m, k, n, &mut out[p * m * n..][..m * n]);
+            }
+            Ok(())
+        }),
+    })
+}
+
+pub(crate) fn softmax(op: &OpContext<'_>, log: bool) -> Result<Built> {
+    require_f32(op, &[0])?;
+    let beta = match op.op.params {
+        OpParams::Softmax { beta } => beta,
+        _ => 1.0,
+    };
+    let s = op.input(0)?.shape.clone();
+    let n = *s.last().ok_or_else(|| op.bad("softmax of a scalar"))?;
+    Ok(Built {
+        outputs: vec![(DType::F32, s)],
+        kernel: Box::new(move |ins, outs| {
+            if n == 0 {
+                return Ok(());
+            }
+            if log {
+                ksoftmax::log_softmax(typed(arg(ins, 0)?)?, n, typed_mut(outs[0])?)
+            } else {
+                ksoftmax::softmax(typed(arg(ins, 0)?)?, n, beta, typed_mut(outs[0])?)
+            }
+            Ok(())
+        }),
+    })
+}

@@ -1,0 +1,576 @@
+//! Shape and data-movement ops. They only move elements, so one implementation
+//! per element size serves every dtype.
+
+use ferrite_format::schema::BuiltinOperator as B;
+use ferrite_kernels::{movement, resize as kresize};
+
+use super::{axis, by_size, require_f32};
+use crate::backend::{arg, typed, typed_mut, Built, KernelFn, OpContext};
+use crate::error::Result;
+use crate::model::DType;
+use crate::ops::OpParams;
+
+fn copy_kernel() -> KernelFn {
+    Box::new(|ins, outs| {
+        let i = arg(ins, 0)?;
+        let n = outs[0].len().min(i.len());
+        outs[0][..n].copy_from_slice(&i[..n]);
+        Ok(())
+    })
+}
+
+pub(crate) fn reshape_like(op: &OpContext<'_>, code: B) -> Result<Built> {
+    let x = op.input(0)?;
+    let numel: usize = x.shape.iter().product();
+    let out: Vec<usize> = match code {
+        B::RESHAPE => {
+            // Target shape: constant input 1, else the options, else the declared output shape.
+            let target: Vec<i64> = if op.opt_input(1).is_some_and(|d| d.value.is_some()) {
+                let v = op.const_ints(1)?;
+                // A shape tensor of shape [0] with one -1-free entry encodes a scalar.
+                if op.input(1)?.shape.iter().product::<usize>() == 0 {
+                    vec![]
+                } else {
+                    v
+                }
+            } else if let OpParams::Reshape { new_shape: Some(s) } = &op.op.params {
+                s.iter().map(|&v| i64::from(v)).collect()
+            } else {
+                op.outputs[0].shape.iter().map(|&v| v as i64).collect()
+            };
+            let known: i64 = target.iter().filter(|&&d| d >= 0).product();
+            let unknown = target.iter().filter(|&&d| d == -1).count();
+            if target.iter().any(|&d| d < -1) || unknown > 1 {
+                return Err(op.bad(format!("invalid target shape {target:?}")));
+            }
+            let fill = if unknown == 1 {
+                if known == 0 || numel as i64 % known != 0 {
+                    return Err(op.bad(format!("cannot reshape {:?} to {target:?}", x.shape)));
+                }
+                numel as i64 / known
+            } else {
+                0
+            };
+            let s: Vec<usize> = target.iter().map(|&d| if d == -1 { fill as usize } else { d as usize }).collect();
+            if s.iter().product::<usize>() != numel {
+                return Err(op.bad(format!("cannot reshape {:?} ({numel} elements) to {target:?}", x.shape)));
+            }
+            s
+        }
+        B::SQUEEZE => {
+            let dims = match &op.op.params {
+                OpParams::Squeeze { dims } => dims.clone(),
+                _ => vec![],
+            };
+            let r = x.shape.len();
+            let mut drop = vec![false; r];
+            if dims.is_empty() {
+                for (d, &s) in x.shape.iter().enumerate() {
+                    drop[d] = s == 1;
+                }
+            } else {
+                for &d in &dims {
+                    let a = axis(op, i64::from(d), r)?;
+                    if x.shape[a] != 1 {
+                        return Err(op.bad(format!("cannot squeeze dim {a} of size {}", x.shape[a])));
+                    }
+                    drop[a] = true;
+                }
+            }
+            x.shape.iter().enumerate().filter(|(d, _)| !drop[*d]).map(|(_, &s)| s).collect()
+        }
+        _ => {
+            let a = op.const_ints(1)?;
+            let a = *a.first().ok_or_else(|| op.bad("EXPAND_DIMS axis is empty"))?;
+            let p = axis(op, a, x.shape.len() + 1)?;
+            let mut s = x.shape.clone();
+            s.insert(p, 1);
+            s
+        }
+    };
+    Ok(Built { outputs: vec![(x.dtype, out)], kernel: copy_kernel() })
+}
+
+pub(crate) fn concat(op: &OpContext<'_>, pack: bool) -> Result<Built> {
+    let inputs: Vec<_> = op.inputs.iter().map(|i| i.as_ref().ok_or_else(|| op.bad("missing input"))).collect::<Result<_>>()?;
+    let first = *inputs.first().ok_or_else(|| op.bad("no inputs"))?;
+    let dtype = first.dtype;
+    let (ax, shapes): (usize, Vec<Vec<usize>>) = if pack {
+        let OpParams::Pack { axis: a, .. } = op.op.params else { return Err(op.bad("missing Pack options")) };
+        let a = axis(op, i64::from(a), first.shape.len() + 1)?;
+        (a, inputs.iter().map(|i| {
+            let mut s = i.shape.clone();
+            s.insert(a.min(s.len()), 1);
+            s
+        }).collect())
+    } else {
+        let a = match op.op.params {
+            OpParams::Concatenation { axis, activation } => {
+                if activation != crate::ops::Activation::None {
+                    require_f32(op, &[0])?;
+                }
+                axis
+            }
+            _ => 0,
+        };
+        (axis(op, i64::from(a), first.shape.len())?, inputs.iter().map(|i| i.shape.clone()).collect())
+    };
+    let mut out = shapes[0].clone();
+    out[ax] = 0;
+    for (i, s) in shapes.iter().enumerate() {
+        if inputs[i].dtype != dtype || s.len() != out.len() || s.iter().zip(&out).enumerate().any(|(d, (a, b))| d != ax && a != b) {
+            return Err(op.bad(format!("input {i} ({} {s:?}) does not match input 0 ({} {:?})", inputs[i].dtype.name(), dtype.name(), shapes[0])));
+        }
+        out[ax] += s[ax];
+    }
+    let clamp = match op.op.params {
+        OpParams::Concatenation { activation, .. } => super::clamp_of(op, activation)?,
+        _ => ferrite_kernels::Clamp::NONE,
+    };
+    by_size!(op, dtype, T => {
+        Ok(Built {
+            outputs: vec![(dtype, out)],
+            kernel: Box::new(move |ins, outs| {
+                let parts: Vec<(&[T], &[usize])> = (0..shapes.len()).map(|i| Ok((typed::<T>(arg(ins, i)?)?, &shapes[i][..]))).collect::<Result<_>>()?;
+                movement::concat(&parts, ax, typed_mut::<T>(outs[0])?);
+                if clamp != ferrite_kernels::Clamp::NONE {
+                    clamp.apply_slice(typed_mut::<f32>(outs[0])?);
+                }
+                Ok(())
+            }),
+        })
+    })
+}
+
+pub(crate) fn split(op: &OpContext<'_>, code: B) -> Result<Built> {
+    let (x, ax, sizes): (_, usize, Vec<usize>) = match code {
+        B::UNPACK => {
+            let x = op.input(0)?;
+            let OpParams::Unpack { axis: a, .. } = op.op.params else { return Err(op.bad("missing Unpack options")) };
+            let a = axis(op, i64::from(a), x.shape.len())?;
+            (x, a, vec![1; x.shape[a]])
+        }
+        B::SPLIT => {
+            let x = op.input(1)?;
+            let a = axis(op, *op.const_ints(0)?.first().ok_or_else(|| op.bad("empty axis"))?, x.shape.len())?;
+            let n = op.outputs.len();
+            if n == 0 || x.shape[a] % n != 0 {
+                return Err(op.bad(format!("cannot split dim of size {} into {n}", x.shape[a])));
+            }
+            (x, a, vec![x.shape[a] / n; n])
+        }
+        _ => {
+            let x = op.input(0)?;
+            let a = axis(op, *op.const_ints(2)?.first().ok_or_else(|| op.bad("empty axis"))?, x.shape.len())?;
+            let raw = op.const_ints(1)?;
+            let known: i64 = raw.iter().filter(|&&v| v >= 0).sum();
+            let rest = x.shape[a] as i64 - known;
+            if raw.iter().filter(|&&v| v == -1).count() > 1 || raw.iter().any(|&v| v < -1) || rest < 0 {
+                return Err(op.bad(format!("invalid size_splits {raw:?} for dim {}", x.shape[a])));
+            }
+            let s: Vec<usize> = raw.iter().map(|&v| if v == -1 { rest as usize } else { v as usize }).collect();
+            if s.iter().sum::<usize>() != x.shape[a] {
+                return Err(op.bad(format!("size_splits {raw:?} do not sum to {}", x.shape[a])));
+            }
+            (x, a, s)
+        }
+    };
+    if sizes.len() != op.outputs.len() {
+        return Err(op.bad(format!("{} pieces but {} outputs", sizes.len(), op.outputs.len())));
+    }
+    let dtype = x.dtype;
+    let in_shape = x.shape.clone();
+    let outputs: Vec<_> = sizes
+        .iter()
+        .map(|&s| {
+            let mut sh = in_shape.clone();
+            if code == B::UNPACK {
+                sh.remove(ax);
+            } else {
+                sh[ax] = s;
+            }
+            (dtype, sh)
+        })
+        .collect();
+    let outer: usize = in_shape[..ax].iter().product();
+    let inner: usize = in_shape[ax + 1..].iter().product();
+    let total = in_shape[ax];
+    by_size!(op, dtype, T => {
+        Ok(Built {
+            outputs,
+            kernel: Box::new(move |ins, outs| {
+                let x = typed::<T>(arg(ins, 0 + usize::from(code == B::SPLIT))?)?;
+                let mut start = 0;
+                for (k, &s) in sizes.iter().enumerate() {
+                    let o = typed_mut::<T>(outs[k])?;
+                    for b in 0..outer {
+                        let src = (b * total + start) * inner;
+                        o[b * s * inner..(b + 1) * s * inner].copy_from_slice(&x[src..src + s * inner]);
+                    }
+                    start += s;
+                }
+                Ok(())
+            }),
+        })
+    })
+}
+
+/// Resolved strided slice: per input dim begin/stride/size, plus the final output shape.
+fn strided_plan(op: &OpContext<'_>, shape: &[usize]) -> Result<(Vec<i64>, Vec<i64>, Vec<usize>, Vec<usize>)> {
+    let OpParams::StridedSlice { begin_mask, end_mask, ellipsis_mask, new_axis_mask, shrink_axis_mask, offset } = op.op.params else {
+        return Err(op.bad("missing StridedSlice options"));
+    };
+    let begin = op.const_ints(1)?;
+    let end = op.const_ints(2)?;
+    let strides = if op.opt_input(3).is_some() { op.const_ints(3)? } else { vec![1; begin.len()] };
+    let n = begin.len();
+    if end.len() != n || strides.len() != n || n > 32 {
+        return Err(op.bad("begin, end and strides must have the same length"));
+    }
+    let bit = |m: i32, i: usize| (m >> i) & 1 == 1;
+    let r = shape.len();
+    // Expand the sparse spec (with ellipsis / new axes) into one entry per input dim.
+    struct Dense {
+        b: i64,
+        e: i64,
+        s: i64,
+        bm: bool,
+        em: bool,
+        shrink: bool,
+    }
+    let mut dense: Vec<Dense> = Vec::with_capacity(r);
+    let mut final_shape_plan: Vec<Option<usize>> = Vec::new(); // Some(dense dim) or None for a new axis
+    let new_axes_after_ellipsis = (0..n).skip_while(|&i| !bit(ellipsis_mask, i)).filter(|&i| bit(new_axis_mask, i)).count();
+    let mut seen_ellipsis = false;
+    for i in 0..n {
+        if bit(ellipsis_mask, i) && !seen_ellipsis {
+            seen_ellipsis = true;
+            let remaining = (i + 1..n).filter(|&j| !bit(new_axis_mask, j)).count();
+            let _ = new_axes_after_ellipsis;
+            let cover = r.saturating_sub(dense.len() + remaining);
+            for _ in 0..cover {
+                final_shape_plan.push(Some(dense.len()));
+                dense.push(Dense { b: 0, e: 0, s: 1, bm: true, em: true, shrink: false });
+            }
+        } else if bit(new_axis_mask, i) {
+            final_shape_plan.push(None);
+        } else {
+            if dense.len() >= r {
+                return Err(op.bad(format!("slice spec has more dims than the input rank {r}")));
+            }
+            if !bit(shrink_axis_mask, i) {
+                final_shape_plan.push(Some(dense.len()));
+            }
+            dense.push(Dense { b: begin[i], e: end[i], s: strides[i], bm: bit(begin_mask, i), em: bit(end_mask, i), shrink: bit(shrink_axis_mask, i) });
+        }
+    }
+    while dense.len() < r {
+        final_shape_plan.push(Some(dense.len()));
+        dense.push(Dense { b: 0, e: 0, s: 1, bm: true, em: true, shrink: false });
+    }
+    let mut bs = Vec::with_capacity(r);
+    let mut ss = Vec::with_capacity(r);
+    let mut sizes = Vec::with_capacity(r);
+    for (d, dd) in dense.iter().enumerate() {
+        let dim = shape[d] as i64;
+        if dd.s == 0 {
+            return Err(op.bad("stride 0"));
+        }
+        let norm = |v: i64| if v < 0 { v + dim } else { v };
+        if dd.shrink {
+            let b = norm(dd.b);
+            if b < 0 || b >= dim {
+                return Err(op.bad(format!("shrink index {} out of range for dim {dim}", dd.b)));
+            }
+            bs.push(b);
+            ss.push(1);
+            sizes.push(1);
+            continue;
+        }
+        let (b, e) = if dd.s > 0 {
+            let b = if dd.bm { 0 } else { norm(dd.b).clamp(0, dim) };
+            let e = if dd.em { dim } else if offset { (b + dd.e).clamp(0, dim) } else { norm(dd.e).clamp(0, dim) };
+            (b, e)
+        } else {
+            let b = if dd.bm { dim - 1 } else { norm(dd.b).clamp(-1, dim - 1) };
+            let e = if dd.em { -1 } else if offset { (b + dd.e).clamp(-1, dim - 1) } else { norm(dd.e).clamp(-1, dim - 1) };
+            (b, e)
+        };
+        let size = if dd.s > 0 { if e > b { (e - b + dd.s - 1) / dd.s } else { 0 } } else if b > e { (b - e + (-dd.s) - 1) / (-dd.s) } else { 0 };
+        bs.push(b);
+        ss.push(dd.s);
+        sizes.push(size as usize);
+    }
+    let final_shape = final_shape_plan.iter().map(|p| p.map_or(1, |d| sizes[d])).collect();
+    Ok((bs, ss, sizes, final_shape))
+}
+
+pub(crate) fn slice(op: &OpContext<'_>, strided: bool) -> Result<Built> {
+    let x = op.input(0)?;
+    let shape = x.shape.clone();
+    let (begin, stride, sizes, out) = if strided {
+        strided_plan(op, &shape)?
+    } else {
+        let b = op.const_ints(1)?;
+        let s = op.const_ints(2)?;
+        if b.len() != shape.len() || s.len() != shape.len() {
+            return Err(op.bad("begin/size length must equal the input rank"));
+        }
+        let mut sizes = Vec::new();
+        for d in 0..shape.len() {
+            let dim = shape[d] as i64;
+            let size = if s[d] == -1 { dim - b[d] } else { s[d] };
+            if b[d] < 0 || size < 0 || b[d] + size > dim {
+                return Err(op.bad(format!("slice begin {} size {} out of range for dim {dim}", b[d], s[d])));
+            }
+            sizes.push(size as usize);
+        }
+        (b, vec![1; shape.len()], sizes.clone(), sizes)
+    };
+    let dtype = x.dtype;
+    by_size!(op, dtype, T => {
+        Ok(Built {
+            outputs: vec![(dtype, out)],
+            kernel: Box::new(move |ins, outs| {
+                movement::strided_slice(typed::<T>(arg(ins, 0)?)?, &shape, &begin, &stride, &sizes, typed_mut::<T>(outs[0])?);
+                Ok(())
+            }),
+        })
+    })
+}
+
+pub(crate) fn transpose(op: &OpContext<'_>) -> Result<Built> {
+    let x = op.input(0)?;
+    let perm = op.const_ints(1)?;
+    let r = x.shape.len();
+    let mut seen = vec![false; r];
+    if perm.len() != r || perm.iter().any(|&p| p < 0 || p as usize >= r || std::mem::replace(&mut seen[p as usize], true)) {
+        return Err(op.bad(format!("perm {perm:?} is not a permutation of rank {r}")));
+    }
+    let perm: Vec<usize> = perm.iter().map(|&p| p as usize).collect();
+    let shape = x.shape.clone();
+    let out = perm.iter().map(|&p| shape[p]).collect();
+    let dtype = x.dtype;
+    by_size!(op, dtype, T => {
+        Ok(Built {
+            outputs: vec![(dtype, out)],
+            kernel: Box::new(move |ins, outs| {
+                movement::transpose(typed::<T>(arg(ins, 0)?)?, &shape, &perm, typed_mut::<T>(outs[0])?);
+                Ok(())
+            }),
+        })
+    })
+}
+
+pub(crate) fn pad(op: &OpContext<'_>) -> Result<Built> {
+    let x = op.input(0)?;
+    let p = op.const_ints(1)?;
+    let r = x.shape.len();
+    if p.len() != 2 * r || p.iter().any(|&v| !(0..=1 << 24).contains(&v)) {
+        return Err(op.bad(format!("paddings {p:?} invalid for rank {r}")));
+    }
+    let pads: Vec<(usize, usize)> = p.chunks(2).map(|c| (c[0] as usize, c[1] as usize)).collect();
+    let shape = x.shape.clone();
+    let out = shape.iter().zip(&pads).map(|(&s, &(a, b))| s + a + b).collect();
+    let dtype = x.dtype;
+    // Quantized tensors pad with their zero point; float with 0 unless PADV2 gives a value.
+    let zp = x.quant.and_then(|q| q.zero_point.first().copied()).unwrap_or(0);
+    let has_value = op.opt_input(2).is_some();
+    by_size!(op, dtype, T => {
+        Ok(Built {
+            outputs: vec![(dtype, out)],
+            kernel: Box::new(move |ins, outs| {
+                let value: T = if has_value { typed::<T>(arg(ins, 2)?)?.first().copied().unwrap_or(0 as T) } else { zp as T };
+                movement::pad(typed::<T>(arg(ins, 0)?)?, &shape, &pads, value, typed_mut::<T>(outs[0])?);
+                Ok(())
+            }),
+        })
+    })
+}
+
+pub(crate) fn gather(op: &OpContext<'_>) -> Result<Built> {
+    let (p, i) = (op.input(0)?, op.input(1)?);
+    let OpParams::Gather { axis: a, batch_dims } = op.op.params else { return Err(op.bad("missing Gather options")) };
+    let ax = axis(op, i64::from(a), p.shape.len())?;
+    let bd = if batch_dims < 0 { batch_dims + i.shape.len() as i32 } else { batch_dims };
+    if bd < 0 || bd as usize > ax || bd as usize > i.shape.len() || p.shape[..bd as usize] != i.shape[..bd as usize] {
+        return Err(op.bad(format!("batch_dims {batch_dims} invalid")));
+    }
+    let bd = bd as usize;
+    let mut out: Vec<usize> = p.shape[..ax].to_vec();
+    out.extend_from_slice(&i.shape[bd..]);
+    out.extend_from_slice(&p.shape[ax + 1..]);
+    let shape = p.shape.clone();
+    let per_batch: usize = i.shape[bd..].iter().product();
+    let (dtype, idx_type) = (p.dtype, i.dtype);
+    if !matches!(idx_type, DType::I32 | DType::I64) {
+        return Err(op.bad("indices must be int32 or int64"));
+    }
+    let limit = shape[ax];
+    by_size!(op, dtype, T => {
+        Ok(Built {
+            outputs: vec![(dtype, out)],
+            kernel: Box::new(move |ins, outs| {
+                let raw = arg(ins, 1)?;
+                let idx: Vec<i64> = if idx_type == DType::I32 { typed::<i32>(raw)?.iter().map(|&v| i64::from(v)).collect() } else { typed::<i64>(raw)?.to_vec() };
+                let idx: Vec<usize> = idx.iter().map(|&v| if v < 0 || v as usize >= limit { Err(super::runtime(format!("gather index {v} out of range 0..{limit}"))) } else { Ok(v as usize) }).collect::<Result<_>>()?;
+                movement::gather(typed::<T>(arg(ins, 0)?)?, &shape, &idx, per_batch, ax, bd, typed_mut::<T>(outs[0])?);
+                Ok(())
+            }),
+        })
+    })
+}
+
+pub(crate) fn tile(op: &OpContext<'_>, broadcast_to: bool) -> Result<Built> {
+    let x = op.input(0)?;
+    let v = op.const_ints(1)?;
+    let (shape, mult) = if broadcast_to {
+        if v.len() < x.shape.len() || v.iter().any(|&d| d < 0) {
+            return Err(op.bad(format!("cannot broadcast {:?} to {v:?}", x.shape)));
+        }
+        let mut s = vec![1; v.len() - x.shape.len()];
+        s.extend_from_slice(&x.shape);
+        let mut m = Vec::new();
+        for (&a, &b) in s.iter().zip(&v) {
+            if a != b as usize && a != 1 {
+                return Err(op.bad(format!("cannot broadcast {:?} to {v:?}", x.shape)));
+            }
+            m.push(if a == 1 { b as usize } else { 1 });
+        }
+        (s, m)
+    } else {
+        if v.len() != x.shape.len() || v.iter().any(|&d| d < 0) {
+            return Err(op.bad(format!("multiples {v:?} invalid for rank {}", x.shape.len())));
+        }
+        (x.shape.clone(), v.iter().map(|&d| d as usize).collect())
+    };
+    let out: Vec<usize> = shape.iter().zip(&mult).map(|(&a, &b)| a * b).collect();
+    let dtype = x.dtype;
+    by_size!(op, dtype, T => {
+        Ok(Built {
+            outputs: vec![(dtype, out)],
+            kernel: Box::new(move |ins, outs| {
+                movement::tile(typed::<T>(arg(ins, 0)?)?, &shape, &mult, typed_mut::<T>(outs[0])?);
+                Ok(())
+            }),
+        })
+    })
+}
+
+pub(crate) fn depth_space(op: &OpContext<'_>, to_space: bool) -> Result<Built> {
+    let x = op.input(0)?;
+    let OpParams::BlockSize(b) = op.op.params else { return Err(op.bad("missing block size")) };
+    let s = x.shape.clone();
+    if s.len() != 4 {
+        return Err(op.bad("input must be 4-D"));
+    }
+    let out = if to_space {
+        if s[3] % (b * b) != 0 {
+            return Err(op.bad(format!("depth {} not divisible by block^2", s[3])));
+        }
+        vec![s[0], s[1] * b, s[2] * b, s[3] / (b * b)]
+    } else {
+        if s[1] % b != 0 || s[2] % b != 0 {
+            return Err(op.bad("spatial dims not divisible by block size"));
+        }
+        vec![s[0], s[1] / b, s[2] / b, s[3] * b * b]
+    };
+    let dtype = x.dtype;
+    by_size!(op, dtype, T => {
+        Ok(Built {
+            outputs: vec![(dtype, out)],
+            kernel: Box::new(move |ins, outs| {
+                let (i, o) = (typed::<T>(arg(ins, 0)?)?, typed_mut::<T>(outs[0])?);
+                if to_space {
+                    movement::depth_to_space(i, s[0], s[1], s[2], s[3], b, o)
+                } else {
+                    movement::space_to_depth(i, s[0], s[1], s[2], s[3], b, o)
+                }
+                Ok(())
+            }),
+        })
+    })
+}
+
+pub(crate) fn resize(op: &OpContext<'_>, bilinear: bool) -> Result<Built> {
+    let x = op.input(0)?;
+    let OpParams::Resize { align_corners, half_pixel_centers } = op.op.params else { return Err(op.bad("missing resize options")) };
+    let size = op.const_ints(1)?;
+    let s = x.shape.clone();
+    if s.len() != 4 || size.len() != 2 || size.iter().any(|&v| v <= 0) {
+        return Err(op.bad(format!("resize of {s:?} to {size:?}")));
+    }
+    let (oh, ow) = (size[0] as usize, size[1] as usize);
+    let out = vec![s[0], oh, ow, s[3]];
+    let dtype = x.dtype;
+    if bilinear {
+        require_f32(op, &[0])?;
+        return Ok(Built {
+            outputs: vec![(dtype, out)],
+            kernel: Box::new(move |ins, outs| {
+                kresize::resize_bilinear(typed(arg(ins, 0)?)?, s[0], s[1], s[2], s[3], oh, ow, align_corners, half_pixel_centers, typed_mut(outs[0])?);
+                Ok(())
+            }),
+        });
+    }
+    by_size!(op, dtype, T => {
+        Ok(Built {
+            outputs: vec![(dtype, out)],
+            kernel: Box::new(move |ins, outs| {
+                kresize::resize_nearest(typed::<T>(arg(ins, 0)?)?, s[0], s[1], s[2], s[3], oh, ow, align_corners, half_pixel_centers, typed_mut::<T>(outs[0])?);
+                Ok(())
+            }),
+        })
+    })
+}
+
+pub(crate) fn shape(op: &OpContext<'_>) -> Result<Built> {
+    let x = op.input(0)?;
+    let wide = matches!(op.op.params, OpParams::OutType(4));
+    let dims: Vec<i64> = x.shape.iter().map(|&d| d as i64).collect();
+    let n = dims.len();
+    Ok(Built {
+        outputs: vec![(if wide { DType::I64 } else { DType::I32 }, vec![n])],
+        kernel: Box::new(move |_, outs| {
+            if wide {
+                typed_mut::<i64>(outs[0])?.copy_from_slice(&dims);
+            } else {
+                for (o, &d) in typed_mut::<i32>(outs[0])?.iter_mut().zip(&dims) {
+                    *o = d as i32;
+                }
+            }
+            Ok(())
+        }),
+    })
+}
+
+pub(crate) fn fill(op: &OpContext<'_>, zeros_like: bool) -> Result<Built> {
+    if zeros_like {
+        let x = op.input(0)?;
+        return Ok(Built {
+            outputs: vec![(x.dtype, x.shape.clone())],
+            kernel: Box::new(|_, outs| {
+                outs[0].fill(0);
+                Ok(())
+            }),
+        });
+    }
+    let dims = op.const_ints(0)?;
+    if dims.iter().any(|&d| d < 0) {
+        return Err(op.bad(format!("negative dims {dims:?}")));
+    }
+    let v = op.input(1)?;
+    let dtype = v.dtype;
+    let size = dtype.size().ok_or_else(|| op.unsupported("element type"))?;
+    Ok(Built {
+        outputs: vec![(dtype, dims.iter().map(|&d| d as usize).collect())],
+        kernel: Box::new(move |ins, outs| {
+            let v = arg(ins, 1)?;
+            let v = v.get(..size).ok_or_else(|| super::runtime("FILL value is empty"))?;
+            for c in outs[0].chunks_exact_mut(size) {
+                c.copy_from_slice(v);
+            }
+            Ok(())
+        }),
+    })
+}

@@ -1,0 +1,202 @@
+//! Backends: where an op's kernel comes from.
+//!
+//! A [`Backend`] turns one op, with its input shapes and any constant inputs,
+//! into output shapes plus a [`KernelFn`]. The CPU backend is the first; a GPU
+//! backend implements the same trait. Per-session state (thread count,
+//! prepacked weights) lives in a [`BackendContext`] the session owns.
+
+pub mod cpu;
+pub(crate) mod custom_builtin;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::model::{DType, Op, Quantization, Sparsity, TensorInfo};
+
+/// A compiled kernel: reads input bytes (absent optional inputs are `None`) and
+/// writes output bytes. Shapes and parameters were fixed when it was built.
+pub type KernelFn = Box<dyn FnMut(&[Option<&[u8]>], &mut [&mut [u8]]) -> Result<()> + Send>;
+
+/// What a backend knows about one input of an op when building its kernel.
+#[derive(Debug, Clone)]
+pub struct InputDesc<'a> {
+    /// Tensor index in the subgraph.
+    pub tensor: usize,
+    /// Element type.
+    pub dtype: DType,
+    /// Shape (resolved for this prepare).
+    pub shape: Vec<usize>,
+    /// Constant value, when known at prepare time.
+    pub value: Option<&'a [u8]>,
+    /// Quantization parameters.
+    pub quant: Option<&'a Quantization>,
+    /// Sparse encoding of `value`, if any.
+    pub sparsity: Option<&'a Sparsity>,
+}
+
+/// Everything a backend sees of the op it builds.
+pub struct OpContext<'a> {
+    /// Subgraph index.
+    pub subgraph: usize,
+    /// Op index in the subgraph.
+    pub op_index: usize,
+    /// The op.
+    pub op: &'a Op,
+    /// Inputs (None = omitted optional input).
+    pub inputs: Vec<Option<InputDesc<'a>>>,
+    /// Output tensors as declared in the file (dtype, stored shape, quantization).
+    pub outputs: Vec<&'a TensorInfo>,
+    /// Custom options bytes (custom ops).
+    pub custom_options: &'a [u8],
+}
+
+impl<'a> OpContext<'a> {
+    /// "subgraph S op I (NAME)", for messages.
+    pub fn at(&self) -> String {
+        format!("subgraph {} op {} ({})", self.subgraph, self.op_index, self.op.code.name())
+    }
+    /// A model error located at this op.
+    pub fn bad(&self, msg: impl std::fmt::Display) -> Error {
+        Error::InvalidModel(format!("{}: {msg}", self.at()))
+    }
+    /// An unsupported-feature error located at this op.
+    pub fn unsupported(&self, msg: impl std::fmt::Display) -> Error {
+        Error::Unsupported(format!("{}: {msg}", self.at()))
+    }
+    /// Required input `i`.
+    pub fn input(&self, i: usize) -> Result<&InputDesc<'a>> {
+        self.inputs.get(i).and_then(|x| x.as_ref()).ok_or_else(|| self.bad(format!("missing required input {i}")))
+    }
+    /// Optional input `i`.
+    pub fn opt_input(&self, i: usize) -> Option<&InputDesc<'a>> {
+        self.inputs.get(i).and_then(|x| x.as_ref())
+    }
+    /// Constant integer values of input `i` (int32 or int64), required at prepare.
+    pub fn const_ints(&self, i: usize) -> Result<Vec<i64>> {
+        let d = self.input(i)?;
+        let v = d.value.ok_or_else(|| self.unsupported(format!("input {i} must be constant (data-dependent shapes are not supported yet)")))?;
+        Ok(match d.dtype {
+            DType::I32 => v.chunks_exact(4).map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect(),
+            DType::I64 => v.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect(),
+            t => return Err(self.bad(format!("input {i} must be int32 or int64, got {}", t.name()))),
+        })
+    }
+    /// Checks the number of outputs.
+    pub fn expect_outputs(&self, n: usize) -> Result<()> {
+        if self.outputs.len() != n {
+            return Err(self.bad(format!("expected {n} outputs, found {}", self.outputs.len())));
+        }
+        Ok(())
+    }
+}
+
+/// Output description a backend returns for each output of an op.
+pub type OutSpec = (DType, Vec<usize>);
+
+/// A built op: output specs plus its kernel.
+pub struct Built {
+    /// Output dtypes and shapes, in op output order.
+    pub outputs: Vec<OutSpec>,
+    /// The kernel.
+    pub kernel: KernelFn,
+}
+
+/// How prepacked data is laid out, part of its cache key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Packing {
+    /// Conv weights OHWI -> HWIO.
+    ConvHwio,
+    /// Weights dequantized or converted to float32.
+    DenseF32,
+}
+
+/// Per-session backend state. Owned by exactly one session; never thread-local,
+/// and cache keys are tensor identities, never data addresses.
+#[derive(Debug, Default)]
+pub struct BackendContext {
+    /// Worker threads the session asked for.
+    pub threads: usize,
+    packed: HashMap<(usize, usize, Packing), Arc<Vec<f32>>>,
+}
+
+impl BackendContext {
+    /// A context for `threads` worker threads.
+    pub fn new(threads: usize) -> Self {
+        BackendContext { threads: threads.max(1), packed: HashMap::new() }
+    }
+
+    /// Returns the cached packing of (subgraph, tensor), computing it once.
+    pub fn packed(&mut self, subgraph: usize, tensor: usize, packing: Packing, make: impl FnOnce() -> Result<Vec<f32>>) -> Result<Arc<Vec<f32>>> {
+        if let Some(p) = self.packed.get(&(subgraph, tensor, packing)) {
+            return Ok(p.clone());
+        }
+        let p = Arc::new(make()?);
+        self.packed.insert((subgraph, tensor, packing), p.clone());
+        Ok(p)
+    }
+
+    /// Bytes held by prepacked weights.
+    pub fn packed_bytes(&self) -> usize {
+        self.packed.values().map(|v| v.len() * 4).sum()
+    }
+}
+
+/// A source of kernels.
+pub trait Backend: Send {
+    /// Backend name for reports.
+    fn name(&self) -> &'static str;
+    /// Builds the op, or returns [`Error::Unsupported`] so another backend may try.
+    fn build(&self, op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built>;
+}
+
+/// A user-registered custom op: shape function plus kernel.
+pub trait CustomOp: Send + Sync {
+    /// Builds the op for the given inputs (shapes, dtypes, constant values).
+    fn build(&self, op: &OpContext<'_>) -> Result<Built>;
+}
+
+/// Registry of custom ops by name, shared by sessions.
+#[derive(Clone, Default)]
+pub struct CustomOpRegistry {
+    ops: HashMap<String, Arc<dyn CustomOp>>,
+}
+
+impl std::fmt::Debug for CustomOpRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.ops.keys()).finish()
+    }
+}
+
+impl CustomOpRegistry {
+    /// The registry with ferrite's built-in custom ops (MediaPipe's
+    /// `Convolution2DTransposeBias`).
+    pub fn with_builtins() -> Self {
+        let mut r = CustomOpRegistry::default();
+        r.register("Convolution2DTransposeBias", Arc::new(custom_builtin::TransposeConvBias));
+        r
+    }
+    /// Registers (or replaces) a custom op.
+    pub fn register(&mut self, name: &str, op: Arc<dyn CustomOp>) {
+        self.ops.insert(name.to_string(), op);
+    }
+    /// Looks up a custom op.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn CustomOp>> {
+        self.ops.get(name)
+    }
+}
+
+/// Views bytes as `T` elements; fails instead of panicking on bad alignment or length.
+pub fn typed<T: bytemuck::Pod>(b: &[u8]) -> Result<&[T]> {
+    bytemuck::try_cast_slice(b).map_err(|e| Error::Runtime(format!("tensor data cannot be viewed as {}: {e:?}", std::any::type_name::<T>())))
+}
+
+/// Mutable variant of [`typed`].
+pub fn typed_mut<T: bytemuck::Pod>(b: &mut [u8]) -> Result<&mut [T]> {
+    bytemuck::try_cast_slice_mut(b).map_err(|e| Error::Runtime(format!("tensor data cannot be viewed as {}: {e:?}", std::any::type_name::<T>())))
+}
+
+/// Required input `i` of a running kernel.
+pub fn arg<'b>(ins: &[Option<&'b [u8]>], i: usize) -> Result<&'b [u8]> {
+    ins.get(i).copied().flatten().ok_or_else(|| Error::Runtime(format!("kernel input {i} is missing")))
+}

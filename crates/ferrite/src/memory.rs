@@ -1,0 +1,147 @@
+//! Static memory planning: every non-constant tensor gets an offset in one
+//! arena, assigned from tensor lifetimes so tensors that are never alive at
+//! the same step share memory. Plus the safe arena splitting the executor uses.
+
+use crate::error::{Error, Result};
+
+/// Arena offsets are aligned to a cache line.
+pub const ALIGN: usize = 64;
+
+/// One tensor to place: its byte size and the steps it is alive for (inclusive).
+#[derive(Debug, Clone, Copy)]
+pub struct Lifetime {
+    /// Tensor index.
+    pub tensor: usize,
+    /// Bytes.
+    pub bytes: usize,
+    /// First step at which it is alive.
+    pub first: usize,
+    /// Last step at which it is alive.
+    pub last: usize,
+}
+
+/// Result of planning one subgraph.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryPlan {
+    /// (tensor, offset) for every planned tensor.
+    pub offsets: Vec<(usize, usize)>,
+    /// Arena size in bytes.
+    pub arena_bytes: usize,
+    /// Largest total size of tensors alive at one step: no plan can be smaller.
+    pub lower_bound_bytes: usize,
+}
+
+fn align_up(v: usize) -> Option<usize> {
+    v.checked_add(ALIGN - 1).map(|x| x / ALIGN * ALIGN)
+}
+
+/// Greedy-by-size placement: largest tensors first, each at the lowest offset
+/// that does not collide with an already placed tensor alive at the same time.
+pub fn plan(lifetimes: &[Lifetime], max_bytes: usize) -> Result<MemoryPlan> {
+    let mut order: Vec<&Lifetime> = lifetimes.iter().collect();
+    order.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.first.cmp(&b.first)));
+    let mut placed: Vec<(usize, usize, &Lifetime)> = Vec::with_capacity(order.len()); // (offset, size, lt)
+    let mut arena = 0usize;
+    let too_big = |n: usize| Error::ResourceLimit(format!("memory plan needs {n} bytes, above the session limit of {max_bytes} bytes"));
+    for lt in order {
+        let size = align_up(lt.bytes).ok_or_else(|| too_big(usize::MAX))?;
+        let mut busy: Vec<(usize, usize)> = placed.iter().filter(|(_, _, o)| o.first <= lt.last && lt.first <= o.last).map(|&(off, sz, _)| (off, sz)).collect();
+        busy.sort_unstable();
+        let mut off = 0usize;
+        for (bo, bs) in busy {
+            if off + size <= bo {
+                break;
+            }
+            off = off.max(bo + bs);
+        }
+        let end = off.checked_add(size).ok_or_else(|| too_big(usize::MAX))?;
+        if end > max_bytes {
+            return Err(too_big(end));
+        }
+        arena = arena.max(end);
+        placed.push((off, size, lt));
+    }
+    let steps = lifetimes.iter().map(|l| l.last + 1).max().unwrap_or(0);
+    let mut live = vec![0usize; steps];
+    for l in lifetimes {
+        for s in &mut live[l.first..=l.last] {
+            *s = s.saturating_add(l.bytes);
+        }
+    }
+    Ok(MemoryPlan { offsets: placed.iter().map(|&(off, _, lt)| (lt.tensor, off)).collect(), arena_bytes: arena, lower_bound_bytes: live.into_iter().max().unwrap_or(0) })
+}
+
+/// Splits the arena into mutable output regions and the shared gaps between
+/// them, so a kernel can read its inputs while writing its outputs without any
+/// `unsafe`. Outputs must not overlap each other.
+#[allow(clippy::type_complexity)]
+pub fn split_regions<'a>(arena: &'a mut [u8], outs: &[(usize, usize)]) -> Result<(Vec<&'a mut [u8]>, Vec<(usize, &'a [u8])>)> {
+    let mut order: Vec<usize> = (0..outs.len()).collect();
+    order.sort_by_key(|&i| outs[i].0);
+    let mut rest = arena;
+    let mut cursor = 0usize;
+    let mut gaps = Vec::with_capacity(outs.len() + 1);
+    let mut sorted: Vec<(usize, &'a mut [u8])> = Vec::with_capacity(outs.len());
+    for i in order {
+        let (off, len) = outs[i];
+        if off < cursor || off + len > cursor + rest.len() {
+            return Err(Error::Runtime(format!("internal: output region {off}+{len} overlaps another or leaves the arena")));
+        }
+        let (gap, tail) = std::mem::take(&mut rest).split_at_mut(off - cursor);
+        gaps.push((cursor, &*gap));
+        let (o, tail) = tail.split_at_mut(len);
+        sorted.push((i, o));
+        rest = tail;
+        cursor = off + len;
+    }
+    gaps.push((cursor, &*rest));
+    sorted.sort_by_key(|(i, _)| *i);
+    Ok((sorted.into_iter().map(|(_, s)| s).collect(), gaps))
+}
+
+/// Finds `[off, off+len)` inside one of the shared gaps.
+pub fn find_in_gaps<'a>(gaps: &[(usize, &'a [u8])], off: usize, len: usize) -> Result<&'a [u8]> {
+    for &(start, g) in gaps {
+        if off >= start && off + len <= start + g.len() {
+            return Ok(&g[off - start..off - start + len]);
+        }
+    }
+    Err(Error::Runtime(format!("internal: input region {off}+{len} overlaps an output of the same op")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn disjoint_lifetimes_share_memory() {
+        let l = [
+            Lifetime { tensor: 0, bytes: 100, first: 0, last: 1 },
+            Lifetime { tensor: 1, bytes: 100, first: 1, last: 2 },
+            Lifetime { tensor: 2, bytes: 100, first: 2, last: 3 },
+        ];
+        let p = plan(&l, 1 << 20).unwrap();
+        assert_eq!(p.arena_bytes, 256);
+        assert_eq!(p.lower_bound_bytes, 200);
+        let off = |t| p.offsets.iter().find(|x| x.0 == t).unwrap().1;
+        assert_eq!(off(0), off(2));
+        assert_ne!(off(0), off(1));
+    }
+
+    #[test]
+    fn limit_is_enforced() {
+        let l = [Lifetime { tensor: 0, bytes: 1000, first: 0, last: 0 }];
+        assert!(matches!(plan(&l, 100), Err(Error::ResourceLimit(_))));
+    }
+
+    #[test]
+    fn split_gives_disjoint_views() {
+        let mut a = vec![0u8; 100];
+        a[5] = 7;
+        let (mut outs, gaps) = split_regions(&mut a, &[(50, 10), (10, 20)]).unwrap();
+        outs[0][0] = 1;
+        outs[1][0] = 2;
+        assert_eq!(find_in_gaps(&gaps, 0, 10).unwrap()[5], 7);
+        assert!(find_in_gaps(&gaps, 15, 10).is_err());
+    }
+}

@@ -1,0 +1,603 @@
+//! The model IR: subgraphs of typed tensors and ops with typed parameters,
+//! built from the lenient flatbuffer view. Constant data stays in the model
+//! bytes (memory-mapped file or caller buffer) and is referenced by range.
+//!
+//! Everything read from the file is validated here — indices, dimensions,
+//! buffer sizes, producer order — so later stages can rely on it.
+
+use std::ops::Range;
+use std::path::Path;
+use std::sync::Arc;
+
+use ferrite_format::schema as fb;
+use ferrite_format::{FileKind, Table};
+
+use crate::error::{invalid, Error, Result};
+use crate::ops::{parse_params, OpParams};
+
+/// Largest tensor rank accepted from a file.
+pub const MAX_RANK: usize = 16;
+/// Largest element count of a single tensor accepted from a file (2^40).
+pub const MAX_ELEMENTS: u64 = 1 << 40;
+
+/// Element types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum DType {
+    F32,
+    F16,
+    F64,
+    I8,
+    U8,
+    I16,
+    U16,
+    I32,
+    U32,
+    I64,
+    U64,
+    Bool,
+    String,
+    Complex64,
+    Complex128,
+    Resource,
+    Variant,
+    Int4,
+    /// circle only.
+    Uint4,
+    /// circle only: GGML block-quantized types, reported but not executed.
+    Ggml(i8),
+}
+
+impl DType {
+    /// Decodes a file's tensor type code; circle adds negative codes.
+    pub fn from_code(code: i8, kind: FileKind) -> Option<DType> {
+        Some(match code {
+            0 => DType::F32,
+            1 => DType::F16,
+            2 => DType::I32,
+            3 => DType::U8,
+            4 => DType::I64,
+            5 => DType::String,
+            6 => DType::Bool,
+            7 => DType::I16,
+            8 => DType::Complex64,
+            9 => DType::I8,
+            10 => DType::F64,
+            11 => DType::Complex128,
+            12 => DType::U64,
+            13 => DType::Resource,
+            14 => DType::Variant,
+            15 => DType::U32,
+            16 => DType::U16,
+            17 => DType::Int4,
+            -1 if kind == FileKind::Circle => DType::Uint4,
+            -5..=-2 if kind == FileKind::Circle => DType::Ggml(code),
+            _ => return None,
+        })
+    }
+
+    /// Bytes per element, or `None` for types without a fixed size.
+    pub fn size(self) -> Option<usize> {
+        Some(match self {
+            DType::F32 | DType::I32 | DType::U32 => 4,
+            DType::F16 | DType::I16 | DType::U16 => 2,
+            DType::F64 | DType::I64 | DType::U64 | DType::Complex64 => 8,
+            DType::Complex128 => 16,
+            DType::I8 | DType::U8 | DType::Bool => 1,
+            _ => return None,
+        })
+    }
+
+    /// Lower-case name as numpy spells it where it can.
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "float32",
+            DType::F16 => "float16",
+            DType::F64 => "float64",
+            DType::I8 => "int8",
+            DType::U8 => "uint8",
+            DType::I16 => "int16",
+            DType::U16 => "uint16",
+            DType::I32 => "int32",
+            DType::U32 => "uint32",
+            DType::I64 => "int64",
+            DType::U64 => "uint64",
+            DType::Bool => "bool",
+            DType::String => "string",
+            DType::Complex64 => "complex64",
+            DType::Complex128 => "complex128",
+            DType::Resource => "resource",
+            DType::Variant => "variant",
+            DType::Int4 => "int4",
+            DType::Uint4 => "uint4",
+            DType::Ggml(_) => "ggml",
+        }
+    }
+}
+
+/// Affine quantization: `real = scale * (q - zero_point)`, per tensor or along `axis`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Quantization {
+    /// Scales (one, or one per channel of `axis`).
+    pub scale: Vec<f32>,
+    /// Zero points, same length as `scale`.
+    pub zero_point: Vec<i64>,
+    /// Quantized dimension for per-channel parameters.
+    pub axis: usize,
+}
+
+/// Index metadata of one traversed dimension of a sparse tensor.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SparseDim {
+    /// Stored densely with this many entries.
+    Dense(usize),
+    /// CSR: segment offsets and the indices they delimit.
+    Csr {
+        /// Segment boundaries.
+        segments: Vec<usize>,
+        /// Indices inside this dimension.
+        indices: Vec<usize>,
+    },
+}
+
+/// Sparsity description of a constant tensor (TACO-style).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sparsity {
+    /// Traversal order of the (original + block) dimensions.
+    pub traversal_order: Vec<usize>,
+    /// Original dimension of each block dimension.
+    pub block_map: Vec<usize>,
+    /// Per traversed dimension metadata.
+    pub dims: Vec<SparseDim>,
+}
+
+/// A tensor's static description.
+#[derive(Debug, Clone)]
+pub struct TensorInfo {
+    /// Name from the file.
+    pub name: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Shape as stored (unknown dims are usually 1 here).
+    pub shape: Vec<usize>,
+    /// Shape with -1 for dims unknown until run time (equals `shape` if absent).
+    pub shape_signature: Vec<i64>,
+    /// Quantization parameters, if any.
+    pub quant: Option<Quantization>,
+    /// Constant data as a byte range into the model bytes.
+    pub data: Option<Range<usize>>,
+    /// Sparse encoding of `data`, if any.
+    pub sparsity: Option<Sparsity>,
+    /// Variable tensors persist across runs (stateful ops).
+    pub is_variable: bool,
+}
+
+impl TensorInfo {
+    /// Element count of the stored shape.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+    /// True when the tensor holds constant data.
+    pub fn is_const(&self) -> bool {
+        self.data.is_some()
+    }
+}
+
+/// What an op is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OpCode {
+    /// A builtin op code (negative codes are circle extensions).
+    Builtin(i32),
+    /// A custom op by name.
+    Custom(String),
+}
+
+/// Builtin codes used by name in the runtime.
+#[allow(missing_docs)]
+pub mod builtin {
+    use ferrite_format::schema::BuiltinOperator as B;
+    pub const ADD: i32 = B::ADD.0;
+    pub const CUSTOM: i32 = B::CUSTOM.0;
+    pub const SHAPE: i32 = B::SHAPE.0;
+    pub const DEQUANTIZE: i32 = B::DEQUANTIZE.0;
+    pub const DENSIFY: i32 = B::DENSIFY.0;
+}
+
+impl OpCode {
+    /// Human-readable name (`CONV_2D`, circle's `INSTANCE_NORM`, or the custom name).
+    pub fn name(&self) -> String {
+        match self {
+            OpCode::Custom(n) => n.clone(),
+            OpCode::Builtin(c) => match *c {
+                -2 => "INSTANCE_NORM".into(),
+                -3 => "BCQ_FULLY_CONNECTED".into(),
+                -4 => "BCQ_GATHER".into(),
+                -5 => "GRU".into(),
+                -6 => "RMS_NORM".into(),
+                c => fb::BuiltinOperator(c).variant_name().map(str::to_string).unwrap_or_else(|| format!("BUILTIN_{c}")),
+            },
+        }
+    }
+}
+
+/// One operation of a subgraph.
+#[derive(Debug, Clone)]
+pub struct Op {
+    /// What the op is.
+    pub code: OpCode,
+    /// Op version from the file.
+    pub version: i32,
+    /// Input tensor indices; `None` marks an omitted optional input.
+    pub inputs: Vec<Option<usize>>,
+    /// Output tensor indices.
+    pub outputs: Vec<usize>,
+    /// Typed builtin parameters.
+    pub params: OpParams,
+    /// Custom options bytes as a range into the model bytes.
+    pub custom_options: Option<Range<usize>>,
+}
+
+/// A subgraph: tensors and ops in execution order.
+#[derive(Debug, Clone)]
+pub struct Subgraph {
+    /// Name from the file.
+    pub name: String,
+    /// Tensors.
+    pub tensors: Vec<TensorInfo>,
+    /// Ops in execution order.
+    pub ops: Vec<Op>,
+    /// Input tensor indices.
+    pub inputs: Vec<usize>,
+    /// Output tensor indices.
+    pub outputs: Vec<usize>,
+}
+
+/// A signature: named entry point into a subgraph.
+#[derive(Debug, Clone)]
+pub struct Signature {
+    /// Signature key.
+    pub key: String,
+    /// Subgraph it runs.
+    pub subgraph: usize,
+    /// (name, tensor index) of inputs.
+    pub inputs: Vec<(String, usize)>,
+    /// (name, tensor index) of outputs.
+    pub outputs: Vec<(String, usize)>,
+}
+
+/// Owner of model bytes: a memory map, or any caller-provided byte container.
+pub type ModelBytes = Arc<dyn AsRef<[u8]> + Send + Sync>;
+
+struct Mapped(memmap2::Mmap);
+impl AsRef<[u8]> for Mapped {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// A loaded model: the IR plus the bytes its constants live in.
+pub struct Model {
+    bytes: ModelBytes,
+    /// File flavour.
+    pub kind: FileKind,
+    /// Schema version field.
+    pub version: u32,
+    /// Description string.
+    pub description: String,
+    /// Subgraphs; 0 is the entry point.
+    pub subgraphs: Vec<Subgraph>,
+    /// Signatures.
+    pub signatures: Vec<Signature>,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model").field("kind", &self.kind).field("subgraphs", &self.subgraphs.len()).finish()
+    }
+}
+
+impl Model {
+    /// Memory-maps and loads a model file. Constants are used in place from the map.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Model> {
+        let path = path.as_ref();
+        let io = |source| Error::Io { path: path.display().to_string(), source };
+        let file = std::fs::File::open(path).map_err(io)?;
+        // SAFETY: the map is read-only; like every mmap-based loader we assume the file
+        // is not truncated by another process while the model is alive.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        Model::from_bytes(Arc::new(Mapped(map)))
+    }
+
+    /// Loads a model from caller-owned bytes without copying them.
+    pub fn from_bytes(bytes: ModelBytes) -> Result<Model> {
+        let (kind, version, description, subgraphs, signatures) = parse((*bytes).as_ref())?;
+        Ok(Model { bytes, kind, version, description, subgraphs, signatures })
+    }
+
+    /// The whole model file.
+    pub fn bytes(&self) -> &[u8] {
+        (*self.bytes).as_ref()
+    }
+
+    /// Constant data of a tensor, if it has any.
+    pub fn const_data(&self, t: &TensorInfo) -> Option<&[u8]> {
+        t.data.as_ref().and_then(|r| self.bytes().get(r.clone()))
+    }
+
+    /// Custom options bytes of an op.
+    pub fn custom_options(&self, op: &Op) -> &[u8] {
+        op.custom_options.as_ref().and_then(|r| self.bytes().get(r.clone())).unwrap_or(&[])
+    }
+}
+
+type Parsed = (FileKind, u32, String, Vec<Subgraph>, Vec<Signature>);
+
+fn idx(v: i64, len: usize, what: impl Fn() -> String) -> Result<usize> {
+    if v < 0 || v as u64 >= len as u64 {
+        return Err(invalid(format!("{}: index {v} out of range (0..{len})", what())));
+    }
+    Ok(v as usize)
+}
+
+fn parse(data: &[u8]) -> Result<Parsed> {
+    let (kind, root) = ferrite_format::open(data)?;
+    let version = root.scalar::<u32>(fb::Model::VT_VERSION, 0)?;
+    let description = root.string(fb::Model::VT_DESCRIPTION)?.unwrap_or_default();
+
+    // Buffers: resolve each to a byte range in the file (inline data or offset/size).
+    let fb_buffers = root.tables(fb::Model::VT_BUFFERS)?;
+    let mut buffers: Vec<Option<Range<usize>>> = Vec::with_capacity(fb_buffers.len().min(1 << 20));
+    for (i, b) in fb_buffers.iter().enumerate() {
+        let b = b?;
+        let inline = b.bytes(fb::Buffer::VT_DATA)?;
+        let offset = b.scalar::<u64>(fb::Buffer::VT_OFFSET, 0)?;
+        let size = b.scalar::<u64>(fb::Buffer::VT_SIZE, 0)?;
+        let range = match inline {
+            Some((start, bytes)) if !bytes.is_empty() => Some(start..start + bytes.len()),
+            // Offsets 0 and 1 are the format's "not used" markers.
+            _ if offset > 1 => {
+                let end = offset.checked_add(size).filter(|&e| e <= data.len() as u64).ok_or_else(|| invalid(format!("buffer {i}: offset {offset} + size {size} lies outside the file ({} bytes)", data.len())))?;
+                Some(offset as usize..end as usize)
+            }
+            _ => None,
+        };
+        buffers.push(range);
+    }
+
+    // Operator codes: the extended field wins unless the old byte field is larger.
+    let mut codes = Vec::new();
+    for (i, c) in root.tables(fb::Model::VT_OPERATOR_CODES)?.iter().enumerate() {
+        let c = c?;
+        let dep = i32::from(c.scalar::<i8>(fb::OperatorCode::VT_DEPRECATED_BUILTIN_CODE, 0)?);
+        let ext = c.scalar::<i32>(fb::OperatorCode::VT_BUILTIN_CODE, 0)?;
+        let code = if kind == FileKind::Circle && ext < 0 { ext } else { dep.max(ext) };
+        let version = c.scalar::<i32>(fb::OperatorCode::VT_VERSION, 1)?;
+        let op = if code == builtin::CUSTOM {
+            let name = c.string(fb::OperatorCode::VT_CUSTOM_CODE)?.ok_or_else(|| invalid(format!("operator code {i}: CUSTOM without a custom_code name")))?;
+            OpCode::Custom(name)
+        } else {
+            OpCode::Builtin(code)
+        };
+        codes.push((op, version));
+    }
+
+    let fb_subgraphs = root.tables(fb::Model::VT_SUBGRAPHS)?;
+    if fb_subgraphs.is_empty() {
+        return Err(invalid("model has no subgraphs"));
+    }
+    let mut subgraphs = Vec::with_capacity(fb_subgraphs.len().min(1 << 16));
+    for (si, sg) in fb_subgraphs.iter().enumerate() {
+        subgraphs.push(parse_subgraph(data, kind, si, sg?, &buffers, &codes)?);
+    }
+
+    let mut signatures = Vec::new();
+    for (i, s) in root.tables(fb::Model::VT_SIGNATURE_DEFS)?.iter().enumerate() {
+        let s = s?;
+        let key = s.string(fb::SignatureDef::VT_SIGNATURE_KEY)?.unwrap_or_else(|| format!("signature_{i}"));
+        let sub = s.scalar::<u32>(fb::SignatureDef::VT_SUBGRAPH_INDEX, 0)? as usize;
+        let sg = subgraphs.get(sub).ok_or_else(|| invalid(format!("signature {i} ('{key}'): subgraph {sub} does not exist")))?;
+        let maps = |slot| -> Result<Vec<(String, usize)>> {
+            let mut v = Vec::new();
+            for m in s.tables(slot)?.iter() {
+                let m = m?;
+                let name = m.string(fb::TensorMap::VT_NAME)?.unwrap_or_default();
+                let t = m.scalar::<u32>(fb::TensorMap::VT_TENSOR_INDEX, 0)? as i64;
+                v.push((name.clone(), idx(t, sg.tensors.len(), || format!("signature '{key}' tensor '{name}'"))?));
+            }
+            Ok(v)
+        };
+        signatures.push(Signature { key: key.clone(), subgraph: sub, inputs: maps(fb::SignatureDef::VT_INPUTS)?, outputs: maps(fb::SignatureDef::VT_OUTPUTS)? });
+    }
+    Ok((kind, version, description, subgraphs, signatures))
+}
+
+fn parse_subgraph(data: &[u8], kind: FileKind, si: usize, sg: Table<'_>, buffers: &[Option<Range<usize>>], codes: &[(OpCode, i32)]) -> Result<Subgraph> {
+    let name = sg.string(fb::SubGraph::VT_NAME)?.unwrap_or_default();
+    let fb_tensors = sg.tables(fb::SubGraph::VT_TENSORS)?;
+    let mut tensors = Vec::with_capacity(fb_tensors.len().min(1 << 20));
+    for (ti, t) in fb_tensors.iter().enumerate() {
+        tensors.push(parse_tensor(kind, si, ti, t?, buffers)?);
+    }
+    let n = tensors.len();
+    let io = |slot, what: &str| -> Result<Vec<usize>> {
+        sg.vec_of::<i32>(slot)?.into_iter().map(|v| idx(i64::from(v), n, || format!("subgraph {si} {what}"))).collect()
+    };
+    let inputs = io(fb::SubGraph::VT_INPUTS, "input")?;
+    let outputs = io(fb::SubGraph::VT_OUTPUTS, "output")?;
+
+    let mut ops = Vec::new();
+    for (oi, o) in sg.tables(fb::SubGraph::VT_OPERATORS)?.iter().enumerate() {
+        let o = o?;
+        let at = || format!("subgraph {si} op {oi}");
+        let ci = o.scalar::<u32>(fb::Operator::VT_OPCODE_INDEX, 0)? as i64;
+        let (code, version) = codes.get(idx(ci, codes.len(), || format!("{} opcode_index", at()))?).cloned().ok_or_else(|| invalid(at()))?;
+        let mut op_inputs = Vec::new();
+        for v in o.vec_of::<i32>(fb::Operator::VT_INPUTS)? {
+            op_inputs.push(if v < 0 { None } else { Some(idx(i64::from(v), n, || format!("{} input", at()))?) });
+        }
+        let op_outputs = o
+            .vec_of::<i32>(fb::Operator::VT_OUTPUTS)?
+            .into_iter()
+            .map(|v| idx(i64::from(v), n, || format!("{} output", at())))
+            .collect::<Result<Vec<_>>>()?;
+        let opt_type = o.scalar::<u8>(fb::Operator::VT_BUILTIN_OPTIONS_TYPE, 0)?;
+        let options = o.table(fb::Operator::VT_BUILTIN_OPTIONS)?;
+        let params = match &code {
+            OpCode::Builtin(c) => parse_params(*c, opt_type, options).map_err(|e| match e {
+                Error::InvalidModel(m) => invalid(format!("{} ({}): {m}", at(), code.name())),
+                e => e,
+            })?,
+            OpCode::Custom(_) => OpParams::None,
+        };
+        let mut custom_options = o.bytes(fb::Operator::VT_CUSTOM_OPTIONS)?.map(|(s, b)| s..s + b.len());
+        let large_off = o.scalar::<u64>(fb::Operator::VT_LARGE_CUSTOM_OPTIONS_OFFSET, 0)?;
+        let large_size = o.scalar::<u64>(fb::Operator::VT_LARGE_CUSTOM_OPTIONS_SIZE, 0)?;
+        if large_off > 1 {
+            let end = large_off.checked_add(large_size).filter(|&e| e <= data.len() as u64).ok_or_else(|| invalid(format!("{}: custom options lie outside the file", at())))?;
+            custom_options = Some(large_off as usize..end as usize);
+        }
+        ops.push(Op { code, version, inputs: op_inputs, outputs: op_outputs, params, custom_options });
+    }
+    let sg = Subgraph { name, tensors, ops, inputs, outputs };
+    check_dataflow(si, &sg)?;
+    Ok(sg)
+}
+
+fn parse_tensor(kind: FileKind, si: usize, ti: usize, t: Table<'_>, buffers: &[Option<Range<usize>>]) -> Result<TensorInfo> {
+    let at = || format!("subgraph {si} tensor {ti}");
+    let name = t.string(fb::Tensor::VT_NAME)?.unwrap_or_default();
+    let code = t.scalar::<i8>(fb::Tensor::VT_TYPE_, 0)?;
+    let dtype = DType::from_code(code, kind).ok_or_else(|| invalid(format!("{} ('{name}'): unknown tensor type code {code}", at())))?;
+    let raw_shape = t.vec_of::<i32>(fb::Tensor::VT_SHAPE)?;
+    if raw_shape.len() > MAX_RANK {
+        return Err(invalid(format!("{} ('{name}'): rank {} exceeds {MAX_RANK}", at(), raw_shape.len())));
+    }
+    let mut numel: u64 = 1;
+    let mut shape = Vec::with_capacity(raw_shape.len());
+    for &d in &raw_shape {
+        // -1 in `shape` appears in some converter output for dynamic dims; treat it as 1 until resized.
+        let d = if d == -1 { 1 } else { d };
+        if d < 0 {
+            return Err(invalid(format!("{} ('{name}'): negative dimension {d} in shape {raw_shape:?}", at())));
+        }
+        numel = numel.saturating_mul(d as u64);
+        shape.push(d as usize);
+    }
+    if numel > MAX_ELEMENTS {
+        return Err(invalid(format!("{} ('{name}'): shape {raw_shape:?} has too many elements", at())));
+    }
+    let sig = t.vec_of::<i32>(fb::Tensor::VT_SHAPE_SIGNATURE)?;
+    let shape_signature = if sig.len() == shape.len() { sig.iter().map(|&v| i64::from(v)).collect() } else { shape.iter().map(|&v| v as i64).collect() };
+
+    let quant = match t.table(fb::Tensor::VT_QUANTIZATION)? {
+        None => None,
+        Some(q) => {
+            let scale = q.vec_of::<f32>(fb::QuantizationParameters::VT_SCALE)?;
+            let zero_point = q.vec_of::<i64>(fb::QuantizationParameters::VT_ZERO_POINT)?;
+            let axis = q.scalar::<i32>(fb::QuantizationParameters::VT_QUANTIZED_DIMENSION, 0)?;
+            if scale.is_empty() {
+                None
+            } else {
+                if axis < 0 || (axis as usize) >= shape.len().max(1) {
+                    return Err(invalid(format!("{} ('{name}'): quantized_dimension {axis} out of range for rank {}", at(), shape.len())));
+                }
+                if zero_point.len() != scale.len() && !zero_point.is_empty() {
+                    return Err(invalid(format!("{} ('{name}'): {} scales but {} zero points", at(), scale.len(), zero_point.len())));
+                }
+                let zero_point = if zero_point.is_empty() { vec![0; scale.len()] } else { zero_point };
+                Some(Quantization { scale, zero_point, axis: axis as usize })
+            }
+        }
+    };
+
+    let sparsity = match t.table(fb::Tensor::VT_SPARSITY)? {
+        None => None,
+        Some(s) => Some(parse_sparsity(s).map_err(|e| match e {
+            Error::InvalidModel(m) => invalid(format!("{} ('{name}') sparsity: {m}", at())),
+            e => e,
+        })?),
+    };
+
+    let bi = t.scalar::<u32>(fb::Tensor::VT_BUFFER, 0)? as i64;
+    let data = if bi == 0 {
+        None
+    } else {
+        buffers.get(idx(bi, buffers.len(), || format!("{} ('{name}') buffer", at()))?).cloned().flatten()
+    };
+    if let (Some(r), Some(size), None) = (&data, dtype.size(), &sparsity) {
+        let want = numel.saturating_mul(size as u64);
+        if r.len() as u64 != want {
+            return Err(invalid(format!("{} ('{name}'): buffer holds {} bytes but {} {:?} needs {want}", at(), r.len(), dtype.name(), shape)));
+        }
+    }
+    let is_variable = t.scalar::<bool>(fb::Tensor::VT_IS_VARIABLE, false)?;
+    Ok(TensorInfo { name, dtype, shape, shape_signature, quant, data, sparsity, is_variable })
+}
+
+fn parse_sparsity(s: Table<'_>) -> Result<Sparsity> {
+    let to_usize = |v: Vec<i32>, what: &str| -> Result<Vec<usize>> { v.into_iter().map(|x| usize::try_from(x).map_err(|_| invalid(format!("negative {what} {x}")))).collect() };
+    let traversal_order = to_usize(s.vec_of::<i32>(fb::SparsityParameters::VT_TRAVERSAL_ORDER)?, "traversal order")?;
+    let block_map = to_usize(s.vec_of::<i32>(fb::SparsityParameters::VT_BLOCK_MAP)?, "block map")?;
+    if traversal_order.len() > 2 * MAX_RANK {
+        return Err(invalid("too many traversal dimensions"));
+    }
+    let mut dims = Vec::new();
+    for d in s.tables(fb::SparsityParameters::VT_DIM_METADATA)?.iter() {
+        let d = d?;
+        let format = d.scalar::<i8>(fb::DimensionMetadata::VT_FORMAT, 0)?;
+        if format == 0 {
+            let n = d.scalar::<i32>(fb::DimensionMetadata::VT_DENSE_SIZE, 0)?;
+            dims.push(SparseDim::Dense(usize::try_from(n).map_err(|_| invalid(format!("negative dense size {n}")))?));
+        } else {
+            let read = |type_slot, value_slot| -> Result<Vec<usize>> {
+                let ty = d.scalar::<u8>(type_slot, 0)?;
+                let tab = d.table(value_slot)?.ok_or_else(|| invalid("CSR dimension without index arrays"))?;
+                // Int32Vector, Uint16Vector and Uint8Vector all keep `values` in slot 4.
+                Ok(match ty {
+                    1 => to_usize(tab.vec_of::<i32>(fb::Int32Vector::VT_VALUES)?, "sparse index")?,
+                    2 => tab.vec_of::<u16>(fb::Uint16Vector::VT_VALUES)?.into_iter().map(usize::from).collect(),
+                    3 => tab.vec_of::<u8>(fb::Uint8Vector::VT_VALUES)?.into_iter().map(usize::from).collect(),
+                    t => return Err(invalid(format!("unknown sparse index vector type {t}"))),
+                })
+            };
+            let segments = read(fb::DimensionMetadata::VT_ARRAY_SEGMENTS_TYPE, fb::DimensionMetadata::VT_ARRAY_SEGMENTS)?;
+            let indices = read(fb::DimensionMetadata::VT_ARRAY_INDICES_TYPE, fb::DimensionMetadata::VT_ARRAY_INDICES)?;
+            dims.push(SparseDim::Csr { segments, indices });
+        }
+    }
+    if dims.len() != traversal_order.len() {
+        return Err(invalid(format!("{} dim_metadata entries for {} traversal dimensions", dims.len(), traversal_order.len())));
+    }
+    Ok(Sparsity { traversal_order, block_map, dims })
+}
+
+/// An op may not read a tensor that the same or a later op produces (a cycle in
+/// execution order), and a tensor is produced at most once. Tensors that nothing
+/// produces read as zeros, as in LiteRT.
+fn check_dataflow(si: usize, sg: &Subgraph) -> Result<()> {
+    let mut producer = vec![usize::MAX; sg.tensors.len()];
+    for (oi, op) in sg.ops.iter().enumerate() {
+        for &o in &op.outputs {
+            if producer[o] != usize::MAX && !sg.tensors[o].is_variable {
+                return Err(invalid(format!("subgraph {si} op {oi} ({}) writes tensor {o} ('{}') which op {} already writes", op.code.name(), sg.tensors[o].name, producer[o])));
+            }
+            if sg.tensors[o].is_const() {
+                return Err(invalid(format!("subgraph {si} op {oi} ({}) writes constant tensor {o} ('{}')", op.code.name(), sg.tensors[o].name)));
+            }
+            producer[o] = producer[o].min(oi);
+        }
+    }
+    for (oi, op) in sg.ops.iter().enumerate() {
+        for &i in op.inputs.iter().flatten() {
+            if producer[i] != usize::MAX && producer[i] >= oi && !sg.tensors[i].is_variable {
+                return Err(invalid(format!(
+                    "subgraph {si} op {oi} ({}) reads tensor {i} ('{}') that op {} produces later (cycle)",
+                    op.code.name(),
+                    sg.tensors[i].name,
+                    producer[i]
+                )));
+            }
+        }
+    }
+    Ok(())
+}

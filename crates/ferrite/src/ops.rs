@@ -1,0 +1,266 @@
+//! Typed op parameters, parsed from the builtin options tables.
+
+use ferrite_format::schema as fb;
+use ferrite_format::schema::BuiltinOperator as B;
+use ferrite_format::Table;
+
+use crate::error::{invalid, Result};
+
+/// Padding scheme of window ops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Padding {
+    /// Output = ceil(input / stride), zero padding split before/after.
+    Same,
+    /// No padding.
+    Valid,
+}
+
+/// Fused activation applied to an op's output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// None.
+    None,
+    /// max(x, 0).
+    Relu,
+    /// clamp(x, -1, 1).
+    ReluN1To1,
+    /// clamp(x, 0, 6).
+    Relu6,
+    /// tanh.
+    Tanh,
+    /// Sign bit.
+    SignBit,
+}
+
+impl Activation {
+    fn from_code(c: i8) -> Result<Activation> {
+        Ok(match c {
+            0 => Activation::None,
+            1 => Activation::Relu,
+            2 => Activation::ReluN1To1,
+            3 => Activation::Relu6,
+            4 => Activation::Tanh,
+            5 => Activation::SignBit,
+            _ => return Err(invalid(format!("unknown fused activation {c}"))),
+        })
+    }
+    /// Name as the format spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Activation::None => "NONE",
+            Activation::Relu => "RELU",
+            Activation::ReluN1To1 => "RELU_N1_TO_1",
+            Activation::Relu6 => "RELU6",
+            Activation::Tanh => "TANH",
+            Activation::SignBit => "SIGN_BIT",
+        }
+    }
+}
+
+/// Parameters of an op, by family.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(missing_docs)]
+pub enum OpParams {
+    None,
+    Conv2D { padding: Padding, stride: (usize, usize), dilation: (usize, usize), activation: Activation },
+    DepthwiseConv2D { padding: Padding, stride: (usize, usize), dilation: (usize, usize), depth_multiplier: i32, activation: Activation },
+    Pool2D { padding: Padding, stride: (usize, usize), filter: (usize, usize), activation: Activation },
+    FullyConnected { activation: Activation, keep_num_dims: bool, shuffled_weights: bool, asymmetric_quantize_inputs: bool },
+    Softmax { beta: f32 },
+    Concatenation { axis: i32, activation: Activation },
+    /// ADD / SUB / MUL / DIV.
+    Binary { activation: Activation },
+    Reshape { new_shape: Option<Vec<i32>> },
+    Resize { align_corners: bool, half_pixel_centers: bool },
+    BlockSize(usize),
+    Gather { axis: i32, batch_dims: i32 },
+    Reducer { keep_dims: bool },
+    Squeeze { dims: Vec<i32> },
+    Split { num_splits: usize },
+    StridedSlice { begin_mask: i32, end_mask: i32, ellipsis_mask: i32, new_axis_mask: i32, shrink_axis_mask: i32, offset: bool },
+    /// Output type code for ARG_MAX / ARG_MIN / SHAPE (a TensorType code).
+    OutType(i8),
+    TransposeConv { padding: Padding, stride: (usize, usize), activation: Activation },
+    Pack { values_count: i32, axis: i32 },
+    Unpack { num: i32, axis: i32 },
+    LeakyRelu { alpha: f32 },
+    BatchMatMul { adj_x: bool, adj_y: bool, asymmetric_quantize_inputs: bool },
+    Gelu { approximate: bool },
+    MirrorPad { symmetric: bool },
+    If { then_subgraph: usize, else_subgraph: usize },
+    While { cond_subgraph: usize, body_subgraph: usize },
+    CallOnce { init_subgraph: usize },
+    VarHandle { container: String, shared_name: String },
+}
+
+fn padding(c: i8) -> Result<Padding> {
+    match c {
+        0 => Ok(Padding::Same),
+        1 => Ok(Padding::Valid),
+        _ => Err(invalid(format!("unknown padding {c}"))),
+    }
+}
+
+fn positive(v: i32, what: &str) -> Result<usize> {
+    if v <= 0 {
+        return Err(invalid(format!("{what} must be positive, got {v}")));
+    }
+    Ok(v as usize)
+}
+
+fn subgraph_index(v: i32, what: &str) -> Result<usize> {
+    usize::try_from(v).map_err(|_| invalid(format!("{what} {v} is negative")))
+}
+
+/// Parses the options of builtin op `code`. `opt_type` is the union type id in the
+/// file; an absent or mismatched table yields the format's defaults, as LiteRT does.
+pub fn parse_params(code: i32, opt_type: u8, options: Option<Table<'_>>) -> Result<OpParams> {
+    use fb::BuiltinOptions as T;
+    let op = B(code);
+    let expected = match op {
+        B::CONV_2D => T::Conv2DOptions,
+        B::DEPTHWISE_CONV_2D => T::DepthwiseConv2DOptions,
+        B::AVERAGE_POOL_2D | B::MAX_POOL_2D | B::L2_POOL_2D => T::Pool2DOptions,
+        B::FULLY_CONNECTED => T::FullyConnectedOptions,
+        B::SOFTMAX => T::SoftmaxOptions,
+        B::CONCATENATION => T::ConcatenationOptions,
+        B::ADD => T::AddOptions,
+        B::SUB => T::SubOptions,
+        B::MUL => T::MulOptions,
+        B::DIV => T::DivOptions,
+        B::RESHAPE => T::ReshapeOptions,
+        B::RESIZE_BILINEAR => T::ResizeBilinearOptions,
+        B::RESIZE_NEAREST_NEIGHBOR => T::ResizeNearestNeighborOptions,
+        B::SPACE_TO_DEPTH => T::SpaceToDepthOptions,
+        B::DEPTH_TO_SPACE => T::DepthToSpaceOptions,
+        B::GATHER => T::GatherOptions,
+        B::MEAN | B::SUM | B::REDUCE_MAX | B::REDUCE_MIN | B::REDUCE_PROD | B::REDUCE_ANY | B::REDUCE_ALL => T::ReducerOptions,
+        B::SQUEEZE => T::SqueezeOptions,
+        B::SPLIT => T::SplitOptions,
+        B::SPLIT_V => T::SplitVOptions,
+        B::STRIDED_SLICE => T::StridedSliceOptions,
+        B::ARG_MAX => T::ArgMaxOptions,
+        B::ARG_MIN => T::ArgMinOptions,
+        B::SHAPE => T::ShapeOptions,
+        B::TRANSPOSE_CONV => T::TransposeConvOptions,
+        B::PACK => T::PackOptions,
+        B::UNPACK => T::UnpackOptions,
+        B::LEAKY_RELU => T::LeakyReluOptions,
+        B::BATCH_MATMUL => T::BatchMatMulOptions,
+        B::GELU => T::GeluOptions,
+        B::MIRROR_PAD => T::MirrorPadOptions,
+        B::IF => T::IfOptions,
+        B::WHILE => T::WhileOptions,
+        B::CALL_ONCE => T::CallOnceOptions,
+        B::VAR_HANDLE => T::VarHandleOptions,
+        _ => return Ok(OpParams::None),
+    };
+    // A table of another union member would be read with the wrong layout; ignore it.
+    let t = if opt_type == expected.0 { options } else { None };
+    let i32f = |slot: u16, d: i32| t.map_or(Ok(d), |t| t.scalar::<i32>(slot, d));
+    let i8f = |slot: u16, d: i8| t.map_or(Ok(d), |t| t.scalar::<i8>(slot, d));
+    let boolf = |slot: u16, d: bool| t.map_or(Ok(d), |t| t.scalar::<bool>(slot, d));
+    let f32f = |slot: u16, d: f32| t.map_or(Ok(d), |t| t.scalar::<f32>(slot, d));
+    let act = |slot: u16| -> Result<Activation> { Activation::from_code(i8f(slot, 0)?) };
+
+    Ok(match op {
+        B::CONV_2D => {
+            use fb::Conv2DOptions as O;
+            OpParams::Conv2D {
+                padding: padding(i8f(O::VT_PADDING, 0)?)?,
+                stride: (positive(i32f(O::VT_STRIDE_H, 0)?, "stride_h")?, positive(i32f(O::VT_STRIDE_W, 0)?, "stride_w")?),
+                dilation: (positive(i32f(O::VT_DILATION_H_FACTOR, 1)?, "dilation_h")?, positive(i32f(O::VT_DILATION_W_FACTOR, 1)?, "dilation_w")?),
+                activation: act(O::VT_FUSED_ACTIVATION_FUNCTION)?,
+            }
+        }
+        B::DEPTHWISE_CONV_2D => {
+            use fb::DepthwiseConv2DOptions as O;
+            OpParams::DepthwiseConv2D {
+                padding: padding(i8f(O::VT_PADDING, 0)?)?,
+                stride: (positive(i32f(O::VT_STRIDE_H, 0)?, "stride_h")?, positive(i32f(O::VT_STRIDE_W, 0)?, "stride_w")?),
+                dilation: (positive(i32f(O::VT_DILATION_H_FACTOR, 1)?, "dilation_h")?, positive(i32f(O::VT_DILATION_W_FACTOR, 1)?, "dilation_w")?),
+                depth_multiplier: i32f(O::VT_DEPTH_MULTIPLIER, 0)?,
+                activation: act(O::VT_FUSED_ACTIVATION_FUNCTION)?,
+            }
+        }
+        B::AVERAGE_POOL_2D | B::MAX_POOL_2D | B::L2_POOL_2D => {
+            use fb::Pool2DOptions as O;
+            OpParams::Pool2D {
+                padding: padding(i8f(O::VT_PADDING, 0)?)?,
+                stride: (positive(i32f(O::VT_STRIDE_H, 0)?, "stride_h")?, positive(i32f(O::VT_STRIDE_W, 0)?, "stride_w")?),
+                filter: (positive(i32f(O::VT_FILTER_HEIGHT, 0)?, "filter_height")?, positive(i32f(O::VT_FILTER_WIDTH, 0)?, "filter_width")?),
+                activation: act(O::VT_FUSED_ACTIVATION_FUNCTION)?,
+            }
+        }
+        B::FULLY_CONNECTED => {
+            use fb::FullyConnectedOptions as O;
+            OpParams::FullyConnected {
+                activation: act(O::VT_FUSED_ACTIVATION_FUNCTION)?,
+                keep_num_dims: boolf(O::VT_KEEP_NUM_DIMS, false)?,
+                shuffled_weights: i8f(O::VT_WEIGHTS_FORMAT, 0)? != 0,
+                asymmetric_quantize_inputs: boolf(O::VT_ASYMMETRIC_QUANTIZE_INPUTS, false)?,
+            }
+        }
+        B::SOFTMAX => OpParams::Softmax { beta: f32f(fb::SoftmaxOptions::VT_BETA, 0.0)? },
+        B::CONCATENATION => OpParams::Concatenation { axis: i32f(fb::ConcatenationOptions::VT_AXIS, 0)?, activation: act(fb::ConcatenationOptions::VT_FUSED_ACTIVATION_FUNCTION)? },
+        // Add, Sub, Mul and Div keep the activation in slot 4.
+        B::ADD | B::SUB | B::MUL | B::DIV => OpParams::Binary { activation: act(fb::AddOptions::VT_FUSED_ACTIVATION_FUNCTION)? },
+        B::RESHAPE => OpParams::Reshape { new_shape: t.map(|t| t.vector::<i32>(fb::ReshapeOptions::VT_NEW_SHAPE)).transpose()?.flatten().map(|v| v.iter().collect()) },
+        B::RESIZE_BILINEAR => OpParams::Resize { align_corners: boolf(fb::ResizeBilinearOptions::VT_ALIGN_CORNERS, false)?, half_pixel_centers: boolf(fb::ResizeBilinearOptions::VT_HALF_PIXEL_CENTERS, false)? },
+        B::RESIZE_NEAREST_NEIGHBOR => OpParams::Resize {
+            align_corners: boolf(fb::ResizeNearestNeighborOptions::VT_ALIGN_CORNERS, false)?,
+            half_pixel_centers: boolf(fb::ResizeNearestNeighborOptions::VT_HALF_PIXEL_CENTERS, false)?,
+        },
+        B::SPACE_TO_DEPTH | B::DEPTH_TO_SPACE => OpParams::BlockSize(positive(i32f(fb::SpaceToDepthOptions::VT_BLOCK_SIZE, 0)?, "block_size")?),
+        B::GATHER => OpParams::Gather { axis: i32f(fb::GatherOptions::VT_AXIS, 0)?, batch_dims: i32f(fb::GatherOptions::VT_BATCH_DIMS, 0)? },
+        B::MEAN | B::SUM | B::REDUCE_MAX | B::REDUCE_MIN | B::REDUCE_PROD | B::REDUCE_ANY | B::REDUCE_ALL => OpParams::Reducer { keep_dims: boolf(fb::ReducerOptions::VT_KEEP_DIMS, false)? },
+        B::SQUEEZE => OpParams::Squeeze { dims: t.map(|t| t.vec_of::<i32>(fb::SqueezeOptions::VT_SQUEEZE_DIMS)).transpose()?.unwrap_or_default() },
+        B::SPLIT | B::SPLIT_V => OpParams::Split { num_splits: positive(i32f(fb::SplitOptions::VT_NUM_SPLITS, 0)?, "num_splits")? },
+        B::STRIDED_SLICE => {
+            use fb::StridedSliceOptions as O;
+            OpParams::StridedSlice {
+                begin_mask: i32f(O::VT_BEGIN_MASK, 0)?,
+                end_mask: i32f(O::VT_END_MASK, 0)?,
+                ellipsis_mask: i32f(O::VT_ELLIPSIS_MASK, 0)?,
+                new_axis_mask: i32f(O::VT_NEW_AXIS_MASK, 0)?,
+                shrink_axis_mask: i32f(O::VT_SHRINK_AXIS_MASK, 0)?,
+                offset: boolf(O::VT_OFFSET, false)?,
+            }
+        }
+        // ArgMax/ArgMin/Shape all hold their output type in slot 4.
+        B::ARG_MAX | B::ARG_MIN => OpParams::OutType(i8f(fb::ArgMaxOptions::VT_OUTPUT_TYPE, 4)?),
+        B::SHAPE => OpParams::OutType(i8f(fb::ShapeOptions::VT_OUT_TYPE, 2)?),
+        B::TRANSPOSE_CONV => {
+            use fb::TransposeConvOptions as O;
+            OpParams::TransposeConv {
+                padding: padding(i8f(O::VT_PADDING, 0)?)?,
+                stride: (positive(i32f(O::VT_STRIDE_H, 0)?, "stride_h")?, positive(i32f(O::VT_STRIDE_W, 0)?, "stride_w")?),
+                activation: act(O::VT_FUSED_ACTIVATION_FUNCTION)?,
+            }
+        }
+        B::PACK => OpParams::Pack { values_count: i32f(fb::PackOptions::VT_VALUES_COUNT, 0)?, axis: i32f(fb::PackOptions::VT_AXIS, 0)? },
+        B::UNPACK => OpParams::Unpack { num: i32f(fb::UnpackOptions::VT_NUM, 0)?, axis: i32f(fb::UnpackOptions::VT_AXIS, 0)? },
+        B::LEAKY_RELU => OpParams::LeakyRelu { alpha: f32f(fb::LeakyReluOptions::VT_ALPHA, 0.0)? },
+        B::BATCH_MATMUL => OpParams::BatchMatMul {
+            adj_x: boolf(fb::BatchMatMulOptions::VT_ADJ_X, false)?,
+            adj_y: boolf(fb::BatchMatMulOptions::VT_ADJ_Y, false)?,
+            asymmetric_quantize_inputs: boolf(fb::BatchMatMulOptions::VT_ASYMMETRIC_QUANTIZE_INPUTS, false)?,
+        },
+        B::GELU => OpParams::Gelu { approximate: boolf(fb::GeluOptions::VT_APPROXIMATE, false)? },
+        B::MIRROR_PAD => OpParams::MirrorPad { symmetric: i8f(fb::MirrorPadOptions::VT_MODE, 0)? == 1 },
+        B::IF => OpParams::If {
+            then_subgraph: subgraph_index(i32f(fb::IfOptions::VT_THEN_SUBGRAPH_INDEX, 0)?, "then_subgraph_index")?,
+            else_subgraph: subgraph_index(i32f(fb::IfOptions::VT_ELSE_SUBGRAPH_INDEX, 0)?, "else_subgraph_index")?,
+        },
+        B::WHILE => OpParams::While {
+            cond_subgraph: subgraph_index(i32f(fb::WhileOptions::VT_COND_SUBGRAPH_INDEX, 0)?, "cond_subgraph_index")?,
+            body_subgraph: subgraph_index(i32f(fb::WhileOptions::VT_BODY_SUBGRAPH_INDEX, 0)?, "body_subgraph_index")?,
+        },
+        B::CALL_ONCE => OpParams::CallOnce { init_subgraph: subgraph_index(i32f(fb::CallOnceOptions::VT_INIT_SUBGRAPH_INDEX, 0)?, "init_subgraph_index")? },
+        B::VAR_HANDLE => OpParams::VarHandle {
+            container: t.map(|t| t.string(fb::VarHandleOptions::VT_CONTAINER)).transpose()?.flatten().unwrap_or_default(),
+            shared_name: t.map(|t| t.string(fb::VarHandleOptions::VT_SHARED_NAME)).transpose()?.flatten().unwrap_or_default(),
+        },
+        _ => OpParams::None,
+    })
+}

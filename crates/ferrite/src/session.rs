@@ -1,0 +1,292 @@
+//! The public session API: load -> (resize) -> prepare -> set inputs -> run -> read outputs.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::backend::cpu::CpuBackend;
+use crate::backend::{Backend, BackendContext, CustomOp, CustomOpRegistry};
+use crate::compile::{self, CompiledGraph, Limits, Loc};
+use crate::error::{Error, Result};
+use crate::model::{DType, Model, ModelBytes};
+
+/// Options fixed when a session is created.
+#[derive(Debug, Clone)]
+pub struct SessionOptions {
+    /// Worker threads for this session's backend context.
+    pub threads: usize,
+    /// Largest arena the session may plan (bytes).
+    pub max_arena_bytes: usize,
+    /// Custom ops available to the model.
+    pub custom_ops: CustomOpRegistry,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions { threads: 1, max_arena_bytes: 4 << 30, custom_ops: CustomOpRegistry::with_builtins() }
+    }
+}
+
+/// Static description of a session input or output.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorDesc {
+    /// Name (the signature's alias when a signature is selected).
+    pub name: String,
+    /// Tensor index in the subgraph.
+    pub tensor: usize,
+    /// Element type.
+    pub dtype: DType,
+    /// Current shape (after any resize / prepare).
+    pub shape: Vec<usize>,
+    /// Shape with -1 for dims that may change.
+    pub shape_signature: Vec<i64>,
+}
+
+/// A view of a tensor's data after a run.
+#[derive(Debug, Clone, Copy)]
+pub struct TensorData<'a> {
+    /// Element type.
+    pub dtype: DType,
+    /// Shape.
+    pub shape: &'a [usize],
+    /// Raw little-endian bytes.
+    pub bytes: &'a [u8],
+}
+
+impl TensorData<'_> {
+    /// The data as float32, if that is its type.
+    pub fn to_f32(&self) -> Result<Vec<f32>> {
+        if self.dtype != DType::F32 {
+            return Err(Error::InvalidArgument(format!("tensor is {}, not float32", self.dtype.name())));
+        }
+        Ok(self.bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Loaded; shapes may be changed; not runnable.
+    Loaded,
+    /// Compiled and planned; inputs may be set and the session run.
+    Prepared,
+}
+
+/// One model instance with its own backend context, plan and arena.
+///
+/// A session is `Send`: it may be moved to and run from any thread. It owns
+/// everything it uses (no thread-local state), and dropping it frees it all.
+pub struct Session {
+    model: Arc<Model>,
+    options: SessionOptions,
+    subgraph: usize,
+    inputs: Vec<(String, usize)>,
+    outputs: Vec<(String, usize)>,
+    input_shapes: Vec<Vec<usize>>,
+    state: State,
+    compiled: Option<CompiledGraph>,
+    arena: Vec<u64>,
+    ctx: BackendContext,
+    ran: bool,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session").field("subgraph", &self.subgraph).field("state", &self.state).finish()
+    }
+}
+
+impl Session {
+    /// Loads a model file (memory-mapped) with default options.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Session> {
+        Session::with_options(Arc::new(Model::from_file(path)?), SessionOptions::default())
+    }
+
+    /// Loads a model from caller-owned bytes (not copied).
+    pub fn from_bytes(bytes: ModelBytes) -> Result<Session> {
+        Session::with_options(Arc::new(Model::from_bytes(bytes)?), SessionOptions::default())
+    }
+
+    /// A session over an already loaded model (models may be shared by sessions).
+    pub fn with_options(model: Arc<Model>, options: SessionOptions) -> Result<Session> {
+        let g = &model.subgraphs[0];
+        let named = |ts: &[usize]| ts.iter().map(|&t| (g.tensors[t].name.clone(), t)).collect::<Vec<_>>();
+        let (inputs, outputs) = (named(&g.inputs), named(&g.outputs));
+        let input_shapes = g.inputs.iter().map(|&t| g.tensors[t].shape.clone()).collect();
+        let ctx = BackendContext::new(options.threads);
+        Ok(Session { model, options, subgraph: 0, inputs, outputs, input_shapes, state: State::Loaded, compiled: None, arena: Vec::new(), ctx, ran: false })
+    }
+
+    /// The loaded model.
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+
+    /// Registers a custom op for this session (before `prepare`).
+    pub fn register_custom_op(&mut self, name: &str, op: Arc<dyn CustomOp>) -> Result<()> {
+        self.require(State::Loaded, "register_custom_op")?;
+        self.options.custom_ops.register(name, op);
+        Ok(())
+    }
+
+    /// Signature keys of the model.
+    pub fn signatures(&self) -> Vec<String> {
+        self.model.signatures.iter().map(|s| s.key.clone()).collect()
+    }
+
+    /// Selects the signature whose inputs/outputs the session exposes (before `prepare`).
+    pub fn select_signature(&mut self, key: &str) -> Result<()> {
+        self.require(State::Loaded, "select_signature")?;
+        let s = self.model.signatures.iter().find(|s| s.key == key).ok_or_else(|| Error::InvalidArgument(format!("no signature '{key}' (have: {:?})", self.signatures())))?;
+        let g = &self.model.subgraphs[s.subgraph];
+        self.subgraph = s.subgraph;
+        self.inputs = s.inputs.clone();
+        self.outputs = s.outputs.clone();
+        self.input_shapes = s.inputs.iter().map(|(_, t)| g.tensors[*t].shape.clone()).collect();
+        Ok(())
+    }
+
+    fn require(&self, state: State, call: &str) -> Result<()> {
+        if self.state != state {
+            let need = if state == State::Loaded { "before prepare()" } else { "after prepare()" };
+            return Err(Error::InvalidState(format!("{call}() must be called {need}")));
+        }
+        Ok(())
+    }
+
+    fn desc(&self, name: &str, t: usize, input_pos: Option<usize>) -> TensorDesc {
+        let info = &self.model.subgraphs[self.subgraph].tensors[t];
+        let shape = match (&self.compiled, input_pos) {
+            (_, Some(k)) => self.input_shapes[k].clone(),
+            (Some(c), None) => c.tensors[t].shape.clone(),
+            (None, None) => info.shape.clone(),
+        };
+        TensorDesc { name: name.to_string(), tensor: t, dtype: info.dtype, shape, shape_signature: info.shape_signature.clone() }
+    }
+
+    /// Inputs in model order.
+    pub fn inputs(&self) -> Vec<TensorDesc> {
+        self.inputs.iter().enumerate().map(|(k, (n, t))| self.desc(n, *t, Some(k))).collect()
+    }
+
+    /// Outputs in model order (shapes are final after `prepare`).
+    pub fn outputs(&self) -> Vec<TensorDesc> {
+        self.outputs.iter().map(|(n, t)| self.desc(n, *t, None)).collect()
+    }
+
+    /// Index of the input called `name`.
+    pub fn input_index(&self, name: &str) -> Result<usize> {
+        self.inputs.iter().position(|(n, _)| n == name).ok_or_else(|| Error::InvalidArgument(format!("no input named '{name}'")))
+    }
+
+    /// Index of the output called `name`.
+    pub fn output_index(&self, name: &str) -> Result<usize> {
+        self.outputs.iter().position(|(n, _)| n == name).ok_or_else(|| Error::InvalidArgument(format!("no output named '{name}'")))
+    }
+
+    /// Changes the shape of input `i`. Allowed before and after `prepare`;
+    /// after it, the next `run` re-plans once for the new shapes.
+    pub fn resize_input(&mut self, i: usize, shape: &[usize]) -> Result<()> {
+        let cur = self.input_shapes.get(i).ok_or_else(|| Error::InvalidArgument(format!("input {i} does not exist ({} inputs)", self.inputs.len())))?;
+        if cur.as_slice() == shape {
+            return Ok(());
+        }
+        if cur.len() != shape.len() {
+            return Err(Error::InvalidArgument(format!("input {i}: cannot change rank from {} to {}", cur.len(), shape.len())));
+        }
+        self.input_shapes[i] = shape.to_vec();
+        if self.state == State::Prepared {
+            self.prepare_now()?;
+        }
+        Ok(())
+    }
+
+    /// Compiles the model for the current input shapes and plans its memory.
+    pub fn prepare(&mut self) -> Result<()> {
+        self.prepare_now()
+    }
+
+    fn prepare_now(&mut self) -> Result<()> {
+        // Drop the previous plan and arena first so old and new memory never coexist.
+        self.compiled = None;
+        self.arena = Vec::new();
+        self.state = State::Loaded;
+        self.ran = false;
+        let cpu = CpuBackend;
+        let backends: [&dyn Backend; 1] = [&cpu];
+        let c = compile::compile(&self.model, self.subgraph, &self.input_shapes, &backends, &self.options.custom_ops, &mut self.ctx, Limits { max_arena_bytes: self.options.max_arena_bytes })?;
+        self.arena = vec![0u64; c.plan.arena_bytes.div_ceil(8)];
+        self.compiled = Some(c);
+        self.state = State::Prepared;
+        Ok(())
+    }
+
+    fn slot(&self, t: usize) -> Result<(usize, usize)> {
+        let c = self.compiled.as_ref().ok_or_else(|| Error::InvalidState("session is not prepared".into()))?;
+        match c.tensors[t].loc {
+            Loc::Arena { offset, len } => Ok((offset, len)),
+            _ => Err(Error::InvalidArgument(format!("tensor {t} is not stored in the arena"))),
+        }
+    }
+
+    /// Copies raw little-endian bytes into input `i`; the length must match exactly.
+    pub fn set_input(&mut self, i: usize, data: &[u8]) -> Result<()> {
+        self.require(State::Prepared, "set_input")?;
+        let (_, t) = *self.inputs.get(i).ok_or_else(|| Error::InvalidArgument(format!("input {i} does not exist ({} inputs)", self.inputs.len())))?;
+        let (offset, len) = match self.slot(t) {
+            Ok(s) => s,
+            // An input no op reads (or a constant input) needs no data.
+            Err(_) => return Ok(()),
+        };
+        if data.len() != len {
+            let d = self.desc(&self.inputs[i].0, t, Some(i));
+            return Err(Error::InvalidArgument(format!("input {i} ('{}') is {} {:?} = {len} bytes, got {} bytes", d.name, d.dtype.name(), d.shape, data.len())));
+        }
+        bytemuck::cast_slice_mut::<u64, u8>(&mut self.arena)[offset..offset + len].copy_from_slice(data);
+        Ok(())
+    }
+
+    /// Sets a float32 input.
+    pub fn set_input_f32(&mut self, i: usize, data: &[f32]) -> Result<()> {
+        let t = self.inputs.get(i).map(|x| x.1).ok_or_else(|| Error::InvalidArgument(format!("input {i} does not exist")))?;
+        let dtype = self.model.subgraphs[self.subgraph].tensors[t].dtype;
+        if dtype != DType::F32 {
+            return Err(Error::InvalidArgument(format!("input {i} is {}, not float32", dtype.name())));
+        }
+        self.set_input(i, bytemuck::cast_slice(data))
+    }
+
+    /// Runs the model on the current inputs.
+    pub fn run(&mut self) -> Result<()> {
+        self.require(State::Prepared, "run")?;
+        let c = self.compiled.as_mut().ok_or_else(|| Error::InvalidState("session is not prepared".into()))?;
+        compile::execute(c, &self.model, bytemuck::cast_slice_mut(&mut self.arena))?;
+        self.ran = true;
+        Ok(())
+    }
+
+    /// Output `i` of the last run.
+    pub fn output(&self, i: usize) -> Result<TensorData<'_>> {
+        if !self.ran {
+            return Err(Error::InvalidState("output() needs a completed run()".into()));
+        }
+        let (_, t) = *self.outputs.get(i).ok_or_else(|| Error::InvalidArgument(format!("output {i} does not exist ({} outputs)", self.outputs.len())))?;
+        let c = self.compiled.as_ref().ok_or_else(|| Error::InvalidState("session is not prepared".into()))?;
+        let slot = &c.tensors[t];
+        let bytes: &[u8] = match &slot.loc {
+            Loc::Arena { offset, len } => &bytemuck::cast_slice::<u64, u8>(&self.arena)[*offset..*offset + *len],
+            Loc::Model(r) => &self.model.bytes()[r.clone()],
+            Loc::Owned(b) => b.bytes(),
+            Loc::None => &[],
+        };
+        Ok(TensorData { dtype: slot.dtype, shape: &slot.shape, bytes })
+    }
+
+    /// Arena size and its lower bound for the current plan, in bytes.
+    pub fn arena_stats(&self) -> Option<(usize, usize)> {
+        self.compiled.as_ref().map(|c| (c.plan.arena_bytes, c.plan.lower_bound_bytes))
+    }
+
+    /// Number of execution steps and of ops folded at prepare.
+    pub fn step_stats(&self) -> Option<(usize, usize)> {
+        self.compiled.as_ref().map(|c| (c.steps.len(), c.folded_ops))
+    }
+}
