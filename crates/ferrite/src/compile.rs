@@ -123,6 +123,20 @@ pub fn compile(model: &Model, sg: usize, input_shapes: &[Vec<usize>], backends: 
         }
     }
 
+    // Tensors that are read but never written (nor inputs) read as zeros, as in LiteRT.
+    let mut produced = vec![false; tensors.len()];
+    for &t in g.inputs.iter().chain(g.ops.iter().flat_map(|o| o.outputs.iter())) {
+        produced[t] = true;
+    }
+    for op in &g.ops {
+        for &t in op.inputs.iter().flatten() {
+            if !produced[t] && matches!(tensors[t].loc, Loc::None) {
+                let n = bytes_of(tensors[t].dtype, &tensors[t].shape, &limits, || format!("subgraph {sg} tensor {t}"))?;
+                tensors[t].loc = Loc::Owned(Arc::new(AlignedBytes::zeroed(n)));
+            }
+        }
+    }
+
     let mut steps = Vec::with_capacity(g.ops.len());
     let mut folded_ops = 0;
     for (oi, op) in g.ops.iter().enumerate() {

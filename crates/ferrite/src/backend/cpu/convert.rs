@@ -62,8 +62,8 @@ pub(crate) fn densify_bytes(shape: &[usize], elem: usize, sp: &Sparsity, src: &[
             _ => Err("block dimension without a dense size".to_string()),
         })
         .collect::<std::result::Result<_, _>>()?;
-    let numel: usize = shape.iter().product();
-    let mut dst = vec![0u8; numel * elem];
+    let numel = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or("dense shape overflows")?;
+    let mut dst = vec![0u8; numel.checked_mul(elem).ok_or("dense shape overflows")?];
     let strides = ferrite_kernels::strides(shape);
     let mut indices = vec![0usize; levels];
     let mut src_pos = 0usize;
@@ -132,11 +132,17 @@ pub(crate) fn densify(op: &OpContext<'_>) -> Result<Built> {
     let sp = x.sparsity.ok_or_else(|| op.bad("DENSIFY input is not sparse"))?;
     let src = x.value.ok_or_else(|| op.unsupported("DENSIFY of a non-constant tensor"))?;
     let elem = x.dtype.size().ok_or_else(|| op.unsupported("element type"))?;
-    // The input is constant, so the dense form is computed once here.
-    let dense = densify_bytes(&x.shape, elem, sp, src).map_err(|m| op.bad(m))?;
+    let (shape, sp, src) = (x.shape.clone(), sp.clone(), src.to_vec());
+    let at = op.at();
+    // The input is constant, so this runs once, when prepare folds the op; by then
+    // the dense size has been checked against the session's memory limit.
     Ok(Built {
         outputs: vec![(x.dtype, x.shape.clone())],
         kernel: Box::new(move |_, outs| {
+            let dense = densify_bytes(&shape, elem, &sp, &src).map_err(|m| Error::InvalidModel(format!("{at}: {m}")))?;
+            if dense.len() != outs[0].len() {
+                return Err(Error::Runtime(format!("{at}: dense size mismatch")));
+            }
             outs[0].copy_from_slice(&dense);
             Ok(())
         }),

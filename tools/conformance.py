@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Differential tests: ferrite (through its CLI) against LiteRT on the same inputs.
+
+  conformance.py models --ferrite BIN --corpus DIR   real models, LiteRT default resolver (XNNPACK)
+  conformance.py ops --ferrite BIN --opgen BIN       generated single-op models, LiteRT BUILTIN_REF
+
+Tolerances (documented in docs/conformance.md): float outputs are compared by
+  err = max|ferrite - litert| / max(1, max|litert|)
+which must be <= 1e-3 for whole models and <= 1e-5 for single ops. Integer and
+bool outputs must match exactly. Every case prints its worst error.
+"""
+import argparse
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+MODEL_TOL = 1e-3
+OP_TOL = 1e-5
+
+# Models that need more than their default input shape, or that ferrite does not run yet.
+DYNAMIC_SIZES = {"melspectrogram.tflite": [1, 16000]}
+SKIP = {
+    # Uses IF; covered by the quantized/stateful work.
+    "hey_jarvis_v0.1.tflite": "IF control flow (not in this suite yet)",
+    # LiteRT itself cannot run its three MediaPipe custom ops.
+    "face_landmark_with_attention.tflite": "custom ops LiteRT cannot run",
+}
+
+
+def run_ferrite(binary, model, inputs, workdir):
+    paths = []
+    for k, x in enumerate(inputs):
+        p = workdir / f"in_{k}.npy"
+        np.save(p, x)
+        paths.append(p)
+    out = workdir / "out"
+    # Start from an empty directory so no earlier case's outputs are read back.
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [binary, "run", str(model), "-o", str(out)]
+    for p in paths:
+        cmd += ["-i", str(p)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr.strip())
+    outs = []
+    k = 0
+    while (out / f"output_{k}.npy").exists():
+        outs.append(np.load(out / f"output_{k}.npy"))
+        k += 1
+    return outs
+
+
+def run_litert(model, inputs, reference):
+    kw = {"experimental_op_resolver_type": OpResolverType.BUILTIN_REF} if reference else {}
+    it = Interpreter(model_path=str(model), **kw)
+    for d, x in zip(it.get_input_details(), inputs):
+        if list(d["shape"]) != list(x.shape):
+            it.resize_tensor_input(d["index"], list(x.shape))
+    it.allocate_tensors()
+    for d, x in zip(it.get_input_details(), inputs):
+        it.set_tensor(d["index"], x)
+    it.invoke()
+    return [it.get_tensor(d["index"]) for d in it.get_output_details()]
+
+
+def compare(got, want):
+    """Worst error over all outputs, or raises on a shape/type mismatch."""
+    if len(got) != len(want):
+        raise RuntimeError(f"{len(got)} outputs, expected {len(want)}")
+    worst = 0.0
+    for k, (g, w) in enumerate(zip(got, want)):
+        if g.shape != w.shape:
+            raise RuntimeError(f"output {k}: shape {g.shape}, expected {w.shape}")
+        if w.dtype.kind == "f":
+            if not np.array_equal(np.isnan(g), np.isnan(w)):
+                raise RuntimeError(f"output {k}: NaN positions differ")
+            m = ~np.isnan(w)
+            if m.any():
+                scale = max(1.0, float(np.max(np.abs(w[m]))))
+                worst = max(worst, float(np.max(np.abs(g[m].astype(np.float64) - w[m].astype(np.float64)))) / scale)
+        else:
+            if g.dtype != w.dtype:
+                raise RuntimeError(f"output {k}: dtype {g.dtype}, expected {w.dtype}")
+            worst = max(worst, float(np.max(np.abs(g.astype(np.int64) - w.astype(np.int64)), initial=0)))
+    return worst
+
+
+def model_inputs(model, rng):
+    it = Interpreter(model_path=str(model))
+    xs = []
+    for d in it.get_input_details():
+        shape = DYNAMIC_SIZES.get(model.name) or [int(v) if v > 0 else 1 for v in d["shape_signature"]]
+        if d["dtype"] == np.float32:
+            xs.append(rng.uniform(-1.0, 1.0, size=shape).astype(np.float32))
+        else:
+            xs.append(rng.integers(0, 10, size=shape).astype(d["dtype"]))
+    return xs
+
+
+def cmd_models(args):
+    models = sorted(pathlib.Path(args.corpus).rglob("*.tflite"))
+    if not models:
+        sys.exit(f"no models under {args.corpus}; run tools/fetch_models.py")
+    passed = failed = skipped = 0
+    rows = []
+    for m in models:
+        if m.name in SKIP:
+            print(f"SKIP {m.name}: {SKIP[m.name]}")
+            skipped += 1
+            continue
+        rng = np.random.default_rng(sum(m.name.encode()))
+        xs = model_inputs(m, rng)
+        with tempfile.TemporaryDirectory() as td:
+            try:
+                got = run_ferrite(args.ferrite, m, xs, pathlib.Path(td))
+                want = run_litert(m, xs, reference=False)
+                err = compare(got, want)
+                ok = err <= MODEL_TOL
+            except Exception as e:  # noqa: BLE001 - report and count every failure
+                print(f"FAIL {m.name}: {e}")
+                failed += 1
+                continue
+        print(f"{'ok  ' if ok else 'FAIL'} {m.name}: worst error {err:.3e} (tolerance {MODEL_TOL:.0e})")
+        rows.append({"model": m.name, "worst_error": err, "ok": ok})
+        passed += ok
+        failed += not ok
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(rows, indent=1))
+    print(f"models: {passed} passed, {failed} failed, {skipped} skipped")
+    return failed == 0
+
+
+def cmd_ops(args):
+    with tempfile.TemporaryDirectory() as td:
+        td = pathlib.Path(td)
+        subprocess.run([args.opgen, "ops", str(td / "ops"), "--seed", str(args.seed), "--per-op", str(args.per_op)], check=True)
+        manifest = json.loads((td / "ops" / "manifest.json").read_text())
+        passed = failed = 0
+        worst_by_op = {}
+        for case in manifest:
+            model = td / "ops" / case["file"]
+            rng = np.random.default_rng(sum(case["file"].encode()) + args.seed)
+            it = Interpreter(model_path=str(model))
+            xs = []
+            for d, (lo, hi) in zip(it.get_input_details(), case["ranges"]):
+                x = rng.uniform(lo, hi, size=list(d["shape"])).astype(np.float32)
+                xs.append(np.round(x) if case["integral"] else x)
+            try:
+                want = run_litert(model, xs, reference=True)
+                got = run_ferrite(args.ferrite, model, xs, td)
+                err = compare(got, want)
+                ok = err <= OP_TOL
+            except Exception as e:  # noqa: BLE001
+                print(f"FAIL {case['file']}: {e}")
+                failed += 1
+                continue
+            worst_by_op[case["op"]] = max(worst_by_op.get(case["op"], 0.0), err)
+            if not ok:
+                print(f"FAIL {case['file']}: worst error {err:.3e} (tolerance {OP_TOL:.0e})")
+            passed += ok
+            failed += not ok
+        for op, e in sorted(worst_by_op.items()):
+            print(f"  {op:<26} worst error {e:.3e}")
+    print(f"single-op: {passed} passed, {failed} failed")
+    return failed == 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("models")
+    m.add_argument("--ferrite", required=True)
+    m.add_argument("--corpus", required=True)
+    m.add_argument("--json")
+    o = sub.add_parser("ops")
+    o.add_argument("--ferrite", required=True)
+    o.add_argument("--opgen", required=True)
+    o.add_argument("--seed", type=int, default=1)
+    o.add_argument("--per-op", type=int, default=4)
+    args = ap.parse_args()
+    ok = cmd_models(args) if args.cmd == "models" else cmd_ops(args)
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,513 @@
+//! Generates single-op `.tflite` models with randomized shapes and parameters,
+//! written by ferrite's own model writer, for differential tests against
+//! LiteRT's reference kernels. Also builds the small demo model the repository ships.
+//!
+//! Usage:
+//!   ferrite-opgen ops OUTDIR [--seed S] [--per-op K]   (writes OUTDIR/manifest.json)
+//!   ferrite-opgen demo OUT.tflite
+
+use ferrite_format::schema::{BuiltinOptions, TensorType};
+use ferrite_format::writer::{Activation, BuiltinOperator as B, ModelSpec, OpCode, Options, Padding, TensorSpec};
+use serde_json::{json, Value};
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform integer in lo..=hi.
+    fn int(&mut self, lo: i64, hi: i64) -> i64 {
+        lo + (self.next() % ((hi - lo + 1) as u64)) as i64
+    }
+    fn u(&mut self, lo: usize, hi: usize) -> usize {
+        self.int(lo as i64, hi as i64) as usize
+    }
+    fn coin(&mut self) -> bool {
+        self.next() & 1 == 1
+    }
+    fn f(&mut self, lo: f32, hi: f32) -> f32 {
+        lo + (hi - lo) * ((self.next() >> 40) as f32 / (1u64 << 24) as f32)
+    }
+    fn pick<T: Copy>(&mut self, v: &[T]) -> T {
+        v[self.u(0, v.len() - 1)]
+    }
+    fn floats(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+        (0..n).map(|_| self.f(lo, hi)).collect()
+    }
+    fn shape(&mut self, rank: usize, lo: usize, hi: usize) -> Vec<i32> {
+        (0..rank).map(|_| self.u(lo, hi) as i32).collect()
+    }
+}
+
+/// One generated case: the model plus how to make its inputs.
+struct Case {
+    spec: ModelSpec,
+    /// (low, high) of uniform random values per input.
+    ranges: Vec<(f32, f32)>,
+}
+
+fn act(r: &mut Rng) -> Activation {
+    r.pick(&[Activation::NONE, Activation::RELU, Activation::RELU6, Activation::RELU_N1_TO_1])
+}
+
+fn f32in(m: &mut ModelSpec, name: &str, shape: &[i32]) -> i32 {
+    let t = m.add_tensor(TensorSpec::activation(name, TensorType::FLOAT32, shape));
+    m.inputs.push(t);
+    t
+}
+
+fn out(m: &mut ModelSpec, dtype: TensorType, shape: &[i32]) -> i32 {
+    // Output shapes are informative only; the runtimes infer them.
+    let t = m.add_tensor(TensorSpec::activation("out", dtype, shape));
+    m.outputs.push(t);
+    t
+}
+
+fn single(code: B, ins: &[i32], o: i32, opts: Options, m: &mut ModelSpec) {
+    m.add_op(OpCode::Builtin(code), ins, &[o], opts);
+}
+
+fn n_of(s: &[i32]) -> usize {
+    s.iter().map(|&d| d as usize).product()
+}
+
+fn same_or_valid(r: &mut Rng) -> Padding {
+    if r.coin() {
+        Padding::SAME
+    } else {
+        Padding::VALID
+    }
+}
+
+fn gen(op: &str, r: &mut Rng) -> Case {
+    let mut m = ModelSpec { description: format!("ferrite single-op test: {op}"), ..Default::default() };
+    let mut ranges = vec![];
+    let fr = (-2.0f32, 2.0f32);
+    match op {
+        "CONV_2D" | "DEPTHWISE_CONV_2D" => {
+            let dw = op == "DEPTHWISE_CONV_2D";
+            let (n, h, w, c) = (r.u(1, 2), r.u(4, 11), r.u(4, 11), r.u(1, 6));
+            let (kh, kw) = (r.u(1, 3), r.u(1, 3));
+            let stride = (r.u(1, 2) as i32, r.u(1, 2) as i32);
+            let dil = if stride == (1, 1) { (r.u(1, 2) as i32, r.u(1, 2) as i32) } else { (1, 1) };
+            let mult = if dw { r.u(1, 2) } else { 1 };
+            let oc = if dw { c * mult } else { r.u(1, 7) };
+            let x = f32in(&mut m, "x", &[n as i32, h as i32, w as i32, c as i32]);
+            let wshape = if dw { vec![1, kh as i32, kw as i32, oc as i32] } else { vec![oc as i32, kh as i32, kw as i32, c as i32] };
+            let wv = r.floats(n_of(&wshape), -1.0, 1.0);
+            let wt = m.add_tensor(TensorSpec::const_f32("w", &wshape, &wv));
+            let bv = r.floats(oc, -1.0, 1.0);
+            let b = m.add_tensor(TensorSpec::const_f32("b", &[oc as i32], &bv));
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            let (padding, activation) = (same_or_valid(r), act(r));
+            let opts = if dw {
+                Options::DepthwiseConv2D { padding, stride, dilation: dil, depth_multiplier: mult as i32, activation }
+            } else {
+                Options::Conv2D { padding, stride, dilation: dil, activation }
+            };
+            single(if dw { B::DEPTHWISE_CONV_2D } else { B::CONV_2D }, &[x, wt, b], o, opts, &mut m);
+            ranges.push(fr);
+        }
+        "AVERAGE_POOL_2D" | "MAX_POOL_2D" => {
+            let s = [r.u(1, 2) as i32, r.u(3, 10) as i32, r.u(3, 10) as i32, r.u(1, 5) as i32];
+            let x = f32in(&mut m, "x", &s);
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            let filter = (r.u(1, 3) as i32, r.u(1, 3) as i32);
+            let stride = (r.u(1, 2) as i32, r.u(1, 2) as i32);
+            let opts = Options::Pool2D { padding: same_or_valid(r), stride, filter, activation: act(r) };
+            single(if op == "MAX_POOL_2D" { B::MAX_POOL_2D } else { B::AVERAGE_POOL_2D }, &[x], o, opts, &mut m);
+            ranges.push(fr);
+        }
+        "FULLY_CONNECTED" => {
+            let (b, i, on) = (r.u(1, 4), r.u(1, 40), r.u(1, 20));
+            let keep = r.coin();
+            let xs = if keep { vec![b as i32, r.u(1, 3) as i32, i as i32] } else { vec![b as i32, i as i32] };
+            let x = f32in(&mut m, "x", &xs);
+            let wv = r.floats(on * i, -1.0, 1.0);
+            let w = m.add_tensor(TensorSpec::const_f32("w", &[on as i32, i as i32], &wv));
+            let bv = r.floats(on, -1.0, 1.0);
+            let bt = m.add_tensor(TensorSpec::const_f32("b", &[on as i32], &bv));
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            single(B::FULLY_CONNECTED, &[x, w, bt], o, Options::FullyConnected { activation: act(r), keep_num_dims: keep }, &mut m);
+            ranges.push(fr);
+        }
+        "TRANSPOSE_CONV" => {
+            let (n, h, w, c, oc) = (1, r.u(2, 6), r.u(2, 6), r.u(1, 4), r.u(1, 4));
+            let (k, s) = (r.u(1, 3), r.u(1, 2));
+            let padding = same_or_valid(r);
+            let o_sz = |i: usize| if padding == Padding::SAME { i * s } else { (i - 1) * s + k };
+            let os = m.add_tensor(TensorSpec::const_i32("output_shape", &[4], &[n, o_sz(h) as i32, o_sz(w) as i32, oc as i32]));
+            let wv = r.floats(oc * k * k * c, -1.0, 1.0);
+            let wt = m.add_tensor(TensorSpec::const_f32("w", &[oc as i32, k as i32, k as i32, c as i32], &wv));
+            let x = f32in(&mut m, "x", &[n, h as i32, w as i32, c as i32]);
+            let bv = r.floats(oc, -1.0, 1.0);
+            let b = m.add_tensor(TensorSpec::const_f32("b", &[oc as i32], &bv));
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            single(B::TRANSPOSE_CONV, &[os, wt, x, b], o, Options::TransposeConv { padding, stride: (s as i32, s as i32), activation: Activation::NONE }, &mut m);
+            ranges.push(fr);
+        }
+        "BATCH_MATMUL" => {
+            let (bt, mm, k, n) = (r.u(1, 3) as i32, r.u(1, 6) as i32, r.u(1, 6) as i32, r.u(1, 6) as i32);
+            let (adj_x, adj_y) = (r.coin(), r.coin());
+            let a = f32in(&mut m, "a", &if adj_x { [bt, k, mm] } else { [bt, mm, k] });
+            let bb = f32in(&mut m, "b", &if adj_y { [1, n, k] } else { [1, k, n] });
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            single(B::BATCH_MATMUL, &[a, bb], o, Options::BatchMatMul { adj_x, adj_y }, &mut m);
+            ranges.extend([fr, fr]);
+        }
+        "ADD" | "SUB" | "MUL" | "DIV" | "MAXIMUM" | "MINIMUM" | "SQUARED_DIFFERENCE" | "POW" | "LESS" | "GREATER_EQUAL" | "EQUAL" | "NOT_EQUAL" | "LESS_EQUAL" | "GREATER" => {
+            let rank = r.u(1, 4);
+            let full = r.shape(rank, 1, 5);
+            let skip = r.u(0, rank - 1);
+            let other: Vec<i32> = full.iter().map(|&d| if r.coin() { 1 } else { d }).skip(skip).collect();
+            let (sa, sb) = if r.coin() { (full.clone(), other) } else { (other, full.clone()) };
+            let a = f32in(&mut m, "a", &sa);
+            let b = f32in(&mut m, "b", &sb);
+            let cmp = matches!(op, "LESS" | "GREATER_EQUAL" | "EQUAL" | "NOT_EQUAL" | "LESS_EQUAL" | "GREATER");
+            let o = out(&mut m, if cmp { TensorType::BOOL } else { TensorType::FLOAT32 }, &[]);
+            let code = B::ENUM_VALUES.iter().copied().find(|c| c.variant_name() == Some(op)).unwrap_or(B::ADD);
+            let opts = if matches!(op, "ADD" | "SUB" | "MUL" | "DIV") { Options::Binary { activation: act(r) } } else { Options::None };
+            single(code, &[a, b], o, opts, &mut m);
+            match op {
+                "POW" => ranges.extend([(0.1, 3.0), (-2.0, 2.0)]),
+                "DIV" => ranges.extend([fr, (0.5, 3.0)]),
+                // Integral values make equality comparisons meaningful.
+                "EQUAL" | "NOT_EQUAL" => ranges.extend([(-2.0, 2.0), (-2.0, 2.0)]),
+                _ => ranges.extend([fr, fr]),
+            }
+        }
+        "PRELU" => {
+            let s = [1, r.u(1, 5) as i32, r.u(1, 5) as i32, r.u(1, 6) as i32];
+            let x = f32in(&mut m, "x", &s);
+            let av = r.floats(s[3] as usize, 0.0, 0.5);
+            let a = m.add_tensor(TensorSpec::const_f32("alpha", &[1, 1, s[3]], &av));
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            single(B::PRELU, &[x, a], o, Options::None, &mut m);
+            ranges.push(fr);
+        }
+        "ABS" | "NEG" | "EXP" | "LOG" | "SQRT" | "RSQRT" | "SQUARE" | "TANH" | "LOGISTIC" | "RELU" | "RELU6" | "RELU_N1_TO_1" | "HARD_SWISH" | "LEAKY_RELU" | "ELU" | "FLOOR" | "CEIL" | "SIN" | "COS" | "SOFTMAX" | "LOG_SOFTMAX" => {
+            let s = { let rk = r.u(1, 4); r.shape(rk, 1, 6) };
+            let x = f32in(&mut m, "x", &s);
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            let code = B::ENUM_VALUES.iter().copied().find(|c| c.variant_name() == Some(op)).unwrap_or(B::ABS);
+            let opts = match op {
+                "LEAKY_RELU" => Options::LeakyRelu { alpha: r.f(0.0, 0.5) },
+                "SOFTMAX" => Options::Softmax { beta: r.f(0.5, 2.0) },
+                _ => Options::None,
+            };
+            single(code, &[x], o, opts, &mut m);
+            ranges.push(match op {
+                "LOG" | "SQRT" | "RSQRT" => (0.05, 4.0),
+                "HARD_SWISH" | "RELU6" => (-8.0, 8.0),
+                _ => fr,
+            });
+        }
+        "RESHAPE" | "SQUEEZE" | "EXPAND_DIMS" => {
+            let s = [r.u(1, 3) as i32, 1, r.u(1, 4) as i32, r.u(1, 4) as i32];
+            let x = f32in(&mut m, "x", &s);
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            match op {
+                "RESHAPE" => {
+                    let t = m.add_tensor(TensorSpec::const_i32("shape", &[2], &[s[0], -1]));
+                    single(B::RESHAPE, &[x, t], o, Options::Reshape { new_shape: vec![s[0], -1] }, &mut m);
+                }
+                "SQUEEZE" => single(B::SQUEEZE, &[x], o, Options::Squeeze { dims: vec![1] }, &mut m),
+                _ => {
+                    let a = m.add_tensor(TensorSpec::const_i32("axis", &[1], &[r.int(-5, 4) as i32]));
+                    single(B::EXPAND_DIMS, &[x, a], o, Options::Empty(BuiltinOptions::ExpandDimsOptions), &mut m);
+                }
+            }
+            ranges.push(fr);
+        }
+        "CONCATENATION" | "PACK" => {
+            let rank = r.u(1, 4);
+            let base = r.shape(rank, 1, 4);
+            let axis = r.u(0, rank - 1);
+            let k = r.u(2, 3);
+            let mut ins = vec![];
+            for i in 0..k {
+                let mut s = base.clone();
+                if op == "CONCATENATION" {
+                    s[axis] = r.u(1, 4) as i32;
+                }
+                ins.push(f32in(&mut m, &format!("x{i}"), &s));
+                ranges.push(fr);
+            }
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            if op == "PACK" {
+                single(B::PACK, &ins, o, Options::Pack { values_count: k as i32, axis: r.u(0, rank) as i32 }, &mut m);
+            } else {
+                single(B::CONCATENATION, &ins, o, Options::Concatenation { axis: axis as i32 - if r.coin() { rank as i32 } else { 0 }, activation: Activation::NONE }, &mut m);
+            }
+        }
+        "SPLIT" | "SPLIT_V" | "UNPACK" => {
+            let rank = r.u(1, 4);
+            let mut s = r.shape(rank, 1, 4);
+            let axis = r.u(0, rank - 1);
+            let k = r.u(1, 3);
+            if op == "SPLIT" {
+                s[axis] = (k * r.u(1, 2)) as i32;
+            }
+            let x = f32in(&mut m, "x", &s);
+            ranges.push(fr);
+            let nout = if op == "UNPACK" { s[axis] as usize } else { k };
+            let outs: Vec<i32> = (0..nout).map(|_| out(&mut m, TensorType::FLOAT32, &[])).collect();
+            match op {
+                "SPLIT" => {
+                    let a = m.add_tensor(TensorSpec::const_i32("axis", &[], &[axis as i32]));
+                    m.add_op(OpCode::Builtin(B::SPLIT), &[a, x], &outs, Options::Split { num_splits: k as i32 });
+                }
+                "SPLIT_V" => {
+                    let total = s[axis];
+                    let mut sizes = vec![0i32; k];
+                    for _ in 0..total {
+                        let i = r.u(0, k - 1);
+                        sizes[i] += 1;
+                    }
+                    let a = m.add_tensor(TensorSpec::const_i32("axis", &[], &[axis as i32]));
+                    let sz = m.add_tensor(TensorSpec::const_i32("sizes", &[k as i32], &sizes));
+                    m.add_op(OpCode::Builtin(B::SPLIT_V), &[x, sz, a], &outs, Options::Split { num_splits: k as i32 });
+                }
+                _ => m.add_op(OpCode::Builtin(B::UNPACK), &[x], &outs, Options::Unpack { num: nout as i32, axis: axis as i32 }),
+            }
+        }
+        "SLICE" | "STRIDED_SLICE" => {
+            let rank = r.u(1, 4);
+            let s = r.shape(rank, 1, 6);
+            let x = f32in(&mut m, "x", &s);
+            ranges.push(fr);
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            if op == "SLICE" {
+                let begin: Vec<i32> = s.iter().map(|&d| r.int(0, i64::from(d) - 1) as i32).collect();
+                let size: Vec<i32> = s.iter().zip(&begin).map(|(&d, &b)| if r.coin() { -1 } else { r.int(1, i64::from(d - b)) as i32 }).collect();
+                let bt = m.add_tensor(TensorSpec::const_i32("begin", &[rank as i32], &begin));
+                let st = m.add_tensor(TensorSpec::const_i32("size", &[rank as i32], &size));
+                single(B::SLICE, &[x, bt, st], o, Options::Empty(BuiltinOptions::SliceOptions), &mut m);
+            } else {
+                let begin: Vec<i32> = s.iter().map(|&d| r.int(-i64::from(d), i64::from(d) - 1) as i32).collect();
+                let end: Vec<i32> = s.iter().map(|&d| r.int(-i64::from(d), i64::from(d)) as i32).collect();
+                let strides: Vec<i32> = (0..rank).map(|_| r.pick(&[1, 1, 2, -1, 3, -2])).collect();
+                let mask = |r: &mut Rng| r.int(0, (1 << rank) - 1) as i32;
+                let (bm, em) = (mask(r), mask(r));
+                // Shrink only dims whose slice is one element from a valid begin.
+                let sm = if r.coin() { 1 << r.u(0, rank - 1) } else { 0 };
+                let nm = if r.coin() && sm == 0 { 1 << r.u(0, rank - 1) } else { 0 };
+                let strides: Vec<i32> = strides.iter().enumerate().map(|(d, &v)| if sm >> d & 1 == 1 { 1 } else { v }).collect();
+                let bt = m.add_tensor(TensorSpec::const_i32("begin", &[rank as i32], &begin));
+                let et = m.add_tensor(TensorSpec::const_i32("end", &[rank as i32], &end));
+                let st = m.add_tensor(TensorSpec::const_i32("strides", &[rank as i32], &strides));
+                let bm = bm & !sm;
+                single(B::STRIDED_SLICE, &[x, bt, et, st], o, Options::StridedSlice { begin_mask: bm, end_mask: em, ellipsis_mask: 0, new_axis_mask: nm, shrink_axis_mask: sm, offset: false }, &mut m);
+            }
+        }
+        "TRANSPOSE" => {
+            let rank = r.u(1, 5);
+            let s = r.shape(rank, 1, 4);
+            let mut perm: Vec<i32> = (0..rank as i32).collect();
+            for i in (1..rank).rev() {
+                perm.swap(i, r.u(0, i));
+            }
+            let x = f32in(&mut m, "x", &s);
+            let p = m.add_tensor(TensorSpec::const_i32("perm", &[rank as i32], &perm));
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            single(B::TRANSPOSE, &[x, p], o, Options::Empty(BuiltinOptions::TransposeOptions), &mut m);
+            ranges.push(fr);
+        }
+        "PAD" | "PADV2" => {
+            let rank = r.u(1, 4);
+            let s = r.shape(rank, 1, 4);
+            let x = f32in(&mut m, "x", &s);
+            let pads: Vec<i32> = (0..2 * rank).map(|_| r.int(0, 2) as i32).collect();
+            let p = m.add_tensor(TensorSpec::const_i32("pads", &[rank as i32, 2], &pads));
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            if op == "PADV2" {
+                let v = m.add_tensor(TensorSpec::const_f32("value", &[], &[r.f(-1.0, 1.0)]));
+                single(B::PADV2, &[x, p, v], o, Options::Empty(BuiltinOptions::PadV2Options), &mut m);
+            } else {
+                single(B::PAD, &[x, p], o, Options::Empty(BuiltinOptions::PadOptions), &mut m);
+            }
+            ranges.push(fr);
+        }
+        "GATHER" => {
+            let rank = r.u(1, 3);
+            let s = r.shape(rank, 1, 5);
+            let axis = r.u(0, rank - 1);
+            let ni = r.u(1, 4);
+            let idx: Vec<i32> = (0..ni).map(|_| r.int(0, i64::from(s[axis]) - 1) as i32).collect();
+            let x = f32in(&mut m, "x", &s);
+            let it = m.add_tensor(TensorSpec::const_i32("idx", &[ni as i32], &idx));
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            single(B::GATHER, &[x, it], o, Options::Gather { axis: axis as i32, batch_dims: 0 }, &mut m);
+            ranges.push(fr);
+        }
+        "TILE" => {
+            let rank = r.u(1, 4);
+            let s = r.shape(rank, 1, 3);
+            let mult: Vec<i32> = (0..rank).map(|_| r.int(1, 3) as i32).collect();
+            let x = f32in(&mut m, "x", &s);
+            let mt = m.add_tensor(TensorSpec::const_i32("multiples", &[rank as i32], &mult));
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            single(B::TILE, &[x, mt], o, Options::Empty(BuiltinOptions::TileOptions), &mut m);
+            ranges.push(fr);
+        }
+        "DEPTH_TO_SPACE" | "SPACE_TO_DEPTH" => {
+            let b = r.u(2, 3) as i32;
+            let s = if op == "DEPTH_TO_SPACE" { [1, r.u(1, 4) as i32, r.u(1, 4) as i32, b * b * r.u(1, 3) as i32] } else { [1, b * r.u(1, 3) as i32, b * r.u(1, 3) as i32, r.u(1, 3) as i32] };
+            let x = f32in(&mut m, "x", &s);
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            let code = if op == "DEPTH_TO_SPACE" { B::DEPTH_TO_SPACE } else { B::SPACE_TO_DEPTH };
+            single(code, &[x], o, Options::BlockSize(b), &mut m);
+            ranges.push(fr);
+        }
+        "RESIZE_BILINEAR" | "RESIZE_NEAREST_NEIGHBOR" => {
+            let s = [r.u(1, 2) as i32, r.u(1, 6) as i32, r.u(1, 6) as i32, r.u(1, 3) as i32];
+            let x = f32in(&mut m, "x", &s);
+            let size = m.add_tensor(TensorSpec::const_i32("size", &[2], &[r.u(1, 12) as i32, r.u(1, 12) as i32]));
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            // LiteRT rejects align_corners together with half_pixel_centers.
+            let (align_corners, half_pixel_centers) = r.pick(&[(false, false), (true, false), (false, true)]);
+            if op == "RESIZE_BILINEAR" {
+                single(B::RESIZE_BILINEAR, &[x, size], o, Options::Resize { align_corners, half_pixel_centers }, &mut m);
+            } else {
+                single(B::RESIZE_NEAREST_NEIGHBOR, &[x, size], o, Options::ResizeNearest { align_corners, half_pixel_centers }, &mut m);
+            }
+            ranges.push(fr);
+        }
+        "MEAN" | "SUM" | "REDUCE_MAX" | "REDUCE_MIN" | "REDUCE_PROD" => {
+            let rank = r.u(1, 4);
+            let s = r.shape(rank, 1, 5);
+            let mut axes: Vec<i32> = (0..rank as i32).filter(|_| r.coin()).collect();
+            if axes.is_empty() {
+                axes.push(0);
+            }
+            let x = f32in(&mut m, "x", &s);
+            let a = m.add_tensor(TensorSpec::const_i32("axes", &[axes.len() as i32], &axes));
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            let code = B::ENUM_VALUES.iter().copied().find(|c| c.variant_name() == Some(op)).unwrap_or(B::MEAN);
+            single(code, &[x, a], o, Options::Reducer { keep_dims: r.coin() }, &mut m);
+            ranges.push(if op == "REDUCE_PROD" { (0.5, 1.5) } else { fr });
+        }
+        "ARG_MAX" | "ARG_MIN" => {
+            let rank = r.u(1, 4);
+            let s = r.shape(rank, 1, 6);
+            let x = f32in(&mut m, "x", &s);
+            let a = m.add_tensor(TensorSpec::const_i32("axis", &[1], &[r.u(0, rank - 1) as i32]));
+            let ot = if r.coin() { TensorType::INT32 } else { TensorType::INT64 };
+            let o = out(&mut m, ot, &[]);
+            single(if op == "ARG_MAX" { B::ARG_MAX } else { B::ARG_MIN }, &[x, a], o, Options::ArgMinMax { output_type: ot }, &mut m);
+            ranges.push(fr);
+        }
+        "DEQUANTIZE_FP16" => {
+            // fp16 weights dequantized once at prepare, then used by an ADD.
+            let s = { let rk = r.u(1, 3); r.shape(rk, 1, 5) };
+            let vals: Vec<u8> = r.floats(n_of(&s), -4.0, 4.0).iter().flat_map(|&v| f32_to_f16_bits(v).to_le_bytes()).collect();
+            let wt = m.add_tensor(TensorSpec { data: Some(vals), ..TensorSpec::activation("w16", TensorType::FLOAT16, &s) });
+            let wf = m.add_tensor(TensorSpec::activation("w", TensorType::FLOAT32, &s));
+            let x = f32in(&mut m, "x", &s);
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            single(B::DEQUANTIZE, &[wt], wf, Options::None, &mut m);
+            single(B::ADD, &[x, wf], o, Options::Binary { activation: Activation::NONE }, &mut m);
+            ranges.push(fr);
+        }
+        "SELECT_V2" => {
+            let s = { let rk = r.u(1, 3); r.shape(rk, 1, 4) };
+            let a = f32in(&mut m, "a", &s);
+            let b = f32in(&mut m, "b", &s);
+            let c = m.add_tensor(TensorSpec::activation("c", TensorType::BOOL, &s));
+            // LiteRT keeps the declared output shape when no broadcast is needed, so declare it.
+            let o = out(&mut m, TensorType::FLOAT32, &s);
+            single(B::LESS, &[a, b], c, Options::None, &mut m);
+            single(B::SELECT_V2, &[c, a, b], o, Options::None, &mut m);
+            ranges.extend([fr, fr]);
+        }
+        _ => panic!("no generator for {op}"),
+    }
+    Case { spec: m, ranges }
+}
+
+/// float32 -> IEEE half bits, round to nearest even (finite, in-range inputs).
+fn f32_to_f16_bits(v: f32) -> u16 {
+    let b = v.to_bits();
+    let sign = ((b >> 16) & 0x8000) as u16;
+    let exp = ((b >> 23) & 0xff) as i32 - 127 + 15;
+    let man = b & 0x7f_ffff;
+    if exp <= 0 {
+        return sign;
+    }
+    let mut h = (sign as u32) | ((exp as u32) << 10) | (man >> 13);
+    let rest = man & 0x1fff;
+    if rest > 0x1000 || (rest == 0x1000 && (h & 1) == 1) {
+        h += 1;
+    }
+    h as u16
+}
+
+/// Every op the generator covers. (ELU and CEIL have no kernel in LiteRT's reference
+/// resolver, so they cannot be compared there.)
+const OPS: &[&str] = &[
+    "CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "MAX_POOL_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "BATCH_MATMUL", "ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM",
+    "SQUARED_DIFFERENCE", "POW", "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL", "EQUAL", "NOT_EQUAL", "PRELU", "ABS", "NEG", "EXP", "LOG", "SQRT", "RSQRT", "SQUARE", "TANH",
+    "LOGISTIC", "RELU", "RELU6", "RELU_N1_TO_1", "HARD_SWISH", "LEAKY_RELU", "FLOOR", "SIN", "COS", "SOFTMAX", "LOG_SOFTMAX", "RESHAPE", "SQUEEZE", "EXPAND_DIMS",
+    "CONCATENATION", "PACK", "SPLIT", "SPLIT_V", "UNPACK", "SLICE", "STRIDED_SLICE", "TRANSPOSE", "PAD", "PADV2", "GATHER", "TILE", "DEPTH_TO_SPACE", "SPACE_TO_DEPTH",
+    "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR", "MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD", "ARG_MAX", "ARG_MIN", "DEQUANTIZE_FP16", "SELECT_V2",
+];
+
+/// A small float CNN, built with the writer: conv -> depthwise -> pool -> FC -> softmax.
+fn demo() -> Vec<u8> {
+    let mut r = Rng(7);
+    let mut m = ModelSpec { description: "ferrite demo: tiny image classifier".into(), ..Default::default() };
+    let x = f32in(&mut m, "image", &[1, 32, 32, 3]);
+    let w1v = r.floats(8 * 3 * 3 * 3, -0.5, 0.5);
+    let w1 = m.add_tensor(TensorSpec::const_f32("conv1/w", &[8, 3, 3, 3], &w1v));
+    let b1 = m.add_tensor(TensorSpec::const_f32("conv1/b", &[8], &[0.1; 8]));
+    let c1 = m.add_tensor(TensorSpec::activation("conv1", TensorType::FLOAT32, &[1, 16, 16, 8]));
+    m.add_op(OpCode::Builtin(B::CONV_2D), &[x, w1, b1], &[c1], Options::Conv2D { padding: Padding::SAME, stride: (2, 2), dilation: (1, 1), activation: Activation::RELU6 });
+    let w2v = r.floats(9 * 8, -0.5, 0.5);
+    let w2 = m.add_tensor(TensorSpec::const_f32("dw/w", &[1, 3, 3, 8], &w2v));
+    let b2 = m.add_tensor(TensorSpec::const_f32("dw/b", &[8], &[0.0; 8]));
+    let c2 = m.add_tensor(TensorSpec::activation("dw", TensorType::FLOAT32, &[1, 16, 16, 8]));
+    m.add_op(OpCode::Builtin(B::DEPTHWISE_CONV_2D), &[c1, w2, b2], &[c2], Options::DepthwiseConv2D { padding: Padding::SAME, stride: (1, 1), dilation: (1, 1), depth_multiplier: 1, activation: Activation::RELU });
+    let p = m.add_tensor(TensorSpec::activation("pool", TensorType::FLOAT32, &[1, 1, 1, 8]));
+    m.add_op(OpCode::Builtin(B::AVERAGE_POOL_2D), &[c2], &[p], Options::Pool2D { padding: Padding::VALID, stride: (16, 16), filter: (16, 16), activation: Activation::NONE });
+    let w3v = r.floats(10 * 8, -1.0, 1.0);
+    let w3 = m.add_tensor(TensorSpec::const_f32("fc/w", &[10, 8], &w3v));
+    let b3 = m.add_tensor(TensorSpec::const_f32("fc/b", &[10], &[0.0; 10]));
+    let f = m.add_tensor(TensorSpec::activation("logits", TensorType::FLOAT32, &[1, 10]));
+    m.add_op(OpCode::Builtin(B::FULLY_CONNECTED), &[p, w3, b3], &[f], Options::FullyConnected { activation: Activation::NONE, keep_num_dims: false });
+    let s = m.add_tensor(TensorSpec::activation("probabilities", TensorType::FLOAT32, &[1, 10]));
+    m.add_op(OpCode::Builtin(B::SOFTMAX), &[f], &[s], Options::Softmax { beta: 1.0 });
+    m.outputs.push(s);
+    m.to_bytes()
+}
+
+fn main() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().collect();
+    match args.get(1).map(String::as_str) {
+        Some("demo") => {
+            let path = args.get(2).ok_or("usage: ferrite-opgen demo OUT.tflite")?;
+            std::fs::write(path, demo()).map_err(|e| e.to_string())
+        }
+        Some("ops") => {
+            let dir = std::path::PathBuf::from(args.get(2).ok_or("usage: ferrite-opgen ops OUTDIR [--seed S] [--per-op K]")?);
+            let flag = |name: &str, d: u64| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(d);
+            let (seed, per_op) = (flag("--seed", 1), flag("--per-op", 4));
+            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            let mut entries: Vec<Value> = vec![];
+            for (oi, op) in OPS.iter().enumerate() {
+                for k in 0..per_op {
+                    let mut r = Rng(seed.wrapping_mul(1_000_003).wrapping_add((oi as u64) << 20 | k));
+                    let case = gen(op, &mut r);
+                    let file = format!("{}_{k}.tflite", op.to_lowercase());
+                    std::fs::write(dir.join(&file), case.spec.to_bytes()).map_err(|e| e.to_string())?;
+                    entries.push(json!({"file": file, "op": op, "ranges": case.ranges, "integral": matches!(*op, "EQUAL" | "NOT_EQUAL")}));
+                }
+            }
+            std::fs::write(dir.join("manifest.json"), serde_json::to_string_pretty(&entries).map_err(|e| e.to_string())?).map_err(|e| e.to_string())
+        }
+        _ => Err("usage: ferrite-opgen ops OUTDIR [--seed S] [--per-op K] | demo OUT.tflite".into()),
+    }
+}
