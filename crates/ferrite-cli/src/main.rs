@@ -286,7 +286,11 @@ fn bench(path: &Path, threads: usize, warmup: usize, runs: usize, as_json: bool)
         println!("model      {}", path.display());
         println!("load       {load_ms:.3} ms");
         println!("prepare    {prepare_ms:.3} ms");
-        println!("execute    median {median:.3} ms, mean {mean:.3}, min {:.3}, max {:.3}, geomean {geomean:.3} ({runs} runs, {warmup} warmup, {threads} thread(s))", sorted[0], sorted[runs - 1]);
+        println!(
+            "execute    median {median:.3} ms, mean {mean:.3}, min {:.3}, max {:.3}, geomean {geomean:.3} ({runs} runs, {warmup} warmup, {threads} thread(s))",
+            sorted[0],
+            sorted[runs - 1]
+        );
         println!("arena      {arena} bytes (lower bound {lower})");
         println!("peak RSS   {} kB", peak_rss_kb());
     }

@@ -53,7 +53,8 @@ pub fn read(bytes: &[u8]) -> Result<Array, String> {
     }
     let s = field("shape")?;
     let s = &s[1..s.find(')').ok_or("bad shape")?];
-    let shape: Vec<usize> = s.split(',').map(str::trim).filter(|x| !x.is_empty()).map(|x| x.parse::<usize>().map_err(|_| format!("bad dim '{x}'"))).collect::<Result<_, _>>()?;
+    let shape: Vec<usize> =
+        s.split(',').map(str::trim).filter(|x| !x.is_empty()).map(|x| x.parse::<usize>().map_err(|_| format!("bad dim '{x}'"))).collect::<Result<_, _>>()?;
     let n: usize = shape.iter().product::<usize>() * dtype.size().unwrap_or(1);
     let data = bytes.get(start + hlen..start + hlen + n).ok_or(format!("data holds fewer than {n} bytes"))?.to_vec();
     Ok(Array { dtype, shape, data })

@@ -21,9 +21,7 @@ fn err(what: impl Into<String>, offset: usize) -> FormatError {
 /// Reads `N` bytes at `pos`, or fails naming what was being read.
 fn bytes_at<const N: usize>(data: &[u8], pos: usize, what: &str) -> Result<[u8; N]> {
     let end = pos.checked_add(N).ok_or_else(|| err(format!("{what}: offset overflow"), pos))?;
-    data.get(pos..end)
-        .and_then(|s| s.try_into().ok())
-        .ok_or_else(|| err(format!("{what}: {N} bytes past the end of the file ({} bytes)", data.len()), pos))
+    data.get(pos..end).and_then(|s| s.try_into().ok()).ok_or_else(|| err(format!("{what}: {N} bytes past the end of the file ({} bytes)", data.len()), pos))
 }
 
 fn u32_at(data: &[u8], pos: usize, what: &str) -> Result<u32> {
@@ -98,7 +96,7 @@ impl<'a> Table<'a> {
         }
         let vtable = vtable as usize;
         let vtable_len = u16_at(data, vtable, "vtable length")? as usize;
-        if vtable_len < 4 || vtable_len % 2 != 0 || vtable + vtable_len > data.len() {
+        if vtable_len < 4 || !vtable_len.is_multiple_of(2) || vtable + vtable_len > data.len() {
             return Err(err(format!("vtable length {vtable_len} is invalid"), vtable));
         }
         Ok(Table { data, pos, vtable, vtable_len })

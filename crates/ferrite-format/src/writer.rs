@@ -8,14 +8,14 @@
 use crate::schema as fb;
 use flatbuffers::{FlatBufferBuilder, UnionWIPOffset, WIPOffset};
 
-/// Tensor element types the writer can describe (a subset of the format's).
-pub use fb::TensorType;
+/// Fused activations.
+pub use fb::ActivationFunctionType as Activation;
 /// Builtin operator codes.
 pub use fb::BuiltinOperator;
 /// Padding kinds.
 pub use fb::Padding;
-/// Fused activations.
-pub use fb::ActivationFunctionType as Activation;
+/// Tensor element types the writer can describe (a subset of the format's).
+pub use fb::TensorType;
 
 /// One tensor of the subgraph being written.
 #[derive(Debug, Clone)]
@@ -56,31 +56,103 @@ impl TensorSpec {
 #[allow(missing_docs)]
 pub enum Options {
     None,
-    Conv2D { padding: Padding, stride: (i32, i32), dilation: (i32, i32), activation: Activation },
-    DepthwiseConv2D { padding: Padding, stride: (i32, i32), dilation: (i32, i32), depth_multiplier: i32, activation: Activation },
-    Pool2D { padding: Padding, stride: (i32, i32), filter: (i32, i32), activation: Activation },
-    FullyConnected { activation: Activation, keep_num_dims: bool },
-    Softmax { beta: f32 },
-    Concatenation { axis: i32, activation: Activation },
+    Conv2D {
+        padding: Padding,
+        stride: (i32, i32),
+        dilation: (i32, i32),
+        activation: Activation,
+    },
+    DepthwiseConv2D {
+        padding: Padding,
+        stride: (i32, i32),
+        dilation: (i32, i32),
+        depth_multiplier: i32,
+        activation: Activation,
+    },
+    Pool2D {
+        padding: Padding,
+        stride: (i32, i32),
+        filter: (i32, i32),
+        activation: Activation,
+    },
+    FullyConnected {
+        activation: Activation,
+        keep_num_dims: bool,
+    },
+    Softmax {
+        beta: f32,
+    },
+    Concatenation {
+        axis: i32,
+        activation: Activation,
+    },
     /// ADD, SUB, MUL, DIV share the shape of their options.
-    Binary { activation: Activation },
-    Reshape { new_shape: Vec<i32> },
-    Resize { align_corners: bool, half_pixel_centers: bool },
-    ResizeNearest { align_corners: bool, half_pixel_centers: bool },
+    Binary {
+        activation: Activation,
+    },
+    Reshape {
+        new_shape: Vec<i32>,
+    },
+    Resize {
+        align_corners: bool,
+        half_pixel_centers: bool,
+    },
+    ResizeNearest {
+        align_corners: bool,
+        half_pixel_centers: bool,
+    },
     BlockSize(i32),
-    Gather { axis: i32, batch_dims: i32 },
-    Reducer { keep_dims: bool },
-    Squeeze { dims: Vec<i32> },
-    Split { num_splits: i32 },
-    StridedSlice { begin_mask: i32, end_mask: i32, ellipsis_mask: i32, new_axis_mask: i32, shrink_axis_mask: i32, offset: bool },
-    Cast { input: TensorType, output: TensorType },
-    ArgMinMax { output_type: TensorType },
-    TransposeConv { padding: Padding, stride: (i32, i32), activation: Activation },
-    Shape { out_type: TensorType },
-    Pack { values_count: i32, axis: i32 },
-    Unpack { num: i32, axis: i32 },
-    LeakyRelu { alpha: f32 },
-    BatchMatMul { adj_x: bool, adj_y: bool },
+    Gather {
+        axis: i32,
+        batch_dims: i32,
+    },
+    Reducer {
+        keep_dims: bool,
+    },
+    Squeeze {
+        dims: Vec<i32>,
+    },
+    Split {
+        num_splits: i32,
+    },
+    StridedSlice {
+        begin_mask: i32,
+        end_mask: i32,
+        ellipsis_mask: i32,
+        new_axis_mask: i32,
+        shrink_axis_mask: i32,
+        offset: bool,
+    },
+    Cast {
+        input: TensorType,
+        output: TensorType,
+    },
+    ArgMinMax {
+        output_type: TensorType,
+    },
+    TransposeConv {
+        padding: Padding,
+        stride: (i32, i32),
+        activation: Activation,
+    },
+    Shape {
+        out_type: TensorType,
+    },
+    Pack {
+        values_count: i32,
+        axis: i32,
+    },
+    Unpack {
+        num: i32,
+        axis: i32,
+    },
+    LeakyRelu {
+        alpha: f32,
+    },
+    BatchMatMul {
+        adj_x: bool,
+        adj_y: bool,
+    },
     /// Options-less ops whose files carry an empty options table of this union type.
     Empty(fb::BuiltinOptions),
 }
@@ -122,6 +194,8 @@ pub struct ModelSpec {
     pub outputs: Vec<i32>,
     /// Model description string.
     pub description: String,
+    /// When set, writes a signature with this key naming every input and output.
+    pub signature_key: Option<String>,
 }
 
 impl ModelSpec {
@@ -136,9 +210,31 @@ impl ModelSpec {
         self.ops.push(OpSpec { code, inputs: inputs.to_vec(), outputs: outputs.to_vec(), options, custom_options: None });
     }
 
-    /// Serializes the model to `.tflite` bytes.
+    /// Serializes the model to `.tflite` bytes, constants inline.
     pub fn to_bytes(&self) -> Vec<u8> {
+        self.build(None)
+    }
+
+    /// Serializes with every constant stored after the flatbuffer and referenced by
+    /// `offset`/`size` (the layout converters use for models over 2 GiB).
+    pub fn to_bytes_external(&self) -> Vec<u8> {
+        // The u64 fields are always present, so the flatbuffer's length does not depend on
+        // their values: build once to learn it, then again with the real offsets.
+        let probe = self.build(Some(0));
+        let base = probe.len().div_ceil(16) * 16;
+        let mut out = self.build(Some(base as u64));
+        out.resize(base, 0);
+        for d in self.tensors.iter().filter_map(|t| t.data.as_ref()) {
+            out.extend_from_slice(d);
+            out.resize(out.len().div_ceil(16) * 16, 0);
+        }
+        out
+    }
+
+    fn build(&self, external_base: Option<u64>) -> Vec<u8> {
+        let mut external_base = external_base;
         let mut b = FlatBufferBuilder::with_capacity(1024);
+        b.force_defaults(external_base.is_some());
 
         // Buffer 0 is the format's empty sentinel; each constant gets its own buffer.
         let mut buffers = vec![fb::Buffer::create(&mut b, &fb::BufferArgs::default())];
@@ -146,8 +242,17 @@ impl ModelSpec {
         for t in &self.tensors {
             match &t.data {
                 Some(d) => {
-                    let data = b.create_vector(d);
-                    let buf = fb::Buffer::create(&mut b, &fb::BufferArgs { data: Some(data), ..Default::default() });
+                    let buf = match external_base.as_mut() {
+                        Some(next) => {
+                            let args = fb::BufferArgs { data: None, offset: *next, size: d.len() as u64 };
+                            *next = (*next + d.len() as u64).div_ceil(16) * 16;
+                            fb::Buffer::create(&mut b, &args)
+                        }
+                        None => {
+                            let data = b.create_vector(d);
+                            fb::Buffer::create(&mut b, &fb::BufferArgs { data: Some(data), ..Default::default() })
+                        }
+                    };
                     buffers.push(buf);
                     tensor_buffer.push((buffers.len() - 1) as u32);
                 }
@@ -170,7 +275,16 @@ impl ModelSpec {
             });
             tensors.push(fb::Tensor::create(
                 &mut b,
-                &fb::TensorArgs { shape: Some(shape), type_: t.dtype, buffer, name: Some(name), quantization, shape_signature, has_rank: true, ..Default::default() },
+                &fb::TensorArgs {
+                    shape: Some(shape),
+                    type_: t.dtype,
+                    buffer,
+                    name: Some(name),
+                    quantization,
+                    shape_signature,
+                    has_rank: true,
+                    ..Default::default()
+                },
             ));
         }
 
@@ -193,7 +307,10 @@ impl ModelSpec {
                 };
                 // Old readers only look at the one-byte field; codes above 127 use the placeholder there.
                 let deprecated = code.0.min(127) as i8;
-                fb::OperatorCode::create(&mut b, &fb::OperatorCodeArgs { deprecated_builtin_code: deprecated, custom_code: custom, version: 1, builtin_code: code })
+                fb::OperatorCode::create(
+                    &mut b,
+                    &fb::OperatorCodeArgs { deprecated_builtin_code: deprecated, custom_code: custom, version: 1, builtin_code: code },
+                )
             })
             .collect();
 
@@ -209,7 +326,15 @@ impl ModelSpec {
             let custom_options = op.custom_options.as_ref().map(|c| b.create_vector(c));
             ops.push(fb::Operator::create(
                 &mut b,
-                &fb::OperatorArgs { opcode_index, inputs: Some(inputs), outputs: Some(outputs), builtin_options_type: options_type, builtin_options: options, custom_options, ..Default::default() },
+                &fb::OperatorArgs {
+                    opcode_index,
+                    inputs: Some(inputs),
+                    outputs: Some(outputs),
+                    builtin_options_type: options_type,
+                    builtin_options: options,
+                    custom_options,
+                    ..Default::default()
+                },
             ));
         }
 
@@ -218,18 +343,55 @@ impl ModelSpec {
         let outputs = b.create_vector(&self.outputs);
         let ops = b.create_vector(&ops);
         let name = b.create_string("main");
-        let subgraph = fb::SubGraph::create(&mut b, &fb::SubGraphArgs { tensors: Some(tensors), inputs: Some(inputs), outputs: Some(outputs), operators: Some(ops), name: Some(name) });
+        let subgraph = fb::SubGraph::create(
+            &mut b,
+            &fb::SubGraphArgs { tensors: Some(tensors), inputs: Some(inputs), outputs: Some(outputs), operators: Some(ops), name: Some(name) },
+        );
         let subgraphs = b.create_vector(&[subgraph]);
         let codes = b.create_vector(&codes);
         let buffers = b.create_vector(&buffers);
         let description = b.create_string(&self.description);
+        let signature_defs = self.signature_key.as_ref().map(|key| {
+            let inputs = tensor_maps(&mut b, self, &self.inputs);
+            let outputs = tensor_maps(&mut b, self, &self.outputs);
+            let key = b.create_string(key);
+            let sig = fb::SignatureDef::create(
+                &mut b,
+                &fb::SignatureDefArgs { inputs: Some(inputs), outputs: Some(outputs), signature_key: Some(key), subgraph_index: 0 },
+            );
+            b.create_vector(&[sig])
+        });
         let model = fb::Model::create(
             &mut b,
-            &fb::ModelArgs { version: 3, operator_codes: Some(codes), subgraphs: Some(subgraphs), description: Some(description), buffers: Some(buffers), ..Default::default() },
+            &fb::ModelArgs {
+                version: 3,
+                operator_codes: Some(codes),
+                subgraphs: Some(subgraphs),
+                description: Some(description),
+                buffers: Some(buffers),
+                signature_defs,
+                ..Default::default()
+            },
         );
         b.finish(model, Some("TFL3"));
         b.finished_data().to_vec()
     }
+}
+
+/// Signature entries naming each tensor in `ts` by its tensor name.
+fn tensor_maps<'b>(
+    b: &mut FlatBufferBuilder<'b>,
+    spec: &ModelSpec,
+    ts: &[i32],
+) -> WIPOffset<flatbuffers::Vector<'b, flatbuffers::ForwardsUOffset<fb::TensorMap<'b>>>> {
+    let v: Vec<_> = ts
+        .iter()
+        .map(|&t| {
+            let name = b.create_string(&spec.tensors[t as usize].name);
+            fb::TensorMap::create(b, &fb::TensorMapArgs { name: Some(name), tensor_index: t as u32 })
+        })
+        .collect();
+    b.create_vector(&v)
 }
 
 fn write_options(b: &mut FlatBufferBuilder, o: &Options) -> (fb::BuiltinOptions, Option<WIPOffset<UnionWIPOffset>>) {
@@ -238,19 +400,58 @@ fn write_options(b: &mut FlatBufferBuilder, o: &Options) -> (fb::BuiltinOptions,
         Options::None => return (T::NONE, None),
         Options::Conv2D { padding, stride, dilation, activation } => (
             T::Conv2DOptions,
-            fb::Conv2DOptions::create(b, &fb::Conv2DOptionsArgs { padding: *padding, stride_w: stride.1, stride_h: stride.0, fused_activation_function: *activation, dilation_w_factor: dilation.1, dilation_h_factor: dilation.0, ..Default::default() }).as_union_value(),
+            fb::Conv2DOptions::create(
+                b,
+                &fb::Conv2DOptionsArgs {
+                    padding: *padding,
+                    stride_w: stride.1,
+                    stride_h: stride.0,
+                    fused_activation_function: *activation,
+                    dilation_w_factor: dilation.1,
+                    dilation_h_factor: dilation.0,
+                    ..Default::default()
+                },
+            )
+            .as_union_value(),
         ),
         Options::DepthwiseConv2D { padding, stride, dilation, depth_multiplier, activation } => (
             T::DepthwiseConv2DOptions,
-            fb::DepthwiseConv2DOptions::create(b, &fb::DepthwiseConv2DOptionsArgs { padding: *padding, stride_w: stride.1, stride_h: stride.0, depth_multiplier: *depth_multiplier, fused_activation_function: *activation, dilation_w_factor: dilation.1, dilation_h_factor: dilation.0 }).as_union_value(),
+            fb::DepthwiseConv2DOptions::create(
+                b,
+                &fb::DepthwiseConv2DOptionsArgs {
+                    padding: *padding,
+                    stride_w: stride.1,
+                    stride_h: stride.0,
+                    depth_multiplier: *depth_multiplier,
+                    fused_activation_function: *activation,
+                    dilation_w_factor: dilation.1,
+                    dilation_h_factor: dilation.0,
+                },
+            )
+            .as_union_value(),
         ),
         Options::Pool2D { padding, stride, filter, activation } => (
             T::Pool2DOptions,
-            fb::Pool2DOptions::create(b, &fb::Pool2DOptionsArgs { padding: *padding, stride_w: stride.1, stride_h: stride.0, filter_width: filter.1, filter_height: filter.0, fused_activation_function: *activation }).as_union_value(),
+            fb::Pool2DOptions::create(
+                b,
+                &fb::Pool2DOptionsArgs {
+                    padding: *padding,
+                    stride_w: stride.1,
+                    stride_h: stride.0,
+                    filter_width: filter.1,
+                    filter_height: filter.0,
+                    fused_activation_function: *activation,
+                },
+            )
+            .as_union_value(),
         ),
         Options::FullyConnected { activation, keep_num_dims } => (
             T::FullyConnectedOptions,
-            fb::FullyConnectedOptions::create(b, &fb::FullyConnectedOptionsArgs { fused_activation_function: *activation, keep_num_dims: *keep_num_dims, ..Default::default() }).as_union_value(),
+            fb::FullyConnectedOptions::create(
+                b,
+                &fb::FullyConnectedOptionsArgs { fused_activation_function: *activation, keep_num_dims: *keep_num_dims, ..Default::default() },
+            )
+            .as_union_value(),
         ),
         Options::Softmax { beta } => (T::SoftmaxOptions, fb::SoftmaxOptions::create(b, &fb::SoftmaxOptionsArgs { beta: *beta }).as_union_value()),
         Options::Concatenation { axis, activation } => (
@@ -258,22 +459,33 @@ fn write_options(b: &mut FlatBufferBuilder, o: &Options) -> (fb::BuiltinOptions,
             fb::ConcatenationOptions::create(b, &fb::ConcatenationOptionsArgs { axis: *axis, fused_activation_function: *activation }).as_union_value(),
         ),
         // The four binary ops share one layout; the union type is fixed up by the caller's op code below.
-        Options::Binary { activation } => (T::AddOptions, fb::AddOptions::create(b, &fb::AddOptionsArgs { fused_activation_function: *activation, pot_scale_int16: true }).as_union_value()),
+        Options::Binary { activation } => {
+            (T::AddOptions, fb::AddOptions::create(b, &fb::AddOptionsArgs { fused_activation_function: *activation, pot_scale_int16: true }).as_union_value())
+        }
         Options::Reshape { new_shape } => {
             let s = b.create_vector(new_shape);
             (T::ReshapeOptions, fb::ReshapeOptions::create(b, &fb::ReshapeOptionsArgs { new_shape: Some(s) }).as_union_value())
         }
         Options::Resize { align_corners, half_pixel_centers } => (
             T::ResizeBilinearOptions,
-            fb::ResizeBilinearOptions::create(b, &fb::ResizeBilinearOptionsArgs { align_corners: *align_corners, half_pixel_centers: *half_pixel_centers }).as_union_value(),
+            fb::ResizeBilinearOptions::create(b, &fb::ResizeBilinearOptionsArgs { align_corners: *align_corners, half_pixel_centers: *half_pixel_centers })
+                .as_union_value(),
         ),
         Options::ResizeNearest { align_corners, half_pixel_centers } => (
             T::ResizeNearestNeighborOptions,
-            fb::ResizeNearestNeighborOptions::create(b, &fb::ResizeNearestNeighborOptionsArgs { align_corners: *align_corners, half_pixel_centers: *half_pixel_centers }).as_union_value(),
+            fb::ResizeNearestNeighborOptions::create(
+                b,
+                &fb::ResizeNearestNeighborOptionsArgs { align_corners: *align_corners, half_pixel_centers: *half_pixel_centers },
+            )
+            .as_union_value(),
         ),
         Options::BlockSize(n) => (T::SpaceToDepthOptions, fb::SpaceToDepthOptions::create(b, &fb::SpaceToDepthOptionsArgs { block_size: *n }).as_union_value()),
-        Options::Gather { axis, batch_dims } => (T::GatherOptions, fb::GatherOptions::create(b, &fb::GatherOptionsArgs { axis: *axis, batch_dims: *batch_dims }).as_union_value()),
-        Options::Reducer { keep_dims } => (T::ReducerOptions, fb::ReducerOptions::create(b, &fb::ReducerOptionsArgs { keep_dims: *keep_dims }).as_union_value()),
+        Options::Gather { axis, batch_dims } => {
+            (T::GatherOptions, fb::GatherOptions::create(b, &fb::GatherOptionsArgs { axis: *axis, batch_dims: *batch_dims }).as_union_value())
+        }
+        Options::Reducer { keep_dims } => {
+            (T::ReducerOptions, fb::ReducerOptions::create(b, &fb::ReducerOptionsArgs { keep_dims: *keep_dims }).as_union_value())
+        }
         Options::Squeeze { dims } => {
             let d = b.create_vector(dims);
             (T::SqueezeOptions, fb::SqueezeOptions::create(b, &fb::SqueezeOptionsArgs { squeeze_dims: Some(d) }).as_union_value())
@@ -281,16 +493,43 @@ fn write_options(b: &mut FlatBufferBuilder, o: &Options) -> (fb::BuiltinOptions,
         Options::Split { num_splits } => (T::SplitOptions, fb::SplitOptions::create(b, &fb::SplitOptionsArgs { num_splits: *num_splits }).as_union_value()),
         Options::StridedSlice { begin_mask, end_mask, ellipsis_mask, new_axis_mask, shrink_axis_mask, offset } => (
             T::StridedSliceOptions,
-            fb::StridedSliceOptions::create(b, &fb::StridedSliceOptionsArgs { begin_mask: *begin_mask, end_mask: *end_mask, ellipsis_mask: *ellipsis_mask, new_axis_mask: *new_axis_mask, shrink_axis_mask: *shrink_axis_mask, offset: *offset }).as_union_value(),
+            fb::StridedSliceOptions::create(
+                b,
+                &fb::StridedSliceOptionsArgs {
+                    begin_mask: *begin_mask,
+                    end_mask: *end_mask,
+                    ellipsis_mask: *ellipsis_mask,
+                    new_axis_mask: *new_axis_mask,
+                    shrink_axis_mask: *shrink_axis_mask,
+                    offset: *offset,
+                },
+            )
+            .as_union_value(),
         ),
-        Options::Cast { input, output } => (T::CastOptions, fb::CastOptions::create(b, &fb::CastOptionsArgs { in_data_type: *input, out_data_type: *output }).as_union_value()),
-        Options::ArgMinMax { output_type } => (T::ArgMaxOptions, fb::ArgMaxOptions::create(b, &fb::ArgMaxOptionsArgs { output_type: *output_type }).as_union_value()),
+        Options::Cast { input, output } => {
+            (T::CastOptions, fb::CastOptions::create(b, &fb::CastOptionsArgs { in_data_type: *input, out_data_type: *output }).as_union_value())
+        }
+        Options::ArgMinMax { output_type } => {
+            (T::ArgMaxOptions, fb::ArgMaxOptions::create(b, &fb::ArgMaxOptionsArgs { output_type: *output_type }).as_union_value())
+        }
         Options::TransposeConv { padding, stride, activation } => (
             T::TransposeConvOptions,
-            fb::TransposeConvOptions::create(b, &fb::TransposeConvOptionsArgs { padding: *padding, stride_w: stride.1, stride_h: stride.0, fused_activation_function: *activation, ..Default::default() }).as_union_value(),
+            fb::TransposeConvOptions::create(
+                b,
+                &fb::TransposeConvOptionsArgs {
+                    padding: *padding,
+                    stride_w: stride.1,
+                    stride_h: stride.0,
+                    fused_activation_function: *activation,
+                    ..Default::default()
+                },
+            )
+            .as_union_value(),
         ),
         Options::Shape { out_type } => (T::ShapeOptions, fb::ShapeOptions::create(b, &fb::ShapeOptionsArgs { out_type: *out_type }).as_union_value()),
-        Options::Pack { values_count, axis } => (T::PackOptions, fb::PackOptions::create(b, &fb::PackOptionsArgs { values_count: *values_count, axis: *axis }).as_union_value()),
+        Options::Pack { values_count, axis } => {
+            (T::PackOptions, fb::PackOptions::create(b, &fb::PackOptionsArgs { values_count: *values_count, axis: *axis }).as_union_value())
+        }
         Options::Unpack { num, axis } => (T::UnpackOptions, fb::UnpackOptions::create(b, &fb::UnpackOptionsArgs { num: *num, axis: *axis }).as_union_value()),
         Options::LeakyRelu { alpha } => (T::LeakyReluOptions, fb::LeakyReluOptions::create(b, &fb::LeakyReluOptionsArgs { alpha: *alpha }).as_union_value()),
         Options::BatchMatMul { adj_x, adj_y } => (

@@ -18,7 +18,18 @@ fn interp(v: usize, scale: f32, half_pixel: bool, in_size: usize) -> (f32, usize
 
 /// Bilinear resize of NHWC `input` to `out_h x out_w`.
 #[allow(clippy::too_many_arguments)]
-pub fn resize_bilinear(input: &[f32], n: usize, h: usize, w: usize, c: usize, out_h: usize, out_w: usize, align_corners: bool, half_pixel: bool, out: &mut [f32]) {
+pub fn resize_bilinear(
+    input: &[f32],
+    n: usize,
+    h: usize,
+    w: usize,
+    c: usize,
+    out_h: usize,
+    out_w: usize,
+    align_corners: bool,
+    half_pixel: bool,
+    out: &mut [f32],
+) {
     let (sy, sx) = (scale(h, out_h, align_corners), scale(w, out_w, align_corners));
     let xs: Vec<_> = (0..out_w).map(|x| interp(x, sx, half_pixel, w)).collect();
     for b in 0..n {
@@ -48,7 +59,18 @@ fn nearest(v: usize, in_size: usize, out_size: usize, align_corners: bool, half_
 
 /// Nearest-neighbour resize, generic over the element type.
 #[allow(clippy::too_many_arguments)]
-pub fn resize_nearest<T: Copy>(input: &[T], n: usize, h: usize, w: usize, c: usize, out_h: usize, out_w: usize, align_corners: bool, half_pixel: bool, out: &mut [T]) {
+pub fn resize_nearest<T: Copy>(
+    input: &[T],
+    n: usize,
+    h: usize,
+    w: usize,
+    c: usize,
+    out_h: usize,
+    out_w: usize,
+    align_corners: bool,
+    half_pixel: bool,
+    out: &mut [T],
+) {
     let xs: Vec<usize> = (0..out_w).map(|x| nearest(x, w, out_w, align_corners, half_pixel)).collect();
     for b in 0..n {
         for y in 0..out_h {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::backend::{BackendContext, Backend, Built, CustomOpRegistry, InputDesc, KernelFn, OpContext};
+use crate::backend::{Backend, BackendContext, Built, CustomOpRegistry, InputDesc, KernelFn, OpContext};
 use crate::error::{Error, Result};
 use crate::memory::{self, Lifetime, MemoryPlan};
 use crate::model::{builtin, DType, Model, OpCode};
@@ -97,11 +97,21 @@ pub struct Limits {
 fn bytes_of(dtype: DType, shape: &[usize], limits: &Limits, what: impl Fn() -> String) -> Result<usize> {
     let size = dtype.size().ok_or_else(|| Error::Unsupported(format!("{}: element type {}", what(), dtype.name())))?;
     let n = shape.iter().try_fold(size, |acc, &d| acc.checked_mul(d)).filter(|&b| b <= limits.max_arena_bytes);
-    n.ok_or_else(|| Error::ResourceLimit(format!("{}: shape {shape:?} of {} exceeds the session limit of {} bytes", what(), dtype.name(), limits.max_arena_bytes)))
+    n.ok_or_else(|| {
+        Error::ResourceLimit(format!("{}: shape {shape:?} of {} exceeds the session limit of {} bytes", what(), dtype.name(), limits.max_arena_bytes))
+    })
 }
 
 /// Compiles subgraph `sg` with the given input shapes.
-pub fn compile(model: &Model, sg: usize, input_shapes: &[Vec<usize>], backends: &[&dyn Backend], custom: &CustomOpRegistry, ctx: &mut BackendContext, limits: Limits) -> Result<CompiledGraph> {
+pub fn compile(
+    model: &Model,
+    sg: usize,
+    input_shapes: &[Vec<usize>],
+    backends: &[&dyn Backend],
+    custom: &CustomOpRegistry,
+    ctx: &mut BackendContext,
+    limits: Limits,
+) -> Result<CompiledGraph> {
     let g = model.subgraphs.get(sg).ok_or_else(|| Error::InvalidArgument(format!("subgraph {sg} does not exist")))?;
     let bytes = model.bytes();
     let mut tensors: Vec<TensorSlot> = g
@@ -111,7 +121,9 @@ pub fn compile(model: &Model, sg: usize, input_shapes: &[Vec<usize>], backends: 
             let loc = match &t.data {
                 None => Loc::None,
                 // Kernels view constants as typed slices; realign the rare misaligned one.
-                Some(r) if (bytes.as_ptr() as usize + r.start) % t.dtype.size().unwrap_or(1).min(8) != 0 => Loc::Owned(Arc::new(AlignedBytes::from_slice(&bytes[r.clone()]))),
+                Some(r) if !(bytes.as_ptr() as usize + r.start).is_multiple_of(t.dtype.size().unwrap_or(1).min(8)) => {
+                    Loc::Owned(Arc::new(AlignedBytes::from_slice(&bytes[r.clone()])))
+                }
                 Some(r) => Loc::Model(r.clone()),
             };
             TensorSlot { dtype: t.dtype, shape: t.shape.clone(), loc }
@@ -154,11 +166,25 @@ pub fn compile(model: &Model, sg: usize, input_shapes: &[Vec<usize>], backends: 
             .iter()
             .enumerate()
             .map(|(k, i)| {
-                i.map(|t| InputDesc { tensor: t, dtype: tensors[t].dtype, shape: tensors[t].shape.clone(), value: value_of(k), quant: g.tensors[t].quant.as_ref(), sparsity: g.tensors[t].sparsity.as_ref() })
+                i.map(|t| InputDesc {
+                    tensor: t,
+                    dtype: tensors[t].dtype,
+                    shape: tensors[t].shape.clone(),
+                    value: value_of(k),
+                    quant: g.tensors[t].quant.as_ref(),
+                    sparsity: g.tensors[t].sparsity.as_ref(),
+                })
             })
             .collect();
         let all_const = inputs.iter().flatten().all(|d| d.value.is_some());
-        let octx = OpContext { subgraph: sg, op_index: oi, op, inputs, outputs: op.outputs.iter().map(|&o| &g.tensors[o]).collect(), custom_options: model.custom_options(op) };
+        let octx = OpContext {
+            subgraph: sg,
+            op_index: oi,
+            op,
+            inputs,
+            outputs: op.outputs.iter().map(|&o| &g.tensors[o]).collect(),
+            custom_options: model.custom_options(op),
+        };
         let built: Built = match &op.code {
             OpCode::Custom(name) => match custom.get(name) {
                 Some(c) => c.build(&octx)?,
@@ -189,7 +215,11 @@ pub fn compile(model: &Model, sg: usize, input_shapes: &[Vec<usize>], backends: 
         for (k, (dtype, _)) in built.outputs.iter().enumerate() {
             let declared = g.tensors[op.outputs[k]].dtype;
             if *dtype != declared {
-                return Err(octx.unsupported(format!("output {k} is declared {} but this kernel computes {} (quantized kernels are not implemented yet)", declared.name(), dtype.name())));
+                return Err(octx.unsupported(format!(
+                    "output {k} is declared {} but this kernel computes {} (quantized kernels are not implemented yet)",
+                    declared.name(),
+                    dtype.name()
+                )));
             }
         }
         let Built { outputs, mut kernel } = built;
@@ -201,7 +231,11 @@ pub fn compile(model: &Model, sg: usize, input_shapes: &[Vec<usize>], backends: 
         let foldable = (all_const || op.code == OpCode::Builtin(builtin::SHAPE)) && !op.outputs.iter().any(|&o| g.tensors[o].is_variable);
         if foldable {
             let ins: Vec<Option<&[u8]>> = (0..op.inputs.len()).map(value_of).collect();
-            let mut outs: Vec<AlignedBytes> = op.outputs.iter().map(|&t| Ok(AlignedBytes::zeroed(bytes_of(tensors[t].dtype, &tensors[t].shape, &limits, || octx.at())?))).collect::<Result<_>>()?;
+            let mut outs: Vec<AlignedBytes> = op
+                .outputs
+                .iter()
+                .map(|&t| Ok(AlignedBytes::zeroed(bytes_of(tensors[t].dtype, &tensors[t].shape, &limits, || octx.at())?)))
+                .collect::<Result<_>>()?;
             {
                 let mut views: Vec<&mut [u8]> = outs.iter_mut().map(|o| o.bytes_mut()).collect();
                 kernel(&ins, &mut views).map_err(|e| Error::InvalidModel(format!("{}: evaluating constant op: {e}", octx.at())))?;
@@ -236,7 +270,9 @@ pub fn compile(model: &Model, sg: usize, input_shapes: &[Vec<usize>], backends: 
             }
         }
     }
-    for &t in &g.outputs {
+    // Graph inputs and outputs stay valid for the whole run, as in LiteRT: a caller may
+    // run again without setting inputs, and reads outputs after the run.
+    for &t in g.inputs.iter().chain(&g.outputs) {
         if first[t] != usize::MAX {
             last[t] = n_steps.max(1) - 1;
         }

@@ -68,7 +68,11 @@ pub fn plan(lifetimes: &[Lifetime], max_bytes: usize) -> Result<MemoryPlan> {
             *s = s.saturating_add(l.bytes);
         }
     }
-    Ok(MemoryPlan { offsets: placed.iter().map(|&(off, _, lt)| (lt.tensor, off)).collect(), arena_bytes: arena, lower_bound_bytes: live.into_iter().max().unwrap_or(0) })
+    Ok(MemoryPlan {
+        offsets: placed.iter().map(|&(off, _, lt)| (lt.tensor, off)).collect(),
+        arena_bytes: arena,
+        lower_bound_bytes: live.into_iter().max().unwrap_or(0),
+    })
 }
 
 /// Splits the arena into mutable output regions and the shared gaps between

@@ -356,7 +356,10 @@ fn parse(data: &[u8]) -> Result<Parsed> {
             Some((start, bytes)) if !bytes.is_empty() => Some(start..start + bytes.len()),
             // Offsets 0 and 1 are the format's "not used" markers.
             _ if offset > 1 => {
-                let end = offset.checked_add(size).filter(|&e| e <= data.len() as u64).ok_or_else(|| invalid(format!("buffer {i}: offset {offset} + size {size} lies outside the file ({} bytes)", data.len())))?;
+                let end = offset
+                    .checked_add(size)
+                    .filter(|&e| e <= data.len() as u64)
+                    .ok_or_else(|| invalid(format!("buffer {i}: offset {offset} + size {size} lies outside the file ({} bytes)", data.len())))?;
                 Some(offset as usize..end as usize)
             }
             _ => None,
@@ -406,7 +409,12 @@ fn parse(data: &[u8]) -> Result<Parsed> {
             }
             Ok(v)
         };
-        signatures.push(Signature { key: key.clone(), subgraph: sub, inputs: maps(fb::SignatureDef::VT_INPUTS)?, outputs: maps(fb::SignatureDef::VT_OUTPUTS)? });
+        signatures.push(Signature {
+            key: key.clone(),
+            subgraph: sub,
+            inputs: maps(fb::SignatureDef::VT_INPUTS)?,
+            outputs: maps(fb::SignatureDef::VT_OUTPUTS)?,
+        });
     }
     Ok((kind, version, description, subgraphs, signatures))
 }
@@ -435,11 +443,8 @@ fn parse_subgraph(data: &[u8], kind: FileKind, si: usize, sg: Table<'_>, buffers
         for v in o.vec_of::<i32>(fb::Operator::VT_INPUTS)? {
             op_inputs.push(if v < 0 { None } else { Some(idx(i64::from(v), n, || format!("{} input", at()))?) });
         }
-        let op_outputs = o
-            .vec_of::<i32>(fb::Operator::VT_OUTPUTS)?
-            .into_iter()
-            .map(|v| idx(i64::from(v), n, || format!("{} output", at())))
-            .collect::<Result<Vec<_>>>()?;
+        let op_outputs =
+            o.vec_of::<i32>(fb::Operator::VT_OUTPUTS)?.into_iter().map(|v| idx(i64::from(v), n, || format!("{} output", at()))).collect::<Result<Vec<_>>>()?;
         let opt_type = o.scalar::<u8>(fb::Operator::VT_BUILTIN_OPTIONS_TYPE, 0)?;
         let options = o.table(fb::Operator::VT_BUILTIN_OPTIONS)?;
         let params = match &code {
@@ -453,7 +458,10 @@ fn parse_subgraph(data: &[u8], kind: FileKind, si: usize, sg: Table<'_>, buffers
         let large_off = o.scalar::<u64>(fb::Operator::VT_LARGE_CUSTOM_OPTIONS_OFFSET, 0)?;
         let large_size = o.scalar::<u64>(fb::Operator::VT_LARGE_CUSTOM_OPTIONS_SIZE, 0)?;
         if large_off > 1 {
-            let end = large_off.checked_add(large_size).filter(|&e| e <= data.len() as u64).ok_or_else(|| invalid(format!("{}: custom options lie outside the file", at())))?;
+            let end = large_off
+                .checked_add(large_size)
+                .filter(|&e| e <= data.len() as u64)
+                .ok_or_else(|| invalid(format!("{}: custom options lie outside the file", at())))?;
             custom_options = Some(large_off as usize..end as usize);
         }
         ops.push(Op { code, version, inputs: op_inputs, outputs: op_outputs, params, custom_options });
@@ -519,11 +527,7 @@ fn parse_tensor(kind: FileKind, si: usize, ti: usize, t: Table<'_>, buffers: &[O
     };
 
     let bi = t.scalar::<u32>(fb::Tensor::VT_BUFFER, 0)? as i64;
-    let data = if bi == 0 {
-        None
-    } else {
-        buffers.get(idx(bi, buffers.len(), || format!("{} ('{name}') buffer", at()))?).cloned().flatten()
-    };
+    let data = if bi == 0 { None } else { buffers.get(idx(bi, buffers.len(), || format!("{} ('{name}') buffer", at()))?).cloned().flatten() };
     if let (Some(r), Some(size), None) = (&data, dtype.size(), &sparsity) {
         let want = numel.saturating_mul(size as u64);
         if r.len() as u64 != want {
@@ -535,7 +539,9 @@ fn parse_tensor(kind: FileKind, si: usize, ti: usize, t: Table<'_>, buffers: &[O
 }
 
 fn parse_sparsity(s: Table<'_>) -> Result<Sparsity> {
-    let to_usize = |v: Vec<i32>, what: &str| -> Result<Vec<usize>> { v.into_iter().map(|x| usize::try_from(x).map_err(|_| invalid(format!("negative {what} {x}")))).collect() };
+    let to_usize = |v: Vec<i32>, what: &str| -> Result<Vec<usize>> {
+        v.into_iter().map(|x| usize::try_from(x).map_err(|_| invalid(format!("negative {what} {x}")))).collect()
+    };
     let traversal_order = to_usize(s.vec_of::<i32>(fb::SparsityParameters::VT_TRAVERSAL_ORDER)?, "traversal order")?;
     let block_map = to_usize(s.vec_of::<i32>(fb::SparsityParameters::VT_BLOCK_MAP)?, "block map")?;
     if traversal_order.len() > 2 * MAX_RANK {
@@ -579,7 +585,12 @@ fn check_dataflow(si: usize, sg: &Subgraph) -> Result<()> {
     for (oi, op) in sg.ops.iter().enumerate() {
         for &o in &op.outputs {
             if producer[o] != usize::MAX && !sg.tensors[o].is_variable {
-                return Err(invalid(format!("subgraph {si} op {oi} ({}) writes tensor {o} ('{}') which op {} already writes", op.code.name(), sg.tensors[o].name, producer[o])));
+                return Err(invalid(format!(
+                    "subgraph {si} op {oi} ({}) writes tensor {o} ('{}') which op {} already writes",
+                    op.code.name(),
+                    sg.tensors[o].name,
+                    producer[o]
+                )));
             }
             if sg.tensors[o].is_const() {
                 return Err(invalid(format!("subgraph {si} op {oi} ({}) writes constant tensor {o} ('{}')", op.code.name(), sg.tensors[o].name)));

@@ -62,35 +62,115 @@ impl Activation {
 #[allow(missing_docs)]
 pub enum OpParams {
     None,
-    Conv2D { padding: Padding, stride: (usize, usize), dilation: (usize, usize), activation: Activation },
-    DepthwiseConv2D { padding: Padding, stride: (usize, usize), dilation: (usize, usize), depth_multiplier: i32, activation: Activation },
-    Pool2D { padding: Padding, stride: (usize, usize), filter: (usize, usize), activation: Activation },
-    FullyConnected { activation: Activation, keep_num_dims: bool, shuffled_weights: bool, asymmetric_quantize_inputs: bool },
-    Softmax { beta: f32 },
-    Concatenation { axis: i32, activation: Activation },
+    Conv2D {
+        padding: Padding,
+        stride: (usize, usize),
+        dilation: (usize, usize),
+        activation: Activation,
+    },
+    DepthwiseConv2D {
+        padding: Padding,
+        stride: (usize, usize),
+        dilation: (usize, usize),
+        depth_multiplier: i32,
+        activation: Activation,
+    },
+    Pool2D {
+        padding: Padding,
+        stride: (usize, usize),
+        filter: (usize, usize),
+        activation: Activation,
+    },
+    FullyConnected {
+        activation: Activation,
+        keep_num_dims: bool,
+        shuffled_weights: bool,
+        asymmetric_quantize_inputs: bool,
+    },
+    Softmax {
+        beta: f32,
+    },
+    Concatenation {
+        axis: i32,
+        activation: Activation,
+    },
     /// ADD / SUB / MUL / DIV.
-    Binary { activation: Activation },
-    Reshape { new_shape: Option<Vec<i32>> },
-    Resize { align_corners: bool, half_pixel_centers: bool },
+    Binary {
+        activation: Activation,
+    },
+    Reshape {
+        new_shape: Option<Vec<i32>>,
+    },
+    Resize {
+        align_corners: bool,
+        half_pixel_centers: bool,
+    },
     BlockSize(usize),
-    Gather { axis: i32, batch_dims: i32 },
-    Reducer { keep_dims: bool },
-    Squeeze { dims: Vec<i32> },
-    Split { num_splits: usize },
-    StridedSlice { begin_mask: i32, end_mask: i32, ellipsis_mask: i32, new_axis_mask: i32, shrink_axis_mask: i32, offset: bool },
+    Gather {
+        axis: i32,
+        batch_dims: i32,
+    },
+    Reducer {
+        keep_dims: bool,
+    },
+    Squeeze {
+        dims: Vec<i32>,
+    },
+    Split {
+        num_splits: usize,
+    },
+    StridedSlice {
+        begin_mask: i32,
+        end_mask: i32,
+        ellipsis_mask: i32,
+        new_axis_mask: i32,
+        shrink_axis_mask: i32,
+        offset: bool,
+    },
     /// Output type code for ARG_MAX / ARG_MIN / SHAPE (a TensorType code).
     OutType(i8),
-    TransposeConv { padding: Padding, stride: (usize, usize), activation: Activation },
-    Pack { values_count: i32, axis: i32 },
-    Unpack { num: i32, axis: i32 },
-    LeakyRelu { alpha: f32 },
-    BatchMatMul { adj_x: bool, adj_y: bool, asymmetric_quantize_inputs: bool },
-    Gelu { approximate: bool },
-    MirrorPad { symmetric: bool },
-    If { then_subgraph: usize, else_subgraph: usize },
-    While { cond_subgraph: usize, body_subgraph: usize },
-    CallOnce { init_subgraph: usize },
-    VarHandle { container: String, shared_name: String },
+    TransposeConv {
+        padding: Padding,
+        stride: (usize, usize),
+        activation: Activation,
+    },
+    Pack {
+        values_count: i32,
+        axis: i32,
+    },
+    Unpack {
+        num: i32,
+        axis: i32,
+    },
+    LeakyRelu {
+        alpha: f32,
+    },
+    BatchMatMul {
+        adj_x: bool,
+        adj_y: bool,
+        asymmetric_quantize_inputs: bool,
+    },
+    Gelu {
+        approximate: bool,
+    },
+    MirrorPad {
+        symmetric: bool,
+    },
+    If {
+        then_subgraph: usize,
+        else_subgraph: usize,
+    },
+    While {
+        cond_subgraph: usize,
+        body_subgraph: usize,
+    },
+    CallOnce {
+        init_subgraph: usize,
+    },
+    VarHandle {
+        container: String,
+        shared_name: String,
+    },
 }
 
 fn padding(c: i8) -> Result<Padding> {
@@ -202,18 +282,28 @@ pub fn parse_params(code: i32, opt_type: u8, options: Option<Table<'_>>) -> Resu
             }
         }
         B::SOFTMAX => OpParams::Softmax { beta: f32f(fb::SoftmaxOptions::VT_BETA, 0.0)? },
-        B::CONCATENATION => OpParams::Concatenation { axis: i32f(fb::ConcatenationOptions::VT_AXIS, 0)?, activation: act(fb::ConcatenationOptions::VT_FUSED_ACTIVATION_FUNCTION)? },
+        B::CONCATENATION => OpParams::Concatenation {
+            axis: i32f(fb::ConcatenationOptions::VT_AXIS, 0)?,
+            activation: act(fb::ConcatenationOptions::VT_FUSED_ACTIVATION_FUNCTION)?,
+        },
         // Add, Sub, Mul and Div keep the activation in slot 4.
         B::ADD | B::SUB | B::MUL | B::DIV => OpParams::Binary { activation: act(fb::AddOptions::VT_FUSED_ACTIVATION_FUNCTION)? },
-        B::RESHAPE => OpParams::Reshape { new_shape: t.map(|t| t.vector::<i32>(fb::ReshapeOptions::VT_NEW_SHAPE)).transpose()?.flatten().map(|v| v.iter().collect()) },
-        B::RESIZE_BILINEAR => OpParams::Resize { align_corners: boolf(fb::ResizeBilinearOptions::VT_ALIGN_CORNERS, false)?, half_pixel_centers: boolf(fb::ResizeBilinearOptions::VT_HALF_PIXEL_CENTERS, false)? },
+        B::RESHAPE => {
+            OpParams::Reshape { new_shape: t.map(|t| t.vector::<i32>(fb::ReshapeOptions::VT_NEW_SHAPE)).transpose()?.flatten().map(|v| v.iter().collect()) }
+        }
+        B::RESIZE_BILINEAR => OpParams::Resize {
+            align_corners: boolf(fb::ResizeBilinearOptions::VT_ALIGN_CORNERS, false)?,
+            half_pixel_centers: boolf(fb::ResizeBilinearOptions::VT_HALF_PIXEL_CENTERS, false)?,
+        },
         B::RESIZE_NEAREST_NEIGHBOR => OpParams::Resize {
             align_corners: boolf(fb::ResizeNearestNeighborOptions::VT_ALIGN_CORNERS, false)?,
             half_pixel_centers: boolf(fb::ResizeNearestNeighborOptions::VT_HALF_PIXEL_CENTERS, false)?,
         },
         B::SPACE_TO_DEPTH | B::DEPTH_TO_SPACE => OpParams::BlockSize(positive(i32f(fb::SpaceToDepthOptions::VT_BLOCK_SIZE, 0)?, "block_size")?),
         B::GATHER => OpParams::Gather { axis: i32f(fb::GatherOptions::VT_AXIS, 0)?, batch_dims: i32f(fb::GatherOptions::VT_BATCH_DIMS, 0)? },
-        B::MEAN | B::SUM | B::REDUCE_MAX | B::REDUCE_MIN | B::REDUCE_PROD | B::REDUCE_ANY | B::REDUCE_ALL => OpParams::Reducer { keep_dims: boolf(fb::ReducerOptions::VT_KEEP_DIMS, false)? },
+        B::MEAN | B::SUM | B::REDUCE_MAX | B::REDUCE_MIN | B::REDUCE_PROD | B::REDUCE_ANY | B::REDUCE_ALL => {
+            OpParams::Reducer { keep_dims: boolf(fb::ReducerOptions::VT_KEEP_DIMS, false)? }
+        }
         B::SQUEEZE => OpParams::Squeeze { dims: t.map(|t| t.vec_of::<i32>(fb::SqueezeOptions::VT_SQUEEZE_DIMS)).transpose()?.unwrap_or_default() },
         B::SPLIT | B::SPLIT_V => OpParams::Split { num_splits: positive(i32f(fb::SplitOptions::VT_NUM_SPLITS, 0)?, "num_splits")? },
         B::STRIDED_SLICE => {

@@ -135,7 +135,12 @@ impl Session {
     /// Selects the signature whose inputs/outputs the session exposes (before `prepare`).
     pub fn select_signature(&mut self, key: &str) -> Result<()> {
         self.require(State::Loaded, "select_signature")?;
-        let s = self.model.signatures.iter().find(|s| s.key == key).ok_or_else(|| Error::InvalidArgument(format!("no signature '{key}' (have: {:?})", self.signatures())))?;
+        let s = self
+            .model
+            .signatures
+            .iter()
+            .find(|s| s.key == key)
+            .ok_or_else(|| Error::InvalidArgument(format!("no signature '{key}' (have: {:?})", self.signatures())))?;
         let g = &self.model.subgraphs[s.subgraph];
         self.subgraph = s.subgraph;
         self.inputs = s.inputs.clone();
@@ -212,7 +217,15 @@ impl Session {
         self.ran = false;
         let cpu = CpuBackend;
         let backends: [&dyn Backend; 1] = [&cpu];
-        let c = compile::compile(&self.model, self.subgraph, &self.input_shapes, &backends, &self.options.custom_ops, &mut self.ctx, Limits { max_arena_bytes: self.options.max_arena_bytes })?;
+        let c = compile::compile(
+            &self.model,
+            self.subgraph,
+            &self.input_shapes,
+            &backends,
+            &self.options.custom_ops,
+            &mut self.ctx,
+            Limits { max_arena_bytes: self.options.max_arena_bytes },
+        )?;
         self.arena = vec![0u64; c.plan.arena_bytes.div_ceil(8)];
         self.compiled = Some(c);
         self.state = State::Prepared;
@@ -238,7 +251,13 @@ impl Session {
         };
         if data.len() != len {
             let d = self.desc(&self.inputs[i].0, t, Some(i));
-            return Err(Error::InvalidArgument(format!("input {i} ('{}') is {} {:?} = {len} bytes, got {} bytes", d.name, d.dtype.name(), d.shape, data.len())));
+            return Err(Error::InvalidArgument(format!(
+                "input {i} ('{}') is {} {:?} = {len} bytes, got {} bytes",
+                d.name,
+                d.dtype.name(),
+                d.shape,
+                data.len()
+            )));
         }
         bytemuck::cast_slice_mut::<u64, u8>(&mut self.arena)[offset..offset + len].copy_from_slice(data);
         Ok(())

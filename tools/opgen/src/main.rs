@@ -147,7 +147,13 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             let bv = r.floats(oc, -1.0, 1.0);
             let b = m.add_tensor(TensorSpec::const_f32("b", &[oc as i32], &bv));
             let o = out(&mut m, TensorType::FLOAT32, &[]);
-            single(B::TRANSPOSE_CONV, &[os, wt, x, b], o, Options::TransposeConv { padding, stride: (s as i32, s as i32), activation: Activation::NONE }, &mut m);
+            single(
+                B::TRANSPOSE_CONV,
+                &[os, wt, x, b],
+                o,
+                Options::TransposeConv { padding, stride: (s as i32, s as i32), activation: Activation::NONE },
+                &mut m,
+            );
             ranges.push(fr);
         }
         "BATCH_MATMUL" => {
@@ -159,7 +165,8 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             single(B::BATCH_MATMUL, &[a, bb], o, Options::BatchMatMul { adj_x, adj_y }, &mut m);
             ranges.extend([fr, fr]);
         }
-        "ADD" | "SUB" | "MUL" | "DIV" | "MAXIMUM" | "MINIMUM" | "SQUARED_DIFFERENCE" | "POW" | "LESS" | "GREATER_EQUAL" | "EQUAL" | "NOT_EQUAL" | "LESS_EQUAL" | "GREATER" => {
+        "ADD" | "SUB" | "MUL" | "DIV" | "MAXIMUM" | "MINIMUM" | "SQUARED_DIFFERENCE" | "POW" | "LESS" | "GREATER_EQUAL" | "EQUAL" | "NOT_EQUAL"
+        | "LESS_EQUAL" | "GREATER" => {
             let rank = r.u(1, 4);
             let full = r.shape(rank, 1, 5);
             let skip = r.u(0, rank - 1);
@@ -189,8 +196,12 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             single(B::PRELU, &[x, a], o, Options::None, &mut m);
             ranges.push(fr);
         }
-        "ABS" | "NEG" | "EXP" | "LOG" | "SQRT" | "RSQRT" | "SQUARE" | "TANH" | "LOGISTIC" | "RELU" | "RELU6" | "RELU_N1_TO_1" | "HARD_SWISH" | "LEAKY_RELU" | "ELU" | "FLOOR" | "CEIL" | "SIN" | "COS" | "SOFTMAX" | "LOG_SOFTMAX" => {
-            let s = { let rk = r.u(1, 4); r.shape(rk, 1, 6) };
+        "ABS" | "NEG" | "EXP" | "LOG" | "SQRT" | "RSQRT" | "SQUARE" | "TANH" | "LOGISTIC" | "RELU" | "RELU6" | "RELU_N1_TO_1" | "HARD_SWISH" | "LEAKY_RELU"
+        | "ELU" | "FLOOR" | "CEIL" | "SIN" | "COS" | "SOFTMAX" | "LOG_SOFTMAX" => {
+            let s = {
+                let rk = r.u(1, 4);
+                r.shape(rk, 1, 6)
+            };
             let x = f32in(&mut m, "x", &s);
             let o = out(&mut m, TensorType::FLOAT32, &[]);
             let code = B::ENUM_VALUES.iter().copied().find(|c| c.variant_name() == Some(op)).unwrap_or(B::ABS);
@@ -241,7 +252,13 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             if op == "PACK" {
                 single(B::PACK, &ins, o, Options::Pack { values_count: k as i32, axis: r.u(0, rank) as i32 }, &mut m);
             } else {
-                single(B::CONCATENATION, &ins, o, Options::Concatenation { axis: axis as i32 - if r.coin() { rank as i32 } else { 0 }, activation: Activation::NONE }, &mut m);
+                single(
+                    B::CONCATENATION,
+                    &ins,
+                    o,
+                    Options::Concatenation { axis: axis as i32 - if r.coin() { rank as i32 } else { 0 }, activation: Activation::NONE },
+                    &mut m,
+                );
             }
         }
         "SPLIT" | "SPLIT_V" | "UNPACK" => {
@@ -301,7 +318,13 @@ fn gen(op: &str, r: &mut Rng) -> Case {
                 let et = m.add_tensor(TensorSpec::const_i32("end", &[rank as i32], &end));
                 let st = m.add_tensor(TensorSpec::const_i32("strides", &[rank as i32], &strides));
                 let bm = bm & !sm;
-                single(B::STRIDED_SLICE, &[x, bt, et, st], o, Options::StridedSlice { begin_mask: bm, end_mask: em, ellipsis_mask: 0, new_axis_mask: nm, shrink_axis_mask: sm, offset: false }, &mut m);
+                single(
+                    B::STRIDED_SLICE,
+                    &[x, bt, et, st],
+                    o,
+                    Options::StridedSlice { begin_mask: bm, end_mask: em, ellipsis_mask: 0, new_axis_mask: nm, shrink_axis_mask: sm, offset: false },
+                    &mut m,
+                );
             }
         }
         "TRANSPOSE" => {
@@ -356,7 +379,11 @@ fn gen(op: &str, r: &mut Rng) -> Case {
         }
         "DEPTH_TO_SPACE" | "SPACE_TO_DEPTH" => {
             let b = r.u(2, 3) as i32;
-            let s = if op == "DEPTH_TO_SPACE" { [1, r.u(1, 4) as i32, r.u(1, 4) as i32, b * b * r.u(1, 3) as i32] } else { [1, b * r.u(1, 3) as i32, b * r.u(1, 3) as i32, r.u(1, 3) as i32] };
+            let s = if op == "DEPTH_TO_SPACE" {
+                [1, r.u(1, 4) as i32, r.u(1, 4) as i32, b * b * r.u(1, 3) as i32]
+            } else {
+                [1, b * r.u(1, 3) as i32, b * r.u(1, 3) as i32, r.u(1, 3) as i32]
+            };
             let x = f32in(&mut m, "x", &s);
             let o = out(&mut m, TensorType::FLOAT32, &[]);
             let code = if op == "DEPTH_TO_SPACE" { B::DEPTH_TO_SPACE } else { B::SPACE_TO_DEPTH };
@@ -403,7 +430,10 @@ fn gen(op: &str, r: &mut Rng) -> Case {
         }
         "DEQUANTIZE_FP16" => {
             // fp16 weights dequantized once at prepare, then used by an ADD.
-            let s = { let rk = r.u(1, 3); r.shape(rk, 1, 5) };
+            let s = {
+                let rk = r.u(1, 3);
+                r.shape(rk, 1, 5)
+            };
             let vals: Vec<u8> = r.floats(n_of(&s), -4.0, 4.0).iter().flat_map(|&v| f32_to_f16_bits(v).to_le_bytes()).collect();
             let wt = m.add_tensor(TensorSpec { data: Some(vals), ..TensorSpec::activation("w16", TensorType::FLOAT16, &s) });
             let wf = m.add_tensor(TensorSpec::activation("w", TensorType::FLOAT32, &s));
@@ -414,7 +444,10 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             ranges.push(fr);
         }
         "SELECT_V2" => {
-            let s = { let rk = r.u(1, 3); r.shape(rk, 1, 4) };
+            let s = {
+                let rk = r.u(1, 3);
+                r.shape(rk, 1, 4)
+            };
             let a = f32in(&mut m, "a", &s);
             let b = f32in(&mut m, "b", &s);
             let c = m.add_tensor(TensorSpec::activation("c", TensorType::BOOL, &s));
@@ -449,11 +482,75 @@ fn f32_to_f16_bits(v: f32) -> u16 {
 /// Every op the generator covers. (ELU and CEIL have no kernel in LiteRT's reference
 /// resolver, so they cannot be compared there.)
 const OPS: &[&str] = &[
-    "CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "MAX_POOL_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "BATCH_MATMUL", "ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM",
-    "SQUARED_DIFFERENCE", "POW", "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL", "EQUAL", "NOT_EQUAL", "PRELU", "ABS", "NEG", "EXP", "LOG", "SQRT", "RSQRT", "SQUARE", "TANH",
-    "LOGISTIC", "RELU", "RELU6", "RELU_N1_TO_1", "HARD_SWISH", "LEAKY_RELU", "FLOOR", "SIN", "COS", "SOFTMAX", "LOG_SOFTMAX", "RESHAPE", "SQUEEZE", "EXPAND_DIMS",
-    "CONCATENATION", "PACK", "SPLIT", "SPLIT_V", "UNPACK", "SLICE", "STRIDED_SLICE", "TRANSPOSE", "PAD", "PADV2", "GATHER", "TILE", "DEPTH_TO_SPACE", "SPACE_TO_DEPTH",
-    "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR", "MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD", "ARG_MAX", "ARG_MIN", "DEQUANTIZE_FP16", "SELECT_V2",
+    "CONV_2D",
+    "DEPTHWISE_CONV_2D",
+    "AVERAGE_POOL_2D",
+    "MAX_POOL_2D",
+    "FULLY_CONNECTED",
+    "TRANSPOSE_CONV",
+    "BATCH_MATMUL",
+    "ADD",
+    "SUB",
+    "MUL",
+    "DIV",
+    "MAXIMUM",
+    "MINIMUM",
+    "SQUARED_DIFFERENCE",
+    "POW",
+    "LESS",
+    "LESS_EQUAL",
+    "GREATER",
+    "GREATER_EQUAL",
+    "EQUAL",
+    "NOT_EQUAL",
+    "PRELU",
+    "ABS",
+    "NEG",
+    "EXP",
+    "LOG",
+    "SQRT",
+    "RSQRT",
+    "SQUARE",
+    "TANH",
+    "LOGISTIC",
+    "RELU",
+    "RELU6",
+    "RELU_N1_TO_1",
+    "HARD_SWISH",
+    "LEAKY_RELU",
+    "FLOOR",
+    "SIN",
+    "COS",
+    "SOFTMAX",
+    "LOG_SOFTMAX",
+    "RESHAPE",
+    "SQUEEZE",
+    "EXPAND_DIMS",
+    "CONCATENATION",
+    "PACK",
+    "SPLIT",
+    "SPLIT_V",
+    "UNPACK",
+    "SLICE",
+    "STRIDED_SLICE",
+    "TRANSPOSE",
+    "PAD",
+    "PADV2",
+    "GATHER",
+    "TILE",
+    "DEPTH_TO_SPACE",
+    "SPACE_TO_DEPTH",
+    "RESIZE_BILINEAR",
+    "RESIZE_NEAREST_NEIGHBOR",
+    "MEAN",
+    "SUM",
+    "REDUCE_MAX",
+    "REDUCE_MIN",
+    "REDUCE_PROD",
+    "ARG_MAX",
+    "ARG_MIN",
+    "DEQUANTIZE_FP16",
+    "SELECT_V2",
 ];
 
 /// A small float CNN, built with the writer: conv -> depthwise -> pool -> FC -> softmax.
@@ -465,14 +562,29 @@ fn demo() -> Vec<u8> {
     let w1 = m.add_tensor(TensorSpec::const_f32("conv1/w", &[8, 3, 3, 3], &w1v));
     let b1 = m.add_tensor(TensorSpec::const_f32("conv1/b", &[8], &[0.1; 8]));
     let c1 = m.add_tensor(TensorSpec::activation("conv1", TensorType::FLOAT32, &[1, 16, 16, 8]));
-    m.add_op(OpCode::Builtin(B::CONV_2D), &[x, w1, b1], &[c1], Options::Conv2D { padding: Padding::SAME, stride: (2, 2), dilation: (1, 1), activation: Activation::RELU6 });
+    m.add_op(
+        OpCode::Builtin(B::CONV_2D),
+        &[x, w1, b1],
+        &[c1],
+        Options::Conv2D { padding: Padding::SAME, stride: (2, 2), dilation: (1, 1), activation: Activation::RELU6 },
+    );
     let w2v = r.floats(9 * 8, -0.5, 0.5);
     let w2 = m.add_tensor(TensorSpec::const_f32("dw/w", &[1, 3, 3, 8], &w2v));
     let b2 = m.add_tensor(TensorSpec::const_f32("dw/b", &[8], &[0.0; 8]));
     let c2 = m.add_tensor(TensorSpec::activation("dw", TensorType::FLOAT32, &[1, 16, 16, 8]));
-    m.add_op(OpCode::Builtin(B::DEPTHWISE_CONV_2D), &[c1, w2, b2], &[c2], Options::DepthwiseConv2D { padding: Padding::SAME, stride: (1, 1), dilation: (1, 1), depth_multiplier: 1, activation: Activation::RELU });
+    m.add_op(
+        OpCode::Builtin(B::DEPTHWISE_CONV_2D),
+        &[c1, w2, b2],
+        &[c2],
+        Options::DepthwiseConv2D { padding: Padding::SAME, stride: (1, 1), dilation: (1, 1), depth_multiplier: 1, activation: Activation::RELU },
+    );
     let p = m.add_tensor(TensorSpec::activation("pool", TensorType::FLOAT32, &[1, 1, 1, 8]));
-    m.add_op(OpCode::Builtin(B::AVERAGE_POOL_2D), &[c2], &[p], Options::Pool2D { padding: Padding::VALID, stride: (16, 16), filter: (16, 16), activation: Activation::NONE });
+    m.add_op(
+        OpCode::Builtin(B::AVERAGE_POOL_2D),
+        &[c2],
+        &[p],
+        Options::Pool2D { padding: Padding::VALID, stride: (16, 16), filter: (16, 16), activation: Activation::NONE },
+    );
     let w3v = r.floats(10 * 8, -1.0, 1.0);
     let w3 = m.add_tensor(TensorSpec::const_f32("fc/w", &[10, 8], &w3v));
     let b3 = m.add_tensor(TensorSpec::const_f32("fc/b", &[10], &[0.0; 10]));

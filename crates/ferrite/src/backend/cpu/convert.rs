@@ -77,7 +77,15 @@ pub(crate) fn densify_bytes(shape: &[usize], elem: usize, sp: &Sparsity, src: &[
         elem: usize,
         src: &'a [u8],
     }
-    fn go(w: &W<'_>, level: usize, prev: usize, indices: &mut [usize], src_pos: &mut usize, dst: &mut [u8], budget: &mut usize) -> std::result::Result<(), String> {
+    fn go(
+        w: &W<'_>,
+        level: usize,
+        prev: usize,
+        indices: &mut [usize],
+        src_pos: &mut usize,
+        dst: &mut [u8],
+        budget: &mut usize,
+    ) -> std::result::Result<(), String> {
         *budget = budget.checked_sub(1).ok_or("sparse description requires too much work")?;
         let n = w.shape.len();
         if level == indices.len() {
@@ -85,17 +93,17 @@ pub(crate) fn densify_bytes(shape: &[usize], elem: usize, sp: &Sparsity, src: &[
             for i in 0..n {
                 orig[w.sp.traversal_order[i]] = indices[i];
             }
-            for i in n..indices.len() {
-                let b = w.sp.traversal_order[i] - n;
+            for (&t, &ix) in w.sp.traversal_order[n..].iter().zip(&indices[n..]) {
+                let b = t - n;
                 let d = w.sp.block_map[b];
-                orig[d] = orig[d] * w.block_size[b] + indices[i];
+                orig[d] = orig[d] * w.block_size[b] + ix;
             }
             let mut flat = 0usize;
-            for d in 0..n {
-                if orig[d] >= w.shape[d] {
-                    return Err(format!("sparse index {} out of range for dim {d} of size {}", orig[d], w.shape[d]));
+            for (d, (&o, (&size, &stride))) in orig.iter().zip(w.shape.iter().zip(w.strides)).enumerate() {
+                if o >= size {
+                    return Err(format!("sparse index {o} out of range for dim {d} of size {size}"));
                 }
-                flat += orig[d] * w.strides[d];
+                flat += o * stride;
             }
             let s = w.src.get(*src_pos * w.elem..(*src_pos + 1) * w.elem).ok_or("sparse values buffer too short")?;
             dst[flat * w.elem..(flat + 1) * w.elem].copy_from_slice(s);
@@ -110,7 +118,8 @@ pub(crate) fn densify_bytes(shape: &[usize], elem: usize, sp: &Sparsity, src: &[
                 }
             }
             SparseDim::Csr { segments, indices: idx } => {
-                let (a, b) = (segments.get(prev).copied().ok_or("sparse segment out of range")?, segments.get(prev + 1).copied().ok_or("sparse segment out of range")?);
+                let (a, b) =
+                    (segments.get(prev).copied().ok_or("sparse segment out of range")?, segments.get(prev + 1).copied().ok_or("sparse segment out of range")?);
                 if a > b || b > idx.len() {
                     return Err("sparse segments are not ordered or exceed the indices".into());
                 }

@@ -70,9 +70,7 @@ pub(crate) fn binary(op: &OpContext<'_>, code: B) -> Result<Built> {
                 B::MINIMUM => |x, y| Some(x.min(y)),
                 B::SQUARED_DIFFERENCE => |x, y| Some((x - y).wrapping_mul(x - y)),
                 B::FLOOR_DIV => |x, y| x.checked_div_euclid(y).map(|_| (x as f64 / y as f64).floor() as i64),
-                B::FLOOR_MOD => |x, y| {
-                    x.checked_rem(y).map(|r| if r != 0 && ((r < 0) != (y < 0)) { r + y } else { r })
-                },
+                B::FLOOR_MOD => |x, y| x.checked_rem(y).map(|r| if r != 0 && ((r < 0) != (y < 0)) { r + y } else { r }),
                 B::POW => |x, y| Some(if y < 0 { 0 } else { x.wrapping_pow(y.min(u32::MAX as i64) as u32) }),
                 _ => return Err(op.unsupported(format!("{} on integers", op.op.code.name()))),
             };
@@ -273,7 +271,15 @@ pub(crate) fn unary(op: &OpContext<'_>, code: B) -> Result<Built> {
         B::SIN => Box::new(f32::sin),
         B::COS => Box::new(f32::cos),
         B::GELU => Box::new(move |v| kel::gelu(v, approximate)),
-        B::SIGN => Box::new(|v: f32| if v > 0.0 { 1.0 } else if v < 0.0 { -1.0 } else { 0.0 }),
+        B::SIGN => Box::new(|v: f32| {
+            if v > 0.0 {
+                1.0
+            } else if v < 0.0 {
+                -1.0
+            } else {
+                0.0
+            }
+        }),
         _ => return Err(op.unsupported("unary op")),
     };
     Ok(Built {

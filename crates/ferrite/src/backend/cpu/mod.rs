@@ -38,13 +38,35 @@ impl Backend for CpuBackend {
             B::BATCH_MATMUL => nn::batch_matmul(op),
             B::SOFTMAX | B::LOG_SOFTMAX => nn::softmax(op, B(code) == B::LOG_SOFTMAX),
 
-            B::ADD | B::SUB | B::MUL | B::DIV | B::MAXIMUM | B::MINIMUM | B::SQUARED_DIFFERENCE | B::POW | B::FLOOR_DIV | B::FLOOR_MOD | B::PRELU => elementwise::binary(op, B(code)),
+            B::ADD | B::SUB | B::MUL | B::DIV | B::MAXIMUM | B::MINIMUM | B::SQUARED_DIFFERENCE | B::POW | B::FLOOR_DIV | B::FLOOR_MOD | B::PRELU => {
+                elementwise::binary(op, B(code))
+            }
             B::LESS | B::LESS_EQUAL | B::GREATER | B::GREATER_EQUAL | B::EQUAL | B::NOT_EQUAL => elementwise::compare(op, B(code)),
             B::LOGICAL_AND | B::LOGICAL_OR | B::LOGICAL_NOT => elementwise::logical(op, B(code)),
             B::SELECT | B::SELECT_V2 => elementwise::select(op),
-            B::ABS | B::NEG | B::EXP | B::LOG | B::SQRT | B::RSQRT | B::SQUARE | B::TANH | B::LOGISTIC | B::RELU | B::RELU6 | B::RELU_N1_TO_1 | B::RELU_0_TO_1 | B::HARD_SWISH | B::LEAKY_RELU | B::ELU | B::FLOOR | B::CEIL | B::ROUND | B::SIN | B::COS | B::GELU | B::SIGN => {
-                elementwise::unary(op, B(code))
-            }
+            B::ABS
+            | B::NEG
+            | B::EXP
+            | B::LOG
+            | B::SQRT
+            | B::RSQRT
+            | B::SQUARE
+            | B::TANH
+            | B::LOGISTIC
+            | B::RELU
+            | B::RELU6
+            | B::RELU_N1_TO_1
+            | B::RELU_0_TO_1
+            | B::HARD_SWISH
+            | B::LEAKY_RELU
+            | B::ELU
+            | B::FLOOR
+            | B::CEIL
+            | B::ROUND
+            | B::SIN
+            | B::COS
+            | B::GELU
+            | B::SIGN => elementwise::unary(op, B(code)),
 
             B::RESHAPE | B::SQUEEZE | B::EXPAND_DIMS => shape::reshape_like(op, B(code)),
             B::CONCATENATION | B::PACK => shape::concat(op, B(code) == B::PACK),
@@ -108,10 +130,22 @@ pub(crate) fn axis(op: &OpContext<'_>, a: i64, rank: usize) -> Result<usize> {
 macro_rules! by_size {
     ($op:expr, $dtype:expr, $T:ident => $body:expr) => {
         match $dtype.size() {
-            Some(1) => { type $T = u8; $body }
-            Some(2) => { type $T = u16; $body }
-            Some(4) => { type $T = u32; $body }
-            Some(8) => { type $T = u64; $body }
+            Some(1) => {
+                type $T = u8;
+                $body
+            }
+            Some(2) => {
+                type $T = u16;
+                $body
+            }
+            Some(4) => {
+                type $T = u32;
+                $body
+            }
+            Some(8) => {
+                type $T = u64;
+                $body
+            }
             _ => Err($op.unsupported(format!("element type {}", $dtype.name()))),
         }
     };

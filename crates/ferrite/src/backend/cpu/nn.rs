@@ -21,7 +21,21 @@ pub(crate) fn window(op: &OpContext<'_>, input: &[usize], k: (usize, usize), str
     let same = padding == Padding::Same;
     let (oh, pt) = out_size_and_pad(input[1], k.0, stride.0, dil.0, same).ok_or_else(|| op.bad(format!("window {k:?} does not fit input {input:?}")))?;
     let (ow, pl) = out_size_and_pad(input[2], k.1, stride.1, dil.1, same).ok_or_else(|| op.bad(format!("window {k:?} does not fit input {input:?}")))?;
-    Ok(Window { batch: input[0], in_h: input[1], in_w: input[2], out_h: oh, out_w: ow, k_h: k.0, k_w: k.1, stride_h: stride.0, stride_w: stride.1, dil_h: dil.0, dil_w: dil.1, pad_top: pt, pad_left: pl })
+    Ok(Window {
+        batch: input[0],
+        in_h: input[1],
+        in_w: input[2],
+        out_h: oh,
+        out_w: ow,
+        k_h: k.0,
+        k_w: k.1,
+        stride_h: stride.0,
+        stride_w: stride.1,
+        dil_h: dil.0,
+        dil_w: dil.1,
+        pad_top: pt,
+        pad_left: pl,
+    })
 }
 
 fn check_bias(op: &OpContext<'_>, i: usize, n: usize) -> Result<()> {
@@ -115,7 +129,9 @@ pub(crate) fn pool(op: &OpContext<'_>, max: bool) -> Result<Built> {
 }
 
 pub(crate) fn fully_connected(op: &OpContext<'_>) -> Result<Built> {
-    let OpParams::FullyConnected { activation, keep_num_dims, shuffled_weights, .. } = op.op.params else { return Err(op.bad("missing FullyConnected options")) };
+    let OpParams::FullyConnected { activation, keep_num_dims, shuffled_weights, .. } = op.op.params else {
+        return Err(op.bad("missing FullyConnected options"));
+    };
     if shuffled_weights {
         return Err(op.unsupported("shuffled weights format"));
     }
@@ -127,7 +143,7 @@ pub(crate) fn fully_connected(op: &OpContext<'_>) -> Result<Built> {
     }
     let (out_n, in_n) = (w[0], w[1]);
     let total: usize = x.iter().product();
-    if in_n == 0 || total % in_n != 0 {
+    if in_n == 0 || !total.is_multiple_of(in_n) {
         return Err(op.bad(format!("input {x:?} is not a multiple of the weights' input size {in_n}")));
     }
     let batch = total / in_n;
@@ -155,7 +171,19 @@ pub(crate) fn fully_connected(op: &OpContext<'_>) -> Result<Built> {
 
 /// Shared by TRANSPOSE_CONV and MediaPipe's Convolution2DTransposeBias.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn transpose_conv_built(op: &OpContext<'_>, x: &[usize], w: &[usize], out_h: usize, out_w: usize, stride: (usize, usize), padding: Padding, clamp: Clamp, input_idx: usize, weight_idx: usize, bias_idx: Option<usize>) -> Result<Built> {
+pub(crate) fn transpose_conv_built(
+    op: &OpContext<'_>,
+    x: &[usize],
+    w: &[usize],
+    out_h: usize,
+    out_w: usize,
+    stride: (usize, usize),
+    padding: Padding,
+    clamp: Clamp,
+    input_idx: usize,
+    weight_idx: usize,
+    bias_idx: Option<usize>,
+) -> Result<Built> {
     let (oc, kh, kw, ic) = (w[0], w[1], w[2], w[3]);
     if ic != x[3] {
         return Err(op.bad(format!("filter {w:?} does not match input {x:?}")));
@@ -163,7 +191,21 @@ pub(crate) fn transpose_conv_built(op: &OpContext<'_>, x: &[usize], w: &[usize],
     // Padding is that of the forward conv mapping the output back onto the input.
     let same = padding == Padding::Same;
     let pad = |o: usize, k: usize, s: usize, i: usize| if same { (((i.max(1) - 1) * s + k).saturating_sub(o)) / 2 } else { 0 };
-    let g = Window { batch: x[0], in_h: out_h, in_w: out_w, out_h: x[1], out_w: x[2], k_h: kh, k_w: kw, stride_h: stride.0, stride_w: stride.1, dil_h: 1, dil_w: 1, pad_top: pad(out_h, kh, stride.0, x[1]), pad_left: pad(out_w, kw, stride.1, x[2]) };
+    let g = Window {
+        batch: x[0],
+        in_h: out_h,
+        in_w: out_w,
+        out_h: x[1],
+        out_w: x[2],
+        k_h: kh,
+        k_w: kw,
+        stride_h: stride.0,
+        stride_w: stride.1,
+        dil_h: 1,
+        dil_w: 1,
+        pad_top: pad(out_h, kh, stride.0, x[1]),
+        pad_left: pad(out_w, kw, stride.1, x[2]),
+    };
     if let Some(b) = bias_idx {
         check_bias(op, b, oc)?;
     }
@@ -207,7 +249,8 @@ pub(crate) fn batch_matmul(op: &OpContext<'_>) -> Result<Built> {
     if ka != kb {
         return Err(op.bad(format!("inner dimensions differ: {a:?} x {b:?}")));
     }
-    let batch = ferrite_kernels::elementwise::broadcast_shape(&a[..ra - 2], &b[..rb - 2]).ok_or_else(|| op.bad(format!("batch dims of {a:?} and {b:?} do not broadcast")))?;
+    let batch = ferrite_kernels::elementwise::broadcast_shape(&a[..ra - 2], &b[..rb - 2])
+        .ok_or_else(|| op.bad(format!("batch dims of {a:?} and {b:?} do not broadcast")))?;
     let mut out_shape = batch.clone();
     out_shape.extend([m, n]);
     let nb: usize = batch.iter().product();

@@ -98,11 +98,17 @@ pub(crate) fn concat(op: &OpContext<'_>, pack: bool) -> Result<Built> {
     let (ax, shapes): (usize, Vec<Vec<usize>>) = if pack {
         let OpParams::Pack { axis: a, .. } = op.op.params else { return Err(op.bad("missing Pack options")) };
         let a = axis(op, i64::from(a), first.shape.len() + 1)?;
-        (a, inputs.iter().map(|i| {
-            let mut s = i.shape.clone();
-            s.insert(a.min(s.len()), 1);
-            s
-        }).collect())
+        (
+            a,
+            inputs
+                .iter()
+                .map(|i| {
+                    let mut s = i.shape.clone();
+                    s.insert(a.min(s.len()), 1);
+                    s
+                })
+                .collect(),
+        )
     } else {
         let a = match op.op.params {
             OpParams::Concatenation { axis, activation } => {
@@ -199,7 +205,7 @@ pub(crate) fn split(op: &OpContext<'_>, code: B) -> Result<Built> {
         Ok(Built {
             outputs,
             kernel: Box::new(move |ins, outs| {
-                let x = typed::<T>(arg(ins, 0 + usize::from(code == B::SPLIT))?)?;
+                let x = typed::<T>(arg(ins, usize::from(code == B::SPLIT))?)?;
                 let mut start = 0;
                 for (k, &s) in sizes.iter().enumerate() {
                     let o = typed_mut::<T>(outs[k])?;
@@ -215,8 +221,11 @@ pub(crate) fn split(op: &OpContext<'_>, code: B) -> Result<Built> {
     })
 }
 
-/// Resolved strided slice: per input dim begin/stride/size, plus the final output shape.
-fn strided_plan(op: &OpContext<'_>, shape: &[usize]) -> Result<(Vec<i64>, Vec<i64>, Vec<usize>, Vec<usize>)> {
+/// Per input dim begin and stride, the sliced sizes, and the final output shape.
+type SlicePlan = (Vec<i64>, Vec<i64>, Vec<usize>, Vec<usize>);
+
+/// Resolves a strided slice (masks, ellipsis, new axes) against the input shape.
+fn strided_plan(op: &OpContext<'_>, shape: &[usize]) -> Result<SlicePlan> {
     let OpParams::StridedSlice { begin_mask, end_mask, ellipsis_mask, new_axis_mask, shrink_axis_mask, offset } = op.op.params else {
         return Err(op.bad("missing StridedSlice options"));
     };
@@ -240,13 +249,12 @@ fn strided_plan(op: &OpContext<'_>, shape: &[usize]) -> Result<(Vec<i64>, Vec<i6
     }
     let mut dense: Vec<Dense> = Vec::with_capacity(r);
     let mut final_shape_plan: Vec<Option<usize>> = Vec::new(); // Some(dense dim) or None for a new axis
-    let new_axes_after_ellipsis = (0..n).skip_while(|&i| !bit(ellipsis_mask, i)).filter(|&i| bit(new_axis_mask, i)).count();
     let mut seen_ellipsis = false;
     for i in 0..n {
         if bit(ellipsis_mask, i) && !seen_ellipsis {
             seen_ellipsis = true;
+            // The ellipsis covers the input dims the rest of the spec (new axes aside) leaves over.
             let remaining = (i + 1..n).filter(|&j| !bit(new_axis_mask, j)).count();
-            let _ = new_axes_after_ellipsis;
             let cover = r.saturating_sub(dense.len() + remaining);
             for _ in 0..cover {
                 final_shape_plan.push(Some(dense.len()));
@@ -289,14 +297,36 @@ fn strided_plan(op: &OpContext<'_>, shape: &[usize]) -> Result<(Vec<i64>, Vec<i6
         }
         let (b, e) = if dd.s > 0 {
             let b = if dd.bm { 0 } else { norm(dd.b).clamp(0, dim) };
-            let e = if dd.em { dim } else if offset { (b + dd.e).clamp(0, dim) } else { norm(dd.e).clamp(0, dim) };
+            let e = if dd.em {
+                dim
+            } else if offset {
+                (b + dd.e).clamp(0, dim)
+            } else {
+                norm(dd.e).clamp(0, dim)
+            };
             (b, e)
         } else {
             let b = if dd.bm { dim - 1 } else { norm(dd.b).clamp(-1, dim - 1) };
-            let e = if dd.em { -1 } else if offset { (b + dd.e).clamp(-1, dim - 1) } else { norm(dd.e).clamp(-1, dim - 1) };
+            let e = if dd.em {
+                -1
+            } else if offset {
+                (b + dd.e).clamp(-1, dim - 1)
+            } else {
+                norm(dd.e).clamp(-1, dim - 1)
+            };
             (b, e)
         };
-        let size = if dd.s > 0 { if e > b { (e - b + dd.s - 1) / dd.s } else { 0 } } else if b > e { (b - e + (-dd.s) - 1) / (-dd.s) } else { 0 };
+        let size = if dd.s > 0 {
+            if e > b {
+                (e - b + dd.s - 1) / dd.s
+            } else {
+                0
+            }
+        } else if b > e {
+            (b - e + (-dd.s) - 1) / (-dd.s)
+        } else {
+            0
+        };
         bs.push(b);
         ss.push(dd.s);
         sizes.push(size as usize);

@@ -1,0 +1,180 @@
+//! The session API on models built with ferrite's writer: call order, names,
+//! signatures, circle files, external buffers, custom ops, threads.
+
+use std::sync::Arc;
+
+use ferrite::backend::{arg, typed, typed_mut, Built, OpContext};
+use ferrite::{CustomOp, DType, Error, Model, Session, SessionOptions};
+use ferrite_format::schema::TensorType;
+use ferrite_format::writer::{Activation, BuiltinOperator as B, ModelSpec, OpCode, Options, TensorSpec};
+
+/// y = relu(x * w + b) over a [2, 3] input, with a signature "serve".
+fn small_model() -> ModelSpec {
+    let mut m = ModelSpec { signature_key: Some("serve".into()), ..Default::default() };
+    let x = m.add_tensor(TensorSpec::activation("x", TensorType::FLOAT32, &[2, 3]));
+    let w = m.add_tensor(TensorSpec::const_f32("w", &[3], &[1.0, -2.0, 0.5]));
+    let b = m.add_tensor(TensorSpec::const_f32("b", &[3], &[0.25, 0.25, 0.25]));
+    let xw = m.add_tensor(TensorSpec::activation("xw", TensorType::FLOAT32, &[2, 3]));
+    let y = m.add_tensor(TensorSpec::activation("y", TensorType::FLOAT32, &[2, 3]));
+    m.add_op(OpCode::Builtin(B::MUL), &[x, w], &[xw], Options::Binary { activation: Activation::NONE });
+    m.add_op(OpCode::Builtin(B::ADD), &[xw, b], &[y], Options::Binary { activation: Activation::RELU });
+    m.inputs = vec![x];
+    m.outputs = vec![y];
+    m
+}
+
+fn expected(x: &[f32]) -> Vec<f32> {
+    let w = [1.0, -2.0, 0.5];
+    x.iter().enumerate().map(|(i, v)| (v * w[i % 3] + 0.25f32).max(0.0)).collect()
+}
+
+fn run(bytes: Vec<u8>, x: &[f32]) -> Vec<f32> {
+    let mut s = Session::from_bytes(Arc::new(bytes)).unwrap();
+    s.prepare().unwrap();
+    s.set_input_f32(0, x).unwrap();
+    s.run().unwrap();
+    s.output(0).unwrap().to_f32().unwrap()
+}
+
+const X: [f32; 6] = [1.0, 2.0, -3.0, 0.5, -0.5, 4.0];
+
+#[test]
+fn runs_and_matches_hand_computation() {
+    assert_eq!(run(small_model().to_bytes(), &X), expected(&X));
+}
+
+#[test]
+fn calls_in_the_wrong_state_are_errors() {
+    let mut s = Session::from_bytes(Arc::new(small_model().to_bytes())).unwrap();
+    assert!(matches!(s.set_input_f32(0, &X), Err(Error::InvalidState(_))));
+    assert!(matches!(s.run(), Err(Error::InvalidState(_))));
+    s.prepare().unwrap();
+    assert!(matches!(s.output(0), Err(Error::InvalidState(_))));
+    assert!(matches!(s.select_signature("serve"), Err(Error::InvalidState(_))));
+    assert!(matches!(s.set_input_f32(0, &X[..5]), Err(Error::InvalidArgument(_))));
+    assert!(matches!(s.set_input(0, &[0u8; 7]), Err(Error::InvalidArgument(_))));
+    assert!(matches!(s.set_input_f32(3, &X), Err(Error::InvalidArgument(_))));
+    s.set_input_f32(0, &X).unwrap();
+    s.run().unwrap();
+    assert!(matches!(s.output(1), Err(Error::InvalidArgument(_))));
+}
+
+#[test]
+fn names_and_signatures() {
+    let mut s = Session::from_bytes(Arc::new(small_model().to_bytes())).unwrap();
+    assert_eq!(s.signatures(), vec!["serve".to_string()]);
+    assert!(s.select_signature("nope").is_err());
+    s.select_signature("serve").unwrap();
+    assert_eq!(s.input_index("x").unwrap(), 0);
+    assert_eq!(s.output_index("y").unwrap(), 0);
+    assert!(s.input_index("zz").is_err());
+    let d = &s.inputs()[0];
+    assert_eq!((d.dtype, d.shape.clone()), (DType::F32, vec![2, 3]));
+}
+
+#[test]
+fn circle_identifier_is_recognised_and_runs() {
+    let mut bytes = small_model().to_bytes();
+    bytes[4..8].copy_from_slice(b"CIR0");
+    let m = Model::from_bytes(Arc::new(bytes.clone())).unwrap();
+    assert_eq!(m.kind, ferrite_format::FileKind::Circle);
+    assert_eq!(run(bytes, &X), expected(&X));
+}
+
+#[test]
+fn buffers_stored_after_the_flatbuffer_are_used() {
+    let inline = small_model().to_bytes();
+    let external = small_model().to_bytes_external();
+    assert_ne!(inline, external);
+    let m = Model::from_bytes(Arc::new(external.clone())).unwrap();
+    let w = &m.subgraphs[0].tensors[1];
+    assert!(w.data.as_ref().unwrap().start >= 16, "constant lives in the trailing region");
+    assert_eq!(run(external, &X), expected(&X));
+}
+
+#[test]
+fn resize_before_and_after_prepare() {
+    let mut s = Session::from_bytes(Arc::new(small_model().to_bytes())).unwrap();
+    s.resize_input(0, &[1, 3]).unwrap();
+    s.prepare().unwrap();
+    s.set_input_f32(0, &X[..3]).unwrap();
+    s.run().unwrap();
+    assert_eq!(s.output(0).unwrap().to_f32().unwrap(), expected(&X[..3]));
+    s.resize_input(0, &[2, 3]).unwrap();
+    s.set_input_f32(0, &X).unwrap();
+    s.run().unwrap();
+    assert_eq!(s.output(0).unwrap().shape, &[2, 3]);
+    assert_eq!(s.output(0).unwrap().to_f32().unwrap(), expected(&X));
+    assert!(s.resize_input(0, &[6]).is_err(), "rank changes are refused");
+}
+
+struct Double;
+impl CustomOp for Double {
+    fn build(&self, op: &OpContext<'_>) -> ferrite::Result<Built> {
+        let x = op.input(0)?;
+        Ok(Built {
+            outputs: vec![(x.dtype, x.shape.clone())],
+            kernel: Box::new(|ins, outs| {
+                for (o, &i) in typed_mut::<f32>(outs[0])?.iter_mut().zip(typed::<f32>(arg(ins, 0)?)?) {
+                    *o = 2.0 * i;
+                }
+                Ok(())
+            }),
+        })
+    }
+}
+
+#[test]
+fn custom_ops_are_registered_by_name() {
+    let mut m = ModelSpec::default();
+    let x = m.add_tensor(TensorSpec::activation("x", TensorType::FLOAT32, &[4]));
+    let y = m.add_tensor(TensorSpec::activation("y", TensorType::FLOAT32, &[4]));
+    m.add_op(OpCode::Custom("MyDouble".into()), &[x], &[y], Options::None);
+    m.inputs = vec![x];
+    m.outputs = vec![y];
+    let model = Arc::new(Model::from_bytes(Arc::new(m.to_bytes())).unwrap());
+    let mut s = Session::with_options(model.clone(), SessionOptions::default()).unwrap();
+    let e = s.prepare().unwrap_err();
+    assert!(e.to_string().contains("MyDouble"), "{e}");
+    let mut s = Session::with_options(model, SessionOptions::default()).unwrap();
+    s.register_custom_op("MyDouble", Arc::new(Double)).unwrap();
+    s.prepare().unwrap();
+    s.set_input_f32(0, &[1.0, 2.0, 3.0, -1.0]).unwrap();
+    s.run().unwrap();
+    assert_eq!(s.output(0).unwrap().to_f32().unwrap(), vec![2.0, 4.0, 6.0, -2.0]);
+}
+
+#[test]
+fn session_survives_the_thread_that_created_it() {
+    let s = std::thread::spawn(|| {
+        let mut s = Session::from_bytes(Arc::new(small_model().to_bytes())).unwrap();
+        s.prepare().unwrap();
+        s.set_input_f32(0, &X).unwrap();
+        s.run().unwrap();
+        s
+    })
+    .join()
+    .unwrap();
+    let out = std::thread::spawn(move || {
+        let mut s = s;
+        s.run().unwrap();
+        s.output(0).unwrap().to_f32().unwrap()
+    })
+    .join()
+    .unwrap();
+    assert_eq!(out, expected(&X));
+}
+
+#[test]
+fn demo_model_classifies() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/demo.tflite");
+    let mut s = Session::from_file(path).unwrap();
+    s.prepare().unwrap();
+    s.set_input_f32(0, &vec![0.5; 32 * 32 * 3]).unwrap();
+    s.run().unwrap();
+    let p = s.output(0).unwrap().to_f32().unwrap();
+    assert_eq!(p.len(), 10);
+    assert!((p.iter().sum::<f32>() - 1.0).abs() < 1e-5);
+    let (arena, lower) = s.arena_stats().unwrap();
+    assert!(arena >= lower && lower > 0);
+}
