@@ -146,12 +146,12 @@ def cmd_ops(args):
         for case in manifest:
             model = td / "ops" / case["file"]
             rng = np.random.default_rng(sum(case["file"].encode()) + args.seed)
-            it = Interpreter(model_path=str(model))
-            xs = []
-            for d, (lo, hi) in zip(it.get_input_details(), case["ranges"]):
-                x = rng.uniform(lo, hi, size=list(d["shape"])).astype(np.float32)
-                xs.append(np.round(x) if case["integral"] else x)
             try:
+                it = Interpreter(model_path=str(model))
+                xs = []
+                for d, (lo, hi) in zip(it.get_input_details(), case["ranges"]):
+                    x = rng.uniform(lo, hi, size=list(d["shape"])).astype(np.float32)
+                    xs.append(np.round(x) if case["integral"] else x)
                 want = run_litert(model, xs, reference=True)
                 got = run_ferrite(args.ferrite, model, xs, td)
                 err = compare(got, want)

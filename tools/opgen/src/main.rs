@@ -457,6 +457,153 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             single(B::SELECT_V2, &[c, a, b], o, Options::None, &mut m);
             ranges.extend([fr, fr]);
         }
+        "FUSED_TANH_ADD" | "FUSED_SIGN_BIT_ADD" | "FUSED_TANH_CONV_2D" => {
+            let activation = if op == "FUSED_SIGN_BIT_ADD" { Activation::SIGN_BIT } else { Activation::TANH };
+            let s = [1, r.u(1, 5) as i32, r.u(1, 5) as i32, r.u(1, 4) as i32];
+            let x = f32in(&mut m, "x", &s);
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            if op == "FUSED_TANH_CONV_2D" {
+                let oc = r.u(1, 4) as i32;
+                let wv = r.floats((oc * s[3]) as usize, -1.0, 1.0);
+                let w = m.add_tensor(TensorSpec::const_f32("w", &[oc, 1, 1, s[3]], &wv));
+                let b = m.add_tensor(TensorSpec::const_f32("b", &[oc], &vec![0.1; oc as usize]));
+                single(B::CONV_2D, &[x, w, b], o, Options::Conv2D { padding: Padding::SAME, stride: (1, 1), dilation: (1, 1), activation }, &mut m);
+                ranges.push(fr);
+            } else {
+                let y = f32in(&mut m, "y", &s);
+                single(B::ADD, &[x, y], o, Options::Binary { activation }, &mut m);
+                ranges.extend([fr, fr]);
+            }
+        }
+        "FLOOR_DIV" | "FLOOR_MOD" => {
+            let s = {
+                let rk = r.u(1, 3);
+                r.shape(rk, 1, 5)
+            };
+            let a = f32in(&mut m, "a", &s);
+            let b = f32in(&mut m, "b", &s);
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            single(if op == "FLOOR_DIV" { B::FLOOR_DIV } else { B::FLOOR_MOD }, &[a, b], o, Options::None, &mut m);
+            ranges.extend([(-5.0, 5.0), (0.5, 3.0)]);
+        }
+        "ROUND" | "GELU" | "SIGN" | "RELU_0_TO_1" => {
+            let s = {
+                let rk = r.u(1, 3);
+                r.shape(rk, 1, 6)
+            };
+            let x = f32in(&mut m, "x", &s);
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            let code = B::ENUM_VALUES.iter().copied().find(|c| c.variant_name() == Some(op)).unwrap_or(B::ROUND);
+            single(code, &[x], o, Options::None, &mut m);
+            ranges.push((-3.0, 3.0));
+        }
+        "CAST" => {
+            let s = {
+                let rk = r.u(1, 3);
+                r.shape(rk, 1, 6)
+            };
+            let x = f32in(&mut m, "x", &s);
+            let o = out(&mut m, TensorType::INT32, &s);
+            single(B::CAST, &[x], o, Options::Cast { input: TensorType::FLOAT32, output: TensorType::INT32 }, &mut m);
+            ranges.push((-20.0, 20.0));
+        }
+        "SHAPE" | "ZEROS_LIKE" => {
+            let s = {
+                let rk = r.u(1, 4);
+                r.shape(rk, 1, 5)
+            };
+            let x = f32in(&mut m, "x", &s);
+            if op == "SHAPE" {
+                let o = out(&mut m, TensorType::INT32, &[s.len() as i32]);
+                single(B::SHAPE, &[x], o, Options::Shape { out_type: TensorType::INT32 }, &mut m);
+            } else {
+                let o = out(&mut m, TensorType::FLOAT32, &s);
+                single(B::ZEROS_LIKE, &[x], o, Options::None, &mut m);
+            }
+            ranges.push(fr);
+        }
+        "FILL" | "BROADCAST_TO" => {
+            let rk = r.u(1, 4);
+            let dims = r.shape(rk, 1, 4);
+            let d = m.add_tensor(TensorSpec::const_i32("dims", &[rk as i32], &dims));
+            let o = out(&mut m, TensorType::FLOAT32, &dims);
+            if op == "FILL" {
+                let v = f32in(&mut m, "value", &[]);
+                single(B::FILL, &[d, v], o, Options::None, &mut m);
+            } else {
+                let skip = r.u(0, rk - 1);
+                let src: Vec<i32> = dims.iter().map(|&v| if r.coin() { 1 } else { v }).skip(skip).collect();
+                let x = f32in(&mut m, "x", &src);
+                single(B::BROADCAST_TO, &[x, d], o, Options::None, &mut m);
+            }
+            ranges.push(fr);
+        }
+        "SELECT" | "LOGICAL_AND" | "LOGICAL_OR" | "LOGICAL_NOT" => {
+            // Bool operands come from comparisons of float inputs.
+            let s = {
+                let rk = r.u(1, 3);
+                r.shape(rk, 1, 5)
+            };
+            let a = f32in(&mut m, "a", &s);
+            let b = f32in(&mut m, "b", &s);
+            let c1 = m.add_tensor(TensorSpec::activation("c1", TensorType::BOOL, &s));
+            single(B::LESS, &[a, b], c1, Options::None, &mut m);
+            ranges.extend([fr, fr]);
+            if op == "SELECT" {
+                let o = out(&mut m, TensorType::FLOAT32, &s);
+                single(B::SELECT, &[c1, a, b], o, Options::None, &mut m);
+            } else if op == "LOGICAL_NOT" {
+                let o = out(&mut m, TensorType::BOOL, &s);
+                single(B::LOGICAL_NOT, &[c1], o, Options::None, &mut m);
+            } else {
+                let zero = m.add_tensor(TensorSpec::const_f32("zero", &[], &[0.0]));
+                let c2 = m.add_tensor(TensorSpec::activation("c2", TensorType::BOOL, &s));
+                single(B::GREATER, &[a, zero], c2, Options::None, &mut m);
+                let o = out(&mut m, TensorType::BOOL, &s);
+                single(if op == "LOGICAL_AND" { B::LOGICAL_AND } else { B::LOGICAL_OR }, &[c1, c2], o, Options::None, &mut m);
+            }
+        }
+        "STRIDED_SLICE_ELLIPSIS" => {
+            // An ellipsis in the middle of the spec. (LiteRT's reference kernel crashes on
+            // ellipsis combined with `offset`, so offsets are tested on their own below.)
+            let rank = r.u(3, 5);
+            let s = r.shape(rank, 1, 5);
+            let x = f32in(&mut m, "x", &s);
+            ranges.push(fr);
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            let begin = [r.int(0, i64::from(s[0]) - 1) as i32, 0, 0];
+            let end = [s[0], 0, s[rank - 1]];
+            let bt = m.add_tensor(TensorSpec::const_i32("begin", &[3], &begin));
+            let et = m.add_tensor(TensorSpec::const_i32("end", &[3], &end));
+            let st = m.add_tensor(TensorSpec::const_i32("strides", &[3], &[1, 1, 1]));
+            single(
+                B::STRIDED_SLICE,
+                &[x, bt, et, st],
+                o,
+                Options::StridedSlice { begin_mask: 0, end_mask: 0, ellipsis_mask: 2, new_axis_mask: 0, shrink_axis_mask: 0, offset: false },
+                &mut m,
+            );
+        }
+        "STRIDED_SLICE_OFFSET" => {
+            // `offset`: each end is a length added to its begin.
+            let rank = r.u(1, 4);
+            let s = r.shape(rank, 1, 6);
+            let x = f32in(&mut m, "x", &s);
+            ranges.push(fr);
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            let begin: Vec<i32> = s.iter().map(|&d| r.int(0, i64::from(d) - 1) as i32).collect();
+            let len: Vec<i32> = s.iter().zip(&begin).map(|(&d, &b)| r.int(1, i64::from(d - b)) as i32).collect();
+            let bt = m.add_tensor(TensorSpec::const_i32("begin", &[rank as i32], &begin));
+            let et = m.add_tensor(TensorSpec::const_i32("end", &[rank as i32], &len));
+            let st = m.add_tensor(TensorSpec::const_i32("strides", &[rank as i32], &vec![1; rank]));
+            single(
+                B::STRIDED_SLICE,
+                &[x, bt, et, st],
+                o,
+                Options::StridedSlice { begin_mask: 0, end_mask: 0, ellipsis_mask: 0, new_axis_mask: 0, shrink_axis_mask: 0, offset: true },
+                &mut m,
+            );
+        }
         _ => panic!("no generator for {op}"),
     }
     Case { spec: m, ranges }
@@ -479,8 +626,8 @@ fn f32_to_f16_bits(v: f32) -> u16 {
     h as u16
 }
 
-/// Every op the generator covers. (ELU and CEIL have no kernel in LiteRT's reference
-/// resolver, so they cannot be compared there.)
+/// Every op the generator covers. (ELU, CEIL, ROUND and BROADCAST_TO have no kernel in
+/// LiteRT's reference resolver, so they cannot be compared there.)
 const OPS: &[&str] = &[
     "CONV_2D",
     "DEPTHWISE_CONV_2D",
@@ -551,6 +698,24 @@ const OPS: &[&str] = &[
     "ARG_MIN",
     "DEQUANTIZE_FP16",
     "SELECT_V2",
+    "FUSED_TANH_ADD",
+    "FUSED_SIGN_BIT_ADD",
+    "FUSED_TANH_CONV_2D",
+    "FLOOR_DIV",
+    "FLOOR_MOD",
+    "GELU",
+    "SIGN",
+    "RELU_0_TO_1",
+    "CAST",
+    "SHAPE",
+    "ZEROS_LIKE",
+    "FILL",
+    "SELECT",
+    "LOGICAL_AND",
+    "LOGICAL_OR",
+    "LOGICAL_NOT",
+    "STRIDED_SLICE_ELLIPSIS",
+    "STRIDED_SLICE_OFFSET",
 ];
 
 /// A small float CNN, built with the writer: conv -> depthwise -> pool -> FC -> softmax.
