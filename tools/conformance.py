@@ -127,11 +127,20 @@ def cmd_models(args):
                 failed += 1
                 continue
         print(f"{'ok  ' if ok else 'FAIL'} {m.name}: worst error {err:.3e} (tolerance {MODEL_TOL:.0e})")
-        rows.append({"model": m.name, "worst_error": err, "ok": ok})
+        row = {"model": m.name, "package": m.relative_to(args.corpus).parts[0], "worst_error": err, "ok": ok}
+        if args.markdown:
+            r = subprocess.run([args.ferrite, "bench", str(m), "--threads", "1", "--warmup", "3", "--runs", "15", "--json"], capture_output=True, text=True, check=True)
+            row["median_ms"] = json.loads(r.stdout)["execute_ms"]["median"]
+        rows.append(row)
         passed += ok
         failed += not ok
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(rows, indent=1))
+    if args.markdown:
+        lines = ["| package | model | worst error | ferrite bench median, 1 thread (ms) |", "|---|---|---|---|"]
+        lines += [f"| {r['package']} | {r['model']} | {r['worst_error']:.2e} | {r['median_ms']:.2f} |" for r in rows]
+        lines += [f"| — | {name} | skipped: {why} | — |" for name, why in SKIP.items()]
+        pathlib.Path(args.markdown).write_text("\n".join(lines) + "\n")
     print(f"models: {passed} passed, {failed} failed, {skipped} skipped")
     return failed == 0
 
@@ -178,6 +187,7 @@ def main():
     m.add_argument("--ferrite", required=True)
     m.add_argument("--corpus", required=True)
     m.add_argument("--json")
+    m.add_argument("--markdown", help="write a table of errors and bench medians")
     o = sub.add_parser("ops")
     o.add_argument("--ferrite", required=True)
     o.add_argument("--opgen", required=True)

@@ -61,6 +61,12 @@ impl Window {
 /// so the inner loop runs over contiguous output channels.
 pub fn pack_conv_weights(w: &[f32], out_c: usize, k_h: usize, k_w: usize, in_c: usize) -> Vec<f32> {
     let mut p = vec![0.0; w.len()];
+    pack_conv_weights_into(w, out_c, k_h, k_w, in_c, &mut p);
+    p
+}
+
+/// [`pack_conv_weights`] into caller-provided storage of the same length.
+pub fn pack_conv_weights_into(w: &[f32], out_c: usize, k_h: usize, k_w: usize, in_c: usize, p: &mut [f32]) {
     for o in 0..out_c {
         for ky in 0..k_h {
             for kx in 0..k_w {
@@ -70,7 +76,6 @@ pub fn pack_conv_weights(w: &[f32], out_c: usize, k_h: usize, k_w: usize, in_c: 
             }
         }
     }
-    p
 }
 
 /// 2-D convolution with weights packed by [`pack_conv_weights`].

@@ -18,23 +18,17 @@ pub fn broadcast_shape(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
 }
 
 /// Strides of `shape` seen through a broadcast to `out` (0 on broadcast dims).
-fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
+pub fn broadcast_strides(shape: &[usize], out: &[usize]) -> [usize; crate::MAX_DIMS] {
     let r = out.len();
     let st = crate::strides(shape);
-    (0..r)
-        .map(|i| {
-            if i + shape.len() < r {
-                0
-            } else {
-                let j = i + shape.len() - r;
-                if shape[j] == 1 && out[i] != 1 {
-                    0
-                } else {
-                    st[j]
-                }
-            }
-        })
-        .collect()
+    let mut b = [0usize; crate::MAX_DIMS];
+    for (i, v) in b.iter_mut().enumerate().take(r) {
+        if i + shape.len() >= r {
+            let j = i + shape.len() - r;
+            *v = if shape[j] == 1 && out[i] != 1 { 0 } else { st[j] };
+        }
+    }
+    b
 }
 
 /// Applies `f` element-wise over `a` and `b` broadcast to `out_shape`.
@@ -69,7 +63,7 @@ pub fn binary<A: Copy, B: Copy, O>(a: &[A], a_shape: &[usize], b: &[B], b_shape:
     let sb = broadcast_strides(b_shape, out_shape);
     let inner = out_shape[r - 1];
     let (ia, ib) = (sa[r - 1], sb[r - 1]);
-    let mut idx = vec![0usize; r];
+    let mut idx = [0usize; crate::MAX_DIMS];
     let mut o = 0;
     while o < n {
         let oa: usize = (0..r - 1).map(|d| idx[d] * sa[d]).sum();
@@ -80,6 +74,35 @@ pub fn binary<A: Copy, B: Copy, O>(a: &[A], a_shape: &[usize], b: &[B], b_shape:
         o += inner;
         // Advance the outer index (all dims but the last).
         for d in (0..r - 1).rev() {
+            idx[d] += 1;
+            if idx[d] < out_shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+/// `out[i] = if cond[i] { x[i] } else { y[i] }` with all three broadcast to `out_shape`.
+pub fn select<T: Copy>(cond: &[u8], c_shape: &[usize], x: &[T], x_shape: &[usize], y: &[T], y_shape: &[usize], out: &mut [T], out_shape: &[usize]) {
+    let r = out_shape.len();
+    if r == 0 {
+        if let (Some(o), Some(&c), Some(&a), Some(&b)) = (out.first_mut(), cond.first(), x.first(), y.first()) {
+            *o = if c != 0 { a } else { b };
+        }
+        return;
+    }
+    let (sc, sx, sy) = (broadcast_strides(c_shape, out_shape), broadcast_strides(x_shape, out_shape), broadcast_strides(y_shape, out_shape));
+    let mut idx = [0usize; crate::MAX_DIMS];
+    for o in out.iter_mut() {
+        let (mut ic, mut ix, mut iy) = (0, 0, 0);
+        for d in 0..r {
+            ic += idx[d] * sc[d];
+            ix += idx[d] * sx[d];
+            iy += idx[d] * sy[d];
+        }
+        *o = if cond[ic] != 0 { x[ix] } else { y[iy] };
+        for d in (0..r).rev() {
             idx[d] += 1;
             if idx[d] < out_shape[d] {
                 break;

@@ -52,9 +52,13 @@ impl Clamp {
     }
 }
 
-/// Row-major strides of a shape.
-pub fn strides(shape: &[usize]) -> Vec<usize> {
-    let mut s = vec![1; shape.len()];
+/// Largest rank the kernels handle. Index state lives in fixed arrays of this size
+/// so kernels never allocate; the runtime rejects higher ranks before running.
+pub const MAX_DIMS: usize = 16;
+
+/// Row-major strides of a shape (rank at most [`MAX_DIMS`]), on the stack.
+pub fn strides(shape: &[usize]) -> [usize; MAX_DIMS] {
+    let mut s = [1usize; MAX_DIMS];
     for i in (0..shape.len().saturating_sub(1)).rev() {
         s[i] = s[i + 1] * shape[i + 1];
     }

@@ -11,9 +11,13 @@ pub fn transpose<T: Copy>(input: &[T], in_shape: &[usize], perm: &[usize], out: 
         return;
     }
     let in_st = strides(in_shape);
-    let out_shape: Vec<usize> = perm.iter().map(|&p| in_shape[p]).collect();
-    let src_st: Vec<usize> = perm.iter().map(|&p| in_st[p]).collect();
-    let mut idx = vec![0usize; r];
+    let mut out_shape = [0usize; crate::MAX_DIMS];
+    let mut src_st = [0usize; crate::MAX_DIMS];
+    for (d, &p) in perm.iter().enumerate() {
+        out_shape[d] = in_shape[p];
+        src_st[d] = in_st[p];
+    }
+    let mut idx = [0usize; crate::MAX_DIMS];
     let inner = out_shape[r - 1];
     let inner_st = src_st[r - 1];
     let mut o = 0;
@@ -44,10 +48,13 @@ pub fn pad<T: Copy>(input: &[T], in_shape: &[usize], pads: &[(usize, usize)], va
         out[0] = input[0];
         return;
     }
-    let out_shape: Vec<usize> = in_shape.iter().zip(pads).map(|(&s, &(b, a))| s + b + a).collect();
-    let ost = strides(&out_shape);
+    let mut out_shape = [0usize; crate::MAX_DIMS];
+    for (d, (&s, &(b, a))) in in_shape.iter().zip(pads).enumerate() {
+        out_shape[d] = s + b + a;
+    }
+    let ost = strides(&out_shape[..r]);
     let inner = in_shape[r - 1];
-    let mut idx = vec![0usize; r];
+    let mut idx = [0usize; crate::MAX_DIMS];
     let mut i = 0;
     while i < input.len() {
         let o: usize = (0..r).map(|d| (idx[d] + pads[d].0) * ost[d]).sum();
@@ -89,7 +96,7 @@ pub fn strided_slice<T: Copy>(input: &[T], in_shape: &[usize], begin: &[i64], st
         return;
     }
     let st = strides(in_shape);
-    let mut idx = vec![0usize; r];
+    let mut idx = [0usize; crate::MAX_DIMS];
     for o in out.iter_mut() {
         let mut src = 0i64;
         for d in 0..r {
@@ -106,9 +113,17 @@ pub fn strided_slice<T: Copy>(input: &[T], in_shape: &[usize], begin: &[i64], st
     }
 }
 
-/// Gather along `axis` with `batch_dims` leading batch dimensions.
-/// `indices` are validated by the caller to lie in `0..shape[axis]`.
-pub fn gather<T: Copy>(params: &[T], shape: &[usize], indices: &[usize], n_indices_per_batch: usize, axis: usize, batch_dims: usize, out: &mut [T]) {
+/// Gather along `axis` with `batch_dims` leading batch dimensions. Returns the
+/// first index outside `0..shape[axis]` as an error (output then incomplete).
+pub fn gather<T: Copy, I: Copy + Into<i64>>(
+    params: &[T],
+    shape: &[usize],
+    indices: &[I],
+    n_indices_per_batch: usize,
+    axis: usize,
+    batch_dims: usize,
+    out: &mut [T],
+) -> Result<(), i64> {
     let batch: usize = shape[..batch_dims].iter().product();
     let outer: usize = shape[batch_dims..axis].iter().product();
     let axis_len = shape[axis];
@@ -117,24 +132,32 @@ pub fn gather<T: Copy>(params: &[T], shape: &[usize], indices: &[usize], n_indic
     for b in 0..batch {
         for k in 0..outer {
             for &ix in &indices[b * n_indices_per_batch..(b + 1) * n_indices_per_batch] {
-                let src = ((b * outer + k) * axis_len + ix) * inner;
+                let ix: i64 = ix.into();
+                if ix < 0 || ix as usize >= axis_len {
+                    return Err(ix);
+                }
+                let src = ((b * outer + k) * axis_len + ix as usize) * inner;
                 out[o..o + inner].copy_from_slice(&params[src..src + inner]);
                 o += inner;
             }
         }
     }
+    Ok(())
 }
 
 /// Repeats the input `multiples[d]` times along each dimension.
 pub fn tile<T: Copy>(input: &[T], shape: &[usize], multiples: &[usize], out: &mut [T]) {
-    let out_shape: Vec<usize> = shape.iter().zip(multiples).map(|(&s, &m)| s * m).collect();
-    let st = strides(shape);
     let r = shape.len();
     if r == 0 {
         out.copy_from_slice(input);
         return;
     }
-    let mut idx = vec![0usize; r];
+    let mut out_shape = [0usize; crate::MAX_DIMS];
+    for (d, (&s, &m)) in shape.iter().zip(multiples).enumerate() {
+        out_shape[d] = s * m;
+    }
+    let st = strides(shape);
+    let mut idx = [0usize; crate::MAX_DIMS];
     for o in out.iter_mut() {
         let src: usize = (0..r).map(|d| (idx[d] % shape[d]) * st[d]).sum();
         *o = input[src];

@@ -28,9 +28,14 @@ pub fn reduce(input: &[f32], shape: &[usize], reduce: &[bool], kind: Reducer, ou
     };
     out.fill(init);
     let r = shape.len();
-    let kept: Vec<usize> = (0..r).map(|d| if reduce[d] { 1 } else { shape[d] }).collect();
-    let ost = strides(&kept);
-    let mut idx = vec![0usize; r];
+    let mut kept = [1usize; crate::MAX_DIMS];
+    for d in 0..r {
+        if !reduce[d] {
+            kept[d] = shape[d];
+        }
+    }
+    let ost = strides(&kept[..r]);
+    let mut idx = [0usize; crate::MAX_DIMS];
     for &v in input {
         let o: usize = (0..r).map(|d| if reduce[d] { 0 } else { idx[d] * ost[d] }).sum();
         let a = &mut out[o];

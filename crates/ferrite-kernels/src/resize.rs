@@ -1,4 +1,6 @@
 //! Image resizing with TFLite's align_corners / half_pixel_centers semantics.
+//! Coordinates depend only on shapes, so they are computed once into tables
+//! ([`bilinear_table`], [`nearest_table`]) and the kernels just read them.
 
 fn scale(in_size: usize, out_size: usize, align_corners: bool) -> f32 {
     if align_corners && out_size > 1 {
@@ -13,28 +15,23 @@ fn interp(v: usize, scale: f32, half_pixel: bool, in_size: usize) -> (f32, usize
     let s = if half_pixel { (v as f32 + 0.5) * scale - 0.5 } else { v as f32 * scale };
     let lo = (s.floor() as i64).max(0) as usize;
     let hi = (s.ceil() as i64).min(in_size as i64 - 1).max(0) as usize;
-    (s, lo.min(in_size - 1), hi)
+    (s, lo.min(in_size.saturating_sub(1)), hi)
 }
 
-/// Bilinear resize of NHWC `input` to `out_h x out_w`.
-#[allow(clippy::too_many_arguments)]
-pub fn resize_bilinear(
-    input: &[f32],
-    n: usize,
-    h: usize,
-    w: usize,
-    c: usize,
-    out_h: usize,
-    out_w: usize,
-    align_corners: bool,
-    half_pixel: bool,
-    out: &mut [f32],
-) {
-    let (sy, sx) = (scale(h, out_h, align_corners), scale(w, out_w, align_corners));
-    let xs: Vec<_> = (0..out_w).map(|x| interp(x, sx, half_pixel, w)).collect();
+/// Source coordinate and neighbours for each output position of one axis.
+pub type BilinearTable = Vec<(f32, usize, usize)>;
+
+/// Interpolation table for resizing an axis of `in_size` (> 0) to `out_size`.
+pub fn bilinear_table(in_size: usize, out_size: usize, align_corners: bool, half_pixel: bool) -> BilinearTable {
+    let s = scale(in_size, out_size, align_corners);
+    (0..out_size).map(|v| interp(v, s, half_pixel, in_size)).collect()
+}
+
+/// Bilinear resize of NHWC `input` (`n x h x w x c`) with tables from [`bilinear_table`].
+pub fn resize_bilinear(input: &[f32], n: usize, h: usize, w: usize, c: usize, ys: &[(f32, usize, usize)], xs: &[(f32, usize, usize)], out: &mut [f32]) {
+    let (out_h, out_w) = (ys.len(), xs.len());
     for b in 0..n {
-        for y in 0..out_h {
-            let (fy, y0, y1) = interp(y, sy, half_pixel, h);
+        for (y, &(fy, y0, y1)) in ys.iter().enumerate() {
             let dy = fy - y0 as f32;
             for (x, &(fx, x0, x1)) in xs.iter().enumerate() {
                 let dx = fx - x0 as f32;
@@ -57,24 +54,16 @@ fn nearest(v: usize, in_size: usize, out_size: usize, align_corners: bool, half_
     i.min(in_size as i64 - 1).max(0) as usize
 }
 
-/// Nearest-neighbour resize, generic over the element type.
-#[allow(clippy::too_many_arguments)]
-pub fn resize_nearest<T: Copy>(
-    input: &[T],
-    n: usize,
-    h: usize,
-    w: usize,
-    c: usize,
-    out_h: usize,
-    out_w: usize,
-    align_corners: bool,
-    half_pixel: bool,
-    out: &mut [T],
-) {
-    let xs: Vec<usize> = (0..out_w).map(|x| nearest(x, w, out_w, align_corners, half_pixel)).collect();
+/// Source index for each output position of one axis.
+pub fn nearest_table(in_size: usize, out_size: usize, align_corners: bool, half_pixel: bool) -> Vec<usize> {
+    (0..out_size).map(|v| nearest(v, in_size, out_size, align_corners, half_pixel)).collect()
+}
+
+/// Nearest-neighbour resize with tables from [`nearest_table`], generic over the element type.
+pub fn resize_nearest<T: Copy>(input: &[T], n: usize, h: usize, w: usize, c: usize, ys: &[usize], xs: &[usize], out: &mut [T]) {
+    let (out_h, out_w) = (ys.len(), xs.len());
     for b in 0..n {
-        for y in 0..out_h {
-            let iy = nearest(y, h, out_h, align_corners, half_pixel);
+        for (y, &iy) in ys.iter().enumerate() {
             for (x, &ix) in xs.iter().enumerate() {
                 let src = ((b * h + iy) * w + ix) * c;
                 let dst = ((b * out_h + y) * out_w + x) * c;
@@ -92,10 +81,18 @@ mod tests {
     fn bilinear_identity_and_upsample() {
         let x = [0.0, 1.0, 2.0, 3.0];
         let mut o = [0.0; 4];
-        resize_bilinear(&x, 1, 2, 2, 1, 2, 2, false, false, &mut o);
+        let t = bilinear_table(2, 2, false, false);
+        resize_bilinear(&x, 1, 2, 2, 1, &t, &t, &mut o);
         assert_eq!(o, x);
         let mut up = [0.0; 9];
-        resize_bilinear(&x, 1, 2, 2, 1, 3, 3, true, false, &mut up);
+        let t = bilinear_table(2, 3, true, false);
+        resize_bilinear(&x, 1, 2, 2, 1, &t, &t, &mut up);
         assert_eq!(up[4], 1.5);
+    }
+
+    #[test]
+    fn nearest_half_pixel() {
+        assert_eq!(nearest_table(2, 4, false, true), vec![0, 0, 1, 1]);
+        assert_eq!(nearest_table(3, 2, true, false), vec![0, 2]);
     }
 }

@@ -7,6 +7,7 @@ use crate::backend::{Backend, BackendContext, Built, CustomOpRegistry, InputDesc
 use crate::error::{Error, Result};
 use crate::memory::{self, Lifetime, MemoryPlan};
 use crate::model::{builtin, DType, Model, OpCode};
+use smallvec::SmallVec;
 
 /// Owned, 8-byte aligned bytes (folded constants, realigned constants).
 #[derive(Debug, Clone)]
@@ -65,12 +66,23 @@ pub struct TensorSlot {
     pub loc: Loc,
 }
 
-/// One executable step.
+/// Where a step reads one input from; resolved once after planning.
+#[derive(Debug, Clone)]
+enum Src {
+    Arena(usize, usize),
+    Model(std::ops::Range<usize>),
+    Owned(Arc<AlignedBytes>),
+}
+
+/// One executable step, with its input and output locations resolved at prepare
+/// so that running it needs no lookups and no heap allocation.
 pub struct Step {
     /// Op index in the subgraph.
     pub op: usize,
     /// The kernel.
     pub kernel: KernelFn,
+    inputs: SmallVec<[Option<Src>; 8]>,
+    outputs: SmallVec<[(usize, usize); 4]>,
 }
 
 /// A subgraph ready to run.
@@ -85,6 +97,8 @@ pub struct CompiledGraph {
     pub plan: MemoryPlan,
     /// Ops evaluated once at prepare because all their inputs were constant.
     pub folded_ops: usize,
+    /// Shape-only ops (RESHAPE, SQUEEZE, EXPAND_DIMS) whose output shares its input's memory.
+    pub aliased_ops: usize,
 }
 
 /// Limits applied while compiling.
@@ -151,6 +165,9 @@ pub fn compile(
 
     let mut steps = Vec::with_capacity(g.ops.len());
     let mut folded_ops = 0;
+    let mut aliased_ops = 0;
+    // alias_of[t] = the tensor whose memory `t` shares (itself when not an alias).
+    let mut alias_of: Vec<usize> = (0..tensors.len()).collect();
     for (oi, op) in g.ops.iter().enumerate() {
         // Snapshot constant sources so descriptors do not borrow `tensors`, which this loop updates.
         let held: Vec<Option<Loc>> = op.inputs.iter().map(|i| i.map(|t| tensors[t].loc.clone())).collect();
@@ -222,10 +239,26 @@ pub fn compile(
                 )));
             }
         }
+        if let Some((_, s)) = built.outputs.iter().find(|(_, s)| s.len() > ferrite_kernels::MAX_DIMS) {
+            return Err(octx.unsupported(format!("output rank {} exceeds {}", s.len(), ferrite_kernels::MAX_DIMS)));
+        }
         let Built { outputs, mut kernel } = built;
         for (&t, (dtype, shape)) in op.outputs.iter().zip(outputs) {
             tensors[t].dtype = dtype;
             tensors[t].shape = shape;
+        }
+        // A shape-only op moves no data: its output shares the input's memory (or constant).
+        if is_shape_only(op) {
+            if let (Some(&Some(src)), Some(&dst)) = (op.inputs.first(), op.outputs.first()) {
+                if tensors[src].dtype == tensors[dst].dtype && !g.tensors[dst].is_variable {
+                    match tensors[src].loc.clone() {
+                        loc @ (Loc::Model(_) | Loc::Owned(_)) => tensors[dst].loc = loc,
+                        _ => alias_of[dst] = alias_of[src],
+                    }
+                    aliased_ops += 1;
+                    continue;
+                }
+            }
         }
         // SHAPE's result depends only on static shapes; ops on constants need running once only.
         let foldable = (all_const || op.code == OpCode::Builtin(builtin::SHAPE)) && !op.outputs.iter().any(|&o| g.tensors[o].is_variable);
@@ -245,86 +278,114 @@ pub fn compile(
             }
             folded_ops += 1;
         } else {
-            steps.push(Step { op: oi, kernel });
+            steps.push(Step { op: oi, kernel, inputs: SmallVec::new(), outputs: SmallVec::new() });
         }
     }
 
-    // Lifetimes: subgraph inputs from step 0, step outputs from their step, to last use.
+    // Lifetimes, on alias roots: subgraph inputs from step 0, step outputs from their
+    // step, each to its last use. Graph inputs and outputs stay valid for the whole run,
+    // as in LiteRT: a caller may run again without setting inputs, and reads outputs after.
     let n_steps = steps.len();
+    let root = |t: usize| alias_of[t];
     let mut first = vec![usize::MAX; tensors.len()];
     let mut last = vec![0usize; tensors.len()];
     for &t in &g.inputs {
-        if matches!(tensors[t].loc, Loc::None) {
-            first[t] = 0;
+        if matches!(tensors[root(t)].loc, Loc::None) {
+            first[root(t)] = 0;
         }
     }
     for (si, st) in steps.iter().enumerate() {
         let op = &g.ops[st.op];
         for &t in &op.outputs {
-            first[t] = first[t].min(si);
-            last[t] = last[t].max(si);
+            first[root(t)] = first[root(t)].min(si);
+            last[root(t)] = last[root(t)].max(si);
         }
         for &t in op.inputs.iter().flatten() {
-            if first[t] != usize::MAX {
-                last[t] = last[t].max(si);
+            if first[root(t)] != usize::MAX {
+                last[root(t)] = last[root(t)].max(si);
             }
         }
     }
-    // Graph inputs and outputs stay valid for the whole run, as in LiteRT: a caller may
-    // run again without setting inputs, and reads outputs after the run.
     for &t in g.inputs.iter().chain(&g.outputs) {
-        if first[t] != usize::MAX {
-            last[t] = n_steps.max(1) - 1;
+        if first[root(t)] != usize::MAX {
+            last[root(t)] = n_steps.max(1) - 1;
         }
     }
     let mut lifetimes = Vec::new();
     for t in 0..tensors.len() {
-        if first[t] != usize::MAX && matches!(tensors[t].loc, Loc::None) {
+        if root(t) == t && first[t] != usize::MAX && matches!(tensors[t].loc, Loc::None) {
             let b = bytes_of(tensors[t].dtype, &tensors[t].shape, &limits, || format!("subgraph {sg} tensor {t} ('{}')", g.tensors[t].name))?;
             lifetimes.push(Lifetime { tensor: t, bytes: b, first: first[t], last: last[t].max(first[t]) });
         }
     }
     let plan = memory::plan(&lifetimes, limits.max_arena_bytes)?;
+    let mut offset_of = vec![usize::MAX; tensors.len()];
     for &(t, offset) in &plan.offsets {
-        let len = lifetimes.iter().find(|l| l.tensor == t).map_or(0, |l| l.bytes);
-        tensors[t].loc = Loc::Arena { offset, len };
+        offset_of[t] = offset;
     }
-    Ok(CompiledGraph { subgraph: sg, tensors, steps, plan, folded_ops })
-}
+    for t in 0..tensors.len() {
+        let off = offset_of[root(t)];
+        if off != usize::MAX {
+            let len = bytes_of(tensors[t].dtype, &tensors[t].shape, &limits, || format!("subgraph {sg} tensor {t}"))?;
+            tensors[t].loc = Loc::Arena { offset: off, len };
+        }
+    }
 
-/// Runs the compiled steps over `arena`.
-pub fn execute(g: &mut CompiledGraph, model: &Model, arena: &mut [u8]) -> Result<()> {
-    let sub = &model.subgraphs[g.subgraph];
-    let bytes = model.bytes();
-    let CompiledGraph { steps, tensors, .. } = g;
-    for st in steps.iter_mut() {
-        let op = &sub.ops[st.op];
-        let out_ranges: Vec<(usize, usize)> = op
+    // Resolve every step's input and output locations once.
+    for st in &mut steps {
+        let op = &g.ops[st.op];
+        st.inputs = op
+            .inputs
+            .iter()
+            .map(|i| {
+                i.map(|t| match &tensors[t].loc {
+                    Loc::Arena { offset, len } => Ok(Src::Arena(*offset, *len)),
+                    Loc::Model(r) => Ok(Src::Model(r.clone())),
+                    Loc::Owned(b) => Ok(Src::Owned(b.clone())),
+                    Loc::None => Err(Error::Runtime(format!("internal: subgraph {sg} op {} input tensor {t} has no storage", st.op))),
+                })
+                .transpose()
+            })
+            .collect::<Result<_>>()?;
+        st.outputs = op
             .outputs
             .iter()
             .map(|&t| match tensors[t].loc {
                 Loc::Arena { offset, len } => Ok((offset, len)),
-                _ => Err(Error::Runtime(format!("internal: output tensor {t} has no arena slot"))),
+                _ => Err(Error::Runtime(format!("internal: subgraph {sg} op {} output tensor {t} has no arena slot", st.op))),
             })
             .collect::<Result<_>>()?;
-        let (mut outs, gaps) = memory::split_regions(arena, &out_ranges)?;
-        let ins: Vec<Option<&[u8]>> = op
-            .inputs
-            .iter()
-            .map(|i| match i {
-                None => Ok(None),
-                Some(t) => match &tensors[*t].loc {
-                    Loc::Arena { offset, len } => memory::find_in_gaps(&gaps, *offset, *len).map(Some),
-                    Loc::Model(r) => Ok(bytes.get(r.clone())),
-                    Loc::Owned(b) => Ok(Some(b.bytes())),
-                    Loc::None => Err(Error::Runtime(format!("internal: input tensor {t} has no storage"))),
-                },
-            })
-            .collect::<Result<_>>()?;
-        (st.kernel)(&ins, &mut outs).map_err(|e| match e {
-            Error::Runtime(m) => Error::Runtime(format!("subgraph {} op {} ({}): {m}", g.subgraph, st.op, op.code.name())),
-            e => e,
-        })?;
+    }
+    Ok(CompiledGraph { subgraph: sg, tensors, steps, plan, folded_ops, aliased_ops })
+}
+
+fn is_shape_only(op: &crate::model::Op) -> bool {
+    use ferrite_format::schema::BuiltinOperator as B;
+    matches!(op.code, OpCode::Builtin(c) if c == B::RESHAPE.0 || c == B::SQUEEZE.0 || c == B::EXPAND_DIMS.0)
+}
+
+/// Runs the compiled steps over `arena`. Allocates nothing: locations were resolved
+/// at prepare and the per-step views live on the stack.
+pub fn execute(g: &mut CompiledGraph, model: &Model, arena: &mut [u8]) -> Result<()> {
+    let bytes = model.bytes();
+    for st in g.steps.iter_mut() {
+        let (mut outs, gaps) = memory::split_regions(arena, &st.outputs)?;
+        let mut ins: SmallVec<[Option<&[u8]>; 8]> = SmallVec::new();
+        for src in &st.inputs {
+            ins.push(match src {
+                None => None,
+                Some(Src::Arena(off, len)) => Some(memory::find_in_gaps(&gaps, *off, *len)?),
+                Some(Src::Model(r)) => bytes.get(r.clone()),
+                Some(Src::Owned(b)) => Some(b.bytes()),
+            });
+        }
+        if let Err(e) = (st.kernel)(&ins, &mut outs) {
+            let name = model.subgraphs[g.subgraph].ops[st.op].code.name();
+            return Err(match e {
+                Error::Runtime(m) => Error::Runtime(format!("subgraph {} op {} ({name}): {m}", g.subgraph, st.op)),
+                e => e,
+            });
+        }
     }
     Ok(())
 }

@@ -2,6 +2,8 @@
 //! arena, assigned from tensor lifetimes so tensors that are never alive at
 //! the same step share memory. Plus the safe arena splitting the executor uses.
 
+use smallvec::SmallVec;
+
 use crate::error::{Error, Result};
 
 /// Arena offsets are aligned to a cache line.
@@ -75,17 +77,22 @@ pub fn plan(lifetimes: &[Lifetime], max_bytes: usize) -> Result<MemoryPlan> {
     })
 }
 
+/// Mutable output views of one step, in op output order.
+pub type OutViews<'a> = SmallVec<[&'a mut [u8]; 4]>;
+/// Shared arena pieces around the outputs, each with its start offset.
+pub type Gaps<'a> = SmallVec<[(usize, &'a [u8]); 5]>;
+
 /// Splits the arena into mutable output regions and the shared gaps between
 /// them, so a kernel can read its inputs while writing its outputs without any
-/// `unsafe`. Outputs must not overlap each other.
-#[allow(clippy::type_complexity)]
-pub fn split_regions<'a>(arena: &'a mut [u8], outs: &[(usize, usize)]) -> Result<(Vec<&'a mut [u8]>, Vec<(usize, &'a [u8])>)> {
-    let mut order: Vec<usize> = (0..outs.len()).collect();
-    order.sort_by_key(|&i| outs[i].0);
+/// `unsafe`. Outputs must not overlap each other. No heap allocation for up to
+/// four outputs.
+pub fn split_regions<'a>(arena: &'a mut [u8], outs: &[(usize, usize)]) -> Result<(OutViews<'a>, Gaps<'a>)> {
+    let mut order: SmallVec<[usize; 4]> = (0..outs.len()).collect();
+    order.sort_unstable_by_key(|&i| outs[i].0);
     let mut rest = arena;
     let mut cursor = 0usize;
-    let mut gaps = Vec::with_capacity(outs.len() + 1);
-    let mut sorted: Vec<(usize, &'a mut [u8])> = Vec::with_capacity(outs.len());
+    let mut gaps = Gaps::new();
+    let mut sorted: SmallVec<[(usize, &'a mut [u8]); 4]> = SmallVec::new();
     for i in order {
         let (off, len) = outs[i];
         if off < cursor || off + len > cursor + rest.len() {
@@ -99,7 +106,7 @@ pub fn split_regions<'a>(arena: &'a mut [u8], outs: &[(usize, usize)]) -> Result
         cursor = off + len;
     }
     gaps.push((cursor, &*rest));
-    sorted.sort_by_key(|(i, _)| *i);
+    sorted.sort_unstable_by_key(|(i, _)| *i);
     Ok((sorted.into_iter().map(|(_, s)| s).collect(), gaps))
 }
 

@@ -33,15 +33,16 @@ pub(crate) fn dequantize(op: &OpContext<'_>) -> Result<Built> {
         outputs: vec![(DType::F32, shape)],
         kernel: Box::new(move |ins, outs| {
             let src = arg(ins, 0)?;
-            let vals: Vec<i64> = match dtype {
-                DType::I8 => src.iter().map(|&b| i64::from(b as i8)).collect(),
-                DType::U8 => src.iter().map(|&b| i64::from(b)).collect(),
-                DType::I16 => typed::<i16>(src)?.iter().map(|&v| i64::from(v)).collect(),
-                _ => typed::<i32>(src)?.iter().map(|&v| i64::from(v)).collect(),
-            };
-            for (i, (o, v)) in typed_mut::<f32>(outs[0])?.iter_mut().zip(vals).enumerate() {
+            let out = typed_mut::<f32>(outs[0])?;
+            let deq = |i: usize, v: i64| {
                 let c = if channels > 1 { (i / inner) % channels } else { 0 };
-                *o = q.scale[c] * (v - q.zero_point[c]) as f32;
+                q.scale[c] * (v - q.zero_point[c]) as f32
+            };
+            match dtype {
+                DType::I8 => out.iter_mut().zip(src).enumerate().for_each(|(i, (o, &b))| *o = deq(i, i64::from(b as i8))),
+                DType::U8 => out.iter_mut().zip(src).enumerate().for_each(|(i, (o, &b))| *o = deq(i, i64::from(b))),
+                DType::I16 => out.iter_mut().zip(typed::<i16>(src)?).enumerate().for_each(|(i, (o, &v))| *o = deq(i, i64::from(v))),
+                _ => out.iter_mut().zip(typed::<i32>(src)?).enumerate().for_each(|(i, (o, &v))| *o = deq(i, i64::from(v))),
             }
             Ok(())
         }),
@@ -158,20 +159,21 @@ pub(crate) fn densify(op: &OpContext<'_>) -> Result<Built> {
     })
 }
 
-fn read_f64(dtype: DType, b: &[u8]) -> Result<Vec<f64>> {
-    Ok(match dtype {
-        DType::F32 => typed::<f32>(b)?.iter().map(|&v| f64::from(v)).collect(),
-        DType::F64 => typed::<f64>(b)?.to_vec(),
-        DType::I32 => typed::<i32>(b)?.iter().map(|&v| f64::from(v)).collect(),
-        DType::I64 => typed::<i64>(b)?.iter().map(|&v| v as f64).collect(),
-        DType::I16 => typed::<i16>(b)?.iter().map(|&v| f64::from(v)).collect(),
-        DType::U16 => typed::<u16>(b)?.iter().map(|&v| f64::from(v)).collect(),
-        DType::U32 => typed::<u32>(b)?.iter().map(|&v| f64::from(v)).collect(),
-        DType::I8 => b.iter().map(|&v| f64::from(v as i8)).collect(),
-        DType::U8 | DType::Bool => b.iter().map(|&v| f64::from(v)).collect(),
-        DType::F16 => b.chunks_exact(2).map(|c| f64::from(half::f16::from_le_bytes([c[0], c[1]]).to_f32())).collect(),
-        t => return Err(Error::Runtime(format!("CAST from {}", t.name()))),
-    })
+/// Element `i` of `b` (of type `dtype`) as f64.
+fn elem_f64(dtype: DType, b: &[u8], i: usize) -> f64 {
+    let at = |n: usize| &b[i * n..(i + 1) * n];
+    match dtype {
+        DType::F32 => f64::from(f32::from_le_bytes(at(4).try_into().unwrap_or_default())),
+        DType::F64 => f64::from_le_bytes(at(8).try_into().unwrap_or_default()),
+        DType::I32 => f64::from(i32::from_le_bytes(at(4).try_into().unwrap_or_default())),
+        DType::I64 => i64::from_le_bytes(at(8).try_into().unwrap_or_default()) as f64,
+        DType::I16 => f64::from(i16::from_le_bytes(at(2).try_into().unwrap_or_default())),
+        DType::U16 => f64::from(u16::from_le_bytes(at(2).try_into().unwrap_or_default())),
+        DType::U32 => f64::from(u32::from_le_bytes(at(4).try_into().unwrap_or_default())),
+        DType::I8 => f64::from(b[i] as i8),
+        DType::F16 => f64::from(half::f16::from_le_bytes(at(2).try_into().unwrap_or_default()).to_f32()),
+        _ => f64::from(b[i]),
+    }
 }
 
 pub(crate) fn cast(op: &OpContext<'_>) -> Result<Built> {
@@ -181,10 +183,18 @@ pub(crate) fn cast(op: &OpContext<'_>) -> Result<Built> {
     if to.size().is_none() {
         return Err(op.unsupported(format!("CAST to {}", to.name())));
     }
+    if !matches!(
+        from,
+        DType::F32 | DType::F64 | DType::I32 | DType::I64 | DType::I16 | DType::U16 | DType::U32 | DType::I8 | DType::U8 | DType::Bool | DType::F16
+    ) {
+        return Err(op.unsupported(format!("CAST from {}", from.name())));
+    }
+    let n: usize = x.shape.iter().product();
     Ok(Built {
         outputs: vec![(to, x.shape.clone())],
         kernel: Box::new(move |ins, outs| {
-            let v = read_f64(from, arg(ins, 0)?)?;
+            let src = arg(ins, 0)?;
+            let v = (0..n).map(|i| elem_f64(from, src, i));
             let o = &mut *outs[0];
             // Float to integer truncates toward zero (saturating), as a C cast on in-range values.
             macro_rules! put {

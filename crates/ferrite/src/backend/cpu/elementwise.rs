@@ -199,22 +199,11 @@ pub(crate) fn select(op: &OpContext<'_>) -> Result<Built> {
     let out = broadcast(op, &sc, &sxy)?;
     let os = out.clone();
     let dtype = x.dtype;
-    let n: usize = out.iter().product();
     super::by_size!(op, dtype, T => {
         Ok(Built {
             outputs: vec![(dtype, out)],
             kernel: Box::new(move |ins, outs| {
-                // Broadcast each operand to the output, then pick.
-                let mut xb = vec![0 as T; n];
-                let mut yb = vec![0 as T; n];
-                kel::binary(typed::<T>(arg(ins, 1)?)?, &sx, &[0u8], &[1], &mut xb, &os, |v, _| v);
-                kel::binary(typed::<T>(arg(ins, 2)?)?, &sy, &[0u8], &[1], &mut yb, &os, |v, _| v);
-                let o = typed_mut::<T>(outs[0])?;
-                let mut ci = vec![0u8; n];
-                kel::binary(arg(ins, 0)?, &sc, &[0u8], &[1], &mut ci, &os, |v, _| v);
-                for i in 0..n {
-                    o[i] = if ci[i] != 0 { xb[i] } else { yb[i] };
-                }
+                kel::select(arg(ins, 0)?, &sc, typed::<T>(arg(ins, 1)?)?, &sx, typed::<T>(arg(ins, 2)?)?, &sy, typed_mut::<T>(outs[0])?, &os);
                 Ok(())
             }),
         })

@@ -66,6 +66,8 @@ pub(crate) fn conv2d(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Bui
         None => None,
     };
     let has_bias = op.opt_input(2).is_some();
+    // Non-constant filters are repacked every run into scratch sized once here.
+    let mut scratch = if packed.is_none() { vec![0.0f32; oc * kh * kw * ic] } else { Vec::new() };
     Ok(Built {
         outputs: vec![(DType::F32, vec![g.batch, g.out_h, g.out_w, oc])],
         kernel: Box::new(move |ins, outs| {
@@ -74,7 +76,10 @@ pub(crate) fn conv2d(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Bui
             let out = typed_mut::<f32>(outs[0])?;
             match &packed {
                 Some(p) => conv::conv2d(input, ic, p, bias, oc, &g, clamp, out),
-                None => conv::conv2d(input, ic, &conv::pack_conv_weights(typed::<f32>(arg(ins, 1)?)?, oc, kh, kw, ic), bias, oc, &g, clamp, out),
+                None => {
+                    conv::pack_conv_weights_into(typed::<f32>(arg(ins, 1)?)?, oc, kh, kw, ic, &mut scratch);
+                    conv::conv2d(input, ic, &scratch, bias, oc, &g, clamp, out)
+                }
             }
             Ok(())
         }),
@@ -277,25 +282,24 @@ pub(crate) fn batch_matmul(op: &OpContext<'_>) -> Result<Built> {
     };
     let (ia, ib) = (bstr(&a), bstr(&b));
     let k = ka;
+    // Transpose scratch, sized once here so runs do not allocate.
+    let mut ta = vec![0.0f32; if adj_x { m * k } else { 0 }];
+    let mut tb = vec![0.0f32; if adj_y { k * n } else { 0 }];
     Ok(Built {
         outputs: vec![(DType::F32, out_shape)],
         kernel: Box::new(move |ins, outs| {
             let (av, bv) = (typed::<f32>(arg(ins, 0)?)?, typed::<f32>(arg(ins, 1)?)?);
             let out = typed_mut::<f32>(outs[0])?;
-            let mut ta = Vec::new();
-            let mut tb = Vec::new();
             for p in 0..nb {
                 let asl = &av[ia[p] * m * k..][..m * k];
                 let bsl = &bv[ib[p] * k * n..][..k * n];
                 let asl = if adj_x {
-                    ta.resize(m * k, 0.0);
                     ferrite_kernels::movement::transpose(asl, &[k, m], &[1, 0], &mut ta);
                     &ta[..]
                 } else {
                     asl
                 };
                 let bsl = if adj_y {
-                    tb.resize(k * n, 0.0);
                     ferrite_kernels::movement::transpose(bsl, &[n, k], &[1, 0], &mut tb);
                     &tb[..]
                 } else {

@@ -47,23 +47,24 @@ pub(crate) fn arg_minmax(op: &OpContext<'_>, want_max: bool) -> Result<Built> {
     out.remove(a);
     let wide = !matches!(op.op.params, OpParams::OutType(2));
     let dtype = x.dtype;
-    let n: usize = out.iter().product();
+    // Sized once here so runs do not allocate.
+    let mut scratch = vec![0i64; out.iter().product()];
     Ok(Built {
         outputs: vec![(if wide { DType::I64 } else { DType::I32 }, out)],
         kernel: Box::new(move |ins, outs| {
-            let mut idx = vec![0i64; n];
+            let idx = &mut scratch[..];
             let raw = arg(ins, 0)?;
             match dtype {
-                DType::F32 => kred::arg_extreme(typed::<f32>(raw)?, &shape, a, want_max, &mut idx),
-                DType::I32 => kred::arg_extreme(typed::<i32>(raw)?, &shape, a, want_max, &mut idx),
-                DType::I8 => kred::arg_extreme(typed::<i8>(raw)?, &shape, a, want_max, &mut idx),
-                DType::U8 => kred::arg_extreme(typed::<u8>(raw)?, &shape, a, want_max, &mut idx),
+                DType::F32 => kred::arg_extreme(typed::<f32>(raw)?, &shape, a, want_max, idx),
+                DType::I32 => kred::arg_extreme(typed::<i32>(raw)?, &shape, a, want_max, idx),
+                DType::I8 => kred::arg_extreme(typed::<i8>(raw)?, &shape, a, want_max, idx),
+                DType::U8 => kred::arg_extreme(typed::<u8>(raw)?, &shape, a, want_max, idx),
                 t => return Err(super::runtime(format!("ARG_MAX/ARG_MIN of {}", t.name()))),
             }
             if wide {
-                typed_mut::<i64>(outs[0])?.copy_from_slice(&idx);
+                typed_mut::<i64>(outs[0])?.copy_from_slice(idx);
             } else {
-                for (o, &v) in typed_mut::<i32>(outs[0])?.iter_mut().zip(&idx) {
+                for (o, &v) in typed_mut::<i32>(outs[0])?.iter_mut().zip(idx.iter()) {
                     *o = v as i32;
                 }
             }

@@ -137,7 +137,7 @@ pub(crate) fn concat(op: &OpContext<'_>, pack: bool) -> Result<Built> {
         Ok(Built {
             outputs: vec![(dtype, out)],
             kernel: Box::new(move |ins, outs| {
-                let parts: Vec<(&[T], &[usize])> = (0..shapes.len()).map(|i| Ok((typed::<T>(arg(ins, i)?)?, &shapes[i][..]))).collect::<Result<_>>()?;
+                let parts: smallvec::SmallVec<[(&[T], &[usize]); 8]> = (0..shapes.len()).map(|i| Ok((typed::<T>(arg(ins, i)?)?, &shapes[i][..]))).collect::<Result<_>>()?;
                 movement::concat(&parts, ax, typed_mut::<T>(outs[0])?);
                 if clamp != ferrite_kernels::Clamp::NONE {
                     clamp.apply_slice(typed_mut::<f32>(outs[0])?);
@@ -436,16 +436,17 @@ pub(crate) fn gather(op: &OpContext<'_>) -> Result<Built> {
     if !matches!(idx_type, DType::I32 | DType::I64) {
         return Err(op.bad("indices must be int32 or int64"));
     }
-    let limit = shape[ax];
     by_size!(op, dtype, T => {
         Ok(Built {
             outputs: vec![(dtype, out)],
             kernel: Box::new(move |ins, outs| {
-                let raw = arg(ins, 1)?;
-                let idx: Vec<i64> = if idx_type == DType::I32 { typed::<i32>(raw)?.iter().map(|&v| i64::from(v)).collect() } else { typed::<i64>(raw)?.to_vec() };
-                let idx: Vec<usize> = idx.iter().map(|&v| if v < 0 || v as usize >= limit { Err(super::runtime(format!("gather index {v} out of range 0..{limit}"))) } else { Ok(v as usize) }).collect::<Result<_>>()?;
-                movement::gather(typed::<T>(arg(ins, 0)?)?, &shape, &idx, per_batch, ax, bd, typed_mut::<T>(outs[0])?);
-                Ok(())
+                let (params, raw, o) = (typed::<T>(arg(ins, 0)?)?, arg(ins, 1)?, typed_mut::<T>(outs[0])?);
+                let r = if idx_type == DType::I32 {
+                    movement::gather(params, &shape, typed::<i32>(raw)?, per_batch, ax, bd, o)
+                } else {
+                    movement::gather(params, &shape, typed::<i64>(raw)?, per_batch, ax, bd, o)
+                };
+                r.map_err(|v| super::runtime(format!("gather index {v} out of range 0..{}", shape[ax])))
             }),
         })
     })
@@ -531,23 +532,30 @@ pub(crate) fn resize(op: &OpContext<'_>, bilinear: bool) -> Result<Built> {
         return Err(op.bad(format!("resize of {s:?} to {size:?}")));
     }
     let (oh, ow) = (size[0] as usize, size[1] as usize);
+    if s[1] == 0 || s[2] == 0 {
+        return Err(op.bad(format!("cannot resize an empty image {s:?}")));
+    }
     let out = vec![s[0], oh, ow, s[3]];
     let dtype = x.dtype;
+    // Coordinate tables depend only on shapes: computed here, once per prepare.
     if bilinear {
         require_f32(op, &[0])?;
+        let (ys, xs) =
+            (kresize::bilinear_table(s[1], oh, align_corners, half_pixel_centers), kresize::bilinear_table(s[2], ow, align_corners, half_pixel_centers));
         return Ok(Built {
             outputs: vec![(dtype, out)],
             kernel: Box::new(move |ins, outs| {
-                kresize::resize_bilinear(typed(arg(ins, 0)?)?, s[0], s[1], s[2], s[3], oh, ow, align_corners, half_pixel_centers, typed_mut(outs[0])?);
+                kresize::resize_bilinear(typed(arg(ins, 0)?)?, s[0], s[1], s[2], s[3], &ys, &xs, typed_mut(outs[0])?);
                 Ok(())
             }),
         });
     }
+    let (ys, xs) = (kresize::nearest_table(s[1], oh, align_corners, half_pixel_centers), kresize::nearest_table(s[2], ow, align_corners, half_pixel_centers));
     by_size!(op, dtype, T => {
         Ok(Built {
             outputs: vec![(dtype, out)],
             kernel: Box::new(move |ins, outs| {
-                kresize::resize_nearest(typed::<T>(arg(ins, 0)?)?, s[0], s[1], s[2], s[3], oh, ow, align_corners, half_pixel_centers, typed_mut::<T>(outs[0])?);
+                kresize::resize_nearest(typed::<T>(arg(ins, 0)?)?, s[0], s[1], s[2], s[3], &ys, &xs, typed_mut::<T>(outs[0])?);
                 Ok(())
             }),
         })
