@@ -2,6 +2,39 @@
 
 mod npy;
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// Counts heap allocations while armed, for `bench`'s `heap_allocs_per_run`.
+struct CountingAlloc;
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+static COUNTING: AtomicBool = AtomicBool::new(false);
+
+// SAFETY: forwards every call to the system allocator unchanged; only counts.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: same contract as our caller's.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: same contract as our caller's.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: same contract as our caller's.
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: CountingAlloc = CountingAlloc;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -27,6 +60,9 @@ enum Cmd {
         /// Print one JSON object instead of text.
         #[arg(long)]
         json: bool,
+        /// Print each subgraph's memory plan: arena bytes against the live-bytes lower bound.
+        #[arg(long)]
+        memory: bool,
     },
     /// Run a model on .npy inputs (or seeded random ones) and write .npy outputs.
     Run {
@@ -60,7 +96,8 @@ enum Cmd {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
-        Cmd::Inspect { model, json } => inspect(&model, json),
+        Cmd::Inspect { model, json, memory: true } => inspect_memory(&model, json),
+        Cmd::Inspect { model, json, memory: false } => inspect(&model, json),
         Cmd::Run { model, inputs, out_dir, threads, seed } => run(&model, &inputs, &out_dir, threads, seed),
         Cmd::Bench { model, threads, warmup, runs, json } => bench(&model, threads, warmup, runs, json),
     };
@@ -165,6 +202,47 @@ fn inspect(path: &Path, as_json: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// Plans every subgraph that ferrite can prepare and reports arena vs lower bound.
+fn inspect_memory(path: &Path, as_json: bool) -> Result<(), String> {
+    let model = Arc::new(Model::from_file(path).map_err(|e| e.to_string())?);
+    let mut rows = Vec::new();
+    for (si, g) in model.subgraphs.iter().enumerate() {
+        let mut s = Session::with_options(model.clone(), SessionOptions::default()).map_err(|e| e.to_string())?;
+        let row = match s.select_subgraph(si).and_then(|_| s.prepare()) {
+            Ok(()) => {
+                let (arena, lower) = s.arena_stats().unwrap_or((0, 0));
+                let (steps, folded, aliased) = s.step_stats().unwrap_or((0, 0, 0));
+                json!({"subgraph": si, "name": g.name, "arena_bytes": arena, "lower_bound_bytes": lower,
+                       "ratio": if lower > 0 { arena as f64 / lower as f64 } else { 1.0 },
+                       "steps": steps, "folded_ops": folded, "aliased_ops": aliased})
+            }
+            Err(e) => json!({"subgraph": si, "name": g.name, "error": e.to_string()}),
+        };
+        rows.push(row);
+    }
+    if as_json {
+        println!("{}", json!({"file": path.display().to_string(), "subgraphs": rows}));
+        return Ok(());
+    }
+    for r in &rows {
+        match r.get("error") {
+            Some(e) => println!("subgraph {} '{}': not planned: {}", r["subgraph"], r["name"].as_str().unwrap_or(""), e.as_str().unwrap_or("")),
+            None => println!(
+                "subgraph {} '{}': arena {} bytes, lower bound {} bytes, ratio {:.3}; {} steps, {} ops folded at prepare, {} aliased",
+                r["subgraph"],
+                r["name"].as_str().unwrap_or(""),
+                r["arena_bytes"],
+                r["lower_bound_bytes"],
+                r["ratio"].as_f64().unwrap_or(0.0),
+                r["steps"],
+                r["folded_ops"],
+                r["aliased_ops"]
+            ),
+        }
+    }
+    Ok(())
+}
+
 /// SplitMix64: small, seeded, reproducible.
 struct Rng(u64);
 impl Rng {
@@ -263,11 +341,16 @@ fn bench(path: &Path, threads: usize, warmup: usize, runs: usize, as_json: bool)
         s.run().map_err(|e| e.to_string())?;
     }
     let mut times = Vec::with_capacity(runs);
+    ALLOCS.store(0, Ordering::Relaxed);
     for _ in 0..runs {
         let t = Instant::now();
-        s.run().map_err(|e| e.to_string())?;
+        COUNTING.store(true, Ordering::Relaxed);
+        let r = s.run();
+        COUNTING.store(false, Ordering::Relaxed);
+        r.map_err(|e| e.to_string())?;
         times.push(t.elapsed().as_secs_f64() * 1e3);
     }
+    let heap_allocs_per_run = ALLOCS.load(Ordering::Relaxed) as f64 / runs as f64;
     let mut sorted = times.clone();
     sorted.sort_by(f64::total_cmp);
     let median = if runs % 2 == 1 { sorted[runs / 2] } else { (sorted[runs / 2 - 1] + sorted[runs / 2]) / 2.0 };
@@ -279,6 +362,7 @@ fn bench(path: &Path, threads: usize, warmup: usize, runs: usize, as_json: bool)
         "load_ms": load_ms, "prepare_ms": prepare_ms,
         "execute_ms": {"mean": mean, "median": median, "min": sorted[0], "max": sorted[runs - 1], "geomean": geomean},
         "peak_rss_kb": peak_rss_kb(), "arena_bytes": arena, "arena_lower_bound_bytes": lower,
+        "heap_allocs_per_run": heap_allocs_per_run,
     });
     if as_json {
         println!("{doc}");
@@ -292,6 +376,7 @@ fn bench(path: &Path, threads: usize, warmup: usize, runs: usize, as_json: bool)
             sorted[runs - 1]
         );
         println!("arena      {arena} bytes (lower bound {lower})");
+        println!("heap       {heap_allocs_per_run} allocations per run");
         println!("peak RSS   {} kB", peak_rss_kb());
     }
     Ok(())

@@ -37,32 +37,81 @@ fn align_up(v: usize) -> Option<usize> {
     v.checked_add(ALIGN - 1).map(|x| x / ALIGN * ALIGN)
 }
 
-/// Greedy-by-size placement: largest tensors first, each at the lowest offset
-/// that does not collide with an already placed tensor alive at the same time.
-pub fn plan(lifetimes: &[Lifetime], max_bytes: usize) -> Result<MemoryPlan> {
+/// How tensors are ordered before placement, and how a gap is chosen.
+#[derive(Debug, Clone, Copy)]
+enum Strategy {
+    /// Largest first.
+    BySize,
+    /// Largest bytes x lifetime first.
+    ByArea,
+    /// Longest-lived first.
+    ByDuration,
+    /// Earliest first, then largest.
+    ByFirstUse,
+}
+
+/// Places every tensor and returns (arena size, offsets), or the first size above `max_bytes`.
+fn place(lifetimes: &[Lifetime], strategy: Strategy, best_fit: bool, max_bytes: usize) -> std::result::Result<(usize, Vec<(usize, usize)>), usize> {
     let mut order: Vec<&Lifetime> = lifetimes.iter().collect();
-    order.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.first.cmp(&b.first)));
-    let mut placed: Vec<(usize, usize, &Lifetime)> = Vec::with_capacity(order.len()); // (offset, size, lt)
+    let dur = |l: &Lifetime| l.last - l.first + 1;
+    match strategy {
+        Strategy::BySize => order.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.first.cmp(&b.first))),
+        Strategy::ByArea => order.sort_by(|a, b| (b.bytes.saturating_mul(dur(b))).cmp(&a.bytes.saturating_mul(dur(a))).then(b.bytes.cmp(&a.bytes))),
+        Strategy::ByDuration => order.sort_by(|a, b| dur(b).cmp(&dur(a)).then(b.bytes.cmp(&a.bytes))),
+        Strategy::ByFirstUse => order.sort_by(|a, b| a.first.cmp(&b.first).then(b.bytes.cmp(&a.bytes))),
+    }
+    let mut placed: Vec<(usize, usize, &Lifetime)> = Vec::with_capacity(order.len());
     let mut arena = 0usize;
-    let too_big = |n: usize| Error::ResourceLimit(format!("memory plan needs {n} bytes, above the session limit of {max_bytes} bytes"));
     for lt in order {
-        let size = align_up(lt.bytes).ok_or_else(|| too_big(usize::MAX))?;
+        let size = align_up(lt.bytes).ok_or(usize::MAX)?;
         let mut busy: Vec<(usize, usize)> = placed.iter().filter(|(_, _, o)| o.first <= lt.last && lt.first <= o.last).map(|&(off, sz, _)| (off, sz)).collect();
         busy.sort_unstable();
-        let mut off = 0usize;
-        for (bo, bs) in busy {
-            if off + size <= bo {
-                break;
+        // Candidate gaps between busy ranges; the last one is open-ended.
+        let mut chosen: Option<(usize, usize)> = None; // (offset, gap size)
+        let mut cursor = 0usize;
+        for &(bo, bs) in &busy {
+            if bo >= cursor + size {
+                let gap = bo - cursor;
+                if chosen.is_none_or(|(_, g)| best_fit && gap < g) {
+                    chosen = Some((cursor, gap));
+                    if !best_fit {
+                        break;
+                    }
+                }
             }
-            off = off.max(bo + bs);
+            cursor = cursor.max(bo + bs);
         }
-        let end = off.checked_add(size).ok_or_else(|| too_big(usize::MAX))?;
+        let off = match chosen {
+            Some((o, _)) => o,
+            None => cursor,
+        };
+        let end = off.checked_add(size).ok_or(usize::MAX)?;
         if end > max_bytes {
-            return Err(too_big(end));
+            return Err(end);
         }
         arena = arena.max(end);
         placed.push((off, size, lt));
     }
+    Ok((arena, placed.iter().map(|&(off, _, lt)| (lt.tensor, off)).collect()))
+}
+
+/// Plans offsets for all tensors: tries several greedy placements (orderings x
+/// first-fit/best-fit) and keeps the smallest arena. Each is O(n^2) in the number of
+/// tensors, negligible next to prepare.
+pub fn plan(lifetimes: &[Lifetime], max_bytes: usize) -> Result<MemoryPlan> {
+    let mut best: Option<(usize, Vec<(usize, usize)>)> = None;
+    let mut smallest_failure = usize::MAX;
+    for strategy in [Strategy::BySize, Strategy::ByArea, Strategy::ByDuration, Strategy::ByFirstUse] {
+        for best_fit in [false, true] {
+            match place(lifetimes, strategy, best_fit, max_bytes) {
+                Ok(p) if best.as_ref().is_none_or(|b| p.0 < b.0) => best = Some(p),
+                Ok(_) => {}
+                Err(n) => smallest_failure = smallest_failure.min(n),
+            }
+        }
+    }
+    let (arena_bytes, offsets) =
+        best.ok_or_else(|| Error::ResourceLimit(format!("memory plan needs {smallest_failure} bytes, above the session limit of {max_bytes} bytes")))?;
     let steps = lifetimes.iter().map(|l| l.last + 1).max().unwrap_or(0);
     let mut live = vec![0usize; steps];
     for l in lifetimes {
@@ -70,11 +119,7 @@ pub fn plan(lifetimes: &[Lifetime], max_bytes: usize) -> Result<MemoryPlan> {
             *s = s.saturating_add(l.bytes);
         }
     }
-    Ok(MemoryPlan {
-        offsets: placed.iter().map(|&(off, _, lt)| (lt.tensor, off)).collect(),
-        arena_bytes: arena,
-        lower_bound_bytes: live.into_iter().max().unwrap_or(0),
-    })
+    Ok(MemoryPlan { offsets, arena_bytes, lower_bound_bytes: live.into_iter().max().unwrap_or(0) })
 }
 
 /// Mutable output views of one step, in op output order.

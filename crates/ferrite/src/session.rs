@@ -304,8 +304,24 @@ impl Session {
         self.compiled.as_ref().map(|c| (c.plan.arena_bytes, c.plan.lower_bound_bytes))
     }
 
-    /// Number of execution steps and of ops folded at prepare.
-    pub fn step_stats(&self) -> Option<(usize, usize)> {
-        self.compiled.as_ref().map(|c| (c.steps.len(), c.folded_ops))
+    /// Execution steps, ops folded at prepare, and shape-only ops aliased to their input.
+    pub fn step_stats(&self) -> Option<(usize, usize, usize)> {
+        self.compiled.as_ref().map(|c| (c.steps.len(), c.folded_ops, c.aliased_ops))
+    }
+
+    /// Runs subgraph `index` directly, with its own inputs and outputs (before `prepare`).
+    pub fn select_subgraph(&mut self, index: usize) -> Result<()> {
+        self.require(State::Loaded, "select_subgraph")?;
+        let g = self
+            .model
+            .subgraphs
+            .get(index)
+            .ok_or_else(|| Error::InvalidArgument(format!("subgraph {index} does not exist ({} subgraphs)", self.model.subgraphs.len())))?;
+        let named = |ts: &[usize]| ts.iter().map(|&t| (g.tensors[t].name.clone(), t)).collect::<Vec<_>>();
+        self.inputs = named(&g.inputs);
+        self.outputs = named(&g.outputs);
+        self.input_shapes = g.inputs.iter().map(|&t| g.tensors[t].shape.clone()).collect();
+        self.subgraph = index;
+        Ok(())
     }
 }
