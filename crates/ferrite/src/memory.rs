@@ -41,13 +41,13 @@ fn align_up(v: usize) -> Option<usize> {
 #[derive(Debug, Clone, Copy)]
 enum Strategy {
     /// Largest first.
-    BySize,
+    Size,
     /// Largest bytes x lifetime first.
-    ByArea,
+    Area,
     /// Longest-lived first.
-    ByDuration,
+    Duration,
     /// Earliest first, then largest.
-    ByFirstUse,
+    FirstUse,
 }
 
 /// Places every tensor and returns (arena size, offsets), or the first size above `max_bytes`.
@@ -55,10 +55,10 @@ fn place(lifetimes: &[Lifetime], strategy: Strategy, best_fit: bool, max_bytes: 
     let mut order: Vec<&Lifetime> = lifetimes.iter().collect();
     let dur = |l: &Lifetime| l.last - l.first + 1;
     match strategy {
-        Strategy::BySize => order.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.first.cmp(&b.first))),
-        Strategy::ByArea => order.sort_by(|a, b| (b.bytes.saturating_mul(dur(b))).cmp(&a.bytes.saturating_mul(dur(a))).then(b.bytes.cmp(&a.bytes))),
-        Strategy::ByDuration => order.sort_by(|a, b| dur(b).cmp(&dur(a)).then(b.bytes.cmp(&a.bytes))),
-        Strategy::ByFirstUse => order.sort_by(|a, b| a.first.cmp(&b.first).then(b.bytes.cmp(&a.bytes))),
+        Strategy::Size => order.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.first.cmp(&b.first))),
+        Strategy::Area => order.sort_by(|a, b| (b.bytes.saturating_mul(dur(b))).cmp(&a.bytes.saturating_mul(dur(a))).then(b.bytes.cmp(&a.bytes))),
+        Strategy::Duration => order.sort_by(|a, b| dur(b).cmp(&dur(a)).then(b.bytes.cmp(&a.bytes))),
+        Strategy::FirstUse => order.sort_by(|a, b| a.first.cmp(&b.first).then(b.bytes.cmp(&a.bytes))),
     }
     let mut placed: Vec<(usize, usize, &Lifetime)> = Vec::with_capacity(order.len());
     let mut arena = 0usize;
@@ -101,7 +101,7 @@ fn place(lifetimes: &[Lifetime], strategy: Strategy, best_fit: bool, max_bytes: 
 pub fn plan(lifetimes: &[Lifetime], max_bytes: usize) -> Result<MemoryPlan> {
     let mut best: Option<(usize, Vec<(usize, usize)>)> = None;
     let mut smallest_failure = usize::MAX;
-    for strategy in [Strategy::BySize, Strategy::ByArea, Strategy::ByDuration, Strategy::ByFirstUse] {
+    for strategy in [Strategy::Size, Strategy::Area, Strategy::Duration, Strategy::FirstUse] {
         for best_fit in [false, true] {
             match place(lifetimes, strategy, best_fit, max_bytes) {
                 Ok(p) if best.as_ref().is_none_or(|b| p.0 < b.0) => best = Some(p),
