@@ -70,8 +70,19 @@ pub struct TensorSlot {
 #[derive(Debug, Clone)]
 enum Src {
     Arena(usize, usize),
+    /// Graph input k (or an alias of it): the caller's buffer when bound, else its arena slot.
+    Input(usize, usize, usize),
     Model(std::ops::Range<usize>),
     Owned(Arc<AlignedBytes>),
+}
+
+/// How graph output k reaches a caller-bound buffer.
+#[derive(Debug, Clone)]
+enum OutPlan {
+    /// Its producing kernel writes into the caller's buffer.
+    Direct,
+    /// Copied after the run from here.
+    Copy(Src),
 }
 
 /// One executable step, with its input and output locations resolved at prepare
@@ -82,7 +93,8 @@ pub struct Step {
     /// The kernel.
     pub kernel: KernelFn,
     inputs: SmallVec<[Option<Src>; 8]>,
-    outputs: SmallVec<[(usize, usize); 4]>,
+    /// (arena offset, length, graph output index when written in place for a bound buffer).
+    outputs: SmallVec<[(usize, usize, Option<usize>); 4]>,
 }
 
 /// A subgraph ready to run.
@@ -99,6 +111,7 @@ pub struct CompiledGraph {
     pub folded_ops: usize,
     /// Shape-only ops (RESHAPE, SQUEEZE, EXPAND_DIMS) whose output shares its input's memory.
     pub aliased_ops: usize,
+    out_plans: Vec<OutPlan>,
 }
 
 /// Limits applied while compiling.
@@ -332,31 +345,57 @@ pub fn compile(
     }
 
     // Resolve every step's input and output locations once.
-    for st in &mut steps {
+    let input_of_root = |t: usize| g.inputs.iter().position(|&i| root(i) == root(t));
+    let src_of = |t: usize| -> Result<Src> {
+        match &tensors[t].loc {
+            Loc::Arena { offset, len } => Ok(match input_of_root(t) {
+                Some(k) => Src::Input(k, *offset, *len),
+                None => Src::Arena(*offset, *len),
+            }),
+            Loc::Model(r) => Ok(Src::Model(r.clone())),
+            Loc::Owned(b) => Ok(Src::Owned(b.clone())),
+            Loc::None => Err(Error::Runtime(format!("internal: subgraph {sg} tensor {t} has no storage"))),
+        }
+    };
+    // A graph output is written in place into a bound buffer when a step produces its
+    // memory, nothing else reads that memory, and no other output or input shares it.
+    let mut readers = vec![0usize; tensors.len()];
+    for st in &steps {
+        for &t in g.ops[st.op].inputs.iter().flatten() {
+            readers[root(t)] += 1;
+        }
+    }
+    let mut produced_by = vec![usize::MAX; tensors.len()];
+    for (si, st) in steps.iter().enumerate() {
+        for &t in &g.ops[st.op].outputs {
+            produced_by[root(t)] = si;
+        }
+    }
+    let mut out_plans = Vec::with_capacity(g.outputs.len());
+    let mut direct: Vec<(usize, usize, usize)> = Vec::new(); // (step, root, output k)
+    for (k, &t) in g.outputs.iter().enumerate() {
+        let r = root(t);
+        let shared = g.outputs.iter().enumerate().any(|(j, &o)| j != k && root(o) == r) || input_of_root(t).is_some();
+        if matches!(tensors[t].loc, Loc::Arena { .. }) && produced_by[r] != usize::MAX && readers[r] == 0 && !shared {
+            direct.push((produced_by[r], r, k));
+            out_plans.push(OutPlan::Direct);
+        } else {
+            out_plans.push(OutPlan::Copy(src_of(t)?));
+        }
+    }
+    for (si, st) in steps.iter_mut().enumerate() {
         let op = &g.ops[st.op];
-        st.inputs = op
-            .inputs
-            .iter()
-            .map(|i| {
-                i.map(|t| match &tensors[t].loc {
-                    Loc::Arena { offset, len } => Ok(Src::Arena(*offset, *len)),
-                    Loc::Model(r) => Ok(Src::Model(r.clone())),
-                    Loc::Owned(b) => Ok(Src::Owned(b.clone())),
-                    Loc::None => Err(Error::Runtime(format!("internal: subgraph {sg} op {} input tensor {t} has no storage", st.op))),
-                })
-                .transpose()
-            })
-            .collect::<Result<_>>()?;
+        st.inputs = op.inputs.iter().map(|i| i.map(src_of).transpose()).collect::<Result<_>>()?;
         st.outputs = op
             .outputs
             .iter()
             .map(|&t| match tensors[t].loc {
-                Loc::Arena { offset, len } => Ok((offset, len)),
+                Loc::Arena { offset, len } => Ok((offset, len, direct.iter().find(|d| d.0 == si && d.1 == root(t)).map(|d| d.2))),
                 _ => Err(Error::Runtime(format!("internal: subgraph {sg} op {} output tensor {t} has no arena slot", st.op))),
             })
             .collect::<Result<_>>()?;
     }
-    Ok(CompiledGraph { subgraph: sg, tensors, steps, plan, folded_ops, aliased_ops })
+    Ok(CompiledGraph { subgraph: sg, tensors, steps, plan, folded_ops, aliased_ops, out_plans })
 }
 
 fn is_shape_only(op: &crate::model::Op) -> bool {
@@ -364,20 +403,50 @@ fn is_shape_only(op: &crate::model::Op) -> bool {
     matches!(op.code, OpCode::Builtin(c) if c == B::RESHAPE.0 || c == B::SQUEEZE.0 || c == B::EXPAND_DIMS.0)
 }
 
+/// Caller buffers bound for one run: graph inputs, and graph outputs to fill.
+pub type Bound<'b, 'c> = (&'b [&'b [u8]], &'b mut [&'c mut [u8]]);
+
 /// Runs the compiled steps over `arena`. Allocates nothing: locations were resolved
-/// at prepare and the per-step views live on the stack.
-pub fn execute(g: &mut CompiledGraph, model: &Model, arena: &mut [u8]) -> Result<()> {
+/// at prepare and the per-step views live on the stack. With `bound` buffers, kernels
+/// read the caller's inputs and write outputs in place where the plan allows; the
+/// rest are copied after the run, and the number of bytes copied is returned.
+pub fn execute(g: &mut CompiledGraph, model: &Model, arena: &mut [u8], mut bound: Option<Bound<'_, '_>>) -> Result<usize> {
     let bytes = model.bytes();
+    let is_bound = bound.is_some();
     for st in g.steps.iter_mut() {
-        let (mut outs, gaps) = memory::split_regions(arena, &st.outputs)?;
+        let in_place = |o: &(usize, usize, Option<usize>)| is_bound && o.2.is_some();
+        let ranges: SmallVec<[(usize, usize); 4]> = st.outputs.iter().filter(|o| !in_place(o)).map(|o| (o.0, o.1)).collect();
+        let (arena_outs, gaps) = memory::split_regions(arena, &ranges)?;
         let mut ins: SmallVec<[Option<&[u8]>; 8]> = SmallVec::new();
         for src in &st.inputs {
             ins.push(match src {
                 None => None,
+                Some(Src::Input(k, off, len)) => match &bound {
+                    Some((inputs, _)) => Some(inputs[*k]),
+                    None => Some(memory::find_in_gaps(&gaps, *off, *len)?),
+                },
                 Some(Src::Arena(off, len)) => Some(memory::find_in_gaps(&gaps, *off, *len)?),
                 Some(Src::Model(r)) => bytes.get(r.clone()),
                 Some(Src::Owned(b)) => Some(b.bytes()),
             });
+        }
+        // Merge arena views and caller buffers back into op output order.
+        let mut outs: SmallVec<[&mut [u8]; 4]> = SmallVec::new();
+        let mut arena_outs = arena_outs.into_iter();
+        let mut callers: SmallVec<[(usize, &mut [u8]); 4]> = SmallVec::new();
+        if let Some((_, outputs)) = bound.as_mut() {
+            for (k, buf) in outputs.iter_mut().enumerate() {
+                if st.outputs.iter().any(|o| o.2 == Some(k)) {
+                    callers.push((k, &mut **buf));
+                }
+            }
+        }
+        for o in &st.outputs {
+            let view = match o.2 {
+                Some(k) if is_bound => callers.iter().position(|c| c.0 == k).map(|p| std::mem::take(&mut callers[p].1)),
+                _ => arena_outs.next(),
+            };
+            outs.push(view.ok_or_else(|| Error::Runtime("internal: output view missing".into()))?);
         }
         if let Err(e) = (st.kernel)(&ins, &mut outs) {
             let name = model.subgraphs[g.subgraph].ops[st.op].code.name();
@@ -387,5 +456,20 @@ pub fn execute(g: &mut CompiledGraph, model: &Model, arena: &mut [u8]) -> Result
             });
         }
     }
-    Ok(())
+    let mut copied = 0;
+    if let Some((inputs, outputs)) = bound {
+        for (k, plan) in g.out_plans.iter().enumerate() {
+            let OutPlan::Copy(src) = plan else { continue };
+            let from: &[u8] = match src {
+                Src::Arena(off, len) => &arena[*off..*off + *len],
+                Src::Input(i, _, _) => inputs[*i],
+                Src::Model(r) => bytes.get(r.clone()).unwrap_or(&[]),
+                Src::Owned(b) => b.bytes(),
+            };
+            let n = from.len().min(outputs[k].len());
+            outputs[k][..n].copy_from_slice(&from[..n]);
+            copied += n;
+        }
+    }
+    Ok(copied)
 }

@@ -28,4 +28,4 @@ pub mod session;
 pub use backend::{CustomOp, CustomOpRegistry};
 pub use error::{Error, Result};
 pub use model::{DType, Model};
-pub use session::{Session, SessionOptions, TensorData, TensorDesc};
+pub use session::{PlanStats, RunStats, Session, SessionOptions, TensorData, TensorDesc};

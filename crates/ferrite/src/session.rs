@@ -83,9 +83,42 @@ pub struct Session {
     input_shapes: Vec<Vec<usize>>,
     state: State,
     compiled: Option<CompiledGraph>,
+    /// Input shapes `compiled` was planned for.
+    compiled_shapes: Vec<Vec<usize>>,
+    /// Inactive plans for other input shapes, most recently used last.
+    plan_cache: Vec<(Vec<Vec<usize>>, CompiledGraph)>,
+    /// Inputs were resized since the active plan was made.
+    dirty: bool,
     arena: Vec<u64>,
     ctx: BackendContext,
     ran: bool,
+    stats: PlanStats,
+    last_run: RunStats,
+    /// Input bytes copied by `set_input` since the last run.
+    pending_input_bytes: usize,
+}
+
+/// Plans kept per session for alternating input shapes (the active one included).
+pub const PLAN_CACHE_SIZE: usize = 4;
+
+/// How often the session compiled a plan and how often it reused a cached one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PlanStats {
+    /// Plans compiled (prepare, or a resize to shapes not in the cache).
+    pub compiles: usize,
+    /// Resizes served from the plan cache.
+    pub cache_hits: usize,
+    /// Times the arena was (re)allocated.
+    pub arena_allocations: usize,
+}
+
+/// Bytes copied at the I/O boundary by the last run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunStats {
+    /// Input bytes copied into the session (`set_input`); 0 for buffers bound with `run_with`.
+    pub input_bytes_copied: usize,
+    /// Output bytes copied out to caller buffers; 0 when kernels wrote them in place.
+    pub output_bytes_copied: usize,
 }
 
 impl std::fmt::Debug for Session {
@@ -112,7 +145,25 @@ impl Session {
         let (inputs, outputs) = (named(&g.inputs), named(&g.outputs));
         let input_shapes = g.inputs.iter().map(|&t| g.tensors[t].shape.clone()).collect();
         let ctx = BackendContext::new(options.threads);
-        Ok(Session { model, options, subgraph: 0, inputs, outputs, input_shapes, state: State::Loaded, compiled: None, arena: Vec::new(), ctx, ran: false })
+        Ok(Session {
+            model,
+            options,
+            subgraph: 0,
+            inputs,
+            outputs,
+            input_shapes,
+            state: State::Loaded,
+            compiled: None,
+            compiled_shapes: Vec::new(),
+            plan_cache: Vec::new(),
+            dirty: false,
+            arena: Vec::new(),
+            ctx,
+            ran: false,
+            stats: PlanStats::default(),
+            last_run: RunStats::default(),
+            pending_input_bytes: 0,
+        })
     }
 
     /// The loaded model.
@@ -187,26 +238,51 @@ impl Session {
         self.outputs.iter().position(|(n, _)| n == name).ok_or_else(|| Error::InvalidArgument(format!("no output named '{name}'")))
     }
 
-    /// Changes the shape of input `i`. Allowed before and after `prepare`;
-    /// after it, the next `run` re-plans once for the new shapes.
+    /// Changes the shape of input `i`. Before `prepare`, the plan is made for it.
+    /// After `prepare`, the next `set_input`/`run` re-plans once for the new shapes (or
+    /// reuses a cached plan for shapes seen before); runs with the same shapes then reuse
+    /// that plan and allocate nothing.
     pub fn resize_input(&mut self, i: usize, shape: &[usize]) -> Result<()> {
-        let cur = self.input_shapes.get(i).ok_or_else(|| Error::InvalidArgument(format!("input {i} does not exist ({} inputs)", self.inputs.len())))?;
+        let cur = self.input_shapes.get_mut(i).ok_or_else(|| Error::InvalidArgument(format!("input {i} does not exist ({} inputs)", self.inputs.len())))?;
         if cur.as_slice() == shape {
             return Ok(());
         }
         if cur.len() != shape.len() {
             return Err(Error::InvalidArgument(format!("input {i}: cannot change rank from {} to {}", cur.len(), shape.len())));
         }
-        self.input_shapes[i] = shape.to_vec();
+        // In place: same rank, so no allocation.
+        cur.copy_from_slice(shape);
         if self.state == State::Prepared {
-            self.prepare_now()?;
+            self.dirty = self.input_shapes != self.compiled_shapes;
+            self.ran = false;
         }
         Ok(())
     }
 
     /// Compiles the model for the current input shapes and plans its memory.
     pub fn prepare(&mut self) -> Result<()> {
+        self.plan_cache.clear();
         self.prepare_now()
+    }
+
+    fn compile_current(&mut self) -> Result<CompiledGraph> {
+        let cpu = CpuBackend;
+        let backends: [&dyn Backend; 1] = [&cpu];
+        let limits = Limits { max_arena_bytes: self.options.max_arena_bytes };
+        let c = compile::compile(&self.model, self.subgraph, &self.input_shapes, &backends, &self.options.custom_ops, &mut self.ctx, limits)?;
+        self.stats.compiles += 1;
+        Ok(c)
+    }
+
+    /// Makes the arena at least `bytes` long. Growing drops the old arena before
+    /// allocating the new one, so both never exist at once.
+    fn reserve_arena(&mut self, bytes: usize) {
+        let words = bytes.div_ceil(8);
+        if self.arena.len() < words {
+            self.arena = Vec::new();
+            self.arena = vec![0u64; words];
+            self.stats.arena_allocations += 1;
+        }
     }
 
     fn prepare_now(&mut self) -> Result<()> {
@@ -215,21 +291,58 @@ impl Session {
         self.arena = Vec::new();
         self.state = State::Loaded;
         self.ran = false;
-        let cpu = CpuBackend;
-        let backends: [&dyn Backend; 1] = [&cpu];
-        let c = compile::compile(
-            &self.model,
-            self.subgraph,
-            &self.input_shapes,
-            &backends,
-            &self.options.custom_ops,
-            &mut self.ctx,
-            Limits { max_arena_bytes: self.options.max_arena_bytes },
-        )?;
-        self.arena = vec![0u64; c.plan.arena_bytes.div_ceil(8)];
+        self.dirty = false;
+        let c = self.compile_current()?;
+        self.reserve_arena(c.plan.arena_bytes);
         self.compiled = Some(c);
+        self.compiled_shapes = self.input_shapes.clone();
         self.state = State::Prepared;
         Ok(())
+    }
+
+    /// Switches to a plan for the current input shapes if they changed since the last one.
+    fn ensure_plan(&mut self) -> Result<()> {
+        if !self.dirty {
+            return Ok(());
+        }
+        let cached = self.plan_cache.iter().position(|(shapes, _)| *shapes == self.input_shapes);
+        // The cached entry's key equals the current shapes; reuse it rather than clone, so
+        // switching between cached plans allocates nothing.
+        let (key, next) = match cached {
+            Some(k) => {
+                self.stats.cache_hits += 1;
+                self.plan_cache.remove(k)
+            }
+            None => {
+                let c = self.compile_current()?;
+                (self.input_shapes.clone(), c)
+            }
+        };
+        self.reserve_arena(next.plan.arena_bytes);
+        let prev_key = std::mem::replace(&mut self.compiled_shapes, key);
+        if let Some(prev) = self.compiled.replace(next) {
+            if self.plan_cache.len() + 1 >= PLAN_CACHE_SIZE {
+                self.plan_cache.remove(0);
+            }
+            self.plan_cache.push((prev_key, prev));
+        }
+        self.dirty = false;
+        Ok(())
+    }
+
+    /// Compile / cache / arena counters, for tests and reports.
+    pub fn plan_stats(&self) -> PlanStats {
+        self.stats
+    }
+
+    /// I/O copies of the last run.
+    pub fn last_run_stats(&self) -> RunStats {
+        self.last_run
+    }
+
+    /// Bytes held by the arena (its capacity, at least the active plan's size).
+    pub fn arena_capacity_bytes(&self) -> usize {
+        self.arena.len() * 8
     }
 
     fn slot(&self, t: usize) -> Result<(usize, usize)> {
@@ -243,6 +356,7 @@ impl Session {
     /// Copies raw little-endian bytes into input `i`; the length must match exactly.
     pub fn set_input(&mut self, i: usize, data: &[u8]) -> Result<()> {
         self.require(State::Prepared, "set_input")?;
+        self.ensure_plan()?;
         let (_, t) = *self.inputs.get(i).ok_or_else(|| Error::InvalidArgument(format!("input {i} does not exist ({} inputs)", self.inputs.len())))?;
         let (offset, len) = match self.slot(t) {
             Ok(s) => s,
@@ -260,6 +374,7 @@ impl Session {
             )));
         }
         bytemuck::cast_slice_mut::<u64, u8>(&mut self.arena)[offset..offset + len].copy_from_slice(data);
+        self.pending_input_bytes += len;
         Ok(())
     }
 
@@ -276,10 +391,52 @@ impl Session {
     /// Runs the model on the current inputs.
     pub fn run(&mut self) -> Result<()> {
         self.require(State::Prepared, "run")?;
+        self.ensure_plan()?;
         let c = self.compiled.as_mut().ok_or_else(|| Error::InvalidState("session is not prepared".into()))?;
-        compile::execute(c, &self.model, bytemuck::cast_slice_mut(&mut self.arena))?;
+        self.ran = false;
+        compile::execute(c, &self.model, bytemuck::cast_slice_mut(&mut self.arena), None)?;
         self.ran = true;
+        // Outputs are read in place with `output()`: nothing is copied out.
+        self.last_run = RunStats { input_bytes_copied: std::mem::take(&mut self.pending_input_bytes), output_bytes_copied: 0 };
         Ok(())
+    }
+
+    /// Runs on caller-owned buffers without copying them: kernels read `inputs`
+    /// directly and write each output straight into `outputs[k]` where the graph
+    /// allows it (see [`RunStats`] for what was copied). Buffer sizes must match
+    /// the inputs' and outputs' byte sizes exactly.
+    pub fn run_with(&mut self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<RunStats> {
+        self.require(State::Prepared, "run_with")?;
+        self.ensure_plan()?;
+        if inputs.len() != self.inputs.len() || outputs.len() != self.outputs.len() {
+            return Err(Error::InvalidArgument(format!(
+                "run_with got {} inputs and {} outputs; the model has {} and {}",
+                inputs.len(),
+                outputs.len(),
+                self.inputs.len(),
+                self.outputs.len()
+            )));
+        }
+        let c = self.compiled.as_mut().ok_or_else(|| Error::InvalidState("session is not prepared".into()))?;
+        let check = |what: &str, k: usize, t: usize, got: usize| -> Result<()> {
+            let slot = &c.tensors[t];
+            let want = slot.shape.iter().product::<usize>() * slot.dtype.size().unwrap_or(0);
+            if want != got {
+                return Err(Error::InvalidArgument(format!("{what} {k} is {} {:?} = {want} bytes, buffer has {got}", slot.dtype.name(), slot.shape)));
+            }
+            Ok(())
+        };
+        for (k, (_, t)) in self.inputs.iter().enumerate() {
+            check("input", k, *t, inputs[k].len())?;
+        }
+        for (k, (_, t)) in self.outputs.iter().enumerate() {
+            check("output", k, *t, outputs[k].len())?;
+        }
+        self.ran = false;
+        let copied = compile::execute(c, &self.model, bytemuck::cast_slice_mut(&mut self.arena), Some((inputs, outputs)))?;
+        self.pending_input_bytes = 0;
+        self.last_run = RunStats { input_bytes_copied: 0, output_bytes_copied: copied };
+        Ok(self.last_run)
     }
 
     /// Output `i` of the last run.
