@@ -2,6 +2,17 @@
 
 mod npy;
 
+/// Prints a line to stdout; a closed pipe (`ferrite inspect m | head`) ends the
+/// program quietly instead of panicking.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if writeln!(std::io::stdout().lock(), $($arg)*).is_err() {
+            std::process::exit(0);
+        }
+    }};
+}
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -42,7 +53,8 @@ use std::time::Instant;
 
 use clap::{Parser, Subcommand};
 use ferrite::model::{Model, Subgraph, TensorInfo};
-use ferrite::{DType, Session, SessionOptions};
+use ferrite::package::is_package;
+use ferrite::{DType, PackageSession, Session, SessionOptions, TensorData, TensorDesc};
 use serde_json::{json, Value};
 
 #[derive(Parser)]
@@ -84,6 +96,9 @@ enum Cmd {
         model: PathBuf,
         #[arg(long, default_value_t = 1)]
         threads: usize,
+        /// Input shape, e.g. `--shape 1,16000`; repeat once per input, in input order.
+        #[arg(long = "shape")]
+        shapes: Vec<String>,
         #[arg(long, default_value_t = 3)]
         warmup: usize,
         #[arg(long, default_value_t = 20)]
@@ -96,10 +111,11 @@ enum Cmd {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
-        Cmd::Inspect { model, json, memory: true } => inspect_memory(&model, json),
-        Cmd::Inspect { model, json, memory: false } => inspect(&model, json),
+        Cmd::Inspect { model, json, memory } => {
+            model_files(&model).and_then(|files| files.iter().try_for_each(|f| if memory { inspect_memory(f, json) } else { inspect(f, json) }))
+        }
         Cmd::Run { model, inputs, out_dir, threads, seed } => run(&model, &inputs, &out_dir, threads, seed),
-        Cmd::Bench { model, threads, warmup, runs, json } => bench(&model, threads, warmup, runs, json),
+        Cmd::Bench { model, threads, shapes, warmup, runs, json } => bench(&model, threads, &shapes, warmup, runs, json),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -170,32 +186,32 @@ fn inspect(path: &Path, as_json: bool) -> Result<(), String> {
     let sigs: Vec<Value> = model.signatures.iter().map(|s| json!({"key": s.key, "subgraph": s.subgraph, "inputs": s.inputs, "outputs": s.outputs})).collect();
     let doc = json!({"file": path.display().to_string(), "format": model.kind.name(), "version": model.version, "description": model.description, "subgraphs": subgraphs, "signatures": sigs});
     if as_json {
-        println!("{doc}");
+        outln!("{doc}");
         return Ok(());
     }
-    println!("{} ({} v{}) {}", path.display(), model.kind.name(), model.version, model.description);
+    outln!("{} ({} v{}) {}", path.display(), model.kind.name(), model.version, model.description);
     for s in &sigs {
-        println!("signature '{}' -> subgraph {}", s["key"].as_str().unwrap_or(""), s["subgraph"]);
+        outln!("signature '{}' -> subgraph {}", s["key"].as_str().unwrap_or(""), s["subgraph"]);
     }
     for g in doc["subgraphs"].as_array().into_iter().flatten() {
-        println!("\nsubgraph {} '{}': {} tensors, {} ops", g["index"], g["name"].as_str().unwrap_or(""), g["tensors"], g["ops"].as_array().map_or(0, Vec::len));
+        outln!("\nsubgraph {} '{}': {} tensors, {} ops", g["index"], g["name"].as_str().unwrap_or(""), g["tensors"], g["ops"].as_array().map_or(0, Vec::len));
         for t in g["inputs"].as_array().into_iter().flatten() {
-            println!("  input  {}", describe(t));
+            outln!("  input  {}", describe(t));
         }
         for t in g["outputs"].as_array().into_iter().flatten() {
-            println!("  output {}", describe(t));
+            outln!("  output {}", describe(t));
         }
         for op in g["ops"].as_array().into_iter().flatten() {
-            println!("  [{}] {} {}", op["index"], op["op"].as_str().unwrap_or(""), op["params"].as_str().unwrap_or(""));
+            outln!("  [{}] {} {}", op["index"], op["op"].as_str().unwrap_or(""), op["params"].as_str().unwrap_or(""));
             for t in op["inputs"].as_array().into_iter().flatten() {
                 if t.is_null() {
-                    println!("      in  (none)");
+                    outln!("      in  (none)");
                 } else {
-                    println!("      in  {}", describe(t));
+                    outln!("      in  {}", describe(t));
                 }
             }
             for t in op["outputs"].as_array().into_iter().flatten() {
-                println!("      out {}", describe(t));
+                outln!("      out {}", describe(t));
             }
         }
     }
@@ -221,13 +237,13 @@ fn inspect_memory(path: &Path, as_json: bool) -> Result<(), String> {
         rows.push(row);
     }
     if as_json {
-        println!("{}", json!({"file": path.display().to_string(), "subgraphs": rows}));
+        outln!("{}", json!({"file": path.display().to_string(), "subgraphs": rows}));
         return Ok(());
     }
     for r in &rows {
         match r.get("error") {
-            Some(e) => println!("subgraph {} '{}': not planned: {}", r["subgraph"], r["name"].as_str().unwrap_or(""), e.as_str().unwrap_or("")),
-            None => println!(
+            Some(e) => outln!("subgraph {} '{}': not planned: {}", r["subgraph"], r["name"].as_str().unwrap_or(""), e.as_str().unwrap_or("")),
+            None => outln!(
                 "subgraph {} '{}': arena {} bytes, lower bound {} bytes, ratio {:.3}; {} steps, {} ops folded at prepare, {} aliased",
                 r["subgraph"],
                 r["name"].as_str().unwrap_or(""),
@@ -276,9 +292,90 @@ fn random_bytes(dtype: DType, n: usize, rng: &mut Rng) -> Result<Vec<u8>, String
     Ok(out)
 }
 
-fn open_session(path: &Path, threads: usize) -> Result<Session, String> {
+/// A model file or a package directory, behind one interface for the commands.
+enum Runner {
+    Model(Box<Session>),
+    Package(Box<PackageSession>),
+}
+
+impl Runner {
+    fn inputs(&self) -> Vec<TensorDesc> {
+        match self {
+            Runner::Model(s) => s.inputs(),
+            Runner::Package(p) => p.inputs(),
+        }
+    }
+    fn outputs(&self) -> Vec<TensorDesc> {
+        match self {
+            Runner::Model(s) => s.outputs(),
+            Runner::Package(p) => p.outputs(),
+        }
+    }
+    fn resize_input(&mut self, i: usize, shape: &[usize]) -> ferrite::Result<()> {
+        match self {
+            Runner::Model(s) => s.resize_input(i, shape),
+            Runner::Package(p) => p.resize_input(i, shape),
+        }
+    }
+    fn prepare(&mut self) -> ferrite::Result<()> {
+        match self {
+            Runner::Model(s) => s.prepare(),
+            Runner::Package(p) => p.prepare(),
+        }
+    }
+    fn set_input(&mut self, i: usize, b: &[u8]) -> ferrite::Result<()> {
+        match self {
+            Runner::Model(s) => s.set_input(i, b),
+            Runner::Package(p) => p.set_input(i, b),
+        }
+    }
+    fn run(&mut self) -> ferrite::Result<()> {
+        match self {
+            Runner::Model(s) => s.run(),
+            Runner::Package(p) => p.run(),
+        }
+    }
+    fn output(&self, i: usize) -> ferrite::Result<TensorData<'_>> {
+        match self {
+            Runner::Model(s) => s.output(i),
+            Runner::Package(p) => p.output(i),
+        }
+    }
+    fn arena_stats(&self) -> Option<(usize, usize)> {
+        match self {
+            Runner::Model(s) => s.arena_stats(),
+            Runner::Package(p) => p.arena_stats(),
+        }
+    }
+}
+
+fn open_session(path: &Path, threads: usize) -> Result<Runner, String> {
+    let options = SessionOptions { threads, ..Default::default() };
+    if is_package(path) {
+        return Ok(Runner::Package(Box::new(PackageSession::open(path, options).map_err(|e| e.to_string())?)));
+    }
     let model = Model::from_file(path).map_err(|e| e.to_string())?;
-    Session::with_options(Arc::new(model), SessionOptions { threads, ..Default::default() }).map_err(|e| e.to_string())
+    Ok(Runner::Model(Box::new(Session::with_options(Arc::new(model), options).map_err(|e| e.to_string())?)))
+}
+
+/// The model files to inspect: the file itself, or each model of a package.
+fn model_files(path: &Path) -> Result<Vec<PathBuf>, String> {
+    if is_package(path) {
+        let p = ferrite::Package::open(path).map_err(|e| e.to_string())?;
+        let manifest: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path.join("metadata/MANIFEST")).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+        let names = manifest["models"].as_array().cloned().unwrap_or_default();
+        outln!(
+            "package {}: {} models, inputs {:?}, outputs {:?}, edges {:?}",
+            path.display(),
+            p.models.len(),
+            p.inputs.iter().map(|d| format!("{}:{}:{}", d.model, d.subgraph, d.index)).collect::<Vec<_>>(),
+            p.outputs.iter().map(|d| format!("{}:{}:{}", d.model, d.subgraph, d.index)).collect::<Vec<_>>(),
+            p.edges.iter().map(|(f, t)| format!("{}:{}:{} -> {}:{}:{}", f.model, f.subgraph, f.index, t.model, t.subgraph, t.index)).collect::<Vec<_>>()
+        );
+        return Ok(names.iter().filter_map(|n| n.as_str()).map(|n| path.join(n)).collect());
+    }
+    Ok(vec![path.to_path_buf()])
 }
 
 fn run(path: &Path, inputs: &[PathBuf], out_dir: &Path, threads: usize, seed: u64) -> Result<(), String> {
@@ -324,11 +421,18 @@ fn peak_rss_kb() -> u64 {
         .unwrap_or(0)
 }
 
-fn bench(path: &Path, threads: usize, warmup: usize, runs: usize, as_json: bool) -> Result<(), String> {
+fn bench(path: &Path, threads: usize, shapes: &[String], warmup: usize, runs: usize, as_json: bool) -> Result<(), String> {
     let runs = runs.max(1);
     let t0 = Instant::now();
     let mut s = open_session(path, threads)?;
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
+    for (k, spec) in shapes.iter().enumerate() {
+        let dims = spec
+            .split(',')
+            .map(|d| d.trim().parse::<usize>().map_err(|_| format!("--shape '{spec}': '{d}' is not a dimension")))
+            .collect::<Result<Vec<_>, _>>()?;
+        s.resize_input(k, &dims).map_err(|e| e.to_string())?;
+    }
     let t1 = Instant::now();
     s.prepare().map_err(|e| e.to_string())?;
     let prepare_ms = t1.elapsed().as_secs_f64() * 1e3;
@@ -365,19 +469,19 @@ fn bench(path: &Path, threads: usize, warmup: usize, runs: usize, as_json: bool)
         "heap_allocs_per_run": heap_allocs_per_run,
     });
     if as_json {
-        println!("{doc}");
+        outln!("{doc}");
     } else {
-        println!("model      {}", path.display());
-        println!("load       {load_ms:.3} ms");
-        println!("prepare    {prepare_ms:.3} ms");
-        println!(
+        outln!("model      {}", path.display());
+        outln!("load       {load_ms:.3} ms");
+        outln!("prepare    {prepare_ms:.3} ms");
+        outln!(
             "execute    median {median:.3} ms, mean {mean:.3}, min {:.3}, max {:.3}, geomean {geomean:.3} ({runs} runs, {warmup} warmup, {threads} thread(s))",
             sorted[0],
             sorted[runs - 1]
         );
-        println!("arena      {arena} bytes (lower bound {lower})");
-        println!("heap       {heap_allocs_per_run} allocations per run");
-        println!("peak RSS   {} kB", peak_rss_kb());
+        outln!("arena      {arena} bytes (lower bound {lower})");
+        outln!("heap       {heap_allocs_per_run} allocations per run");
+        outln!("peak RSS   {} kB", peak_rss_kb());
     }
     Ok(())
 }

@@ -23,9 +23,11 @@ pub mod error;
 pub mod memory;
 pub mod model;
 pub mod ops;
+pub mod package;
 pub mod session;
 
 pub use backend::{CustomOp, CustomOpRegistry};
 pub use error::{Error, Result};
 pub use model::{DType, Model};
+pub use package::{Package, PackageSession};
 pub use session::{PlanStats, RunStats, Session, SessionOptions, TensorData, TensorDesc};

@@ -456,6 +456,13 @@ impl Session {
         Ok(TensorData { dtype: slot.dtype, shape: &slot.shape, bytes })
     }
 
+    /// Dtype and shape of output `i` under the active plan.
+    pub fn output_slot(&self, i: usize) -> Result<(DType, &[usize])> {
+        let (_, t) = *self.outputs.get(i).ok_or_else(|| Error::InvalidArgument(format!("output {i} does not exist ({} outputs)", self.outputs.len())))?;
+        let c = self.compiled.as_ref().ok_or_else(|| Error::InvalidState("session is not prepared".into()))?;
+        Ok((c.tensors[t].dtype, &c.tensors[t].shape))
+    }
+
     /// Arena size and its lower bound for the current plan, in bytes.
     pub fn arena_stats(&self) -> Option<(usize, usize)> {
         self.compiled.as_ref().map(|c| (c.plan.arena_bytes, c.plan.lower_bound_bytes))
