@@ -158,7 +158,12 @@ def cmd_ops(args):
             try:
                 it = Interpreter(model_path=str(model))
                 xs = []
-                for d, (lo, hi) in zip(it.get_input_details(), case["ranges"]):
+                ranges = iter(case["ranges"])
+                for k, d in enumerate(it.get_input_details()):
+                    if str(k) in case.get("fixed", {}):
+                        xs.append(np.array(case["fixed"][str(k)], dtype=np.int32))
+                        continue
+                    lo, hi = next(ranges)
                     x = rng.uniform(lo, hi, size=list(d["shape"])).astype(np.float32)
                     xs.append(np.round(x) if case["integral"] else x)
                 want = run_litert(model, xs, reference=True)

@@ -112,6 +112,43 @@ pub struct CompiledGraph {
     /// Shape-only ops (RESHAPE, SQUEEZE, EXPAND_DIMS) whose output shares its input's memory.
     pub aliased_ops: usize,
     out_plans: Vec<OutPlan>,
+    /// Ops from the first one whose output shape depends on run-time values; they are
+    /// built and run one by one at run time on tensors allocated then.
+    pub dynamic: Option<DynamicTail>,
+}
+
+/// A tensor allocated at run time (data-dependent shape).
+#[derive(Debug)]
+pub struct DynValue {
+    /// Element type.
+    pub dtype: DType,
+    /// Shape computed at run time.
+    pub shape: Vec<usize>,
+    /// The data.
+    pub data: AlignedBytes,
+}
+
+/// The data-dependent part of a subgraph.
+#[derive(Debug)]
+pub struct DynamicTail {
+    /// First op run dynamically.
+    pub first_op: usize,
+    /// Per tensor: the last tail op reading it (dynamic values are freed after it).
+    last_use: Vec<usize>,
+    /// Run-time tensors of the current run.
+    pub values: Vec<Option<DynValue>>,
+}
+
+/// What the executor needs to build ops at run time.
+pub struct DynEnv<'a> {
+    /// Backends, in order of preference.
+    pub backends: &'a [&'a dyn Backend],
+    /// Custom ops.
+    pub custom: &'a CustomOpRegistry,
+    /// The session's backend context.
+    pub ctx: &'a mut BackendContext,
+    /// Limits for run-time allocations.
+    pub limits: Limits,
 }
 
 /// Limits applied while compiling.
@@ -179,6 +216,7 @@ pub fn compile(
     let mut steps = Vec::with_capacity(g.ops.len());
     let mut folded_ops = 0;
     let mut aliased_ops = 0;
+    let mut dynamic_from: Option<usize> = None;
     // alias_of[t] = the tensor whose memory `t` shares (itself when not an alias).
     let mut alias_of: Vec<usize> = (0..tensors.len()).collect();
     for (oi, op) in g.ops.iter().enumerate() {
@@ -201,6 +239,7 @@ pub fn compile(
                     dtype: tensors[t].dtype,
                     shape: tensors[t].shape.clone(),
                     value: value_of(k),
+                    constant: value_of(k).is_some(),
                     quant: g.tensors[t].quant.as_ref(),
                     sparsity: g.tensors[t].sparsity.as_ref(),
                 })
@@ -215,46 +254,13 @@ pub fn compile(
             outputs: op.outputs.iter().map(|&o| &g.tensors[o]).collect(),
             custom_options: model.custom_options(op),
         };
-        let built: Built = match &op.code {
-            OpCode::Custom(name) => match custom.get(name) {
-                Some(c) => c.build(&octx)?,
-                None => return Err(octx.unsupported(format!("custom op '{name}' is not registered"))),
-            },
-            OpCode::Builtin(_) => {
-                let mut last = None;
-                let mut found = None;
-                for b in backends {
-                    match b.build(&octx, ctx) {
-                        Ok(built) => {
-                            found = Some(built);
-                            break;
-                        }
-                        Err(Error::Unsupported(m)) => last = Some(Error::Unsupported(m)),
-                        Err(e) => return Err(e),
-                    }
-                }
-                match found {
-                    Some(b) => b,
-                    None => return Err(last.unwrap_or_else(|| octx.unsupported("no backend"))),
-                }
+        let built = match build_op(&octx, backends, custom, ctx) {
+            Err(Error::DataDependent(_)) => {
+                dynamic_from = Some(oi);
+                break;
             }
+            r => r?,
         };
-        if built.outputs.len() != op.outputs.len() {
-            return Err(octx.bad(format!("kernel produces {} outputs, the model lists {}", built.outputs.len(), op.outputs.len())));
-        }
-        for (k, (dtype, _)) in built.outputs.iter().enumerate() {
-            let declared = g.tensors[op.outputs[k]].dtype;
-            if *dtype != declared {
-                return Err(octx.unsupported(format!(
-                    "output {k} is declared {} but this kernel computes {} (quantized kernels are not implemented yet)",
-                    declared.name(),
-                    dtype.name()
-                )));
-            }
-        }
-        if let Some((_, s)) = built.outputs.iter().find(|(_, s)| s.len() > ferrite_kernels::MAX_DIMS) {
-            return Err(octx.unsupported(format!("output rank {} exceeds {}", s.len(), ferrite_kernels::MAX_DIMS)));
-        }
         let Built { outputs, mut kernel } = built;
         for (&t, (dtype, shape)) in op.outputs.iter().zip(outputs) {
             tensors[t].dtype = dtype;
@@ -324,6 +330,16 @@ pub fn compile(
             last[root(t)] = n_steps.max(1) - 1;
         }
     }
+    // Tensors the dynamic tail reads must outlive every static step.
+    if let Some(d) = dynamic_from {
+        for op in &g.ops[d..] {
+            for &t in op.inputs.iter().flatten() {
+                if first[root(t)] != usize::MAX {
+                    last[root(t)] = n_steps.max(1) - 1;
+                }
+            }
+        }
+    }
     let mut lifetimes = Vec::new();
     for t in 0..tensors.len() {
         if root(t) == t && first[t] != usize::MAX && matches!(tensors[t].loc, Loc::None) {
@@ -379,6 +395,9 @@ pub fn compile(
         if matches!(tensors[t].loc, Loc::Arena { .. }) && produced_by[r] != usize::MAX && readers[r] == 0 && !shared {
             direct.push((produced_by[r], r, k));
             out_plans.push(OutPlan::Direct);
+        } else if matches!(tensors[t].loc, Loc::None) {
+            // Produced by the dynamic tail: only known after the run.
+            out_plans.push(OutPlan::Copy(Src::Owned(Arc::new(AlignedBytes::zeroed(0)))));
         } else {
             out_plans.push(OutPlan::Copy(src_of(t)?));
         }
@@ -395,7 +414,63 @@ pub fn compile(
             })
             .collect::<Result<_>>()?;
     }
-    Ok(CompiledGraph { subgraph: sg, tensors, steps, plan, folded_ops, aliased_ops, out_plans })
+    let dynamic = dynamic_from.map(|first_op| {
+        let mut last_use = vec![usize::MAX; tensors.len()];
+        for (oi, op) in g.ops.iter().enumerate().skip(first_op) {
+            for &t in op.inputs.iter().flatten() {
+                last_use[t] = oi;
+            }
+        }
+        DynamicTail { first_op, last_use, values: (0..tensors.len()).map(|_| None).collect() }
+    });
+    Ok(CompiledGraph { subgraph: sg, tensors, steps, plan, folded_ops, aliased_ops, out_plans, dynamic })
+}
+
+/// Builds one op through the custom-op registry or the backends, and checks what
+/// the kernel says it produces against the model.
+fn build_op(octx: &OpContext<'_>, backends: &[&dyn Backend], custom: &CustomOpRegistry, ctx: &mut BackendContext) -> Result<Built> {
+    let op = octx.op;
+    let built = match &op.code {
+        OpCode::Custom(name) => match custom.get(name) {
+            Some(c) => c.build(octx)?,
+            None => return Err(octx.unsupported(format!("custom op '{name}' is not registered"))),
+        },
+        OpCode::Builtin(_) => {
+            let mut last = None;
+            let mut found = None;
+            for b in backends {
+                match b.build(octx, ctx) {
+                    Ok(built) => {
+                        found = Some(built);
+                        break;
+                    }
+                    Err(Error::Unsupported(m)) => last = Some(Error::Unsupported(m)),
+                    Err(e) => return Err(e),
+                }
+            }
+            match found {
+                Some(b) => b,
+                None => return Err(last.unwrap_or_else(|| octx.unsupported("no backend"))),
+            }
+        }
+    };
+    if built.outputs.len() != op.outputs.len() {
+        return Err(octx.bad(format!("kernel produces {} outputs, the model lists {}", built.outputs.len(), op.outputs.len())));
+    }
+    for (k, (dtype, _)) in built.outputs.iter().enumerate() {
+        let declared = octx.outputs[k].dtype;
+        if *dtype != declared {
+            return Err(octx.unsupported(format!(
+                "output {k} is declared {} but this kernel computes {} (quantized kernels are not implemented yet)",
+                declared.name(),
+                dtype.name()
+            )));
+        }
+    }
+    if let Some((_, s)) = built.outputs.iter().find(|(_, s)| s.len() > ferrite_kernels::MAX_DIMS) {
+        return Err(octx.unsupported(format!("output rank {} exceeds {}", s.len(), ferrite_kernels::MAX_DIMS)));
+    }
+    Ok(built)
 }
 
 fn is_shape_only(op: &crate::model::Op) -> bool {
@@ -410,7 +485,7 @@ pub type Bound<'b, 'c> = (&'b [&'b [u8]], &'b mut [&'c mut [u8]]);
 /// at prepare and the per-step views live on the stack. With `bound` buffers, kernels
 /// read the caller's inputs and write outputs in place where the plan allows; the
 /// rest are copied after the run, and the number of bytes copied is returned.
-pub fn execute(g: &mut CompiledGraph, model: &Model, arena: &mut [u8], mut bound: Option<Bound<'_, '_>>) -> Result<usize> {
+pub fn execute(g: &mut CompiledGraph, model: &Model, arena: &mut [u8], mut bound: Option<Bound<'_, '_>>, env: &mut DynEnv<'_>) -> Result<usize> {
     let bytes = model.bytes();
     let is_bound = bound.is_some();
     for st in g.steps.iter_mut() {
@@ -456,6 +531,12 @@ pub fn execute(g: &mut CompiledGraph, model: &Model, arena: &mut [u8], mut bound
             });
         }
     }
+    if g.dynamic.is_some() {
+        if bound.is_some() {
+            return Err(Error::Unsupported("run_with() on a model with data-dependent shapes: use run() and output()".into()));
+        }
+        run_dynamic_tail(g, model, arena, env)?;
+    }
     let mut copied = 0;
     if let Some((inputs, outputs)) = bound {
         for (k, plan) in g.out_plans.iter().enumerate() {
@@ -472,4 +553,76 @@ pub fn execute(g: &mut CompiledGraph, model: &Model, arena: &mut [u8], mut bound
         }
     }
     Ok(copied)
+}
+
+/// Builds and runs the data-dependent ops one by one: each op sees the actual
+/// values of its inputs, its outputs are allocated for the shapes it reports, and
+/// run-time tensors are freed after their last reader.
+fn run_dynamic_tail(g: &mut CompiledGraph, model: &Model, arena: &[u8], env: &mut DynEnv<'_>) -> Result<()> {
+    let sub = &model.subgraphs[g.subgraph];
+    let bytes = model.bytes();
+    let CompiledGraph { tensors, dynamic, subgraph, .. } = g;
+    let Some(tail) = dynamic.as_mut() else { return Ok(()) };
+    for v in tail.values.iter_mut() {
+        *v = None;
+    }
+    for oi in tail.first_op..sub.ops.len() {
+        let op = &sub.ops[oi];
+        let mut outs: Vec<(usize, DynValue)> = Vec::with_capacity(op.outputs.len());
+        {
+            let mut views: Vec<Option<&[u8]>> = Vec::with_capacity(op.inputs.len());
+            let mut descs: Vec<Option<InputDesc<'_>>> = Vec::with_capacity(op.inputs.len());
+            for &i in &op.inputs {
+                let Some(t) = i else {
+                    views.push(None);
+                    descs.push(None);
+                    continue;
+                };
+                let (dtype, shape, data, constant): (DType, &[usize], &[u8], bool) = match (&tail.values[t], &tensors[t].loc) {
+                    (Some(v), _) => (v.dtype, &v.shape, v.data.bytes(), false),
+                    (None, Loc::Arena { offset, len }) => (tensors[t].dtype, &tensors[t].shape, &arena[*offset..*offset + *len], false),
+                    (None, Loc::Model(r)) => (tensors[t].dtype, &tensors[t].shape, bytes.get(r.clone()).unwrap_or(&[]), true),
+                    (None, Loc::Owned(b)) => (tensors[t].dtype, &tensors[t].shape, b.bytes(), true),
+                    (None, Loc::None) => return Err(Error::Runtime(format!("subgraph {subgraph} op {oi}: input tensor {t} has no value"))),
+                };
+                views.push(Some(data));
+                descs.push(Some(InputDesc {
+                    tensor: t,
+                    dtype,
+                    shape: shape.to_vec(),
+                    value: Some(data),
+                    constant,
+                    quant: sub.tensors[t].quant.as_ref(),
+                    sparsity: sub.tensors[t].sparsity.as_ref(),
+                }));
+            }
+            let octx = OpContext {
+                subgraph: *subgraph,
+                op_index: oi,
+                op,
+                inputs: descs,
+                outputs: op.outputs.iter().map(|&o| &sub.tensors[o]).collect(),
+                custom_options: model.custom_options(op),
+            };
+            let Built { outputs, mut kernel } = build_op(&octx, env.backends, env.custom, env.ctx)?;
+            for (&t, (dtype, shape)) in op.outputs.iter().zip(outputs) {
+                let n = bytes_of(dtype, &shape, &env.limits, || octx.at())?;
+                outs.push((t, DynValue { dtype, shape, data: AlignedBytes::zeroed(n) }));
+            }
+            let mut out_views: Vec<&mut [u8]> = outs.iter_mut().map(|(_, v)| v.data.bytes_mut()).collect();
+            kernel(&views, &mut out_views).map_err(|e| match e {
+                Error::Runtime(m) => Error::Runtime(format!("{}: {m}", octx.at())),
+                e => e,
+            })?;
+        }
+        for (t, v) in outs {
+            tail.values[t] = Some(v);
+        }
+        for &t in op.inputs.iter().flatten() {
+            if tail.last_use[t] == oi && !sub.outputs.contains(&t) {
+                tail.values[t] = None;
+            }
+        }
+    }
+    Ok(())
 }

@@ -32,6 +32,10 @@ pub enum Error {
     /// A configured limit (arena size, ...) would be exceeded.
     #[error("resource limit: {0}")]
     ResourceLimit(String),
+    /// An op's output shape depends on tensor values known only at run time; the
+    /// compiler runs such ops dynamically instead of failing.
+    #[error("shape depends on run-time values: {0}")]
+    DataDependent(String),
     /// A kernel failed at run time (e.g. a gather index out of range).
     #[error("runtime error: {0}")]
     Runtime(String),

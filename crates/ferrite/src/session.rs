@@ -394,7 +394,15 @@ impl Session {
         self.ensure_plan()?;
         let c = self.compiled.as_mut().ok_or_else(|| Error::InvalidState("session is not prepared".into()))?;
         self.ran = false;
-        compile::execute(c, &self.model, bytemuck::cast_slice_mut(&mut self.arena), None)?;
+        let cpu = CpuBackend;
+        let backends: [&dyn Backend; 1] = [&cpu];
+        let mut env = compile::DynEnv {
+            backends: &backends,
+            custom: &self.options.custom_ops,
+            ctx: &mut self.ctx,
+            limits: Limits { max_arena_bytes: self.options.max_arena_bytes },
+        };
+        compile::execute(c, &self.model, bytemuck::cast_slice_mut(&mut self.arena), None, &mut env)?;
         self.ran = true;
         // Outputs are read in place with `output()`: nothing is copied out.
         self.last_run = RunStats { input_bytes_copied: std::mem::take(&mut self.pending_input_bytes), output_bytes_copied: 0 };
@@ -433,7 +441,15 @@ impl Session {
             check("output", k, *t, outputs[k].len())?;
         }
         self.ran = false;
-        let copied = compile::execute(c, &self.model, bytemuck::cast_slice_mut(&mut self.arena), Some((inputs, outputs)))?;
+        let cpu = CpuBackend;
+        let backends: [&dyn Backend; 1] = [&cpu];
+        let mut env = compile::DynEnv {
+            backends: &backends,
+            custom: &self.options.custom_ops,
+            ctx: &mut self.ctx,
+            limits: Limits { max_arena_bytes: self.options.max_arena_bytes },
+        };
+        let copied = compile::execute(c, &self.model, bytemuck::cast_slice_mut(&mut self.arena), Some((inputs, outputs)), &mut env)?;
         self.pending_input_bytes = 0;
         self.last_run = RunStats { input_bytes_copied: 0, output_bytes_copied: copied };
         Ok(self.last_run)
@@ -446,6 +462,9 @@ impl Session {
         }
         let (_, t) = *self.outputs.get(i).ok_or_else(|| Error::InvalidArgument(format!("output {i} does not exist ({} outputs)", self.outputs.len())))?;
         let c = self.compiled.as_ref().ok_or_else(|| Error::InvalidState("session is not prepared".into()))?;
+        if let Some(v) = c.dynamic.as_ref().and_then(|d| d.values[t].as_ref()) {
+            return Ok(TensorData { dtype: v.dtype, shape: &v.shape, bytes: v.data.bytes() });
+        }
         let slot = &c.tensors[t];
         let bytes: &[u8] = match &slot.loc {
             Loc::Arena { offset, len } => &bytemuck::cast_slice::<u64, u8>(&self.arena)[*offset..*offset + *len],
@@ -460,6 +479,9 @@ impl Session {
     pub fn output_slot(&self, i: usize) -> Result<(DType, &[usize])> {
         let (_, t) = *self.outputs.get(i).ok_or_else(|| Error::InvalidArgument(format!("output {i} does not exist ({} outputs)", self.outputs.len())))?;
         let c = self.compiled.as_ref().ok_or_else(|| Error::InvalidState("session is not prepared".into()))?;
+        if let Some(v) = c.dynamic.as_ref().and_then(|d| d.values[t].as_ref()) {
+            return Ok((v.dtype, &v.shape));
+        }
         Ok((c.tensors[t].dtype, &c.tensors[t].shape))
     }
 

@@ -46,8 +46,10 @@ impl Rng {
 /// One generated case: the model plus how to make its inputs.
 struct Case {
     spec: ModelSpec,
-    /// (low, high) of uniform random values per input.
+    /// (low, high) of uniform random values per float input.
     ranges: Vec<(f32, f32)>,
+    /// Fixed int32 values for non-float inputs, by input index.
+    fixed: Vec<(usize, Vec<i32>)>,
 }
 
 fn act(r: &mut Rng) -> Activation {
@@ -86,6 +88,7 @@ fn same_or_valid(r: &mut Rng) -> Padding {
 fn gen(op: &str, r: &mut Rng) -> Case {
     let mut m = ModelSpec { description: format!("ferrite single-op test: {op}"), ..Default::default() };
     let mut ranges = vec![];
+    let mut fixed = vec![];
     let fr = (-2.0f32, 2.0f32);
     match op {
         "CONV_2D" | "DEPTHWISE_CONV_2D" => {
@@ -604,9 +607,20 @@ fn gen(op: &str, r: &mut Rng) -> Case {
                 &mut m,
             );
         }
+        "RESHAPE_DYNAMIC" => {
+            // The target shape is a model input: the output shape is known only at run time.
+            let (a, b) = (r.u(1, 4) as i32, r.u(1, 4) as i32);
+            let x = f32in(&mut m, "x", &[a, b]);
+            let st = m.add_tensor(TensorSpec::activation("shape", TensorType::INT32, &[2]));
+            m.inputs.push(st);
+            let o = out(&mut m, TensorType::FLOAT32, &[a, b]);
+            single(B::RESHAPE, &[x, st], o, Options::None, &mut m);
+            ranges.push(fr);
+            fixed.push((1, if r.coin() { vec![b, a] } else { vec![a * b, 1] }));
+        }
         _ => panic!("no generator for {op}"),
     }
-    Case { spec: m, ranges }
+    Case { spec: m, ranges, fixed }
 }
 
 /// float32 -> IEEE half bits, round to nearest even (finite, in-range inputs).
@@ -716,6 +730,7 @@ const OPS: &[&str] = &[
     "LOGICAL_NOT",
     "STRIDED_SLICE_ELLIPSIS",
     "STRIDED_SLICE_OFFSET",
+    "RESHAPE_DYNAMIC",
 ];
 
 /// A small float CNN, built with the writer: conv -> depthwise -> pool -> FC -> softmax.
@@ -780,7 +795,8 @@ fn main() -> Result<(), String> {
                     let case = gen(op, &mut r);
                     let file = format!("{}_{k}.tflite", op.to_lowercase());
                     std::fs::write(dir.join(&file), case.spec.to_bytes()).map_err(|e| e.to_string())?;
-                    entries.push(json!({"file": file, "op": op, "ranges": case.ranges, "integral": matches!(*op, "EQUAL" | "NOT_EQUAL")}));
+                    let fixed: serde_json::Map<String, Value> = case.fixed.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+                    entries.push(json!({"file": file, "op": op, "ranges": case.ranges, "fixed": fixed, "integral": matches!(*op, "EQUAL" | "NOT_EQUAL")}));
                 }
             }
             std::fs::write(dir.join("manifest.json"), serde_json::to_string_pretty(&entries).map_err(|e| e.to_string())?).map_err(|e| e.to_string())

@@ -27,8 +27,12 @@ pub struct InputDesc<'a> {
     pub dtype: DType,
     /// Shape (resolved for this prepare).
     pub shape: Vec<usize>,
-    /// Constant value, when known at prepare time.
+    /// The tensor's value when known while building: constants at prepare, and
+    /// every input when an op is built at run time (data-dependent shapes).
     pub value: Option<&'a [u8]>,
+    /// True only for constants of the model (values that never change). Caches
+    /// such as prepacked weights may only be keyed on these.
+    pub constant: bool,
     /// Quantization parameters.
     pub quant: Option<&'a Quantization>,
     /// Sparse encoding of `value`, if any.
@@ -75,7 +79,7 @@ impl<'a> OpContext<'a> {
     /// Constant integer values of input `i` (int32 or int64), required at prepare.
     pub fn const_ints(&self, i: usize) -> Result<Vec<i64>> {
         let d = self.input(i)?;
-        let v = d.value.ok_or_else(|| self.unsupported(format!("input {i} must be constant (data-dependent shapes are not supported yet)")))?;
+        let v = d.value.ok_or_else(|| Error::DataDependent(format!("{}: input {i} is computed at run time", self.at())))?;
         Ok(match d.dtype {
             DType::I32 => v.chunks_exact(4).map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect(),
             DType::I64 => v.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect(),

@@ -61,7 +61,7 @@ pub(crate) fn conv2d(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Bui
     let clamp = clamp_of(op, activation)?;
     let g = window(op, &x, (kh, kw), stride, dilation, padding)?;
     // Constant filters are repacked once per session; others are packed each run.
-    let packed = match wd.value {
+    let packed = match wd.value.filter(|_| wd.constant) {
         Some(v) => Some(ctx.packed(op.subgraph, wd.tensor, Packing::ConvHwio, || Ok(conv::pack_conv_weights(typed::<f32>(v)?, oc, kh, kw, ic)))?),
         None => None,
     };

@@ -24,8 +24,9 @@ pub(crate) fn reshape_like(op: &OpContext<'_>, code: B) -> Result<Built> {
     let numel: usize = x.shape.iter().product();
     let out: Vec<usize> = match code {
         B::RESHAPE => {
-            // Target shape: constant input 1, else the options, else the declared output shape.
-            let target: Vec<i64> = if op.opt_input(1).is_some_and(|d| d.value.is_some()) {
+            // Target shape: input 1 when present (a value computed at run time makes the
+            // op data-dependent), else the options, else the declared output shape.
+            let target: Vec<i64> = if op.opt_input(1).is_some() {
                 let v = op.const_ints(1)?;
                 // A shape tensor of shape [0] with one -1-free entry encodes a scalar.
                 if op.input(1)?.shape.iter().product::<usize>() == 0 {
