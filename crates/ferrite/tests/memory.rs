@@ -6,19 +6,34 @@
 //! - zero-copy runs on caller buffers.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ferrite::{Model, Session};
 
 struct Counting;
 static COUNT: AtomicUsize = AtomicUsize::new(0);
-static ARMED: AtomicBool = AtomicBool::new(false);
+
+// Armed per thread, so allocations by the test harness's other threads are not
+// counted against the code under test (test code only; the runtime has no
+// thread-local state).
+thread_local! {
+    static ARMED: Cell<bool> = const { Cell::new(false) };
+}
+
+fn armed() -> bool {
+    ARMED.try_with(Cell::get).unwrap_or(false)
+}
+
+fn arm(on: bool) {
+    ARMED.with(|a| a.set(on));
+}
 
 // SAFETY: forwards to the system allocator; only counts calls.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        if ARMED.load(Ordering::Relaxed) {
+        if armed() {
             COUNT.fetch_add(1, Ordering::Relaxed);
         }
         // SAFETY: same contract as the caller's.
@@ -29,7 +44,7 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        if ARMED.load(Ordering::Relaxed) {
+        if armed() {
             COUNT.fetch_add(1, Ordering::Relaxed);
         }
         // SAFETY: same contract as the caller's.
@@ -57,11 +72,11 @@ fn allocs_per_run(path: &std::path::Path) -> usize {
     s.run().unwrap();
     let runs = 3;
     COUNT.store(0, Ordering::Relaxed);
-    ARMED.store(true, Ordering::Relaxed);
+    arm(true);
     for _ in 0..runs {
         s.run().unwrap();
     }
-    ARMED.store(false, Ordering::Relaxed);
+    arm(false);
     COUNT.load(Ordering::Relaxed) / runs
 }
 
@@ -148,9 +163,9 @@ fn run_batch(s: &mut Session, batch: usize) {
 /// Heap allocations made by `f`.
 fn count(f: impl FnOnce()) -> usize {
     COUNT.store(0, Ordering::Relaxed);
-    ARMED.store(true, Ordering::Relaxed);
+    arm(true);
     f();
-    ARMED.store(false, Ordering::Relaxed);
+    arm(false);
     COUNT.load(Ordering::Relaxed)
 }
 
