@@ -93,6 +93,8 @@ pub struct Step {
     /// The kernel.
     pub kernel: KernelFn,
     inputs: SmallVec<[Option<Src>; 8]>,
+    /// Inputs the kernel does not read at run time (it holds a prepacked copy).
+    prepacked: SmallVec<[usize; 2]>,
     /// (arena offset, length, graph output index when written in place for a bound buffer).
     outputs: SmallVec<[(usize, usize, Option<usize>); 4]>,
 }
@@ -217,6 +219,13 @@ pub fn compile(
     let mut folded_ops = 0;
     let mut aliased_ops = 0;
     let mut dynamic_from: Option<usize> = None;
+    // Last op reading each tensor, so prepare-time constants can be freed early.
+    let mut last_reader = vec![0usize; tensors.len()];
+    for (oi, op) in g.ops.iter().enumerate() {
+        for &t in op.inputs.iter().flatten() {
+            last_reader[t] = oi;
+        }
+    }
     // alias_of[t] = the tensor whose memory `t` shares (itself when not an alias).
     let mut alias_of: Vec<usize> = (0..tensors.len()).collect();
     for (oi, op) in g.ops.iter().enumerate() {
@@ -254,6 +263,7 @@ pub fn compile(
             outputs: op.outputs.iter().map(|&o| &g.tensors[o]).collect(),
             custom_options: model.custom_options(op),
         };
+        ctx.take_packed_by_build();
         let built = match build_op(&octx, backends, custom, ctx) {
             Err(Error::DataDependent(_)) => {
                 dynamic_from = Some(oi);
@@ -296,8 +306,13 @@ pub fn compile(
                 tensors[t].loc = Loc::Owned(Arc::new(o));
             }
             folded_ops += 1;
+            release_consumed(&mut tensors, g, oi, &last_reader, |_| true);
         } else {
-            steps.push(Step { op: oi, kernel, inputs: SmallVec::new(), outputs: SmallVec::new() });
+            let packed = ctx.take_packed_by_build();
+            let prepacked: SmallVec<[usize; 2]> =
+                op.inputs.iter().enumerate().filter(|(_, i)| i.is_some_and(|t| packed.contains(&t))).map(|(k, _)| k).collect();
+            release_consumed(&mut tensors, g, oi, &last_reader, |k| prepacked.contains(&k));
+            steps.push(Step { op: oi, kernel, inputs: SmallVec::new(), prepacked, outputs: SmallVec::new() });
         }
     }
 
@@ -404,7 +419,7 @@ pub fn compile(
     }
     for (si, st) in steps.iter_mut().enumerate() {
         let op = &g.ops[st.op];
-        st.inputs = op.inputs.iter().map(|i| i.map(src_of).transpose()).collect::<Result<_>>()?;
+        st.inputs = op.inputs.iter().enumerate().map(|(k, i)| i.filter(|_| !st.prepacked.contains(&k)).map(src_of).transpose()).collect::<Result<_>>()?;
         st.outputs = op
             .outputs
             .iter()
@@ -413,6 +428,26 @@ pub fn compile(
                 _ => Err(Error::Runtime(format!("internal: subgraph {sg} op {} output tensor {t} has no arena slot", st.op))),
             })
             .collect::<Result<_>>()?;
+    }
+    // Release constants made at prepare (folded, dequantized, realigned) that nothing
+    // reads at run time any more: their consumers were folded too, or keep a packing.
+    if dynamic_from.is_none() {
+        let mut keep = vec![false; tensors.len()];
+        for st in &steps {
+            for (k, i) in g.ops[st.op].inputs.iter().enumerate() {
+                if let (Some(t), Some(_)) = (i, &st.inputs[k]) {
+                    keep[*t] = true;
+                }
+            }
+        }
+        for &t in g.outputs.iter().chain(&g.inputs) {
+            keep[t] = true;
+        }
+        for (t, slot) in tensors.iter_mut().enumerate() {
+            if matches!(slot.loc, Loc::Owned(_)) && !keep[t] {
+                slot.loc = Loc::None;
+            }
+        }
     }
     let dynamic = dynamic_from.map(|first_op| {
         let mut last_use = vec![usize::MAX; tensors.len()];
@@ -424,6 +459,20 @@ pub fn compile(
         DynamicTail { first_op, last_use, values: (0..tensors.len()).map(|_| None).collect() }
     });
     Ok(CompiledGraph { subgraph: sg, tensors, steps, plan, folded_ops, aliased_ops, out_plans, dynamic })
+}
+
+/// Frees prepare-time constants (folded, dequantized) right after their last reader
+/// is built, when that reader does not need them at run time (`unneeded(input
+/// position)`): a folded op, or a kernel holding a packing. Keeps peak memory
+/// during prepare near one layer's worth of converted weights.
+fn release_consumed(tensors: &mut [TensorSlot], g: &crate::model::Subgraph, oi: usize, last_reader: &[usize], unneeded: impl Fn(usize) -> bool) {
+    for (k, i) in g.ops[oi].inputs.iter().enumerate() {
+        if let Some(t) = *i {
+            if last_reader[t] == oi && unneeded(k) && matches!(tensors[t].loc, Loc::Owned(_)) && !g.outputs.contains(&t) {
+                tensors[t].loc = Loc::None;
+            }
+        }
+    }
 }
 
 /// Builds one op through the custom-op registry or the backends, and checks what

@@ -122,22 +122,34 @@ pub struct BackendContext {
     /// Worker threads the session asked for.
     pub threads: usize,
     packed: HashMap<(usize, usize, Packing), Arc<Vec<f32>>>,
+    /// Tensors packed by the build in progress (see [`BackendContext::packed`]).
+    packed_by_current_build: Vec<usize>,
 }
 
 impl BackendContext {
     /// A context for `threads` worker threads.
     pub fn new(threads: usize) -> Self {
-        BackendContext { threads: threads.max(1), packed: HashMap::new() }
+        BackendContext { threads: threads.max(1), packed: HashMap::new(), packed_by_current_build: Vec::new() }
     }
 
     /// Returns the cached packing of (subgraph, tensor), computing it once.
+    ///
+    /// Contract: a kernel built with a packing of one of its constant inputs reads
+    /// only the packing at run time, never the input itself; the compiler then drops
+    /// the step's reference to the original, so its memory can be released.
     pub fn packed(&mut self, subgraph: usize, tensor: usize, packing: Packing, make: impl FnOnce() -> Result<Vec<f32>>) -> Result<Arc<Vec<f32>>> {
+        self.packed_by_current_build.push(tensor);
         if let Some(p) = self.packed.get(&(subgraph, tensor, packing)) {
             return Ok(p.clone());
         }
         let p = Arc::new(make()?);
         self.packed.insert((subgraph, tensor, packing), p.clone());
         Ok(p)
+    }
+
+    /// Tensors packed since the last call (by the op just built), and forgets them.
+    pub fn take_packed_by_build(&mut self) -> Vec<usize> {
+        std::mem::take(&mut self.packed_by_current_build)
     }
 
     /// Bytes held by prepacked weights.
