@@ -11,6 +11,7 @@
 pub mod conv;
 pub mod elementwise;
 pub mod gemm;
+pub mod igemm;
 pub mod movement;
 pub mod pool;
 pub mod reduce;

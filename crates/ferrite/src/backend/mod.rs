@@ -109,21 +109,40 @@ pub struct Built {
 /// How prepacked data is laid out, part of its cache key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Packing {
-    /// Conv weights OHWI -> HWIO.
-    ConvHwio,
+    /// Conv / fully-connected weights (and bias) in GEMM panels for one kernel ISA.
+    Gemm(ferrite_kernels::igemm::Isa),
     /// Weights dequantized or converted to float32.
     DenseF32,
 }
 
+/// Identity of a prepacked constant: tensor ids within the session's model, never addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PackKey {
+    /// Subgraph index.
+    pub subgraph: usize,
+    /// The packed tensor (weights).
+    pub tensor: usize,
+    /// A second tensor folded into the packing (a bias), if any.
+    pub with: Option<usize>,
+    /// Layout.
+    pub packing: Packing,
+}
+
 /// Per-session backend state. Owned by exactly one session; never thread-local,
 /// and cache keys are tensor identities, never data addresses.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct BackendContext {
     /// Worker threads the session asked for.
     pub threads: usize,
-    packed: HashMap<(usize, usize, Packing), Arc<Vec<f32>>>,
+    packed: HashMap<PackKey, Arc<dyn std::any::Any + Send + Sync>>,
     /// Tensors packed by the build in progress (see [`BackendContext::packed`]).
     packed_by_current_build: Vec<usize>,
+}
+
+impl std::fmt::Debug for BackendContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackendContext").field("threads", &self.threads).field("packed", &self.packed.len()).finish()
+    }
 }
 
 impl BackendContext {
@@ -132,18 +151,20 @@ impl BackendContext {
         BackendContext { threads: threads.max(1), packed: HashMap::new(), packed_by_current_build: Vec::new() }
     }
 
-    /// Returns the cached packing of (subgraph, tensor), computing it once.
+    /// Returns the cached packing for `key`, computing it once.
     ///
-    /// Contract: a kernel built with a packing of one of its constant inputs reads
-    /// only the packing at run time, never the input itself; the compiler then drops
-    /// the step's reference to the original, so its memory can be released.
-    pub fn packed(&mut self, subgraph: usize, tensor: usize, packing: Packing, make: impl FnOnce() -> Result<Vec<f32>>) -> Result<Arc<Vec<f32>>> {
-        self.packed_by_current_build.push(tensor);
-        if let Some(p) = self.packed.get(&(subgraph, tensor, packing)) {
-            return Ok(p.clone());
+    /// Contract: a kernel built with a packing of its constant inputs (`key.tensor`
+    /// and `key.with`) reads only the packing at run time, never those inputs; the
+    /// compiler then drops the step's references to them, so their memory can be
+    /// released.
+    pub fn packed<T: Send + Sync + 'static>(&mut self, key: PackKey, make: impl FnOnce() -> Result<T>) -> Result<Arc<T>> {
+        self.packed_by_current_build.push(key.tensor);
+        self.packed_by_current_build.extend(key.with);
+        if let Some(p) = self.packed.get(&key).and_then(|p| p.clone().downcast::<T>().ok()) {
+            return Ok(p);
         }
         let p = Arc::new(make()?);
-        self.packed.insert((subgraph, tensor, packing), p.clone());
+        self.packed.insert(key, p.clone());
         Ok(p)
     }
 
@@ -152,9 +173,9 @@ impl BackendContext {
         std::mem::take(&mut self.packed_by_current_build)
     }
 
-    /// Bytes held by prepacked weights.
-    pub fn packed_bytes(&self) -> usize {
-        self.packed.values().map(|v| v.len() * 4).sum()
+    /// Number of cached packings.
+    pub fn packed_count(&self) -> usize {
+        self.packed.len()
     }
 }
 

@@ -38,7 +38,7 @@ fn build_builtin(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> 
         B::CONV_2D => nn::conv2d(op, ctx),
         B::DEPTHWISE_CONV_2D => nn::depthwise(op),
         B::AVERAGE_POOL_2D | B::MAX_POOL_2D => nn::pool(op, B(code) == B::MAX_POOL_2D),
-        B::FULLY_CONNECTED => nn::fully_connected(op),
+        B::FULLY_CONNECTED => nn::fully_connected(op, ctx),
         B::TRANSPOSE_CONV => nn::transpose_conv(op),
         B::BATCH_MATMUL => nn::batch_matmul(op),
         B::SOFTMAX | B::LOG_SOFTMAX => nn::softmax(op, B(code) == B::LOG_SOFTMAX),

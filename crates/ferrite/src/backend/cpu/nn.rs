@@ -1,10 +1,13 @@
 //! Convolutions, pooling, fully-connected, matmul, softmax.
 
 use ferrite_kernels::conv::{self, out_size_and_pad, Window};
+use std::sync::Arc;
+
+use ferrite_kernels::igemm::{self, Isa, Packed};
 use ferrite_kernels::{gemm, pool as kpool, softmax as ksoftmax, Clamp};
 
 use super::{clamp_of, require_f32};
-use crate::backend::{arg, typed, typed_mut, BackendContext, Built, OpContext, Packing};
+use crate::backend::{arg, typed, typed_mut, BackendContext, Built, OpContext, PackKey, Packing};
 use crate::error::Result;
 use crate::model::DType;
 use crate::ops::{OpParams, Padding};
@@ -47,12 +50,45 @@ fn check_bias(op: &OpContext<'_>, i: usize, n: usize) -> Result<()> {
     Ok(())
 }
 
+/// Weights (and bias) as GEMM panels: from the session cache when constant,
+/// otherwise a private copy repacked on every run.
+enum Weights {
+    Cached(Arc<Packed>),
+    PerRun(Packed),
+}
+
+fn gemm_weights(op: &OpContext<'_>, ctx: &mut BackendContext, n: usize, taps: usize, k: usize) -> Result<Weights> {
+    let isa = Isa::detect();
+    let (w, bias) = (op.input(1)?, op.opt_input(2));
+    if w.constant && bias.is_none_or(|b| b.constant) {
+        let (wv, bv) = (w.value.ok_or_else(|| op.bad("constant weights without data"))?, bias.and_then(|b| b.value));
+        let key = PackKey { subgraph: op.subgraph, tensor: w.tensor, with: bias.map(|b| b.tensor), packing: Packing::Gemm(isa) };
+        let p = ctx.packed(key, || Ok(Packed::new(isa, typed::<f32>(wv)?, bv.map(typed::<f32>).transpose()?, n, taps, k)))?;
+        Ok(Weights::Cached(p))
+    } else {
+        Ok(Weights::PerRun(Packed::new(isa, &vec![0.0; n * taps * k], None, n, taps, k)))
+    }
+}
+
+impl Weights {
+    /// The packing to use for this run, repacking run-time weights first.
+    fn get(&mut self, ins: &[Option<&[u8]>], has_bias: bool) -> Result<&Packed> {
+        match self {
+            Weights::Cached(p) => Ok(p),
+            Weights::PerRun(p) => {
+                let bias = if has_bias { Some(typed::<f32>(arg(ins, 2)?)?) } else { None };
+                p.repack(typed::<f32>(arg(ins, 1)?)?, bias);
+                Ok(p)
+            }
+        }
+    }
+}
+
 pub(crate) fn conv2d(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> {
     let OpParams::Conv2D { padding, stride, dilation, activation } = op.op.params else { return Err(op.bad("missing Conv2D options")) };
     require_f32(op, &[0, 1, 2])?;
     let x = rank4(op, &op.input(0)?.shape, "input")?.to_vec();
-    let wd = op.input(1)?;
-    let w = rank4(op, &wd.shape, "filter")?.to_vec();
+    let w = rank4(op, &op.input(1)?.shape, "filter")?.to_vec();
     let (oc, kh, kw, ic) = (w[0], w[1], w[2], w[3]);
     if ic != x[3] {
         return Err(op.unsupported(format!("grouped convolution (input has {} channels, filter {ic})", x[3])));
@@ -60,26 +96,24 @@ pub(crate) fn conv2d(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Bui
     check_bias(op, 2, oc)?;
     let clamp = clamp_of(op, activation)?;
     let g = window(op, &x, (kh, kw), stride, dilation, padding)?;
-    // Constant filters are repacked once per session; others are packed each run.
-    let packed = match wd.value.filter(|_| wd.constant) {
-        Some(v) => Some(ctx.packed(op.subgraph, wd.tensor, Packing::ConvHwio, || Ok(conv::pack_conv_weights(typed::<f32>(v)?, oc, kh, kw, ic)))?),
-        None => None,
-    };
     let has_bias = op.opt_input(2).is_some();
-    // Non-constant filters are repacked every run into scratch sized once here.
-    let mut scratch = if packed.is_none() { vec![0.0f32; oc * kh * kw * ic] } else { Vec::new() };
+    let mut weights = gemm_weights(op, ctx, oc, kh * kw, ic)?;
+    // Row-pointer scratch, sized once here so runs do not allocate.
+    let mut scratch = vec![
+        0usize;
+        match &weights {
+            Weights::Cached(p) => p,
+            Weights::PerRun(p) => p,
+        }
+        .scratch_len(g.out_w)
+    ];
+    let rows = g.batch * g.out_h;
     Ok(Built {
         outputs: vec![(DType::F32, vec![g.batch, g.out_h, g.out_w, oc])],
         kernel: Box::new(move |ins, outs| {
-            let input = typed::<f32>(arg(ins, 0)?)?;
-            let bias = if has_bias { Some(typed::<f32>(arg(ins, 2)?)?) } else { None };
-            let out = typed_mut::<f32>(outs[0])?;
-            match &packed {
-                Some(p) => conv::conv2d(input, ic, p, bias, oc, &g, clamp, out),
-                None => {
-                    conv::pack_conv_weights_into(typed::<f32>(arg(ins, 1)?)?, oc, kh, kw, ic, &mut scratch);
-                    conv::conv2d(input, ic, &scratch, bias, oc, &g, clamp, out)
-                }
+            let pk = weights.get(ins, has_bias)?;
+            if !igemm::conv2d(typed::<f32>(arg(ins, 0)?)?, pk, &g, clamp, typed_mut::<f32>(outs[0])?, 0..rows, &mut scratch) {
+                return Err(crate::error::Error::Runtime("convolution buffers do not match the planned shapes".into()));
             }
             Ok(())
         }),
@@ -133,7 +167,7 @@ pub(crate) fn pool(op: &OpContext<'_>, max: bool) -> Result<Built> {
     })
 }
 
-pub(crate) fn fully_connected(op: &OpContext<'_>) -> Result<Built> {
+pub(crate) fn fully_connected(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> {
     let OpParams::FullyConnected { activation, keep_num_dims, shuffled_weights, .. } = op.op.params else {
         return Err(op.bad("missing FullyConnected options"));
     };
@@ -164,11 +198,14 @@ pub(crate) fn fully_connected(op: &OpContext<'_>) -> Result<Built> {
         vec![batch, out_n]
     };
     let has_bias = op.opt_input(2).is_some();
+    let mut weights = gemm_weights(op, ctx, out_n, 1, in_n)?;
     Ok(Built {
         outputs: vec![(DType::F32, out_shape)],
         kernel: Box::new(move |ins, outs| {
-            let bias = if has_bias { Some(typed::<f32>(arg(ins, 2)?)?) } else { None };
-            gemm::fully_connected(typed(arg(ins, 0)?)?, typed(arg(ins, 1)?)?, bias, batch, in_n, out_n, clamp, typed_mut(outs[0])?);
+            let pk = weights.get(ins, has_bias)?;
+            if !igemm::fully_connected(typed::<f32>(arg(ins, 0)?)?, batch, pk, clamp, typed_mut::<f32>(outs[0])?) {
+                return Err(crate::error::Error::Runtime("fully-connected buffers do not match the planned shapes".into()));
+            }
             Ok(())
         }),
     })

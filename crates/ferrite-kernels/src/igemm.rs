@@ -1,0 +1,432 @@
+//! Register-blocked f32 GEMM micro-kernels, used for convolutions (as an
+//! implicit GEMM over per-tap input rows) and fully-connected layers.
+//!
+//! `out[m, n] = clamp(bias[n] + sum_t sum_k a[t][m][k] * b[t][k][n])`
+//!
+//! Each output row `m` reads, for every tap `t`, a row of `k` contiguous inputs
+//! through a pointer: a convolution's row for (pixel, tap) is the input pixel the
+//! tap lands on, or a shared zero row in the padding, so no im2col buffer is
+//! built. Weights are packed once into panels of `nr` output channels:
+//! `[panel][tap][k][nr]`, zero-padded past the last channel.
+//!
+//! The kernel is chosen at run time from the CPU's features: AVX-512F (8x32
+//! tiles), AVX2+FMA (6x16), or a portable fallback (4x8). Results differ from a
+//! naive sum only by float reassociation; they are identical for any split of
+//! the rows across threads, since each output element is summed in one order.
+
+use crate::Clamp;
+
+/// Instruction set a kernel was built for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Isa {
+    /// x86-64 AVX-512F.
+    Avx512,
+    /// x86-64 AVX2 + FMA.
+    Avx2,
+    /// Any CPU.
+    Portable,
+}
+
+impl Isa {
+    /// The best instruction set this CPU supports.
+    pub fn detect() -> Isa {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return Isa::Avx512;
+            }
+            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                return Isa::Avx2;
+            }
+        }
+        Isa::Portable
+    }
+
+    /// Output channels per packed panel.
+    pub fn nr(self) -> usize {
+        match self {
+            Isa::Avx512 => 32,
+            Isa::Avx2 => 16,
+            Isa::Portable => 8,
+        }
+    }
+
+    /// Output rows per tile.
+    pub fn mr(self) -> usize {
+        match self {
+            Isa::Avx512 => 8,
+            Isa::Avx2 => 6,
+            Isa::Portable => 4,
+        }
+    }
+}
+
+/// Packs weights `w[n][t][k]` (OHWI with taps = kh*kw) into `[panel][t][k][nr]`.
+pub fn pack_b(w: &[f32], n: usize, taps: usize, k: usize, nr: usize) -> Vec<f32> {
+    let panels = n.div_ceil(nr);
+    let mut p = vec![0.0f32; panels * taps * k * nr];
+    for o in 0..n {
+        let (panel, j) = (o / nr, o % nr);
+        for t in 0..taps {
+            for kk in 0..k {
+                p[((panel * taps + t) * k + kk) * nr + j] = w[(o * taps + t) * k + kk];
+            }
+        }
+    }
+    p
+}
+
+/// Bias padded to whole panels (zeros where absent).
+pub fn pad_bias(bias: Option<&[f32]>, n: usize, nr: usize) -> Vec<f32> {
+    let mut b = vec![0.0f32; n.div_ceil(nr) * nr];
+    if let Some(src) = bias {
+        b[..n].copy_from_slice(&src[..n]);
+    }
+    b
+}
+
+/// One tile: `rows` (<= mr) output rows starting at `out`, spaced `out_stride`
+/// floats apart, `cols` (<= nr) valid columns of one panel.
+pub struct Tile<'a> {
+    /// Per tap, per row: pointer to `k` inputs (a zero row in the padding). Length taps*mr.
+    pub a: &'a [*const f32],
+    /// The packed panel `[t][k][nr]`.
+    pub b: &'a [f32],
+    /// The panel's bias, `nr` long.
+    pub bias: &'a [f32],
+    /// Inner size.
+    pub k: usize,
+    /// Taps.
+    pub taps: usize,
+    /// Valid rows.
+    pub rows: usize,
+    /// Valid columns.
+    pub cols: usize,
+}
+
+/// Computes one tile into `out` (row r, column j at `out[r * out_stride + j]`).
+///
+/// # Safety
+/// Every pointer in `tile.a` must be valid for `tile.k` reads; `tile.b` must hold
+/// `taps * k * nr` floats; `out` must be valid for writes at every
+/// `r * out_stride + j` with `r < rows`, `j < cols`.
+pub unsafe fn run_tile(isa: Isa, tile: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `isa` came from `Isa::detect`, so the CPU has AVX-512F; pointer
+        // validity is the caller's contract.
+        Isa::Avx512 => unsafe { x86::tile_avx512(tile, clamp, out, out_stride) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above, for AVX2 + FMA.
+        Isa::Avx2 => unsafe { x86::tile_avx2(tile, clamp, out, out_stride) },
+        // SAFETY: pointer validity is the caller's contract.
+        _ => unsafe { tile_portable(tile, clamp, out, out_stride) },
+    }
+}
+
+/// # Safety
+/// See [`run_tile`].
+unsafe fn tile_portable(tile: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
+    const MR: usize = 4;
+    const NR: usize = 8;
+    let mut acc = [[0.0f32; NR]; MR];
+    for row in acc.iter_mut() {
+        row.copy_from_slice(&tile.bias[..NR]);
+    }
+    for t in 0..tile.taps {
+        let bt = &tile.b[t * tile.k * NR..(t + 1) * tile.k * NR];
+        for (r, row) in acc.iter_mut().enumerate().take(tile.rows) {
+            let a = tile.a[t * MR + r];
+            for kk in 0..tile.k {
+                // SAFETY: `a` is valid for `k` reads (caller contract).
+                let av = unsafe { *a.add(kk) };
+                for (c, &bv) in row.iter_mut().zip(&bt[kk * NR..kk * NR + NR]) {
+                    *c += av * bv;
+                }
+            }
+        }
+    }
+    for (r, row) in acc.iter().enumerate().take(tile.rows) {
+        for (j, &v) in row.iter().enumerate().take(tile.cols) {
+            // SAFETY: in bounds by the caller's contract.
+            unsafe { *out.add(r * out_stride + j) = clamp.apply(v) };
+        }
+    }
+}
+
+/// Conv or FC weights prepacked for one instruction set.
+#[derive(Debug, Clone)]
+pub struct Packed {
+    /// Kernel it was packed for.
+    pub isa: Isa,
+    /// Output channels.
+    pub n: usize,
+    /// Taps (kh * kw; 1 for fully-connected).
+    pub taps: usize,
+    /// Inner size per tap (input channels).
+    pub k: usize,
+    /// `[panel][tap][k][nr]`.
+    pub b: Vec<f32>,
+    /// Bias padded to whole panels.
+    pub bias: Vec<f32>,
+    /// A row of `k` zeros, read in place of inputs in the padding.
+    pub zero: Vec<f32>,
+}
+
+impl Packed {
+    /// Packs OHWI weights `w[n][taps][k]` and an optional bias.
+    pub fn new(isa: Isa, w: &[f32], bias: Option<&[f32]>, n: usize, taps: usize, k: usize) -> Packed {
+        let nr = isa.nr();
+        Packed { isa, n, taps, k, b: pack_b(w, n, taps, k, nr), bias: pad_bias(bias, n, nr), zero: vec![0.0; k.max(1)] }
+    }
+
+    /// Repacks new weights into the same layout (non-constant weights, each run).
+    pub fn repack(&mut self, w: &[f32], bias: Option<&[f32]>) {
+        let nr = self.isa.nr();
+        for o in 0..self.n {
+            let (panel, j) = (o / nr, o % nr);
+            for t in 0..self.taps {
+                for kk in 0..self.k {
+                    self.b[((panel * self.taps + t) * self.k + kk) * nr + j] = w[(o * self.taps + t) * self.k + kk];
+                }
+            }
+            self.bias[o] = bias.map_or(0.0, |b| b[o]);
+        }
+    }
+
+    /// Scratch (in pointer-sized words) one call of [`conv2d`] needs for `out_w` columns.
+    pub fn scratch_len(&self, out_w: usize) -> usize {
+        let mr = self.isa.mr();
+        out_w.div_ceil(mr) * mr * self.taps
+    }
+
+    fn tile<'a>(&'a self, a: &'a [*const f32], panel: usize, rows: usize) -> Tile<'a> {
+        let nr = self.isa.nr();
+        Tile {
+            a,
+            b: &self.b[panel * self.taps * self.k * nr..],
+            bias: &self.bias[panel * nr..],
+            k: self.k,
+            taps: self.taps,
+            rows,
+            cols: nr.min(self.n - panel * nr),
+        }
+    }
+}
+
+/// Convolution as implicit GEMM over output rows `rows` (row = batch * out_h + oy).
+/// `scratch` must hold [`Packed::scratch_len`] words; it stores the per-tap input
+/// row pointers (as addresses, so kernels holding it stay `Send`).
+/// Returns false, writing nothing, if a slice is too short for the geometry.
+pub fn conv2d(input: &[f32], pk: &Packed, g: &crate::conv::Window, clamp: Clamp, out: &mut [f32], rows: std::ops::Range<usize>, scratch: &mut [usize]) -> bool {
+    let (mr, nr, c, n) = (pk.isa.mr(), pk.isa.nr(), pk.k, pk.n);
+    let blocks = g.out_w.div_ceil(mr);
+    if input.len() < g.batch * g.in_h * g.in_w * c
+        || out.len() < g.batch * g.out_h * g.out_w * n
+        || scratch.len() < pk.scratch_len(g.out_w)
+        || pk.taps != g.k_h * g.k_w
+        || rows.end > g.batch * g.out_h
+    {
+        return false;
+    }
+    let zero = pk.zero.as_ptr() as usize;
+    for row in rows {
+        let (b, oy) = (row / g.out_h, row % g.out_h);
+        // Row pointers for every pixel block of this output row, per tap.
+        for blk in 0..blocks {
+            for ky in 0..g.k_h {
+                let iy = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h);
+                for kx in 0..g.k_w {
+                    let t = ky * g.k_w + kx;
+                    for r in 0..mr {
+                        let ox = blk * mr + r;
+                        let ix = (ox * g.stride_w + kx * g.dil_w).checked_sub(g.pad_left).filter(|&x| x < g.in_w && ox < g.out_w);
+                        scratch[(blk * pk.taps + t) * mr + r] = match (iy, ix) {
+                            (Some(y), Some(x)) => input[((b * g.in_h + y) * g.in_w + x) * c..].as_ptr() as usize,
+                            _ => zero,
+                        };
+                    }
+                }
+            }
+        }
+        let out_row = ((b * g.out_h + oy) * g.out_w) * n;
+        for panel in 0..n.div_ceil(nr) {
+            for blk in 0..blocks {
+                let a_words = &scratch[blk * pk.taps * mr..(blk + 1) * pk.taps * mr];
+                // SAFETY: `*const f32` and `usize` have the same size and layout; every
+                // word was written above from a pointer into `input` or `zero`.
+                let a: &[*const f32] = unsafe { std::slice::from_raw_parts(a_words.as_ptr().cast(), a_words.len()) };
+                let rows_here = mr.min(g.out_w - blk * mr);
+                let tile = pk.tile(a, panel, rows_here);
+                // SAFETY: each row pointer addresses a full pixel (c floats) inside `input`
+                // (checked size) or the zero row; the tile writes rows < rows_here and
+                // columns < cols of this panel, inside `out` (checked size).
+                unsafe { run_tile(pk.isa, &tile, clamp, out.as_mut_ptr().add(out_row + blk * mr * n + panel * nr), n) };
+            }
+        }
+    }
+    true
+}
+
+/// Fully-connected over `batch` rows of `pk.k` inputs. False if a slice is too short.
+pub fn fully_connected(input: &[f32], batch: usize, pk: &Packed, clamp: Clamp, out: &mut [f32]) -> bool {
+    let (mr, nr, k, n) = (pk.isa.mr(), pk.isa.nr(), pk.k, pk.n);
+    if pk.taps != 1 || input.len() < batch * k || out.len() < batch * n {
+        return false;
+    }
+    let mut ptrs = [std::ptr::null::<f32>(); 8];
+    for b0 in (0..batch).step_by(mr) {
+        let rows = mr.min(batch - b0);
+        for (r, p) in ptrs.iter_mut().enumerate().take(mr) {
+            *p = if r < rows { input[(b0 + r) * k..].as_ptr() } else { pk.zero.as_ptr() };
+        }
+        for panel in 0..n.div_ceil(nr) {
+            let tile = pk.tile(&ptrs[..mr], panel, rows);
+            // SAFETY: row pointers address k floats of `input` or the zero row (k long);
+            // writes stay within rows x cols of `out` (checked size).
+            unsafe { run_tile(pk.isa, &tile, clamp, out.as_mut_ptr().add(b0 * n + panel * nr), n) };
+        }
+    }
+    true
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::Tile;
+    use crate::Clamp;
+    use std::arch::x86_64::*;
+
+    /// # Safety
+    /// CPU must support AVX-512F; see `run_tile` for pointers.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn tile_avx512(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
+        const MR: usize = 8;
+        const NR: usize = 32;
+        let b0 = _mm512_loadu_ps(t.bias.as_ptr());
+        let b1 = _mm512_loadu_ps(t.bias.as_ptr().add(16));
+        let mut c0 = [b0; MR];
+        let mut c1 = [b1; MR];
+        for tap in 0..t.taps {
+            let a = &t.a[tap * MR..tap * MR + MR];
+            let mut bp = t.b.as_ptr().add(tap * t.k * NR);
+            for kk in 0..t.k {
+                let w0 = _mm512_loadu_ps(bp);
+                let w1 = _mm512_loadu_ps(bp.add(16));
+                for r in 0..MR {
+                    let av = _mm512_set1_ps(*a[r].add(kk));
+                    c0[r] = _mm512_fmadd_ps(av, w0, c0[r]);
+                    c1[r] = _mm512_fmadd_ps(av, w1, c1[r]);
+                }
+                bp = bp.add(NR);
+            }
+        }
+        let lo = _mm512_set1_ps(clamp.min);
+        let hi = _mm512_set1_ps(clamp.max);
+        let m0: __mmask16 = if t.cols >= 16 { 0xffff } else { ((1u32 << t.cols) - 1) as u16 };
+        let m1: __mmask16 = if t.cols >= 32 {
+            0xffff
+        } else if t.cols > 16 {
+            ((1u32 << (t.cols - 16)) - 1) as u16
+        } else {
+            0
+        };
+        for r in 0..t.rows {
+            let o = out.add(r * out_stride);
+            let v0 = _mm512_min_ps(_mm512_max_ps(c0[r], lo), hi);
+            let v1 = _mm512_min_ps(_mm512_max_ps(c1[r], lo), hi);
+            _mm512_mask_storeu_ps(o, m0, v0);
+            if m1 != 0 {
+                _mm512_mask_storeu_ps(o.add(16), m1, v1);
+            }
+        }
+    }
+
+    /// # Safety
+    /// CPU must support AVX2 and FMA; see `run_tile` for pointers.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn tile_avx2(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
+        const MR: usize = 6;
+        const NR: usize = 16;
+        let b0 = _mm256_loadu_ps(t.bias.as_ptr());
+        let b1 = _mm256_loadu_ps(t.bias.as_ptr().add(8));
+        let mut c0 = [b0; MR];
+        let mut c1 = [b1; MR];
+        for tap in 0..t.taps {
+            let a = &t.a[tap * MR..tap * MR + MR];
+            let mut bp = t.b.as_ptr().add(tap * t.k * NR);
+            for kk in 0..t.k {
+                let w0 = _mm256_loadu_ps(bp);
+                let w1 = _mm256_loadu_ps(bp.add(8));
+                for r in 0..MR {
+                    let av = _mm256_set1_ps(*a[r].add(kk));
+                    c0[r] = _mm256_fmadd_ps(av, w0, c0[r]);
+                    c1[r] = _mm256_fmadd_ps(av, w1, c1[r]);
+                }
+                bp = bp.add(NR);
+            }
+        }
+        let lo = _mm256_set1_ps(clamp.min);
+        let hi = _mm256_set1_ps(clamp.max);
+        let mut buf = [0.0f32; NR];
+        for r in 0..t.rows {
+            let o = out.add(r * out_stride);
+            let v0 = _mm256_min_ps(_mm256_max_ps(c0[r], lo), hi);
+            let v1 = _mm256_min_ps(_mm256_max_ps(c1[r], lo), hi);
+            if t.cols == NR {
+                _mm256_storeu_ps(o, v0);
+                _mm256_storeu_ps(o.add(8), v1);
+            } else {
+                _mm256_storeu_ps(buf.as_mut_ptr(), v0);
+                _mm256_storeu_ps(buf.as_mut_ptr().add(8), v1);
+                std::ptr::copy_nonoverlapping(buf.as_ptr(), o, t.cols);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(isa: Isa) {
+        let (mr, nr) = (isa.mr(), isa.nr());
+        let (taps, k, n, rows) = (3, 5, nr + 3, mr - 1);
+        let w: Vec<f32> = (0..n * taps * k).map(|i| ((i * 7 % 11) as f32 - 5.0) * 0.1).collect();
+        let a: Vec<Vec<f32>> = (0..taps * mr).map(|i| (0..k).map(|j| ((i * 3 + j) % 5) as f32 - 2.0).collect()).collect();
+        let bias: Vec<f32> = (0..n).map(|i| i as f32 * 0.5).collect();
+        let packed = pack_b(&w, n, taps, k, nr);
+        let pb = pad_bias(Some(&bias), n, nr);
+        let ptrs: Vec<*const f32> = a.iter().map(|r| r.as_ptr()).collect();
+        let mut out = vec![f32::NAN; rows * n];
+        for panel in 0..n.div_ceil(nr) {
+            let cols = nr.min(n - panel * nr);
+            let tile = Tile { a: &ptrs, b: &packed[panel * taps * k * nr..], bias: &pb[panel * nr..], k, taps, rows, cols };
+            // SAFETY: all pointers index the vectors above within bounds.
+            unsafe { run_tile(isa, &tile, Clamp::NONE, out.as_mut_ptr().add(panel * nr), n) };
+        }
+        for r in 0..rows {
+            for o in 0..n {
+                let mut s = bias[o];
+                for t in 0..taps {
+                    for kk in 0..k {
+                        s += a[t * mr + r][kk] * w[(o * taps + t) * k + kk];
+                    }
+                }
+                assert!((out[r * n + o] - s).abs() < 1e-4, "{isa:?} r{r} o{o}: {} vs {s}", out[r * n + o]);
+            }
+        }
+    }
+
+    #[test]
+    fn every_available_kernel_matches_naive() {
+        check(Isa::Portable);
+        let best = Isa::detect();
+        if best != Isa::Portable {
+            check(best);
+        }
+        #[cfg(target_arch = "x86_64")]
+        if best == Isa::Avx512 && std::arch::is_x86_feature_detected!("fma") {
+            check(Isa::Avx2);
+        }
+    }
+}

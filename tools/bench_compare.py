@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Side-by-side latency: `ferrite bench` against LiteRT (default resolver, XNNPACK),
+same models, same thread count, interleaved so machine noise hits both alike.
+
+  bench_compare.py --ferrite target/release/ferrite --corpus DIR [--threads N] [--rounds R] [--markdown BENCHMARKS.md]
+
+Prints per-model median latencies (ms), the ferrite/LiteRT ratio (below 1 means
+ferrite is faster) and the geometric mean of the ratios.
+"""
+import argparse
+import json
+import math
+import os
+import pathlib
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+from ai_edge_litert.interpreter import Interpreter
+
+SHAPES = {"melspectrogram.tflite": [1, 16000]}
+SKIP = {"face_landmark_with_attention.tflite": "custom ops LiteRT cannot run", "hey_jarvis_v0.1.tflite": "IF not supported yet"}
+
+
+def litert_times(path, threads, runs, shape):
+    it = Interpreter(model_path=str(path), num_threads=threads)
+    if shape:
+        it.resize_tensor_input(it.get_input_details()[0]["index"], shape)
+    it.allocate_tensors()
+    rng = np.random.default_rng(0)
+    for d in it.get_input_details():
+        it.set_tensor(d["index"], rng.uniform(-1, 1, d["shape"]).astype(d["dtype"]))
+    for _ in range(3):
+        it.invoke()
+    ts = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        it.invoke()
+        ts.append((time.perf_counter() - t) * 1e3)
+    return ts
+
+
+def ferrite_times(binary, path, threads, runs, shape):
+    cmd = [binary, "bench", str(path), "--threads", str(threads), "--warmup", "3", "--runs", str(runs), "--json"]
+    if shape:
+        cmd += ["--shape", ",".join(map(str, shape))]
+    d = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+    return d["execute_ms"]["median"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ferrite", required=True)
+    ap.add_argument("--corpus", required=True)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per model")
+    ap.add_argument("--runs", type=int, default=10, help="timed runs per round")
+    ap.add_argument("--filter", default="")
+    ap.add_argument("--markdown")
+    args = ap.parse_args()
+    rows = []
+    for m in sorted(pathlib.Path(args.corpus).rglob("*.tflite")):
+        if m.name in SKIP or args.filter not in m.name:
+            continue
+        shape = SHAPES.get(m.name)
+        f_meds, l_all = [], []
+        for _ in range(args.rounds):
+            f_meds.append(ferrite_times(args.ferrite, m, args.threads, args.runs, shape))
+            l_all.append(statistics.median(litert_times(m, args.threads, args.runs, shape)))
+        f, l = statistics.median(f_meds), statistics.median(l_all)
+        rows.append((m.name, f, l, f / l))
+        print(f"{m.name:<42} ferrite {f:9.3f} ms   litert {l:9.3f} ms   ratio {f / l:6.3f}", flush=True)
+    geo = math.exp(sum(math.log(r[3]) for r in rows) / len(rows))
+    print(f"geomean ratio (ferrite/litert): {geo:.3f} over {len(rows)} models, {args.threads} thread(s)")
+    if args.markdown:
+        cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
+        lines = [
+            f"## {args.threads} thread(s)",
+            "",
+            f"Machine: {cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}. LiteRT `ai-edge-litert` default resolver (XNNPACK).",
+            "",
+            "| model | ferrite median (ms) | LiteRT median (ms) | ratio |",
+            "|---|---|---|---|",
+        ]
+        lines += [f"| {n} | {f:.3f} | {l:.3f} | {r:.3f} |" for n, f, l, r in rows]
+        lines += ["", f"Geometric mean of ratios: **{geo:.3f}** ({len(rows)} models).", ""]
+        with open(args.markdown, "a") as fh:
+            fh.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
