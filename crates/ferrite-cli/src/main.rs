@@ -105,6 +105,9 @@ enum Cmd {
         runs: usize,
         #[arg(long)]
         json: bool,
+        /// Print where the time goes: per op type, and the slowest ops.
+        #[arg(long)]
+        profile: bool,
     },
 }
 
@@ -115,7 +118,7 @@ fn main() -> ExitCode {
             model_files(&model).and_then(|files| files.iter().try_for_each(|f| if memory { inspect_memory(f, json) } else { inspect(f, json) }))
         }
         Cmd::Run { model, inputs, out_dir, threads, seed } => run(&model, &inputs, &out_dir, threads, seed),
-        Cmd::Bench { model, threads, shapes, warmup, runs, json } => bench(&model, threads, &shapes, warmup, runs, json),
+        Cmd::Bench { model, threads, shapes, warmup, runs, json, profile } => bench(&model, threads, &shapes, warmup, runs, json, profile),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -421,7 +424,7 @@ fn peak_rss_kb() -> u64 {
         .unwrap_or(0)
 }
 
-fn bench(path: &Path, threads: usize, shapes: &[String], warmup: usize, runs: usize, as_json: bool) -> Result<(), String> {
+fn bench(path: &Path, threads: usize, shapes: &[String], warmup: usize, runs: usize, as_json: bool, profile: bool) -> Result<(), String> {
     let runs = runs.max(1);
     let t0 = Instant::now();
     let mut s = open_session(path, threads)?;
@@ -455,6 +458,32 @@ fn bench(path: &Path, threads: usize, shapes: &[String], warmup: usize, runs: us
         times.push(t.elapsed().as_secs_f64() * 1e3);
     }
     let heap_allocs_per_run = ALLOCS.load(Ordering::Relaxed) as f64 / runs as f64;
+    if profile {
+        let Runner::Model(sess) = &mut s else { return Err("--profile works on a model file, not a package".into()) };
+        sess.set_profiling(true);
+        for _ in 0..runs {
+            sess.run().map_err(|e| e.to_string())?;
+        }
+        let ops = sess.profile();
+        let total: f64 = ops.iter().map(|o| o.2.as_secs_f64()).sum::<f64>().max(1e-12);
+        let mut by_type: std::collections::BTreeMap<String, (f64, usize)> = Default::default();
+        for (_, name, d) in &ops {
+            let e = by_type.entry(name.clone()).or_default();
+            e.0 += d.as_secs_f64();
+            e.1 += 1;
+        }
+        let mut by_type: Vec<_> = by_type.into_iter().collect();
+        by_type.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
+        outln!("profile ({runs} runs): time per op type");
+        for (name, (t, n)) in &by_type {
+            outln!("  {name:<28} {:>8.3} ms/run {:>5.1}%  ({n} ops)", t * 1e3 / runs as f64, 100.0 * t / total);
+        }
+        outln!("slowest ops:");
+        for (op, name, d) in ops.iter().take(10) {
+            outln!("  op {op:<5} {name:<28} {:>8.3} ms/run", d.as_secs_f64() * 1e3 / runs as f64);
+        }
+        sess.set_profiling(false);
+    }
     let mut sorted = times.clone();
     sorted.sort_by(f64::total_cmp);
     let median = if runs % 2 == 1 { sorted[runs / 2] } else { (sorted[runs / 2 - 1] + sorted[runs / 2]) / 2.0 };

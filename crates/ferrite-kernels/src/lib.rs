@@ -8,6 +8,36 @@
 
 #![warn(missing_docs)]
 
+/// Defines `pub fn $name(args)` that runs `$body` compiled for AVX-512F, AVX2+FMA
+/// or baseline x86-64, chosen at run time from the CPU's features (one cached
+/// atomic load per call). The body is plain Rust that the compiler vectorizes
+/// for each target; on other architectures only the portable build exists.
+macro_rules! simd_fn {
+    ($(#[$m:meta])* pub fn $name:ident($($p:ident: $t:ty),* $(,)?) $body:block) => {
+        $(#[$m])*
+        pub fn $name($($p: $t),*) {
+            #[inline(always)]
+            fn body($($p: $t),*) $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f")]
+                unsafe fn avx512($($p: $t),*) { body($($p),*) }
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn avx2($($p: $t),*) { body($($p),*) }
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    // SAFETY: the CPU supports AVX-512F (checked just above).
+                    return unsafe { avx512($($p),*) };
+                }
+                if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                    // SAFETY: the CPU supports AVX2 and FMA (checked just above).
+                    return unsafe { avx2($($p),*) };
+                }
+            }
+            body($($p),*)
+        }
+    };
+}
+
 pub mod conv;
 pub mod elementwise;
 pub mod gemm;

@@ -534,7 +534,14 @@ pub type Bound<'b, 'c> = (&'b [&'b [u8]], &'b mut [&'c mut [u8]]);
 /// at prepare and the per-step views live on the stack. With `bound` buffers, kernels
 /// read the caller's inputs and write outputs in place where the plan allows; the
 /// rest are copied after the run, and the number of bytes copied is returned.
-pub fn execute(g: &mut CompiledGraph, model: &Model, arena: &mut [u8], mut bound: Option<Bound<'_, '_>>, env: &mut DynEnv<'_>) -> Result<usize> {
+pub fn execute(
+    g: &mut CompiledGraph,
+    model: &Model,
+    arena: &mut [u8],
+    mut bound: Option<Bound<'_, '_>>,
+    env: &mut DynEnv<'_>,
+    mut profile: Option<&mut Vec<(usize, std::time::Duration)>>,
+) -> Result<usize> {
     let bytes = model.bytes();
     let is_bound = bound.is_some();
     for st in g.steps.iter_mut() {
@@ -572,7 +579,12 @@ pub fn execute(g: &mut CompiledGraph, model: &Model, arena: &mut [u8], mut bound
             };
             outs.push(view.ok_or_else(|| Error::Runtime("internal: output view missing".into()))?);
         }
-        if let Err(e) = (st.kernel)(&ins, &mut outs) {
+        let started = profile.is_some().then(std::time::Instant::now);
+        let result = (st.kernel)(&ins, &mut outs);
+        if let (Some(p), Some(t0)) = (profile.as_deref_mut(), started) {
+            p.push((st.op, t0.elapsed()));
+        }
+        if let Err(e) = result {
             let name = model.subgraphs[g.subgraph].ops[st.op].code.name();
             return Err(match e {
                 Error::Runtime(m) => Error::Runtime(format!("subgraph {} op {} ({name}): {m}", g.subgraph, st.op)),

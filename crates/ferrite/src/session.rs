@@ -96,6 +96,8 @@ pub struct Session {
     last_run: RunStats,
     /// Input bytes copied by `set_input` since the last run.
     pending_input_bytes: usize,
+    /// Per-step times of the runs since profiling was enabled.
+    profile: Option<Vec<(usize, std::time::Duration)>>,
 }
 
 /// Plans kept per session for alternating input shapes (the active one included).
@@ -163,6 +165,7 @@ impl Session {
             stats: PlanStats::default(),
             last_run: RunStats::default(),
             pending_input_bytes: 0,
+            profile: None,
         })
     }
 
@@ -330,6 +333,24 @@ impl Session {
         Ok(())
     }
 
+    /// Starts recording how long each op takes in the following runs (or stops, with
+    /// `false`). Off by default; when on, a record is pushed per executed step.
+    pub fn set_profiling(&mut self, on: bool) {
+        self.profile = on.then(Vec::new);
+    }
+
+    /// Total time per op index over the profiled runs, slowest first: (op, op name, time).
+    pub fn profile(&self) -> Vec<(usize, String, std::time::Duration)> {
+        let mut total: std::collections::BTreeMap<usize, std::time::Duration> = Default::default();
+        for &(op, d) in self.profile.iter().flatten() {
+            *total.entry(op).or_default() += d;
+        }
+        let ops = &self.model.subgraphs[self.subgraph].ops;
+        let mut v: Vec<_> = total.into_iter().map(|(op, d)| (op, ops[op].code.name(), d)).collect();
+        v.sort_by(|a, b| b.2.cmp(&a.2));
+        v
+    }
+
     /// Compile / cache / arena counters, for tests and reports.
     pub fn plan_stats(&self) -> PlanStats {
         self.stats
@@ -402,7 +423,7 @@ impl Session {
             ctx: &mut self.ctx,
             limits: Limits { max_arena_bytes: self.options.max_arena_bytes },
         };
-        compile::execute(c, &self.model, bytemuck::cast_slice_mut(&mut self.arena), None, &mut env)?;
+        compile::execute(c, &self.model, bytemuck::cast_slice_mut(&mut self.arena), None, &mut env, self.profile.as_mut())?;
         self.ran = true;
         // Outputs are read in place with `output()`: nothing is copied out.
         self.last_run = RunStats { input_bytes_copied: std::mem::take(&mut self.pending_input_bytes), output_bytes_copied: 0 };
@@ -449,7 +470,7 @@ impl Session {
             ctx: &mut self.ctx,
             limits: Limits { max_arena_bytes: self.options.max_arena_bytes },
         };
-        let copied = compile::execute(c, &self.model, bytemuck::cast_slice_mut(&mut self.arena), Some((inputs, outputs)), &mut env)?;
+        let copied = compile::execute(c, &self.model, bytemuck::cast_slice_mut(&mut self.arena), Some((inputs, outputs)), &mut env, self.profile.as_mut())?;
         self.pending_input_bytes = 0;
         self.last_run = RunStats { input_bytes_copied: 0, output_bytes_copied: copied };
         Ok(self.last_run)

@@ -2,7 +2,7 @@
 //! select, and unary float activations.
 
 use ferrite_format::schema::BuiltinOperator as B;
-use ferrite_kernels::elementwise::{self as kel, broadcast_shape};
+use ferrite_kernels::elementwise::{self as kel, broadcast_shape, Binary, Unary};
 
 use super::{clamp_of, require_f32, runtime};
 use crate::backend::{arg, typed, typed_mut, Built, OpContext};
@@ -30,30 +30,22 @@ pub(crate) fn binary(op: &OpContext<'_>, code: B) -> Result<Built> {
     let kernel: crate::backend::KernelFn = match dtype {
         DType::F32 => {
             let clamp = clamp_of(op, act)?;
-            let f: fn(f32, f32) -> f32 = match code {
-                B::ADD => |x, y| x + y,
-                B::SUB => |x, y| x - y,
-                B::MUL => |x, y| x * y,
-                B::DIV => |x, y| x / y,
-                B::MAXIMUM => f32::max,
-                B::MINIMUM => f32::min,
-                B::SQUARED_DIFFERENCE => |x, y| (x - y) * (x - y),
-                B::POW => f32::powf,
-                B::FLOOR_DIV => |x, y| (x / y).floor(),
-                B::FLOOR_MOD => |x, y| {
-                    let r = x % y;
-                    if r != 0.0 && ((r < 0.0) != (y < 0.0)) {
-                        r + y
-                    } else {
-                        r
-                    }
-                },
-                B::PRELU => |x, alpha| if x >= 0.0 { x } else { x * alpha },
+            let kind = match code {
+                B::ADD => Binary::Add,
+                B::SUB => Binary::Sub,
+                B::MUL => Binary::Mul,
+                B::DIV => Binary::Div,
+                B::MAXIMUM => Binary::Max,
+                B::MINIMUM => Binary::Min,
+                B::SQUARED_DIFFERENCE => Binary::SquaredDifference,
+                B::POW => Binary::Pow,
+                B::FLOOR_DIV => Binary::FloorDiv,
+                B::FLOOR_MOD => Binary::FloorMod,
+                B::PRELU => Binary::Prelu,
                 _ => return Err(op.unsupported("binary op")),
             };
             Box::new(move |ins, outs| {
-                let o = typed_mut::<f32>(outs[0])?;
-                kel::binary(typed::<f32>(arg(ins, 0)?)?, &sa, typed::<f32>(arg(ins, 1)?)?, &sb, o, &os, |x, y| clamp.apply(f(x, y)));
+                kel::binary_f32(kind, typed::<f32>(arg(ins, 0)?)?, &sa, typed::<f32>(arg(ins, 1)?)?, &sb, typed_mut::<f32>(outs[0])?, &os, clamp);
                 Ok(())
             })
         }
@@ -237,46 +229,36 @@ pub(crate) fn unary(op: &OpContext<'_>, code: B) -> Result<Built> {
         _ => 0.0,
     };
     let approximate = matches!(op.op.params, OpParams::Gelu { approximate: true });
-    let f: Box<dyn Fn(f32) -> f32 + Send> = match code {
-        B::ABS => Box::new(f32::abs),
-        B::NEG => Box::new(|v: f32| -v),
-        B::EXP => Box::new(f32::exp),
-        B::LOG => Box::new(f32::ln),
-        B::SQRT => Box::new(f32::sqrt),
-        B::RSQRT => Box::new(|v: f32| 1.0 / v.sqrt()),
-        B::SQUARE => Box::new(|v: f32| v * v),
-        B::TANH => Box::new(f32::tanh),
-        B::LOGISTIC => Box::new(kel::logistic),
-        B::RELU => Box::new(|v: f32| v.max(0.0)),
-        B::RELU6 => Box::new(|v: f32| v.clamp(0.0, 6.0)),
-        B::RELU_N1_TO_1 => Box::new(|v: f32| v.clamp(-1.0, 1.0)),
-        B::RELU_0_TO_1 => Box::new(|v: f32| v.clamp(0.0, 1.0)),
-        B::HARD_SWISH => Box::new(kel::hard_swish),
-        B::LEAKY_RELU => Box::new(move |v: f32| if v >= 0.0 { v } else { v * alpha }),
-        B::ELU => Box::new(|v: f32| if v >= 0.0 { v } else { v.exp_m1() }),
-        B::FLOOR => Box::new(f32::floor),
-        B::CEIL => Box::new(f32::ceil),
-        B::ROUND => Box::new(kel::round_half_even),
-        B::SIN => Box::new(f32::sin),
-        B::COS => Box::new(f32::cos),
-        B::GELU => Box::new(move |v| kel::gelu(v, approximate)),
-        B::SIGN => Box::new(|v: f32| {
-            if v > 0.0 {
-                1.0
-            } else if v < 0.0 {
-                -1.0
-            } else {
-                0.0
-            }
-        }),
+    let kind = match code {
+        B::ABS => Unary::Abs,
+        B::NEG => Unary::Neg,
+        B::EXP => Unary::Exp,
+        B::LOG => Unary::Log,
+        B::SQRT => Unary::Sqrt,
+        B::RSQRT => Unary::Rsqrt,
+        B::SQUARE => Unary::Square,
+        B::TANH => Unary::Tanh,
+        B::LOGISTIC => Unary::Logistic,
+        B::RELU => Unary::Relu,
+        B::RELU6 => Unary::Relu6,
+        B::RELU_N1_TO_1 => Unary::ReluN1To1,
+        B::RELU_0_TO_1 => Unary::Relu0To1,
+        B::HARD_SWISH => Unary::HardSwish,
+        B::LEAKY_RELU => Unary::LeakyRelu(alpha),
+        B::ELU => Unary::Elu,
+        B::FLOOR => Unary::Floor,
+        B::CEIL => Unary::Ceil,
+        B::ROUND => Unary::Round,
+        B::SIN => Unary::Sin,
+        B::COS => Unary::Cos,
+        B::GELU => Unary::Gelu(approximate),
+        B::SIGN => Unary::Sign,
         _ => return Err(op.unsupported("unary op")),
     };
     Ok(Built {
         outputs: vec![(DType::F32, shape)],
         kernel: Box::new(move |ins, outs| {
-            for (o, &i) in typed_mut::<f32>(outs[0])?.iter_mut().zip(typed::<f32>(arg(ins, 0)?)?) {
-                *o = f(i);
-            }
+            kel::unary_f32(kind, typed::<f32>(arg(ins, 0)?)?, typed_mut::<f32>(outs[0])?);
             Ok(())
         }),
     })
