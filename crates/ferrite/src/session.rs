@@ -347,7 +347,7 @@ impl Session {
         }
         let ops = &self.model.subgraphs[self.subgraph].ops;
         let mut v: Vec<_> = total.into_iter().map(|(op, d)| (op, ops[op].code.name(), d)).collect();
-        v.sort_by(|a, b| b.2.cmp(&a.2));
+        v.sort_by_key(|e| std::cmp::Reverse(e.2));
         v
     }
 
