@@ -113,26 +113,49 @@ pub fn conv2d(input: &[f32], in_c: usize, packed: &[f32], bias: Option<&[f32]>, 
 }
 
 simd_fn! {
-    /// Depthwise convolution: weights [1, k_h, k_w, in_c * multiplier].
+    /// Depthwise convolution: weights [1, k_h, k_w, in_c * multiplier], over output
+    /// rows `rows` (row = batch * out_h + oy), which `out` holds.
     ///
     /// For multiplier 1 the work goes in tiles of 4 output pixels x 16 channels:
     /// the 64 accumulators stay in registers across all taps, and each weight
     /// vector is loaded once per tap for the 4 pixels. Channels past the last
     /// whole block of 16 and multipliers above 1 take a simple per-pixel path.
-    pub fn depthwise_conv2d(input: &[f32], in_c: usize, multiplier: usize, w: &[f32], bias: Option<&[f32]>, g: &Window, clamp: Clamp, out: &mut [f32]) {
+    pub fn depthwise_conv2d(input: &[f32], in_c: usize, multiplier: usize, w: &[f32], bias: Option<&[f32]>, g: &Window, clamp: Clamp, out: &mut [f32], rows: std::ops::Range<usize>) {
         const B: usize = 16;
         const P: usize = 4;
         let out_c = in_c * multiplier;
         let in_row = g.in_w * in_c;
         let in_img = g.in_h * in_row;
         let blocked = if multiplier == 1 { out_c / B * B } else { 0 };
-        for n in 0..g.batch {
-            for oy in 0..g.out_h {
-                let row_out = (n * g.out_h + oy) * g.out_w;
+        let first_row = rows.start;
+        // `out` holds output rows `rows` (row = batch * out_h + oy) only.
+        for row in rows {
+            let (n, oy) = (row / g.out_h, row % g.out_h);
+            {
+                let row_out = (row - first_row) * g.out_w;
                 // Tiles of P pixels x B channels.
                 let mut ox0 = 0;
                 while ox0 < g.out_w {
                     let np = P.min(g.out_w - ox0);
+                    // Interior tiles (every tap of every pixel inside the input) take the
+                    // unchecked SIMD path where the CPU has one.
+                    let interior = np == P
+                        && (oy * g.stride_h).checked_sub(g.pad_top).is_some_and(|y0| y0 + (g.k_h - 1) * g.dil_h < g.in_h)
+                        && (ox0 * g.stride_w).checked_sub(g.pad_left).is_some_and(|x0| (ox0 + P - 1) * g.stride_w - g.pad_left + (g.k_w - 1) * g.dil_w < g.in_w && x0 < g.in_w);
+                    if interior && blocked > 0 {
+                        let y0 = oy * g.stride_h - g.pad_top;
+                        let x0 = ox0 * g.stride_w - g.pad_left;
+                        let start = n * in_img + y0 * in_row + x0 * in_c;
+                        let last = start + ((g.k_h - 1) * g.dil_h) * in_row + ((P - 1) * g.stride_w + (g.k_w - 1) * g.dil_w) * in_c + blocked;
+                        if last <= input.len() && w.len() >= g.k_h * g.k_w * out_c && out.len() >= (row_out + ox0 + P) * out_c {
+                            // SAFETY: every input read lies in [start, last) (checked above), weights
+                            // in the first k_h*k_w*out_c floats, writes in the 4 output pixels.
+                            if unsafe { dw_interior(input.as_ptr().add(start), in_c, in_row, g, w.as_ptr(), bias, blocked, out_c, clamp, out.as_mut_ptr().add((row_out + ox0) * out_c)) } {
+                                ox0 += np;
+                                continue;
+                            }
+                        }
+                    }
                     for c0 in (0..blocked).step_by(B) {
                         let mut acc = [[0.0f32; B]; P];
                         if let Some(b) = bias {
@@ -165,25 +188,115 @@ simd_fn! {
                     }
                     ox0 += np;
                 }
-                // Remaining channels (and multiplier > 1): per pixel, all taps.
+                // Remaining channels (and multiplier > 1): per pixel, each tap adds the
+                // remaining channels in one contiguous loop.
                 if blocked < out_c {
                     for ox in 0..g.out_w {
                         let o0 = (row_out + ox) * out_c;
-                        for c in blocked..out_c {
-                            let mut s = bias.map_or(0.0, |b| b[c]);
-                            for ky in 0..g.k_h {
-                                let Some(iy) = g.in_y(oy, ky) else { continue };
-                                for kx in 0..g.k_w {
-                                    let Some(ix) = g.in_x(ox, kx) else { continue };
-                                    s += input[n * in_img + iy * in_row + ix * in_c + c / multiplier] * w[(ky * g.k_w + kx) * out_c + c];
+                        let acc = &mut out[o0 + blocked..o0 + out_c];
+                        match bias {
+                            Some(b) => acc.copy_from_slice(&b[blocked..out_c]),
+                            None => acc.fill(0.0),
+                        }
+                        for ky in 0..g.k_h {
+                            let Some(iy) = g.in_y(oy, ky) else { continue };
+                            for kx in 0..g.k_w {
+                                let Some(ix) = g.in_x(ox, kx) else { continue };
+                                let px = &input[n * in_img + iy * in_row + ix * in_c..][..in_c];
+                                let wr = &w[(ky * g.k_w + kx) * out_c + blocked..][..out_c - blocked];
+                                if multiplier == 1 {
+                                    for ((a, &v), &wv) in acc.iter_mut().zip(&px[blocked..]).zip(wr) {
+                                        *a += v * wv;
+                                    }
+                                } else {
+                                    for (j, (a, &wv)) in acc.iter_mut().zip(wr).enumerate() {
+                                        *a += px[(blocked + j) / multiplier] * wv;
+                                    }
                                 }
                             }
-                            out[o0 + c] = s.max(clamp.min).min(clamp.max);
+                        }
+                        for a in acc.iter_mut() {
+                            *a = a.max(clamp.min).min(clamp.max);
                         }
                     }
                 }
             }
         }
+    }
+}
+
+/// Depthwise tile of 4 interior output pixels over channels `0..blocked` (a
+/// multiple of 16), with AVX-512. Returns false (doing nothing) without AVX-512.
+///
+/// # Safety
+/// `x` points at the input pixel under the tile's first tap (top-left); every
+/// pixel the tile's taps reach, for channels `0..blocked`, must be readable; `w`
+/// must hold `k_h * k_w * out_c` floats; `o` must be writable for 4 pixels of
+/// `out_c` floats.
+#[allow(clippy::too_many_arguments)]
+unsafe fn dw_interior(
+    x: *const f32,
+    in_c: usize,
+    in_row: usize,
+    g: &Window,
+    w: *const f32,
+    bias: Option<&[f32]>,
+    blocked: usize,
+    out_c: usize,
+    clamp: Clamp,
+    o: *mut f32,
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: AVX-512F checked; pointer ranges per this function's contract.
+        unsafe { dw_interior_avx512(x, in_c, in_row, g, w, bias, blocked, out_c, clamp, o) };
+        return true;
+    }
+    let _ = (x, in_c, in_row, g, w, bias, blocked, out_c, clamp, o);
+    false
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn dw_interior_avx512(
+    x: *const f32,
+    in_c: usize,
+    in_row: usize,
+    g: &Window,
+    w: *const f32,
+    bias: Option<&[f32]>,
+    blocked: usize,
+    out_c: usize,
+    clamp: Clamp,
+    o: *mut f32,
+) {
+    use std::arch::x86_64::*;
+    let (lo, hi) = (_mm512_set1_ps(clamp.min), _mm512_set1_ps(clamp.max));
+    let step = g.stride_w * in_c;
+    for c0 in (0..blocked).step_by(16) {
+        let b = match bias {
+            Some(b) => _mm512_loadu_ps(b.as_ptr().add(c0)),
+            None => _mm512_setzero_ps(),
+        };
+        let (mut a0, mut a1, mut a2, mut a3) = (b, b, b, b);
+        for ky in 0..g.k_h {
+            let xr = x.add(ky * g.dil_h * in_row + c0);
+            let wr = w.add(ky * g.k_w * out_c + c0);
+            for kx in 0..g.k_w {
+                let wv = _mm512_loadu_ps(wr.add(kx * out_c));
+                let xp = xr.add(kx * g.dil_w * in_c);
+                a0 = _mm512_fmadd_ps(_mm512_loadu_ps(xp), wv, a0);
+                a1 = _mm512_fmadd_ps(_mm512_loadu_ps(xp.add(step)), wv, a1);
+                a2 = _mm512_fmadd_ps(_mm512_loadu_ps(xp.add(2 * step)), wv, a2);
+                a3 = _mm512_fmadd_ps(_mm512_loadu_ps(xp.add(3 * step)), wv, a3);
+            }
+        }
+        let op = o.add(c0);
+        _mm512_storeu_ps(op, _mm512_min_ps(_mm512_max_ps(a0, lo), hi));
+        _mm512_storeu_ps(op.add(out_c), _mm512_min_ps(_mm512_max_ps(a1, lo), hi));
+        _mm512_storeu_ps(op.add(2 * out_c), _mm512_min_ps(_mm512_max_ps(a2, lo), hi));
+        _mm512_storeu_ps(op.add(3 * out_c), _mm512_min_ps(_mm512_max_ps(a3, lo), hi));
     }
 }
 
@@ -301,7 +414,7 @@ mod tests {
             let w: Vec<f32> = (0..k * k * oc).map(|i| ((i * 5 % 7) as f32) * 0.2 - 0.6).collect();
             let b: Vec<f32> = (0..oc).map(|i| i as f32 * 0.01).collect();
             let mut out = vec![0.0; out_h * out_w * oc];
-            depthwise_conv2d(&x, c, mult, &w, Some(&b), &g, Clamp::NONE, &mut out);
+            depthwise_conv2d(&x, c, mult, &w, Some(&b), &g, Clamp::NONE, &mut out, 0..out_h);
             for oy in 0..out_h {
                 for ox in 0..out_w {
                     for o in 0..oc {

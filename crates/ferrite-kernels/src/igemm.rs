@@ -214,15 +214,17 @@ impl Packed {
     }
 }
 
-/// Convolution as implicit GEMM over output rows `rows` (row = batch * out_h + oy).
+/// Convolution as implicit GEMM over output rows `rows` (row = batch * out_h + oy);
+/// `out` holds exactly those rows, so threads can each own a contiguous chunk.
 /// `scratch` must hold [`Packed::scratch_len`] words; it stores the per-tap input
 /// row pointers (as addresses, so kernels holding it stay `Send`).
 /// Returns false, writing nothing, if a slice is too short for the geometry.
 pub fn conv2d(input: &[f32], pk: &Packed, g: &crate::conv::Window, clamp: Clamp, out: &mut [f32], rows: std::ops::Range<usize>, scratch: &mut [usize]) -> bool {
     let (mr, nr, c, n) = (pk.isa.mr(), pk.isa.nr(), pk.k, pk.n);
     let blocks = g.out_w.div_ceil(mr);
+    let first_row = rows.start;
     if input.len() < g.batch * g.in_h * g.in_w * c
-        || out.len() < g.batch * g.out_h * g.out_w * n
+        || out.len() < rows.len() * g.out_w * n
         || scratch.len() < pk.scratch_len(g.out_w)
         || pk.taps != g.k_h * g.k_w
         || rows.end > g.batch * g.out_h
@@ -249,7 +251,7 @@ pub fn conv2d(input: &[f32], pk: &Packed, g: &crate::conv::Window, clamp: Clamp,
                 }
             }
         }
-        let out_row = ((b * g.out_h + oy) * g.out_w) * n;
+        let out_row = ((b * g.out_h + oy - first_row) * g.out_w) * n;
         for panel in 0..n.div_ceil(nr) {
             for blk in 0..blocks {
                 let a_words = &scratch[blk * pk.taps * mr..(blk + 1) * pk.taps * mr];

@@ -43,6 +43,7 @@ pub mod elementwise;
 pub mod gemm;
 pub mod igemm;
 pub mod movement;
+pub mod parallel;
 pub mod pool;
 pub mod reduce;
 pub mod resize;

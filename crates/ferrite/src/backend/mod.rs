@@ -137,6 +137,9 @@ pub struct BackendContext {
     packed: HashMap<PackKey, Arc<dyn std::any::Any + Send + Sync>>,
     /// Tensors packed by the build in progress (see [`BackendContext::packed`]).
     packed_by_current_build: Vec<usize>,
+    /// The session's worker threads (absent for one thread). Shared by every
+    /// subgraph and kernel of the session; joined when the session is dropped.
+    pool: Option<Arc<ferrite_kernels::parallel::ThreadPool>>,
 }
 
 impl std::fmt::Debug for BackendContext {
@@ -148,7 +151,9 @@ impl std::fmt::Debug for BackendContext {
 impl BackendContext {
     /// A context for `threads` worker threads.
     pub fn new(threads: usize) -> Self {
-        BackendContext { threads: threads.max(1), packed: HashMap::new(), packed_by_current_build: Vec::new() }
+        let threads = threads.max(1);
+        let pool = (threads > 1).then(|| Arc::new(ferrite_kernels::parallel::ThreadPool::new(threads)));
+        BackendContext { threads, packed: HashMap::new(), packed_by_current_build: Vec::new(), pool }
     }
 
     /// Returns the cached packing for `key`, computing it once.
@@ -171,6 +176,11 @@ impl BackendContext {
     /// Tensors packed since the last call (by the op just built), and forgets them.
     pub fn take_packed_by_build(&mut self) -> Vec<usize> {
         std::mem::take(&mut self.packed_by_current_build)
+    }
+
+    /// The session's thread pool, for kernels to split large work over.
+    pub fn pool(&self) -> Option<Arc<ferrite_kernels::parallel::ThreadPool>> {
+        self.pool.clone()
     }
 
     /// Number of cached packings.

@@ -36,7 +36,7 @@ fn build_builtin(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> 
     };
     match B(code) {
         B::CONV_2D => nn::conv2d(op, ctx),
-        B::DEPTHWISE_CONV_2D => nn::depthwise(op),
+        B::DEPTHWISE_CONV_2D => nn::depthwise(op, ctx),
         B::AVERAGE_POOL_2D | B::MAX_POOL_2D => nn::pool(op, B(code) == B::MAX_POOL_2D),
         B::FULLY_CONNECTED => nn::fully_connected(op, ctx),
         B::TRANSPOSE_CONV => nn::transpose_conv(op),
@@ -159,4 +159,52 @@ pub(crate) use by_size;
 
 pub(crate) fn runtime(msg: impl Into<String>) -> Error {
     Error::Runtime(msg.into())
+}
+
+/// Work below this many flops runs on one thread: splitting it costs more than it saves.
+pub(crate) const PARALLEL_MIN_FLOPS: usize = 1 << 19;
+
+/// Runs `f(rows_i, out_i)` over contiguous chunks of `rows` output rows of
+/// `row_len` floats each, on the pool when there is one and the work is large
+/// enough. Chunks are disjoint and each row is computed exactly as on one thread,
+/// so results do not depend on the thread count.
+pub(crate) fn for_row_chunks(
+    pool: Option<&ferrite_kernels::parallel::ThreadPool>,
+    flops: usize,
+    out: &mut [f32],
+    rows: usize,
+    row_len: usize,
+    f: &(dyn Fn(usize, std::ops::Range<usize>, &mut [f32]) -> bool + Sync),
+) -> Result<()> {
+    use ferrite_kernels::parallel::chunk;
+    let parts = match pool {
+        Some(p) if flops >= PARALLEL_MIN_FLOPS => p.threads().min(rows),
+        _ => 1,
+    };
+    let ok = match pool {
+        Some(p) if parts > 1 => {
+            let mut pieces: smallvec::SmallVec<[std::sync::Mutex<&mut [f32]>; 8]> = smallvec::SmallVec::new();
+            let mut rest = out;
+            for i in 0..parts {
+                let len = (chunk(rows, parts, i).len() * row_len).min(rest.len());
+                let (a, b) = std::mem::take(&mut rest).split_at_mut(len);
+                pieces.push(std::sync::Mutex::new(a));
+                rest = b;
+            }
+            let ok = std::sync::atomic::AtomicBool::new(true);
+            p.run(parts, &|i| {
+                let mut o = pieces[i].lock().unwrap_or_else(|e| e.into_inner());
+                if !f(i, chunk(rows, parts, i), &mut o) {
+                    ok.store(false, std::sync::atomic::Ordering::Relaxed);
+                }
+            });
+            ok.into_inner()
+        }
+        _ => f(0, 0..rows, out),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(runtime("kernel buffers do not match the planned shapes"))
+    }
 }

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use ferrite_kernels::igemm::{self, Isa, Packed};
 use ferrite_kernels::{gemm, pool as kpool, softmax as ksoftmax, Clamp};
 
-use super::{clamp_of, require_f32};
+use std::sync::Mutex;
+
+use super::{clamp_of, for_row_chunks, require_f32};
 use crate::backend::{arg, typed, typed_mut, BackendContext, Built, OpContext, PackKey, Packing};
 use crate::error::Result;
 use crate::model::DType;
@@ -98,29 +100,30 @@ pub(crate) fn conv2d(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Bui
     let g = window(op, &x, (kh, kw), stride, dilation, padding)?;
     let has_bias = op.opt_input(2).is_some();
     let mut weights = gemm_weights(op, ctx, oc, kh * kw, ic)?;
-    // Row-pointer scratch, sized once here so runs do not allocate.
-    let mut scratch = vec![
-        0usize;
-        match &weights {
-            Weights::Cached(p) => p,
-            Weights::PerRun(p) => p,
-        }
-        .scratch_len(g.out_w)
-    ];
+    let pool = ctx.pool();
+    // Row-pointer scratch per thread, sized once here so runs do not allocate.
+    let len = match &weights {
+        Weights::Cached(p) => p,
+        Weights::PerRun(p) => p,
+    }
+    .scratch_len(g.out_w);
+    let scratch: Vec<Mutex<Vec<usize>>> = (0..ctx.threads).map(|_| Mutex::new(vec![0usize; len])).collect();
     let rows = g.batch * g.out_h;
+    let flops = 2 * rows * g.out_w * oc * kh * kw * ic;
     Ok(Built {
         outputs: vec![(DType::F32, vec![g.batch, g.out_h, g.out_w, oc])],
         kernel: Box::new(move |ins, outs| {
             let pk = weights.get(ins, has_bias)?;
-            if !igemm::conv2d(typed::<f32>(arg(ins, 0)?)?, pk, &g, clamp, typed_mut::<f32>(outs[0])?, 0..rows, &mut scratch) {
-                return Err(crate::error::Error::Runtime("convolution buffers do not match the planned shapes".into()));
-            }
-            Ok(())
+            let input = typed::<f32>(arg(ins, 0)?)?;
+            for_row_chunks(pool.as_deref(), flops, typed_mut::<f32>(outs[0])?, rows, g.out_w * oc, &|i, r, out| {
+                let mut sc = scratch[i].lock().unwrap_or_else(|e| e.into_inner());
+                igemm::conv2d(input, pk, &g, clamp, out, r, &mut sc)
+            })
         }),
     })
 }
 
-pub(crate) fn depthwise(op: &OpContext<'_>) -> Result<Built> {
+pub(crate) fn depthwise(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> {
     let OpParams::DepthwiseConv2D { padding, stride, dilation, activation, .. } = op.op.params else { return Err(op.bad("missing DepthwiseConv2D options")) };
     require_f32(op, &[0, 1, 2])?;
     let x = rank4(op, &op.input(0)?.shape, "input")?.to_vec();
@@ -136,12 +139,18 @@ pub(crate) fn depthwise(op: &OpContext<'_>) -> Result<Built> {
     let g = window(op, &x, (kh, kw), stride, dilation, padding)?;
     let ic = x[3];
     let has_bias = op.opt_input(2).is_some();
+    let pool = ctx.pool();
+    let rows = g.batch * g.out_h;
+    let flops = 2 * rows * g.out_w * oc * kh * kw;
     Ok(Built {
         outputs: vec![(DType::F32, vec![g.batch, g.out_h, g.out_w, oc])],
         kernel: Box::new(move |ins, outs| {
             let bias = if has_bias { Some(typed::<f32>(arg(ins, 2)?)?) } else { None };
-            conv::depthwise_conv2d(typed(arg(ins, 0)?)?, ic, mult, typed(arg(ins, 1)?)?, bias, &g, clamp, typed_mut(outs[0])?);
-            Ok(())
+            let (input, w) = (typed::<f32>(arg(ins, 0)?)?, typed::<f32>(arg(ins, 1)?)?);
+            for_row_chunks(pool.as_deref(), flops, typed_mut::<f32>(outs[0])?, rows, g.out_w * oc, &|_, r, out| {
+                conv::depthwise_conv2d(input, ic, mult, w, bias, &g, clamp, out, r);
+                true
+            })
         }),
     })
 }
