@@ -17,6 +17,10 @@ fi
 echo "== model corpus"
 "$CACHE/venv/bin/python" tools/fetch_models.py --cache "$CACHE"
 
+echo "== format and lints"
+cargo fmt --all -- --check
+cargo clippy --release --workspace --all-targets --locked -- -D warnings
+
 echo "== build"
 cargo build --release --workspace --locked
 

@@ -164,6 +164,9 @@ pub(crate) fn runtime(msg: impl Into<String>) -> Error {
 /// Work below this many flops runs on one thread: splitting it costs more than it saves.
 pub(crate) const PARALLEL_MIN_FLOPS: usize = 1 << 19;
 
+/// A kernel body run on one chunk: (chunk index, its output rows, its output) -> ok.
+pub(crate) type RowTask<'a> = dyn Fn(usize, std::ops::Range<usize>, &mut [f32]) -> bool + Sync + 'a;
+
 /// Runs `f(rows_i, out_i)` over contiguous chunks of `rows` output rows of
 /// `row_len` floats each, on the pool when there is one and the work is large
 /// enough. Chunks are disjoint and each row is computed exactly as on one thread,
@@ -174,7 +177,7 @@ pub(crate) fn for_row_chunks(
     out: &mut [f32],
     rows: usize,
     row_len: usize,
-    f: &(dyn Fn(usize, std::ops::Range<usize>, &mut [f32]) -> bool + Sync),
+    f: &RowTask<'_>,
 ) -> Result<()> {
     use ferrite_kernels::parallel::chunk;
     let parts = match pool {
