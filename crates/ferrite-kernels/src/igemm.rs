@@ -302,19 +302,31 @@ mod x86 {
     /// CPU must support AVX-512F; see `run_tile` for pointers.
     #[target_feature(enable = "avx512f")]
     pub unsafe fn tile_avx512(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
+        // Fewer valid rows compute fewer rows: a batch-1 fully-connected layer is
+        // then bound by weight loads, not by FMAs on padding rows.
+        match t.rows {
+            1 => tile_avx512_r::<1>(t, clamp, out, out_stride),
+            2 => tile_avx512_r::<2>(t, clamp, out, out_stride),
+            3 | 4 => tile_avx512_r::<4>(t, clamp, out, out_stride),
+            _ => tile_avx512_r::<8>(t, clamp, out, out_stride),
+        }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    unsafe fn tile_avx512_r<const R: usize>(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
         const MR: usize = 8;
         const NR: usize = 32;
         let b0 = _mm512_loadu_ps(t.bias.as_ptr());
         let b1 = _mm512_loadu_ps(t.bias.as_ptr().add(16));
-        let mut c0 = [b0; MR];
-        let mut c1 = [b1; MR];
+        let mut c0 = [b0; R];
+        let mut c1 = [b1; R];
         for tap in 0..t.taps {
-            let a = &t.a[tap * MR..tap * MR + MR];
+            let a = &t.a[tap * MR..tap * MR + R];
             let mut bp = t.b.as_ptr().add(tap * t.k * NR);
             for kk in 0..t.k {
                 let w0 = _mm512_loadu_ps(bp);
                 let w1 = _mm512_loadu_ps(bp.add(16));
-                for r in 0..MR {
+                for r in 0..R {
                     let av = _mm512_set1_ps(*a[r].add(kk));
                     c0[r] = _mm512_fmadd_ps(av, w0, c0[r]);
                     c1[r] = _mm512_fmadd_ps(av, w1, c1[r]);
@@ -347,19 +359,29 @@ mod x86 {
     /// CPU must support AVX2 and FMA; see `run_tile` for pointers.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn tile_avx2(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
+        match t.rows {
+            1 => tile_avx2_r::<1>(t, clamp, out, out_stride),
+            2 => tile_avx2_r::<2>(t, clamp, out, out_stride),
+            3 | 4 => tile_avx2_r::<4>(t, clamp, out, out_stride),
+            _ => tile_avx2_r::<6>(t, clamp, out, out_stride),
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn tile_avx2_r<const R: usize>(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
         const MR: usize = 6;
         const NR: usize = 16;
         let b0 = _mm256_loadu_ps(t.bias.as_ptr());
         let b1 = _mm256_loadu_ps(t.bias.as_ptr().add(8));
-        let mut c0 = [b0; MR];
-        let mut c1 = [b1; MR];
+        let mut c0 = [b0; R];
+        let mut c1 = [b1; R];
         for tap in 0..t.taps {
-            let a = &t.a[tap * MR..tap * MR + MR];
+            let a = &t.a[tap * MR..tap * MR + R];
             let mut bp = t.b.as_ptr().add(tap * t.k * NR);
             for kk in 0..t.k {
                 let w0 = _mm256_loadu_ps(bp);
                 let w1 = _mm256_loadu_ps(bp.add(8));
-                for r in 0..MR {
+                for r in 0..R {
                     let av = _mm256_set1_ps(*a[r].add(kk));
                     c0[r] = _mm256_fmadd_ps(av, w0, c0[r]);
                     c1[r] = _mm256_fmadd_ps(av, w1, c1[r]);
@@ -370,7 +392,7 @@ mod x86 {
         let lo = _mm256_set1_ps(clamp.min);
         let hi = _mm256_set1_ps(clamp.max);
         let mut buf = [0.0f32; NR];
-        for r in 0..t.rows {
+        for r in 0..t.rows.min(R) {
             let o = out.add(r * out_stride);
             let v0 = _mm256_min_ps(_mm256_max_ps(c0[r], lo), hi);
             let v1 = _mm256_min_ps(_mm256_max_ps(c1[r], lo), hi);

@@ -38,10 +38,12 @@ pub fn transpose<T: Copy>(input: &[T], in_shape: &[usize], perm: &[usize], out: 
 }
 
 /// Pads each dimension with `pads[d] = (before, after)` copies of `value`.
+/// Dims from the last padded one inward are contiguous in input and output, so
+/// each such span is one copy (a whole image row for spatial padding of NHWC).
 pub fn pad<T: Copy>(input: &[T], in_shape: &[usize], pads: &[(usize, usize)], value: T, out: &mut [T]) {
-    out.fill(value);
     let r = in_shape.len();
     if input.is_empty() {
+        out.fill(value);
         return;
     }
     if r == 0 {
@@ -53,14 +55,26 @@ pub fn pad<T: Copy>(input: &[T], in_shape: &[usize], pads: &[(usize, usize)], va
         out_shape[d] = s + b + a;
     }
     let ost = strides(&out_shape[..r]);
-    let inner = in_shape[r - 1];
+    // Innermost dims without padding, plus the last padded dim itself, copy as one span.
+    let lp = (0..r).rev().find(|&d| pads[d] != (0, 0)).unwrap_or(0);
+    let inner: usize = in_shape[lp..].iter().product();
+    if inner == 0 {
+        out.fill(value);
+        return;
+    }
+    // Only the padding needs the fill value when spans cover the rest; fill all for simplicity
+    // when padding is present, since spans are written right after.
+    out.fill(value);
     let mut idx = [0usize; crate::MAX_DIMS];
     let mut i = 0;
     while i < input.len() {
-        let o: usize = (0..r).map(|d| (idx[d] + pads[d].0) * ost[d]).sum();
+        let mut o = pads[lp].0 * ost[lp];
+        for d in 0..lp {
+            o += (idx[d] + pads[d].0) * ost[d];
+        }
         out[o..o + inner].copy_from_slice(&input[i..i + inner]);
         i += inner;
-        for d in (0..r - 1).rev() {
+        for d in (0..lp).rev() {
             idx[d] += 1;
             if idx[d] < in_shape[d] {
                 break;

@@ -27,6 +27,7 @@ pub fn bilinear_table(in_size: usize, out_size: usize, align_corners: bool, half
     (0..out_size).map(|v| interp(v, s, half_pixel, in_size)).collect()
 }
 
+simd_fn! {
 /// Bilinear resize of NHWC `input` (`n x h x w x c`) with tables from [`bilinear_table`].
 pub fn resize_bilinear(input: &[f32], n: usize, h: usize, w: usize, c: usize, ys: &[(f32, usize, usize)], xs: &[(f32, usize, usize)], out: &mut [f32]) {
     let (out_h, out_w) = (ys.len(), xs.len());
@@ -44,6 +45,7 @@ pub fn resize_bilinear(input: &[f32], n: usize, h: usize, w: usize, c: usize, ys
             }
         }
     }
+}
 }
 
 fn nearest(v: usize, in_size: usize, out_size: usize, align_corners: bool, half_pixel: bool) -> usize {
