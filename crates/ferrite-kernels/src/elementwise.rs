@@ -58,6 +58,28 @@ pub fn binary<A: Copy, B: Copy, O>(a: &[A], a_shape: &[usize], b: &[B], b_shape:
     if n == 0 {
         return;
     }
+    // One operand is the trailing dims of the output (per-channel alpha, bias or
+    // scale): zip each output chunk against it.
+    let trailing = |s: &[usize]| {
+        let s = &s[s.iter().take_while(|&&d| d == 1).count()..];
+        s.len() <= out_shape.len() && s == &out_shape[out_shape.len() - s.len()..]
+    };
+    if a.len() == n && !b.is_empty() && trailing(b_shape) {
+        for (oc, ac) in out.chunks_exact_mut(b.len()).zip(a.chunks_exact(b.len())) {
+            for ((o, &x), &y) in oc.iter_mut().zip(ac).zip(b) {
+                *o = f(x, y);
+            }
+        }
+        return;
+    }
+    if b.len() == n && !a.is_empty() && trailing(a_shape) {
+        for (oc, bc) in out.chunks_exact_mut(a.len()).zip(b.chunks_exact(a.len())) {
+            for ((o, &x), &y) in oc.iter_mut().zip(a).zip(bc) {
+                *o = f(x, y);
+            }
+        }
+        return;
+    }
     let r = out_shape.len();
     let sa = broadcast_strides(a_shape, out_shape);
     let sb = broadcast_strides(b_shape, out_shape);

@@ -17,6 +17,7 @@ pub enum Reducer {
     Prod,
 }
 
+simd_fn! {
 /// Reduces `input` of `shape` over the dims flagged in `reduce`; `out` holds
 /// the product of the kept dims.
 pub fn reduce(input: &[f32], shape: &[usize], reduce: &[bool], kind: Reducer, out: &mut [f32]) {
@@ -28,6 +29,39 @@ pub fn reduce(input: &[f32], shape: &[usize], reduce: &[bool], kind: Reducer, ou
     };
     out.fill(init);
     let r = shape.len();
+    let combine = |a: f32, v: f32| match kind {
+        Reducer::Sum | Reducer::Mean => a + v,
+        Reducer::Max => a.max(v),
+        Reducer::Min => a.min(v),
+        Reducer::Prod => a * v,
+    };
+    // Reduced axes forming one contiguous block (spatial mean of NHWC, last-axis
+    // sums): outer x reduced x inner loops with a contiguous inner loop. Same
+    // summation order as the general path below.
+    let first = (0..r).find(|&d| reduce[d]);
+    let last = (0..r).rev().find(|&d| reduce[d]);
+    if let (Some(f0), Some(l0)) = (first, last) {
+        if (f0..=l0).all(|d| reduce[d]) {
+            let outer: usize = shape[..f0].iter().product();
+            let red: usize = shape[f0..=l0].iter().product();
+            let inner: usize = shape[l0 + 1..].iter().product();
+            for o in 0..outer {
+                let acc = &mut out[o * inner..(o + 1) * inner];
+                for k in 0..red {
+                    let src = &input[(o * red + k) * inner..][..inner];
+                    for (a, &v) in acc.iter_mut().zip(src) {
+                        *a = combine(*a, v);
+                    }
+                }
+            }
+            if kind == Reducer::Mean && red > 0 {
+                for a in out.iter_mut() {
+                    *a /= red as f32;
+                }
+            }
+            return;
+        }
+    }
     let mut kept = [1usize; crate::MAX_DIMS];
     for d in 0..r {
         if !reduce[d] {
@@ -62,6 +96,7 @@ pub fn reduce(input: &[f32], shape: &[usize], reduce: &[bool], kind: Reducer, ou
         }
     }
 }
+}
 
 /// Index of the max (or min) along `axis`; ties pick the first index.
 pub fn arg_extreme<T: Copy + PartialOrd>(input: &[T], shape: &[usize], axis: usize, want_max: bool, out: &mut [i64]) {
@@ -87,6 +122,31 @@ pub fn arg_extreme<T: Copy + PartialOrd>(input: &[T], shape: &[usize], axis: usi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn contiguous_and_strided_reductions_agree() {
+        let shape = [2usize, 3, 4, 5];
+        let x: Vec<f32> = (0..120).map(|v| (v % 11) as f32 - 3.0).collect();
+        for mask in 1..16u32 {
+            let flags: Vec<bool> = (0..4).map(|d| mask >> d & 1 == 1).collect();
+            let n: usize = (0..4).filter(|&d| !flags[d]).map(|d| shape[d]).product();
+            let mut out = vec![0.0; n];
+            reduce(&x, &shape, &flags, Reducer::Sum, &mut out);
+            // Naive reference.
+            let mut want = vec![0.0f32; n];
+            for (i, &v) in x.iter().enumerate() {
+                let idx = [i / 60, i / 20 % 3, i / 5 % 4, i % 5];
+                let mut o = 0;
+                for d in 0..4 {
+                    if !flags[d] {
+                        o = o * shape[d] + idx[d];
+                    }
+                }
+                want[o] += v;
+            }
+            assert_eq!(out, want, "mask {mask:b}");
+        }
+    }
 
     #[test]
     fn mean_over_spatial() {
