@@ -129,8 +129,49 @@ simd_fn! {
         let blocked = if multiplier == 1 { out_c / B * B } else { 0 };
         let first_row = rows.start;
         // `out` holds output rows `rows` (row = batch * out_h + oy) only.
+        // Few channels (C divides 16), stride 1: one 16-float vector spans 16 / C whole
+        // pixels, so weights tiled to 16 lanes let interior strips run 16 lanes wide.
+        let taps = g.k_h * g.k_w;
+        let small_c = multiplier == 1 && in_c < 16 && 16 % in_c == 0 && g.stride_w == 1 && g.dil_w == 1 && taps <= 49;
+        let mut tiled_w = [0.0f32; 16 * 49];
+        let mut tiled_b = [0.0f32; 16];
+        if small_c {
+            for t in 0..taps {
+                for l in 0..16 {
+                    tiled_w[t * 16 + l] = w[t * out_c + l % in_c];
+                }
+            }
+            for l in 0..16 {
+                tiled_b[l] = bias.map_or(0.0, |b| b[l % in_c]);
+            }
+        }
         for row in rows {
             let (n, oy) = (row / g.out_h, row % g.out_h);
+            if small_c {
+                let ppv = 16 / in_c;
+                let strip = 4 * ppv;
+                let row_out = (row - first_row) * g.out_w;
+                let y_ok = (oy * g.stride_h).checked_sub(g.pad_top).filter(|&y0| y0 + (g.k_h - 1) * g.dil_h < g.in_h);
+                let mut ox = 0;
+                while ox < g.out_w {
+                    let x_ok = ox.checked_sub(g.pad_left).filter(|&x0| ox + strip <= g.out_w && x0 + strip - 1 + (g.k_w - 1) < g.in_w);
+                    if let (Some(y0), Some(x0)) = (y_ok, x_ok) {
+                        let start = n * in_img + y0 * in_row + x0 * in_c;
+                        let last = start + (g.k_h - 1) * g.dil_h * in_row + (strip - 1 + g.k_w - 1) * in_c + in_c;
+                        if last <= input.len() && (row_out + ox + strip) * out_c <= out.len() {
+                            // SAFETY: reads stay in [start, last) of `input` (checked), writes
+                            // in this strip's pixels of `out` (checked), tiled arrays are local.
+                            if unsafe { dw_small_c(input.as_ptr().add(start), in_c, in_row, g, &tiled_w, &tiled_b, clamp, out.as_mut_ptr().add((row_out + ox) * out_c)) } {
+                                ox += strip;
+                                continue;
+                            }
+                        }
+                    }
+                    dw_pixel(input, in_c, multiplier, w, bias, g, clamp, out, n, oy, ox, row_out, 0);
+                    ox += 1;
+                }
+                continue;
+            }
             {
                 let row_out = (row - first_row) * g.out_w;
                 // Tiles of P pixels x B channels.
@@ -188,41 +229,107 @@ simd_fn! {
                     }
                     ox0 += np;
                 }
-                // Remaining channels (and multiplier > 1): per pixel, each tap adds the
-                // remaining channels in one contiguous loop.
+                // Remaining channels (and multiplier > 1): per pixel.
                 if blocked < out_c {
                     for ox in 0..g.out_w {
-                        let o0 = (row_out + ox) * out_c;
-                        let acc = &mut out[o0 + blocked..o0 + out_c];
-                        match bias {
-                            Some(b) => acc.copy_from_slice(&b[blocked..out_c]),
-                            None => acc.fill(0.0),
-                        }
-                        for ky in 0..g.k_h {
-                            let Some(iy) = g.in_y(oy, ky) else { continue };
-                            for kx in 0..g.k_w {
-                                let Some(ix) = g.in_x(ox, kx) else { continue };
-                                let px = &input[n * in_img + iy * in_row + ix * in_c..][..in_c];
-                                let wr = &w[(ky * g.k_w + kx) * out_c + blocked..][..out_c - blocked];
-                                if multiplier == 1 {
-                                    for ((a, &v), &wv) in acc.iter_mut().zip(&px[blocked..]).zip(wr) {
-                                        *a += v * wv;
-                                    }
-                                } else {
-                                    for (j, (a, &wv)) in acc.iter_mut().zip(wr).enumerate() {
-                                        *a += px[(blocked + j) / multiplier] * wv;
-                                    }
-                                }
-                            }
-                        }
-                        for a in acc.iter_mut() {
-                            *a = a.max(clamp.min).min(clamp.max);
-                        }
+                        dw_pixel(input, in_c, multiplier, w, bias, g, clamp, out, n, oy, ox, row_out, blocked);
                     }
                 }
             }
         }
     }
+}
+
+/// One depthwise output pixel, channels `from..out_c`; each tap adds those
+/// channels in one contiguous loop.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn dw_pixel(
+    input: &[f32],
+    in_c: usize,
+    multiplier: usize,
+    w: &[f32],
+    bias: Option<&[f32]>,
+    g: &Window,
+    clamp: Clamp,
+    out: &mut [f32],
+    n: usize,
+    oy: usize,
+    ox: usize,
+    row_out: usize,
+    from: usize,
+) {
+    let out_c = in_c * multiplier;
+    let (in_row, in_img) = (g.in_w * in_c, g.in_h * g.in_w * in_c);
+    let o0 = (row_out + ox) * out_c;
+    let acc = &mut out[o0 + from..o0 + out_c];
+    match bias {
+        Some(b) => acc.copy_from_slice(&b[from..out_c]),
+        None => acc.fill(0.0),
+    }
+    for ky in 0..g.k_h {
+        let Some(iy) = g.in_y(oy, ky) else { continue };
+        for kx in 0..g.k_w {
+            let Some(ix) = g.in_x(ox, kx) else { continue };
+            let px = &input[n * in_img + iy * in_row + ix * in_c..][..in_c];
+            let wr = &w[(ky * g.k_w + kx) * out_c + from..][..out_c - from];
+            if multiplier == 1 {
+                for ((a, &v), &wv) in acc.iter_mut().zip(&px[from..]).zip(wr) {
+                    *a += v * wv;
+                }
+            } else {
+                for (j, (a, &wv)) in acc.iter_mut().zip(wr).enumerate() {
+                    *a += px[(from + j) / multiplier] * wv;
+                }
+            }
+        }
+    }
+    for a in acc.iter_mut() {
+        *a = a.max(clamp.min).min(clamp.max);
+    }
+}
+
+/// A strip of `4 * 16 / C` interior pixels of a depthwise convolution with C
+/// channels (C divides 16), stride 1, using AVX-512. False without AVX-512.
+///
+/// # Safety
+/// `x` points at the strip's top-left input pixel; the strip's taps must stay
+/// inside the input; `o` must be writable for the strip's outputs.
+#[allow(clippy::too_many_arguments)]
+unsafe fn dw_small_c(x: *const f32, in_c: usize, in_row: usize, g: &Window, wt: &[f32; 16 * 49], bt: &[f32; 16], clamp: Clamp, o: *mut f32) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: AVX-512F checked; pointers per this function's contract.
+        unsafe { dw_small_c_avx512(x, in_c, in_row, g, wt, bt, clamp, o) };
+        return true;
+    }
+    let _ = (x, in_c, in_row, g, wt, bt, clamp, o);
+    false
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn dw_small_c_avx512(x: *const f32, in_c: usize, in_row: usize, g: &Window, wt: &[f32; 16 * 49], bt: &[f32; 16], clamp: Clamp, o: *mut f32) {
+    use std::arch::x86_64::*;
+    let b = _mm512_loadu_ps(bt.as_ptr());
+    let (mut a0, mut a1, mut a2, mut a3) = (b, b, b, b);
+    for ky in 0..g.k_h {
+        let xr = x.add(ky * g.dil_h * in_row);
+        for kx in 0..g.k_w {
+            let wv = _mm512_loadu_ps(wt.as_ptr().add((ky * g.k_w + kx) * 16));
+            let xp = xr.add(kx * in_c);
+            a0 = _mm512_fmadd_ps(_mm512_loadu_ps(xp), wv, a0);
+            a1 = _mm512_fmadd_ps(_mm512_loadu_ps(xp.add(16)), wv, a1);
+            a2 = _mm512_fmadd_ps(_mm512_loadu_ps(xp.add(32)), wv, a2);
+            a3 = _mm512_fmadd_ps(_mm512_loadu_ps(xp.add(48)), wv, a3);
+        }
+    }
+    let (lo, hi) = (_mm512_set1_ps(clamp.min), _mm512_set1_ps(clamp.max));
+    _mm512_storeu_ps(o, _mm512_min_ps(_mm512_max_ps(a0, lo), hi));
+    _mm512_storeu_ps(o.add(16), _mm512_min_ps(_mm512_max_ps(a1, lo), hi));
+    _mm512_storeu_ps(o.add(32), _mm512_min_ps(_mm512_max_ps(a2, lo), hi));
+    _mm512_storeu_ps(o.add(48), _mm512_min_ps(_mm512_max_ps(a3, lo), hi));
 }
 
 /// Depthwise tile of 4 interior output pixels over channels `0..blocked` (a
@@ -390,8 +497,8 @@ mod tests {
 
     #[test]
     fn depthwise_matches_naive() {
-        for (c, mult, k, stride) in [(32, 1, 5, 1), (37, 1, 3, 2), (5, 2, 3, 1), (16, 1, 1, 1)] {
-            let (in_h, in_w) = (9, 11);
+        for (c, mult, k, stride) in [(32, 1, 5, 1), (37, 1, 3, 2), (5, 2, 3, 1), (16, 1, 1, 1), (8, 1, 3, 1), (4, 1, 5, 1), (1, 1, 3, 1), (8, 1, 3, 2)] {
+            let (in_h, in_w) = (9, 23);
             let (out_h, pt) = out_size_and_pad(in_h, k, stride, 1, true).unwrap();
             let (out_w, pl) = out_size_and_pad(in_w, k, stride, 1, true).unwrap();
             let g = Window {

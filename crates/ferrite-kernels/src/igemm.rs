@@ -42,6 +42,19 @@ impl Isa {
         Isa::Portable
     }
 
+    /// The kernel to use for a layer with `n` output channels: on AVX-512 machines,
+    /// layers with at most 16 channels use the 16-wide AVX2 tiles, which compute half
+    /// as much padding as a 32-wide panel would.
+    pub fn for_channels(n: usize) -> Isa {
+        let best = Isa::detect();
+        #[cfg(target_arch = "x86_64")]
+        if best == Isa::Avx512 && n <= 16 && std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            return Isa::Avx2;
+        }
+        let _ = n;
+        best
+    }
+
     /// Output channels per packed panel.
     pub fn nr(self) -> usize {
         match self {

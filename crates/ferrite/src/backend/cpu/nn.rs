@@ -60,7 +60,7 @@ enum Weights {
 }
 
 fn gemm_weights(op: &OpContext<'_>, ctx: &mut BackendContext, n: usize, taps: usize, k: usize) -> Result<Weights> {
-    let isa = Isa::detect();
+    let isa = Isa::for_channels(n);
     let (w, bias) = (op.input(1)?, op.opt_input(2));
     if w.constant && bias.is_none_or(|b| b.constant) {
         let (wv, bv) = (w.value.ok_or_else(|| op.bad("constant weights without data"))?, bias.and_then(|b| b.value));
