@@ -333,18 +333,60 @@ mod x86 {
         let b1 = _mm512_loadu_ps(t.bias.as_ptr().add(16));
         let mut c0 = [b0; R];
         let mut c1 = [b1; R];
-        for tap in 0..t.taps {
-            let a = &t.a[tap * MR..tap * MR + R];
-            let mut bp = t.b.as_ptr().add(tap * t.k * NR);
-            for kk in 0..t.k {
-                let w0 = _mm512_loadu_ps(bp);
-                let w1 = _mm512_loadu_ps(bp.add(16));
-                for r in 0..R {
-                    let av = _mm512_set1_ps(*a[r].add(kk));
-                    c0[r] = _mm512_fmadd_ps(av, w0, c0[r]);
-                    c1[r] = _mm512_fmadd_ps(av, w1, c1[r]);
+        if R <= 2 {
+            // With one or two rows, a single accumulator chain per column vector would
+            // wait on FMA latency every step: keep four partial sums over k instead.
+            const U: usize = 4;
+            let z = _mm512_setzero_ps();
+            let mut p0 = [[z; R]; U];
+            let mut p1 = [[z; R]; U];
+            p0[0] = c0;
+            p1[0] = c1;
+            for tap in 0..t.taps {
+                let a = &t.a[tap * MR..tap * MR + R];
+                let bt = t.b.as_ptr().add(tap * t.k * NR);
+                let mut kk = 0;
+                while kk + U <= t.k {
+                    for u in 0..U {
+                        let w0 = _mm512_loadu_ps(bt.add((kk + u) * NR));
+                        let w1 = _mm512_loadu_ps(bt.add((kk + u) * NR + 16));
+                        for r in 0..R {
+                            let av = _mm512_set1_ps(*a[r].add(kk + u));
+                            p0[u][r] = _mm512_fmadd_ps(av, w0, p0[u][r]);
+                            p1[u][r] = _mm512_fmadd_ps(av, w1, p1[u][r]);
+                        }
+                    }
+                    kk += U;
                 }
-                bp = bp.add(NR);
+                while kk < t.k {
+                    let w0 = _mm512_loadu_ps(bt.add(kk * NR));
+                    let w1 = _mm512_loadu_ps(bt.add(kk * NR + 16));
+                    for r in 0..R {
+                        let av = _mm512_set1_ps(*a[r].add(kk));
+                        p0[0][r] = _mm512_fmadd_ps(av, w0, p0[0][r]);
+                        p1[0][r] = _mm512_fmadd_ps(av, w1, p1[0][r]);
+                    }
+                    kk += 1;
+                }
+            }
+            for r in 0..R {
+                c0[r] = _mm512_add_ps(_mm512_add_ps(p0[0][r], p0[1][r]), _mm512_add_ps(p0[2][r], p0[3][r]));
+                c1[r] = _mm512_add_ps(_mm512_add_ps(p1[0][r], p1[1][r]), _mm512_add_ps(p1[2][r], p1[3][r]));
+            }
+        } else {
+            for tap in 0..t.taps {
+                let a = &t.a[tap * MR..tap * MR + R];
+                let mut bp = t.b.as_ptr().add(tap * t.k * NR);
+                for kk in 0..t.k {
+                    let w0 = _mm512_loadu_ps(bp);
+                    let w1 = _mm512_loadu_ps(bp.add(16));
+                    for r in 0..R {
+                        let av = _mm512_set1_ps(*a[r].add(kk));
+                        c0[r] = _mm512_fmadd_ps(av, w0, c0[r]);
+                        c1[r] = _mm512_fmadd_ps(av, w1, c1[r]);
+                    }
+                    bp = bp.add(NR);
+                }
             }
         }
         let lo = _mm512_set1_ps(clamp.min);
