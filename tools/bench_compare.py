@@ -13,6 +13,7 @@ import math
 import os
 import pathlib
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -58,12 +59,13 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per model")
     ap.add_argument("--runs", type=int, default=10, help="timed runs per round")
-    ap.add_argument("--filter", default="")
+    ap.add_argument("--filter", default="", help="regular expression on model file names")
+    ap.add_argument("--speedup", action="store_true", help="also time ferrite at 1 thread and report the N-thread speed-up")
     ap.add_argument("--markdown")
     args = ap.parse_args()
     rows = []
     for m in sorted(pathlib.Path(args.corpus).rglob("*.tflite")):
-        if m.name in SKIP or args.filter not in m.name:
+        if m.name in SKIP or not re.search(args.filter, m.name):
             continue
         shape = SHAPES.get(m.name)
         f_meds, l_all = [], []
@@ -71,8 +73,10 @@ def main():
             f_meds.append(ferrite_times(args.ferrite, m, args.threads, args.runs, shape))
             l_all.append(statistics.median(litert_times(m, args.threads, args.runs, shape)))
         f, l = statistics.median(f_meds), statistics.median(l_all)
-        rows.append((m.name, f, l, f / l))
-        print(f"{m.name:<42} ferrite {f:9.3f} ms   litert {l:9.3f} ms   ratio {f / l:6.3f}", flush=True)
+        one = statistics.median(ferrite_times(args.ferrite, m, 1, args.runs, shape) for _ in range(args.rounds)) if args.speedup else None
+        rows.append((m.name, f, l, f / l, one))
+        extra = f"   speed-up vs 1 thread {one / f:5.2f}x" if one else ""
+        print(f"{m.name:<42} ferrite {f:9.3f} ms   litert {l:9.3f} ms   ratio {f / l:6.3f}{extra}", flush=True)
     geo = math.exp(sum(math.log(r[3]) for r in rows) / len(rows))
     print(f"geomean ratio (ferrite/litert): {geo:.3f} over {len(rows)} models, {args.threads} thread(s)")
     if args.markdown:
@@ -82,10 +86,10 @@ def main():
             "",
             f"Machine: {cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}. LiteRT `ai-edge-litert` default resolver (XNNPACK).",
             "",
-            "| model | ferrite median (ms) | LiteRT median (ms) | ratio |",
-            "|---|---|---|---|",
+            "| model | ferrite median (ms) | LiteRT median (ms) | ratio |" + (" ferrite speed-up vs 1 thread |" if args.speedup else ""),
+            "|---|---|---|---|" + ("---|" if args.speedup else ""),
         ]
-        lines += [f"| {n} | {f:.3f} | {l:.3f} | {r:.3f} |" for n, f, l, r in rows]
+        lines += [f"| {n} | {f:.3f} | {l:.3f} | {r:.3f} |" + (f" {one / f:.2f}x |" if one else "") for n, f, l, r, one in rows]
         lines += ["", f"Geometric mean of ratios: **{geo:.3f}** ({len(rows)} models).", ""]
         with open(args.markdown, "a") as fh:
             fh.write("\n".join(lines) + "\n")
