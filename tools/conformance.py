@@ -129,7 +129,10 @@ def cmd_models(args):
         print(f"{'ok  ' if ok else 'FAIL'} {m.name}: worst error {err:.3e} (tolerance {MODEL_TOL:.0e})")
         row = {"model": m.name, "package": m.relative_to(args.corpus).parts[0], "worst_error": err, "ok": ok}
         if args.markdown:
-            r = subprocess.run([args.ferrite, "bench", str(m), "--threads", "1", "--warmup", "3", "--runs", "15", "--json"], capture_output=True, text=True, check=True)
+            cmd = [args.ferrite, "bench", str(m), "--threads", "1", "--warmup", "3", "--runs", "15", "--json"]
+            if m.name in DYNAMIC_SIZES:
+                cmd += ["--shape", ",".join(map(str, DYNAMIC_SIZES[m.name]))]
+            r = subprocess.run(cmd, capture_output=True, text=True, check=True)
             row["median_ms"] = json.loads(r.stdout)["execute_ms"]["median"]
         rows.append(row)
         passed += ok
