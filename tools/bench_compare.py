@@ -23,7 +23,7 @@ import numpy as np
 from ai_edge_litert.interpreter import Interpreter
 
 SHAPES = {"melspectrogram.tflite": [1, 16000]}
-SKIP = {"face_landmark_with_attention.tflite": "custom ops LiteRT cannot run", "hey_jarvis_v0.1.tflite": "IF not supported yet"}
+SKIP = {"face_landmark_with_attention.tflite": "custom ops LiteRT cannot run"}
 
 
 def litert_times(path, threads, runs, shape):

@@ -26,8 +26,6 @@ OP_TOL = 1e-5
 # Models that need more than their default input shape, or that ferrite does not run yet.
 DYNAMIC_SIZES = {"melspectrogram.tflite": [1, 16000]}
 SKIP = {
-    # Uses IF; covered by the quantized/stateful work.
-    "hey_jarvis_v0.1.tflite": "IF control flow (not in this suite yet)",
     # LiteRT itself cannot run its three MediaPipe custom ops.
     "face_landmark_with_attention.tflite": "custom ops LiteRT cannot run",
 }

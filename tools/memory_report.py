@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 SHAPES = {"melspectrogram.tflite": [1, 16000]}
-SKIP = {"face_landmark_with_attention.tflite", "hey_jarvis_v0.1.tflite"}
+SKIP = {"face_landmark_with_attention.tflite"}
 
 LITERT = r"""
 import resource, sys, numpy as np

@@ -90,13 +90,99 @@ enum OutPlan {
 pub struct Step {
     /// Op index in the subgraph.
     pub op: usize,
-    /// The kernel.
-    pub kernel: KernelFn,
+    /// What the step does.
+    work: Work,
     inputs: SmallVec<[Option<Src>; 8]>,
     /// Inputs the kernel does not read at run time (it holds a prepacked copy).
     prepacked: SmallVec<[usize; 2]>,
     /// (arena offset, length, graph output index when written in place for a bound buffer).
     outputs: SmallVec<[(usize, usize, Option<usize>); 4]>,
+}
+
+/// A child subgraph (branch, loop part, initializer) with its own plan and arena,
+/// run in the same session context as its parent.
+struct Child {
+    graph: CompiledGraph,
+    arena: Vec<u64>,
+}
+
+impl Child {
+    fn new(graph: CompiledGraph) -> Child {
+        let arena = vec![0u64; graph.plan.arena_bytes.div_ceil(8)];
+        Child { graph, arena }
+    }
+
+    /// Runs on bound inputs and outputs (read and written in place).
+    fn run(&mut self, model: &Model, inputs: &[&[u8]], outputs: &mut [&mut [u8]], env: &mut DynEnv<'_>) -> Result<()> {
+        let Child { graph, arena } = self;
+        execute(graph, model, bytemuck::cast_slice_mut(arena), Some((inputs, outputs)), env, None).map(|_| ())
+    }
+}
+
+/// Most iterations a WHILE may run, so a hostile model cannot hang a session.
+pub const MAX_WHILE_ITERATIONS: usize = 10_000_000;
+/// Deepest nesting of control flow, which also stops recursive subgraph references.
+pub const MAX_NESTING: usize = 16;
+
+/// What one step does.
+enum Work {
+    Kernel(KernelFn),
+    If { then: Box<Child>, otherwise: Box<Child> },
+    While { cond: Box<Child>, body: Box<Child>, next: Vec<AlignedBytes>, flag: AlignedBytes },
+    CallOnce { init: Box<Child>, ran_at: Option<u64> },
+    ReadVariable,
+    AssignVariable,
+}
+
+/// Resource variables of a session (VAR_HANDLE / READ_VARIABLE / ASSIGN_VARIABLE),
+/// persisting across runs until reset.
+#[derive(Debug, Default)]
+pub struct Variables {
+    names: Vec<String>,
+    values: Vec<Option<Vec<u8>>>,
+    /// Bumped by `reset`, so CALL_ONCE initializers run again.
+    generation: u64,
+}
+
+impl Variables {
+    /// The id of the variable called `name`, created on first use.
+    pub fn id(&mut self, name: &str) -> usize {
+        match self.names.iter().position(|n| n == name) {
+            Some(i) => i,
+            None => {
+                self.names.push(name.to_string());
+                self.values.push(None);
+                self.names.len() - 1
+            }
+        }
+    }
+
+    /// Forgets every value; initializers (CALL_ONCE) run again on the next run.
+    pub fn reset(&mut self) {
+        for v in &mut self.values {
+            *v = None;
+        }
+        self.generation += 1;
+    }
+
+    fn get(&self, id: usize) -> Result<&[u8]> {
+        self.values.get(id).and_then(|v| v.as_deref()).ok_or_else(|| Error::Runtime(format!("variable {id} is read before it is assigned")))
+    }
+
+    fn set(&mut self, id: usize, value: &[u8]) -> Result<()> {
+        let slot = self.values.get_mut(id).ok_or_else(|| Error::Runtime(format!("variable {id} does not exist")))?;
+        match slot {
+            // Same size: overwrite in place, so steady-state assigns do not allocate.
+            Some(v) if v.len() == value.len() => v.copy_from_slice(value),
+            _ => *slot = Some(value.to_vec()),
+        }
+        Ok(())
+    }
+}
+
+fn resource_id(b: &[u8]) -> Result<usize> {
+    let v = b.get(..4).map(|x| i32::from_le_bytes([x[0], x[1], x[2], x[3]])).ok_or_else(|| Error::Runtime("resource handle is empty".into()))?;
+    usize::try_from(v).map_err(|_| Error::Runtime(format!("invalid resource handle {v}")))
 }
 
 /// A subgraph ready to run.
@@ -178,7 +264,24 @@ pub fn compile(
     ctx: &mut BackendContext,
     limits: Limits,
 ) -> Result<CompiledGraph> {
-    let g = model.subgraphs.get(sg).ok_or_else(|| Error::InvalidArgument(format!("subgraph {sg} does not exist")))?;
+    compile_at(model, sg, input_shapes, backends, custom, ctx, limits, 0)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn compile_at(
+    model: &Model,
+    sg: usize,
+    input_shapes: &[Vec<usize>],
+    backends: &[&dyn Backend],
+    custom: &CustomOpRegistry,
+    ctx: &mut BackendContext,
+    limits: Limits,
+    depth: usize,
+) -> Result<CompiledGraph> {
+    if depth > MAX_NESTING {
+        return Err(Error::Unsupported(format!("control flow nested deeper than {MAX_NESTING} (or recursive) at subgraph {sg}")));
+    }
+    let g = model.subgraphs.get(sg).ok_or_else(|| Error::InvalidModel(format!("subgraph {sg} does not exist")))?;
     let bytes = model.bytes();
     let mut tensors: Vec<TensorSlot> = g
         .tensors
@@ -254,6 +357,90 @@ pub fn compile(
                 })
             })
             .collect();
+        // Control flow and resource variables are run by the executor itself.
+        if let OpCode::Builtin(code) = op.code {
+            let child = |ctx: &mut BackendContext, sub: usize, shapes: &[Vec<usize>], n_out: usize| -> Result<Child> {
+                let s = model.subgraphs.get(sub).ok_or_else(|| Error::InvalidModel(format!("subgraph {sg} op {oi}: subgraph {sub} does not exist")))?;
+                // Children run on the parent's buffers: their signatures must match exactly.
+                if s.inputs.len() != shapes.len() || s.outputs.len() != n_out {
+                    return Err(Error::InvalidModel(format!(
+                        "subgraph {sg} op {oi}: subgraph {sub} takes {} inputs and gives {} outputs, the op passes {} and expects {n_out}",
+                        s.inputs.len(),
+                        s.outputs.len(),
+                        shapes.len()
+                    )));
+                }
+                compile_at(model, sub, shapes, backends, custom, ctx, limits, depth + 1).map(Child::new)
+            };
+            let shapes_of = |ts: &[Option<usize>]| ts.iter().map(|t| t.map(|t| tensors[t].shape.clone()).unwrap_or_default()).collect::<Vec<_>>();
+            let at = || format!("subgraph {sg} op {oi} ({})", op.code.name());
+            let work = match (ferrite_format::schema::BuiltinOperator(code), &op.params) {
+                (ferrite_format::schema::BuiltinOperator::IF, crate::ops::OpParams::If { then_subgraph, else_subgraph }) => {
+                    let shapes = shapes_of(&op.inputs[1.min(op.inputs.len())..]);
+                    let n = op.outputs.len();
+                    let (then, otherwise) = (child(ctx, *then_subgraph, &shapes, n)?, child(ctx, *else_subgraph, &shapes, n)?);
+                    let outs = |c: &Child| c.graph.output_specs(model);
+                    if outs(&then) != outs(&otherwise) || outs(&then).len() != op.outputs.len() {
+                        return Err(Error::Unsupported(format!("{}: branches produce different outputs", at())));
+                    }
+                    for (&t, (dtype, shape)) in op.outputs.iter().zip(outs(&then)) {
+                        tensors[t].dtype = dtype;
+                        tensors[t].shape = shape;
+                    }
+                    Some(Work::If { then: Box::new(then), otherwise: Box::new(otherwise) })
+                }
+                (ferrite_format::schema::BuiltinOperator::WHILE, crate::ops::OpParams::While { cond_subgraph, body_subgraph }) => {
+                    let shapes = shapes_of(&op.inputs);
+                    let (cond, body) = (child(ctx, *cond_subgraph, &shapes, 1)?, child(ctx, *body_subgraph, &shapes, op.inputs.len())?);
+                    let vars: Vec<(DType, Vec<usize>)> = op
+                        .inputs
+                        .iter()
+                        .map(|t| {
+                            t.map(|t| (tensors[t].dtype, tensors[t].shape.clone()))
+                                .ok_or_else(|| Error::InvalidModel(format!("{}: missing loop variable", at())))
+                        })
+                        .collect::<Result<_>>()?;
+                    if body.graph.output_specs(model) != vars || op.outputs.len() != vars.len() {
+                        return Err(Error::Unsupported(format!("{}: loop variables change shape (dynamic loop shapes are not supported yet)", at())));
+                    }
+                    if !matches!(cond.graph.output_specs(model).first(), Some((DType::Bool, s)) if s.iter().product::<usize>() == 1) {
+                        return Err(Error::InvalidModel(format!("{}: condition subgraph must produce one bool", at())));
+                    }
+                    let mut next = Vec::with_capacity(vars.len());
+                    for (&t, (dtype, shape)) in op.outputs.iter().zip(&vars) {
+                        tensors[t].dtype = *dtype;
+                        tensors[t].shape = shape.clone();
+                        next.push(AlignedBytes::zeroed(bytes_of(*dtype, shape, &limits, at)?));
+                    }
+                    Some(Work::While { cond: Box::new(cond), body: Box::new(body), next, flag: AlignedBytes::zeroed(1) })
+                }
+                (ferrite_format::schema::BuiltinOperator::CALL_ONCE, crate::ops::OpParams::CallOnce { init_subgraph }) => {
+                    Some(Work::CallOnce { init: Box::new(child(ctx, *init_subgraph, &[], 0)?), ran_at: None })
+                }
+                (ferrite_format::schema::BuiltinOperator::VAR_HANDLE, crate::ops::OpParams::VarHandle { container, shared_name }) => {
+                    // The handle is a constant: the variable's id in the session.
+                    let id = ctx.variables.id(&format!("{container}/{shared_name}"));
+                    let t = *op.outputs.first().ok_or_else(|| Error::InvalidModel(format!("{}: no output", at())))?;
+                    tensors[t].dtype = DType::Resource;
+                    tensors[t].shape = vec![];
+                    tensors[t].loc = Loc::Owned(Arc::new(AlignedBytes::from_slice(&(id as i32).to_le_bytes())));
+                    continue;
+                }
+                (ferrite_format::schema::BuiltinOperator::READ_VARIABLE, _) => {
+                    let t = *op.outputs.first().ok_or_else(|| Error::InvalidModel(format!("{}: no output", at())))?;
+                    if g.tensors[t].shape_signature.iter().any(|&d| d < 0) {
+                        return Err(Error::Unsupported(format!("{}: variable of unknown shape", at())));
+                    }
+                    Some(Work::ReadVariable)
+                }
+                (ferrite_format::schema::BuiltinOperator::ASSIGN_VARIABLE, _) => Some(Work::AssignVariable),
+                _ => None,
+            };
+            if let Some(work) = work {
+                steps.push(Step { op: oi, work, inputs: SmallVec::new(), prepacked: SmallVec::new(), outputs: SmallVec::new() });
+                continue;
+            }
+        }
         let all_const = inputs.iter().flatten().all(|d| d.value.is_some());
         let octx = OpContext {
             subgraph: sg,
@@ -312,7 +499,7 @@ pub fn compile(
             let prepacked: SmallVec<[usize; 2]> =
                 op.inputs.iter().enumerate().filter(|(_, i)| i.is_some_and(|t| packed.contains(&t))).map(|(k, _)| k).collect();
             release_consumed(&mut tensors, g, oi, &last_reader, |k| prepacked.contains(&k));
-            steps.push(Step { op: oi, kernel, inputs: SmallVec::new(), prepacked, outputs: SmallVec::new() });
+            steps.push(Step { op: oi, work: Work::Kernel(kernel), inputs: SmallVec::new(), prepacked, outputs: SmallVec::new() });
         }
     }
 
@@ -475,6 +662,13 @@ fn release_consumed(tensors: &mut [TensorSlot], g: &crate::model::Subgraph, oi: 
     }
 }
 
+impl CompiledGraph {
+    /// Dtype and shape of each subgraph output under this plan.
+    fn output_specs(&self, model: &Model) -> Vec<(DType, Vec<usize>)> {
+        model.subgraphs[self.subgraph].outputs.iter().map(|&t| (self.tensors[t].dtype, self.tensors[t].shape.clone())).collect()
+    }
+}
+
 /// Builds one op through the custom-op registry or the backends, and checks what
 /// the kernel says it produces against the model.
 fn build_op(octx: &OpContext<'_>, backends: &[&dyn Backend], custom: &CustomOpRegistry, ctx: &mut BackendContext) -> Result<Built> {
@@ -548,7 +742,7 @@ pub fn execute(
         let in_place = |o: &(usize, usize, Option<usize>)| is_bound && o.2.is_some();
         let ranges: SmallVec<[(usize, usize); 4]> = st.outputs.iter().filter(|o| !in_place(o)).map(|o| (o.0, o.1)).collect();
         let (arena_outs, gaps) = memory::split_regions(arena, &ranges)?;
-        let mut ins: SmallVec<[Option<&[u8]>; 8]> = SmallVec::new();
+        let mut ins: SmallVec<[Option<&[u8]>; 16]> = SmallVec::new();
         for src in &st.inputs {
             ins.push(match src {
                 None => None,
@@ -580,7 +774,39 @@ pub fn execute(
             outs.push(view.ok_or_else(|| Error::Runtime("internal: output view missing".into()))?);
         }
         let started = profile.is_some().then(std::time::Instant::now);
-        let result = (st.kernel)(&ins, &mut outs);
+        let result = match &mut st.work {
+            Work::Kernel(k) => k(&ins, &mut outs),
+            Work::If { then, otherwise } => {
+                let cond = ins.first().copied().flatten().and_then(|c| c.first()).ok_or_else(|| Error::Runtime("IF condition is empty".into()))?;
+                let args: SmallVec<[&[u8]; 16]> = ins.get(1..).unwrap_or(&[]).iter().map(|i| i.unwrap_or(&[])).collect();
+                let branch = if *cond != 0 { then } else { otherwise };
+                branch.run(model, &args, &mut outs, env)
+            }
+            Work::While { cond, body, next, flag } => run_while(model, &ins, &mut outs, cond, body, next, flag, env),
+            Work::CallOnce { init, ran_at } => {
+                if *ran_at != Some(env.ctx.variables.generation) {
+                    init.run(model, &[], &mut [], env)?;
+                    *ran_at = Some(env.ctx.variables.generation);
+                }
+                Ok(())
+            }
+            Work::ReadVariable => {
+                let id = resource_id(ins.first().copied().flatten().unwrap_or(&[]))?;
+                let v = env.ctx.variables.get(id)?;
+                match outs.first_mut() {
+                    Some(o) if o.len() == v.len() => {
+                        o.copy_from_slice(v);
+                        Ok(())
+                    }
+                    Some(o) => Err(Error::Runtime(format!("variable {id} holds {} bytes, the read expects {}", v.len(), o.len()))),
+                    None => Ok(()),
+                }
+            }
+            Work::AssignVariable => {
+                let id = resource_id(ins.first().copied().flatten().unwrap_or(&[]))?;
+                env.ctx.variables.set(id, ins.get(1).copied().flatten().unwrap_or(&[]))
+            }
+        };
         if let (Some(p), Some(t0)) = (profile.as_deref_mut(), started) {
             p.push((st.op, t0.elapsed()));
         }
@@ -686,4 +912,41 @@ fn run_dynamic_tail(g: &mut CompiledGraph, model: &Model, arena: &[u8], env: &mu
         }
     }
     Ok(())
+}
+
+/// WHILE: loop variables live in the op's outputs; the body writes the next values
+/// into `next`, which are then copied back.
+#[allow(clippy::too_many_arguments)]
+fn run_while(
+    model: &Model,
+    ins: &[Option<&[u8]>],
+    outs: &mut [&mut [u8]],
+    cond: &mut Child,
+    body: &mut Child,
+    next: &mut [AlignedBytes],
+    flag: &mut AlignedBytes,
+    env: &mut DynEnv<'_>,
+) -> Result<()> {
+    for (o, i) in outs.iter_mut().zip(ins) {
+        let i = i.ok_or_else(|| Error::Runtime("WHILE loop variable is missing".into()))?;
+        o.copy_from_slice(i);
+    }
+    for _ in 0..MAX_WHILE_ITERATIONS {
+        {
+            let vars: SmallVec<[&[u8]; 8]> = outs.iter().map(|o| &**o).collect();
+            cond.run(model, &vars, &mut [flag.bytes_mut()], env)?;
+        }
+        if flag.bytes().first().is_none_or(|&b| b == 0) {
+            return Ok(());
+        }
+        {
+            let vars: SmallVec<[&[u8]; 8]> = outs.iter().map(|o| &**o).collect();
+            let mut out_views: SmallVec<[&mut [u8]; 8]> = next.iter_mut().map(|n| n.bytes_mut()).collect();
+            body.run(model, &vars, &mut out_views, env)?;
+        }
+        for (o, n) in outs.iter_mut().zip(next.iter()) {
+            o.copy_from_slice(n.bytes());
+        }
+    }
+    Err(Error::Runtime(format!("WHILE ran {MAX_WHILE_ITERATIONS} iterations without stopping")))
 }

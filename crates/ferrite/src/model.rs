@@ -84,6 +84,8 @@ impl DType {
             DType::F64 | DType::I64 | DType::U64 | DType::Complex64 => 8,
             DType::Complex128 => 16,
             DType::I8 | DType::U8 | DType::Bool => 1,
+            // A resource tensor holds the session's id of its variable.
+            DType::Resource => 4,
             _ => return None,
         })
     }

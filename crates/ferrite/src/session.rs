@@ -351,6 +351,12 @@ impl Session {
         v
     }
 
+    /// Forgets the values of all resource variables (streaming state); CALL_ONCE
+    /// initializers run again on the next run.
+    pub fn reset_variables(&mut self) {
+        self.ctx.variables.reset();
+    }
+
     /// Compile / cache / arena counters, for tests and reports.
     pub fn plan_stats(&self) -> PlanStats {
         self.stats

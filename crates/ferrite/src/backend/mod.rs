@@ -140,6 +140,8 @@ pub struct BackendContext {
     /// The session's worker threads (absent for one thread). Shared by every
     /// subgraph and kernel of the session; joined when the session is dropped.
     pool: Option<Arc<ferrite_kernels::parallel::ThreadPool>>,
+    /// The session's resource variables.
+    pub variables: crate::compile::Variables,
 }
 
 impl std::fmt::Debug for BackendContext {
@@ -153,7 +155,7 @@ impl BackendContext {
     pub fn new(threads: usize) -> Self {
         let threads = threads.max(1);
         let pool = (threads > 1).then(|| Arc::new(ferrite_kernels::parallel::ThreadPool::new(threads)));
-        BackendContext { threads, packed: HashMap::new(), packed_by_current_build: Vec::new(), pool }
+        BackendContext { threads, packed: HashMap::new(), packed_by_current_build: Vec::new(), pool, variables: Default::default() }
     }
 
     /// Returns the cached packing for `key`, computing it once.
