@@ -155,6 +155,21 @@ pub enum Options {
     },
     /// Options-less ops whose files carry an empty options table of this union type.
     Empty(fb::BuiltinOptions),
+    If {
+        then_subgraph: i32,
+        else_subgraph: i32,
+    },
+    While {
+        cond_subgraph: i32,
+        body_subgraph: i32,
+    },
+    CallOnce {
+        init_subgraph: i32,
+    },
+    VarHandle {
+        container: String,
+        shared_name: String,
+    },
 }
 
 /// What an op is: a builtin code or a custom op name.
@@ -196,6 +211,9 @@ pub struct ModelSpec {
     pub description: String,
     /// When set, writes a signature with this key naming every input and output.
     pub signature_key: Option<String>,
+    /// Further subgraphs (indices 1, 2, ...), e.g. branches and loop bodies. Their own
+    /// `subgraphs`, `description` and `signature_key` are ignored.
+    pub subgraphs: Vec<ModelSpec>,
 }
 
 impl ModelSpec {
@@ -224,7 +242,7 @@ impl ModelSpec {
         let base = probe.len().div_ceil(16) * 16;
         let mut out = self.build(Some(base as u64));
         out.resize(base, 0);
-        for d in self.tensors.iter().filter_map(|t| t.data.as_ref()) {
+        for d in std::iter::once(self).chain(self.subgraphs.iter()).flat_map(|g| &g.tensors).filter_map(|t| t.data.as_ref()) {
             out.extend_from_slice(d);
             out.resize(out.len().div_ceil(16) * 16, 0);
         }
@@ -236,69 +254,44 @@ impl ModelSpec {
         let mut b = FlatBufferBuilder::with_capacity(1024);
         b.force_defaults(external_base.is_some());
 
+        let graphs: Vec<&ModelSpec> = std::iter::once(self).chain(self.subgraphs.iter()).collect();
         // Buffer 0 is the format's empty sentinel; each constant gets its own buffer.
         let mut buffers = vec![fb::Buffer::create(&mut b, &fb::BufferArgs::default())];
-        let mut tensor_buffer = Vec::with_capacity(self.tensors.len());
-        for t in &self.tensors {
-            match &t.data {
-                Some(d) => {
-                    let buf = match external_base.as_mut() {
-                        Some(next) => {
-                            let args = fb::BufferArgs { data: None, offset: *next, size: d.len() as u64 };
-                            *next = (*next + d.len() as u64).div_ceil(16) * 16;
-                            fb::Buffer::create(&mut b, &args)
-                        }
-                        None => {
-                            let data = b.create_vector(d);
-                            fb::Buffer::create(&mut b, &fb::BufferArgs { data: Some(data), ..Default::default() })
-                        }
-                    };
-                    buffers.push(buf);
-                    tensor_buffer.push((buffers.len() - 1) as u32);
+        let mut tensor_buffers: Vec<Vec<u32>> = Vec::with_capacity(graphs.len());
+        for g in &graphs {
+            let mut tensor_buffer = Vec::with_capacity(g.tensors.len());
+            for t in &g.tensors {
+                match &t.data {
+                    Some(d) => {
+                        let buf = match external_base.as_mut() {
+                            Some(next) => {
+                                let args = fb::BufferArgs { data: None, offset: *next, size: d.len() as u64 };
+                                *next = (*next + d.len() as u64).div_ceil(16) * 16;
+                                fb::Buffer::create(&mut b, &args)
+                            }
+                            None => {
+                                let data = b.create_vector(d);
+                                fb::Buffer::create(&mut b, &fb::BufferArgs { data: Some(data), ..Default::default() })
+                            }
+                        };
+                        buffers.push(buf);
+                        tensor_buffer.push((buffers.len() - 1) as u32);
+                    }
+                    None => tensor_buffer.push(0),
                 }
-                None => tensor_buffer.push(0),
+            }
+            tensor_buffers.push(tensor_buffer);
+        }
+
+        // One operator code per distinct (builtin, custom name), shared by all subgraphs.
+        let mut codes: Vec<OpCode> = Vec::new();
+        for op in graphs.iter().flat_map(|g| &g.ops) {
+            if !codes.contains(&op.code) {
+                codes.push(op.code.clone());
             }
         }
-
-        let mut tensors = Vec::with_capacity(self.tensors.len());
-        for (t, &buffer) in self.tensors.iter().zip(&tensor_buffer) {
-            let shape = b.create_vector(&t.shape);
-            let shape_signature = t.shape_signature.as_ref().map(|s| b.create_vector(s));
-            let name = b.create_string(&t.name);
-            let quantization = t.quant.as_ref().map(|(s, z, axis)| {
-                let scale = b.create_vector(s);
-                let zero_point = b.create_vector(z);
-                fb::QuantizationParameters::create(
-                    &mut b,
-                    &fb::QuantizationParametersArgs { scale: Some(scale), zero_point: Some(zero_point), quantized_dimension: *axis, ..Default::default() },
-                )
-            });
-            tensors.push(fb::Tensor::create(
-                &mut b,
-                &fb::TensorArgs {
-                    shape: Some(shape),
-                    type_: t.dtype,
-                    buffer,
-                    name: Some(name),
-                    quantization,
-                    shape_signature,
-                    has_rank: true,
-                    ..Default::default()
-                },
-            ));
-        }
-
-        // One operator code per distinct (builtin, custom name).
-        let mut codes: Vec<OpCode> = Vec::new();
-        let mut op_code_index = Vec::with_capacity(self.ops.len());
-        for op in &self.ops {
-            let idx = codes.iter().position(|c| *c == op.code).unwrap_or_else(|| {
-                codes.push(op.code.clone());
-                codes.len() - 1
-            });
-            op_code_index.push(idx as u32);
-        }
-        let codes: Vec<_> = codes
+        let code_index = |c: &OpCode| codes.iter().position(|x| x == c).unwrap_or(0) as u32;
+        let fb_codes: Vec<_> = codes
             .iter()
             .map(|c| {
                 let (code, custom) = match c {
@@ -314,41 +307,70 @@ impl ModelSpec {
             })
             .collect();
 
-        let mut ops = Vec::with_capacity(self.ops.len());
-        for (op, &opcode_index) in self.ops.iter().zip(&op_code_index) {
-            let inputs = b.create_vector(&op.inputs);
-            let outputs = b.create_vector(&op.outputs);
-            let (options_type, options) = write_options(&mut b, &op.options);
-            let options_type = match &op.code {
-                OpCode::Builtin(code) if options.is_some() => options_type_for(*code, options_type),
-                _ => options_type,
-            };
-            let custom_options = op.custom_options.as_ref().map(|c| b.create_vector(c));
-            ops.push(fb::Operator::create(
+        let mut fb_subgraphs = Vec::with_capacity(graphs.len());
+        for (gi, g) in graphs.iter().enumerate() {
+            let mut tensors = Vec::with_capacity(g.tensors.len());
+            for (t, &buffer) in g.tensors.iter().zip(&tensor_buffers[gi]) {
+                let shape = b.create_vector(&t.shape);
+                let shape_signature = t.shape_signature.as_ref().map(|s| b.create_vector(s));
+                let name = b.create_string(&t.name);
+                let quantization = t.quant.as_ref().map(|(s, z, axis)| {
+                    let scale = b.create_vector(s);
+                    let zero_point = b.create_vector(z);
+                    fb::QuantizationParameters::create(
+                        &mut b,
+                        &fb::QuantizationParametersArgs { scale: Some(scale), zero_point: Some(zero_point), quantized_dimension: *axis, ..Default::default() },
+                    )
+                });
+                tensors.push(fb::Tensor::create(
+                    &mut b,
+                    &fb::TensorArgs {
+                        shape: Some(shape),
+                        type_: t.dtype,
+                        buffer,
+                        name: Some(name),
+                        quantization,
+                        shape_signature,
+                        has_rank: true,
+                        ..Default::default()
+                    },
+                ));
+            }
+            let mut ops = Vec::with_capacity(g.ops.len());
+            for op in &g.ops {
+                let inputs = b.create_vector(&op.inputs);
+                let outputs = b.create_vector(&op.outputs);
+                let (options_type, options) = write_options(&mut b, &op.options);
+                let options_type = match &op.code {
+                    OpCode::Builtin(code) if options.is_some() => options_type_for(*code, options_type),
+                    _ => options_type,
+                };
+                let custom_options = op.custom_options.as_ref().map(|c| b.create_vector(c));
+                ops.push(fb::Operator::create(
+                    &mut b,
+                    &fb::OperatorArgs {
+                        opcode_index: code_index(&op.code),
+                        inputs: Some(inputs),
+                        outputs: Some(outputs),
+                        builtin_options_type: options_type,
+                        builtin_options: options,
+                        custom_options,
+                        ..Default::default()
+                    },
+                ));
+            }
+            let tensors = b.create_vector(&tensors);
+            let inputs = b.create_vector(&g.inputs);
+            let outputs = b.create_vector(&g.outputs);
+            let ops = b.create_vector(&ops);
+            let name = b.create_string(if gi == 0 { "main" } else { "sub" });
+            fb_subgraphs.push(fb::SubGraph::create(
                 &mut b,
-                &fb::OperatorArgs {
-                    opcode_index,
-                    inputs: Some(inputs),
-                    outputs: Some(outputs),
-                    builtin_options_type: options_type,
-                    builtin_options: options,
-                    custom_options,
-                    ..Default::default()
-                },
+                &fb::SubGraphArgs { tensors: Some(tensors), inputs: Some(inputs), outputs: Some(outputs), operators: Some(ops), name: Some(name) },
             ));
         }
-
-        let tensors = b.create_vector(&tensors);
-        let inputs = b.create_vector(&self.inputs);
-        let outputs = b.create_vector(&self.outputs);
-        let ops = b.create_vector(&ops);
-        let name = b.create_string("main");
-        let subgraph = fb::SubGraph::create(
-            &mut b,
-            &fb::SubGraphArgs { tensors: Some(tensors), inputs: Some(inputs), outputs: Some(outputs), operators: Some(ops), name: Some(name) },
-        );
-        let subgraphs = b.create_vector(&[subgraph]);
-        let codes = b.create_vector(&codes);
+        let subgraphs = b.create_vector(&fb_subgraphs);
+        let codes = b.create_vector(&fb_codes);
         let buffers = b.create_vector(&buffers);
         let description = b.create_string(&self.description);
         let signature_defs = self.signature_key.as_ref().map(|key| {
@@ -536,6 +558,22 @@ fn write_options(b: &mut FlatBufferBuilder, o: &Options) -> (fb::BuiltinOptions,
             T::BatchMatMulOptions,
             fb::BatchMatMulOptions::create(b, &fb::BatchMatMulOptionsArgs { adj_x: *adj_x, adj_y: *adj_y, ..Default::default() }).as_union_value(),
         ),
+        Options::If { then_subgraph, else_subgraph } => (
+            T::IfOptions,
+            fb::IfOptions::create(b, &fb::IfOptionsArgs { then_subgraph_index: *then_subgraph, else_subgraph_index: *else_subgraph }).as_union_value(),
+        ),
+        Options::While { cond_subgraph, body_subgraph } => (
+            T::WhileOptions,
+            fb::WhileOptions::create(b, &fb::WhileOptionsArgs { cond_subgraph_index: *cond_subgraph, body_subgraph_index: *body_subgraph }).as_union_value(),
+        ),
+        Options::CallOnce { init_subgraph } => {
+            (T::CallOnceOptions, fb::CallOnceOptions::create(b, &fb::CallOnceOptionsArgs { init_subgraph_index: *init_subgraph }).as_union_value())
+        }
+        Options::VarHandle { container, shared_name } => {
+            let c = b.create_string(container);
+            let n = b.create_string(shared_name);
+            (T::VarHandleOptions, fb::VarHandleOptions::create(b, &fb::VarHandleOptionsArgs { container: Some(c), shared_name: Some(n) }).as_union_value())
+        }
         Options::Empty(t) => {
             // Every options-less table is an empty table; one layout serves them all.
             let start = b.start_table();

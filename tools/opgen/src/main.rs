@@ -618,6 +618,87 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             ranges.push(fr);
             fixed.push((1, if r.coin() { vec![b, a] } else { vec![a * b, 1] }));
         }
+        "IF" => {
+            // y = s > 0 ? x * 2 : x - 1, with the branch picked by the sign of input s.
+            let shape = [2, r.u(1, 4) as i32];
+            let sc = f32in(&mut m, "s", &[]);
+            let x = f32in(&mut m, "x", &shape);
+            let zero = m.add_tensor(TensorSpec::const_f32("zero", &[], &[0.0]));
+            let c = m.add_tensor(TensorSpec::activation("c", TensorType::BOOL, &[]));
+            let o = out(&mut m, TensorType::FLOAT32, &shape);
+            single(B::GREATER, &[sc, zero], c, Options::None, &mut m);
+            m.add_op(OpCode::Builtin(B::IF), &[c, x], &[o], Options::If { then_subgraph: 1, else_subgraph: 2 });
+            for (k, code) in [(2.0f32, B::MUL), (1.0, B::SUB)] {
+                let mut g = ModelSpec::default();
+                let gx = g.add_tensor(TensorSpec::activation("x", TensorType::FLOAT32, &shape));
+                let gk = g.add_tensor(TensorSpec::const_f32("k", &[], &[k]));
+                let gy = g.add_tensor(TensorSpec::activation("y", TensorType::FLOAT32, &shape));
+                g.add_op(OpCode::Builtin(code), &[gx, gk], &[gy], Options::Binary { activation: Activation::NONE });
+                g.inputs = vec![gx];
+                g.outputs = vec![gy];
+                m.subgraphs.push(g);
+            }
+            ranges.extend([(-1.0, 1.0), fr]);
+        }
+        "WHILE" => {
+            // (i, acc) = (0, x); while i < n: (i + 1, acc * 1.5)
+            let n = r.u(1, 5) as f32;
+            let shape = [r.u(1, 6) as i32];
+            let i0 = m.add_tensor(TensorSpec::const_f32("i0", &[1], &[0.0]));
+            let x = f32in(&mut m, "x", &shape);
+            let iout = m.add_tensor(TensorSpec::activation("i", TensorType::FLOAT32, &[1]));
+            let o = m.add_tensor(TensorSpec::activation("acc", TensorType::FLOAT32, &shape));
+            m.outputs.push(o);
+            m.add_op(OpCode::Builtin(B::WHILE), &[i0, x], &[iout, o], Options::While { cond_subgraph: 1, body_subgraph: 2 });
+            let mut cond = ModelSpec::default();
+            let (ci, ca) = (
+                cond.add_tensor(TensorSpec::activation("i", TensorType::FLOAT32, &[1])),
+                cond.add_tensor(TensorSpec::activation("acc", TensorType::FLOAT32, &shape)),
+            );
+            let cn = cond.add_tensor(TensorSpec::const_f32("n", &[1], &[n]));
+            let cb = cond.add_tensor(TensorSpec::activation("more", TensorType::BOOL, &[1]));
+            cond.add_op(OpCode::Builtin(B::LESS), &[ci, cn], &[cb], Options::None);
+            cond.inputs = vec![ci, ca];
+            cond.outputs = vec![cb];
+            let mut body = ModelSpec::default();
+            let (bi, ba) = (
+                body.add_tensor(TensorSpec::activation("i", TensorType::FLOAT32, &[1])),
+                body.add_tensor(TensorSpec::activation("acc", TensorType::FLOAT32, &shape)),
+            );
+            let (one, k) = (body.add_tensor(TensorSpec::const_f32("one", &[1], &[1.0])), body.add_tensor(TensorSpec::const_f32("k", &[], &[1.5])));
+            let (bi2, ba2) = (
+                body.add_tensor(TensorSpec::activation("i2", TensorType::FLOAT32, &[1])),
+                body.add_tensor(TensorSpec::activation("acc2", TensorType::FLOAT32, &shape)),
+            );
+            body.add_op(OpCode::Builtin(B::ADD), &[bi, one], &[bi2], Options::Binary { activation: Activation::NONE });
+            body.add_op(OpCode::Builtin(B::MUL), &[ba, k], &[ba2], Options::Binary { activation: Activation::NONE });
+            body.inputs = vec![bi, ba];
+            body.outputs = vec![bi2, ba2];
+            m.subgraphs.push(cond);
+            m.subgraphs.push(body);
+            ranges.push(fr);
+        }
+        "VARIABLES" => {
+            // CALL_ONCE initializes a variable to z; each run adds x to it and returns it.
+            let shape = [r.u(1, 6) as i32];
+            let zv = r.floats(shape[0] as usize, -1.0, 1.0);
+            let x = f32in(&mut m, "x", &shape);
+            let h = m.add_tensor(TensorSpec::activation("h", TensorType::RESOURCE, &[]));
+            let st = m.add_tensor(TensorSpec::activation("state", TensorType::FLOAT32, &shape));
+            let o = out(&mut m, TensorType::FLOAT32, &shape);
+            m.add_op(OpCode::Builtin(B::CALL_ONCE), &[], &[], Options::CallOnce { init_subgraph: 1 });
+            m.add_op(OpCode::Builtin(B::VAR_HANDLE), &[], &[h], Options::VarHandle { container: String::new(), shared_name: "state".into() });
+            m.add_op(OpCode::Builtin(B::READ_VARIABLE), &[h], &[st], Options::None);
+            m.add_op(OpCode::Builtin(B::ADD), &[st, x], &[o], Options::Binary { activation: Activation::NONE });
+            m.add_op(OpCode::Builtin(B::ASSIGN_VARIABLE), &[h, o], &[], Options::None);
+            let mut init = ModelSpec::default();
+            let ih = init.add_tensor(TensorSpec::activation("h", TensorType::RESOURCE, &[]));
+            let iz = init.add_tensor(TensorSpec::const_f32("z", &shape, &zv));
+            init.add_op(OpCode::Builtin(B::VAR_HANDLE), &[], &[ih], Options::VarHandle { container: String::new(), shared_name: "state".into() });
+            init.add_op(OpCode::Builtin(B::ASSIGN_VARIABLE), &[ih, iz], &[], Options::None);
+            m.subgraphs.push(init);
+            ranges.push(fr);
+        }
         _ => panic!("no generator for {op}"),
     }
     Case { spec: m, ranges, fixed }
@@ -731,6 +812,9 @@ const OPS: &[&str] = &[
     "STRIDED_SLICE_ELLIPSIS",
     "STRIDED_SLICE_OFFSET",
     "RESHAPE_DYNAMIC",
+    "IF",
+    "WHILE",
+    "VARIABLES",
 ];
 
 /// A small float CNN, built with the writer: conv -> depthwise -> pool -> FC -> softmax.
