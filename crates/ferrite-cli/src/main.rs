@@ -90,6 +90,10 @@ enum Cmd {
         /// Seed for random inputs.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// Run N steps in one session (streaming models keep their state between
+        /// steps): each input .npy has a leading axis of N, and outputs are stacked the same way.
+        #[arg(long)]
+        steps: Option<usize>,
     },
     /// Time load, prepare and execute.
     Bench {
@@ -117,7 +121,7 @@ fn main() -> ExitCode {
         Cmd::Inspect { model, json, memory } => {
             model_files(&model).and_then(|files| files.iter().try_for_each(|f| if memory { inspect_memory(f, json) } else { inspect(f, json) }))
         }
-        Cmd::Run { model, inputs, out_dir, threads, seed } => run(&model, &inputs, &out_dir, threads, seed),
+        Cmd::Run { model, inputs, out_dir, threads, seed, steps } => run(&model, &inputs, &out_dir, threads, seed, steps),
         Cmd::Bench { model, threads, shapes, warmup, runs, json, profile } => bench(&model, threads, &shapes, warmup, runs, json, profile),
     };
     match r {
@@ -381,12 +385,14 @@ fn model_files(path: &Path) -> Result<Vec<PathBuf>, String> {
     Ok(vec![path.to_path_buf()])
 }
 
-fn run(path: &Path, inputs: &[PathBuf], out_dir: &Path, threads: usize, seed: u64) -> Result<(), String> {
+fn run(path: &Path, inputs: &[PathBuf], out_dir: &Path, threads: usize, seed: u64, steps: Option<usize>) -> Result<(), String> {
     let mut s = open_session(path, threads)?;
     let descs = s.inputs();
     if !inputs.is_empty() && inputs.len() != descs.len() {
         return Err(format!("model has {} inputs but {} -i files were given", descs.len(), inputs.len()));
     }
+    let n_steps = steps.unwrap_or(1).max(1);
+    // Per input: the bytes of every step, back to back.
     let mut data = Vec::new();
     let mut rng = Rng(seed);
     for (k, d) in descs.iter().enumerate() {
@@ -395,24 +401,46 @@ fn run(path: &Path, inputs: &[PathBuf], out_dir: &Path, threads: usize, seed: u6
             if a.dtype != d.dtype {
                 return Err(format!("{}: array is {} but input {k} ('{}') is {}", p.display(), a.dtype.name(), d.name, d.dtype.name()));
             }
-            if a.shape != d.shape {
-                s.resize_input(k, &a.shape).map_err(|e| e.to_string())?;
+            let shape = if steps.is_some() {
+                if a.shape.first() != Some(&n_steps) {
+                    return Err(format!("{}: with --steps {n_steps} the array needs a leading axis of {n_steps}, got {:?}", p.display(), a.shape));
+                }
+                a.shape[1..].to_vec()
+            } else {
+                a.shape.clone()
+            };
+            if shape != d.shape {
+                s.resize_input(k, &shape).map_err(|e| e.to_string())?;
             }
             data.push(a.data);
         } else {
-            data.push(random_bytes(d.dtype, d.shape.iter().product(), &mut rng)?);
+            data.push(random_bytes(d.dtype, d.shape.iter().product::<usize>() * n_steps, &mut rng)?);
         }
     }
     s.prepare().map_err(|e| e.to_string())?;
-    for (k, d) in data.iter().enumerate() {
-        s.set_input(k, d).map_err(|e| e.to_string())?;
+    let mut stacked: Vec<(DType, Vec<usize>, Vec<u8>)> = Vec::new();
+    for step in 0..n_steps {
+        for (k, d) in data.iter().enumerate() {
+            let per = d.len() / n_steps;
+            s.set_input(k, &d[step * per..(step + 1) * per]).map_err(|e| e.to_string())?;
+        }
+        s.run().map_err(|e| e.to_string())?;
+        for k in 0..s.outputs().len() {
+            let o = s.output(k).map_err(|e| e.to_string())?;
+            if step == 0 {
+                stacked.push((o.dtype, o.shape.to_vec(), Vec::with_capacity(o.bytes.len() * n_steps)));
+            }
+            stacked[k].2.extend_from_slice(o.bytes);
+        }
     }
-    s.run().map_err(|e| e.to_string())?;
     std::fs::create_dir_all(out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
-    for k in 0..s.outputs().len() {
-        let o = s.output(k).map_err(|e| e.to_string())?;
+    for (k, (dtype, shape, bytes)) in stacked.iter().enumerate() {
+        let mut shape = shape.clone();
+        if steps.is_some() {
+            shape.insert(0, n_steps);
+        }
         let p = out_dir.join(format!("output_{k}.npy"));
-        std::fs::write(&p, npy::write(o.dtype, o.shape, o.bytes)?).map_err(|e| format!("{}: {e}", p.display()))?;
+        std::fs::write(&p, npy::write(*dtype, &shape, bytes)?).map_err(|e| format!("{}: {e}", p.display()))?;
     }
     Ok(())
 }

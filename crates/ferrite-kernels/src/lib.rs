@@ -45,6 +45,7 @@ pub mod igemm;
 pub mod movement;
 pub mod parallel;
 pub mod pool;
+pub mod quant;
 pub mod reduce;
 pub mod resize;
 pub mod softmax;

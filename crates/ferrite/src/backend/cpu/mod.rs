@@ -5,6 +5,7 @@ mod convert;
 pub(crate) use nn::transpose_conv_built;
 mod elementwise;
 mod nn;
+mod quant;
 mod reduce;
 mod shape;
 
@@ -35,6 +36,13 @@ fn build_builtin(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> 
         return Err(op.unsupported("custom op without a registered implementation"));
     };
     match B(code) {
+        B::CONV_2D | B::DEPTHWISE_CONV_2D | B::FULLY_CONNECTED if is_int(op) => match B(code) {
+            B::FULLY_CONNECTED => quant::fully_connected(op),
+            c => quant::conv(op, c == B::DEPTHWISE_CONV_2D),
+        },
+        B::LOGISTIC if is_int(op) => quant::table(op, ferrite_kernels::elementwise::logistic),
+        B::TANH if is_int(op) => quant::table(op, f32::tanh),
+        B::QUANTIZE => quant::quantize(op),
         B::CONV_2D => nn::conv2d(op, ctx),
         B::DEPTHWISE_CONV_2D => nn::depthwise(op, ctx),
         B::AVERAGE_POOL_2D | B::MAX_POOL_2D => nn::pool(op, B(code) == B::MAX_POOL_2D),
@@ -94,6 +102,11 @@ fn build_builtin(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> 
         B::CAST => convert::cast(op),
         _ => Err(op.unsupported("no CPU kernel for this op yet")),
     }
+}
+
+/// True when the op's first input holds quantized integers.
+fn is_int(op: &OpContext<'_>) -> bool {
+    op.opt_input(0).is_some_and(|d| matches!(d.dtype, DType::I8 | DType::U8 | DType::I16))
 }
 
 /// Clamp range of a fused activation. LiteRT's builtin kernels turn a fused TANH or

@@ -122,6 +122,13 @@ pub(crate) fn concat(op: &OpContext<'_>, pack: bool) -> Result<Built> {
         };
         (axis(op, i64::from(a), first.shape.len())?, inputs.iter().map(|i| i.shape.clone()).collect())
     };
+    // Integer inputs are copied, which is only right when they share the output's scale.
+    if matches!(dtype, DType::I8 | DType::U8 | DType::I16) && !pack {
+        let oq = op.outputs[0].quant.as_ref();
+        if inputs.iter().any(|i| i.quant != oq) {
+            return Err(op.unsupported("concatenating quantized inputs with different scales"));
+        }
+    }
     let mut out = shapes[0].clone();
     out[ax] = 0;
     for (i, s) in shapes.iter().enumerate() {

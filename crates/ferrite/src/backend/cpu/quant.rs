@@ -1,0 +1,222 @@
+//! Integer kernels with LiteRT's builtin-kernel numerics: int8 convolution,
+//! depthwise convolution and fully-connected (per-channel weights), table-driven
+//! LOGISTIC / TANH, and QUANTIZE.
+
+use std::sync::Mutex;
+
+use ferrite_kernels::quant::{self as kq, QConv, Requant};
+
+use super::nn::window;
+use crate::backend::{arg, typed, typed_mut, Built, OpContext};
+use crate::error::Result;
+use crate::model::{DType, Quantization};
+use crate::ops::{Activation, OpParams};
+
+/// (scale, zero point) of a per-tensor quantized input or output.
+fn per_tensor(op: &OpContext<'_>, q: Option<&Quantization>, what: &str) -> Result<(f32, i32)> {
+    let q = q.ok_or_else(|| op.bad(format!("{what} has no quantization parameters")))?;
+    Ok((q.scale[0], q.zero_point[0] as i32))
+}
+
+/// The fused activation's range in the output's quantized domain, as LiteRT computes it.
+pub(crate) fn activation_range(act: Activation, scale: f32, zp: i32, dtype: DType) -> (i32, i32) {
+    let (qmin, qmax) = match dtype {
+        DType::U8 => (0, 255),
+        DType::I16 => (-32768, 32767),
+        _ => (-128, 127),
+    };
+    let q = |f: f32| zp + (f / scale).round() as i32;
+    match act {
+        Activation::Relu => (qmin.max(q(0.0)), qmax),
+        Activation::Relu6 => (qmin.max(q(0.0)), qmax.min(q(6.0))),
+        Activation::ReluN1To1 => (qmin.max(q(-1.0)), qmax.min(q(1.0))),
+        _ => (qmin, qmax),
+    }
+}
+
+/// Requantization for accumulators of `in_scale * w_scale[c]` onto the output.
+fn requant(op: &OpContext<'_>, in_scale: f32, w_scales: &[f32], act: Activation) -> Result<Requant> {
+    let (out_scale, out_zp) = per_tensor(op, op.outputs[0].quant.as_ref(), "output")?;
+    let (mut multiplier, mut shift) = (Vec::with_capacity(w_scales.len()), Vec::with_capacity(w_scales.len()));
+    for &ws in w_scales {
+        let (m, s) = kq::quantize_multiplier(f64::from(in_scale) * f64::from(ws) / f64::from(out_scale));
+        multiplier.push(m);
+        shift.push(s);
+    }
+    let (min, max) = activation_range(act, out_scale, out_zp, op.outputs[0].dtype);
+    Ok(Requant { multiplier, shift, out_zp, min, max })
+}
+
+fn require_i8(op: &OpContext<'_>) -> Result<()> {
+    let (x, w) = (op.input(0)?, op.input(1)?);
+    if x.dtype != DType::I8 || w.dtype != DType::I8 || op.outputs[0].dtype != DType::I8 || op.opt_input(2).is_some_and(|b| b.dtype != DType::I32) {
+        return Err(op.unsupported(format!(
+            "integer kernel for {} input with {} weights (int8 with int32 bias is implemented)",
+            x.dtype.name(),
+            w.dtype.name()
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) fn conv(op: &OpContext<'_>, depthwise: bool) -> Result<Built> {
+    require_i8(op)?;
+    let (x, w) = (op.input(0)?, op.input(1)?);
+    let (padding, stride, dilation, act) = match op.op.params {
+        OpParams::Conv2D { padding, stride, dilation, activation } if !depthwise => (padding, stride, dilation, activation),
+        OpParams::DepthwiseConv2D { padding, stride, dilation, activation, .. } if depthwise => (padding, stride, dilation, activation),
+        _ => return Err(op.bad("missing convolution options")),
+    };
+    if x.shape.len() != 4 || w.shape.len() != 4 {
+        return Err(op.bad("input and filter must be 4-D"));
+    }
+    let (in_c, kh, kw) = (x.shape[3], w.shape[1], w.shape[2]);
+    let out_c = if depthwise { w.shape[3] } else { w.shape[0] };
+    if (!depthwise && w.shape[3] != in_c) || (depthwise && (w.shape[0] != 1 || in_c == 0 || out_c % in_c != 0)) {
+        return Err(op.bad(format!("filter {:?} does not match input {:?}", w.shape, x.shape)));
+    }
+    if op.opt_input(2).is_some_and(|b| b.shape.iter().product::<usize>() != out_c) {
+        return Err(op.bad("bias size does not match the output channels"));
+    }
+    let (in_scale, in_zp) = per_tensor(op, x.quant, "input")?;
+    let wq = w.quant.ok_or_else(|| op.bad("filter has no quantization parameters"))?;
+    if wq.scale.len() != 1 && wq.scale.len() != out_c {
+        return Err(op.bad(format!("{} filter scales for {out_c} channels", wq.scale.len())));
+    }
+    let g = window(op, &x.shape, (kh, kw), stride, dilation, padding)?;
+    let q = QConv {
+        g,
+        in_c,
+        out_c,
+        depth_multiplier: if depthwise { out_c / in_c } else { 0 },
+        in_zp,
+        w_zp: wq.zero_point[0] as i32,
+        rq: requant(op, in_scale, &wq.scale, act)?,
+    };
+    let has_bias = op.opt_input(2).is_some();
+    let acc = Mutex::new(vec![0i32; out_c]);
+    Ok(Built {
+        outputs: vec![(DType::I8, vec![g.batch, g.out_h, g.out_w, out_c])],
+        kernel: Box::new(move |ins, outs| {
+            let bias = if has_bias { Some(typed::<i32>(arg(ins, 2)?)?) } else { None };
+            let mut acc = acc.lock().unwrap_or_else(|e| e.into_inner());
+            kq::conv_i8(typed(arg(ins, 0)?)?, typed(arg(ins, 1)?)?, bias, &q, typed_mut(outs[0])?, &mut acc);
+            Ok(())
+        }),
+    })
+}
+
+pub(crate) fn fully_connected(op: &OpContext<'_>) -> Result<Built> {
+    require_i8(op)?;
+    let OpParams::FullyConnected { activation, keep_num_dims, .. } = op.op.params else { return Err(op.bad("missing FullyConnected options")) };
+    let (x, w) = (op.input(0)?, op.input(1)?);
+    if w.shape.len() != 2 {
+        return Err(op.bad("weights must be 2-D"));
+    }
+    let (out_n, in_n) = (w.shape[0], w.shape[1]);
+    let total: usize = x.shape.iter().product();
+    if in_n == 0 || !total.is_multiple_of(in_n) {
+        return Err(op.bad(format!("input {:?} is not a multiple of {in_n}", x.shape)));
+    }
+    let batch = total / in_n;
+    let (in_scale, in_zp) = per_tensor(op, x.quant, "input")?;
+    let wq = w.quant.ok_or_else(|| op.bad("weights have no quantization parameters"))?;
+    if wq.scale.len() != 1 && wq.scale.len() != out_n {
+        return Err(op.bad(format!("{} weight scales for {out_n} outputs", wq.scale.len())));
+    }
+    let rq = requant(op, in_scale, &wq.scale, activation)?;
+    let w_zp = wq.zero_point[0] as i32;
+    let out_shape = if keep_num_dims {
+        let mut s = x.shape.clone();
+        if let Some(l) = s.last_mut() {
+            *l = out_n;
+        }
+        s
+    } else {
+        vec![batch, out_n]
+    };
+    let has_bias = op.opt_input(2).is_some();
+    Ok(Built {
+        outputs: vec![(DType::I8, out_shape)],
+        kernel: Box::new(move |ins, outs| {
+            let bias = if has_bias { Some(typed::<i32>(arg(ins, 2)?)?) } else { None };
+            kq::fully_connected_i8(typed(arg(ins, 0)?)?, typed(arg(ins, 1)?)?, bias, batch, in_n, out_n, in_zp, w_zp, &rq, typed_mut(outs[0])?);
+            Ok(())
+        }),
+    })
+}
+
+/// LOGISTIC / TANH on int8 or uint8 through a 256-entry table, built the way
+/// LiteRT's optimized kernels build theirs (float function, round, clamp).
+pub(crate) fn table(op: &OpContext<'_>, f: fn(f32) -> f32) -> Result<Built> {
+    let x = op.input(0)?;
+    let dtype = x.dtype;
+    if !matches!(dtype, DType::I8 | DType::U8) || op.outputs[0].dtype != dtype {
+        return Err(op.unsupported(format!("table kernel for {}", dtype.name())));
+    }
+    let (in_scale, in_zp) = per_tensor(op, x.quant, "input")?;
+    let (out_scale, out_zp) = per_tensor(op, op.outputs[0].quant.as_ref(), "output")?;
+    let (lo, hi) = if dtype == DType::I8 { (-128, 127) } else { (0, 255) };
+    let inverse = 1.0 / out_scale;
+    let mut lut = [0u8; 256];
+    for (byte, slot) in lut.iter_mut().enumerate() {
+        let v = if dtype == DType::I8 { i32::from(byte as u8 as i8) } else { byte as i32 };
+        let y = f(in_scale * (v - in_zp) as f32);
+        *slot = (((y * inverse).round() as i32 + out_zp).clamp(lo, hi)) as u8;
+    }
+    Ok(Built {
+        outputs: vec![(dtype, x.shape.clone())],
+        kernel: Box::new(move |ins, outs| {
+            for (o, &i) in outs[0].iter_mut().zip(arg(ins, 0)?) {
+                *o = lut[usize::from(i)];
+            }
+            Ok(())
+        }),
+    })
+}
+
+/// QUANTIZE: float to integer (round half away from zero), or integer to integer
+/// through a fixed-point multiplier.
+pub(crate) fn quantize(op: &OpContext<'_>) -> Result<Built> {
+    let x = op.input(0)?;
+    let to = op.outputs[0].dtype;
+    let (out_scale, out_zp) = per_tensor(op, op.outputs[0].quant.as_ref(), "output")?;
+    let (lo, hi) = match to {
+        DType::I8 => (-128, 127),
+        DType::U8 => (0, 255),
+        DType::I16 => (-32768, 32767),
+        t => return Err(op.unsupported(format!("QUANTIZE to {}", t.name()))),
+    };
+    let from = x.dtype;
+    let store = move |o: &mut [u8], i: usize, v: i32| match to {
+        DType::I16 => o[2 * i..2 * i + 2].copy_from_slice(&(v as i16).to_le_bytes()),
+        _ => o[i] = v as u8,
+    };
+    let n: usize = x.shape.iter().product();
+    let kernel: crate::backend::KernelFn = match from {
+        DType::F32 => Box::new(move |ins, outs| {
+            for (i, &v) in typed::<f32>(arg(ins, 0)?)?.iter().enumerate() {
+                store(outs[0], i, ((v / out_scale).round() as i32 + out_zp).clamp(lo, hi));
+            }
+            Ok(())
+        }),
+        DType::I8 | DType::U8 | DType::I16 => {
+            let (in_scale, in_zp) = per_tensor(op, x.quant, "input")?;
+            let (m, s) = kq::quantize_multiplier(f64::from(in_scale) / f64::from(out_scale));
+            Box::new(move |ins, outs| {
+                let src = arg(ins, 0)?;
+                for i in 0..n {
+                    let v = match from {
+                        DType::I8 => i32::from(src[i] as i8),
+                        DType::U8 => i32::from(src[i]),
+                        _ => i32::from(i16::from_le_bytes([src[2 * i], src[2 * i + 1]])),
+                    };
+                    store(outs[0], i, (kq::multiply_by_quantized_multiplier(v - in_zp, m, s) + out_zp).clamp(lo, hi));
+                }
+                Ok(())
+            })
+        }
+        t => return Err(op.unsupported(format!("QUANTIZE from {}", t.name()))),
+    };
+    Ok(Built { outputs: vec![(to, x.shape.clone())], kernel })
+}
