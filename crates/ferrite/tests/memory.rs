@@ -300,16 +300,25 @@ fn zero_copy_matches_copying_runs_on_the_corpus() {
         if s.prepare().is_err() {
             continue;
         }
-        let ins: Vec<Vec<u8>> =
-            s.inputs().iter().map(|d| (0..d.shape.iter().product::<usize>()).flat_map(|i| ((i % 97) as f32 / 97.0).to_le_bytes()).collect()).collect();
+        let ins: Vec<Vec<u8>> = s
+            .inputs()
+            .iter()
+            .map(|d| match d.dtype.size() {
+                Some(4) => (0..d.shape.iter().product::<usize>()).flat_map(|i| ((i % 97) as f32 / 97.0).to_le_bytes()).collect(),
+                _ => (0..d.shape.iter().product::<usize>() * d.dtype.size().unwrap_or(1)).map(|i| (i * 37 % 251) as u8).collect(),
+            })
+            .collect();
         for (k, b) in ins.iter().enumerate() {
             s.set_input(k, b).unwrap();
         }
+        // Streaming models keep state between runs: start both runs from the same state.
+        s.reset_variables();
         s.run().unwrap();
         let want: Vec<Vec<u8>> = (0..s.outputs().len()).map(|k| s.output(k).unwrap().bytes.to_vec()).collect();
         let mut outs: Vec<Vec<u8>> = want.iter().map(|w| vec![0u8; w.len()]).collect();
         let in_refs: Vec<&[u8]> = ins.iter().map(|v| &v[..]).collect();
         let mut out_refs: Vec<&mut [u8]> = outs.iter_mut().map(|v| &mut v[..]).collect();
+        s.reset_variables();
         let stats = s.run_with(&in_refs, &mut out_refs).unwrap();
         assert_eq!(outs, want, "{}", p.display());
         println!(
