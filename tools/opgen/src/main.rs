@@ -699,6 +699,96 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             m.subgraphs.push(init);
             ranges.push(fr);
         }
+        "CONV_2D_INT8" | "DEPTHWISE_CONV_2D_INT8" | "FULLY_CONNECTED_INT8" => {
+            let kind = op.trim_end_matches("_INT8");
+            let (s_in, zp_in) = (r.f(0.01, 0.1), r.int(-20, 20));
+            let (s_out, zp_out) = (r.f(0.02, 0.5), r.int(-20, 20));
+            let q = |s: f32, z: i64| Some((vec![s], vec![z], 0));
+            let ints = |r: &mut Rng, n: usize, lo: i64, hi: i64| -> Vec<u8> { (0..n).map(|_| r.int(lo, hi) as i8 as u8).collect() };
+            let (xs, ws, oc, axis): (Vec<i32>, Vec<i32>, usize, i32) = match kind {
+                "FULLY_CONNECTED" => {
+                    let (b, i, o) = (r.u(1, 3) as i32, r.u(1, 40) as i32, r.u(1, 16));
+                    (vec![b, i], vec![o as i32, i], o, 0)
+                }
+                _ => {
+                    let (h, w, c, k) = (r.u(3, 8) as i32, r.u(3, 8) as i32, r.u(1, 6) as i32, r.u(1, 3) as i32);
+                    if kind == "DEPTHWISE_CONV_2D" {
+                        let mult = r.u(1, 2) as i32;
+                        (vec![1, h, w, c], vec![1, k, k, c * mult], (c * mult) as usize, 3)
+                    } else {
+                        let o = r.u(1, 8);
+                        (vec![1, h, w, c], vec![o as i32, k, k, c], o, 0)
+                    }
+                }
+            };
+            let x = m.add_tensor(TensorSpec { quant: q(s_in, zp_in), ..TensorSpec::activation("x", TensorType::INT8, &xs) });
+            m.inputs.push(x);
+            // Per-channel weight scales (per tensor for fully-connected), symmetric.
+            let wscales: Vec<f32> = if kind == "FULLY_CONNECTED" { vec![r.f(0.002, 0.02)] } else { (0..oc).map(|_| r.f(0.002, 0.02)).collect() };
+            let wdata = ints(r, ws.iter().map(|&d| d as usize).product(), -127, 127);
+            let wt = m.add_tensor(TensorSpec {
+                data: Some(wdata),
+                quant: Some((wscales.clone(), vec![0; wscales.len()], axis)),
+                ..TensorSpec::activation("w", TensorType::INT8, &ws)
+            });
+            // The bias scale must be input scale x weight scale, per channel.
+            let bscales: Vec<f32> = (0..oc).map(|c| s_in * wscales[if wscales.len() == 1 { 0 } else { c }]).collect();
+            let bdata: Vec<u8> = (0..oc).flat_map(|_| (r.int(-2000, 2000) as i32).to_le_bytes()).collect();
+            let bt = m.add_tensor(TensorSpec {
+                data: Some(bdata),
+                quant: Some((bscales, vec![0; oc], 0)),
+                ..TensorSpec::activation("b", TensorType::INT32, &[oc as i32])
+            });
+            let o = m.add_tensor(TensorSpec { quant: q(s_out, zp_out), ..TensorSpec::activation("y", TensorType::INT8, &[]) });
+            m.outputs.push(o);
+            let activation = act(r);
+            let (padding, stride) = (same_or_valid(r), (r.u(1, 2) as i32, r.u(1, 2) as i32));
+            let (code, opts) = match kind {
+                "FULLY_CONNECTED" => (B::FULLY_CONNECTED, Options::FullyConnected { activation, keep_num_dims: false }),
+                "DEPTHWISE_CONV_2D" => {
+                    (B::DEPTHWISE_CONV_2D, Options::DepthwiseConv2D { padding, stride, dilation: (1, 1), depth_multiplier: (oc as i32) / xs[3], activation })
+                }
+                _ => (B::CONV_2D, Options::Conv2D { padding, stride, dilation: (1, 1), activation }),
+            };
+            single(code, &[x, wt, bt], o, opts, &mut m);
+        }
+        "LOGISTIC_INT8" | "TANH_INT8" => {
+            let shape = {
+                let rk = r.u(1, 3);
+                r.shape(rk, 1, 8)
+            };
+            let x = m.add_tensor(TensorSpec {
+                quant: Some((vec![r.f(0.01, 0.2)], vec![r.int(-30, 30)], 0)),
+                ..TensorSpec::activation("x", TensorType::INT8, &shape)
+            });
+            m.inputs.push(x);
+            // LiteRT fixes these output scales for int8.
+            let oq = if op == "LOGISTIC_INT8" { (vec![1.0 / 256.0], vec![-128], 0) } else { (vec![1.0 / 128.0], vec![0], 0) };
+            let o = m.add_tensor(TensorSpec { quant: Some(oq), ..TensorSpec::activation("y", TensorType::INT8, &shape) });
+            m.outputs.push(o);
+            single(if op == "LOGISTIC_INT8" { B::LOGISTIC } else { B::TANH }, &[x], o, Options::None, &mut m);
+        }
+        "QUANTIZE_FLOAT" | "QUANTIZE_REQUANT" => {
+            let shape = {
+                let rk = r.u(1, 3);
+                r.shape(rk, 1, 8)
+            };
+            let x = if op == "QUANTIZE_FLOAT" {
+                ranges.push((-3.0, 3.0));
+                f32in(&mut m, "x", &shape)
+            } else {
+                let t = m.add_tensor(TensorSpec {
+                    quant: Some((vec![r.f(0.01, 0.1)], vec![r.int(-50, 50)], 0)),
+                    ..TensorSpec::activation("x", TensorType::INT8, &shape)
+                });
+                m.inputs.push(t);
+                t
+            };
+            let (dtype, zp) = if r.coin() { (TensorType::INT8, r.int(-20, 20)) } else { (TensorType::UINT8, r.int(100, 150)) };
+            let o = m.add_tensor(TensorSpec { quant: Some((vec![r.f(0.01, 0.1)], vec![zp], 0)), ..TensorSpec::activation("y", dtype, &shape) });
+            m.outputs.push(o);
+            single(B::QUANTIZE, &[x], o, Options::Empty(BuiltinOptions::QuantizeOptions), &mut m);
+        }
         _ => panic!("no generator for {op}"),
     }
     Case { spec: m, ranges, fixed }
@@ -815,6 +905,13 @@ const OPS: &[&str] = &[
     "IF",
     "WHILE",
     "VARIABLES",
+    "CONV_2D_INT8",
+    "DEPTHWISE_CONV_2D_INT8",
+    "FULLY_CONNECTED_INT8",
+    "LOGISTIC_INT8",
+    "TANH_INT8",
+    "QUANTIZE_FLOAT",
+    "QUANTIZE_REQUANT",
 ];
 
 /// A small float CNN, built with the writer: conv -> depthwise -> pool -> FC -> softmax.
