@@ -789,6 +789,40 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             m.outputs.push(o);
             single(B::QUANTIZE, &[x], o, Options::Empty(BuiltinOptions::QuantizeOptions), &mut m);
         }
+        "ADD_INT8" | "SUB_INT8" | "MUL_INT8" => {
+            let rank = r.u(1, 4);
+            let full = r.shape(rank, 1, 5);
+            let skip = r.u(0, rank - 1);
+            let other: Vec<i32> = full.iter().map(|&d| if r.coin() { 1 } else { d }).skip(skip).collect();
+            let (sa, sb) = if r.coin() { (full.clone(), other) } else { (other, full.clone()) };
+            let qi = |r: &mut Rng| Some((vec![r.f(0.01, 0.2)], vec![r.int(-30, 30)], 0));
+            let a = m.add_tensor(TensorSpec { quant: qi(r), ..TensorSpec::activation("a", TensorType::INT8, &sa) });
+            let b = m.add_tensor(TensorSpec { quant: qi(r), ..TensorSpec::activation("b", TensorType::INT8, &sb) });
+            m.inputs.extend([a, b]);
+            let o = m.add_tensor(TensorSpec { quant: qi(r), ..TensorSpec::activation("y", TensorType::INT8, &[]) });
+            m.outputs.push(o);
+            let code = match op {
+                "ADD_INT8" => B::ADD,
+                "SUB_INT8" => B::SUB,
+                _ => B::MUL,
+            };
+            single(code, &[a, b], o, Options::Binary { activation: act(r) }, &mut m);
+        }
+        "AVERAGE_POOL_2D_INT8" | "MAX_POOL_2D_INT8" => {
+            let s = [r.u(1, 2) as i32, r.u(3, 9) as i32, r.u(3, 9) as i32, r.u(1, 5) as i32];
+            let q = Some((vec![r.f(0.01, 0.2)], vec![r.int(-30, 30)], 0));
+            let x = m.add_tensor(TensorSpec { quant: q.clone(), ..TensorSpec::activation("x", TensorType::INT8, &s) });
+            m.inputs.push(x);
+            let o = m.add_tensor(TensorSpec { quant: q, ..TensorSpec::activation("y", TensorType::INT8, &[]) });
+            m.outputs.push(o);
+            let opts = Options::Pool2D {
+                padding: same_or_valid(r),
+                stride: (r.u(1, 2) as i32, r.u(1, 2) as i32),
+                filter: (r.u(1, 3) as i32, r.u(1, 3) as i32),
+                activation: act(r),
+            };
+            single(if op == "MAX_POOL_2D_INT8" { B::MAX_POOL_2D } else { B::AVERAGE_POOL_2D }, &[x], o, opts, &mut m);
+        }
         _ => panic!("no generator for {op}"),
     }
     Case { spec: m, ranges, fixed }
@@ -912,6 +946,11 @@ const OPS: &[&str] = &[
     "TANH_INT8",
     "QUANTIZE_FLOAT",
     "QUANTIZE_REQUANT",
+    "ADD_INT8",
+    "SUB_INT8",
+    "MUL_INT8",
+    "AVERAGE_POOL_2D_INT8",
+    "MAX_POOL_2D_INT8",
 ];
 
 /// A small float CNN, built with the writer: conv -> depthwise -> pool -> FC -> softmax.

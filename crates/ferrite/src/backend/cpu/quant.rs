@@ -220,3 +220,109 @@ pub(crate) fn quantize(op: &OpContext<'_>) -> Result<Built> {
     };
     Ok(Built { outputs: vec![(to, x.shape.clone())], kernel })
 }
+
+/// ADD / SUB / MUL on int8 or uint8 with broadcasting, as LiteRT's builtin kernels:
+/// ADD and SUB shift both inputs left by 20 bits, rescale them to twice the larger
+/// input scale, combine, and rescale to the output; MUL rescales the product.
+pub(crate) fn binary(op: &OpContext<'_>, code: ferrite_format::schema::BuiltinOperator) -> Result<Built> {
+    use ferrite_format::schema::BuiltinOperator as B;
+    let (a, b) = (op.input(0)?, op.input(1)?);
+    let dtype = a.dtype;
+    if !matches!(dtype, DType::I8 | DType::U8) || b.dtype != dtype || op.outputs[0].dtype != dtype {
+        return Err(op.unsupported(format!("quantized {} of {} and {}", op.op.code.name(), a.dtype.name(), b.dtype.name())));
+    }
+    let (s1, z1) = per_tensor(op, a.quant, "input 0")?;
+    let (s2, z2) = per_tensor(op, b.quant, "input 1")?;
+    let (so, zo) = per_tensor(op, op.outputs[0].quant.as_ref(), "output")?;
+    let act = match op.op.params {
+        OpParams::Binary { activation } => activation,
+        _ => Activation::None,
+    };
+    let (lo, hi) = activation_range(act, so, zo, dtype);
+    let (sa, sb) = (a.shape.clone(), b.shape.clone());
+    let out = ferrite_kernels::elementwise::broadcast_shape(&sa, &sb).ok_or_else(|| op.bad(format!("shapes {sa:?} and {sb:?} do not broadcast")))?;
+    let os = out.clone();
+    let f: Box<dyn Fn(i32, i32) -> i32 + Send + Sync> = match code {
+        B::ADD | B::SUB => {
+            const LEFT_SHIFT: i32 = 20;
+            let twice_max = 2.0 * f64::from(s1.max(s2));
+            let (m1, e1) = kq::quantize_multiplier(f64::from(s1) / twice_max);
+            let (m2, e2) = kq::quantize_multiplier(f64::from(s2) / twice_max);
+            let (mo, eo) = kq::quantize_multiplier(twice_max / (f64::from(1 << LEFT_SHIFT) * f64::from(so)));
+            let sign = if code == B::SUB { -1 } else { 1 };
+            Box::new(move |x, y| {
+                let x = kq::multiply_by_quantized_multiplier((x - z1) * (1 << LEFT_SHIFT), m1, e1);
+                let y = kq::multiply_by_quantized_multiplier((y - z2) * (1 << LEFT_SHIFT), m2, e2);
+                (kq::multiply_by_quantized_multiplier(x + sign * y, mo, eo) + zo).clamp(lo, hi)
+            })
+        }
+        B::MUL => {
+            let (m, e) = kq::quantize_multiplier(f64::from(s1) * f64::from(s2) / f64::from(so));
+            Box::new(move |x, y| (kq::multiply_by_quantized_multiplier((x - z1) * (y - z2), m, e) + zo).clamp(lo, hi))
+        }
+        _ => return Err(op.unsupported(format!("quantized {}", op.op.code.name()))),
+    };
+    let signed = dtype == DType::I8;
+    Ok(Built {
+        outputs: vec![(dtype, out)],
+        kernel: Box::new(move |ins, outs| {
+            let widen = |v: u8| if signed { i32::from(v as i8) } else { i32::from(v) };
+            ferrite_kernels::elementwise::binary(arg(ins, 0)?, &sa, arg(ins, 1)?, &sb, outs[0], &os, |x, y| f(widen(x), widen(y)) as u8);
+            Ok(())
+        }),
+    })
+}
+
+/// AVERAGE_POOL_2D / MAX_POOL_2D on int8 or uint8: input and output share a scale;
+/// the average rounds half away from zero over the positions inside the input.
+pub(crate) fn pool(op: &OpContext<'_>, max: bool) -> Result<Built> {
+    let OpParams::Pool2D { padding, stride, filter, activation } = op.op.params else { return Err(op.bad("missing Pool2D options")) };
+    let x = op.input(0)?;
+    let dtype = x.dtype;
+    if !matches!(dtype, DType::I8 | DType::U8) || op.outputs[0].dtype != dtype || x.shape.len() != 4 {
+        return Err(op.unsupported(format!("quantized pooling of {} {:?}", dtype.name(), x.shape)));
+    }
+    let (so, zo) = per_tensor(op, op.outputs[0].quant.as_ref(), "output")?;
+    let (lo, hi) = activation_range(activation, so, zo, dtype);
+    let g = window(op, &x.shape, filter, stride, (1, 1), padding)?;
+    let c = x.shape[3];
+    let signed = dtype == DType::I8;
+    Ok(Built {
+        outputs: vec![(dtype, vec![g.batch, g.out_h, g.out_w, c])],
+        kernel: Box::new(move |ins, outs| {
+            let (input, out) = (arg(ins, 0)?, &mut *outs[0]);
+            let widen = |v: u8| if signed { i32::from(v as i8) } else { i32::from(v) };
+            for n in 0..g.batch {
+                for oy in 0..g.out_h {
+                    for ox in 0..g.out_w {
+                        let y0 = (oy * g.stride_h) as isize - g.pad_top as isize;
+                        let x0 = (ox * g.stride_w) as isize - g.pad_left as isize;
+                        let (ys, ye) = (y0.max(0) as usize, ((y0 + g.k_h as isize).min(g.in_h as isize)).max(0) as usize);
+                        let (xs, xe) = (x0.max(0) as usize, ((x0 + g.k_w as isize).min(g.in_w as isize)).max(0) as usize);
+                        let count = (ye.saturating_sub(ys) * xe.saturating_sub(xs)) as i32;
+                        for ch in 0..c {
+                            let mut acc = if max { i32::MIN } else { 0 };
+                            for yy in ys..ye {
+                                for xx in xs..xe {
+                                    let v = widen(input[((n * g.in_h + yy) * g.in_w + xx) * c + ch]);
+                                    acc = if max { acc.max(v) } else { acc + v };
+                                }
+                            }
+                            let v = if max {
+                                acc
+                            } else if count == 0 {
+                                0
+                            } else if acc > 0 {
+                                (acc + count / 2) / count
+                            } else {
+                                (acc - count / 2) / count
+                            };
+                            out[((n * g.out_h + oy) * g.out_w + ox) * c + ch] = v.clamp(lo, hi) as u8;
+                        }
+                    }
+                }
+            }
+            Ok(())
+        }),
+    })
+}
