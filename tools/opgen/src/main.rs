@@ -823,6 +823,21 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             };
             single(if op == "MAX_POOL_2D_INT8" { B::MAX_POOL_2D } else { B::AVERAGE_POOL_2D }, &[x], o, opts, &mut m);
         }
+        "SOFTMAX_INT8" => {
+            let shape = {
+                let rk = r.u(1, 3);
+                r.shape(rk, 1, 10)
+            };
+            let x = m.add_tensor(TensorSpec {
+                quant: Some((vec![r.f(0.01, 0.3)], vec![r.int(-30, 30)], 0)),
+                ..TensorSpec::activation("x", TensorType::INT8, &shape)
+            });
+            m.inputs.push(x);
+            // LiteRT requires this output scale for int8 softmax.
+            let o = m.add_tensor(TensorSpec { quant: Some((vec![1.0 / 256.0], vec![-128], 0)), ..TensorSpec::activation("y", TensorType::INT8, &shape) });
+            m.outputs.push(o);
+            single(B::SOFTMAX, &[x], o, Options::Softmax { beta: r.f(0.5, 2.0) }, &mut m);
+        }
         _ => panic!("no generator for {op}"),
     }
     Case { spec: m, ranges, fixed }
@@ -951,6 +966,7 @@ const OPS: &[&str] = &[
     "MUL_INT8",
     "AVERAGE_POOL_2D_INT8",
     "MAX_POOL_2D_INT8",
+    "SOFTMAX_INT8",
 ];
 
 /// A small float CNN, built with the writer: conv -> depthwise -> pool -> FC -> softmax.

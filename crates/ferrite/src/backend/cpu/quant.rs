@@ -326,3 +326,47 @@ pub(crate) fn pool(op: &OpContext<'_>, max: bool) -> Result<Built> {
         }),
     })
 }
+
+/// SOFTMAX on int8 / uint8 as LiteRT's optimized kernel: a float table of
+/// `exp(-input_scale * beta * v)` indexed from each row's maximum, a float sum,
+/// and each output rounded half away from zero.
+pub(crate) fn softmax(op: &OpContext<'_>) -> Result<Built> {
+    let x = op.input(0)?;
+    let dtype = x.dtype;
+    if !matches!(dtype, DType::I8 | DType::U8) || op.outputs[0].dtype != dtype {
+        return Err(op.unsupported(format!("quantized SOFTMAX of {} to {}", dtype.name(), op.outputs[0].dtype.name())));
+    }
+    let beta = match op.op.params {
+        OpParams::Softmax { beta } => beta,
+        _ => 1.0,
+    };
+    let (in_scale, _) = per_tensor(op, x.quant, "input")?;
+    let (out_scale, out_zp) = per_tensor(op, op.outputs[0].quant.as_ref(), "output")?;
+    let n = *x.shape.last().ok_or_else(|| op.bad("softmax of a scalar"))?;
+    let scale = -in_scale * beta;
+    let mut table = [0.0f32; 256];
+    for v in 0..256usize {
+        table[255 - v] = (scale * v as f32).exp();
+    }
+    let (lo, hi) = if dtype == DType::I8 { (-128, 127) } else { (0, 255) };
+    let signed = dtype == DType::I8;
+    Ok(Built {
+        outputs: vec![(dtype, x.shape.clone())],
+        kernel: Box::new(move |ins, outs| {
+            if n == 0 {
+                return Ok(());
+            }
+            let widen = |v: u8| if signed { i32::from(v as i8) } else { i32::from(v) };
+            for (row, orow) in arg(ins, 0)?.chunks_exact(n).zip(outs[0].chunks_exact_mut(n)) {
+                let max = row.iter().map(|&v| widen(v)).max().unwrap_or(0);
+                let at = |v: u8| table[(255 - max + widen(v)) as usize];
+                let sum: f32 = row.iter().fold(0.0f32, |s, &v| s + at(v));
+                let inv = 1.0 / (sum * out_scale);
+                for (o, &v) in orow.iter_mut().zip(row) {
+                    *o = ((at(v) * inv).round() as i32 + out_zp).clamp(lo, hi) as u8;
+                }
+            }
+            Ok(())
+        }),
+    })
+}
