@@ -838,6 +838,29 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             m.outputs.push(o);
             single(B::SOFTMAX, &[x], o, Options::Softmax { beta: r.f(0.5, 2.0) }, &mut m);
         }
+        "RELU_INT8" | "RELU6_INT8" | "RELU_N1_TO_1_INT8" | "LEAKY_RELU_INT8" => {
+            let shape = {
+                let rk = r.u(1, 3);
+                r.shape(rk, 1, 10)
+            };
+            let x = m.add_tensor(TensorSpec {
+                quant: Some((vec![r.f(0.01, 0.1)], vec![r.int(-30, 30)], 0)),
+                ..TensorSpec::activation("x", TensorType::INT8, &shape)
+            });
+            m.inputs.push(x);
+            let o = m.add_tensor(TensorSpec {
+                quant: Some((vec![r.f(0.01, 0.1)], vec![r.int(-30, 30)], 0)),
+                ..TensorSpec::activation("y", TensorType::INT8, &shape)
+            });
+            m.outputs.push(o);
+            let (code, opts) = match op {
+                "RELU_INT8" => (B::RELU, Options::None),
+                "RELU6_INT8" => (B::RELU6, Options::None),
+                "RELU_N1_TO_1_INT8" => (B::RELU_N1_TO_1, Options::None),
+                _ => (B::LEAKY_RELU, Options::LeakyRelu { alpha: r.f(0.01, 0.5) }),
+            };
+            single(code, &[x], o, opts, &mut m);
+        }
         _ => panic!("no generator for {op}"),
     }
     Case { spec: m, ranges, fixed }
@@ -967,6 +990,10 @@ const OPS: &[&str] = &[
     "AVERAGE_POOL_2D_INT8",
     "MAX_POOL_2D_INT8",
     "SOFTMAX_INT8",
+    "RELU_INT8",
+    "RELU6_INT8",
+    "RELU_N1_TO_1_INT8",
+    "LEAKY_RELU_INT8",
 ];
 
 /// A small float CNN, built with the writer: conv -> depthwise -> pool -> FC -> softmax.

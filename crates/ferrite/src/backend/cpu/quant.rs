@@ -370,3 +370,51 @@ pub(crate) fn softmax(op: &OpContext<'_>) -> Result<Built> {
         }),
     })
 }
+
+/// RELU, RELU6, RELU_N1_TO_1 and LEAKY_RELU on int8 / uint8: (x - in_zp) rescaled
+/// to the output scale (by `alpha` below zero for LEAKY_RELU), clamped to the
+/// activation's quantized range.
+pub(crate) fn relu_like(op: &OpContext<'_>, code: ferrite_format::schema::BuiltinOperator) -> Result<Built> {
+    use ferrite_format::schema::BuiltinOperator as B;
+    let x = op.input(0)?;
+    let dtype = x.dtype;
+    if !matches!(dtype, DType::I8 | DType::U8) || op.outputs[0].dtype != dtype {
+        return Err(op.unsupported(format!("quantized {} of {}", op.op.code.name(), dtype.name())));
+    }
+    let (in_scale, in_zp) = per_tensor(op, x.quant, "input")?;
+    let (out_scale, out_zp) = per_tensor(op, op.outputs[0].quant.as_ref(), "output")?;
+    let act = match code {
+        B::RELU => Activation::Relu,
+        B::RELU6 => Activation::Relu6,
+        B::RELU_N1_TO_1 => Activation::ReluN1To1,
+        _ => Activation::None,
+    };
+    let (lo, hi) = activation_range(act, out_scale, out_zp, dtype);
+    let (m_id, s_id) = kq::quantize_multiplier(f64::from(in_scale) / f64::from(out_scale));
+    let alpha = match op.op.params {
+        OpParams::LeakyRelu { alpha } if code == B::LEAKY_RELU => Some(alpha),
+        _ => None,
+    };
+    // The negative side's multiplier may be negative; LiteRT folds the sign into it.
+    let (m_a, s_a) = match alpha {
+        Some(a) => {
+            let real = f64::from(in_scale) * f64::from(a) / f64::from(out_scale);
+            let (m, s) = kq::quantize_multiplier(real.abs());
+            (if real < 0.0 { -m } else { m }, s)
+        }
+        None => (m_id, s_id),
+    };
+    let signed = dtype == DType::I8;
+    let leaky = alpha.is_some();
+    Ok(Built {
+        outputs: vec![(dtype, x.shape.clone())],
+        kernel: Box::new(move |ins, outs| {
+            for (o, &v) in outs[0].iter_mut().zip(arg(ins, 0)?) {
+                let d = if signed { i32::from(v as i8) } else { i32::from(v) } - in_zp;
+                let (m, s) = if leaky && d < 0 { (m_a, s_a) } else { (m_id, s_id) };
+                *o = (kq::multiply_by_quantized_multiplier(d, m, s) + out_zp).clamp(lo, hi) as u8;
+            }
+            Ok(())
+        }),
+    })
+}
