@@ -102,20 +102,18 @@ pub struct QConv {
 }
 
 simd_fn! {
-    /// Integer convolution of int8 data (regular, or depthwise when
-    /// `q.depth_multiplier > 0`). Weights OHWI (regular) or 1HW(C*M) (depthwise);
-    /// taps in the padding are skipped, as in TFLite. `acc` holds `out_c` values.
-    pub fn conv_i8(input: &[i8], w: &[i8], bias: Option<&[i32]>, q: &QConv, out: &mut [i8], acc: &mut [i32]) {
+    /// Integer convolution accumulators: `acc[pixel, o] = sum (x - in_zp) * (w - w_zp)`
+    /// over the taps inside the input (padding is skipped, as in TFLite), for a
+    /// regular convolution (weights OHWI) or a depthwise one (`q.depth_multiplier >
+    /// 0`, weights 1HW(C*M)). `acc` holds the whole output.
+    pub fn conv_acc_i8(input: &[i8], w: &[i8], q: &QConv, acc: &mut [i32]) {
         let g = &q.g;
         let (in_c, out_c) = (q.in_c, q.out_c);
-        let acc = &mut acc[..out_c];
         for n in 0..g.batch {
             for oy in 0..g.out_h {
                 for ox in 0..g.out_w {
-                    match bias {
-                        Some(b) => acc.copy_from_slice(&b[..out_c]),
-                        None => acc.fill(0),
-                    }
+                    let a = &mut acc[((n * g.out_h + oy) * g.out_w + ox) * out_c..][..out_c];
+                    a.fill(0);
                     for ky in 0..g.k_h {
                         let Some(iy) = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h) else { continue };
                         for kx in 0..g.k_w {
@@ -124,29 +122,80 @@ simd_fn! {
                             if q.depth_multiplier > 0 {
                                 let m = q.depth_multiplier;
                                 let wr = &w[(ky * g.k_w + kx) * out_c..][..out_c];
-                                for (o, a) in acc.iter_mut().enumerate() {
-                                    *a += (i32::from(px[o / m]) - q.in_zp) * (i32::from(wr[o]) - q.w_zp);
+                                for (o, av) in a.iter_mut().enumerate() {
+                                    *av += (i32::from(px[o / m]) - q.in_zp) * (i32::from(wr[o]) - q.w_zp);
                                 }
                             } else {
-                                for (o, a) in acc.iter_mut().enumerate() {
+                                for (o, av) in a.iter_mut().enumerate() {
                                     let wr = &w[((o * g.k_h + ky) * g.k_w + kx) * in_c..][..in_c];
                                     let mut s = 0i32;
                                     for (&x, &wv) in px.iter().zip(wr) {
                                         s += (i32::from(x) - q.in_zp) * (i32::from(wv) - q.w_zp);
                                     }
-                                    *a += s;
+                                    *av += s;
                                 }
                             }
                         }
-                    }
-                    let o0 = ((n * g.out_h + oy) * g.out_w + ox) * out_c;
-                    for (o, &a) in acc.iter().enumerate() {
-                        out[o0 + o] = q.rq.apply(a, o) as i8;
                     }
                 }
             }
         }
     }
+}
+
+/// Integer convolution with int8 output: accumulators plus bias, requantized.
+/// `acc` holds the whole output (scratch).
+pub fn conv_i8(input: &[i8], w: &[i8], bias: Option<&[i32]>, q: &QConv, out: &mut [i8], acc: &mut [i32]) {
+    conv_acc_i8(input, w, q, acc);
+    for (i, (o, &a)) in out.iter_mut().zip(acc.iter()).enumerate() {
+        let c = i % q.out_c;
+        *o = q.rq.apply(a + bias.map_or(0, |b| b[c]), c) as i8;
+    }
+}
+
+/// Quantizes floats asymmetrically to [-128, 127] as TFLite's hybrid convolutions
+/// do: the range includes 0, the zero point is nudged onto the grid. Returns
+/// (scaling factor, zero point).
+pub fn asymmetric_quantize(x: &[f32], out: &mut [i8]) -> (f32, i32) {
+    let (qmin, qmax) = (-128.0f64, 127.0f64);
+    let (lo, hi) = x.iter().fold((0.0f32, 0.0f32), |(l, h), &v| (l.min(v), h.max(v)));
+    let (rmin, rmax) = (f64::from(lo), f64::from(hi));
+    if rmin == rmax {
+        out.fill(0);
+        return (1.0, 0);
+    }
+    let scale = (rmax - rmin) / (qmax - qmin);
+    let (zp_from_min, zp_from_max) = (qmin - rmin / scale, qmax - rmax / scale);
+    let (err_min, err_max) = (qmin.abs() + (rmin / scale).abs(), qmax.abs() + (rmax / scale).abs());
+    let zp_f = if err_min < err_max { zp_from_min } else { zp_from_max };
+    let zp = if zp_f <= qmin {
+        -128
+    } else if zp_f >= qmax {
+        127
+    } else {
+        zp_f.round() as i32
+    };
+    let scale_f = scale as f32;
+    let inv = 1.0f32 / scale_f;
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = ((zp as f32 + v * inv).round() as i32).clamp(-128, 127) as i8;
+    }
+    (scale_f, zp)
+}
+
+/// Quantizes floats symmetrically to [-127, 127] as TFLite's hybrid kernels do and
+/// returns the scaling factor (`max |x| / 127`; 1 when all values are zero).
+pub fn symmetric_quantize(x: &[f32], out: &mut [i8]) -> f32 {
+    let range = x.iter().fold(0.0f32, |m, &v| m.max(v.abs()));
+    if range == 0.0 {
+        out.fill(0);
+        return 1.0;
+    }
+    let inv = 127.0 / range;
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = ((v * inv).round() as i32).clamp(-127, 127) as i8;
+    }
+    range / 127.0
 }
 
 simd_fn! {

@@ -861,6 +861,44 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             };
             single(code, &[x], o, opts, &mut m);
         }
+        "FULLY_CONNECTED_HYBRID" | "CONV_2D_HYBRID" | "DEPTHWISE_CONV_2D_HYBRID" => {
+            // Float activations, int8 weights with per-channel scales, float bias.
+            let kind = op.trim_end_matches("_HYBRID");
+            let (xs, ws, oc, axis): (Vec<i32>, Vec<i32>, usize, i32) = match kind {
+                "FULLY_CONNECTED" => {
+                    let (b, i, o) = (r.u(1, 3) as i32, r.u(2, 40) as i32, r.u(1, 16));
+                    (vec![b, i], vec![o as i32, i], o, 0)
+                }
+                _ => {
+                    let (h, w, c, k) = (r.u(3, 8) as i32, r.u(3, 8) as i32, r.u(1, 6) as i32, r.u(1, 3) as i32);
+                    if kind == "DEPTHWISE_CONV_2D" {
+                        (vec![1, h, w, c], vec![1, k, k, c], c as usize, 3)
+                    } else {
+                        let o = r.u(1, 8);
+                        (vec![1, h, w, c], vec![o as i32, k, k, c], o, 0)
+                    }
+                }
+            };
+            let x = f32in(&mut m, "x", &xs);
+            ranges.push(fr);
+            let wscales: Vec<f32> = (0..oc).map(|_| r.f(0.002, 0.02)).collect();
+            let wdata: Vec<u8> = (0..ws.iter().map(|&d| d as usize).product::<usize>()).map(|_| r.int(-127, 127) as i8 as u8).collect();
+            let wt =
+                m.add_tensor(TensorSpec { data: Some(wdata), quant: Some((wscales, vec![0; oc], axis)), ..TensorSpec::activation("w", TensorType::INT8, &ws) });
+            let bv = r.floats(oc, -1.0, 1.0);
+            let bt = m.add_tensor(TensorSpec::const_f32("b", &[oc as i32], &bv));
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            let activation = act(r);
+            let (code, opts) = match kind {
+                "FULLY_CONNECTED" => (B::FULLY_CONNECTED, Options::FullyConnected { activation, keep_num_dims: false }),
+                "DEPTHWISE_CONV_2D" => (
+                    B::DEPTHWISE_CONV_2D,
+                    Options::DepthwiseConv2D { padding: same_or_valid(r), stride: (1, 1), dilation: (1, 1), depth_multiplier: 1, activation },
+                ),
+                _ => (B::CONV_2D, Options::Conv2D { padding: same_or_valid(r), stride: (r.u(1, 2) as i32, r.u(1, 2) as i32), dilation: (1, 1), activation }),
+            };
+            single(code, &[x, wt, bt], o, opts, &mut m);
+        }
         _ => panic!("no generator for {op}"),
     }
     Case { spec: m, ranges, fixed }
@@ -994,6 +1032,9 @@ const OPS: &[&str] = &[
     "RELU6_INT8",
     "RELU_N1_TO_1_INT8",
     "LEAKY_RELU_INT8",
+    "FULLY_CONNECTED_HYBRID",
+    "CONV_2D_HYBRID",
+    "DEPTHWISE_CONV_2D_HYBRID",
 ];
 
 /// A small float CNN, built with the writer: conv -> depthwise -> pool -> FC -> softmax.

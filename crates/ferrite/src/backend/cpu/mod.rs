@@ -36,6 +36,7 @@ fn build_builtin(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> 
         return Err(op.unsupported("custom op without a registered implementation"));
     };
     match B(code) {
+        B::CONV_2D | B::DEPTHWISE_CONV_2D | B::FULLY_CONNECTED if is_hybrid(op) => quant::hybrid(op, B(code)),
         B::CONV_2D | B::DEPTHWISE_CONV_2D | B::FULLY_CONNECTED if is_int(op) => match B(code) {
             B::FULLY_CONNECTED => quant::fully_connected(op),
             c => quant::conv(op, c == B::DEPTHWISE_CONV_2D),
@@ -106,6 +107,11 @@ fn build_builtin(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> 
         B::CAST => convert::cast(op),
         _ => Err(op.unsupported("no CPU kernel for this op yet")),
     }
+}
+
+/// True for float activations with int8 weights (dynamic-range quantization).
+fn is_hybrid(op: &OpContext<'_>) -> bool {
+    op.opt_input(0).is_some_and(|d| d.dtype == DType::F32) && op.opt_input(1).is_some_and(|d| d.dtype == DType::I8)
 }
 
 /// True when the op's first input holds quantized integers.

@@ -94,7 +94,7 @@ pub(crate) fn conv(op: &OpContext<'_>, depthwise: bool) -> Result<Built> {
         rq: requant(op, in_scale, &wq.scale, act)?,
     };
     let has_bias = op.opt_input(2).is_some();
-    let acc = Mutex::new(vec![0i32; out_c]);
+    let acc = Mutex::new(vec![0i32; g.batch * g.out_h * g.out_w * out_c]);
     Ok(Built {
         outputs: vec![(DType::I8, vec![g.batch, g.out_h, g.out_w, out_c])],
         kernel: Box::new(move |ins, outs| {
@@ -413,6 +413,128 @@ pub(crate) fn relu_like(op: &OpContext<'_>, code: ferrite_format::schema::Builti
                 let d = if signed { i32::from(v as i8) } else { i32::from(v) } - in_zp;
                 let (m, s) = if leaky && d < 0 { (m_a, s_a) } else { (m_id, s_id) };
                 *o = (kq::multiply_by_quantized_multiplier(d, m, s) + out_zp).clamp(lo, hi) as u8;
+            }
+            Ok(())
+        }),
+    })
+}
+
+/// Hybrid (dynamic-range) convolution and fully-connected layers: float input and
+/// output, int8 weights. Each batch row of the input is quantized symmetrically at
+/// run time, multiplied in integers, and rescaled by `row scale x weight scale`.
+pub(crate) fn hybrid(op: &OpContext<'_>, code: ferrite_format::schema::BuiltinOperator) -> Result<Built> {
+    use ferrite_format::schema::BuiltinOperator as B;
+    let (x, w) = (op.input(0)?, op.input(1)?);
+    if x.dtype != DType::F32 || w.dtype != DType::I8 || op.outputs[0].dtype != DType::F32 || op.opt_input(2).is_some_and(|b| b.dtype != DType::F32) {
+        return Err(op.unsupported("hybrid kernels take float32 input, int8 weights and float32 bias"));
+    }
+    let wq = w.quant.ok_or_else(|| op.bad("weights have no quantization parameters"))?;
+    if wq.zero_point.iter().any(|&z| z != 0) {
+        return Err(op.unsupported("hybrid weights with a nonzero zero point"));
+    }
+    let w_scales = wq.scale.clone();
+    let has_bias = op.opt_input(2).is_some();
+    let (act, batch, out_shape, q): (Activation, usize, Vec<usize>, Option<QConv>) = match (code, &op.op.params) {
+        (B::FULLY_CONNECTED, OpParams::FullyConnected { activation, keep_num_dims, asymmetric_quantize_inputs, .. }) => {
+            if *asymmetric_quantize_inputs {
+                return Err(op.unsupported("asymmetric input quantization in hybrid FULLY_CONNECTED"));
+            }
+            let in_n = *w.shape.get(1).ok_or_else(|| op.bad("weights must be 2-D"))?;
+            let total: usize = x.shape.iter().product();
+            if in_n == 0 || !total.is_multiple_of(in_n) {
+                return Err(op.bad(format!("input {:?} is not a multiple of {in_n}", x.shape)));
+            }
+            let out_n = w.shape[0];
+            let shape = if *keep_num_dims {
+                let mut s = x.shape.clone();
+                if let Some(l) = s.last_mut() {
+                    *l = out_n;
+                }
+                s
+            } else {
+                vec![total / in_n, out_n]
+            };
+            (*activation, total / in_n, shape, None)
+        }
+        (B::CONV_2D | B::DEPTHWISE_CONV_2D, params) => {
+            let depthwise = code == B::DEPTHWISE_CONV_2D;
+            let (padding, stride, dilation, act) = match params {
+                OpParams::Conv2D { padding, stride, dilation, activation } if !depthwise => (*padding, *stride, *dilation, *activation),
+                OpParams::DepthwiseConv2D { padding, stride, dilation, activation, .. } if depthwise => (*padding, *stride, *dilation, *activation),
+                _ => return Err(op.bad("missing convolution options")),
+            };
+            if x.shape.len() != 4 || w.shape.len() != 4 {
+                return Err(op.bad("input and filter must be 4-D"));
+            }
+            let in_c = x.shape[3];
+            let out_c = if depthwise { w.shape[3] } else { w.shape[0] };
+            if (!depthwise && w.shape[3] != in_c) || (depthwise && (w.shape[0] != 1 || in_c == 0 || out_c % in_c != 0)) {
+                return Err(op.bad(format!("filter {:?} does not match input {:?}", w.shape, x.shape)));
+            }
+            let g = window(op, &x.shape, (w.shape[1], w.shape[2]), stride, dilation, padding)?;
+            let rq = Requant { multiplier: vec![], shift: vec![], out_zp: 0, min: 0, max: 0 };
+            let q = QConv { g, in_c, out_c, depth_multiplier: if depthwise { out_c / in_c } else { 0 }, in_zp: 0, w_zp: 0, rq };
+            (act, g.batch, vec![g.batch, g.out_h, g.out_w, out_c], Some(q))
+        }
+        _ => return Err(op.unsupported("hybrid op")),
+    };
+    let clamp = super::clamp_of(op, act)?;
+    let out_c = *out_shape.last().unwrap_or(&1);
+    let out_len: usize = out_shape.iter().product();
+    if w_scales.len() != 1 && w_scales.len() != out_c {
+        return Err(op.bad(format!("{} weight scales for {out_c} channels", w_scales.len())));
+    }
+    let in_len: usize = x.shape.iter().product();
+    let asymmetric = code == B::DEPTHWISE_CONV_2D || (code == B::CONV_2D && w_scales.len() > 1);
+    // Run-time scratch, sized once here: quantized input, accumulators, row scales.
+    let scratch = Mutex::new((vec![0i8; in_len], vec![0i32; out_len], vec![0.0f32; batch]));
+    Ok(Built {
+        outputs: vec![(DType::F32, out_shape)],
+        kernel: Box::new(move |ins, outs| {
+            let (input, weights) = (typed::<f32>(arg(ins, 0)?)?, typed::<i8>(arg(ins, 1)?)?);
+            let bias = if has_bias { Some(typed::<f32>(arg(ins, 2)?)?) } else { None };
+            let out = typed_mut::<f32>(outs[0])?;
+            let mut guard = scratch.lock().unwrap_or_else(|e| e.into_inner());
+            let (qx, acc, row_scale) = &mut *guard;
+            let row = in_len / batch.max(1);
+            // LiteRT quantizes each batch asymmetrically for per-channel hybrid convolution
+            // (and depthwise), symmetrically for per-tensor weights and fully-connected.
+            let mut zero_points = [0i32; 1];
+            for (b, sf) in row_scale.iter_mut().enumerate() {
+                let (src, dst) = (&input[b * row..(b + 1) * row], &mut qx[b * row..(b + 1) * row]);
+                if asymmetric {
+                    let (scale, zp) = kq::asymmetric_quantize(src, dst);
+                    *sf = scale;
+                    if b == 0 {
+                        zero_points[0] = zp;
+                    } else if zp != zero_points[0] {
+                        return Err(super::runtime("hybrid convolution over batches with different input zero points"));
+                    }
+                } else {
+                    *sf = kq::symmetric_quantize(src, dst);
+                }
+            }
+            match &q {
+                Some(q) => {
+                    let q = QConv { in_zp: zero_points[0], ..q.clone() };
+                    kq::conv_acc_i8(qx, weights, &q, acc)
+                }
+                None => {
+                    let in_n = row;
+                    for b in 0..batch {
+                        for o in 0..out_c {
+                            let wr = &weights[o * in_n..(o + 1) * in_n];
+                            acc[b * out_c + o] = qx[b * in_n..(b + 1) * in_n].iter().zip(wr).map(|(&a, &c)| i32::from(a) * i32::from(c)).sum();
+                        }
+                    }
+                }
+            }
+            let per_batch = out_len / batch.max(1);
+            for (i, (o, &a)) in out.iter_mut().zip(acc.iter()).enumerate() {
+                let c = i % out_c;
+                let ws = w_scales[if w_scales.len() == 1 { 0 } else { c }];
+                let scale = row_scale[i / per_batch] * ws;
+                *o = clamp.apply(bias.map_or(0.0, |b| b[c]) + a as f32 * scale);
             }
             Ok(())
         }),
