@@ -699,8 +699,11 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             m.subgraphs.push(init);
             ranges.push(fr);
         }
-        "CONV_2D_INT8" | "DEPTHWISE_CONV_2D_INT8" | "FULLY_CONNECTED_INT8" => {
-            let kind = op.trim_end_matches("_INT8");
+        "CONV_2D_INT8" | "DEPTHWISE_CONV_2D_INT8" | "FULLY_CONNECTED_INT8" | "CONV_2D_UINT8" | "DEPTHWISE_CONV_2D_UINT8" | "FULLY_CONNECTED_UINT8" => {
+            // uint8 models (older converters) use asymmetric weights: a nonzero zero point.
+            let unsigned = op.ends_with("_UINT8");
+            let kind = op.trim_end_matches("_INT8").trim_end_matches("_UINT8");
+            let (ty, off) = if unsigned { (TensorType::UINT8, 128) } else { (TensorType::INT8, 0) };
             let (s_in, zp_in) = (r.f(0.01, 0.1), r.int(-20, 20));
             let (s_out, zp_out) = (r.f(0.02, 0.5), r.int(-20, 20));
             let q = |s: f32, z: i64| Some((vec![s], vec![z], 0));
@@ -721,25 +724,27 @@ fn gen(op: &str, r: &mut Rng) -> Case {
                     }
                 }
             };
-            let x = m.add_tensor(TensorSpec { quant: q(s_in, zp_in), ..TensorSpec::activation("x", TensorType::INT8, &xs) });
+            let x = m.add_tensor(TensorSpec { quant: q(s_in, zp_in + off), ..TensorSpec::activation("x", ty, &xs) });
             m.inputs.push(x);
             // Per-channel weight scales (per tensor for fully-connected), symmetric.
-            let wscales: Vec<f32> = if kind == "FULLY_CONNECTED" { vec![r.f(0.002, 0.02)] } else { (0..oc).map(|_| r.f(0.002, 0.02)).collect() };
-            let wdata = ints(r, ws.iter().map(|&d| d as usize).product(), -127, 127);
+            let wscales: Vec<f32> = if kind == "FULLY_CONNECTED" || unsigned { vec![r.f(0.002, 0.02)] } else { (0..oc).map(|_| r.f(0.002, 0.02)).collect() };
+            let n_w: usize = ws.iter().map(|&d| d as usize).product();
+            let (wzp, wdata) = if unsigned { (r.int(100, 156), ints(r, n_w, 0, 255)) } else { (0, ints(r, n_w, -127, 127)) };
             let wt = m.add_tensor(TensorSpec {
                 data: Some(wdata),
-                quant: Some((wscales.clone(), vec![0; wscales.len()], axis)),
-                ..TensorSpec::activation("w", TensorType::INT8, &ws)
+                quant: Some((wscales.clone(), vec![wzp; wscales.len()], axis)),
+                ..TensorSpec::activation("w", ty, &ws)
             });
             // The bias scale must be input scale x weight scale, per channel.
             let bscales: Vec<f32> = (0..oc).map(|c| s_in * wscales[if wscales.len() == 1 { 0 } else { c }]).collect();
+            let boc = bscales.len();
             let bdata: Vec<u8> = (0..oc).flat_map(|_| (r.int(-2000, 2000) as i32).to_le_bytes()).collect();
             let bt = m.add_tensor(TensorSpec {
                 data: Some(bdata),
-                quant: Some((bscales, vec![0; oc], 0)),
+                quant: Some((bscales, vec![0; boc], 0)),
                 ..TensorSpec::activation("b", TensorType::INT32, &[oc as i32])
             });
-            let o = m.add_tensor(TensorSpec { quant: q(s_out, zp_out), ..TensorSpec::activation("y", TensorType::INT8, &[]) });
+            let o = m.add_tensor(TensorSpec { quant: q(s_out, zp_out + off), ..TensorSpec::activation("y", ty, &[]) });
             m.outputs.push(o);
             let activation = act(r);
             let (padding, stride) = (same_or_valid(r), (r.u(1, 2) as i32, r.u(1, 2) as i32));
@@ -1018,6 +1023,9 @@ const OPS: &[&str] = &[
     "CONV_2D_INT8",
     "DEPTHWISE_CONV_2D_INT8",
     "FULLY_CONNECTED_INT8",
+    "CONV_2D_UINT8",
+    "DEPTHWISE_CONV_2D_UINT8",
+    "FULLY_CONNECTED_UINT8",
     "LOGISTIC_INT8",
     "TANH_INT8",
     "QUANTIZE_FLOAT",

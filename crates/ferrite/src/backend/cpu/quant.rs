@@ -47,20 +47,54 @@ fn requant(op: &OpContext<'_>, in_scale: f32, w_scales: &[f32], act: Activation)
     Ok(Requant { multiplier, shift, out_zp, min, max })
 }
 
-fn require_i8(op: &OpContext<'_>) -> Result<()> {
+/// Checks int8 (or uint8) input, weights and output with int32 bias; true for uint8.
+fn int_types(op: &OpContext<'_>) -> Result<bool> {
     let (x, w) = (op.input(0)?, op.input(1)?);
-    if x.dtype != DType::I8 || w.dtype != DType::I8 || op.outputs[0].dtype != DType::I8 || op.opt_input(2).is_some_and(|b| b.dtype != DType::I32) {
+    let t = x.dtype;
+    if !matches!(t, DType::I8 | DType::U8) || w.dtype != t || op.outputs[0].dtype != t || op.opt_input(2).is_some_and(|b| b.dtype != DType::I32) {
         return Err(op.unsupported(format!(
-            "integer kernel for {} input with {} weights (int8 with int32 bias is implemented)",
+            "integer kernel for {} input with {} weights (int8 or uint8 with int32 bias is implemented)",
             x.dtype.name(),
             w.dtype.name()
         )));
     }
-    Ok(())
+    Ok(t == DType::U8)
+}
+
+/// uint8 runs through the int8 kernels: `u ^ 0x80` is `u - 128` as an int8, so inputs,
+/// weights and outputs flip that bit and every zero point and clamp bound moves by
+/// 128. The arithmetic is otherwise identical.
+struct Unsigned {
+    /// Weights flipped once at prepare.
+    weights: Vec<i8>,
+    /// Input flipped each run (scratch sized at prepare).
+    input: Mutex<Vec<i8>>,
+}
+
+impl Unsigned {
+    fn new(op: &OpContext<'_>, input_len: usize) -> Result<Unsigned> {
+        let w = op.input(1)?.value.ok_or_else(|| op.unsupported("uint8 weights computed at run time"))?;
+        Ok(Unsigned { weights: w.iter().map(|&b| (b ^ 0x80) as i8).collect(), input: Mutex::new(vec![0; input_len]) })
+    }
+
+    /// Flips `src` into the input scratch and returns it.
+    fn input<'a>(&'a self, src: &[u8]) -> std::sync::MutexGuard<'a, Vec<i8>> {
+        let mut input = self.input.lock().unwrap_or_else(|e| e.into_inner());
+        for (d, &s) in input.iter_mut().zip(src) {
+            *d = (s ^ 0x80) as i8;
+        }
+        input
+    }
+}
+
+fn shift_requant(rq: &mut Requant) {
+    rq.out_zp -= 128;
+    rq.min -= 128;
+    rq.max -= 128;
 }
 
 pub(crate) fn conv(op: &OpContext<'_>, depthwise: bool) -> Result<Built> {
-    require_i8(op)?;
+    let unsigned = int_types(op)?;
     let (x, w) = (op.input(0)?, op.input(1)?);
     let (padding, stride, dilation, act) = match op.op.params {
         OpParams::Conv2D { padding, stride, dilation, activation } if !depthwise => (padding, stride, dilation, activation),
@@ -84,7 +118,7 @@ pub(crate) fn conv(op: &OpContext<'_>, depthwise: bool) -> Result<Built> {
         return Err(op.bad(format!("{} filter scales for {out_c} channels", wq.scale.len())));
     }
     let g = window(op, &x.shape, (kh, kw), stride, dilation, padding)?;
-    let q = QConv {
+    let mut q = QConv {
         g,
         in_c,
         out_c,
@@ -93,21 +127,35 @@ pub(crate) fn conv(op: &OpContext<'_>, depthwise: bool) -> Result<Built> {
         w_zp: wq.zero_point[0] as i32,
         rq: requant(op, in_scale, &wq.scale, act)?,
     };
+    let flipped = if unsigned {
+        q.in_zp -= 128;
+        q.w_zp -= 128;
+        shift_requant(&mut q.rq);
+        Some(Unsigned::new(op, x.shape.iter().product())?)
+    } else {
+        None
+    };
     let has_bias = op.opt_input(2).is_some();
     let acc = Mutex::new(vec![0i32; g.batch * g.out_h * g.out_w * out_c]);
     Ok(Built {
-        outputs: vec![(DType::I8, vec![g.batch, g.out_h, g.out_w, out_c])],
+        outputs: vec![(x.dtype, vec![g.batch, g.out_h, g.out_w, out_c])],
         kernel: Box::new(move |ins, outs| {
             let bias = if has_bias { Some(typed::<i32>(arg(ins, 2)?)?) } else { None };
             let mut acc = acc.lock().unwrap_or_else(|e| e.into_inner());
-            kq::conv_i8(typed(arg(ins, 0)?)?, typed(arg(ins, 1)?)?, bias, &q, typed_mut(outs[0])?, &mut acc);
+            match &flipped {
+                None => kq::conv_i8(typed(arg(ins, 0)?)?, typed(arg(ins, 1)?)?, bias, &q, typed_mut(outs[0])?, &mut acc),
+                Some(u) => {
+                    kq::conv_i8(&u.input(arg(ins, 0)?), &u.weights, bias, &q, typed_mut(outs[0])?, &mut acc);
+                    outs[0].iter_mut().for_each(|b| *b ^= 0x80);
+                }
+            }
             Ok(())
         }),
     })
 }
 
 pub(crate) fn fully_connected(op: &OpContext<'_>) -> Result<Built> {
-    require_i8(op)?;
+    let unsigned = int_types(op)?;
     let OpParams::FullyConnected { activation, keep_num_dims, .. } = op.op.params else { return Err(op.bad("missing FullyConnected options")) };
     let (x, w) = (op.input(0)?, op.input(1)?);
     if w.shape.len() != 2 {
@@ -124,8 +172,16 @@ pub(crate) fn fully_connected(op: &OpContext<'_>) -> Result<Built> {
     if wq.scale.len() != 1 && wq.scale.len() != out_n {
         return Err(op.bad(format!("{} weight scales for {out_n} outputs", wq.scale.len())));
     }
-    let rq = requant(op, in_scale, &wq.scale, activation)?;
-    let w_zp = wq.zero_point[0] as i32;
+    let mut rq = requant(op, in_scale, &wq.scale, activation)?;
+    let (mut in_zp, mut w_zp) = (in_zp, wq.zero_point[0] as i32);
+    let flipped = if unsigned {
+        in_zp -= 128;
+        w_zp -= 128;
+        shift_requant(&mut rq);
+        Some(Unsigned::new(op, total)?)
+    } else {
+        None
+    };
     let out_shape = if keep_num_dims {
         let mut s = x.shape.clone();
         if let Some(l) = s.last_mut() {
@@ -137,10 +193,16 @@ pub(crate) fn fully_connected(op: &OpContext<'_>) -> Result<Built> {
     };
     let has_bias = op.opt_input(2).is_some();
     Ok(Built {
-        outputs: vec![(DType::I8, out_shape)],
+        outputs: vec![(x.dtype, out_shape)],
         kernel: Box::new(move |ins, outs| {
             let bias = if has_bias { Some(typed::<i32>(arg(ins, 2)?)?) } else { None };
-            kq::fully_connected_i8(typed(arg(ins, 0)?)?, typed(arg(ins, 1)?)?, bias, batch, in_n, out_n, in_zp, w_zp, &rq, typed_mut(outs[0])?);
+            match &flipped {
+                None => kq::fully_connected_i8(typed(arg(ins, 0)?)?, typed(arg(ins, 1)?)?, bias, batch, in_n, out_n, in_zp, w_zp, &rq, typed_mut(outs[0])?),
+                Some(u) => {
+                    kq::fully_connected_i8(&u.input(arg(ins, 0)?), &u.weights, bias, batch, in_n, out_n, in_zp, w_zp, &rq, typed_mut(outs[0])?);
+                    outs[0].iter_mut().for_each(|b| *b ^= 0x80);
+                }
+            }
             Ok(())
         }),
     })
