@@ -322,7 +322,9 @@ fn compile_at(
     let mut folded_ops = 0;
     let mut aliased_ops = 0;
     let mut dynamic_from: Option<usize> = None;
-    // Last op reading each tensor, so prepare-time constants can be freed early.
+    // Last op reading each tensor, and whether a step reads it at run time, so
+    // prepare-time constants can be freed as soon as nothing needs them.
+    let mut read_at_run = vec![false; tensors.len()];
     let mut last_reader = vec![0usize; tensors.len()];
     for (oi, op) in g.ops.iter().enumerate() {
         for &t in op.inputs.iter().flatten() {
@@ -493,12 +495,17 @@ fn compile_at(
                 tensors[t].loc = Loc::Owned(Arc::new(o));
             }
             folded_ops += 1;
-            release_consumed(&mut tensors, g, oi, &last_reader, |_| true);
+            release_consumed(&mut tensors, g, oi, &last_reader, &read_at_run, |_| true);
         } else {
             let packed = ctx.take_packed_by_build();
             let prepacked: SmallVec<[usize; 2]> =
                 op.inputs.iter().enumerate().filter(|(_, i)| i.is_some_and(|t| packed.contains(&t))).map(|(k, _)| k).collect();
-            release_consumed(&mut tensors, g, oi, &last_reader, |k| prepacked.contains(&k));
+            for (k, i) in op.inputs.iter().enumerate() {
+                if let (Some(t), false) = (i, prepacked.contains(&k)) {
+                    read_at_run[*t] = true;
+                }
+            }
+            release_consumed(&mut tensors, g, oi, &last_reader, &read_at_run, |k| prepacked.contains(&k));
             steps.push(Step { op: oi, work: Work::Kernel(kernel), inputs: SmallVec::new(), prepacked, outputs: SmallVec::new() });
         }
     }
@@ -650,12 +657,20 @@ fn compile_at(
 
 /// Frees prepare-time constants (folded, dequantized) right after their last reader
 /// is built, when that reader does not need them at run time (`unneeded(input
-/// position)`): a folded op, or a kernel holding a packing. Keeps peak memory
+/// position)`: a folded op, or a kernel holding a packing) and no step built earlier
+/// reads them at run time either. Keeps peak memory
 /// during prepare near one layer's worth of converted weights.
-fn release_consumed(tensors: &mut [TensorSlot], g: &crate::model::Subgraph, oi: usize, last_reader: &[usize], unneeded: impl Fn(usize) -> bool) {
+fn release_consumed(
+    tensors: &mut [TensorSlot],
+    g: &crate::model::Subgraph,
+    oi: usize,
+    last_reader: &[usize],
+    read_at_run: &[bool],
+    unneeded: impl Fn(usize) -> bool,
+) {
     for (k, i) in g.ops[oi].inputs.iter().enumerate() {
         if let Some(t) = *i {
-            if last_reader[t] == oi && unneeded(k) && matches!(tensors[t].loc, Loc::Owned(_)) && !g.outputs.contains(&t) {
+            if last_reader[t] == oi && !read_at_run[t] && unneeded(k) && matches!(tensors[t].loc, Loc::Owned(_)) && !g.outputs.contains(&t) {
                 tensors[t].loc = Loc::None;
             }
         }

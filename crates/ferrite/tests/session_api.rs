@@ -178,3 +178,34 @@ fn demo_model_classifies() {
     let (arena, lower) = s.arena_stats().unwrap();
     assert!(arena >= lower && lower > 0);
 }
+
+/// A constant converted at prepare (fp16 bias) shared by a kernel that reads it at
+/// run time and a later one that folds it into its packing must stay available.
+#[test]
+fn shared_prepare_time_constant_survives_packing() {
+    let mut m = ModelSpec::default();
+    let x = m.add_tensor(TensorSpec::activation("x", TensorType::FLOAT32, &[1, 2, 2, 2]));
+    let b16: Vec<u8> = [0x3c00u16, 0x4000].iter().flat_map(|v| v.to_le_bytes()).collect(); // 1.0, 2.0 in fp16
+    let bh = m.add_tensor(TensorSpec { data: Some(b16), ..TensorSpec::activation("b16", TensorType::FLOAT16, &[2]) });
+    let b = m.add_tensor(TensorSpec::activation("b", TensorType::FLOAT32, &[2]));
+    let wd = m.add_tensor(TensorSpec::const_f32("wd", &[1, 1, 1, 2], &[2.0, 3.0]));
+    let wc = m.add_tensor(TensorSpec::const_f32("wc", &[2, 1, 1, 2], &[1.0, 0.0, 0.0, 1.0]));
+    let y1 = m.add_tensor(TensorSpec::activation("y1", TensorType::FLOAT32, &[1, 2, 2, 2]));
+    let y2 = m.add_tensor(TensorSpec::activation("y2", TensorType::FLOAT32, &[1, 2, 2, 2]));
+    let conv = |stride| (ferrite_format::writer::Padding::VALID, stride);
+    m.add_op(OpCode::Builtin(B::DEQUANTIZE), &[bh], &[b], Options::None);
+    let (padding, stride) = conv((1, 1));
+    m.add_op(
+        OpCode::Builtin(B::DEPTHWISE_CONV_2D),
+        &[x, wd, b],
+        &[y1],
+        Options::DepthwiseConv2D { padding, stride, dilation: (1, 1), depth_multiplier: 1, activation: Activation::NONE },
+    );
+    m.add_op(OpCode::Builtin(B::CONV_2D), &[y1, wc, b], &[y2], Options::Conv2D { padding, stride, dilation: (1, 1), activation: Activation::NONE });
+    m.inputs = vec![x];
+    m.outputs = vec![y2];
+    let x: Vec<f32> = (0..8).map(|v| v as f32).collect();
+    // y1 = x * [2, 3] + [1, 2]; y2 = y1 (identity 1x1) + [1, 2]
+    let want: Vec<f32> = x.iter().enumerate().map(|(i, v)| if i % 2 == 0 { v * 2.0 + 2.0 } else { v * 3.0 + 4.0 }).collect();
+    assert_eq!(run(m.to_bytes(), &x), want);
+}
