@@ -215,6 +215,83 @@ simd_fn! {
     }
 }
 
+/// `x * multiplier * 2^(shift - 31)` for a 64-bit accumulator, as TFLite's int16x8
+/// kernels compute it: the multiplier is first rounded to 16 bits, then one
+/// rounding right shift (half up). `shift` must be at most 7 (checked at prepare).
+#[inline(always)]
+pub fn multiply_by_quantized_multiplier_i64(x: i64, multiplier: i32, shift: i32) -> i32 {
+    let reduced = if multiplier < 0x7FFF_0000 { (multiplier + (1 << 15)) >> 16 } else { 0x7FFF };
+    let total = (15 - shift).clamp(1, 62);
+    // i128: a hostile model's accumulators must not overflow; real ones fit in 48 bits.
+    ((i128::from(x) * i128::from(reduced) + (1i128 << (total - 1))) >> total) as i32
+}
+
+/// Requantization of int16x8 accumulators (int64, zero points 0).
+#[inline(always)]
+fn requant_i64(rq: &Requant, acc: i64, c: usize) -> i16 {
+    let i = if rq.multiplier.len() == 1 { 0 } else { c };
+    (multiply_by_quantized_multiplier_i64(acc, rq.multiplier[i], rq.shift[i]) + rq.out_zp).clamp(rq.min, rq.max) as i16
+}
+
+/// int16x8 convolution (int16 activations, int8 weights, int64 bias, zero points 0)
+/// with LiteRT's reference numerics: a 64-bit accumulator per output, taps outside
+/// the input skipped. Regular (OHWI weights) or depthwise (`q.depth_multiplier > 0`).
+pub fn conv_i16(input: &[i16], w: &[i8], bias: Option<&[i64]>, q: &QConv, out: &mut [i16]) {
+    let g = &q.g;
+    let (in_c, out_c) = (q.in_c, q.out_c);
+    let mut acc = vec![0i64; out_c];
+    for n in 0..g.batch {
+        for oy in 0..g.out_h {
+            for ox in 0..g.out_w {
+                acc.iter_mut().enumerate().for_each(|(o, a)| *a = bias.map_or(0, |b| b[o]));
+                for ky in 0..g.k_h {
+                    let Some(iy) = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h) else { continue };
+                    for kx in 0..g.k_w {
+                        let Some(ix) = (ox * g.stride_w + kx * g.dil_w).checked_sub(g.pad_left).filter(|&x| x < g.in_w) else { continue };
+                        let px = &input[((n * g.in_h + iy) * g.in_w + ix) * in_c..][..in_c];
+                        if q.depth_multiplier > 0 {
+                            let m = q.depth_multiplier;
+                            let wr = &w[(ky * g.k_w + kx) * out_c..][..out_c];
+                            for (o, a) in acc.iter_mut().enumerate() {
+                                *a += i64::from(i32::from(px[o / m]) * i32::from(wr[o]));
+                            }
+                        } else {
+                            for (o, a) in acc.iter_mut().enumerate() {
+                                let wr = &w[((o * g.k_h + ky) * g.k_w + kx) * in_c..][..in_c];
+                                // One tap's in_c products fit in i32 for in_c < 2^16.
+                                let s: i64 = px.iter().zip(wr).map(|(&x, &wv)| i64::from(i32::from(x) * i32::from(wv))).sum();
+                                *a += s;
+                            }
+                        }
+                    }
+                }
+                let o = &mut out[((n * g.out_h + oy) * g.out_w + ox) * out_c..][..out_c];
+                for (c, (ov, &a)) in o.iter_mut().zip(&acc).enumerate() {
+                    *ov = requant_i64(&q.rq, a, c);
+                }
+            }
+        }
+    }
+}
+
+/// int16x8 fully-connected: `out[b, o] = requant(bias[o] + sum_i x[b, i] * w[o, i])`
+/// with a 64-bit accumulator (zero points 0). LiteRT requantizes per-tensor
+/// weights with the 64-bit rounding but per-channel ones through the 32-bit
+/// double rounding of int8 (measured against it), hence the two paths.
+#[allow(clippy::too_many_arguments)]
+pub fn fully_connected_i16(input: &[i16], w: &[i8], bias: Option<&[i64]>, batch: usize, in_n: usize, out_n: usize, rq: &Requant, out: &mut [i16]) {
+    let per_channel = rq.multiplier.len() > 1;
+    for b in 0..batch {
+        let x = &input[b * in_n..][..in_n];
+        for o in 0..out_n {
+            let wr = &w[o * in_n..][..in_n];
+            let s: i64 = x.iter().zip(wr).map(|(&xv, &wv)| i64::from(i32::from(xv) * i32::from(wv))).sum();
+            let acc = s + bias.map_or(0, |bv| bv[o]);
+            out[b * out_n + o] = if per_channel { rq.apply(acc as i32, o) as i16 } else { requant_i64(rq, acc, o) };
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -241,5 +318,17 @@ mod tests {
         // The high-mul nudge rounds halves upward: -1.5 -> -1.
         assert_eq!(multiply_by_quantized_multiplier(-3, m, s), -1);
         assert_eq!(multiply_by_quantized_multiplier(1000, m, s), 500);
+    }
+
+    #[test]
+    fn int64_requant_rounds_like_tflite() {
+        let (m, s) = quantize_multiplier(0.5);
+        // reduced multiplier 0x4000, total shift 15: x * 2^14 / 2^15, half rounds up.
+        assert_eq!(multiply_by_quantized_multiplier_i64(3, m, s), 2);
+        assert_eq!(multiply_by_quantized_multiplier_i64(-3, m, s), -1);
+        assert_eq!(multiply_by_quantized_multiplier_i64(1 << 40, m, s - 10), 1 << 29); // 2^40 * 2^-11
+                                                                                       // The 16-bit reduction loses precision the 32-bit path keeps.
+        let (m, s) = quantize_multiplier(0.300_001);
+        assert_eq!(multiply_by_quantized_multiplier_i64(1_000_000, m, s), 300_003);
     }
 }

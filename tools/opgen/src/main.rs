@@ -699,13 +699,24 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             m.subgraphs.push(init);
             ranges.push(fr);
         }
-        "CONV_2D_INT8" | "DEPTHWISE_CONV_2D_INT8" | "FULLY_CONNECTED_INT8" | "CONV_2D_UINT8" | "DEPTHWISE_CONV_2D_UINT8" | "FULLY_CONNECTED_UINT8" => {
+        "CONV_2D_INT8"
+        | "DEPTHWISE_CONV_2D_INT8"
+        | "FULLY_CONNECTED_INT8"
+        | "CONV_2D_UINT8"
+        | "DEPTHWISE_CONV_2D_UINT8"
+        | "FULLY_CONNECTED_UINT8"
+        | "CONV_2D_INT16X8"
+        | "DEPTHWISE_CONV_2D_INT16X8"
+        | "FULLY_CONNECTED_INT16X8" => {
             // uint8 models (older converters) use asymmetric weights: a nonzero zero point.
+            // int16x8: int16 activations, int8 weights, int64 bias, every zero point 0.
             let unsigned = op.ends_with("_UINT8");
-            let kind = op.trim_end_matches("_INT8").trim_end_matches("_UINT8");
+            let wide = op.ends_with("_INT16X8");
+            let kind = op.trim_end_matches("_INT8").trim_end_matches("_UINT8").trim_end_matches("_INT16X8");
             let (ty, off) = if unsigned { (TensorType::UINT8, 128) } else { (TensorType::INT8, 0) };
-            let (s_in, zp_in) = (r.f(0.01, 0.1), r.int(-20, 20));
-            let (s_out, zp_out) = (r.f(0.02, 0.5), r.int(-20, 20));
+            let (s_in, zp_in) = if wide { (r.f(1e-4, 1e-3), 0) } else { (r.f(0.01, 0.1), r.int(-20, 20)) };
+            let (s_out, zp_out) = if wide { (r.f(2e-4, 5e-3), 0) } else { (r.f(0.02, 0.5), r.int(-20, 20)) };
+            let aty = if wide { TensorType::INT16 } else { ty };
             let q = |s: f32, z: i64| Some((vec![s], vec![z], 0));
             let ints = |r: &mut Rng, n: usize, lo: i64, hi: i64| -> Vec<u8> { (0..n).map(|_| r.int(lo, hi) as i8 as u8).collect() };
             let (xs, ws, oc, axis): (Vec<i32>, Vec<i32>, usize, i32) = match kind {
@@ -724,10 +735,12 @@ fn gen(op: &str, r: &mut Rng) -> Case {
                     }
                 }
             };
-            let x = m.add_tensor(TensorSpec { quant: q(s_in, zp_in + off), ..TensorSpec::activation("x", ty, &xs) });
+            let x = m.add_tensor(TensorSpec { quant: q(s_in, zp_in + off), ..TensorSpec::activation("x", aty, &xs) });
             m.inputs.push(x);
-            // Per-channel weight scales (per tensor for fully-connected), symmetric.
-            let wscales: Vec<f32> = if kind == "FULLY_CONNECTED" || unsigned { vec![r.f(0.002, 0.02)] } else { (0..oc).map(|_| r.f(0.002, 0.02)).collect() };
+            // Per-channel weight scales (per tensor for fully-connected, either for
+            // int16x8 FC since LiteRT rounds the two differently), symmetric.
+            let per_channel = if kind == "FULLY_CONNECTED" { wide && r.coin() } else { !unsigned };
+            let wscales: Vec<f32> = if per_channel { (0..oc).map(|_| r.f(0.002, 0.02)).collect() } else { vec![r.f(0.002, 0.02)] };
             let n_w: usize = ws.iter().map(|&d| d as usize).product();
             let (wzp, wdata) = if unsigned { (r.int(100, 156), ints(r, n_w, 0, 255)) } else { (0, ints(r, n_w, -127, 127)) };
             let wt = m.add_tensor(TensorSpec {
@@ -738,13 +751,13 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             // The bias scale must be input scale x weight scale, per channel.
             let bscales: Vec<f32> = (0..oc).map(|c| s_in * wscales[if wscales.len() == 1 { 0 } else { c }]).collect();
             let boc = bscales.len();
-            let bdata: Vec<u8> = (0..oc).flat_map(|_| (r.int(-2000, 2000) as i32).to_le_bytes()).collect();
-            let bt = m.add_tensor(TensorSpec {
-                data: Some(bdata),
-                quant: Some((bscales, vec![0; boc], 0)),
-                ..TensorSpec::activation("b", TensorType::INT32, &[oc as i32])
-            });
-            let o = m.add_tensor(TensorSpec { quant: q(s_out, zp_out + off), ..TensorSpec::activation("y", ty, &[]) });
+            let (bdata, bty): (Vec<u8>, _) = if wide {
+                ((0..oc).flat_map(|_| r.int(-200_000, 200_000).to_le_bytes()).collect(), TensorType::INT64)
+            } else {
+                ((0..oc).flat_map(|_| (r.int(-2000, 2000) as i32).to_le_bytes()).collect(), TensorType::INT32)
+            };
+            let bt = m.add_tensor(TensorSpec { data: Some(bdata), quant: Some((bscales, vec![0; boc], 0)), ..TensorSpec::activation("b", bty, &[oc as i32]) });
+            let o = m.add_tensor(TensorSpec { quant: q(s_out, zp_out + off), ..TensorSpec::activation("y", aty, &[]) });
             m.outputs.push(o);
             let activation = act(r);
             let (padding, stride) = (same_or_valid(r), (r.u(1, 2) as i32, r.u(1, 2) as i32));
@@ -793,6 +806,50 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             let o = m.add_tensor(TensorSpec { quant: Some((vec![r.f(0.01, 0.1)], vec![zp], 0)), ..TensorSpec::activation("y", dtype, &shape) });
             m.outputs.push(o);
             single(B::QUANTIZE, &[x], o, Options::Empty(BuiltinOptions::QuantizeOptions), &mut m);
+        }
+        "ADD_INT16" | "SUB_INT16" | "MUL_INT16" | "AVERAGE_POOL_2D_INT16" | "MAX_POOL_2D_INT16" | "SOFTMAX_INT16" => {
+            // int16 activations with zero points 0, as the converter's 16x8 mode makes them.
+            let kind = op.trim_end_matches("_INT16");
+            let qi = |r: &mut Rng| Some((vec![r.f(1e-4, 1e-3)], vec![0], 0));
+            // At least 3x3 so that a VALID pooling window always fits.
+            let shape = [1, r.u(3, 7) as i32, r.u(3, 7) as i32, r.u(1, 6) as i32];
+            let xq = qi(r);
+            let x = m.add_tensor(TensorSpec { quant: xq.clone(), ..TensorSpec::activation("x", TensorType::INT16, &shape) });
+            m.inputs.push(x);
+            match kind {
+                "AVERAGE_POOL_2D" | "MAX_POOL_2D" => {
+                    let oq = xq;
+                    let o = m.add_tensor(TensorSpec { quant: oq, ..TensorSpec::activation("y", TensorType::INT16, &[]) });
+                    m.outputs.push(o);
+                    let opts = Options::Pool2D {
+                        padding: same_or_valid(r),
+                        stride: (r.u(1, 2) as i32, r.u(1, 2) as i32),
+                        filter: (r.u(1, 3) as i32, r.u(1, 3) as i32),
+                        activation: act(r),
+                    };
+                    single(if kind == "MAX_POOL_2D" { B::MAX_POOL_2D } else { B::AVERAGE_POOL_2D }, &[x], o, opts, &mut m);
+                }
+                "SOFTMAX" => {
+                    // LiteRT requires output scale 1/32768 and zero point 0 for int16 softmax.
+                    let o =
+                        m.add_tensor(TensorSpec { quant: Some((vec![1.0 / 32768.0], vec![0], 0)), ..TensorSpec::activation("y", TensorType::INT16, &shape) });
+                    m.outputs.push(o);
+                    single(B::SOFTMAX, &[x], o, Options::Softmax { beta: r.f(0.5, 2.0) }, &mut m);
+                }
+                _ => {
+                    let other: Vec<i32> = shape.iter().map(|&d| if r.coin() { 1 } else { d }).collect();
+                    let b = m.add_tensor(TensorSpec { quant: qi(r), ..TensorSpec::activation("b", TensorType::INT16, &other) });
+                    m.inputs.push(b);
+                    let o = m.add_tensor(TensorSpec { quant: qi(r), ..TensorSpec::activation("y", TensorType::INT16, &[]) });
+                    m.outputs.push(o);
+                    let code = match kind {
+                        "ADD" => B::ADD,
+                        "SUB" => B::SUB,
+                        _ => B::MUL,
+                    };
+                    single(code, &[x, b], o, Options::Binary { activation: act(r) }, &mut m);
+                }
+            }
         }
         "ADD_INT8" | "SUB_INT8" | "MUL_INT8" => {
             let rank = r.u(1, 4);
@@ -1026,6 +1083,15 @@ const OPS: &[&str] = &[
     "CONV_2D_UINT8",
     "DEPTHWISE_CONV_2D_UINT8",
     "FULLY_CONNECTED_UINT8",
+    "CONV_2D_INT16X8",
+    "DEPTHWISE_CONV_2D_INT16X8",
+    "FULLY_CONNECTED_INT16X8",
+    "ADD_INT16",
+    "SUB_INT16",
+    "MUL_INT16",
+    "AVERAGE_POOL_2D_INT16",
+    "MAX_POOL_2D_INT16",
+    "SOFTMAX_INT16",
     "LOGISTIC_INT8",
     "TANH_INT8",
     "QUANTIZE_FLOAT",

@@ -47,18 +47,46 @@ fn requant(op: &OpContext<'_>, in_scale: f32, w_scales: &[f32], act: Activation)
     Ok(Requant { multiplier, shift, out_zp, min, max })
 }
 
-/// Checks int8 (or uint8) input, weights and output with int32 bias; true for uint8.
-fn int_types(op: &OpContext<'_>) -> Result<bool> {
+/// The integer scheme of a convolution or fully-connected op.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum IntKind {
+    /// int8 activations and weights, int32 bias.
+    I8,
+    /// uint8 activations and weights, int32 bias.
+    U8,
+    /// int16 activations, int8 weights, int64 bias, zero points 0.
+    I16x8,
+}
+
+/// Checks the input, weight, bias and output types of an integer conv / FC.
+fn int_types(op: &OpContext<'_>) -> Result<IntKind> {
     let (x, w) = (op.input(0)?, op.input(1)?);
-    let t = x.dtype;
-    if !matches!(t, DType::I8 | DType::U8) || w.dtype != t || op.outputs[0].dtype != t || op.opt_input(2).is_some_and(|b| b.dtype != DType::I32) {
-        return Err(op.unsupported(format!(
-            "integer kernel for {} input with {} weights (int8 or uint8 with int32 bias is implemented)",
+    let bias = op.opt_input(2).map(|b| b.dtype);
+    match (x.dtype, w.dtype, op.outputs[0].dtype, bias) {
+        (DType::I8, DType::I8, DType::I8, None | Some(DType::I32)) => Ok(IntKind::I8),
+        (DType::U8, DType::U8, DType::U8, None | Some(DType::I32)) => Ok(IntKind::U8),
+        (DType::I16, DType::I8, DType::I16, None | Some(DType::I64)) => Ok(IntKind::I16x8),
+        _ => Err(op.unsupported(format!(
+            "integer kernel for {} input with {} weights (int8 or uint8 with int32 bias, int16 with int8 weights and int64 bias are implemented)",
             x.dtype.name(),
             w.dtype.name()
-        )));
+        ))),
     }
-    Ok(t == DType::U8)
+}
+
+/// int16x8 checks: zero points must be 0 (as LiteRT requires) and every shift
+/// small enough for the 64-bit requantization. Returns the constant int64 bias,
+/// copied so that its alignment in the file does not matter.
+fn int16x8_setup(op: &OpContext<'_>, in_zp: i32, w_zp: i32, rq: &Requant) -> Result<Option<Vec<i64>>> {
+    if in_zp != 0 || w_zp != 0 || rq.out_zp != 0 {
+        return Err(op.bad("int16x8 requires zero points of 0 on input, weights and output"));
+    }
+    if rq.shift.iter().any(|&s| s > 7) {
+        return Err(op.unsupported("int16x8 output multiplier above 2^7"));
+    }
+    let Some(b) = op.opt_input(2) else { return Ok(None) };
+    let bytes = b.value.ok_or_else(|| op.unsupported("int16x8 bias computed at run time"))?;
+    Ok(Some(bytes.chunks_exact(8).map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect()))
 }
 
 /// uint8 runs through the int8 kernels: `u ^ 0x80` is `u - 128` as an int8, so inputs,
@@ -94,7 +122,7 @@ fn shift_requant(rq: &mut Requant) {
 }
 
 pub(crate) fn conv(op: &OpContext<'_>, depthwise: bool) -> Result<Built> {
-    let unsigned = int_types(op)?;
+    let kind = int_types(op)?;
     let (x, w) = (op.input(0)?, op.input(1)?);
     let (padding, stride, dilation, act) = match op.op.params {
         OpParams::Conv2D { padding, stride, dilation, activation } if !depthwise => (padding, stride, dilation, activation),
@@ -127,7 +155,18 @@ pub(crate) fn conv(op: &OpContext<'_>, depthwise: bool) -> Result<Built> {
         w_zp: wq.zero_point[0] as i32,
         rq: requant(op, in_scale, &wq.scale, act)?,
     };
-    let flipped = if unsigned {
+    let out_shape = vec![g.batch, g.out_h, g.out_w, out_c];
+    if kind == IntKind::I16x8 {
+        let bias = int16x8_setup(op, q.in_zp, q.w_zp, &q.rq)?;
+        return Ok(Built {
+            outputs: vec![(DType::I16, out_shape)],
+            kernel: Box::new(move |ins, outs| {
+                kq::conv_i16(typed(arg(ins, 0)?)?, typed(arg(ins, 1)?)?, bias.as_deref(), &q, typed_mut(outs[0])?);
+                Ok(())
+            }),
+        });
+    }
+    let flipped = if kind == IntKind::U8 {
         q.in_zp -= 128;
         q.w_zp -= 128;
         shift_requant(&mut q.rq);
@@ -138,7 +177,7 @@ pub(crate) fn conv(op: &OpContext<'_>, depthwise: bool) -> Result<Built> {
     let has_bias = op.opt_input(2).is_some();
     let acc = Mutex::new(vec![0i32; g.batch * g.out_h * g.out_w * out_c]);
     Ok(Built {
-        outputs: vec![(x.dtype, vec![g.batch, g.out_h, g.out_w, out_c])],
+        outputs: vec![(x.dtype, out_shape)],
         kernel: Box::new(move |ins, outs| {
             let bias = if has_bias { Some(typed::<i32>(arg(ins, 2)?)?) } else { None };
             let mut acc = acc.lock().unwrap_or_else(|e| e.into_inner());
@@ -155,7 +194,7 @@ pub(crate) fn conv(op: &OpContext<'_>, depthwise: bool) -> Result<Built> {
 }
 
 pub(crate) fn fully_connected(op: &OpContext<'_>) -> Result<Built> {
-    let unsigned = int_types(op)?;
+    let kind = int_types(op)?;
     let OpParams::FullyConnected { activation, keep_num_dims, .. } = op.op.params else { return Err(op.bad("missing FullyConnected options")) };
     let (x, w) = (op.input(0)?, op.input(1)?);
     if w.shape.len() != 2 {
@@ -174,7 +213,7 @@ pub(crate) fn fully_connected(op: &OpContext<'_>) -> Result<Built> {
     }
     let mut rq = requant(op, in_scale, &wq.scale, activation)?;
     let (mut in_zp, mut w_zp) = (in_zp, wq.zero_point[0] as i32);
-    let flipped = if unsigned {
+    let flipped = if kind == IntKind::U8 {
         in_zp -= 128;
         w_zp -= 128;
         shift_requant(&mut rq);
@@ -191,6 +230,16 @@ pub(crate) fn fully_connected(op: &OpContext<'_>) -> Result<Built> {
     } else {
         vec![batch, out_n]
     };
+    if kind == IntKind::I16x8 {
+        let bias = int16x8_setup(op, in_zp, w_zp, &rq)?;
+        return Ok(Built {
+            outputs: vec![(DType::I16, out_shape)],
+            kernel: Box::new(move |ins, outs| {
+                kq::fully_connected_i16(typed(arg(ins, 0)?)?, typed(arg(ins, 1)?)?, bias.as_deref(), batch, in_n, out_n, &rq, typed_mut(outs[0])?);
+                Ok(())
+            }),
+        });
+    }
     let has_bias = op.opt_input(2).is_some();
     Ok(Built {
         outputs: vec![(x.dtype, out_shape)],
@@ -290,7 +339,7 @@ pub(crate) fn binary(op: &OpContext<'_>, code: ferrite_format::schema::BuiltinOp
     use ferrite_format::schema::BuiltinOperator as B;
     let (a, b) = (op.input(0)?, op.input(1)?);
     let dtype = a.dtype;
-    if !matches!(dtype, DType::I8 | DType::U8) || b.dtype != dtype || op.outputs[0].dtype != dtype {
+    if !matches!(dtype, DType::I8 | DType::U8 | DType::I16) || b.dtype != dtype || op.outputs[0].dtype != dtype {
         return Err(op.unsupported(format!("quantized {} of {} and {}", op.op.code.name(), a.dtype.name(), b.dtype.name())));
     }
     let (s1, z1) = per_tensor(op, a.quant, "input 0")?;
@@ -300,21 +349,28 @@ pub(crate) fn binary(op: &OpContext<'_>, code: ferrite_format::schema::BuiltinOp
         OpParams::Binary { activation } => activation,
         _ => Activation::None,
     };
+    let pot = |s: f32| s > 0.0 && (s.log2().fract() == 0.0);
+    if dtype == DType::I16 && code != B::MUL && pot(s1) && pot(s2) && pot(so) {
+        // LiteRT switches to a shift-only path when every scale is a power of two.
+        return Err(op.unsupported("int16 ADD/SUB with power-of-two scales"));
+    }
     let (lo, hi) = activation_range(act, so, zo, dtype);
     let (sa, sb) = (a.shape.clone(), b.shape.clone());
     let out = ferrite_kernels::elementwise::broadcast_shape(&sa, &sb).ok_or_else(|| op.bad(format!("shapes {sa:?} and {sb:?} do not broadcast")))?;
     let os = out.clone();
     let f: Box<dyn Fn(i32, i32) -> i32 + Send + Sync> = match code {
         B::ADD | B::SUB => {
-            const LEFT_SHIFT: i32 = 20;
+            // LiteRT's general int16 path (scales not all powers of two) keeps 15 bits
+            // of headroom instead of 20 so the shifted int16 values fit in int32.
+            let left_shift = if dtype == DType::I16 { 15 } else { 20 };
             let twice_max = 2.0 * f64::from(s1.max(s2));
             let (m1, e1) = kq::quantize_multiplier(f64::from(s1) / twice_max);
             let (m2, e2) = kq::quantize_multiplier(f64::from(s2) / twice_max);
-            let (mo, eo) = kq::quantize_multiplier(twice_max / (f64::from(1 << LEFT_SHIFT) * f64::from(so)));
+            let (mo, eo) = kq::quantize_multiplier(twice_max / (f64::from(1 << left_shift) * f64::from(so)));
             let sign = if code == B::SUB { -1 } else { 1 };
             Box::new(move |x, y| {
-                let x = kq::multiply_by_quantized_multiplier((x - z1) * (1 << LEFT_SHIFT), m1, e1);
-                let y = kq::multiply_by_quantized_multiplier((y - z2) * (1 << LEFT_SHIFT), m2, e2);
+                let x = kq::multiply_by_quantized_multiplier((x - z1) * (1 << left_shift), m1, e1);
+                let y = kq::multiply_by_quantized_multiplier((y - z2) * (1 << left_shift), m2, e2);
                 (kq::multiply_by_quantized_multiplier(x + sign * y, mo, eo) + zo).clamp(lo, hi)
             })
         }
@@ -328,6 +384,11 @@ pub(crate) fn binary(op: &OpContext<'_>, code: ferrite_format::schema::BuiltinOp
     Ok(Built {
         outputs: vec![(dtype, out)],
         kernel: Box::new(move |ins, outs| {
+            if dtype == DType::I16 {
+                let (x, y) = (typed::<i16>(arg(ins, 0)?)?, typed::<i16>(arg(ins, 1)?)?);
+                ferrite_kernels::elementwise::binary(x, &sa, y, &sb, typed_mut::<i16>(outs[0])?, &os, |x, y| f(i32::from(x), i32::from(y)) as i16);
+                return Ok(());
+            }
             let widen = |v: u8| if signed { i32::from(v as i8) } else { i32::from(v) };
             ferrite_kernels::elementwise::binary(arg(ins, 0)?, &sa, arg(ins, 1)?, &sb, outs[0], &os, |x, y| f(widen(x), widen(y)) as u8);
             Ok(())
@@ -335,25 +396,43 @@ pub(crate) fn binary(op: &OpContext<'_>, code: ferrite_format::schema::BuiltinOp
     })
 }
 
-/// AVERAGE_POOL_2D / MAX_POOL_2D on int8 or uint8: input and output share a scale;
+/// Element `i` of an int8, uint8 or int16 (little-endian) buffer.
+#[inline(always)]
+fn load_int(dtype: DType, b: &[u8], i: usize) -> i32 {
+    match dtype {
+        DType::I8 => i32::from(b[i] as i8),
+        DType::I16 => i32::from(i16::from_le_bytes([b[2 * i], b[2 * i + 1]])),
+        _ => i32::from(b[i]),
+    }
+}
+
+/// Stores `v` (already clamped to the type's range) as element `i`.
+#[inline(always)]
+fn store_int(dtype: DType, b: &mut [u8], i: usize, v: i32) {
+    match dtype {
+        DType::I16 => b[2 * i..2 * i + 2].copy_from_slice(&(v as i16).to_le_bytes()),
+        _ => b[i] = v as u8,
+    }
+}
+
+/// AVERAGE_POOL_2D / MAX_POOL_2D on int8, uint8 or int16: input and output share a scale;
 /// the average rounds half away from zero over the positions inside the input.
 pub(crate) fn pool(op: &OpContext<'_>, max: bool) -> Result<Built> {
     let OpParams::Pool2D { padding, stride, filter, activation } = op.op.params else { return Err(op.bad("missing Pool2D options")) };
     let x = op.input(0)?;
     let dtype = x.dtype;
-    if !matches!(dtype, DType::I8 | DType::U8) || op.outputs[0].dtype != dtype || x.shape.len() != 4 {
+    if !matches!(dtype, DType::I8 | DType::U8 | DType::I16) || op.outputs[0].dtype != dtype || x.shape.len() != 4 {
         return Err(op.unsupported(format!("quantized pooling of {} {:?}", dtype.name(), x.shape)));
     }
     let (so, zo) = per_tensor(op, op.outputs[0].quant.as_ref(), "output")?;
     let (lo, hi) = activation_range(activation, so, zo, dtype);
     let g = window(op, &x.shape, filter, stride, (1, 1), padding)?;
     let c = x.shape[3];
-    let signed = dtype == DType::I8;
     Ok(Built {
         outputs: vec![(dtype, vec![g.batch, g.out_h, g.out_w, c])],
         kernel: Box::new(move |ins, outs| {
             let (input, out) = (arg(ins, 0)?, &mut *outs[0]);
-            let widen = |v: u8| if signed { i32::from(v as i8) } else { i32::from(v) };
+            let read = |i: usize| load_int(dtype, input, i);
             for n in 0..g.batch {
                 for oy in 0..g.out_h {
                     for ox in 0..g.out_w {
@@ -366,7 +445,7 @@ pub(crate) fn pool(op: &OpContext<'_>, max: bool) -> Result<Built> {
                             let mut acc = if max { i32::MIN } else { 0 };
                             for yy in ys..ye {
                                 for xx in xs..xe {
-                                    let v = widen(input[((n * g.in_h + yy) * g.in_w + xx) * c + ch]);
+                                    let v = read(((n * g.in_h + yy) * g.in_w + xx) * c + ch);
                                     acc = if max { acc.max(v) } else { acc + v };
                                 }
                             }
@@ -379,7 +458,7 @@ pub(crate) fn pool(op: &OpContext<'_>, max: bool) -> Result<Built> {
                             } else {
                                 (acc - count / 2) / count
                             };
-                            out[((n * g.out_h + oy) * g.out_w + ox) * c + ch] = v.clamp(lo, hi) as u8;
+                            store_int(dtype, out, ((n * g.out_h + oy) * g.out_w + ox) * c + ch, v.clamp(lo, hi));
                         }
                     }
                 }
@@ -395,6 +474,9 @@ pub(crate) fn pool(op: &OpContext<'_>, max: bool) -> Result<Built> {
 pub(crate) fn softmax(op: &OpContext<'_>) -> Result<Built> {
     let x = op.input(0)?;
     let dtype = x.dtype;
+    if dtype == DType::I16 {
+        return softmax_i16(op);
+    }
     if !matches!(dtype, DType::I8 | DType::U8) || op.outputs[0].dtype != dtype {
         return Err(op.unsupported(format!("quantized SOFTMAX of {} to {}", dtype.name(), op.outputs[0].dtype.name())));
     }
@@ -426,6 +508,88 @@ pub(crate) fn softmax(op: &OpContext<'_>) -> Result<Built> {
                 let inv = 1.0 / (sum * out_scale);
                 for (o, &v) in orow.iter_mut().zip(row) {
                     *o = ((at(v) * inv).round() as i32 + out_zp).clamp(lo, hi) as u8;
+                }
+            }
+            Ok(())
+        }),
+    })
+}
+
+/// A 513-entry Q0.15 table of `f` over [min, max] for [`lut_lookup_i16`]: each
+/// entry is biased by half the error of linear interpolation at the midpoint of
+/// its step, as LiteRT builds its int16 tables.
+fn lut_i16(f: impl Fn(f64) -> f64, min: f64, max: f64) -> [i16; 513] {
+    let step = (max - min) / 512.0;
+    let mut lut = [0i16; 513];
+    for (i, slot) in lut.iter_mut().enumerate().take(512) {
+        let at = min + i as f64 * step;
+        let sample = (f(at) * 32768.0).round();
+        let interp = ((f(min + (i + 1) as f64 * step) * 32768.0 + sample) / 2.0).round();
+        let mid = (f(at + step / 2.0) * 32768.0).round();
+        let bias = ((interp - mid) / 2.0).round();
+        *slot = (sample - bias).clamp(-32768.0, 32767.0) as i16;
+    }
+    lut[512] = (f(max) * 32768.0).round().clamp(-32768.0, 32767.0) as i16;
+    lut
+}
+
+/// Linear interpolation in a [`lut_i16`] table: the top 9 bits of `v` pick the
+/// step, the low 7 the position inside it.
+#[inline(always)]
+fn lut_lookup_i16(v: i16, lut: &[i16; 513]) -> i16 {
+    let index = (256 + (i32::from(v) >> 7)) as usize;
+    let offset = i32::from(v) & 0x7f;
+    let (base, slope) = (i32::from(lut[index]), i32::from(lut[index + 1]) - i32::from(lut[index]));
+    (base + ((slope * offset + 64) >> 7)) as i16
+}
+
+/// SOFTMAX on int16 (zero points 0, output scale 1/32768) as LiteRT: differences
+/// from the row maximum rescaled onto [-10, 0] and looked up in an exp table, the
+/// sum's reciprocal from a 1/(1+x) table, products rounded back to Q0.15.
+fn softmax_i16(op: &OpContext<'_>) -> Result<Built> {
+    let x = op.input(0)?;
+    if op.outputs[0].dtype != DType::I16 {
+        return Err(op.unsupported(format!("quantized SOFTMAX of int16 to {}", op.outputs[0].dtype.name())));
+    }
+    let beta = match op.op.params {
+        OpParams::Softmax { beta } => beta,
+        _ => 1.0,
+    };
+    let (in_scale, in_zp) = per_tensor(op, x.quant, "input")?;
+    let (_, out_zp) = per_tensor(op, op.outputs[0].quant.as_ref(), "output")?;
+    if in_zp != 0 || out_zp != 0 {
+        return Err(op.bad("int16 SOFTMAX requires zero points of 0"));
+    }
+    // The product is taken in single precision, as LiteRT's prepare does.
+    let (mult, shift) = kq::quantize_multiplier(f64::from(in_scale * beta) / (10.0 / 65535.0));
+    let exp_lut = lut_i16(f64::exp, -10.0, 0.0);
+    let recip_lut = lut_i16(|v| 1.0 / (1.0 + v), 0.0, 1.0);
+    let n = *x.shape.last().ok_or_else(|| op.bad("softmax of a scalar"))?;
+    Ok(Built {
+        outputs: vec![(DType::I16, x.shape.clone())],
+        kernel: Box::new(move |ins, outs| {
+            if n == 0 {
+                return Ok(());
+            }
+            let (input, out) = (typed::<i16>(arg(ins, 0)?)?, typed_mut::<i16>(outs[0])?);
+            for (row, orow) in input.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+                let max = i32::from(row.iter().copied().max().unwrap_or(0));
+                let mut sum = 0i32;
+                for (o, &v) in orow.iter_mut().zip(row) {
+                    let scaled = kq::multiply_by_quantized_multiplier(i32::from(v) - max, mult, shift);
+                    *o = lut_lookup_i16((scaled + 32767).clamp(-32768, 32767) as i16, &exp_lut);
+                    sum = sum.wrapping_add(i32::from(*o));
+                }
+                // The row maximum contributes exp(0) ~ 32767, so a real sum has 2 to 17
+                // leading zeros; the clamp only keeps hostile shapes from breaking shifts.
+                let headroom_plus_one = (sum as u32).leading_zeros().clamp(1, 30);
+                let shifted = ((i64::from(sum) << (headroom_plus_one - 1)) + (1 << 13)) >> 14;
+                let sym = (shifted - ((1 << 15) + (1 << 16))).clamp(-32768, 32767) as i16;
+                let recip = i64::from(lut_lookup_i16(sym, &recip_lut));
+                let right_shift = 31 - headroom_plus_one;
+                for o in orow.iter_mut() {
+                    let r = (i64::from(*o) * recip + (1i64 << (right_shift - 1))) >> right_shift;
+                    *o = r.clamp(0, 32767) as i16;
                 }
             }
             Ok(())
