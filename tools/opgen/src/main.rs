@@ -961,9 +961,40 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             };
             single(code, &[x, wt, bt], o, opts, &mut m);
         }
-        _ => panic!("no generator for {op}"),
+        _ => {
+            if let Some((base, ty)) = [("_INT8", TensorType::INT8), ("_UINT8", TensorType::UINT8), ("_INT16", TensorType::INT16)]
+                .iter()
+                .find_map(|(suffix, ty)| op.strip_suffix(suffix).map(|b| (b, *ty)))
+            {
+                return quantized_variant(gen(base, r), ty, r);
+            }
+            panic!("no generator for {op}")
+        }
     }
     Case { spec: m, ranges, fixed }
+}
+
+/// The float case with every float activation turned into `ty`, all sharing one
+/// randomized (scale, zero point): the form converters give ops that only move or
+/// select values, which LiteRT runs without requantizing. int16 keeps zero point 0.
+fn quantized_variant(mut case: Case, ty: TensorType, r: &mut Rng) -> Case {
+    let zp = match ty {
+        TensorType::INT8 => r.int(-40, 40),
+        TensorType::UINT8 => r.int(90, 170),
+        _ => 0,
+    };
+    let scale = r.f(0.005, 0.1);
+    let quantize = |spec: &mut ModelSpec| {
+        for t in spec.tensors.iter_mut().filter(|t| t.dtype == TensorType::FLOAT32 && t.data.is_none()) {
+            t.dtype = ty;
+            t.quant = Some((vec![scale], vec![zp], 0));
+        }
+    };
+    quantize(&mut case.spec);
+    case.spec.subgraphs.iter_mut().for_each(quantize);
+    // Integer inputs are drawn from the type's whole range by the harness.
+    case.ranges.clear();
+    case
 }
 
 /// float32 -> IEEE half bits, round to nearest even (finite, in-range inputs).
@@ -1083,6 +1114,27 @@ const OPS: &[&str] = &[
     "CONV_2D_UINT8",
     "DEPTHWISE_CONV_2D_UINT8",
     "FULLY_CONNECTED_UINT8",
+    "RESHAPE_INT8",
+    "CONCATENATION_INT8",
+    "PACK_INT8",
+    "SPLIT_INT8",
+    "SPLIT_V_INT8",
+    "STRIDED_SLICE_INT8",
+    "TRANSPOSE_INT8",
+    "PAD_INT8",
+    "GATHER_INT8",
+    "RESIZE_NEAREST_NEIGHBOR_INT8",
+    "RESHAPE_UINT8",
+    "CONCATENATION_UINT8",
+    "PAD_UINT8",
+    "TRANSPOSE_UINT8",
+    "RESIZE_NEAREST_NEIGHBOR_UINT8",
+    "RESHAPE_INT16",
+    "CONCATENATION_INT16",
+    "PAD_INT16",
+    "TRANSPOSE_INT16",
+    "STRIDED_SLICE_INT16",
+    "GATHER_INT16",
     "CONV_2D_INT16X8",
     "DEPTHWISE_CONV_2D_INT16X8",
     "FULLY_CONNECTED_INT16X8",
