@@ -215,22 +215,34 @@ simd_fn! {
     }
 }
 
-/// `x * multiplier * 2^(shift - 31)` for a 64-bit accumulator, as TFLite's int16x8
-/// kernels compute it: the multiplier is first rounded to 16 bits, then one
-/// rounding right shift (half up). `shift` must be at most 7 (checked at prepare).
+/// `x * multiplier * 2^(shift - 31)` for a 64-bit accumulator as LiteRT's int16x8
+/// convolutions compute it: the multiplier first rounded to 16 bits, then one
+/// rounding right shift (half up). `shift` is at most 7 (checked at prepare).
 #[inline(always)]
 pub fn multiply_by_quantized_multiplier_i64(x: i64, multiplier: i32, shift: i32) -> i32 {
     let reduced = if multiplier < 0x7FFF_0000 { (multiplier + (1 << 15)) >> 16 } else { 0x7FFF };
-    let total = (15 - shift).clamp(1, 62);
+    let total = (15 - shift).clamp(1, 100);
     // i128: a hostile model's accumulators must not overflow; real ones fit in 48 bits.
     ((i128::from(x) * i128::from(reduced) + (1i128 << (total - 1))) >> total) as i32
 }
 
-/// Requantization of int16x8 accumulators (int64, zero points 0).
+/// The same product as LiteRT's int16x8 fully-connected computes it: the full
+/// 31-bit multiplier, one rounding right shift (half up), saturated to int32.
+/// The two differ by one LSB on some inputs; which kernel uses which was
+/// measured against LiteRT 2.3.0.
 #[inline(always)]
-fn requant_i64(rq: &Requant, acc: i64, c: usize) -> i16 {
+pub fn multiply_by_quantized_multiplier_i64_full(x: i64, multiplier: i32, shift: i32) -> i32 {
+    let total = (31 - shift).clamp(1, 100);
+    let r = (i128::from(x) * i128::from(multiplier) + (1i128 << (total - 1))) >> total;
+    r.clamp(i128::from(i32::MIN), i128::from(i32::MAX)) as i32
+}
+
+/// Requantization of int16x8 accumulators (int64, zero points 0) with `mul`, one
+/// of the two 64-bit products above.
+#[inline(always)]
+fn requant_i64(rq: &Requant, acc: i64, c: usize, mul: fn(i64, i32, i32) -> i32) -> i16 {
     let i = if rq.multiplier.len() == 1 { 0 } else { c };
-    (multiply_by_quantized_multiplier_i64(acc, rq.multiplier[i], rq.shift[i]) + rq.out_zp).clamp(rq.min, rq.max) as i16
+    (mul(acc, rq.multiplier[i], rq.shift[i]) + rq.out_zp).clamp(rq.min, rq.max) as i16
 }
 
 /// int16x8 convolution (int16 activations, int8 weights, int64 bias, zero points 0)
@@ -267,7 +279,7 @@ pub fn conv_i16(input: &[i16], w: &[i8], bias: Option<&[i64]>, q: &QConv, out: &
                 }
                 let o = &mut out[((n * g.out_h + oy) * g.out_w + ox) * out_c..][..out_c];
                 for (c, (ov, &a)) in o.iter_mut().zip(&acc).enumerate() {
-                    *ov = requant_i64(&q.rq, a, c);
+                    *ov = requant_i64(&q.rq, a, c, multiply_by_quantized_multiplier_i64);
                 }
             }
         }
@@ -275,19 +287,15 @@ pub fn conv_i16(input: &[i16], w: &[i8], bias: Option<&[i64]>, q: &QConv, out: &
 }
 
 /// int16x8 fully-connected: `out[b, o] = requant(bias[o] + sum_i x[b, i] * w[o, i])`
-/// with a 64-bit accumulator (zero points 0). LiteRT requantizes per-tensor
-/// weights with the 64-bit rounding but per-channel ones through the 32-bit
-/// double rounding of int8 (measured against it), hence the two paths.
+/// with a 64-bit accumulator (zero points 0).
 #[allow(clippy::too_many_arguments)]
 pub fn fully_connected_i16(input: &[i16], w: &[i8], bias: Option<&[i64]>, batch: usize, in_n: usize, out_n: usize, rq: &Requant, out: &mut [i16]) {
-    let per_channel = rq.multiplier.len() > 1;
     for b in 0..batch {
         let x = &input[b * in_n..][..in_n];
         for o in 0..out_n {
             let wr = &w[o * in_n..][..in_n];
             let s: i64 = x.iter().zip(wr).map(|(&xv, &wv)| i64::from(i32::from(xv) * i32::from(wv))).sum();
-            let acc = s + bias.map_or(0, |bv| bv[o]);
-            out[b * out_n + o] = if per_channel { rq.apply(acc as i32, o) as i16 } else { requant_i64(rq, acc, o) };
+            out[b * out_n + o] = requant_i64(rq, s.wrapping_add(bias.map_or(0, |bv| bv[o])), o, multiply_by_quantized_multiplier_i64_full);
         }
     }
 }
@@ -323,12 +331,17 @@ mod tests {
     #[test]
     fn int64_requant_rounds_like_tflite() {
         let (m, s) = quantize_multiplier(0.5);
-        // reduced multiplier 0x4000, total shift 15: x * 2^14 / 2^15, half rounds up.
-        assert_eq!(multiply_by_quantized_multiplier_i64(3, m, s), 2);
-        assert_eq!(multiply_by_quantized_multiplier_i64(-3, m, s), -1);
-        assert_eq!(multiply_by_quantized_multiplier_i64(1 << 40, m, s - 10), 1 << 29); // 2^40 * 2^-11
-                                                                                       // The 16-bit reduction loses precision the 32-bit path keeps.
+        for mul in [multiply_by_quantized_multiplier_i64, multiply_by_quantized_multiplier_i64_full] {
+            // x * 0.5 with one rounding: halves round up.
+            assert_eq!(mul(3, m, s), 2);
+            assert_eq!(mul(-3, m, s), -1);
+            assert_eq!(mul(-5, m, s), -2);
+            assert_eq!(mul(1 << 40, m, s - 10), 1 << 29); // 2^40 * 2^-11
+        }
+        assert_eq!(multiply_by_quantized_multiplier_i64_full(1 << 40, m, s), i32::MAX);
+        // The 16-bit reduction loses precision the full multiplier keeps.
         let (m, s) = quantize_multiplier(0.300_001);
         assert_eq!(multiply_by_quantized_multiplier_i64(1_000_000, m, s), 300_003);
+        assert_eq!(multiply_by_quantized_multiplier_i64_full(1_000_000, m, s), 300_001);
     }
 }

@@ -27,6 +27,59 @@ pub fn bilinear_table(in_size: usize, out_size: usize, align_corners: bool, half
     (0..out_size).map(|v| interp(v, s, half_pixel, in_size)).collect()
 }
 
+/// Per output position of one axis: (lower, upper, fraction in 1/1024ths), the
+/// integer coordinates TFLite's int8/int16 bilinear resize uses. The fraction can
+/// be negative at the border with half-pixel centers, exactly as there.
+pub type BilinearTableQ = Vec<(usize, usize, i64)>;
+
+/// Integer interpolation table (10 fractional bits) for an axis of `in_size` (> 0).
+pub fn bilinear_table_q(in_size: usize, out_size: usize, align_corners: bool, half_pixel: bool) -> BilinearTableQ {
+    let scale_10 = (f64::from(scale(in_size, out_size, align_corners)) * 1024.0).round() as i64;
+    (0..out_size as i64)
+        .map(|v| {
+            let scaled = if half_pixel { v * scale_10 + scale_10 / 2 - 512 } else { v * scale_10 };
+            // Integer division truncates toward zero, as in C.
+            let lo = (scaled / 1024).max(0);
+            let hi = ((scaled + 1023) / 1024).min(in_size as i64 - 1).max(0);
+            (lo as usize, hi as usize, scaled - 1024 * lo)
+        })
+        .collect()
+}
+
+/// Bilinear resize of NHWC int8 / int16 data in fixed point: four products with
+/// 20 fractional bits, rounded half away from zero. Zero points need no handling
+/// since the weights sum to one.
+#[allow(clippy::too_many_arguments)]
+pub fn resize_bilinear_int<T: Copy + Into<i64> + TryFrom<i64>>(
+    input: &[T],
+    n: usize,
+    h: usize,
+    w: usize,
+    c: usize,
+    ys: &[(usize, usize, i64)],
+    xs: &[(usize, usize, i64)],
+    out: &mut [T],
+) {
+    let (out_h, out_w) = (ys.len(), xs.len());
+    for b in 0..n {
+        for (y, &(y0, y1, fy)) in ys.iter().enumerate() {
+            for (x, &(x0, x1, fx)) in xs.iter().enumerate() {
+                let p = |yy: usize, xx: usize| &input[((b * h + yy) * w + xx) * c..][..c];
+                let (ll, lu, rl, ru) = (p(y0, x0), p(y1, x0), p(y0, x1), p(y1, x1));
+                let o = &mut out[((b * out_h + y) * out_w + x) * c..][..c];
+                for k in 0..c {
+                    let v =
+                        ll[k].into() * (1024 - fy) * (1024 - fx) + lu[k].into() * fy * (1024 - fx) + rl[k].into() * (1024 - fy) * fx + ru[k].into() * fy * fx;
+                    let round = if v > 0 { 1 << 19 } else { -(1 << 19) };
+                    if let Ok(q) = T::try_from((v + round) / (1 << 20)) {
+                        o[k] = q;
+                    }
+                }
+            }
+        }
+    }
+}
+
 simd_fn! {
 /// Bilinear resize of NHWC `input` (`n x h x w x c`) with tables from [`bilinear_table`].
 pub fn resize_bilinear(input: &[f32], n: usize, h: usize, w: usize, c: usize, ys: &[(f32, usize, usize)], xs: &[(f32, usize, usize)], out: &mut [f32]) {

@@ -749,7 +749,9 @@ fn gen(op: &str, r: &mut Rng) -> Case {
                 ..TensorSpec::activation("w", ty, &ws)
             });
             // The bias scale must be input scale x weight scale, per channel.
-            let bscales: Vec<f32> = (0..oc).map(|c| s_in * wscales[if wscales.len() == 1 { 0 } else { c }]).collect();
+            // One bias scale per weight scale: LiteRT reads a per-tensor scale from a
+            // single-entry list only, and checks it against input x weight scale.
+            let bscales: Vec<f32> = wscales.iter().map(|&w| s_in * w).collect();
             let boc = bscales.len();
             let (bdata, bty): (Vec<u8>, _) = if wide {
                 ((0..oc).flat_map(|_| r.int(-200_000, 200_000).to_le_bytes()).collect(), TensorType::INT64)
@@ -1124,6 +1126,8 @@ const OPS: &[&str] = &[
     "PAD_INT8",
     "GATHER_INT8",
     "RESIZE_NEAREST_NEIGHBOR_INT8",
+    "RESIZE_BILINEAR_INT8",
+    "RESIZE_BILINEAR_INT16",
     "RESHAPE_UINT8",
     "CONCATENATION_UINT8",
     "PAD_UINT8",

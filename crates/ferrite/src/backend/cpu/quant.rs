@@ -375,7 +375,10 @@ pub(crate) fn binary(op: &OpContext<'_>, code: ferrite_format::schema::BuiltinOp
             })
         }
         B::MUL => {
-            let (m, e) = kq::quantize_multiplier(f64::from(s1) * f64::from(s2) / f64::from(so));
+            // LiteRT forms this multiplier in single precision (float scales multiplied
+            // and divided as floats); the double-precision value differs in its last
+            // bits and, on near-ties, in the output's last bit.
+            let (m, e) = kq::quantize_multiplier(f64::from(s1 * s2 / so));
             Box::new(move |x, y| (kq::multiply_by_quantized_multiplier((x - z1) * (y - z2), m, e) + zo).clamp(lo, hi))
         }
         _ => return Err(op.unsupported(format!("quantized {}", op.op.code.name()))),

@@ -546,6 +546,21 @@ pub(crate) fn resize(op: &OpContext<'_>, bilinear: bool) -> Result<Built> {
     let out = vec![s[0], oh, ow, s[3]];
     let dtype = x.dtype;
     // Coordinate tables depend only on shapes: computed here, once per prepare.
+    if bilinear && matches!(dtype, DType::I8 | DType::I16) {
+        let (ys, xs) =
+            (kresize::bilinear_table_q(s[1], oh, align_corners, half_pixel_centers), kresize::bilinear_table_q(s[2], ow, align_corners, half_pixel_centers));
+        return Ok(Built {
+            outputs: vec![(dtype, out)],
+            kernel: Box::new(move |ins, outs| {
+                if dtype == DType::I8 {
+                    kresize::resize_bilinear_int(typed::<i8>(arg(ins, 0)?)?, s[0], s[1], s[2], s[3], &ys, &xs, typed_mut::<i8>(outs[0])?);
+                } else {
+                    kresize::resize_bilinear_int(typed::<i16>(arg(ins, 0)?)?, s[0], s[1], s[2], s[3], &ys, &xs, typed_mut::<i16>(outs[0])?);
+                }
+                Ok(())
+            }),
+        });
+    }
     if bilinear {
         require_f32(op, &[0])?;
         let (ys, xs) =
