@@ -963,6 +963,13 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             };
             single(code, &[x, wt, bt], o, opts, &mut m);
         }
+        "MEAN_RESCALED_INT8" => {
+            // Output quantized differently from the input: LiteRT's rescaling path.
+            let mut case = quantized_variant(gen("MEAN", r), TensorType::INT8, r);
+            let o = case.spec.outputs[0] as usize;
+            case.spec.tensors[o].quant = Some((vec![r.f(0.005, 0.1)], vec![r.int(-40, 40)], 0));
+            return case;
+        }
         _ => {
             if let Some((base, ty)) = [("_INT8", TensorType::INT8), ("_UINT8", TensorType::UINT8), ("_INT16", TensorType::INT16)]
                 .iter()
@@ -1128,6 +1135,10 @@ const OPS: &[&str] = &[
     "RESIZE_NEAREST_NEIGHBOR_INT8",
     "RESIZE_BILINEAR_INT8",
     "RESIZE_BILINEAR_INT16",
+    "MEAN_INT8",
+    "MEAN_UINT8",
+    "MEAN_INT16",
+    "MEAN_RESCALED_INT8",
     "RESHAPE_UINT8",
     "CONCATENATION_UINT8",
     "PAD_UINT8",

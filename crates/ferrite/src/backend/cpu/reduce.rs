@@ -10,19 +10,12 @@ use crate::model::DType;
 use crate::ops::OpParams;
 
 pub(crate) fn reduce(op: &OpContext<'_>, code: B) -> Result<Built> {
-    require_f32(op, &[0])?;
-    let x = op.input(0)?;
-    let keep = matches!(op.op.params, OpParams::Reducer { keep_dims: true });
-    let shape = x.shape.clone();
-    let mut flags = vec![false; shape.len()];
-    for a in op.const_ints(1)? {
-        flags[axis(op, a, shape.len())?] = true;
+    if code == B::MEAN && matches!(op.input(0)?.dtype, DType::I8 | DType::U8 | DType::I16) {
+        return mean_int(op);
     }
-    let out: Vec<usize> = if keep {
-        shape.iter().zip(&flags).map(|(&s, &f)| if f { 1 } else { s }).collect()
-    } else {
-        shape.iter().zip(&flags).filter(|(_, &f)| !f).map(|(&s, _)| s).collect()
-    };
+    require_f32(op, &[0])?;
+    let shape = op.input(0)?.shape.clone();
+    let (out, flags) = reduced_shape(op, &shape)?;
     let kind = match code {
         B::MEAN => Reducer::Mean,
         B::SUM => Reducer::Sum,
@@ -34,6 +27,104 @@ pub(crate) fn reduce(op: &OpContext<'_>, code: B) -> Result<Built> {
         outputs: vec![(DType::F32, out)],
         kernel: Box::new(move |ins, outs| {
             kred::reduce(typed(arg(ins, 0)?)?, &shape, &flags, kind, typed_mut(outs[0])?);
+            Ok(())
+        }),
+    })
+}
+
+/// Output shape of a reduction over the op's constant axes, and which dims reduce.
+fn reduced_shape(op: &OpContext<'_>, shape: &[usize]) -> Result<(Vec<usize>, Vec<bool>)> {
+    let keep = matches!(op.op.params, OpParams::Reducer { keep_dims: true });
+    let mut flags = vec![false; shape.len()];
+    for a in op.const_ints(1)? {
+        flags[axis(op, a, shape.len())?] = true;
+    }
+    let out = if keep {
+        shape.iter().zip(&flags).map(|(&s, &f)| if f { 1 } else { s }).collect()
+    } else {
+        shape.iter().zip(&flags).filter(|(_, &f)| !f).map(|(&s, _)| s).collect()
+    };
+    Ok((out, flags))
+}
+
+/// MEAN of int8 / uint8 / int16 as LiteRT computes it: integer sums, the zero
+/// point taken out, one fixed-point rescale that also divides by the count.
+fn mean_int(op: &OpContext<'_>) -> Result<Built> {
+    let x = op.input(0)?;
+    let dtype = x.dtype;
+    if op.outputs[0].dtype != dtype {
+        return Err(op.unsupported(format!("MEAN of {} to {}", dtype.name(), op.outputs[0].dtype.name())));
+    }
+    let q = |t: Option<&crate::model::Quantization>, what: &str| {
+        t.map(|q| (q.scale[0], q.zero_point[0] as i32)).ok_or_else(|| op.bad(format!("quantized MEAN {what} has no quantization parameters")))
+    };
+    let (s_in, z_in) = q(x.quant, "input")?;
+    let (s_out, z_out) = q(op.outputs[0].quant.as_ref(), "output")?;
+    let shape = x.shape.clone();
+    let (out, flags) = reduced_shape(op, &shape)?;
+    let count: usize = shape.iter().zip(&flags).filter(|(_, &f)| f).map(|(&s, _)| s).product();
+    // Where each input dim moves the output index (0 along reduced dims).
+    let mut out_stride = vec![0usize; shape.len()];
+    let mut acc = 1;
+    for d in (0..shape.len()).rev() {
+        if !flags[d] {
+            out_stride[d] = acc;
+            acc *= shape[d];
+        }
+    }
+    let n: usize = shape.iter().product();
+    // LiteRT folds 1/count into the input/output rescale: the multiplier is shifted
+    // left by floor(log2 count) (bounded so the shift stays in range), divided by
+    // the count, and applied to the zero-point-corrected sum.
+    let (m, e) = ferrite_kernels::quant::quantize_multiplier(f64::from(s_in) / f64::from(s_out));
+    let sh = if count == 0 { 0 } else { (count.ilog2() as i32).min(32).min(31 + e).max(0) };
+    let mult = if count == 0 { 0 } else { ((i64::from(m) << sh) / count as i64) as i32 };
+    let shift = e - sh;
+    let (lo, hi) = match dtype {
+        DType::I8 => (-128, 127),
+        DType::U8 => (0, 255),
+        _ => (-32768, 32767),
+    };
+    // Scratch sized here so that runs do not allocate.
+    let scratch = std::sync::Mutex::new((vec![0i64; acc], vec![0usize; shape.len()]));
+    Ok(Built {
+        outputs: vec![(dtype, out)],
+        kernel: Box::new(move |ins, outs| {
+            let input = arg(ins, 0)?;
+            let mut guard = scratch.lock().unwrap_or_else(|e| e.into_inner());
+            let (sums, idx) = &mut *guard;
+            sums.fill(0);
+            idx.fill(0);
+            let load = |i: usize| -> i64 {
+                match dtype {
+                    DType::I8 => i64::from(input[i] as i8),
+                    DType::U8 => i64::from(input[i]),
+                    _ => i64::from(i16::from_le_bytes([input[2 * i], input[2 * i + 1]])),
+                }
+            };
+            let mut o = 0usize;
+            for i in 0..n {
+                sums[o] += load(i);
+                // Odometer over the input's multi-index, tracking the output offset.
+                for d in (0..shape.len()).rev() {
+                    idx[d] += 1;
+                    o += out_stride[d];
+                    if idx[d] < shape[d] {
+                        break;
+                    }
+                    o -= out_stride[d] * shape[d];
+                    idx[d] = 0;
+                }
+            }
+            for (i, &sum) in sums.iter().enumerate() {
+                let centered = sum.wrapping_sub(i64::from(z_in) * count as i64) as i32;
+                let v = ferrite_kernels::quant::multiply_by_quantized_multiplier(centered, mult, shift).saturating_add(z_out);
+                let v = v.clamp(lo, hi);
+                match dtype {
+                    DType::I16 => outs[0][2 * i..2 * i + 2].copy_from_slice(&(v as i16).to_le_bytes()),
+                    _ => outs[0][i] = v as u8,
+                }
+            }
             Ok(())
         }),
     })
