@@ -963,6 +963,15 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             };
             single(code, &[x, wt, bt], o, opts, &mut m);
         }
+        "HARD_SWISH_INT8" | "HARD_SWISH_UINT8" => {
+            // Converters give HARD_SWISH its own output range: roughly [-0.375, max].
+            let ty = if op == "HARD_SWISH_INT8" { TensorType::INT8 } else { TensorType::UINT8 };
+            let mut case = quantized_variant(gen("HARD_SWISH", r), ty, r);
+            let o = case.spec.outputs[0] as usize;
+            let zp = if ty == TensorType::INT8 { r.int(-128, -90) } else { r.int(0, 30) };
+            case.spec.tensors[o].quant = Some((vec![r.f(0.005, 0.1)], vec![zp], 0));
+            return case;
+        }
         "MEAN_RESCALED_INT8" => {
             // Output quantized differently from the input: LiteRT's rescaling path.
             let mut case = quantized_variant(gen("MEAN", r), TensorType::INT8, r);
@@ -1139,6 +1148,8 @@ const OPS: &[&str] = &[
     "MEAN_UINT8",
     "MEAN_INT16",
     "MEAN_RESCALED_INT8",
+    "HARD_SWISH_INT8",
+    "HARD_SWISH_UINT8",
     "RESHAPE_UINT8",
     "CONCATENATION_UINT8",
     "PAD_UINT8",

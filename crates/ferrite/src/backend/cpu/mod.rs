@@ -41,6 +41,7 @@ fn build_builtin(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> 
             B::FULLY_CONNECTED => quant::fully_connected(op),
             c => quant::conv(op, c == B::DEPTHWISE_CONV_2D),
         },
+        B::HARD_SWISH if is_int(op) => quant::hard_swish(op),
         B::LOGISTIC if is_int(op) => quant::table(op, ferrite_kernels::elementwise::logistic),
         B::TANH if is_int(op) => quant::table(op, f32::tanh),
         B::QUANTIZE => quant::quantize(op),

@@ -600,6 +600,98 @@ fn softmax_i16(op: &OpContext<'_>) -> Result<Built> {
     })
 }
 
+/// Rounds a 31-bit fixed-point multiplier to 15 bits, saturating at the top.
+fn multiplier_to_i16(m: i32) -> i16 {
+    if m >= i32::MAX - (1 << 15) {
+        i16::MAX
+    } else {
+        ((m + (1 << 15)) >> 16) as i16
+    }
+}
+
+/// `round(a * b / 2^15)`, ties away from zero, saturating the one overflow case.
+fn srdhm16(a: i16, b: i16) -> i16 {
+    if a == b && a == i16::MIN {
+        return i16::MAX;
+    }
+    let ab = i32::from(a) * i32::from(b);
+    let nudge = if ab >= 0 { 1 << 14 } else { 1 - (1 << 14) };
+    ((ab + nudge) / (1 << 15)) as i16
+}
+
+/// `a * b / 2^15` truncated, saturating the one overflow case.
+fn sdhm16(a: i16, b: i16) -> i16 {
+    if a == b && a == i16::MIN {
+        return i16::MAX;
+    }
+    ((i32::from(a) * i32::from(b)) / (1 << 15)) as i16
+}
+
+fn rdpot16(x: i16, exponent: i32) -> i16 {
+    let (x, mask) = (i32::from(x), (1i32 << exponent) - 1);
+    let threshold = (mask >> 1) + i32::from(x < 0);
+    ((x >> exponent) + i32::from((x & mask) > threshold)) as i16
+}
+
+fn saturating_shl16(x: i16, shift: i32) -> i16 {
+    (i32::from(x) << shift).clamp(i32::from(i16::MIN), i32::from(i16::MAX)) as i16
+}
+
+/// HARD_SWISH on int8 / uint8 with LiteRT's 16-bit fixed-point scheme: the input
+/// moved to a scale 128 times finer, a "reluish" factor relu6(x + 3) / 6 in Q0.15,
+/// their product rescaled to the output.
+pub(crate) fn hard_swish(op: &OpContext<'_>) -> Result<Built> {
+    let x = op.input(0)?;
+    let dtype = x.dtype;
+    if !matches!(dtype, DType::I8 | DType::U8) || op.outputs[0].dtype != dtype {
+        return Err(op.unsupported(format!("quantized HARD_SWISH of {}", dtype.name())));
+    }
+    let (in_scale, in_zp) = per_tensor(op, x.quant, "input")?;
+    let (out_scale, out_zp) = per_tensor(op, op.outputs[0].quant.as_ref(), "output")?;
+    // Single-precision scales, as LiteRT's prepare computes them.
+    let hires = in_scale / 128.0;
+    let (om, oe) = kq::quantize_multiplier(f64::from(hires / out_scale));
+    if oe > 0 {
+        return Err(op.unsupported("HARD_SWISH with an output scale below input scale / 128"));
+    }
+    let (rm, re) = kq::quantize_multiplier(f64::from(hires / (3.0 / 32768.0)));
+    let (om, rm) = (multiplier_to_i16(om), multiplier_to_i16(rm));
+    let (lo, hi) = if dtype == DType::I8 { (-128, 127) } else { (0, 255) };
+    let signed = dtype == DType::I8;
+    let f = move |v: i32| -> u8 {
+        let hires_v = ((v - in_zp) * 128) as i16;
+        let pre_out = srdhm16(hires_v, om);
+        let mut relu = hires_v;
+        if re > 0 {
+            relu = saturating_shl16(relu, re - 1);
+        }
+        relu = srdhm16(relu, rm);
+        if re > 0 {
+            relu = saturating_shl16(relu, 1);
+        }
+        if re < 0 {
+            relu = rdpot16(relu, -re);
+        }
+        let relu = ((i32::from(relu) + (1 << 15)) >> 1) as i16;
+        let out = i32::from(rdpot16(sdhm16(relu, pre_out), -oe)) + out_zp;
+        out.clamp(lo, hi) as u8
+    };
+    // A function of one byte: tabulated once.
+    let mut lut = [0u8; 256];
+    for (b, slot) in lut.iter_mut().enumerate() {
+        *slot = f(if signed { i32::from(b as u8 as i8) } else { b as i32 });
+    }
+    Ok(Built {
+        outputs: vec![(dtype, x.shape.clone())],
+        kernel: Box::new(move |ins, outs| {
+            for (o, &i) in outs[0].iter_mut().zip(arg(ins, 0)?) {
+                *o = lut[usize::from(i)];
+            }
+            Ok(())
+        }),
+    })
+}
+
 /// RELU, RELU6, RELU_N1_TO_1 and LEAKY_RELU on int8 / uint8: (x - in_zp) rescaled
 /// to the output scale (by `alpha` below zero for LEAKY_RELU), clamped to the
 /// activation's quantized range.
