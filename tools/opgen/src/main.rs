@@ -972,6 +972,22 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             case.spec.tensors[o].quant = Some((vec![r.f(0.005, 0.1)], vec![zp], 0));
             return case;
         }
+        "PRELU_INT8" | "PRELU_UINT8" => {
+            // Quantized alpha (its own scale and zero point), broadcast over the channels.
+            let (ty, off) = if op == "PRELU_INT8" { (TensorType::INT8, 0) } else { (TensorType::UINT8, 128) };
+            let s = [1, r.u(1, 5) as i32, r.u(1, 5) as i32, r.u(1, 6) as i32];
+            let x = m.add_tensor(TensorSpec { quant: Some((vec![r.f(0.01, 0.1)], vec![r.int(-30, 30) + off], 0)), ..TensorSpec::activation("x", ty, &s) });
+            m.inputs.push(x);
+            let alpha: Vec<u8> = (0..s[3]).map(|_| (r.int(-128, 127) + off) as u8).collect();
+            let a = m.add_tensor(TensorSpec {
+                data: Some(alpha),
+                quant: Some((vec![r.f(0.001, 0.01)], vec![r.int(-100, 0) + off], 0)),
+                ..TensorSpec::activation("alpha", ty, &[1, 1, s[3]])
+            });
+            let o = m.add_tensor(TensorSpec { quant: Some((vec![r.f(0.01, 0.1)], vec![r.int(-30, 30) + off], 0)), ..TensorSpec::activation("y", ty, &[]) });
+            m.outputs.push(o);
+            single(B::PRELU, &[x, a], o, Options::None, &mut m);
+        }
         "MEAN_RESCALED_INT8" => {
             // Output quantized differently from the input: LiteRT's rescaling path.
             let mut case = quantized_variant(gen("MEAN", r), TensorType::INT8, r);
@@ -1150,6 +1166,8 @@ const OPS: &[&str] = &[
     "MEAN_RESCALED_INT8",
     "HARD_SWISH_INT8",
     "HARD_SWISH_UINT8",
+    "PRELU_INT8",
+    "PRELU_UINT8",
     "RESHAPE_UINT8",
     "CONCATENATION_UINT8",
     "PAD_UINT8",

@@ -47,7 +47,7 @@ fn build_builtin(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> 
         B::QUANTIZE => quant::quantize(op),
         B::SOFTMAX if is_int(op) => quant::softmax(op),
         B::RELU | B::RELU6 | B::RELU_N1_TO_1 | B::LEAKY_RELU if is_int(op) => quant::relu_like(op, B(code)),
-        B::ADD | B::SUB | B::MUL if is_int(op) && op.opt_input(0).is_some_and(|d| d.quant.is_some()) => quant::binary(op, B(code)),
+        B::ADD | B::SUB | B::MUL | B::PRELU if is_int(op) && op.opt_input(0).is_some_and(|d| d.quant.is_some()) => quant::binary(op, B(code)),
         B::AVERAGE_POOL_2D | B::MAX_POOL_2D if is_int(op) => quant::pool(op, B(code) == B::MAX_POOL_2D),
         B::CONV_2D => nn::conv2d(op, ctx),
         B::DEPTHWISE_CONV_2D => nn::depthwise(op, ctx),

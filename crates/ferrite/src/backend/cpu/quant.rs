@@ -332,9 +332,10 @@ pub(crate) fn quantize(op: &OpContext<'_>) -> Result<Built> {
     Ok(Built { outputs: vec![(to, x.shape.clone())], kernel })
 }
 
-/// ADD / SUB / MUL on int8 or uint8 with broadcasting, as LiteRT's builtin kernels:
-/// ADD and SUB shift both inputs left by 20 bits, rescale them to twice the larger
-/// input scale, combine, and rescale to the output; MUL rescales the product.
+/// ADD / SUB / MUL (int8, uint8, int16) and PRELU (int8, uint8) with broadcasting,
+/// as LiteRT's builtin kernels: ADD and SUB shift both inputs left (20 bits, 15 for
+/// int16), rescale them to twice the larger input scale, combine, and rescale to
+/// the output; MUL rescales the product; PRELU rescales x or x * alpha.
 pub(crate) fn binary(op: &OpContext<'_>, code: ferrite_format::schema::BuiltinOperator) -> Result<Built> {
     use ferrite_format::schema::BuiltinOperator as B;
     let (a, b) = (op.input(0)?, op.input(1)?);
@@ -349,6 +350,9 @@ pub(crate) fn binary(op: &OpContext<'_>, code: ferrite_format::schema::BuiltinOp
         OpParams::Binary { activation } => activation,
         _ => Activation::None,
     };
+    if dtype == DType::I16 && code == B::PRELU {
+        return Err(op.unsupported("int16 PRELU"));
+    }
     let pot = |s: f32| s > 0.0 && (s.log2().fract() == 0.0);
     if dtype == DType::I16 && code != B::MUL && pot(s1) && pot(s2) && pot(so) {
         // LiteRT switches to a shift-only path when every scale is a power of two.
@@ -372,6 +376,17 @@ pub(crate) fn binary(op: &OpContext<'_>, code: ferrite_format::schema::BuiltinOp
                 let x = kq::multiply_by_quantized_multiplier((x - z1) * (1 << left_shift), m1, e1);
                 let y = kq::multiply_by_quantized_multiplier((y - z2) * (1 << left_shift), m2, e2);
                 (kq::multiply_by_quantized_multiplier(x + sign * y, mo, eo) + zo).clamp(lo, hi)
+            })
+        }
+        B::PRELU => {
+            // x >= 0: x rescaled to the output; else x * alpha rescaled. Multipliers
+            // in single precision, as LiteRT's prepare forms them.
+            let (m1, e1) = kq::quantize_multiplier(f64::from(s1 / so));
+            let (m2, e2) = kq::quantize_multiplier(f64::from(s1 * s2 / so));
+            Box::new(move |x, a| {
+                let x = x - z1;
+                let v = if x >= 0 { kq::multiply_by_quantized_multiplier(x, m1, e1) } else { kq::multiply_by_quantized_multiplier(x * (a - z2), m2, e2) };
+                (v + zo).clamp(lo, hi)
             })
         }
         B::MUL => {
