@@ -42,6 +42,7 @@ fn build_builtin(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> 
             c => quant::conv(op, c == B::DEPTHWISE_CONV_2D),
         },
         B::HARD_SWISH if is_int(op) => quant::hard_swish(op),
+        B::TRANSPOSE_CONV if op.opt_input(2).is_some_and(|d| matches!(d.dtype, DType::I8 | DType::U8 | DType::I16)) => quant::transpose_conv(op),
         B::LOGISTIC if is_int(op) => quant::table(op, ferrite_kernels::elementwise::logistic),
         B::TANH if is_int(op) => quant::table(op, f32::tanh),
         B::QUANTIZE => quant::quantize(op),

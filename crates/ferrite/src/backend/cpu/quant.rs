@@ -257,6 +257,67 @@ pub(crate) fn fully_connected(op: &OpContext<'_>) -> Result<Built> {
     })
 }
 
+/// TRANSPOSE_CONV on int8 (per-channel int8 weights, int32 bias): integer scatter
+/// of the zero-point-corrected input, bias, per-channel requantization.
+pub(crate) fn transpose_conv(op: &OpContext<'_>) -> Result<Built> {
+    let OpParams::TransposeConv { padding, stride, activation } = op.op.params else { return Err(op.bad("missing TransposeConv options")) };
+    let (w, x) = (op.input(1)?, op.input(2)?);
+    if x.dtype != DType::I8 || w.dtype != DType::I8 || op.outputs[0].dtype != DType::I8 || op.opt_input(3).is_some_and(|b| b.dtype != DType::I32) {
+        return Err(op.unsupported(format!("quantized TRANSPOSE_CONV of {} with {} weights (int8 is implemented)", x.dtype.name(), w.dtype.name())));
+    }
+    let out_shape = op.const_ints(0)?;
+    if x.shape.len() != 4 || w.shape.len() != 4 || out_shape.len() != 4 || out_shape.iter().any(|&d| d <= 0) {
+        return Err(op.bad(format!("TRANSPOSE_CONV of {:?} with filter {:?} to {out_shape:?}", x.shape, w.shape)));
+    }
+    let (oc, kh, kw, ic) = (w.shape[0], w.shape[1], w.shape[2], w.shape[3]);
+    let (out_h, out_w) = (out_shape[1] as usize, out_shape[2] as usize);
+    if ic != x.shape[3] || out_shape[0] as usize != x.shape[0] || out_shape[3] as usize != oc || stride.0 == 0 || stride.1 == 0 {
+        return Err(op.bad(format!("output_shape {out_shape:?} does not match input {:?} / filter {:?}", x.shape, w.shape)));
+    }
+    if op.opt_input(3).is_some_and(|b| b.shape.iter().product::<usize>() != oc) {
+        return Err(op.bad("bias size does not match the output channels"));
+    }
+    let (in_scale, in_zp) = per_tensor(op, x.quant, "input")?;
+    let wq = w.quant.ok_or_else(|| op.bad("filter has no quantization parameters"))?;
+    if wq.scale.len() != 1 && wq.scale.len() != oc {
+        return Err(op.bad(format!("{} filter scales for {oc} channels", wq.scale.len())));
+    }
+    let rq = requant(op, in_scale, &wq.scale, activation)?;
+    // Padding is that of the forward convolution mapping the output onto the input.
+    let same = padding == crate::ops::Padding::Same;
+    let pad = |o: usize, k: usize, s: usize, i: usize| if same { (((i.max(1) - 1) * s + k).saturating_sub(o)) / 2 } else { 0 };
+    let g = ferrite_kernels::conv::Window {
+        batch: x.shape[0],
+        in_h: out_h,
+        in_w: out_w,
+        out_h: x.shape[1],
+        out_w: x.shape[2],
+        k_h: kh,
+        k_w: kw,
+        stride_h: stride.0,
+        stride_w: stride.1,
+        dil_h: 1,
+        dil_w: 1,
+        pad_top: pad(out_h, kh, stride.0, x.shape[1]),
+        pad_left: pad(out_w, kw, stride.1, x.shape[2]),
+    };
+    let has_bias = op.opt_input(3).is_some();
+    let acc = Mutex::new(vec![0i32; g.batch * out_h * out_w * oc]);
+    Ok(Built {
+        outputs: vec![(DType::I8, vec![g.batch, out_h, out_w, oc])],
+        kernel: Box::new(move |ins, outs| {
+            let bias = if has_bias { Some(typed::<i32>(arg(ins, 3)?)?) } else { None };
+            let mut acc = acc.lock().unwrap_or_else(|e| e.into_inner());
+            kq::transpose_conv_acc_i8(typed(arg(ins, 2)?)?, ic, typed(arg(ins, 1)?)?, oc, &g, in_zp, &mut acc);
+            for (i, (o, &a)) in outs[0].iter_mut().zip(acc.iter()).enumerate() {
+                let c = i % oc;
+                *o = rq.apply(a + bias.map_or(0, |b| b[c]), c) as i8 as u8;
+            }
+            Ok(())
+        }),
+    })
+}
+
 /// LOGISTIC / TANH on int8 or uint8 through a 256-entry table, built the way
 /// LiteRT's optimized kernels build theirs (float function, round, clamp).
 pub(crate) fn table(op: &OpContext<'_>, f: fn(f32) -> f32) -> Result<Built> {
