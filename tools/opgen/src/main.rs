@@ -1018,6 +1018,14 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             m.outputs.push(o);
             single(B::TRANSPOSE_CONV, &[os, wt, x, bt], o, Options::TransposeConv { padding, stride: (s as i32, s as i32), activation: act(r) }, &mut m);
         }
+        "BATCH_MATMUL_INT8" => {
+            // Both operands share a scale; the output's is wide enough for the sums.
+            let mut case = quantized_variant(gen("BATCH_MATMUL", r), TensorType::INT8, r);
+            let s_in = case.spec.tensors[case.spec.inputs[0] as usize].quant.as_ref().map_or(0.05, |q| q.0[0]);
+            let o = case.spec.outputs[0] as usize;
+            case.spec.tensors[o].quant = Some((vec![s_in * s_in * r.f(20.0, 400.0)], vec![r.int(-30, 30)], 0));
+            return case;
+        }
         "MEAN_RESCALED_INT8" => {
             // Output quantized differently from the input: LiteRT's rescaling path.
             let mut case = quantized_variant(gen("MEAN", r), TensorType::INT8, r);
@@ -1199,6 +1207,7 @@ const OPS: &[&str] = &[
     "PRELU_INT8",
     "PRELU_UINT8",
     "TRANSPOSE_CONV_INT8",
+    "BATCH_MATMUL_INT8",
     "RESHAPE_UINT8",
     "CONCATENATION_UINT8",
     "PAD_UINT8",

@@ -288,7 +288,12 @@ pub(crate) fn transpose_conv(op: &OpContext<'_>) -> Result<Built> {
 
 pub(crate) fn batch_matmul(op: &OpContext<'_>) -> Result<Built> {
     let OpParams::BatchMatMul { adj_x, adj_y, .. } = op.op.params else { return Err(op.bad("missing BatchMatMul options")) };
-    require_f32(op, &[0, 1])?;
+    let int8 = op.input(0)?.dtype == DType::I8;
+    if !int8 {
+        require_f32(op, &[0, 1])?;
+    } else if op.input(1)?.dtype != DType::I8 || op.outputs[0].dtype != DType::I8 {
+        return Err(op.unsupported("int8 BATCH_MATMUL needs int8 operands and output"));
+    }
     let a = op.input(0)?.shape.clone();
     let b = op.input(1)?.shape.clone();
     if a.len() < 2 || b.len() < 2 {
@@ -328,6 +333,9 @@ pub(crate) fn batch_matmul(op: &OpContext<'_>) -> Result<Built> {
     };
     let (ia, ib) = (bstr(&a), bstr(&b));
     let k = ka;
+    if int8 {
+        return batch_matmul_i8(op, (m, k, n), (adj_x, adj_y), ia, ib, out_shape);
+    }
     // Transpose scratch, sized once here so runs do not allocate.
     let mut ta = vec![0.0f32; if adj_x { m * k } else { 0 }];
     let mut tb = vec![0.0f32; if adj_y { k * n } else { 0 }];
@@ -376,6 +384,48 @@ pub(crate) fn softmax(op: &OpContext<'_>, log: bool) -> Result<Built> {
                 ksoftmax::log_softmax(typed(arg(ins, 0)?)?, n, typed_mut(outs[0])?)
             } else {
                 ksoftmax::softmax(typed(arg(ins, 0)?)?, n, beta, typed_mut(outs[0])?)
+            }
+            Ok(())
+        }),
+    })
+}
+
+/// int8 BATCH_MATMUL as LiteRT: zero-point-corrected integer dot products,
+/// rescaled by a multiplier formed in single precision (as its prepare does).
+fn batch_matmul_i8(
+    op: &OpContext<'_>,
+    (m, k, n): (usize, usize, usize),
+    (adj_x, adj_y): (bool, bool),
+    ia: Vec<usize>,
+    ib: Vec<usize>,
+    out_shape: Vec<usize>,
+) -> Result<Built> {
+    let q = |t: Option<&crate::model::Quantization>, what: &str| {
+        t.map(|q| (q.scale[0], q.zero_point[0] as i32)).ok_or_else(|| op.bad(format!("int8 BATCH_MATMUL {what} has no quantization parameters")))
+    };
+    let (sa, za) = q(op.input(0)?.quant, "input 0")?;
+    let (sb, zb) = q(op.input(1)?.quant, "input 1")?;
+    let (so, zo) = q(op.outputs[0].quant.as_ref(), "output")?;
+    let (mult, shift) = ferrite_kernels::quant::quantize_multiplier(f64::from(sa * sb / so));
+    Ok(Built {
+        outputs: vec![(DType::I8, out_shape)],
+        kernel: Box::new(move |ins, outs| {
+            let (av, bv) = (typed::<i8>(arg(ins, 0)?)?, typed::<i8>(arg(ins, 1)?)?);
+            let out = typed_mut::<i8>(outs[0])?;
+            for (p, (&pa, &pb)) in ia.iter().zip(&ib).enumerate() {
+                let (asl, bsl) = (&av[pa * m * k..][..m * k], &bv[pb * k * n..][..k * n]);
+                for i in 0..m {
+                    for j in 0..n {
+                        let mut acc = 0i32;
+                        for kk in 0..k {
+                            let x = asl[if adj_x { kk * m + i } else { i * k + kk }];
+                            let y = bsl[if adj_y { j * k + kk } else { kk * n + j }];
+                            acc += (i32::from(x) - za) * (i32::from(y) - zb);
+                        }
+                        let v = ferrite_kernels::quant::multiply_by_quantized_multiplier(acc, mult, shift) + zo;
+                        out[(p * m + i) * n + j] = v.clamp(-128, 127) as i8;
+                    }
+                }
             }
             Ok(())
         }),
