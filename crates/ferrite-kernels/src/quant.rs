@@ -275,10 +275,11 @@ fn requant_i64(rq: &Requant, acc: i64, c: usize, mul: fn(i64, i32, i32) -> i32) 
 /// int16x8 convolution (int16 activations, int8 weights, int64 bias, zero points 0)
 /// with LiteRT's reference numerics: a 64-bit accumulator per output, taps outside
 /// the input skipped. Regular (OHWI weights) or depthwise (`q.depth_multiplier > 0`).
-pub fn conv_i16(input: &[i16], w: &[i8], bias: Option<&[i64]>, q: &QConv, out: &mut [i16]) {
+/// `acc` is scratch of `q.out_c` accumulators (passed in so runs do not allocate).
+pub fn conv_i16(input: &[i16], w: &[i8], bias: Option<&[i64]>, q: &QConv, out: &mut [i16], acc: &mut [i64]) {
     let g = &q.g;
     let (in_c, out_c) = (q.in_c, q.out_c);
-    let mut acc = vec![0i64; out_c];
+    let acc = &mut acc[..out_c];
     for n in 0..g.batch {
         for oy in 0..g.out_h {
             for ox in 0..g.out_w {
@@ -305,7 +306,7 @@ pub fn conv_i16(input: &[i16], w: &[i8], bias: Option<&[i64]>, q: &QConv, out: &
                     }
                 }
                 let o = &mut out[((n * g.out_h + oy) * g.out_w + ox) * out_c..][..out_c];
-                for (c, (ov, &a)) in o.iter_mut().zip(&acc).enumerate() {
+                for (c, (ov, &a)) in o.iter_mut().zip(acc.iter()).enumerate() {
                     *ov = requant_i64(&q.rq, a, c, multiply_by_quantized_multiplier_i64);
                 }
             }

@@ -158,10 +158,12 @@ pub(crate) fn conv(op: &OpContext<'_>, depthwise: bool) -> Result<Built> {
     let out_shape = vec![g.batch, g.out_h, g.out_w, out_c];
     if kind == IntKind::I16x8 {
         let bias = int16x8_setup(op, q.in_zp, q.w_zp, &q.rq)?;
+        let acc = Mutex::new(vec![0i64; out_c]);
         return Ok(Built {
             outputs: vec![(DType::I16, out_shape)],
             kernel: Box::new(move |ins, outs| {
-                kq::conv_i16(typed(arg(ins, 0)?)?, typed(arg(ins, 1)?)?, bias.as_deref(), &q, typed_mut(outs[0])?);
+                let mut acc = acc.lock().unwrap_or_else(|e| e.into_inner());
+                kq::conv_i16(typed(arg(ins, 0)?)?, typed(arg(ins, 1)?)?, bias.as_deref(), &q, typed_mut(outs[0])?, &mut acc);
                 Ok(())
             }),
         });
