@@ -149,3 +149,42 @@ fn truncations_of_demo_give_errors_naming_the_problem() {
         assert!(msg.contains("byte") || msg.contains("too small") || msg.contains("subgraph"), "unhelpful error: {msg}");
     }
 }
+
+/// Output sizes read from constants (a resize target, a transposed convolution's
+/// output_shape) are bounded before prepare allocates anything for them: a valid
+/// but absurd file gets a resource-limit error, not an abort.
+#[test]
+fn absurd_constant_output_sizes_are_refused() {
+    use ferrite_format::schema::TensorType;
+    use ferrite_format::writer::{Activation, BuiltinOperator as B, ModelSpec, OpCode, Options, Padding, TensorSpec};
+    let huge = 1 << 30;
+    let resize = {
+        let mut m = ModelSpec::default();
+        let x = m.add_tensor(TensorSpec::activation("x", TensorType::FLOAT32, &[1, 2, 2, 1]));
+        let size = m.add_tensor(TensorSpec::const_i32("size", &[2], &[huge, huge]));
+        let y = m.add_tensor(TensorSpec::activation("y", TensorType::FLOAT32, &[]));
+        m.add_op(OpCode::Builtin(B::RESIZE_BILINEAR), &[x, size], &[y], Options::Resize { align_corners: false, half_pixel_centers: false });
+        m.inputs = vec![x];
+        m.outputs = vec![y];
+        m.to_bytes()
+    };
+    let transpose_conv = {
+        let mut m = ModelSpec::default();
+        let q = |s: f32| Some((vec![s], vec![0i64], 0));
+        let os = m.add_tensor(TensorSpec::const_i32("output_shape", &[4], &[1, huge, huge, 1]));
+        let w = m.add_tensor(TensorSpec { data: Some(vec![1]), quant: q(0.01), ..TensorSpec::activation("w", TensorType::INT8, &[1, 1, 1, 1]) });
+        let x = m.add_tensor(TensorSpec { quant: q(0.1), ..TensorSpec::activation("x", TensorType::INT8, &[1, 2, 2, 1]) });
+        let y = m.add_tensor(TensorSpec { quant: q(0.1), ..TensorSpec::activation("y", TensorType::INT8, &[]) });
+        let opts = Options::TransposeConv { padding: Padding::SAME, stride: (1, 1), activation: Activation::NONE };
+        m.add_op(OpCode::Builtin(B::TRANSPOSE_CONV), &[os, w, x], &[y], opts);
+        m.inputs = vec![x];
+        m.outputs = vec![y];
+        m.to_bytes()
+    };
+    for (what, bytes) in [("RESIZE_BILINEAR", resize), ("TRANSPOSE_CONV", transpose_conv)] {
+        let mut s = Session::from_bytes(Arc::new(bytes)).expect(what);
+        let e = s.prepare().expect_err(what).to_string();
+        assert!(e.contains(what) && e.contains("bytes"), "{what}: {e}");
+        println!("{what}: {e}");
+    }
+}

@@ -68,6 +68,17 @@ impl<'a> OpContext<'a> {
     pub fn unsupported(&self, msg: impl std::fmt::Display) -> Error {
         Error::Unsupported(format!("{}: {msg}", self.at()))
     }
+    /// Element count of a shape a kernel sizes memory by at prepare (scratch, output
+    /// shapes read from constants), checked before anything is allocated: a hostile
+    /// file must not make `prepare` attempt an absurd allocation. The cap, 2^32 bytes at
+    /// `elem` bytes per element, is above any arena the session limit admits by default.
+    pub fn checked_elements(&self, dims: &[usize], elem: usize) -> Result<usize> {
+        const CAP_BYTES: usize = 1 << 32;
+        dims.iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+            .filter(|&n| n.checked_mul(elem).is_some_and(|b| b <= CAP_BYTES))
+            .ok_or_else(|| Error::ResourceLimit(format!("{}: shape {dims:?} needs more than {CAP_BYTES} bytes", self.at())))
+    }
     /// Required input `i`.
     pub fn input(&self, i: usize) -> Result<&InputDesc<'a>> {
         self.inputs.get(i).and_then(|x| x.as_ref()).ok_or_else(|| self.bad(format!("missing required input {i}")))

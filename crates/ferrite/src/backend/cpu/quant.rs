@@ -304,7 +304,7 @@ pub(crate) fn transpose_conv(op: &OpContext<'_>) -> Result<Built> {
         pad_left: pad(out_w, kw, stride.1, x.shape[2]),
     };
     let has_bias = op.opt_input(3).is_some();
-    let acc = Mutex::new(vec![0i32; g.batch * out_h * out_w * oc]);
+    let acc = Mutex::new(vec![0i32; op.checked_elements(&[g.batch, out_h, out_w, oc], 4)?]);
     Ok(Built {
         outputs: vec![(DType::I8, vec![g.batch, out_h, out_w, oc])],
         kernel: Box::new(move |ins, outs| {
@@ -313,7 +313,7 @@ pub(crate) fn transpose_conv(op: &OpContext<'_>) -> Result<Built> {
             kq::transpose_conv_acc_i8(typed(arg(ins, 2)?)?, ic, typed(arg(ins, 1)?)?, oc, &g, in_zp, &mut acc);
             for (i, (o, &a)) in outs[0].iter_mut().zip(acc.iter()).enumerate() {
                 let c = i % oc;
-                *o = rq.apply(a + bias.map_or(0, |b| b[c]), c) as i8 as u8;
+                *o = rq.apply(a.wrapping_add(bias.map_or(0, |b| b[c])), c) as i8 as u8;
             }
             Ok(())
         }),

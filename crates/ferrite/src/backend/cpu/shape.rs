@@ -540,6 +540,8 @@ pub(crate) fn resize(op: &OpContext<'_>, bilinear: bool) -> Result<Built> {
         return Err(op.bad(format!("resize of {s:?} to {size:?}")));
     }
     let (oh, ow) = (size[0] as usize, size[1] as usize);
+    // The target size comes from the file: bound it before the tables are built.
+    op.checked_elements(&[s[0], oh, ow, s[3]], x.dtype.size().unwrap_or(4))?;
     if s[1] == 0 || s[2] == 0 {
         return Err(op.bad(format!("cannot resize an empty image {s:?}")));
     }
