@@ -1,0 +1,180 @@
+/* ferrite C API example: load a model, describe it, run it twice (outputs copied
+ * into caller buffers, then written there directly), and check the error paths.
+ *
+ *   cc -I target/release/include examples/run_model.c target/release/libferrite_c.a -lpthread -ldl -lm
+ *   ./a.out models/demo.tflite
+ *
+ * Exits 0 when every check holds. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ferrite.h"
+
+#define CHECK(call)                                                                 \
+    do {                                                                            \
+        enum FerriteStatus st_ = (call);                                            \
+        if (st_ != FERRITE_STATUS_OK) {                                             \
+            fprintf(stderr, "%s:%d: %s -> %d: %s\n", __FILE__, __LINE__, #call,     \
+                    (int)st_, ferrite_session_last_error(s));                       \
+            return 1;                                                               \
+        }                                                                           \
+    } while (0)
+
+#define EXPECT(cond)                                                                \
+    do {                                                                            \
+        if (!(cond)) {                                                              \
+            fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond);     \
+            return 1;                                                               \
+        }                                                                           \
+    } while (0)
+
+static void print_info(const char *what, size_t i, const struct FerriteTensorInfo *t) {
+    printf("%s %zu '%s': type %d, shape [", what, i, t->name, (int)t->dtype);
+    for (size_t d = 0; d < t->rank; d++) printf(d ? ",%zu" : "%zu", t->dims[d]);
+    printf("], %zu bytes\n", t->bytes);
+}
+
+/* Reads a whole file into a malloc'd buffer. */
+static unsigned char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *buf = n > 0 ? malloc((size_t)n) : NULL;
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    *len = (size_t)n;
+    return buf;
+}
+
+static int run(struct FerriteSession *s, int threads) {
+    CHECK(ferrite_session_set_num_threads(s, (size_t)threads));
+    size_t n_in = 0, n_out = 0;
+    CHECK(ferrite_session_input_count(s, &n_in));
+    CHECK(ferrite_session_output_count(s, &n_out));
+
+    /* Running before prepare is a state error, not a crash. */
+    EXPECT(ferrite_session_run(s) == FERRITE_STATUS_INVALID_STATE);
+    EXPECT(strlen(ferrite_session_last_error(s)) > 0);
+    CHECK(ferrite_session_prepare(s));
+    EXPECT(ferrite_session_set_num_threads(s, 2) == FERRITE_STATUS_INVALID_STATE);
+
+    float **ins = calloc(n_in, sizeof(float *));
+    for (size_t i = 0; i < n_in; i++) {
+        struct FerriteTensorInfo t;
+        CHECK(ferrite_session_input_info(s, i, &t));
+        print_info("input", i, &t);
+        size_t idx = 99;
+        CHECK(ferrite_session_index_by_name(s, t.name, false, &idx));
+        EXPECT(idx == i);
+        ins[i] = malloc(t.bytes ? t.bytes : 1);
+        unsigned char *b = (unsigned char *)ins[i];
+        if (t.dtype == FERRITE_TYPE_FLOAT32)
+            for (size_t k = 0; k < t.bytes / 4; k++) ins[i][k] = (float)((k * 7919) % 200) / 100.0f - 1.0f;
+        else
+            for (size_t k = 0; k < t.bytes; k++) b[k] = (unsigned char)(k * 31);
+        CHECK(ferrite_session_set_input(s, i, ins[i], t.bytes));
+    }
+
+    /* Run 1: outputs read in place and copied into an undersized buffer (refused). */
+    CHECK(ferrite_session_run(s));
+    double first = 0;
+    for (size_t i = 0; i < n_out; i++) {
+        struct FerriteTensorInfo t;
+        CHECK(ferrite_session_output_info(s, i, &t));
+        print_info("output", i, &t);
+        const void *data = NULL;
+        size_t bytes = 0;
+        CHECK(ferrite_session_output_data(s, i, &data, &bytes));
+        EXPECT(bytes == t.bytes);
+        if (t.dtype == FERRITE_TYPE_FLOAT32)
+            for (size_t k = 0; k < bytes / 4; k++) first += ((const float *)data)[k];
+    }
+
+    /* Run 2: every output bound, so kernels write the caller's buffers directly. */
+    void **outs = calloc(n_out, sizeof(void *));
+    for (size_t i = 0; i < n_out; i++) {
+        struct FerriteTensorInfo t;
+        CHECK(ferrite_session_output_info(s, i, &t));
+        outs[i] = malloc(t.bytes ? t.bytes : 1);
+        CHECK(ferrite_session_set_output(s, i, outs[i], t.bytes));
+    }
+    CHECK(ferrite_session_run(s));
+    double second = 0;
+    for (size_t i = 0; i < n_out; i++) {
+        struct FerriteTensorInfo t;
+        CHECK(ferrite_session_output_info(s, i, &t));
+        if (t.dtype == FERRITE_TYPE_FLOAT32)
+            for (size_t k = 0; k < t.bytes / 4; k++) second += ((const float *)outs[i])[k];
+    }
+    printf("output checksum %.6f (in place) %.6f (bound)\n", first, second);
+    EXPECT(first == second);
+
+    /* A bound buffer too small for its output. */
+    if (n_out > 0) {
+        struct FerriteTensorInfo t0;
+        CHECK(ferrite_session_output_info(s, 0, &t0));
+        if (t0.bytes > 0) {
+            CHECK(ferrite_session_set_output(s, 0, outs[0], t0.bytes - 1));
+            EXPECT(ferrite_session_run(s) != FERRITE_STATUS_OK);
+        }
+    }
+
+    /* Argument checks. */
+    struct FerriteTensorInfo t;
+    EXPECT(ferrite_session_input_info(s, n_in, &t) == FERRITE_STATUS_INVALID_ARGUMENT);
+    EXPECT(ferrite_session_input_info(s, 0, NULL) == FERRITE_STATUS_NULL_ARGUMENT);
+    EXPECT(ferrite_session_set_input(s, 0, NULL, 4) == FERRITE_STATUS_NULL_ARGUMENT);
+    EXPECT(ferrite_session_prepare(NULL) == FERRITE_STATUS_NULL_ARGUMENT);
+    size_t idx;
+    EXPECT(ferrite_session_index_by_name(s, "no such tensor", false, &idx) != FERRITE_STATUS_OK);
+
+    for (size_t i = 0; i < n_in; i++) free(ins[i]);
+    for (size_t i = 0; i < n_out; i++) free(outs[i]);
+    free(ins);
+    free(outs);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s MODEL.tflite\n", argv[0]);
+        return 2;
+    }
+    char err[256];
+    struct FerriteSession *s = NULL;
+
+    /* A missing file: an error message, no session. */
+    EXPECT(ferrite_session_create_from_file("/nonexistent.tflite", &s, err, sizeof err) != FERRITE_STATUS_OK);
+    EXPECT(s == NULL && strlen(err) > 0);
+    printf("missing file: %s\n", err);
+
+    /* From a file (memory-mapped). */
+    if (ferrite_session_create_from_file(argv[1], &s, err, sizeof err) != FERRITE_STATUS_OK) {
+        fprintf(stderr, "load: %s\n", err);
+        return 1;
+    }
+    int rc = run(s, 1);
+    ferrite_session_close(s);
+    if (rc) return rc;
+
+    /* From a caller buffer (used in place), on two threads. */
+    size_t len = 0;
+    unsigned char *model = read_file(argv[1], &len);
+    EXPECT(model != NULL);
+    CHECK(ferrite_session_create_from_buffer(model, len, &s, err, sizeof err));
+    rc = run(s, 2);
+    ferrite_session_close(s);
+
+    /* Truncated bytes: an error, never a crash. */
+    EXPECT(ferrite_session_create_from_buffer(model, len / 3, &s, err, sizeof err) != FERRITE_STATUS_OK);
+    printf("truncated model: %s\n", err);
+    free(model);
+    if (rc == 0) printf("c api example: ok\n");
+    return rc;
+}
