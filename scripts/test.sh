@@ -41,3 +41,7 @@ echo "== conformance: generated single-op models vs LiteRT reference kernels"
 
 echo "== conformance: real models vs LiteRT"
 "$CACHE/venv/bin/python" tools/conformance.py models --ferrite target/release/ferrite --corpus "$CACHE/models"
+
+echo "== python package: one script against LiteRT's Interpreter and ferrite's"
+"$CACHE/venv/bin/python" -m pip install -q --disable-pip-version-check ./crates/ferrite-py
+"$CACHE/venv/bin/python" tools/python_api_test.py --corpus "$CACHE/models"

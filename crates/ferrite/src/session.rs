@@ -169,6 +169,11 @@ impl Session {
         })
     }
 
+    /// Index of the subgraph this session runs (0, or the selected signature's).
+    pub fn subgraph_index(&self) -> usize {
+        self.subgraph
+    }
+
     /// The loaded model.
     pub fn model(&self) -> &Arc<Model> {
         &self.model

@@ -1,0 +1,135 @@
+//! Native half of the `ferrite` Python package: a thin session object that moves
+//! raw bytes, shapes and quantization parameters. `python/ferrite/__init__.py`
+//! builds the LiteRT-style `Interpreter` (numpy arrays, detail dicts) on top.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use ferrite::{DType, Model, Session, SessionOptions};
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+fn err(e: ferrite::Error) -> PyErr {
+    match e {
+        ferrite::Error::InvalidArgument(_) => PyValueError::new_err(e.to_string()),
+        _ => PyRuntimeError::new_err(e.to_string()),
+    }
+}
+
+fn dtype_name(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "float32",
+        DType::F16 => "float16",
+        DType::I8 => "int8",
+        DType::U8 => "uint8",
+        DType::I16 => "int16",
+        DType::I32 => "int32",
+        DType::I64 => "int64",
+        DType::Bool => "bool",
+        other => other.name(),
+    }
+}
+
+/// (name, tensor index, dtype, shape, shape signature, scales, zero points, quantized dim).
+type Detail = (String, usize, &'static str, Vec<usize>, Vec<i64>, Vec<f32>, Vec<i64>, usize);
+
+/// One ferrite session. The mutex makes the object shareable between Python
+/// threads; calls on one session are serialized.
+#[pyclass(module = "ferrite._ferrite")]
+struct NativeSession {
+    session: Mutex<Session>,
+}
+
+fn detail(s: &Session, d: &ferrite::TensorDesc, shape: Vec<usize>) -> Detail {
+    let info = &s.model().subgraphs[s.subgraph_index()].tensors[d.tensor];
+    let (scales, zps, axis) = info.quant.as_ref().map_or((vec![], vec![], 0), |q| (q.scale.clone(), q.zero_point.clone(), q.axis));
+    (d.name.clone(), d.tensor, dtype_name(d.dtype), shape, d.shape_signature.clone(), scales, zps, axis)
+}
+
+impl NativeSession {
+    fn lock(&self) -> MutexGuard<'_, Session> {
+        // A panic inside a call cannot leave the session half-updated in a way later
+        // calls rely on (each call re-validates state), so a poisoned lock is reused.
+        self.session.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[pymethods]
+impl NativeSession {
+    /// Loads from a path or from bytes (copied once into the session's model).
+    #[new]
+    #[pyo3(signature = (path=None, content=None, threads=1))]
+    fn new(path: Option<String>, content: Option<Vec<u8>>, threads: usize) -> PyResult<Self> {
+        let model = match (path, content) {
+            (Some(p), None) => Model::from_file(p).map_err(err)?,
+            (None, Some(c)) => Model::from_bytes(Arc::new(c)).map_err(err)?,
+            _ => return Err(PyValueError::new_err("give exactly one of model_path and model_content")),
+        };
+        let options = SessionOptions { threads: threads.max(1), ..SessionOptions::default() };
+        Ok(NativeSession { session: Mutex::new(Session::with_options(Arc::new(model), options).map_err(err)?) })
+    }
+
+    fn inputs(&self) -> Vec<Detail> {
+        let s = self.lock();
+        s.inputs().iter().map(|d| detail(&s, d, d.shape.clone())).collect()
+    }
+
+    /// Outputs with the shapes of the last run where there was one.
+    fn outputs(&self) -> Vec<Detail> {
+        let s = self.lock();
+        s.outputs()
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let shape = s.output(i).map(|o| o.shape.to_vec()).or_else(|_| s.output_slot(i).map(|(_, sh)| sh.to_vec())).unwrap_or_else(|_| d.shape.clone());
+                detail(&s, d, shape)
+            })
+            .collect()
+    }
+
+    fn signatures(&self) -> Vec<String> {
+        self.lock().signatures()
+    }
+
+    fn select_signature(&mut self, key: &str) -> PyResult<()> {
+        self.lock().select_signature(key).map_err(err)
+    }
+
+    fn resize_input(&mut self, index: usize, shape: Vec<usize>) -> PyResult<()> {
+        self.lock().resize_input(index, &shape).map_err(err)
+    }
+
+    fn prepare(&mut self) -> PyResult<()> {
+        self.lock().prepare().map_err(err)
+    }
+
+    /// Input `index` from any contiguous byte buffer (a numpy array viewed as uint8).
+    fn set_input(&mut self, index: usize, data: PyBuffer<u8>) -> PyResult<()> {
+        if !data.is_c_contiguous() {
+            return Err(PyValueError::new_err("input buffer must be C-contiguous"));
+        }
+        // SAFETY: the buffer is C-contiguous u8 memory held by `data` (the export
+        // stays alive for this call) and is only read.
+        let bytes = unsafe { std::slice::from_raw_parts(data.buf_ptr().cast::<u8>(), data.len_bytes()) };
+        self.lock().set_input(index, bytes).map_err(err)
+    }
+
+    fn run(&mut self, py: Python<'_>) -> PyResult<()> {
+        // Inference does not touch Python objects: let other Python threads run.
+        py.allow_threads(|| self.lock().run()).map_err(err)
+    }
+
+    /// (dtype, shape, bytes) of output `index` of the last run.
+    fn output<'py>(&self, py: Python<'py>, index: usize) -> PyResult<(&'static str, Vec<usize>, Bound<'py, PyBytes>)> {
+        let s = self.lock();
+        let o = s.output(index).map_err(err)?;
+        Ok((dtype_name(o.dtype), o.shape.to_vec(), PyBytes::new(py, o.bytes)))
+    }
+}
+
+#[pymodule]
+fn _ferrite(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<NativeSession>()?;
+    Ok(())
+}
