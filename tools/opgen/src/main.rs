@@ -1026,6 +1026,11 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             case.spec.tensors[o].quant = Some((vec![s_in * s_in * r.f(20.0, 400.0)], vec![r.int(-30, 30)], 0));
             return case;
         }
+        "ADD_UINT8" | "SUB_UINT8" | "MUL_UINT8" | "AVERAGE_POOL_2D_UINT8" | "MAX_POOL_2D_UINT8" | "SOFTMAX_UINT8" | "LOGISTIC_UINT8" | "TANH_UINT8" | "RELU_UINT8"
+        | "RELU6_UINT8" | "LEAKY_RELU_UINT8" => {
+            let base = op.trim_end_matches("_UINT8");
+            return to_uint8(gen(&format!("{base}_INT8"), r));
+        }
         "MEAN_RESCALED_INT8" => {
             // Output quantized differently from the input: LiteRT's rescaling path.
             let mut case = quantized_variant(gen("MEAN", r), TensorType::INT8, r);
@@ -1044,6 +1049,25 @@ fn gen(op: &str, r: &mut Rng) -> Case {
         }
     }
     Case { spec: m, ranges, fixed }
+}
+
+/// The int8 case as uint8: every int8 tensor (constants too) shifted by 128 in
+/// both its values and its zero points, which represents the same real numbers.
+fn to_uint8(mut case: Case) -> Case {
+    let shift = |spec: &mut ModelSpec| {
+        for t in spec.tensors.iter_mut().filter(|t| t.dtype == TensorType::INT8) {
+            t.dtype = TensorType::UINT8;
+            if let Some(q) = t.quant.as_mut() {
+                q.1.iter_mut().for_each(|z| *z += 128);
+            }
+            if let Some(d) = t.data.as_mut() {
+                d.iter_mut().for_each(|b| *b ^= 0x80);
+            }
+        }
+    };
+    shift(&mut case.spec);
+    case.spec.subgraphs.iter_mut().for_each(shift);
+    case
 }
 
 /// The float case with every float activation turned into `ty`, all sharing one
@@ -1242,6 +1266,17 @@ const OPS: &[&str] = &[
     "RELU6_INT8",
     "RELU_N1_TO_1_INT8",
     "LEAKY_RELU_INT8",
+    "ADD_UINT8",
+    "SUB_UINT8",
+    "MUL_UINT8",
+    "AVERAGE_POOL_2D_UINT8",
+    "MAX_POOL_2D_UINT8",
+    "SOFTMAX_UINT8",
+    "LOGISTIC_UINT8",
+    "TANH_UINT8",
+    "RELU_UINT8",
+    "RELU6_UINT8",
+    "LEAKY_RELU_UINT8",
     "FULLY_CONNECTED_HYBRID",
     "CONV_2D_HYBRID",
     "DEPTHWISE_CONV_2D_HYBRID",
