@@ -101,6 +101,10 @@ pub struct QConv {
     pub rq: Requant,
 }
 
+/// Largest receptive field (kh * kw * in_c) gathered into a stack patch by
+/// [`conv_acc_i8`]; larger ones take the per-tap path.
+const PATCH_MAX: usize = 4096;
+
 simd_fn! {
     /// Integer convolution accumulators: `acc[pixel, o] = sum (x - in_zp) * (w - w_zp)`
     /// over the taps inside the input (padding is skipped, as in TFLite), for a
@@ -109,6 +113,39 @@ simd_fn! {
     pub fn conv_acc_i8(input: &[i8], w: &[i8], q: &QConv, acc: &mut [i32]) {
         let g = &q.g;
         let (in_c, out_c) = (q.in_c, q.out_c);
+        let k = g.k_h * g.k_w * in_c;
+        if q.depth_multiplier == 0 && k <= PATCH_MAX && i8::try_from(q.in_zp).is_ok() {
+            // Gather each pixel's receptive field into one contiguous patch (taps
+            // outside the input hold the input zero point, contributing exactly 0),
+            // so every output channel is one long dot product against its OHWI row
+            // instead of many short per-tap ones.
+            let mut patch = [0i8; PATCH_MAX];
+            let fill = q.in_zp as i8;
+            for n in 0..g.batch {
+                for oy in 0..g.out_h {
+                    for ox in 0..g.out_w {
+                        for ky in 0..g.k_h {
+                            for kx in 0..g.k_w {
+                                let dst = &mut patch[(ky * g.k_w + kx) * in_c..][..in_c];
+                                let iy = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h);
+                                let ix = (ox * g.stride_w + kx * g.dil_w).checked_sub(g.pad_left).filter(|&x| x < g.in_w);
+                                match (iy, ix) {
+                                    (Some(iy), Some(ix)) => dst.copy_from_slice(&input[((n * g.in_h + iy) * g.in_w + ix) * in_c..][..in_c]),
+                                    _ => dst.fill(fill),
+                                }
+                            }
+                        }
+                        let p = &patch[..k];
+                        let a = &mut acc[((n * g.out_h + oy) * g.out_w + ox) * out_c..][..out_c];
+                        for (o, av) in a.iter_mut().enumerate() {
+                            let wr = &w[o * k..][..k];
+                            *av = p.iter().zip(wr).map(|(&x, &wv)| (i32::from(x) - q.in_zp) * (i32::from(wv) - q.w_zp)).sum();
+                        }
+                    }
+                }
+            }
+            return;
+        }
         for n in 0..g.batch {
             for oy in 0..g.out_h {
                 for ox in 0..g.out_w {
@@ -119,7 +156,13 @@ simd_fn! {
                         for kx in 0..g.k_w {
                             let Some(ix) = (ox * g.stride_w + kx * g.dil_w).checked_sub(g.pad_left).filter(|&x| x < g.in_w) else { continue };
                             let px = &input[((n * g.in_h + iy) * g.in_w + ix) * in_c..][..in_c];
-                            if q.depth_multiplier > 0 {
+                            if q.depth_multiplier == 1 {
+                                // Channel-aligned: a straight element-wise pass that vectorizes.
+                                let wr = &w[(ky * g.k_w + kx) * out_c..][..out_c];
+                                for ((av, &x), &wv) in a.iter_mut().zip(px).zip(wr) {
+                                    *av += (i32::from(x) - q.in_zp) * (i32::from(wv) - q.w_zp);
+                                }
+                            } else if q.depth_multiplier > 0 {
                                 let m = q.depth_multiplier;
                                 let wr = &w[(ky * g.k_w + kx) * out_c..][..out_c];
                                 for (o, av) in a.iter_mut().enumerate() {

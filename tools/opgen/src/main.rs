@@ -1026,8 +1026,17 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             case.spec.tensors[o].quant = Some((vec![s_in * s_in * r.f(20.0, 400.0)], vec![r.int(-30, 30)], 0));
             return case;
         }
-        "ADD_UINT8" | "SUB_UINT8" | "MUL_UINT8" | "AVERAGE_POOL_2D_UINT8" | "MAX_POOL_2D_UINT8" | "SOFTMAX_UINT8" | "LOGISTIC_UINT8" | "TANH_UINT8" | "RELU_UINT8"
-        | "RELU6_UINT8" | "LEAKY_RELU_UINT8" => {
+        "ADD_UINT8"
+        | "SUB_UINT8"
+        | "MUL_UINT8"
+        | "AVERAGE_POOL_2D_UINT8"
+        | "MAX_POOL_2D_UINT8"
+        | "SOFTMAX_UINT8"
+        | "LOGISTIC_UINT8"
+        | "TANH_UINT8"
+        | "RELU_UINT8"
+        | "RELU6_UINT8"
+        | "LEAKY_RELU_UINT8" => {
             let base = op.trim_end_matches("_UINT8");
             return to_uint8(gen(&format!("{base}_INT8"), r));
         }
