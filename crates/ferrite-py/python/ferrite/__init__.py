@@ -111,7 +111,7 @@ class Interpreter:
         self._s.run()
 
     def get_tensor(self, tensor_index):
-        """An output (or input) of the last run, as a numpy array over its bytes."""
+        """An output of the last run, as a numpy array over its bytes."""
         for pos, d in enumerate(self._outputs()):
             if d["index"] == tensor_index:
                 dtype, shape, data = self._s.output(pos)
