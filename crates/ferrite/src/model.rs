@@ -515,6 +515,18 @@ fn parse_tensor(kind: FileKind, si: usize, ti: usize, t: Table<'_>, buffers: &[O
                     return Err(invalid(format!("{} ('{name}'): {} scales but {} zero points", at(), scale.len(), zero_point.len())));
                 }
                 let zero_point = if zero_point.is_empty() { vec![0; scale.len()] } else { zero_point };
+                // Kernels do 32-bit arithmetic on (value - zero point): a zero point
+                // outside the element type's range is invalid, as LiteRT's kernels also
+                // require, and must not reach them.
+                let range = match dtype {
+                    DType::I8 => Some(-128..=127),
+                    DType::U8 => Some(0..=255),
+                    DType::I16 => Some(-32768..=32767),
+                    _ => None,
+                };
+                if let Some(bad) = range.and_then(|r| zero_point.iter().find(|z| !r.contains(*z))) {
+                    return Err(invalid(format!("{} ('{name}'): zero point {bad} outside the range of {}", at(), dtype.name())));
+                }
                 Some(Quantization { scale, zero_point, axis: axis as usize })
             }
         }

@@ -188,3 +188,20 @@ fn absurd_constant_output_sizes_are_refused() {
         println!("{what}: {e}");
     }
 }
+
+/// A zero point outside its element type's range is refused at load, naming the tensor.
+#[test]
+fn out_of_range_zero_points_are_refused() {
+    use ferrite_format::schema::TensorType;
+    use ferrite_format::writer::{BuiltinOperator as B, ModelSpec, OpCode, Options, TensorSpec};
+    for (ty, zp) in [(TensorType::INT8, 1000i64), (TensorType::UINT8, -1), (TensorType::INT16, 1 << 20)] {
+        let mut m = ModelSpec::default();
+        let x = m.add_tensor(TensorSpec { quant: Some((vec![0.1], vec![zp], 0)), ..TensorSpec::activation("x", ty, &[4]) });
+        let y = m.add_tensor(TensorSpec { quant: Some((vec![0.1], vec![0], 0)), ..TensorSpec::activation("y", ty, &[4]) });
+        m.add_op(OpCode::Builtin(B::RELU), &[x], &[y], Options::None);
+        m.inputs = vec![x];
+        m.outputs = vec![y];
+        let e = Session::from_bytes(Arc::new(m.to_bytes())).expect_err("zero point out of range").to_string();
+        assert!(e.contains("zero point") && e.contains("'x'"), "{e}");
+    }
+}
