@@ -375,8 +375,8 @@ pub unsafe extern "C" fn ferrite_session_set_num_threads(s: *mut FerriteSession,
             let options = SessionOptions { threads, ..SessionOptions::default() };
             match Session::with_options(s.model.clone(), options) {
                 Ok(new) => {
+                    // Same model, same inputs and outputs: bindings made so far stay.
                     s.session = new;
-                    s.refresh_io();
                     FerriteStatus::Ok
                 }
                 Err(e) => s.fail(status_of(&e), &e.to_string()),
