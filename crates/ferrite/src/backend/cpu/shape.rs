@@ -563,6 +563,35 @@ pub(crate) fn resize(op: &OpContext<'_>, bilinear: bool) -> Result<Built> {
             }),
         });
     }
+    if bilinear && dtype == DType::U8 {
+        // uint8 follows LiteRT's float formulation on the raw values, rounded half up.
+        let (ys, xs) =
+            (kresize::bilinear_table(s[1], oh, align_corners, half_pixel_centers), kresize::bilinear_table(s[2], ow, align_corners, half_pixel_centers));
+        let (n, h, w, c) = (s[0], s[1], s[2], s[3]);
+        return Ok(Built {
+            outputs: vec![(dtype, out)],
+            kernel: Box::new(move |ins, outs| {
+                let (input, o) = (arg(ins, 0)?, &mut *outs[0]);
+                for b in 0..n {
+                    for (y, &(fy, y0, y1)) in ys.iter().enumerate() {
+                        let dy = fy - y0 as f32;
+                        for (x, &(fx, x0, x1)) in xs.iter().enumerate() {
+                            let dx = fx - x0 as f32;
+                            let at = |yy: usize, xx: usize, k: usize| f32::from(input[((b * h + yy) * w + xx) * c + k]);
+                            for k in 0..c {
+                                let v = at(y0, x0, k) * (1.0 - dy) * (1.0 - dx)
+                                    + at(y1, x0, k) * dy * (1.0 - dx)
+                                    + at(y0, x1, k) * (1.0 - dy) * dx
+                                    + at(y1, x1, k) * dy * dx;
+                                o[((b * oh + y) * ow + x) * c + k] = (v + 0.5) as u8;
+                            }
+                        }
+                    }
+                }
+                Ok(())
+            }),
+        });
+    }
     if bilinear {
         require_f32(op, &[0])?;
         let (ys, xs) =
