@@ -770,14 +770,14 @@ pub(crate) fn hard_swish(op: &OpContext<'_>) -> Result<Built> {
     })
 }
 
-/// RELU, RELU6, RELU_N1_TO_1 and LEAKY_RELU on int8 / uint8: (x - in_zp) rescaled
+/// RELU, RELU6, RELU_N1_TO_1 and LEAKY_RELU on int8 / uint8 / int16: (x - in_zp) rescaled
 /// to the output scale (by `alpha` below zero for LEAKY_RELU), clamped to the
 /// activation's quantized range.
 pub(crate) fn relu_like(op: &OpContext<'_>, code: ferrite_format::schema::BuiltinOperator) -> Result<Built> {
     use ferrite_format::schema::BuiltinOperator as B;
     let x = op.input(0)?;
     let dtype = x.dtype;
-    if !matches!(dtype, DType::I8 | DType::U8) || op.outputs[0].dtype != dtype {
+    if !matches!(dtype, DType::I8 | DType::U8 | DType::I16) || op.outputs[0].dtype != dtype {
         return Err(op.unsupported(format!("quantized {} of {}", op.op.code.name(), dtype.name())));
     }
     let (in_scale, in_zp) = per_tensor(op, x.quant, "input")?;
@@ -803,15 +803,16 @@ pub(crate) fn relu_like(op: &OpContext<'_>, code: ferrite_format::schema::Builti
         }
         None => (m_id, s_id),
     };
-    let signed = dtype == DType::I8;
     let leaky = alpha.is_some();
+    let n: usize = x.shape.iter().product();
     Ok(Built {
         outputs: vec![(dtype, x.shape.clone())],
         kernel: Box::new(move |ins, outs| {
-            for (o, &v) in outs[0].iter_mut().zip(arg(ins, 0)?) {
-                let d = if signed { i32::from(v as i8) } else { i32::from(v) } - in_zp;
+            let input = arg(ins, 0)?;
+            for i in 0..n {
+                let d = load_int(dtype, input, i) - in_zp;
                 let (m, s) = if leaky && d < 0 { (m_a, s_a) } else { (m_id, s_id) };
-                *o = (kq::multiply_by_quantized_multiplier(d, m, s) + out_zp).clamp(lo, hi) as u8;
+                store_int(dtype, outs[0], i, (kq::multiply_by_quantized_multiplier(d, m, s) + out_zp).clamp(lo, hi));
             }
             Ok(())
         }),
