@@ -223,6 +223,32 @@ pub fn transpose_conv_acc_i8(input: &[i8], in_c: usize, w: &[i8], out_c: usize, 
     }
 }
 
+/// int16x8 transposed-convolution accumulators (zero points 0): every input pixel
+/// scattered through the OHWI weights into 64-bit sums. `acc` holds the whole
+/// output and is overwritten.
+pub fn transpose_conv_acc_i16(input: &[i16], in_c: usize, w: &[i8], out_c: usize, g: &crate::conv::Window, acc: &mut [i64]) {
+    let (oh, ow) = (g.in_h, g.in_w);
+    acc.fill(0);
+    for n in 0..g.batch {
+        for iy in 0..g.out_h {
+            for ix in 0..g.out_w {
+                let px = &input[((n * g.out_h + iy) * g.out_w + ix) * in_c..][..in_c];
+                for ky in 0..g.k_h {
+                    let Some(y) = (iy * g.stride_h + ky).checked_sub(g.pad_top).filter(|&y| y < oh) else { continue };
+                    for kx in 0..g.k_w {
+                        let Some(x) = (ix * g.stride_w + kx).checked_sub(g.pad_left).filter(|&x| x < ow) else { continue };
+                        let o = &mut acc[((n * oh + y) * ow + x) * out_c..][..out_c];
+                        for (oc, ov) in o.iter_mut().enumerate() {
+                            let wr = &w[((oc * g.k_h + ky) * g.k_w + kx) * in_c..][..in_c];
+                            *ov += px.iter().zip(wr).map(|(&a, &b)| i64::from(i32::from(a) * i32::from(b))).sum::<i64>();
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Quantizes floats asymmetrically to [-128, 127] as TFLite's hybrid convolutions
 /// do: the range includes 0, the zero point is nudged onto the grid. Returns
 /// (scaling factor, zero point).
@@ -310,7 +336,7 @@ pub fn multiply_by_quantized_multiplier_i64_full(x: i64, multiplier: i32, shift:
 /// Requantization of int16x8 accumulators (int64, zero points 0) with `mul`, one
 /// of the two 64-bit products above.
 #[inline(always)]
-fn requant_i64(rq: &Requant, acc: i64, c: usize, mul: fn(i64, i32, i32) -> i32) -> i16 {
+pub fn requant_i64(rq: &Requant, acc: i64, c: usize, mul: fn(i64, i32, i32) -> i32) -> i16 {
     let i = if rq.multiplier.len() == 1 { 0 } else { c };
     (mul(acc, rq.multiplier[i], rq.shift[i]) + rq.out_zp).clamp(rq.min, rq.max) as i16
 }

@@ -988,13 +988,16 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             m.outputs.push(o);
             single(B::PRELU, &[x, a], o, Options::None, &mut m);
         }
-        "TRANSPOSE_CONV_INT8" => {
+        "TRANSPOSE_CONV_INT8" | "TRANSPOSE_CONV_INT16X8" => {
+            // int16x8: int16 activations with zero points 0, int64 bias.
+            let wide = op == "TRANSPOSE_CONV_INT16X8";
+            let aty = if wide { TensorType::INT16 } else { TensorType::INT8 };
             let (h, w, c, oc) = (r.u(2, 6), r.u(2, 6), r.u(1, 4), r.u(1, 4));
             let (k, s) = (r.u(1, 3), r.u(1, 2));
             let padding = same_or_valid(r);
             let o_sz = |i: usize| if padding == Padding::SAME { i * s } else { (i - 1) * s + k };
             let os = m.add_tensor(TensorSpec::const_i32("output_shape", &[4], &[1, o_sz(h) as i32, o_sz(w) as i32, oc as i32]));
-            let s_in = r.f(0.01, 0.1);
+            let s_in = if wide { r.f(1e-4, 1e-3) } else { r.f(0.01, 0.1) };
             let wscales: Vec<f32> = (0..oc).map(|_| r.f(0.002, 0.02)).collect();
             let wdata: Vec<u8> = (0..oc * k * k * c).map(|_| r.int(-127, 127) as i8 as u8).collect();
             let wt = m.add_tensor(TensorSpec {
@@ -1002,19 +1005,22 @@ fn gen(op: &str, r: &mut Rng) -> Case {
                 quant: Some((wscales.clone(), vec![0; oc], 0)),
                 ..TensorSpec::activation("w", TensorType::INT8, &[oc as i32, k as i32, k as i32, c as i32])
             });
-            let x = m.add_tensor(TensorSpec {
-                quant: Some((vec![s_in], vec![r.int(-20, 20)], 0)),
-                ..TensorSpec::activation("x", TensorType::INT8, &[1, h as i32, w as i32, c as i32])
-            });
+            let x_zp = if wide { 0 } else { r.int(-20, 20) };
+            let x =
+                m.add_tensor(TensorSpec { quant: Some((vec![s_in], vec![x_zp], 0)), ..TensorSpec::activation("x", aty, &[1, h as i32, w as i32, c as i32]) });
             m.inputs.push(x);
-            let bdata: Vec<u8> = (0..oc).flat_map(|_| (r.int(-2000, 2000) as i32).to_le_bytes()).collect();
+            let (bdata, bty): (Vec<u8>, _) = if wide {
+                ((0..oc).flat_map(|_| r.int(-200_000, 200_000).to_le_bytes()).collect(), TensorType::INT64)
+            } else {
+                ((0..oc).flat_map(|_| (r.int(-2000, 2000) as i32).to_le_bytes()).collect(), TensorType::INT32)
+            };
             let bt = m.add_tensor(TensorSpec {
                 data: Some(bdata),
                 quant: Some((wscales.iter().map(|&w| s_in * w).collect(), vec![0; oc], 0)),
-                ..TensorSpec::activation("b", TensorType::INT32, &[oc as i32])
+                ..TensorSpec::activation("b", bty, &[oc as i32])
             });
-            let o =
-                m.add_tensor(TensorSpec { quant: Some((vec![r.f(0.02, 0.5)], vec![r.int(-20, 20)], 0)), ..TensorSpec::activation("y", TensorType::INT8, &[]) });
+            let (s_out, o_zp) = if wide { (r.f(2e-4, 5e-3), 0) } else { (r.f(0.02, 0.5), r.int(-20, 20)) };
+            let o = m.add_tensor(TensorSpec { quant: Some((vec![s_out], vec![o_zp], 0)), ..TensorSpec::activation("y", aty, &[]) });
             m.outputs.push(o);
             single(B::TRANSPOSE_CONV, &[os, wt, x, bt], o, Options::TransposeConv { padding, stride: (s as i32, s as i32), activation: act(r) }, &mut m);
         }
@@ -1244,6 +1250,7 @@ const OPS: &[&str] = &[
     "PRELU_INT8",
     "PRELU_UINT8",
     "TRANSPOSE_CONV_INT8",
+    "TRANSPOSE_CONV_INT16X8",
     "BATCH_MATMUL_INT8",
     "RESHAPE_UINT8",
     "CONCATENATION_UINT8",

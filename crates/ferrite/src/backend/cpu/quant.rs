@@ -78,13 +78,18 @@ fn int_types(op: &OpContext<'_>) -> Result<IntKind> {
 /// small enough for the 64-bit requantization. Returns the constant int64 bias,
 /// copied so that its alignment in the file does not matter.
 fn int16x8_setup(op: &OpContext<'_>, in_zp: i32, w_zp: i32, rq: &Requant) -> Result<Option<Vec<i64>>> {
+    int16x8_setup_at(op, 2, in_zp, w_zp, rq)
+}
+
+/// [`int16x8_setup`] with the bias at input `bias_index`.
+fn int16x8_setup_at(op: &OpContext<'_>, bias_index: usize, in_zp: i32, w_zp: i32, rq: &Requant) -> Result<Option<Vec<i64>>> {
     if in_zp != 0 || w_zp != 0 || rq.out_zp != 0 {
         return Err(op.bad("int16x8 requires zero points of 0 on input, weights and output"));
     }
     if rq.shift.iter().any(|&s| s > 7) {
         return Err(op.unsupported("int16x8 output multiplier above 2^7"));
     }
-    let Some(b) = op.opt_input(2) else { return Ok(None) };
+    let Some(b) = op.opt_input(bias_index) else { return Ok(None) };
     let bytes = b.value.ok_or_else(|| op.unsupported("int16x8 bias computed at run time"))?;
     Ok(Some(bytes.chunks_exact(8).map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect()))
 }
@@ -259,14 +264,24 @@ pub(crate) fn fully_connected(op: &OpContext<'_>) -> Result<Built> {
     })
 }
 
-/// TRANSPOSE_CONV on int8 (per-channel int8 weights, int32 bias): integer scatter
-/// of the zero-point-corrected input, bias, per-channel requantization.
+/// TRANSPOSE_CONV on int8 (per-channel int8 weights, int32 bias) or int16x8 (int64
+/// bias, 64-bit sums): integer scatter of the zero-point-corrected input, bias,
+/// per-channel requantization.
 pub(crate) fn transpose_conv(op: &OpContext<'_>) -> Result<Built> {
     let OpParams::TransposeConv { padding, stride, activation } = op.op.params else { return Err(op.bad("missing TransposeConv options")) };
     let (w, x) = (op.input(1)?, op.input(2)?);
-    if x.dtype != DType::I8 || w.dtype != DType::I8 || op.outputs[0].dtype != DType::I8 || op.opt_input(3).is_some_and(|b| b.dtype != DType::I32) {
-        return Err(op.unsupported(format!("quantized TRANSPOSE_CONV of {} with {} weights (int8 is implemented)", x.dtype.name(), w.dtype.name())));
-    }
+    let bias_type = op.opt_input(3).map(|b| b.dtype);
+    let wide = match (x.dtype, w.dtype, op.outputs[0].dtype, bias_type) {
+        (DType::I8, DType::I8, DType::I8, None | Some(DType::I32)) => false,
+        (DType::I16, DType::I8, DType::I16, None | Some(DType::I64)) => true,
+        _ => {
+            return Err(op.unsupported(format!(
+                "quantized TRANSPOSE_CONV of {} with {} weights (int8, and int16 with int8 weights and int64 bias, are implemented)",
+                x.dtype.name(),
+                w.dtype.name()
+            )))
+        }
+    };
     let out_shape = op.const_ints(0)?;
     if x.shape.len() != 4 || w.shape.len() != 4 || out_shape.len() != 4 || out_shape.iter().any(|&d| d <= 0) {
         return Err(op.bad(format!("TRANSPOSE_CONV of {:?} with filter {:?} to {out_shape:?}", x.shape, w.shape)));
@@ -303,8 +318,25 @@ pub(crate) fn transpose_conv(op: &OpContext<'_>) -> Result<Built> {
         pad_top: pad(out_h, kh, stride.0, x.shape[1]),
         pad_left: pad(out_w, kw, stride.1, x.shape[2]),
     };
+    let n_out = op.checked_elements(&[g.batch, out_h, out_w, oc], 8)?;
+    if wide {
+        let bias = int16x8_setup_at(op, 3, in_zp, wq.zero_point[0] as i32, &rq)?;
+        let acc = Mutex::new(vec![0i64; n_out]);
+        return Ok(Built {
+            outputs: vec![(DType::I16, vec![g.batch, out_h, out_w, oc])],
+            kernel: Box::new(move |ins, outs| {
+                let mut acc = acc.lock().unwrap_or_else(|e| e.into_inner());
+                kq::transpose_conv_acc_i16(typed(arg(ins, 2)?)?, ic, typed(arg(ins, 1)?)?, oc, &g, &mut acc);
+                for (i, (o, &a)) in typed_mut::<i16>(outs[0])?.iter_mut().zip(acc.iter()).enumerate() {
+                    let c = i % oc;
+                    *o = kq::requant_i64(&rq, a.wrapping_add(bias.as_ref().map_or(0, |b| b[c])), c, kq::multiply_by_quantized_multiplier_i64);
+                }
+                Ok(())
+            }),
+        });
+    }
     let has_bias = op.opt_input(3).is_some();
-    let acc = Mutex::new(vec![0i32; op.checked_elements(&[g.batch, out_h, out_w, oc], 4)?]);
+    let acc = Mutex::new(vec![0i32; n_out]);
     Ok(Built {
         outputs: vec![(DType::I8, vec![g.batch, out_h, out_w, oc])],
         kernel: Box::new(move |ins, outs| {
