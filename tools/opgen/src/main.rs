@@ -1024,12 +1024,14 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             m.outputs.push(o);
             single(B::TRANSPOSE_CONV, &[os, wt, x, bt], o, Options::TransposeConv { padding, stride: (s as i32, s as i32), activation: act(r) }, &mut m);
         }
-        "BATCH_MATMUL_INT8" => {
+        "BATCH_MATMUL_INT8" | "BATCH_MATMUL_INT16" => {
             // Both operands share a scale; the output's is wide enough for the sums.
-            let mut case = quantized_variant(gen("BATCH_MATMUL", r), TensorType::INT8, r);
+            let wide = op == "BATCH_MATMUL_INT16";
+            let mut case = quantized_variant(gen("BATCH_MATMUL", r), if wide { TensorType::INT16 } else { TensorType::INT8 }, r);
             let s_in = case.spec.tensors[case.spec.inputs[0] as usize].quant.as_ref().map_or(0.05, |q| q.0[0]);
             let o = case.spec.outputs[0] as usize;
-            case.spec.tensors[o].quant = Some((vec![s_in * s_in * r.f(20.0, 400.0)], vec![r.int(-30, 30)], 0));
+            let (range, zp) = if wide { (r.f(20.0, 400.0) * 256.0, 0) } else { (r.f(20.0, 400.0), r.int(-30, 30)) };
+            case.spec.tensors[o].quant = Some((vec![s_in * s_in * range], vec![zp], 0));
             return case;
         }
         "ADD_UINT8"
@@ -1252,6 +1254,7 @@ const OPS: &[&str] = &[
     "TRANSPOSE_CONV_INT8",
     "TRANSPOSE_CONV_INT16X8",
     "BATCH_MATMUL_INT8",
+    "BATCH_MATMUL_INT16",
     "RESHAPE_UINT8",
     "CONCATENATION_UINT8",
     "PAD_UINT8",
