@@ -335,7 +335,7 @@ pub(crate) fn batch_matmul(op: &OpContext<'_>) -> Result<Built> {
     let (ia, ib) = (bstr(&a), bstr(&b));
     let k = ka;
     if int8 {
-        return batch_matmul_i8(op, (m, k, n), (adj_x, adj_y), ia, ib, out_shape);
+        return batch_matmul_int(op, (m, k, n), (adj_x, adj_y), ia, ib, out_shape);
     }
     // Transpose scratch, sized once here so runs do not allocate.
     let mut ta = vec![0.0f32; if adj_x { m * k } else { 0 }];
@@ -395,7 +395,7 @@ pub(crate) fn softmax(op: &OpContext<'_>, log: bool) -> Result<Built> {
 /// rescaled by a multiplier formed in single precision (as its prepare does); int16
 /// (zero points 0) sums in 64 bits and rescales with the 16-bit reduced multiplier,
 /// like the int16x8 convolutions (measured: the full one is off by 1 LSB at times).
-fn batch_matmul_i8(
+fn batch_matmul_int(
     op: &OpContext<'_>,
     (m, k, n): (usize, usize, usize),
     (adj_x, adj_y): (bool, bool),
