@@ -191,6 +191,14 @@ impl FerriteSession {
         status
     }
 
+    /// OK, or INVALID_ARGUMENT with `r`'s message recorded.
+    fn result(&mut self, r: Result<(), String>) -> FerriteStatus {
+        match r {
+            Ok(()) => FerriteStatus::Ok,
+            Err(msg) => self.fail(FerriteStatus::InvalidArgument, &msg),
+        }
+    }
+
     fn check(&mut self, r: Result<(), Error>) -> FerriteStatus {
         match r {
             Ok(()) => FerriteStatus::Ok,
@@ -244,6 +252,14 @@ impl FerriteSession {
         }
         FerriteStatus::Ok
     }
+}
+
+/// Records buffer `(ptr, bytes)` as binding `index` of `slots` (inputs or outputs).
+fn bind<P>(slots: &mut [Option<(P, usize)>], index: usize, ptr: P, bytes: usize, what: &str) -> Result<(), String> {
+    let n = slots.len();
+    let slot = slots.get_mut(index).ok_or_else(|| format!("invalid argument: {what} {index} does not exist ({n} {what}s)"))?;
+    *slot = Some((ptr, bytes));
+    Ok(())
 }
 
 /// Runs `f` on the session behind `s`, catching panics.
@@ -559,14 +575,8 @@ pub unsafe extern "C" fn ferrite_session_set_input(s: *mut FerriteSession, index
             if data.is_null() {
                 return FerriteStatus::NullArgument;
             }
-            let n = s.inputs.len();
-            match s.inputs.get_mut(index) {
-                Some(slot) => {
-                    *slot = Some((data.cast::<u8>(), bytes));
-                    FerriteStatus::Ok
-                }
-                None => s.fail(FerriteStatus::InvalidArgument, &format!("invalid argument: input {index} does not exist ({n} inputs)")),
-            }
+            let r = bind(&mut s.inputs, index, data.cast::<u8>(), bytes, "input");
+            s.result(r)
         })
     }
 }
@@ -587,14 +597,8 @@ pub unsafe extern "C" fn ferrite_session_set_output(s: *mut FerriteSession, inde
             if data.is_null() {
                 return FerriteStatus::NullArgument;
             }
-            let n = s.outputs.len();
-            match s.outputs.get_mut(index) {
-                Some(slot) => {
-                    *slot = Some((data.cast::<u8>(), bytes));
-                    FerriteStatus::Ok
-                }
-                None => s.fail(FerriteStatus::InvalidArgument, &format!("invalid argument: output {index} does not exist ({n} outputs)")),
-            }
+            let r = bind(&mut s.outputs, index, data.cast::<u8>(), bytes, "output");
+            s.result(r)
         })
     }
 }

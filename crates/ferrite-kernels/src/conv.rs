@@ -407,37 +407,49 @@ unsafe fn dw_interior_avx512(
     }
 }
 
-/// Transposed convolution (gradient of conv2d w.r.t. its input).
-/// Weights are [out_c, k_h, k_w, in_c]; `g` describes the *forward* conv that maps
-/// the output (g.in_*) to the input (g.out_*), so `g.out_h/out_w` are this op's input size.
-#[allow(clippy::too_many_arguments)]
-pub fn transpose_conv2d(input: &[f32], in_c: usize, w: &[f32], bias: Option<&[f32]>, out_c: usize, g: &Window, clamp: Clamp, out: &mut [f32]) {
-    // Output pixel (y, x) receives input (iy, ix) through tap (ky, kx) when
-    // y = iy*stride + ky - pad. Scatter in the natural order, then clamp.
+/// Walks a transposed convolution's scatter: output pixel (y, x) receives input
+/// pixel (iy, ix) through tap (ky, kx) when y = iy*stride + ky - pad. Calls
+/// `f(input_pixel, output_pixel, tap)` with flat pixel indices and `tap = ky * k_w +
+/// kx` for every pair inside the output, in input order. `g` describes the
+/// *forward* conv mapping the output (g.in_*) onto the input (g.out_*).
+#[inline(always)]
+pub fn transpose_scatter(g: &Window, mut f: impl FnMut(usize, usize, usize)) {
     let (oh, ow) = (g.in_h, g.in_w);
-    out.fill(0.0);
     for n in 0..g.batch {
         for iy in 0..g.out_h {
             for ix in 0..g.out_w {
-                let px = &input[((n * g.out_h + iy) * g.out_w + ix) * in_c..][..in_c];
+                let ip = (n * g.out_h + iy) * g.out_w + ix;
                 for ky in 0..g.k_h {
                     let Some(y) = (iy * g.stride_h + ky).checked_sub(g.pad_top).filter(|&y| y < oh) else { continue };
                     for kx in 0..g.k_w {
                         let Some(x) = (ix * g.stride_w + kx).checked_sub(g.pad_left).filter(|&x| x < ow) else { continue };
-                        let o = &mut out[((n * oh + y) * ow + x) * out_c..][..out_c];
-                        for (oc, ov) in o.iter_mut().enumerate() {
-                            let wr = &w[((oc * g.k_h + ky) * g.k_w + kx) * in_c..][..in_c];
-                            let mut s = 0.0;
-                            for (&a, &b) in px.iter().zip(wr) {
-                                s += a * b;
-                            }
-                            *ov += s;
-                        }
+                        f(ip, (n * oh + y) * ow + x, ky * g.k_w + kx);
                     }
                 }
             }
         }
     }
+}
+
+/// Transposed convolution (gradient of conv2d w.r.t. its input).
+/// Weights are [out_c, k_h, k_w, in_c]; `g` describes the *forward* conv that maps
+/// the output (g.in_*) to the input (g.out_*), so `g.out_h/out_w` are this op's input size.
+#[allow(clippy::too_many_arguments)]
+pub fn transpose_conv2d(input: &[f32], in_c: usize, w: &[f32], bias: Option<&[f32]>, out_c: usize, g: &Window, clamp: Clamp, out: &mut [f32]) {
+    // Scatter in the natural order, then bias and clamp.
+    let taps = g.k_h * g.k_w;
+    out.fill(0.0);
+    transpose_scatter(g, |ip, op, tap| {
+        let px = &input[ip * in_c..][..in_c];
+        for (oc, ov) in out[op * out_c..][..out_c].iter_mut().enumerate() {
+            let wr = &w[(oc * taps + tap) * in_c..][..in_c];
+            let mut s = 0.0;
+            for (&a, &b) in px.iter().zip(wr) {
+                s += a * b;
+            }
+            *ov += s;
+        }
+    });
     for px in out.chunks_exact_mut(out_c) {
         if let Some(b) = bias {
             for (v, &bv) in px.iter_mut().zip(b) {

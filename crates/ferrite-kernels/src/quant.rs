@@ -201,52 +201,30 @@ pub fn conv_i8(input: &[i8], w: &[i8], bias: Option<&[i32]>, q: &QConv, out: &mu
 /// geometry of the forward convolution from the output back onto the input).
 /// `acc` holds the whole output and is overwritten.
 pub fn transpose_conv_acc_i8(input: &[i8], in_c: usize, w: &[i8], out_c: usize, g: &crate::conv::Window, in_zp: i32, acc: &mut [i32]) {
-    let (oh, ow) = (g.in_h, g.in_w);
+    let taps = g.k_h * g.k_w;
     acc.fill(0);
-    for n in 0..g.batch {
-        for iy in 0..g.out_h {
-            for ix in 0..g.out_w {
-                let px = &input[((n * g.out_h + iy) * g.out_w + ix) * in_c..][..in_c];
-                for ky in 0..g.k_h {
-                    let Some(y) = (iy * g.stride_h + ky).checked_sub(g.pad_top).filter(|&y| y < oh) else { continue };
-                    for kx in 0..g.k_w {
-                        let Some(x) = (ix * g.stride_w + kx).checked_sub(g.pad_left).filter(|&x| x < ow) else { continue };
-                        let o = &mut acc[((n * oh + y) * ow + x) * out_c..][..out_c];
-                        for (oc, ov) in o.iter_mut().enumerate() {
-                            let wr = &w[((oc * g.k_h + ky) * g.k_w + kx) * in_c..][..in_c];
-                            *ov += px.iter().zip(wr).map(|(&a, &b)| (i32::from(a) - in_zp) * i32::from(b)).sum::<i32>();
-                        }
-                    }
-                }
-            }
+    crate::conv::transpose_scatter(g, |ip, op, tap| {
+        let px = &input[ip * in_c..][..in_c];
+        for (oc, ov) in acc[op * out_c..][..out_c].iter_mut().enumerate() {
+            let wr = &w[(oc * taps + tap) * in_c..][..in_c];
+            *ov += px.iter().zip(wr).map(|(&a, &b)| (i32::from(a) - in_zp) * i32::from(b)).sum::<i32>();
         }
-    }
+    });
 }
 
 /// int16x8 transposed-convolution accumulators (zero points 0): every input pixel
 /// scattered through the OHWI weights into 64-bit sums. `acc` holds the whole
 /// output and is overwritten.
 pub fn transpose_conv_acc_i16(input: &[i16], in_c: usize, w: &[i8], out_c: usize, g: &crate::conv::Window, acc: &mut [i64]) {
-    let (oh, ow) = (g.in_h, g.in_w);
+    let taps = g.k_h * g.k_w;
     acc.fill(0);
-    for n in 0..g.batch {
-        for iy in 0..g.out_h {
-            for ix in 0..g.out_w {
-                let px = &input[((n * g.out_h + iy) * g.out_w + ix) * in_c..][..in_c];
-                for ky in 0..g.k_h {
-                    let Some(y) = (iy * g.stride_h + ky).checked_sub(g.pad_top).filter(|&y| y < oh) else { continue };
-                    for kx in 0..g.k_w {
-                        let Some(x) = (ix * g.stride_w + kx).checked_sub(g.pad_left).filter(|&x| x < ow) else { continue };
-                        let o = &mut acc[((n * oh + y) * ow + x) * out_c..][..out_c];
-                        for (oc, ov) in o.iter_mut().enumerate() {
-                            let wr = &w[((oc * g.k_h + ky) * g.k_w + kx) * in_c..][..in_c];
-                            *ov += px.iter().zip(wr).map(|(&a, &b)| i64::from(i32::from(a) * i32::from(b))).sum::<i64>();
-                        }
-                    }
-                }
-            }
+    crate::conv::transpose_scatter(g, |ip, op, tap| {
+        let px = &input[ip * in_c..][..in_c];
+        for (oc, ov) in acc[op * out_c..][..out_c].iter_mut().enumerate() {
+            let wr = &w[(oc * taps + tap) * in_c..][..in_c];
+            *ov += px.iter().zip(wr).map(|(&a, &b)| i64::from(i32::from(a) * i32::from(b))).sum::<i64>();
         }
-    }
+    });
 }
 
 /// Quantizes floats asymmetrically to [-128, 127] as TFLite's hybrid convolutions

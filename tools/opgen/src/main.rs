@@ -77,6 +77,16 @@ fn n_of(s: &[i32]) -> usize {
     s.iter().map(|&d| d as usize).product()
 }
 
+/// Randomized options of the quantized pooling cases (windows up to 3x3).
+fn quantized_pool_options(r: &mut Rng) -> Options {
+    Options::Pool2D {
+        padding: same_or_valid(r),
+        stride: (r.u(1, 2) as i32, r.u(1, 2) as i32),
+        filter: (r.u(1, 3) as i32, r.u(1, 3) as i32),
+        activation: act(r),
+    }
+}
+
 fn same_or_valid(r: &mut Rng) -> Padding {
     if r.coin() {
         Padding::SAME
@@ -823,12 +833,7 @@ fn gen(op: &str, r: &mut Rng) -> Case {
                     let oq = xq;
                     let o = m.add_tensor(TensorSpec { quant: oq, ..TensorSpec::activation("y", TensorType::INT16, &[]) });
                     m.outputs.push(o);
-                    let opts = Options::Pool2D {
-                        padding: same_or_valid(r),
-                        stride: (r.u(1, 2) as i32, r.u(1, 2) as i32),
-                        filter: (r.u(1, 3) as i32, r.u(1, 3) as i32),
-                        activation: act(r),
-                    };
+                    let opts = quantized_pool_options(r);
                     single(if kind == "MAX_POOL_2D" { B::MAX_POOL_2D } else { B::AVERAGE_POOL_2D }, &[x], o, opts, &mut m);
                 }
                 "SOFTMAX" => {
@@ -879,12 +884,7 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             m.inputs.push(x);
             let o = m.add_tensor(TensorSpec { quant: q, ..TensorSpec::activation("y", TensorType::INT8, &[]) });
             m.outputs.push(o);
-            let opts = Options::Pool2D {
-                padding: same_or_valid(r),
-                stride: (r.u(1, 2) as i32, r.u(1, 2) as i32),
-                filter: (r.u(1, 3) as i32, r.u(1, 3) as i32),
-                activation: act(r),
-            };
+            let opts = quantized_pool_options(r);
             single(if op == "MAX_POOL_2D_INT8" { B::MAX_POOL_2D } else { B::AVERAGE_POOL_2D }, &[x], o, opts, &mut m);
         }
         "SOFTMAX_INT8" => {

@@ -71,6 +71,8 @@ class Interpreter:
     def _refresh(self):
         self._inputs = [_detail(d) for d in self._s.inputs()]
         self._in_pos = {d["index"]: i for i, d in enumerate(self._inputs)}
+        # Output tensor indices never change; positions looked up once.
+        self._out_pos = {d[1]: i for i, d in enumerate(self._s.outputs())}
 
     def _outputs(self):
         return [_detail(d) for d in self._s.outputs()]
@@ -112,11 +114,10 @@ class Interpreter:
 
     def get_tensor(self, tensor_index):
         """An output of the last run, as a numpy array over its bytes."""
-        for pos, d in enumerate(self._outputs()):
-            if d["index"] == tensor_index:
-                dtype, shape, data = self._s.output(pos)
-                return np.frombuffer(data, dtype=_DTYPES.get(dtype, np.uint8)).reshape(shape)
-        raise ValueError(f"tensor {tensor_index} is not an output of this interpreter")
+        if tensor_index not in self._out_pos:
+            raise ValueError(f"tensor {tensor_index} is not an output of this interpreter")
+        dtype, shape, data = self._s.output(self._out_pos[tensor_index])
+        return np.frombuffer(data, dtype=_DTYPES.get(dtype, np.uint8)).reshape(shape)
 
     def tensor(self, tensor_index):
         """A callable returning the tensor's current value, as in LiteRT."""

@@ -18,13 +18,18 @@ fn per_tensor(op: &OpContext<'_>, q: Option<&Quantization>, what: &str) -> Resul
     Ok((q.scale[0], q.zero_point[0] as i32))
 }
 
-/// The fused activation's range in the output's quantized domain, as LiteRT computes it.
-pub(crate) fn activation_range(act: Activation, scale: f32, zp: i32, dtype: DType) -> (i32, i32) {
-    let (qmin, qmax) = match dtype {
+/// Value range of an int8 (default), uint8 or int16 element.
+pub(crate) fn int_range(dtype: DType) -> (i32, i32) {
+    match dtype {
         DType::U8 => (0, 255),
         DType::I16 => (-32768, 32767),
         _ => (-128, 127),
-    };
+    }
+}
+
+/// The fused activation's range in the output's quantized domain, as LiteRT computes it.
+pub(crate) fn activation_range(act: Activation, scale: f32, zp: i32, dtype: DType) -> (i32, i32) {
+    let (qmin, qmax) = int_range(dtype);
     let q = |f: f32| zp + (f / scale).round() as i32;
     match act {
         Activation::Relu => (qmin.max(q(0.0)), qmax),
@@ -362,7 +367,7 @@ pub(crate) fn table(op: &OpContext<'_>, f: fn(f32) -> f32) -> Result<Built> {
     }
     let (in_scale, in_zp) = per_tensor(op, x.quant, "input")?;
     let (out_scale, out_zp) = per_tensor(op, op.outputs[0].quant.as_ref(), "output")?;
-    let (lo, hi) = if dtype == DType::I8 { (-128, 127) } else { (0, 255) };
+    let (lo, hi) = int_range(dtype);
     let inverse = 1.0 / out_scale;
     let mut lut = [0u8; 256];
     for (byte, slot) in lut.iter_mut().enumerate() {
@@ -387,17 +392,12 @@ pub(crate) fn quantize(op: &OpContext<'_>) -> Result<Built> {
     let x = op.input(0)?;
     let to = op.outputs[0].dtype;
     let (out_scale, out_zp) = per_tensor(op, op.outputs[0].quant.as_ref(), "output")?;
-    let (lo, hi) = match to {
-        DType::I8 => (-128, 127),
-        DType::U8 => (0, 255),
-        DType::I16 => (-32768, 32767),
-        t => return Err(op.unsupported(format!("QUANTIZE to {}", t.name()))),
-    };
+    if !matches!(to, DType::I8 | DType::U8 | DType::I16) {
+        return Err(op.unsupported(format!("QUANTIZE to {}", to.name())));
+    }
+    let (lo, hi) = int_range(to);
     let from = x.dtype;
-    let store = move |o: &mut [u8], i: usize, v: i32| match to {
-        DType::I16 => o[2 * i..2 * i + 2].copy_from_slice(&(v as i16).to_le_bytes()),
-        _ => o[i] = v as u8,
-    };
+    let store = move |o: &mut [u8], i: usize, v: i32| store_int(to, o, i, v);
     let n: usize = x.shape.iter().product();
     let kernel: crate::backend::KernelFn = match from {
         DType::F32 => Box::new(move |ins, outs| {
@@ -412,11 +412,7 @@ pub(crate) fn quantize(op: &OpContext<'_>) -> Result<Built> {
             Box::new(move |ins, outs| {
                 let src = arg(ins, 0)?;
                 for i in 0..n {
-                    let v = match from {
-                        DType::I8 => i32::from(src[i] as i8),
-                        DType::U8 => i32::from(src[i]),
-                        _ => i32::from(i16::from_le_bytes([src[2 * i], src[2 * i + 1]])),
-                    };
+                    let v = load_int(from, src, i);
                     store(outs[0], i, (kq::multiply_by_quantized_multiplier(v - in_zp, m, s) + out_zp).clamp(lo, hi));
                 }
                 Ok(())
@@ -511,7 +507,7 @@ pub(crate) fn binary(op: &OpContext<'_>, code: ferrite_format::schema::BuiltinOp
 
 /// Element `i` of an int8, uint8 or int16 (little-endian) buffer.
 #[inline(always)]
-fn load_int(dtype: DType, b: &[u8], i: usize) -> i32 {
+pub(crate) fn load_int(dtype: DType, b: &[u8], i: usize) -> i32 {
     match dtype {
         DType::I8 => i32::from(b[i] as i8),
         DType::I16 => i32::from(i16::from_le_bytes([b[2 * i], b[2 * i + 1]])),
@@ -521,7 +517,7 @@ fn load_int(dtype: DType, b: &[u8], i: usize) -> i32 {
 
 /// Stores `v` (already clamped to the type's range) as element `i`.
 #[inline(always)]
-fn store_int(dtype: DType, b: &mut [u8], i: usize, v: i32) {
+pub(crate) fn store_int(dtype: DType, b: &mut [u8], i: usize, v: i32) {
     match dtype {
         DType::I16 => b[2 * i..2 * i + 2].copy_from_slice(&(v as i16).to_le_bytes()),
         _ => b[i] = v as u8,
@@ -605,7 +601,7 @@ pub(crate) fn softmax(op: &OpContext<'_>) -> Result<Built> {
     for v in 0..256usize {
         table[255 - v] = (scale * v as f32).exp();
     }
-    let (lo, hi) = if dtype == DType::I8 { (-128, 127) } else { (0, 255) };
+    let (lo, hi) = int_range(dtype);
     let signed = dtype == DType::I8;
     Ok(Built {
         outputs: vec![(dtype, x.shape.clone())],
@@ -766,7 +762,7 @@ pub(crate) fn hard_swish(op: &OpContext<'_>) -> Result<Built> {
     }
     let (rm, re) = kq::quantize_multiplier(f64::from(hires / (3.0 / 32768.0)));
     let (om, rm) = (multiplier_to_i16(om), multiplier_to_i16(rm));
-    let (lo, hi) = if dtype == DType::I8 { (-128, 127) } else { (0, 255) };
+    let (lo, hi) = int_range(dtype);
     let signed = dtype == DType::I8;
     let f = move |v: i32| -> u8 {
         let hires_v = ((v - in_zp) * 128) as i16;

@@ -80,11 +80,7 @@ fn mean_int(op: &OpContext<'_>) -> Result<Built> {
     let sh = if count == 0 { 0 } else { (count.ilog2() as i32).min(32).min(31 + e).max(0) };
     let mult = if count == 0 { 0 } else { ((i64::from(m) << sh) / count as i64) as i32 };
     let shift = e - sh;
-    let (lo, hi) = match dtype {
-        DType::I8 => (-128, 127),
-        DType::U8 => (0, 255),
-        _ => (-32768, 32767),
-    };
+    let (lo, hi) = super::quant::int_range(dtype);
     // Scratch sized here so that runs do not allocate.
     let scratch = std::sync::Mutex::new((vec![0i64; acc], vec![0usize; shape.len()]));
     Ok(Built {
@@ -95,16 +91,9 @@ fn mean_int(op: &OpContext<'_>) -> Result<Built> {
             let (sums, idx) = &mut *guard;
             sums.fill(0);
             idx.fill(0);
-            let load = |i: usize| -> i64 {
-                match dtype {
-                    DType::I8 => i64::from(input[i] as i8),
-                    DType::U8 => i64::from(input[i]),
-                    _ => i64::from(i16::from_le_bytes([input[2 * i], input[2 * i + 1]])),
-                }
-            };
             let mut o = 0usize;
             for i in 0..n {
-                sums[o] += load(i);
+                sums[o] += i64::from(super::quant::load_int(dtype, input, i));
                 // Odometer over the input's multi-index, tracking the output offset.
                 for d in (0..shape.len()).rev() {
                     idx[d] += 1;
@@ -119,11 +108,7 @@ fn mean_int(op: &OpContext<'_>) -> Result<Built> {
             for (i, &sum) in sums.iter().enumerate() {
                 let centered = sum.wrapping_sub(i64::from(z_in) * count as i64) as i32;
                 let v = ferrite_kernels::quant::multiply_by_quantized_multiplier(centered, mult, shift).saturating_add(z_out);
-                let v = v.clamp(lo, hi);
-                match dtype {
-                    DType::I16 => outs[0][2 * i..2 * i + 2].copy_from_slice(&(v as i16).to_le_bytes()),
-                    _ => outs[0][i] = v as u8,
-                }
+                super::quant::store_int(dtype, outs[0], i, v.clamp(lo, hi));
             }
             Ok(())
         }),
