@@ -12,6 +12,7 @@ bool outputs must match exactly. Every case prints its worst error.
 import argparse
 import json
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -206,6 +207,8 @@ def cmd_ops(args):
         passed = failed = 0
         worst_by_op = {}
         for case in manifest:
+            if args.only and not re.search(args.only, case["op"]):
+                continue
             model = td / "ops" / case["file"]
             rng = np.random.default_rng(sum(case["file"].encode()) + args.seed)
             try:
@@ -261,6 +264,7 @@ def main():
     o.add_argument("--opgen", required=True)
     o.add_argument("--seed", type=int, default=1)
     o.add_argument("--per-op", type=int, default=4)
+    o.add_argument("--only", help="regular expression: run only the ops it matches")
     args = ap.parse_args()
     ok = cmd_models(args) if args.cmd == "models" else cmd_ops(args)
     sys.exit(0 if ok else 1)

@@ -40,6 +40,7 @@ macro_rules! simd_fn {
 
 pub mod conv;
 pub mod elementwise;
+pub mod fixed16;
 pub mod gemm;
 pub mod igemm;
 pub mod movement;

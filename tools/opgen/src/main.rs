@@ -798,6 +798,26 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             m.outputs.push(o);
             single(if op == "LOGISTIC_INT8" { B::LOGISTIC } else { B::TANH }, &[x], o, Options::None, &mut m);
         }
+        "LOGISTIC_INT16" | "TANH_INT16" | "LOGISTIC_INT16_POT" | "TANH_INT16_POT" => {
+            // Zero points 0 and an output of 2^-15, as LiteRT requires. A 2^-12 input
+            // (2^-11 too for TANH) takes its fixed-point path, any other the table.
+            let tanh = op.starts_with("TANH");
+            let scale = if op.ends_with("_POT") {
+                if tanh && r.u(0, 1) == 1 {
+                    1.0 / 2048.0
+                } else {
+                    1.0 / 4096.0
+                }
+            } else {
+                r.f(3e-5, 1.2e-3)
+            };
+            let shape = [r.u(1, 4) as i32, r.u(16, 96) as i32];
+            let x = m.add_tensor(TensorSpec { quant: Some((vec![scale], vec![0], 0)), ..TensorSpec::activation("x", TensorType::INT16, &shape) });
+            m.inputs.push(x);
+            let o = m.add_tensor(TensorSpec { quant: Some((vec![1.0 / 32768.0], vec![0], 0)), ..TensorSpec::activation("y", TensorType::INT16, &shape) });
+            m.outputs.push(o);
+            single(if tanh { B::TANH } else { B::LOGISTIC }, &[x], o, Options::None, &mut m);
+        }
         "QUANTIZE_FLOAT" | "QUANTIZE_REQUANT" => {
             let shape = {
                 let rk = r.u(1, 3);
@@ -1277,6 +1297,10 @@ const OPS: &[&str] = &[
     "SOFTMAX_INT16",
     "LOGISTIC_INT8",
     "TANH_INT8",
+    "LOGISTIC_INT16",
+    "TANH_INT16",
+    "LOGISTIC_INT16_POT",
+    "TANH_INT16_POT",
     "QUANTIZE_FLOAT",
     "QUANTIZE_REQUANT",
     "ADD_INT8",

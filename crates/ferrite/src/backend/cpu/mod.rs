@@ -43,6 +43,7 @@ fn build_builtin(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> 
         },
         B::HARD_SWISH if is_int(op) => quant::hard_swish(op),
         B::TRANSPOSE_CONV if op.opt_input(2).is_some_and(|d| matches!(d.dtype, DType::I8 | DType::U8 | DType::I16)) => quant::transpose_conv(op),
+        B::LOGISTIC | B::TANH if is_int(op) && op.outputs[0].dtype == DType::I16 => quant::logistic_tanh_i16(op, B(code) == B::TANH),
         B::LOGISTIC if is_int(op) => quant::table(op, ferrite_kernels::elementwise::logistic),
         B::TANH if is_int(op) => quant::table(op, f32::tanh),
         B::QUANTIZE => quant::quantize(op),

@@ -4,6 +4,7 @@
 
 use std::sync::Mutex;
 
+use ferrite_kernels::fixed16 as f16;
 use ferrite_kernels::quant::{self as kq, QConv, Requant};
 
 use super::nn::window;
@@ -386,6 +387,36 @@ pub(crate) fn table(op: &OpContext<'_>, f: fn(f32) -> f32) -> Result<Built> {
     })
 }
 
+/// LOGISTIC / TANH on int16 (zero points 0, output scale 2^-15) as LiteRT runs
+/// them: the 16-bit fixed-point functions when the input scale is 2^-12 (or 2^-11
+/// for TANH), otherwise the interpolated sigmoid table after rescaling the input.
+pub(crate) fn logistic_tanh_i16(op: &OpContext<'_>, tanh: bool) -> Result<Built> {
+    let x = op.input(0)?;
+    let (in_scale, in_zp) = per_tensor(op, x.quant, "input")?;
+    let (out_scale, out_zp) = per_tensor(op, op.outputs[0].quant.as_ref(), "output")?;
+    if in_zp != 0 || out_zp != 0 {
+        return Err(op.bad("int16 LOGISTIC / TANH require zero points of 0"));
+    }
+    if (f64::from(out_scale).log2() + 15.0).abs() >= 1e-3 {
+        return Err(op.bad(format!("int16 LOGISTIC / TANH require an output scale of 2^-15, not {out_scale}")));
+    }
+    let f: Box<dyn Fn(i16) -> i16 + Send + Sync> = match (f16::input_rescale(f64::from(in_scale), tanh), tanh) {
+        (f16::InputRescale::Table(m, s), false) => Box::new(move |v| f16::logistic_table(v, m, s)),
+        (f16::InputRescale::Table(m, s), true) => Box::new(move |v| f16::tanh_table(v, m, s)),
+        (f16::InputRescale::FixedPoint(_), false) => Box::new(f16::logistic_q3),
+        (f16::InputRescale::FixedPoint(shift), true) => Box::new(move |v| f16::tanh_q3(f16::saturating_shl(v, shift))),
+    };
+    Ok(Built {
+        outputs: vec![(DType::I16, x.shape.clone())],
+        kernel: Box::new(move |ins, outs| {
+            for (o, &v) in typed_mut::<i16>(outs[0])?.iter_mut().zip(typed::<i16>(arg(ins, 0)?)?) {
+                *o = f(v);
+            }
+            Ok(())
+        }),
+    })
+}
+
 /// QUANTIZE: float to integer (round half away from zero), or integer to integer
 /// through a fixed-point multiplier.
 pub(crate) fn quantize(op: &OpContext<'_>) -> Result<Built> {
@@ -715,34 +746,6 @@ fn multiplier_to_i16(m: i32) -> i16 {
     }
 }
 
-/// `round(a * b / 2^15)`, ties away from zero, saturating the one overflow case.
-fn srdhm16(a: i16, b: i16) -> i16 {
-    if a == b && a == i16::MIN {
-        return i16::MAX;
-    }
-    let ab = i32::from(a) * i32::from(b);
-    let nudge = if ab >= 0 { 1 << 14 } else { 1 - (1 << 14) };
-    ((ab + nudge) / (1 << 15)) as i16
-}
-
-/// `a * b / 2^15` truncated, saturating the one overflow case.
-fn sdhm16(a: i16, b: i16) -> i16 {
-    if a == b && a == i16::MIN {
-        return i16::MAX;
-    }
-    ((i32::from(a) * i32::from(b)) / (1 << 15)) as i16
-}
-
-fn rdpot16(x: i16, exponent: i32) -> i16 {
-    let (x, mask) = (i32::from(x), (1i32 << exponent) - 1);
-    let threshold = (mask >> 1) + i32::from(x < 0);
-    ((x >> exponent) + i32::from((x & mask) > threshold)) as i16
-}
-
-fn saturating_shl16(x: i16, shift: i32) -> i16 {
-    (i32::from(x) << shift).clamp(i32::from(i16::MIN), i32::from(i16::MAX)) as i16
-}
-
 /// HARD_SWISH on int8 / uint8 with LiteRT's 16-bit fixed-point scheme: the input
 /// moved to a scale 128 times finer, a "reluish" factor relu6(x + 3) / 6 in Q0.15,
 /// their product rescaled to the output.
@@ -766,20 +769,20 @@ pub(crate) fn hard_swish(op: &OpContext<'_>) -> Result<Built> {
     let signed = dtype == DType::I8;
     let f = move |v: i32| -> u8 {
         let hires_v = ((v - in_zp) * 128) as i16;
-        let pre_out = srdhm16(hires_v, om);
+        let pre_out = f16::srdhm(hires_v, om);
         let mut relu = hires_v;
         if re > 0 {
-            relu = saturating_shl16(relu, re - 1);
+            relu = f16::saturating_shl(relu, re - 1);
         }
-        relu = srdhm16(relu, rm);
+        relu = f16::srdhm(relu, rm);
         if re > 0 {
-            relu = saturating_shl16(relu, 1);
+            relu = f16::saturating_shl(relu, 1);
         }
         if re < 0 {
-            relu = rdpot16(relu, -re);
+            relu = f16::rdpot(relu, -re);
         }
         let relu = ((i32::from(relu) + (1 << 15)) >> 1) as i16;
-        let out = i32::from(rdpot16(sdhm16(relu, pre_out), -oe)) + out_zp;
+        let out = i32::from(f16::rdpot(f16::sdhm(relu, pre_out), -oe)) + out_zp;
         out.clamp(lo, hi) as u8
     };
     // A function of one byte: tabulated once.
