@@ -199,15 +199,17 @@ pub fn conv_i8(input: &[i8], w: &[i8], bias: Option<&[i32]>, q: &QConv, out: &mu
 /// Integer transposed-convolution accumulators: every input pixel, less `in_zp`,
 /// scattered through the OHWI weights onto the outputs it reaches (`g` is the
 /// geometry of the forward convolution from the output back onto the input).
-/// `acc` holds the whole output and is overwritten.
-pub fn transpose_conv_acc_i8(input: &[i8], in_c: usize, w: &[i8], out_c: usize, g: &crate::conv::Window, in_zp: i32, acc: &mut [i32]) {
+/// `acc` holds the whole output and is overwritten. `w_zp` is the weights' zero
+/// point (0 for int8; uint8 weights arrive shifted into int8 with theirs).
+#[allow(clippy::too_many_arguments)]
+pub fn transpose_conv_acc_i8(input: &[i8], in_c: usize, w: &[i8], out_c: usize, g: &crate::conv::Window, in_zp: i32, w_zp: i32, acc: &mut [i32]) {
     let taps = g.k_h * g.k_w;
     acc.fill(0);
     crate::conv::transpose_scatter(g, |ip, op, tap| {
         let px = &input[ip * in_c..][..in_c];
         for (oc, ov) in acc[op * out_c..][..out_c].iter_mut().enumerate() {
             let wr = &w[(oc * taps + tap) * in_c..][..in_c];
-            *ov += px.iter().zip(wr).map(|(&a, &b)| (i32::from(a) - in_zp) * i32::from(b)).sum::<i32>();
+            *ov += px.iter().zip(wr).map(|(&a, &b)| (i32::from(a) - in_zp) * (i32::from(b) - w_zp)).sum::<i32>();
         }
     });
 }

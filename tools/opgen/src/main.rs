@@ -1044,6 +1044,20 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             m.outputs.push(o);
             single(B::TRANSPOSE_CONV, &[os, wt, x, bt], o, Options::TransposeConv { padding, stride: (s as i32, s as i32), activation: act(r) }, &mut m);
         }
+        "TRANSPOSE_CONV_UINT8" => {
+            // The int8 case shifted to uint8, with one weight scale and a weight zero
+            // point away from 128 as older uint8 models have.
+            let mut case = to_uint8(gen("TRANSPOSE_CONV_INT8", r));
+            let find = |spec: &ModelSpec, name: &str| spec.tensors.iter().position(|t| t.name == name).expect("tensor");
+            let (w, b, x) = (find(&case.spec, "w"), find(&case.spec, "b"), find(&case.spec, "x"));
+            let (w_scale, w_zp) = (r.f(0.002, 0.02), r.int(100, 156));
+            case.spec.tensors[w].quant = Some((vec![w_scale], vec![w_zp], 0));
+            let s_in = case.spec.tensors[x].quant.as_ref().map_or(0.05, |q| q.0[0]);
+            case.spec.tensors[b].quant = Some((vec![s_in * w_scale], vec![0], 0));
+            let y = find(&case.spec, "y");
+            case.spec.tensors[y].quant = Some((vec![r.f(0.01, 0.1)], vec![r.int(108, 148)], 0));
+            return case;
+        }
         "BATCH_MATMUL_INT8" | "BATCH_MATMUL_INT16" => {
             // Both operands share a scale; the output's is wide enough for the sums.
             let wide = op == "BATCH_MATMUL_INT16";
@@ -1273,6 +1287,7 @@ const OPS: &[&str] = &[
     "PRELU_UINT8",
     "TRANSPOSE_CONV_INT8",
     "TRANSPOSE_CONV_INT16X8",
+    "TRANSPOSE_CONV_UINT8",
     "BATCH_MATMUL_INT8",
     "BATCH_MATMUL_INT16",
     "RESHAPE_UINT8",

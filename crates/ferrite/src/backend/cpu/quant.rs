@@ -270,19 +270,21 @@ pub(crate) fn fully_connected(op: &OpContext<'_>) -> Result<Built> {
     })
 }
 
-/// TRANSPOSE_CONV on int8 (per-channel int8 weights, int32 bias) or int16x8 (int64
-/// bias, 64-bit sums): integer scatter of the zero-point-corrected input, bias,
-/// per-channel requantization.
+/// TRANSPOSE_CONV on int8 (per-channel int8 weights, int32 bias), uint8 (uint8
+/// weights with a zero point, run through the int8 kernel shifted by 128) or
+/// int16x8 (int64 bias, 64-bit sums): integer scatter of the zero-point-corrected
+/// input, bias, per-channel requantization.
 pub(crate) fn transpose_conv(op: &OpContext<'_>) -> Result<Built> {
     let OpParams::TransposeConv { padding, stride, activation } = op.op.params else { return Err(op.bad("missing TransposeConv options")) };
     let (w, x) = (op.input(1)?, op.input(2)?);
     let bias_type = op.opt_input(3).map(|b| b.dtype);
-    let wide = match (x.dtype, w.dtype, op.outputs[0].dtype, bias_type) {
-        (DType::I8, DType::I8, DType::I8, None | Some(DType::I32)) => false,
-        (DType::I16, DType::I8, DType::I16, None | Some(DType::I64)) => true,
+    let kind = match (x.dtype, w.dtype, op.outputs[0].dtype, bias_type) {
+        (DType::I8, DType::I8, DType::I8, None | Some(DType::I32)) => IntKind::I8,
+        (DType::U8, DType::U8, DType::U8, None | Some(DType::I32)) => IntKind::U8,
+        (DType::I16, DType::I8, DType::I16, None | Some(DType::I64)) => IntKind::I16x8,
         _ => {
             return Err(op.unsupported(format!(
-                "quantized TRANSPOSE_CONV of {} with {} weights (int8, and int16 with int8 weights and int64 bias, are implemented)",
+                "quantized TRANSPOSE_CONV of {} with {} weights (int8, uint8, and int16 with int8 weights and int64 bias, are implemented)",
                 x.dtype.name(),
                 w.dtype.name()
             )))
@@ -305,7 +307,7 @@ pub(crate) fn transpose_conv(op: &OpContext<'_>) -> Result<Built> {
     if wq.scale.len() != 1 && wq.scale.len() != oc {
         return Err(op.bad(format!("{} filter scales for {oc} channels", wq.scale.len())));
     }
-    let rq = requant(op, in_scale, &wq.scale, activation)?;
+    let mut rq = requant(op, in_scale, &wq.scale, activation)?;
     // Padding is that of the forward convolution mapping the output onto the input.
     let same = padding == crate::ops::Padding::Same;
     let pad = |o: usize, k: usize, s: usize, i: usize| if same { (((i.max(1) - 1) * s + k).saturating_sub(o)) / 2 } else { 0 };
@@ -325,7 +327,7 @@ pub(crate) fn transpose_conv(op: &OpContext<'_>) -> Result<Built> {
         pad_left: pad(out_w, kw, stride.1, x.shape[2]),
     };
     let n_out = op.checked_elements(&[g.batch, out_h, out_w, oc], 8)?;
-    if wide {
+    if kind == IntKind::I16x8 {
         let bias = int16x8_setup_at(op, 3, in_zp, wq.zero_point[0] as i32, &rq)?;
         let acc = Mutex::new(vec![0i64; n_out]);
         return Ok(Built {
@@ -341,17 +343,34 @@ pub(crate) fn transpose_conv(op: &OpContext<'_>) -> Result<Built> {
             }),
         });
     }
+    let (mut in_zp, mut w_zp) = (in_zp, wq.zero_point[0] as i32);
+    let flipped = if kind == IntKind::U8 {
+        in_zp -= 128;
+        w_zp -= 128;
+        shift_requant(&mut rq);
+        Some(Unsigned::new(op, x.shape.iter().product())?)
+    } else {
+        if w_zp != 0 {
+            return Err(op.bad("int8 TRANSPOSE_CONV weights must have zero point 0"));
+        }
+        None
+    };
     let has_bias = op.opt_input(3).is_some();
     let acc = Mutex::new(vec![0i32; n_out]);
     Ok(Built {
-        outputs: vec![(DType::I8, vec![g.batch, out_h, out_w, oc])],
+        outputs: vec![(x.dtype, vec![g.batch, out_h, out_w, oc])],
         kernel: Box::new(move |ins, outs| {
             let bias = if has_bias { Some(typed::<i32>(arg(ins, 3)?)?) } else { None };
             let mut acc = acc.lock().unwrap_or_else(|e| e.into_inner());
-            kq::transpose_conv_acc_i8(typed(arg(ins, 2)?)?, ic, typed(arg(ins, 1)?)?, oc, &g, in_zp, &mut acc);
+            match &flipped {
+                None => kq::transpose_conv_acc_i8(typed(arg(ins, 2)?)?, ic, typed(arg(ins, 1)?)?, oc, &g, in_zp, w_zp, &mut acc),
+                Some(u) => kq::transpose_conv_acc_i8(&u.input(arg(ins, 2)?), ic, &u.weights, oc, &g, in_zp, w_zp, &mut acc),
+            }
+            // The uint8 results flip back from the int8 domain.
+            let flip = if flipped.is_some() { 0x80 } else { 0 };
             for (i, (o, &a)) in outs[0].iter_mut().zip(acc.iter()).enumerate() {
                 let c = i % oc;
-                *o = rq.apply(a.wrapping_add(bias.map_or(0, |b| b[c])), c) as i8 as u8;
+                *o = (rq.apply(a.wrapping_add(bias.map_or(0, |b| b[c])), c) as i8 as u8) ^ flip;
             }
             Ok(())
         }),
