@@ -246,7 +246,7 @@ def cmd_ops(args):
             passed += ok
             failed += not ok
         for op, e in sorted(worst_by_op.items()):
-            print(f"  {op:<26} worst error {e:.3e}")
+            print(f"  {op:<30} worst error {e:.3e}")
     print(f"single-op: {passed} passed, {failed} failed")
     return failed == 0
 

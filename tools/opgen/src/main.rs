@@ -1044,6 +1044,17 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             m.outputs.push(o);
             single(B::TRANSPOSE_CONV, &[os, wt, x, bt], o, Options::TransposeConv { padding, stride: (s as i32, s as i32), activation: act(r) }, &mut m);
         }
+        "CONCATENATION_UINT8_RESCALED" | "CONCATENATION_INT16_SCALES" => {
+            // Each input quantized its own way: LiteRT requantizes uint8 inputs onto
+            // the output and copies int16 ones whatever their scales.
+            let wide = op == "CONCATENATION_INT16_SCALES";
+            let mut case = quantized_variant(gen("CONCATENATION", r), if wide { TensorType::INT16 } else { TensorType::UINT8 }, r);
+            for i in case.spec.inputs.clone() {
+                let zp = if wide { 0 } else { r.int(90, 170) };
+                case.spec.tensors[i as usize].quant = Some((vec![r.f(0.005, 0.1)], vec![zp], 0));
+            }
+            return case;
+        }
         "TRANSPOSE_CONV_UINT8" => {
             // The int8 case shifted to uint8, with one weight scale and a weight zero
             // point away from 128 as older uint8 models have.
@@ -1288,6 +1299,8 @@ const OPS: &[&str] = &[
     "TRANSPOSE_CONV_INT8",
     "TRANSPOSE_CONV_INT16X8",
     "TRANSPOSE_CONV_UINT8",
+    "CONCATENATION_UINT8_RESCALED",
+    "CONCATENATION_INT16_SCALES",
     "BATCH_MATMUL_INT8",
     "BATCH_MATMUL_INT16",
     "RESHAPE_UINT8",

@@ -122,11 +122,36 @@ pub(crate) fn concat(op: &OpContext<'_>, pack: bool) -> Result<Built> {
         };
         (axis(op, i64::from(a), first.shape.len())?, inputs.iter().map(|i| i.shape.clone()).collect())
     };
-    // Integer inputs are copied, which is only right when they share the output's scale.
+    // LiteRT's rules for integer inputs: int8 must share the output's scale and zero
+    // point; int16 must have zero points of 0 and is copied whatever the scales;
+    // uint8 inputs quantized differently from the output are requantized.
+    let mut rescale: Option<Vec<Option<(f32, f32)>>> = None;
     if matches!(dtype, DType::I8 | DType::U8 | DType::I16) && !pack {
-        let oq = op.outputs[0].quant.as_ref();
-        if inputs.iter().any(|i| i.quant != oq) {
-            return Err(op.unsupported("concatenating quantized inputs with different scales"));
+        let out_q = op.outputs[0].quant.as_ref().map(|q| (q.scale.first().copied().unwrap_or(1.0), q.zero_point.first().copied().unwrap_or(0)));
+        let in_q: Vec<_> =
+            inputs.iter().map(|i| i.quant.map(|q| (q.scale.first().copied().unwrap_or(1.0), q.zero_point.first().copied().unwrap_or(0)))).collect();
+        match dtype {
+            DType::I8 if in_q.iter().any(|q| *q != out_q) => {
+                return Err(op.bad("int8 CONCATENATION inputs must share the output's scale and zero point"));
+            }
+            DType::I16 if in_q.iter().chain([&out_q]).any(|q| q.is_some_and(|(_, zp)| zp != 0)) => {
+                return Err(op.bad("int16 CONCATENATION requires zero points of 0"));
+            }
+            DType::U8 if in_q.iter().any(|q| *q != out_q) => {
+                let (out_scale, _) = out_q.ok_or_else(|| op.bad("uint8 CONCATENATION output has no quantization parameters"))?;
+                let inverse = 1.0 / out_scale;
+                rescale = Some(
+                    in_q.iter()
+                        .map(|q| {
+                            let (s, zp) = q.ok_or_else(|| op.bad("uint8 CONCATENATION input has no quantization parameters"))?;
+                            // (scale, bias) in single precision, as LiteRT computes them.
+                            let scale = s * inverse;
+                            Ok((Some((s, zp)) != out_q).then_some((scale, -(zp as f32) * scale)))
+                        })
+                        .collect::<Result<_>>()?,
+                );
+            }
+            _ => {}
         }
     }
     let mut out = shapes[0].clone();
@@ -141,6 +166,34 @@ pub(crate) fn concat(op: &OpContext<'_>, pack: bool) -> Result<Built> {
         OpParams::Concatenation { activation, .. } => super::clamp_of(op, activation)?,
         _ => ferrite_kernels::Clamp::NONE,
     };
+    if let Some(rescale) = rescale {
+        let out_zp = op.outputs[0].quant.as_ref().and_then(|q| q.zero_point.first().copied()).unwrap_or(0) as i32;
+        let outer: usize = out[..ax].iter().product();
+        let inner: usize = out[ax + 1..].iter().product();
+        let sizes: Vec<usize> = shapes.iter().map(|s| s[ax] * inner).collect();
+        return Ok(Built {
+            outputs: vec![(dtype, out)],
+            kernel: Box::new(move |ins, outs| {
+                let mut o = 0;
+                for k in 0..outer {
+                    for (i, (&n, r)) in sizes.iter().zip(&rescale).enumerate() {
+                        let src = &arg(ins, i)?[k * n..][..n];
+                        let dst = &mut outs[0][o..][..n];
+                        match *r {
+                            None => dst.copy_from_slice(src),
+                            Some((scale, bias)) => {
+                                for (d, &v) in dst.iter_mut().zip(src) {
+                                    *d = (((f32::from(v) * scale + bias).round() as i32) + out_zp).clamp(0, 255) as u8;
+                                }
+                            }
+                        }
+                        o += n;
+                    }
+                }
+                Ok(())
+            }),
+        });
+    }
     by_size!(op, dtype, T => {
         Ok(Built {
             outputs: vec![(dtype, out)],
