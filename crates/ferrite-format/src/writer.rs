@@ -78,6 +78,8 @@ pub enum Options {
     FullyConnected {
         activation: Activation,
         keep_num_dims: bool,
+        /// Hybrid kernels quantize each input row with its own zero point.
+        asymmetric_quantize_inputs: bool,
     },
     Softmax {
         beta: f32,
@@ -152,6 +154,8 @@ pub enum Options {
     BatchMatMul {
         adj_x: bool,
         adj_y: bool,
+        /// Hybrid kernels quantize each input row with its own zero point.
+        asymmetric_quantize_inputs: bool,
     },
     /// Options-less ops whose files carry an empty options table of this union type.
     Empty(fb::BuiltinOptions),
@@ -467,11 +471,16 @@ fn write_options(b: &mut FlatBufferBuilder, o: &Options) -> (fb::BuiltinOptions,
             )
             .as_union_value(),
         ),
-        Options::FullyConnected { activation, keep_num_dims } => (
+        Options::FullyConnected { activation, keep_num_dims, asymmetric_quantize_inputs } => (
             T::FullyConnectedOptions,
             fb::FullyConnectedOptions::create(
                 b,
-                &fb::FullyConnectedOptionsArgs { fused_activation_function: *activation, keep_num_dims: *keep_num_dims, ..Default::default() },
+                &fb::FullyConnectedOptionsArgs {
+                    fused_activation_function: *activation,
+                    keep_num_dims: *keep_num_dims,
+                    asymmetric_quantize_inputs: *asymmetric_quantize_inputs,
+                    ..Default::default()
+                },
             )
             .as_union_value(),
         ),
@@ -554,9 +563,13 @@ fn write_options(b: &mut FlatBufferBuilder, o: &Options) -> (fb::BuiltinOptions,
         }
         Options::Unpack { num, axis } => (T::UnpackOptions, fb::UnpackOptions::create(b, &fb::UnpackOptionsArgs { num: *num, axis: *axis }).as_union_value()),
         Options::LeakyRelu { alpha } => (T::LeakyReluOptions, fb::LeakyReluOptions::create(b, &fb::LeakyReluOptionsArgs { alpha: *alpha }).as_union_value()),
-        Options::BatchMatMul { adj_x, adj_y } => (
+        Options::BatchMatMul { adj_x, adj_y, asymmetric_quantize_inputs } => (
             T::BatchMatMulOptions,
-            fb::BatchMatMulOptions::create(b, &fb::BatchMatMulOptionsArgs { adj_x: *adj_x, adj_y: *adj_y, ..Default::default() }).as_union_value(),
+            fb::BatchMatMulOptions::create(
+                b,
+                &fb::BatchMatMulOptionsArgs { adj_x: *adj_x, adj_y: *adj_y, asymmetric_quantize_inputs: *asymmetric_quantize_inputs },
+            )
+            .as_union_value(),
         ),
         Options::If { then_subgraph, else_subgraph } => (
             T::IfOptions,

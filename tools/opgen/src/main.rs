@@ -145,7 +145,13 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             let bv = r.floats(on, -1.0, 1.0);
             let bt = m.add_tensor(TensorSpec::const_f32("b", &[on as i32], &bv));
             let o = out(&mut m, TensorType::FLOAT32, &[]);
-            single(B::FULLY_CONNECTED, &[x, w, bt], o, Options::FullyConnected { activation: act(r), keep_num_dims: keep }, &mut m);
+            single(
+                B::FULLY_CONNECTED,
+                &[x, w, bt],
+                o,
+                Options::FullyConnected { activation: act(r), keep_num_dims: keep, asymmetric_quantize_inputs: false },
+                &mut m,
+            );
             ranges.push(fr);
         }
         "TRANSPOSE_CONV" => {
@@ -175,7 +181,7 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             let a = f32in(&mut m, "a", &if adj_x { [bt, k, mm] } else { [bt, mm, k] });
             let bb = f32in(&mut m, "b", &if adj_y { [1, n, k] } else { [1, k, n] });
             let o = out(&mut m, TensorType::FLOAT32, &[]);
-            single(B::BATCH_MATMUL, &[a, bb], o, Options::BatchMatMul { adj_x, adj_y }, &mut m);
+            single(B::BATCH_MATMUL, &[a, bb], o, Options::BatchMatMul { adj_x, adj_y, asymmetric_quantize_inputs: false }, &mut m);
             ranges.extend([fr, fr]);
         }
         "ADD" | "SUB" | "MUL" | "DIV" | "MAXIMUM" | "MINIMUM" | "SQUARED_DIFFERENCE" | "POW" | "LESS" | "GREATER_EQUAL" | "EQUAL" | "NOT_EQUAL"
@@ -774,7 +780,7 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             let activation = act(r);
             let (padding, stride) = (same_or_valid(r), (r.u(1, 2) as i32, r.u(1, 2) as i32));
             let (code, opts) = match kind {
-                "FULLY_CONNECTED" => (B::FULLY_CONNECTED, Options::FullyConnected { activation, keep_num_dims: false }),
+                "FULLY_CONNECTED" => (B::FULLY_CONNECTED, Options::FullyConnected { activation, keep_num_dims: false, asymmetric_quantize_inputs: false }),
                 "DEPTHWISE_CONV_2D" => {
                     (B::DEPTHWISE_CONV_2D, Options::DepthwiseConv2D { padding, stride, dilation: (1, 1), depth_multiplier: (oc as i32) / xs[3], activation })
                 }
@@ -945,9 +951,27 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             };
             single(code, &[x], o, opts, &mut m);
         }
-        "FULLY_CONNECTED_HYBRID" | "CONV_2D_HYBRID" | "DEPTHWISE_CONV_2D_HYBRID" => {
+        "BATCH_MATMUL_HYBRID" | "BATCH_MATMUL_HYBRID_ASYM" => {
+            // Float left operand, constant int8 right operand (per-tensor or per-column
+            // scales); the _ASYM form quantizes each left row with its own zero point.
+            let (bt, mm, k, n) = (r.u(1, 3) as i32, r.u(1, 6) as i32, r.u(2, 24) as i32, r.u(1, 8));
+            let (adj_x, adj_y) = (r.coin(), r.coin());
+            let a = f32in(&mut m, "a", &if adj_x { [bt, k, mm] } else { [bt, mm, k] });
+            ranges.push(fr);
+            let per_column = !adj_y && r.coin();
+            let scales: Vec<f32> = (0..if per_column { n } else { 1 }).map(|_| r.f(0.002, 0.02)).collect();
+            let zps = vec![0; scales.len()];
+            let ws = if adj_y { [n as i32, k] } else { [k, n as i32] };
+            let wdata: Vec<u8> = (0..k as usize * n).map(|_| r.int(-127, 127) as i8 as u8).collect();
+            let wt = m.add_tensor(TensorSpec { data: Some(wdata), quant: Some((scales, zps, 1)), ..TensorSpec::activation("w", TensorType::INT8, &ws) });
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            let asymmetric_quantize_inputs = op.ends_with("_ASYM");
+            single(B::BATCH_MATMUL, &[a, wt], o, Options::BatchMatMul { adj_x, adj_y, asymmetric_quantize_inputs }, &mut m);
+        }
+        "FULLY_CONNECTED_HYBRID" | "FULLY_CONNECTED_HYBRID_ASYM" | "CONV_2D_HYBRID" | "DEPTHWISE_CONV_2D_HYBRID" => {
             // Float activations, int8 weights with per-channel scales, float bias.
-            let kind = op.trim_end_matches("_HYBRID");
+            let asymmetric_quantize_inputs = op.ends_with("_ASYM");
+            let kind = op.trim_end_matches("_ASYM").trim_end_matches("_HYBRID");
             let (xs, ws, oc, axis): (Vec<i32>, Vec<i32>, usize, i32) = match kind {
                 "FULLY_CONNECTED" => {
                     let (b, i, o) = (r.u(1, 3) as i32, r.u(2, 40) as i32, r.u(1, 16));
@@ -974,7 +998,7 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             let o = out(&mut m, TensorType::FLOAT32, &[]);
             let activation = act(r);
             let (code, opts) = match kind {
-                "FULLY_CONNECTED" => (B::FULLY_CONNECTED, Options::FullyConnected { activation, keep_num_dims: false }),
+                "FULLY_CONNECTED" => (B::FULLY_CONNECTED, Options::FullyConnected { activation, keep_num_dims: false, asymmetric_quantize_inputs }),
                 "DEPTHWISE_CONV_2D" => (
                     B::DEPTHWISE_CONV_2D,
                     Options::DepthwiseConv2D { padding: same_or_valid(r), stride: (1, 1), dilation: (1, 1), depth_multiplier: 1, activation },
@@ -1353,8 +1377,11 @@ const OPS: &[&str] = &[
     "RELU6_UINT8",
     "LEAKY_RELU_UINT8",
     "FULLY_CONNECTED_HYBRID",
+    "FULLY_CONNECTED_HYBRID_ASYM",
     "CONV_2D_HYBRID",
     "DEPTHWISE_CONV_2D_HYBRID",
+    "BATCH_MATMUL_HYBRID",
+    "BATCH_MATMUL_HYBRID_ASYM",
 ];
 
 /// A small float CNN, built with the writer: conv -> depthwise -> pool -> FC -> softmax.
@@ -1393,7 +1420,12 @@ fn demo() -> Vec<u8> {
     let w3 = m.add_tensor(TensorSpec::const_f32("fc/w", &[10, 8], &w3v));
     let b3 = m.add_tensor(TensorSpec::const_f32("fc/b", &[10], &[0.0; 10]));
     let f = m.add_tensor(TensorSpec::activation("logits", TensorType::FLOAT32, &[1, 10]));
-    m.add_op(OpCode::Builtin(B::FULLY_CONNECTED), &[p, w3, b3], &[f], Options::FullyConnected { activation: Activation::NONE, keep_num_dims: false });
+    m.add_op(
+        OpCode::Builtin(B::FULLY_CONNECTED),
+        &[p, w3, b3],
+        &[f],
+        Options::FullyConnected { activation: Activation::NONE, keep_num_dims: false, asymmetric_quantize_inputs: false },
+    );
     let s = m.add_tensor(TensorSpec::activation("probabilities", TensorType::FLOAT32, &[1, 10]));
     m.add_op(OpCode::Builtin(B::SOFTMAX), &[f], &[s], Options::Softmax { beta: 1.0 });
     m.outputs.push(s);

@@ -290,9 +290,10 @@ pub(crate) fn batch_matmul(op: &OpContext<'_>) -> Result<Built> {
     let OpParams::BatchMatMul { adj_x, adj_y, .. } = op.op.params else { return Err(op.bad("missing BatchMatMul options")) };
     let int_type = op.input(0)?.dtype;
     let int8 = matches!(int_type, DType::I8 | DType::I16);
-    if !int8 {
+    let hybrid = int_type == DType::F32 && op.input(1)?.dtype == DType::I8;
+    if !int8 && !hybrid {
         require_f32(op, &[0, 1])?;
-    } else if op.input(1)?.dtype != int_type || op.outputs[0].dtype != int_type {
+    } else if int8 && (op.input(1)?.dtype != int_type || op.outputs[0].dtype != int_type) {
         return Err(op.unsupported(format!("{} BATCH_MATMUL needs {0} operands and output", int_type.name())));
     }
     let a = op.input(0)?.shape.clone();
@@ -336,6 +337,9 @@ pub(crate) fn batch_matmul(op: &OpContext<'_>) -> Result<Built> {
     let k = ka;
     if int8 {
         return batch_matmul_int(op, (m, k, n), (adj_x, adj_y), ia, ib, out_shape);
+    }
+    if hybrid {
+        return super::quant::batch_matmul_hybrid(op, (m, k, n), (adj_x, adj_y), ia, ib, out_shape);
     }
     // Transpose scratch, sized once here so runs do not allocate.
     let mut ta = vec![0.0f32; if adj_x { m * k } else { 0 }];

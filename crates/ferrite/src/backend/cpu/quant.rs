@@ -885,10 +885,7 @@ pub(crate) fn hybrid(op: &OpContext<'_>, code: ferrite_format::schema::BuiltinOp
     let w_scales = wq.scale.clone();
     let has_bias = op.opt_input(2).is_some();
     let (act, batch, out_shape, q): (Activation, usize, Vec<usize>, Option<QConv>) = match (code, &op.op.params) {
-        (B::FULLY_CONNECTED, OpParams::FullyConnected { activation, keep_num_dims, asymmetric_quantize_inputs, .. }) => {
-            if *asymmetric_quantize_inputs {
-                return Err(op.unsupported("asymmetric input quantization in hybrid FULLY_CONNECTED"));
-            }
+        (B::FULLY_CONNECTED, OpParams::FullyConnected { activation, keep_num_dims, .. }) => {
             let in_n = *w.shape.get(1).ok_or_else(|| op.bad("weights must be 2-D"))?;
             let total: usize = x.shape.iter().product();
             if in_n == 0 || !total.is_multiple_of(in_n) {
@@ -935,9 +932,25 @@ pub(crate) fn hybrid(op: &OpContext<'_>, code: ferrite_format::schema::BuiltinOp
         return Err(op.bad(format!("{} weight scales for {out_c} channels", w_scales.len())));
     }
     let in_len: usize = x.shape.iter().product();
-    let asymmetric = code == B::DEPTHWISE_CONV_2D || (code == B::CONV_2D && w_scales.len() > 1);
-    // Run-time scratch, sized once here: quantized input, accumulators, row scales.
-    let scratch = Mutex::new((vec![0i8; in_len], vec![0i32; out_len], vec![0.0f32; batch]));
+    // LiteRT quantizes each batch asymmetrically for per-channel hybrid convolution
+    // (and depthwise), and for fully-connected when its option asks; symmetrically
+    // otherwise.
+    let asymmetric = match op.op.params {
+        OpParams::FullyConnected { asymmetric_quantize_inputs, .. } => asymmetric_quantize_inputs,
+        _ => code == B::DEPTHWISE_CONV_2D || (code == B::CONV_2D && w_scales.len() > 1),
+    };
+    // Weight row sums take the input zero points' share out of fully-connected sums.
+    let row_sums: Vec<i32> = match (&q, w.value) {
+        (None, Some(bytes)) if asymmetric => {
+            let in_n = w.shape.get(1).copied().unwrap_or(0);
+            bytes.chunks_exact(in_n.max(1)).map(|r| r.iter().map(|&v| i32::from(v as i8)).sum()).collect()
+        }
+        (None, None) if asymmetric => return Err(op.unsupported("asymmetric hybrid FULLY_CONNECTED with weights computed at run time")),
+        _ => vec![],
+    };
+    // Run-time scratch, sized once here: quantized input, accumulators, row scales,
+    // row zero points.
+    let scratch = Mutex::new((vec![0i8; in_len], vec![0i32; out_len], vec![0.0f32; batch], vec![0i32; batch]));
     Ok(Built {
         outputs: vec![(DType::F32, out_shape)],
         kernel: Box::new(move |ins, outs| {
@@ -945,28 +958,23 @@ pub(crate) fn hybrid(op: &OpContext<'_>, code: ferrite_format::schema::BuiltinOp
             let bias = if has_bias { Some(typed::<f32>(arg(ins, 2)?)?) } else { None };
             let out = typed_mut::<f32>(outs[0])?;
             let mut guard = scratch.lock().unwrap_or_else(|e| e.into_inner());
-            let (qx, acc, row_scale) = &mut *guard;
+            let (qx, acc, row_scale, row_zp) = &mut *guard;
             let row = in_len / batch.max(1);
-            // LiteRT quantizes each batch asymmetrically for per-channel hybrid convolution
-            // (and depthwise), symmetrically for per-tensor weights and fully-connected.
-            let mut zero_points = [0i32; 1];
-            for (b, sf) in row_scale.iter_mut().enumerate() {
+            for (b, (sf, zp)) in row_scale.iter_mut().zip(row_zp.iter_mut()).enumerate() {
                 let (src, dst) = (&input[b * row..(b + 1) * row], &mut qx[b * row..(b + 1) * row]);
                 if asymmetric {
-                    let (scale, zp) = kq::asymmetric_quantize(src, dst);
-                    *sf = scale;
-                    if b == 0 {
-                        zero_points[0] = zp;
-                    } else if zp != zero_points[0] {
-                        return Err(super::runtime("hybrid convolution over batches with different input zero points"));
-                    }
+                    (*sf, *zp) = kq::asymmetric_quantize(src, dst);
                 } else {
                     *sf = kq::symmetric_quantize(src, dst);
                 }
             }
             match &q {
                 Some(q) => {
-                    let q = QConv { in_zp: zero_points[0], ..q.clone() };
+                    // One input zero point for the whole convolution, as LiteRT's kernel takes.
+                    if row_zp.iter().any(|&z| z != row_zp[0]) {
+                        return Err(super::runtime("hybrid convolution over batches with different input zero points"));
+                    }
+                    let q = QConv { in_zp: row_zp[0], ..q.clone() };
                     kq::conv_acc_i8(qx, weights, &q, acc)
                 }
                 None => {
@@ -974,7 +982,8 @@ pub(crate) fn hybrid(op: &OpContext<'_>, code: ferrite_format::schema::BuiltinOp
                     for b in 0..batch {
                         for o in 0..out_c {
                             let wr = &weights[o * in_n..(o + 1) * in_n];
-                            acc[b * out_c + o] = qx[b * in_n..(b + 1) * in_n].iter().zip(wr).map(|(&a, &c)| i32::from(a) * i32::from(c)).sum();
+                            let dot: i32 = qx[b * in_n..(b + 1) * in_n].iter().zip(wr).map(|(&a, &c)| i32::from(a) * i32::from(c)).sum();
+                            acc[b * out_c + o] = dot - row_sums.get(o).map_or(0, |&s| s * row_zp[b]);
                         }
                     }
                 }
@@ -985,6 +994,105 @@ pub(crate) fn hybrid(op: &OpContext<'_>, code: ferrite_format::schema::BuiltinOp
                 let ws = w_scales[if w_scales.len() == 1 { 0 } else { c }];
                 let scale = row_scale[i / per_batch] * ws;
                 *o = clamp.apply(bias.map_or(0.0, |b| b[c]) + a as f32 * scale);
+            }
+            Ok(())
+        }),
+    })
+}
+
+/// Run-time scratch of a hybrid BATCH_MATMUL, sized at prepare.
+struct HybridMatMulScratch {
+    /// Quantized rows of every left matrix.
+    qa: Vec<i8>,
+    /// Scale and zero point of each quantized row.
+    row_scale: Vec<f32>,
+    row_zp: Vec<i32>,
+    /// Column sums of every right matrix.
+    col_sum: Vec<i32>,
+    /// One left row gathered contiguously (for a transposed left operand).
+    row: Vec<f32>,
+}
+
+/// Hybrid BATCH_MATMUL (float left operand, int8 right operand) as LiteRT computes
+/// it: each row of the left operand quantized to int8 (symmetrically, or with its
+/// own zero point when the op asks), integer dot products, the zero point's share
+/// removed through the right operand's column sums, and the sum rescaled by the row
+/// scale times the weight scale (per tensor or per output column).
+pub(crate) fn batch_matmul_hybrid(
+    op: &OpContext<'_>,
+    (m, k, n): (usize, usize, usize),
+    (adj_x, adj_y): (bool, bool),
+    ia: Vec<usize>,
+    ib: Vec<usize>,
+    out_shape: Vec<usize>,
+) -> Result<Built> {
+    let OpParams::BatchMatMul { asymmetric_quantize_inputs: asymmetric, .. } = op.op.params else {
+        return Err(op.bad("missing BatchMatMul options"));
+    };
+    if op.outputs[0].dtype != DType::F32 {
+        return Err(op.unsupported("hybrid BATCH_MATMUL with a non-float output"));
+    }
+    let w = op.input(1)?;
+    let wq = w.quant.ok_or_else(|| op.bad("int8 operand has no quantization parameters"))?;
+    if wq.zero_point.iter().any(|&z| z != 0) {
+        return Err(op.unsupported("hybrid BATCH_MATMUL weights with a nonzero zero point"));
+    }
+    if wq.scale.len() != 1 && wq.scale.len() != n {
+        return Err(op.bad(format!("{} weight scales for {n} output columns", wq.scale.len())));
+    }
+    let w_scales = wq.scale.clone();
+    let (na, nb) = (ia.iter().max().map_or(0, |&v| v + 1), ib.iter().max().map_or(0, |&v| v + 1));
+    let scratch = Mutex::new(HybridMatMulScratch {
+        qa: vec![0; op.checked_elements(&[na, m, k], 1)?],
+        row_scale: vec![0.0; na * m],
+        row_zp: vec![0; na * m],
+        col_sum: vec![0; nb * n],
+        row: vec![0.0; k],
+    });
+    Ok(Built {
+        outputs: vec![(DType::F32, out_shape)],
+        kernel: Box::new(move |ins, outs| {
+            let (a, b) = (typed::<f32>(arg(ins, 0)?)?, typed::<i8>(arg(ins, 1)?)?);
+            let out = typed_mut::<f32>(outs[0])?;
+            let mut guard = scratch.lock().unwrap_or_else(|e| e.into_inner());
+            let s = &mut *guard;
+            for r in 0..na * m {
+                let (pa, i) = (r / m, r % m);
+                let src = &a[pa * m * k..][..m * k];
+                let row: &[f32] = if adj_x {
+                    for (kk, v) in s.row.iter_mut().enumerate() {
+                        *v = src[kk * m + i];
+                    }
+                    &s.row
+                } else {
+                    &src[i * k..][..k]
+                };
+                let dst = &mut s.qa[r * k..][..k];
+                if asymmetric {
+                    (s.row_scale[r], s.row_zp[r]) = kq::asymmetric_quantize(row, dst);
+                } else {
+                    s.row_scale[r] = kq::symmetric_quantize(row, dst);
+                }
+            }
+            let at = |bm: &[i8], kk: usize, j: usize| i32::from(bm[if adj_y { j * k + kk } else { kk * n + j }]);
+            for pb in 0..nb {
+                let bm = &b[pb * k * n..][..k * n];
+                for j in 0..n {
+                    s.col_sum[pb * n + j] = (0..k).map(|kk| at(bm, kk, j)).sum();
+                }
+            }
+            for (p, (&pa, &pb)) in ia.iter().zip(&ib).enumerate() {
+                let bm = &b[pb * k * n..][..k * n];
+                for i in 0..m {
+                    let r = pa * m + i;
+                    let qa = &s.qa[r * k..][..k];
+                    for j in 0..n {
+                        let dot: i32 = qa.iter().enumerate().map(|(kk, &v)| i32::from(v) * at(bm, kk, j)).sum();
+                        let total = dot - s.row_zp[r] * s.col_sum[pb * n + j];
+                        let ws = w_scales[if w_scales.len() == 1 { 0 } else { j }];
+                        out[(p * m + i) * n + j] = s.row_scale[r] * ws * total as f32;
+                    }
+                }
             }
             Ok(())
         }),
