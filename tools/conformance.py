@@ -199,6 +199,20 @@ def cmd_models(args):
     return failed == 0
 
 
+def refused_by_both(ferrite, model):
+    """True when LiteRT fails to prepare or run `model` and `ferrite run` exits with an error."""
+    try:
+        it = Interpreter(model_path=str(model))
+        it.allocate_tensors()
+        it.invoke()
+        return False
+    except Exception:  # noqa: BLE001
+        pass
+    with tempfile.TemporaryDirectory() as out:
+        r = subprocess.run([ferrite, "run", str(model), "--output-dir", out], capture_output=True, text=True)
+    return r.returncode != 0 and "unsupported" in (r.stderr + r.stdout).lower()
+
+
 def cmd_ops(args):
     with tempfile.TemporaryDirectory() as td:
         td = pathlib.Path(td)
@@ -210,6 +224,15 @@ def cmd_ops(args):
             if args.only and not re.search(args.only, case["op"]):
                 continue
             model = td / "ops" / case["file"]
+            if case.get("refused"):
+                # LiteRT has no kernel for this type combination: both must say so.
+                ok = refused_by_both(args.ferrite, model)
+                if not ok:
+                    print(f"FAIL {case['file']}: expected LiteRT and ferrite to refuse it")
+                worst_by_op.setdefault(case["op"] + " (refused)", 0.0)
+                passed += ok
+                failed += not ok
+                continue
             rng = np.random.default_rng(sum(case["file"].encode()) + args.seed)
             try:
                 it = Interpreter(model_path=str(model))

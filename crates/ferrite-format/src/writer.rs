@@ -92,6 +92,11 @@ pub enum Options {
     Binary {
         activation: Activation,
     },
+    /// ADD / SUB options with an explicit `pot_scale_int16`.
+    AddSub {
+        activation: Activation,
+        pot_scale_int16: bool,
+    },
     Reshape {
         new_shape: Vec<i32>,
     },
@@ -493,6 +498,10 @@ fn write_options(b: &mut FlatBufferBuilder, o: &Options) -> (fb::BuiltinOptions,
         Options::Binary { activation } => {
             (T::AddOptions, fb::AddOptions::create(b, &fb::AddOptionsArgs { fused_activation_function: *activation, pot_scale_int16: true }).as_union_value())
         }
+        Options::AddSub { activation, pot_scale_int16 } => (
+            T::AddOptions,
+            fb::AddOptions::create(b, &fb::AddOptionsArgs { fused_activation_function: *activation, pot_scale_int16: *pot_scale_int16 }).as_union_value(),
+        ),
         Options::Reshape { new_shape } => {
             let s = b.create_vector(new_shape);
             (T::ReshapeOptions, fb::ReshapeOptions::create(b, &fb::ReshapeOptionsArgs { new_shape: Some(s) }).as_union_value())

@@ -97,6 +97,9 @@ pub enum OpParams {
     /// ADD / SUB / MUL / DIV.
     Binary {
         activation: Activation,
+        /// ADD / SUB on int16: take the shift-only path when every scale is a power
+        /// of two (the schema's default is true; MUL and DIV have no such option).
+        pot_scale_int16: bool,
     },
     Reshape {
         new_shape: Option<Vec<i32>>,
@@ -287,7 +290,11 @@ pub fn parse_params(code: i32, opt_type: u8, options: Option<Table<'_>>) -> Resu
             activation: act(fb::ConcatenationOptions::VT_FUSED_ACTIVATION_FUNCTION)?,
         },
         // Add, Sub, Mul and Div keep the activation in slot 4.
-        B::ADD | B::SUB | B::MUL | B::DIV => OpParams::Binary { activation: act(fb::AddOptions::VT_FUSED_ACTIVATION_FUNCTION)? },
+        // ADD and SUB keep pot_scale_int16 in slot 6.
+        B::ADD | B::SUB | B::MUL | B::DIV => OpParams::Binary {
+            activation: act(fb::AddOptions::VT_FUSED_ACTIVATION_FUNCTION)?,
+            pot_scale_int16: matches!(B(code), B::ADD | B::SUB) && boolf(fb::AddOptions::VT_POT_SCALE_INT16, true)?,
+        },
         B::RESHAPE => {
             OpParams::Reshape { new_shape: t.map(|t| t.vector::<i32>(fb::ReshapeOptions::VT_NEW_SHAPE)).transpose()?.flatten().map(|v| v.iter().collect()) }
         }

@@ -1016,6 +1016,16 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             case.spec.tensors[o].quant = Some((vec![r.f(0.005, 0.1)], vec![zp], 0));
             return case;
         }
+        "PRELU_INT16" => {
+            // int16x8: the int8 case's input and output widened to int16 with zero
+            // points 0, alpha kept int8 (LiteRT reads an int16 PRELU's alpha as int8).
+            let mut case = gen("PRELU_INT8", r);
+            for t in case.spec.tensors.iter_mut().filter(|t| t.dtype == TensorType::INT8 && t.data.is_none()) {
+                t.dtype = TensorType::INT16;
+                t.quant = t.quant.take().map(|(s, z, a)| (s.iter().map(|&v| v / 64.0).collect(), vec![0; z.len()], a));
+            }
+            return case;
+        }
         "PRELU_INT8" | "PRELU_UINT8" => {
             // Quantized alpha (its own scale and zero point), broadcast over the channels.
             let (ty, off) = if op == "PRELU_INT8" { (TensorType::INT8, 0) } else { (TensorType::UINT8, 128) };
@@ -1078,6 +1088,27 @@ fn gen(op: &str, r: &mut Rng) -> Case {
                 case.spec.tensors[i as usize].quant = Some((vec![r.f(0.005, 0.1)], vec![zp], 0));
             }
             return case;
+        }
+        "ADD_INT16_POT" | "SUB_INT16_POT" | "ADD_INT16_POT_GENERAL" => {
+            // Power-of-two scales, one input at the output's scale and the other finer:
+            // LiteRT's shift-only path, unless the op's pot_scale_int16 is false. The
+            // shapes match: LiteRT aborts on a broadcasting ADD in this mode.
+            let rank = r.u(1, 4);
+            let shape = r.shape(rank, 1, 5);
+            let out_exp = r.int(-12, -8) as i32;
+            let fine = out_exp - r.int(1, 3) as i32;
+            let which = r.u(0, 1);
+            let q = |e: i32| Some((vec![2f32.powi(e)], vec![0], 0));
+            let mut ins = [0; 2];
+            for (k, slot) in ins.iter_mut().enumerate() {
+                let e = if k == which { fine } else { out_exp };
+                *slot = m.add_tensor(TensorSpec { quant: q(e), ..TensorSpec::activation(["a", "b"][k], TensorType::INT16, &shape) });
+                m.inputs.push(*slot);
+            }
+            let o = m.add_tensor(TensorSpec { quant: q(out_exp), ..TensorSpec::activation("out", TensorType::INT16, &shape) });
+            m.outputs.push(o);
+            let code = if op.starts_with("ADD") { B::ADD } else { B::SUB };
+            single(code, &ins, o, Options::AddSub { activation: act(r), pot_scale_int16: op != "ADD_INT16_POT_GENERAL" }, &mut m);
         }
         "TRANSPOSE_CONV_UINT8" => {
             // The int8 case shifted to uint8, with one weight scale and a weight zero
@@ -1323,6 +1354,9 @@ const OPS: &[&str] = &[
     "TRANSPOSE_CONV_INT8",
     "TRANSPOSE_CONV_INT16X8",
     "TRANSPOSE_CONV_UINT8",
+    "ADD_INT16_POT",
+    "SUB_INT16_POT",
+    "ADD_INT16_POT_GENERAL",
     "CONCATENATION_UINT8_RESCALED",
     "CONCATENATION_INT16_SCALES",
     "BATCH_MATMUL_INT8",
@@ -1382,7 +1416,15 @@ const OPS: &[&str] = &[
     "DEPTHWISE_CONV_2D_HYBRID",
     "BATCH_MATMUL_HYBRID",
     "BATCH_MATMUL_HYBRID_ASYM",
+    "PRELU_INT16",
+    // LiteRT has no kernel for these: both runtimes must refuse them.
+    "HARD_SWISH_INT16",
+    "BATCH_MATMUL_UINT8",
 ];
+
+/// Type combinations LiteRT has no kernel for; the suite checks that ferrite, like
+/// it, refuses them with an error rather than computing something.
+const REFUSED: &[&str] = &["HARD_SWISH_INT16", "BATCH_MATMUL_UINT8"];
 
 /// A small float CNN, built with the writer: conv -> depthwise -> pool -> FC -> softmax.
 fn demo() -> Vec<u8> {
@@ -1452,7 +1494,14 @@ fn main() -> Result<(), String> {
                     let file = format!("{}_{k}.tflite", op.to_lowercase());
                     std::fs::write(dir.join(&file), case.spec.to_bytes()).map_err(|e| e.to_string())?;
                     let fixed: serde_json::Map<String, Value> = case.fixed.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
-                    entries.push(json!({"file": file, "op": op, "ranges": case.ranges, "fixed": fixed, "integral": matches!(*op, "EQUAL" | "NOT_EQUAL")}));
+                    entries.push(json!({
+                        "file": file,
+                        "op": op,
+                        "ranges": case.ranges,
+                        "fixed": fixed,
+                        "integral": matches!(*op, "EQUAL" | "NOT_EQUAL"),
+                        "refused": REFUSED.contains(op),
+                    }));
                 }
             }
             std::fs::write(dir.join("manifest.json"), serde_json::to_string_pretty(&entries).map_err(|e| e.to_string())?).map_err(|e| e.to_string())

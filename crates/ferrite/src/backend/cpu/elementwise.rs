@@ -22,7 +22,7 @@ pub(crate) fn binary(op: &OpContext<'_>, code: B) -> Result<Built> {
     let (sa, sb) = (a.shape.clone(), b.shape.clone());
     let out = broadcast(op, &sa, &sb)?;
     let act = match op.op.params {
-        OpParams::Binary { activation } => activation,
+        OpParams::Binary { activation, .. } => activation,
         _ => Activation::None,
     };
     let dtype = a.dtype;

@@ -473,38 +473,56 @@ pub(crate) fn quantize(op: &OpContext<'_>) -> Result<Built> {
     Ok(Built { outputs: vec![(to, x.shape.clone())], kernel })
 }
 
-/// ADD / SUB / MUL (int8, uint8, int16) and PRELU (int8, uint8) with broadcasting,
-/// as LiteRT's builtin kernels: ADD and SUB shift both inputs left (20 bits, 15 for
-/// int16), rescale them to twice the larger input scale, combine, and rescale to
-/// the output; MUL rescales the product; PRELU rescales x or x * alpha.
+/// ADD / SUB / MUL (int8, uint8, int16) and PRELU (int8, uint8, and int16 with an
+/// int8 alpha) with broadcasting, as LiteRT's builtin kernels: ADD and SUB shift
+/// both inputs left (20 bits, 15 for int16), rescale them to twice the larger input
+/// scale, combine, and rescale to the output; MUL rescales the product; PRELU
+/// rescales x or x * alpha.
 pub(crate) fn binary(op: &OpContext<'_>, code: ferrite_format::schema::BuiltinOperator) -> Result<Built> {
     use ferrite_format::schema::BuiltinOperator as B;
     let (a, b) = (op.input(0)?, op.input(1)?);
     let dtype = a.dtype;
-    if !matches!(dtype, DType::I8 | DType::U8 | DType::I16) || b.dtype != dtype || op.outputs[0].dtype != dtype {
+    // LiteRT's int16 PRELU reads its alpha as int8 (the int16x8 scheme).
+    let alpha16x8 = code == B::PRELU && dtype == DType::I16;
+    let b_type = if alpha16x8 { DType::I8 } else { dtype };
+    if !matches!(dtype, DType::I8 | DType::U8 | DType::I16) || b.dtype != b_type || op.outputs[0].dtype != dtype {
         return Err(op.unsupported(format!("quantized {} of {} and {}", op.op.code.name(), a.dtype.name(), b.dtype.name())));
     }
     let (s1, z1) = per_tensor(op, a.quant, "input 0")?;
     let (s2, z2) = per_tensor(op, b.quant, "input 1")?;
     let (so, zo) = per_tensor(op, op.outputs[0].quant.as_ref(), "output")?;
-    let act = match op.op.params {
-        OpParams::Binary { activation } => activation,
-        _ => Activation::None,
+    let (act, pot_scale_int16) = match op.op.params {
+        OpParams::Binary { activation, pot_scale_int16 } => (activation, pot_scale_int16),
+        _ => (Activation::None, false),
     };
-    if dtype == DType::I16 && code == B::PRELU {
-        return Err(op.unsupported("int16 PRELU"));
-    }
-    let pot = |s: f32| s > 0.0 && (s.log2().fract() == 0.0);
-    if dtype == DType::I16 && code != B::MUL && pot(s1) && pot(s2) && pot(so) {
-        // LiteRT switches to a shift-only path when every scale is a power of two.
-        return Err(op.unsupported("int16 ADD/SUB with power-of-two scales"));
-    }
     let (lo, hi) = activation_range(act, so, zo, dtype);
     let (sa, sb) = (a.shape.clone(), b.shape.clone());
     let out = ferrite_kernels::elementwise::broadcast_shape(&sa, &sb).ok_or_else(|| op.bad(format!("shapes {sa:?} and {sb:?} do not broadcast")))?;
     let os = out.clone();
-    let f: Box<dyn Fn(i32, i32) -> i32 + Send + Sync> = match code {
-        B::ADD | B::SUB => {
+    let pot_exponent = |s: f32| {
+        let l = f64::from(s).log2();
+        ((l - l.round()).abs() < 1e-3).then_some(l.round() as i32)
+    };
+    let pot = (pot_exponent(s1), pot_exponent(s2), pot_exponent(so));
+    let f: Box<dyn Fn(i32, i32) -> i32 + Send + Sync> = match (code, pot) {
+        (B::ADD | B::SUB, (Some(l1), Some(l2), Some(lo_exp))) if dtype == DType::I16 && pot_scale_int16 => {
+            // LiteRT's shift-only int16 path: every scale a power of two, one input
+            // already at the output's scale, the other shifted right onto it
+            // (rounding), then a saturating add or subtract in Q0.15.
+            if z1 != 0 || z2 != 0 || zo != 0 {
+                return Err(op.bad("int16 ADD / SUB require zero points of 0"));
+            }
+            let (e1, e2) = (l1 - lo_exp, l2 - lo_exp);
+            if (e1 != 0 && e2 != 0) || e1 > 0 || e2 > 0 {
+                return Err(op.bad(format!("int16 {} with power-of-two scales needs one input at the output's scale and the other finer", op.op.code.name())));
+            }
+            let sign = if code == B::SUB { -1 } else { 1 };
+            Box::new(move |x, y| {
+                let (x, y) = (i32::from(f16::rdpot(x as i16, -e1)), i32::from(f16::rdpot(y as i16, -e2)));
+                (x + sign * y).clamp(-32768, 32767).clamp(lo, hi)
+            })
+        }
+        (B::ADD | B::SUB, _) => {
             // LiteRT's general int16 path (scales not all powers of two) keeps 15 bits
             // of headroom instead of 20 so the shifted int16 values fit in int32.
             let left_shift = if dtype == DType::I16 { 15 } else { 20 };
@@ -519,7 +537,7 @@ pub(crate) fn binary(op: &OpContext<'_>, code: ferrite_format::schema::BuiltinOp
                 (kq::multiply_by_quantized_multiplier(x + sign * y, mo, eo) + zo).clamp(lo, hi)
             })
         }
-        B::PRELU => {
+        (B::PRELU, _) => {
             // x >= 0: x rescaled to the output; else x * alpha rescaled. Multipliers
             // in single precision, as LiteRT's prepare forms them.
             let (m1, e1) = kq::quantize_multiplier(f64::from(s1 / so));
@@ -530,7 +548,7 @@ pub(crate) fn binary(op: &OpContext<'_>, code: ferrite_format::schema::BuiltinOp
                 (v + zo).clamp(lo, hi)
             })
         }
-        B::MUL => {
+        (B::MUL, _) => {
             // LiteRT forms this multiplier in single precision (float scales multiplied
             // and divided as floats); the double-precision value differs in its last
             // bits and, on near-ties, in the output's last bit.
@@ -543,6 +561,11 @@ pub(crate) fn binary(op: &OpContext<'_>, code: ferrite_format::schema::BuiltinOp
     Ok(Built {
         outputs: vec![(dtype, out)],
         kernel: Box::new(move |ins, outs| {
+            if alpha16x8 {
+                let (x, y) = (typed::<i16>(arg(ins, 0)?)?, typed::<i8>(arg(ins, 1)?)?);
+                ferrite_kernels::elementwise::binary(x, &sa, y, &sb, typed_mut::<i16>(outs[0])?, &os, |x, y| f(i32::from(x), i32::from(y)) as i16);
+                return Ok(());
+            }
             if dtype == DType::I16 {
                 let (x, y) = (typed::<i16>(arg(ins, 0)?)?, typed::<i16>(arg(ins, 1)?)?);
                 ferrite_kernels::elementwise::binary(x, &sa, y, &sb, typed_mut::<i16>(outs[0])?, &os, |x, y| f(i32::from(x), i32::from(y)) as i16);
