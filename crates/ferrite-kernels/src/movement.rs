@@ -110,14 +110,29 @@ pub fn strided_slice<T: Copy>(input: &[T], in_shape: &[usize], begin: &[i64], st
         return;
     }
     let st = strides(in_shape);
+    // The trailing dims taken whole, plus the dim before them if it steps by 1,
+    // form contiguous runs: copy those with one memcpy each.
+    let mut inner = r;
+    while inner > 0 && begin[inner - 1] == 0 && stride[inner - 1] == 1 && out_shape[inner - 1] == in_shape[inner - 1] {
+        inner -= 1;
+    }
+    if inner > 0 && stride[inner - 1] == 1 {
+        inner -= 1;
+    }
+    let run: usize = out_shape[inner..].iter().product();
+    let run_start: i64 = (inner..r).map(|d| begin[d] * st[d] as i64).sum();
+    if run == 0 {
+        return;
+    }
     let mut idx = [0usize; crate::MAX_DIMS];
-    for o in out.iter_mut() {
-        let mut src = 0i64;
-        for d in 0..r {
+    for chunk in out.chunks_exact_mut(run) {
+        let mut src = run_start;
+        for d in 0..inner {
             src += (begin[d] + idx[d] as i64 * stride[d]) * st[d] as i64;
         }
-        *o = input[src as usize];
-        for d in (0..r).rev() {
+        let src = src as usize;
+        chunk.copy_from_slice(&input[src..src + run]);
+        for d in (0..inner).rev() {
             idx[d] += 1;
             if idx[d] < out_shape[d] {
                 break;
@@ -235,6 +250,43 @@ mod tests {
         let mut back = [0; 4];
         strided_slice(&p, &[4, 4], &[1, 1], &[1, 1], &[2, 2], &mut back);
         assert_eq!(back, x);
+    }
+
+    #[test]
+    fn strided_slice_matches_per_element_indexing() {
+        // Every begin/stride/size combination on a 3x4x5 tensor (strides -2..=2),
+        // against the plain per-element definition.
+        let shape = [3usize, 4, 5];
+        let x: Vec<i32> = (0..60).collect();
+        let mut cases = 0;
+        for mask in 0..(5usize * 5 * 5) {
+            let stride: Vec<i64> = [mask % 5, mask / 5 % 5, mask / 25].iter().map(|&v| v as i64 - 2).collect();
+            if stride.contains(&0) {
+                continue;
+            }
+            for b in 0..shape.iter().product::<usize>() {
+                let begin = [(b / 20) as i64, (b / 5 % 4) as i64, (b % 5) as i64];
+                // The longest run each dim allows from `begin` with its stride.
+                let out_shape: Vec<usize> = (0..3)
+                    .map(|d| if stride[d] > 0 { (shape[d] as i64 - begin[d] + stride[d] - 1) / stride[d] } else { (begin[d] + 1 + (-stride[d]) - 1) / -stride[d] } as usize)
+                    .collect();
+                let n: usize = out_shape.iter().product();
+                let mut got = vec![-1; n];
+                strided_slice(&x, &shape, &begin, &stride, &out_shape, &mut got);
+                let mut want = Vec::with_capacity(n);
+                for i in 0..out_shape[0] {
+                    for j in 0..out_shape[1] {
+                        for k in 0..out_shape[2] {
+                            let idx = [i, j, k].iter().enumerate().map(|(d, &v)| (begin[d] + v as i64 * stride[d]) as usize).collect::<Vec<_>>();
+                            want.push(x[(idx[0] * 4 + idx[1]) * 5 + idx[2]]);
+                        }
+                    }
+                }
+                assert_eq!(got, want, "begin {begin:?} stride {stride:?}");
+                cases += 1;
+            }
+        }
+        assert!(cases > 3000);
     }
 
     #[test]
