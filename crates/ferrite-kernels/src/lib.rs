@@ -46,6 +46,7 @@ pub mod igemm;
 pub mod movement;
 pub mod parallel;
 pub mod pool;
+pub mod qgemm;
 pub mod quant;
 pub mod reduce;
 pub mod resize;

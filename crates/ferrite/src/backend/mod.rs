@@ -124,6 +124,8 @@ pub enum Packing {
     Gemm(ferrite_kernels::igemm::Isa),
     /// Weights dequantized or converted to float32.
     DenseF32,
+    /// int8 convolution weights in the int8 GEMM's panels.
+    QGemm,
 }
 
 /// Identity of a prepacked constant: tensor ids within the session's model, never addresses.

@@ -39,7 +39,7 @@ fn build_builtin(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> 
         B::CONV_2D | B::DEPTHWISE_CONV_2D | B::FULLY_CONNECTED if is_hybrid(op) => quant::hybrid(op, B(code)),
         B::CONV_2D | B::DEPTHWISE_CONV_2D | B::FULLY_CONNECTED if is_int(op) => match B(code) {
             B::FULLY_CONNECTED => quant::fully_connected(op),
-            c => quant::conv(op, c == B::DEPTHWISE_CONV_2D),
+            c => quant::conv(op, c == B::DEPTHWISE_CONV_2D, ctx),
         },
         B::HARD_SWISH if is_int(op) => quant::hard_swish(op),
         B::TRANSPOSE_CONV if op.opt_input(2).is_some_and(|d| matches!(d.dtype, DType::I8 | DType::U8 | DType::I16)) => quant::transpose_conv(op),

@@ -5,6 +5,7 @@
 use std::sync::Mutex;
 
 use ferrite_kernels::fixed16 as f16;
+use ferrite_kernels::qgemm;
 use ferrite_kernels::quant::{self as kq, QConv, Requant};
 
 use super::nn::window;
@@ -132,7 +133,7 @@ fn shift_requant(rq: &mut Requant) {
     rq.max -= 128;
 }
 
-pub(crate) fn conv(op: &OpContext<'_>, depthwise: bool) -> Result<Built> {
+pub(crate) fn conv(op: &OpContext<'_>, depthwise: bool, ctx: &mut crate::backend::BackendContext) -> Result<Built> {
     let kind = int_types(op)?;
     let (x, w) = (op.input(0)?, op.input(1)?);
     let (padding, stride, dilation, act) = match op.op.params {
@@ -175,6 +176,24 @@ pub(crate) fn conv(op: &OpContext<'_>, depthwise: bool) -> Result<Built> {
             kernel: Box::new(move |ins, outs| {
                 let mut acc = acc.lock().unwrap_or_else(|e| e.into_inner());
                 kq::conv_i16(typed(arg(ins, 0)?)?, typed(arg(ins, 1)?)?, bias.as_deref(), &q, typed_mut(outs[0])?, &mut acc);
+                Ok(())
+            }),
+        });
+    }
+    if kind == IntKind::I8 && !depthwise && q.w_zp == 0 && w.constant {
+        // The common int8 case: weights packed once for the int8 GEMM.
+        let bytes = w.value.ok_or_else(|| op.bad("constant weights without data"))?;
+        let key = crate::backend::PackKey { subgraph: op.subgraph, tensor: w.tensor, with: None, packing: crate::backend::Packing::QGemm };
+        let k = kh * kw * in_c;
+        let pk = ctx.packed(key, || Ok(qgemm::QPacked::new(typed::<i8>(bytes)?, out_c, k)))?;
+        let scratch = Mutex::new(qgemm::ConvScratch::new(&pk));
+        let has_bias = op.opt_input(2).is_some();
+        return Ok(Built {
+            outputs: vec![(DType::I8, out_shape)],
+            kernel: Box::new(move |ins, outs| {
+                let bias = if has_bias { Some(typed::<i32>(arg(ins, 2)?)?) } else { None };
+                let mut s = scratch.lock().unwrap_or_else(|e| e.into_inner());
+                qgemm::conv_i8(typed(arg(ins, 0)?)?, &pk, bias, &q, typed_mut(outs[0])?, &mut s);
                 Ok(())
             }),
         });
