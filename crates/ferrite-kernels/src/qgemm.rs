@@ -12,6 +12,7 @@
 
 use crate::quant::{QConv, Requant};
 
+
 /// Output channels per packed panel.
 const NR: usize = 16;
 /// Rows per register tile of the VNNI kernel.
@@ -123,6 +124,47 @@ mod vnni {
         }
     }
 
+    /// Requantization of rows of `n` accumulators, 16 channels per step: the 64-bit
+    /// products in even and odd lanes, then the rounding shift, zero point and clamp.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F; `dots` and `out` hold whole rows of `n`.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn requant(rq: &super::RowRequant, dots: &[i32], out: &mut [i8]) {
+        let n = rq.offset.len();
+        let (half, one) = (_mm512_set1_epi64(1 << 30), _mm512_set1_epi32(1));
+        let (zp, lo, hi) = (_mm512_set1_epi32(rq.out_zp), _mm512_set1_epi32(rq.min), _mm512_set1_epi32(rq.max));
+        for (row, orow) in dots.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+            let mut j = 0;
+            while j < n {
+                let cols = NR.min(n - j);
+                let k: __mmask16 = if cols >= NR { 0xFFFF } else { (1u16 << cols) - 1 };
+                // SAFETY: every load and store is masked to the `cols` valid lanes
+                // from index j of arrays of length n.
+                let (d, off, m, left, right) = unsafe {
+                    (
+                        _mm512_maskz_loadu_epi32(k, row.as_ptr().add(j)),
+                        _mm512_maskz_loadu_epi32(k, rq.offset.as_ptr().add(j)),
+                        _mm512_maskz_loadu_epi32(k, rq.multiplier.as_ptr().add(j)),
+                        _mm512_maskz_loadu_epi32(k, rq.left.as_ptr().add(j) as *const i32),
+                        _mm512_maskz_loadu_epi32(k, rq.right.as_ptr().add(j) as *const i32),
+                    )
+                };
+                let x = _mm512_sllv_epi32(_mm512_add_epi32(d, off), left);
+                let even = _mm512_srai_epi64::<31>(_mm512_add_epi64(_mm512_mul_epi32(x, m), half));
+                let odd = _mm512_srai_epi64::<31>(_mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64::<32>(x), _mm512_srli_epi64::<32>(m)), half));
+                let high = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64::<32>(odd));
+                let mask = _mm512_sub_epi32(_mm512_sllv_epi32(one, right), one);
+                let threshold = _mm512_add_epi32(_mm512_srli_epi32::<1>(mask), _mm512_srli_epi32::<31>(high));
+                let up = _mm512_cmpgt_epi32_mask(_mm512_and_si512(high, mask), threshold);
+                let v = _mm512_mask_add_epi32(_mm512_srav_epi32(high, right), up, _mm512_srav_epi32(high, right), one);
+                let v = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(v, zp), lo), hi);
+                unsafe { _mm512_mask_cvtepi32_storeu_epi8(orow.as_mut_ptr().add(j) as *mut _, k, v) };
+                j += NR;
+            }
+        }
+    }
+
     /// # Safety
     /// The CPU must support AVX-512F/BW and VNNI; `a` holds `rows * pk.kq` bytes
     /// and `out` `rows * pk.n` ints.
@@ -153,13 +195,13 @@ mod vnni {
 pub struct ConvScratch {
     rows: Vec<u8>,
     dots: Vec<i32>,
-    offsets: Vec<i32>,
+    rq: RowRequant,
 }
 
 impl ConvScratch {
     /// Scratch for convolutions with these packed weights.
-    pub fn new(pk: &QPacked) -> ConvScratch {
-        ConvScratch { rows: vec![0; BLOCK_ROWS * pk.kq], dots: vec![0; BLOCK_ROWS * pk.n], offsets: vec![0; pk.n] }
+    pub fn new(pk: &QPacked, rq: &Requant) -> ConvScratch {
+        ConvScratch { rows: vec![0; BLOCK_ROWS * pk.kq], dots: vec![0; BLOCK_ROWS * pk.n], rq: RowRequant::new(rq, pk.n) }
     }
 }
 
@@ -171,49 +213,121 @@ pub fn conv_i8(input: &[i8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out:
     let g = &q.g;
     let (in_c, n) = (q.in_c, pk.n);
     // Bias less the activation shift's share: (128 + zp) * sum w.
-    for (j, o) in s.offsets.iter_mut().enumerate() {
+    for (j, o) in s.rq.offset.iter_mut().enumerate() {
         *o = bias.map_or(0, |b| b[j]).wrapping_sub((128 + q.in_zp).wrapping_mul(pk.col_sum[j]));
     }
     let fill = (q.in_zp as i8 as u8) ^ 0x80;
     let pixels = g.batch * g.out_h * g.out_w;
+    let row_span = g.k_w * in_c;
+    // Stride-1 taps of one filter row read adjacent pixels: one copy per row.
+    let contiguous_taps = g.dil_w == 1;
+    let (mut nb, mut oy, mut ox) = (0, 0, 0);
     let mut start = 0;
     while start < pixels {
         let count = BLOCK_ROWS.min(pixels - start);
-        for (r, row) in s.rows.chunks_exact_mut(pk.kq).take(count).enumerate() {
-            let pix = start + r;
-            let (nb, oy, ox) = (pix / (g.out_h * g.out_w), pix / g.out_w % g.out_h, pix % g.out_w);
+        for row in s.rows.chunks_exact_mut(pk.kq).take(count) {
+            let x0 = (ox * g.stride_w) as isize - g.pad_left as isize;
+            let interior_x = x0 >= 0 && x0 as usize + (g.k_w - 1) * g.dil_w < g.in_w;
             for ky in 0..g.k_h {
-                let iy = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h);
+                let dst_row = &mut row[ky * row_span..][..row_span];
+                let Some(iy) = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h) else {
+                    dst_row.fill(fill);
+                    continue;
+                };
+                let line = &input[(nb * g.in_h + iy) * g.in_w * in_c..][..g.in_w * in_c];
+                if interior_x && contiguous_taps {
+                    flip_into(dst_row, &line[x0 as usize * in_c..][..row_span]);
+                    continue;
+                }
                 for kx in 0..g.k_w {
-                    let dst = &mut row[(ky * g.k_w + kx) * in_c..][..in_c];
-                    let ix = (ox * g.stride_w + kx * g.dil_w).checked_sub(g.pad_left).filter(|&x| x < g.in_w);
-                    match (iy, ix) {
-                        (Some(iy), Some(ix)) => {
-                            for (d, &v) in dst.iter_mut().zip(&input[((nb * g.in_h + iy) * g.in_w + ix) * in_c..][..in_c]) {
-                                *d = (v as u8) ^ 0x80;
-                            }
-                        }
-                        _ => dst.fill(fill),
+                    let dst = &mut dst_row[kx * in_c..][..in_c];
+                    match (ox * g.stride_w + kx * g.dil_w).checked_sub(g.pad_left).filter(|&x| x < g.in_w) {
+                        Some(ix) => flip_into(dst, &line[ix * in_c..][..in_c]),
+                        None => dst.fill(fill),
                     }
+                }
+            }
+            ox += 1;
+            if ox == g.out_w {
+                ox = 0;
+                oy += 1;
+                if oy == g.out_h {
+                    oy = 0;
+                    nb += 1;
                 }
             }
         }
         gemm(&s.rows[..count * pk.kq], count, pk, &mut s.dots[..count * n]);
-        requant_rows(&s.dots[..count * n], &s.offsets, &q.rq, &mut out[start * n..(start + count) * n]);
+        s.rq.apply(&s.dots[..count * n], &mut out[start * n..(start + count) * n]);
         start += count;
     }
 }
 
+/// Copies int8 values as unsigned bytes shifted by 128.
+#[inline(always)]
+fn flip_into(dst: &mut [u8], src: &[i8]) {
+    for (d, &v) in dst.iter_mut().zip(src) {
+        *d = (v as u8) ^ 0x80;
+    }
+}
+
+/// [`Requant`] laid out per channel for rows of `n` accumulators, in the form
+/// that vectorizes: TFLite's `MultiplyByQuantizedMultiplier` with its rounding
+/// high multiply written as `(x * m + 2^30) >> 31` (the same value: its nudge and
+/// truncating division round halves up) and the rounding right shift as a
+/// half-away-from-zero division.
+#[derive(Debug, Clone)]
+pub struct RowRequant {
+    /// Added to each accumulator before rescaling (bias and zero-point terms).
+    pub offset: Vec<i32>,
+    multiplier: Vec<i32>,
+    left: Vec<u32>,
+    right: Vec<u32>,
+    out_zp: i32,
+    min: i32,
+    max: i32,
+}
+
+impl RowRequant {
+    /// Per-channel parameters for `n` channels (a per-tensor `rq` is repeated).
+    pub fn new(rq: &Requant, n: usize) -> RowRequant {
+        let at = |v: &[i32], j: usize| v[if v.len() == 1 { 0 } else { j }];
+        RowRequant {
+            offset: vec![0; n],
+            multiplier: (0..n).map(|j| at(&rq.multiplier, j)).collect(),
+            left: (0..n).map(|j| at(&rq.shift, j).max(0) as u32).collect(),
+            right: (0..n).map(|j| (-at(&rq.shift, j)).max(0) as u32).collect(),
+            out_zp: rq.out_zp,
+            min: rq.min,
+            max: rq.max,
+        }
+    }
+
+    /// Requantizes rows of `n` accumulators into int8.
+    pub fn apply(&self, dots: &[i32], out: &mut [i8]) {
+        assert!(dots.len() == out.len() && dots.len().is_multiple_of(self.offset.len().max(1)), "requant operands disagree");
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: AVX-512F is present (checked just above); the lengths were checked.
+            unsafe { vnni::requant(self, dots, out) };
+            return;
+        }
+        requant_rows(self, dots, out)
+    }
+}
+
 simd_fn! {
-    /// `out[i] = requant(dots[i] + offsets[i % n])` for rows of `n = offsets.len()`
-    /// channels, with per-channel or per-tensor multipliers.
-    pub fn requant_rows(dots: &[i32], offsets: &[i32], rq: &Requant, out: &mut [i8]) {
-        let n = offsets.len();
-        let per_channel = rq.multiplier.len() > 1;
+    /// [`RowRequant::apply`].
+    pub fn requant_rows(rq: &RowRequant, dots: &[i32], out: &mut [i8]) {
+        let n = rq.offset.len();
         for (row, orow) in dots.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
             for j in 0..n {
-                let c = if per_channel { j } else { 0 };
-                let v = crate::quant::multiply_by_quantized_multiplier(row[j].wrapping_add(offsets[j]), rq.multiplier[c], rq.shift[c]);
+                let x = row[j].wrapping_add(rq.offset[j]).wrapping_shl(rq.left[j]);
+                let high = ((i64::from(x) * i64::from(rq.multiplier[j]) + (1 << 30)) >> 31) as i32;
+                let right = rq.right[j];
+                let mask = ((1i64 << right) - 1) as i32;
+                let threshold = (mask >> 1) + i32::from(high < 0);
+                let v = (high >> right) + i32::from((high & mask) > threshold);
                 orow[j] = (v + rq.out_zp).clamp(rq.min, rq.max) as i8;
             }
         }
@@ -232,6 +346,32 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn row_requant_matches_multiply_by_quantized_multiplier() {
+        let mut seed = 11u64;
+        let mut next = || {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 33) as i32
+        };
+        for case in 0..200 {
+            let n = 1 + case % 19;
+            let real: Vec<f64> = (0..n).map(|_| f64::from(next().unsigned_abs() % 100_000 + 1) / 1e5 * if case % 7 == 0 { 40.0 } else { 0.05 }).collect();
+            let (multiplier, shift): (Vec<i32>, Vec<i32>) = real.iter().map(|&r| crate::quant::quantize_multiplier(r)).unzip();
+            let rq = Requant { multiplier, shift, out_zp: next() % 50, min: -128, max: 127 };
+            let mut rr = RowRequant::new(&rq, n);
+            rr.offset.iter_mut().for_each(|o| *o = next() % 5000);
+            let dots: Vec<i32> = (0..4 * n).map(|i| if i % 5 == 0 { next() } else { next() % 100_000 }).collect();
+            let mut got = vec![0i8; 4 * n];
+            rr.apply(&dots, &mut got);
+            let mut portable = vec![0i8; 4 * n];
+            requant_rows(&rr, &dots, &mut portable);
+            assert_eq!(got, portable, "case {case}: dispatched and portable requantization differ");
+            for (i, (&d, &g)) in dots.iter().zip(&got).enumerate() {
+                assert_eq!(i32::from(g), rq.apply(d.wrapping_add(rr.offset[i % n]), i % n), "case {case} element {i}");
+            }
+        }
     }
 
     #[test]

@@ -186,7 +186,7 @@ pub(crate) fn conv(op: &OpContext<'_>, depthwise: bool, ctx: &mut crate::backend
         let key = crate::backend::PackKey { subgraph: op.subgraph, tensor: w.tensor, with: None, packing: crate::backend::Packing::QGemm };
         let k = kh * kw * in_c;
         let pk = ctx.packed(key, || Ok(qgemm::QPacked::new(typed::<i8>(bytes)?, out_c, k)))?;
-        let scratch = Mutex::new(qgemm::ConvScratch::new(&pk));
+        let scratch = Mutex::new(qgemm::ConvScratch::new(&pk, &q.rq));
         let has_bias = op.opt_input(2).is_some();
         return Ok(Built {
             outputs: vec![(DType::I8, out_shape)],
