@@ -68,3 +68,77 @@ mod tests {
         assert_eq!(out, [4.0, 4.0, 4.0, 4.0]);
     }
 }
+
+/// Integer pooling over NHWC: the maximum, or the average rounded half away from
+/// zero over the window's positions inside the input (as TFLite's integer
+/// kernels), clamped to `[lo, hi]`. `acc` holds `c` accumulators.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn pool_int<T: Copy + Into<i32>>(input: &[T], c: usize, g: &Window, max: bool, lo: i32, hi: i32, out: &mut [T], acc: &mut [i32], narrow: impl Fn(i32) -> T) {
+    let acc = &mut acc[..c];
+    for n in 0..g.batch {
+        for oy in 0..g.out_h {
+            for ox in 0..g.out_w {
+                let y0 = (oy * g.stride_h) as isize - g.pad_top as isize;
+                let x0 = (ox * g.stride_w) as isize - g.pad_left as isize;
+                let (ys, ye) = (y0.max(0) as usize, (y0 + g.k_h as isize).clamp(0, g.in_h as isize) as usize);
+                let (xs, xe) = (x0.max(0) as usize, (x0 + g.k_w as isize).clamp(0, g.in_w as isize) as usize);
+                let count = (ye.saturating_sub(ys) * xe.saturating_sub(xs)) as i32;
+                acc.fill(if max { i32::MIN } else { 0 });
+                for yy in ys..ye {
+                    for xx in xs..xe {
+                        let px = &input[((n * g.in_h + yy) * g.in_w + xx) * c..][..c];
+                        if max {
+                            for (a, &v) in acc.iter_mut().zip(px) {
+                                *a = (*a).max(v.into());
+                            }
+                        } else {
+                            for (a, &v) in acc.iter_mut().zip(px) {
+                                *a += v.into();
+                            }
+                        }
+                    }
+                }
+                let o = &mut out[((n * g.out_h + oy) * g.out_w + ox) * c..][..c];
+                for (o, &a) in o.iter_mut().zip(acc.iter()) {
+                    // An empty window leaves the maximum at its initial lowest value
+                    // (clamped to `lo`) and the average at 0.
+                    let v = if max {
+                        a
+                    } else if count == 0 {
+                        0
+                    } else if a > 0 {
+                        (a + count / 2) / count
+                    } else {
+                        (a - count / 2) / count
+                    };
+                    *o = narrow(v.clamp(lo, hi));
+                }
+            }
+        }
+    }
+}
+
+simd_fn! {
+    /// int8 max / average pooling (see `pool_int`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn pool_i8(input: &[i8], c: usize, g: &Window, max: bool, lo: i32, hi: i32, out: &mut [i8], acc: &mut [i32]) {
+        pool_int(input, c, g, max, lo, hi, out, acc, |v| v as i8)
+    }
+}
+
+simd_fn! {
+    /// uint8 max / average pooling (see `pool_int`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn pool_u8(input: &[u8], c: usize, g: &Window, max: bool, lo: i32, hi: i32, out: &mut [u8], acc: &mut [i32]) {
+        pool_int(input, c, g, max, lo, hi, out, acc, |v| v as u8)
+    }
+}
+
+simd_fn! {
+    /// int16 max / average pooling (see `pool_int`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn pool_i16(input: &[i16], c: usize, g: &Window, max: bool, lo: i32, hi: i32, out: &mut [i16], acc: &mut [i32]) {
+        pool_int(input, c, g, max, lo, hi, out, acc, |v| v as i16)
+    }
+}

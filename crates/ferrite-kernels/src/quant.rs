@@ -382,6 +382,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn vectorized_quantize_rounds_like_std_round() {
+        let mut x: Vec<f32> = (-4000..4000).map(|i| i as f32 * 0.25).collect();
+        x.extend([0.49999997, -0.49999997, 0.5, -0.5, 1.5, -2.5, 126.5, -128.5, 1e9, -1e9, 8_388_609.0]);
+        for &scale in &[1.0f32, 0.37, 3.0] {
+            let mut got = vec![0i8; x.len()];
+            quantize_f32_i8(&x, scale, 3, &mut got);
+            let mut wide = vec![0i16; x.len()];
+            quantize_f32_i16(&x, scale, -7, &mut wide);
+            for (i, &v) in x.iter().enumerate() {
+                let r = (v / scale).round();
+                assert_eq!(i32::from(got[i]), (r as i32).saturating_add(3).clamp(-128, 127), "{v} / {scale}");
+                assert_eq!(i32::from(wide[i]), (r as i32).saturating_sub(7).clamp(-32768, 32767), "{v} / {scale}");
+            }
+        }
+    }
+
+    #[test]
     fn multipliers_match_tflite_examples() {
         assert_eq!(quantize_multiplier(0.5), (1 << 30, 0));
         assert_eq!(quantize_multiplier(1.0), (1 << 30, 1));
@@ -420,5 +437,45 @@ mod tests {
         let (m, s) = quantize_multiplier(0.300_001);
         assert_eq!(multiply_by_quantized_multiplier_i64(1_000_000, m, s), 300_003);
         assert_eq!(multiply_by_quantized_multiplier_i64_full(1_000_000, m, s), 300_001);
+    }
+}
+
+/// `round(x / scale)` rounded half away from zero, exactly as `std::round`, in a
+/// form that vectorizes (no libm call): the fraction `x - trunc(x)` is exact.
+#[inline(always)]
+fn round_div(x: f32, scale: f32) -> f32 {
+    let r = x / scale;
+    let t = r.trunc();
+    if (r - t).abs() >= 0.5 {
+        t + 1.0f32.copysign(r)
+    } else {
+        t
+    }
+}
+
+simd_fn! {
+    /// QUANTIZE float to int8: `clamp(round(x / scale) + zp)`.
+    pub fn quantize_f32_i8(x: &[f32], scale: f32, zp: i32, out: &mut [i8]) {
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = ((round_div(v, scale) as i32).saturating_add(zp)).clamp(-128, 127) as i8;
+        }
+    }
+}
+
+simd_fn! {
+    /// QUANTIZE float to uint8: `clamp(round(x / scale) + zp)`.
+    pub fn quantize_f32_u8(x: &[f32], scale: f32, zp: i32, out: &mut [u8]) {
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = ((round_div(v, scale) as i32).saturating_add(zp)).clamp(0, 255) as u8;
+        }
+    }
+}
+
+simd_fn! {
+    /// QUANTIZE float to int16: `clamp(round(x / scale) + zp)`.
+    pub fn quantize_f32_i16(x: &[f32], scale: f32, zp: i32, out: &mut [i16]) {
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = ((round_div(v, scale) as i32).saturating_add(zp)).clamp(-32768, 32767) as i16;
+        }
     }
 }

@@ -5,6 +5,7 @@
 use std::sync::Mutex;
 
 use ferrite_kernels::fixed16 as f16;
+use ferrite_kernels::pool as kpool;
 use ferrite_kernels::qgemm;
 use ferrite_kernels::quant::{self as kq, QConv, Requant};
 
@@ -470,8 +471,11 @@ pub(crate) fn quantize(op: &OpContext<'_>) -> Result<Built> {
     let n: usize = x.shape.iter().product();
     let kernel: crate::backend::KernelFn = match from {
         DType::F32 => Box::new(move |ins, outs| {
-            for (i, &v) in typed::<f32>(arg(ins, 0)?)?.iter().enumerate() {
-                store(outs[0], i, ((v / out_scale).round() as i32 + out_zp).clamp(lo, hi));
+            let x = typed::<f32>(arg(ins, 0)?)?;
+            match to {
+                DType::I8 => kq::quantize_f32_i8(x, out_scale, out_zp, typed_mut(outs[0])?),
+                DType::U8 => kq::quantize_f32_u8(x, out_scale, out_zp, outs[0]),
+                _ => kq::quantize_f32_i16(x, out_scale, out_zp, typed_mut(outs[0])?),
             }
             Ok(())
         }),
@@ -629,40 +633,16 @@ pub(crate) fn pool(op: &OpContext<'_>, max: bool) -> Result<Built> {
     let (lo, hi) = activation_range(activation, so, zo, dtype);
     let g = window(op, &x.shape, filter, stride, (1, 1), padding)?;
     let c = x.shape[3];
+    let acc = Mutex::new(vec![0i32; c]);
     Ok(Built {
         outputs: vec![(dtype, vec![g.batch, g.out_h, g.out_w, c])],
         kernel: Box::new(move |ins, outs| {
+            let mut acc = acc.lock().unwrap_or_else(|e| e.into_inner());
             let (input, out) = (arg(ins, 0)?, &mut *outs[0]);
-            let read = |i: usize| load_int(dtype, input, i);
-            for n in 0..g.batch {
-                for oy in 0..g.out_h {
-                    for ox in 0..g.out_w {
-                        let y0 = (oy * g.stride_h) as isize - g.pad_top as isize;
-                        let x0 = (ox * g.stride_w) as isize - g.pad_left as isize;
-                        let (ys, ye) = (y0.max(0) as usize, ((y0 + g.k_h as isize).min(g.in_h as isize)).max(0) as usize);
-                        let (xs, xe) = (x0.max(0) as usize, ((x0 + g.k_w as isize).min(g.in_w as isize)).max(0) as usize);
-                        let count = (ye.saturating_sub(ys) * xe.saturating_sub(xs)) as i32;
-                        for ch in 0..c {
-                            let mut acc = if max { i32::MIN } else { 0 };
-                            for yy in ys..ye {
-                                for xx in xs..xe {
-                                    let v = read(((n * g.in_h + yy) * g.in_w + xx) * c + ch);
-                                    acc = if max { acc.max(v) } else { acc + v };
-                                }
-                            }
-                            let v = if max {
-                                acc
-                            } else if count == 0 {
-                                0
-                            } else if acc > 0 {
-                                (acc + count / 2) / count
-                            } else {
-                                (acc - count / 2) / count
-                            };
-                            store_int(dtype, out, ((n * g.out_h + oy) * g.out_w + ox) * c + ch, v.clamp(lo, hi));
-                        }
-                    }
-                }
+            match dtype {
+                DType::I8 => kpool::pool_i8(typed(input)?, c, &g, max, lo, hi, typed_mut(out)?, &mut acc),
+                DType::U8 => kpool::pool_u8(input, c, &g, max, lo, hi, out, &mut acc),
+                _ => kpool::pool_i16(typed(input)?, c, &g, max, lo, hi, typed_mut(out)?, &mut acc),
             }
             Ok(())
         }),
