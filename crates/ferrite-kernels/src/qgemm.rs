@@ -201,17 +201,19 @@ pub struct ConvScratch {
 impl ConvScratch {
     /// Scratch for convolutions with these packed weights.
     pub fn new(pk: &QPacked, rq: &Requant) -> ConvScratch {
-        ConvScratch { rows: vec![0; BLOCK_ROWS * pk.kq], dots: vec![0; BLOCK_ROWS * pk.n], rq: RowRequant::new(rq, pk.n) }
+        // 16 bytes of slack for the last row's over-long copies (see `flip_copy`).
+        ConvScratch { rows: vec![0; BLOCK_ROWS * pk.kq + 16], dots: vec![0; BLOCK_ROWS * pk.n], rq: RowRequant::new(rq, pk.n) }
     }
 }
 
 /// int8 convolution (weights zero point 0) through [`gemm`]: each block of output
 /// pixels gathers its receptive fields into unsigned rows (taps in the padding
 /// hold the input zero point, contributing nothing), multiplies them by the packed
-/// weights and requantizes. Bit-exact with the per-tap definition.
-pub fn conv_i8(input: &[i8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out: &mut [i8], s: &mut ConvScratch) {
+/// weights and requantizes. `input` is the int8 tensor's bytes. Bit-exact with the
+/// per-tap definition.
+pub fn conv_i8(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out: &mut [i8], s: &mut ConvScratch) {
     let g = &q.g;
-    let (in_c, n) = (q.in_c, pk.n);
+    let (in_c, n, kq) = (q.in_c, pk.n, pk.kq);
     // Bias less the activation shift's share: (128 + zp) * sum w.
     for (j, o) in s.rq.offset.iter_mut().enumerate() {
         *o = bias.map_or(0, |b| b[j]).wrapping_sub((128 + q.in_zp).wrapping_mul(pk.col_sum[j]));
@@ -225,25 +227,29 @@ pub fn conv_i8(input: &[i8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out:
     let mut start = 0;
     while start < pixels {
         let count = BLOCK_ROWS.min(pixels - start);
-        for row in s.rows.chunks_exact_mut(pk.kq).take(count) {
+        // Segments are written in increasing position, so each copy's over-long
+        // tail is overwritten by the next one (or lands past k, where the packed
+        // weights are zero, or in the next row, written later, or in the slack).
+        for r in 0..count {
+            let base = r * kq;
             let x0 = (ox * g.stride_w) as isize - g.pad_left as isize;
             let interior_x = x0 >= 0 && x0 as usize + (g.k_w - 1) * g.dil_w < g.in_w;
             for ky in 0..g.k_h {
-                let dst_row = &mut row[ky * row_span..][..row_span];
+                let at = base + ky * row_span;
                 let Some(iy) = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h) else {
-                    dst_row.fill(fill);
+                    s.rows[at..at + row_span].fill(fill);
                     continue;
                 };
-                let line = &input[(nb * g.in_h + iy) * g.in_w * in_c..][..g.in_w * in_c];
+                let line = (nb * g.in_h + iy) * g.in_w * in_c;
                 if interior_x && contiguous_taps {
-                    flip_into(dst_row, &line[x0 as usize * in_c..][..row_span]);
+                    flip_copy(&mut s.rows, at, input, line + x0 as usize * in_c, row_span);
                     continue;
                 }
                 for kx in 0..g.k_w {
-                    let dst = &mut dst_row[kx * in_c..][..in_c];
+                    let at = at + kx * in_c;
                     match (ox * g.stride_w + kx * g.dil_w).checked_sub(g.pad_left).filter(|&x| x < g.in_w) {
-                        Some(ix) => flip_into(dst, &line[ix * in_c..][..in_c]),
-                        None => dst.fill(fill),
+                        Some(ix) => flip_copy(&mut s.rows, at, input, line + ix * in_c, in_c),
+                        None => s.rows[at..at + in_c].fill(fill),
                     }
                 }
             }
@@ -257,17 +263,34 @@ pub fn conv_i8(input: &[i8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out:
                 }
             }
         }
-        gemm(&s.rows[..count * pk.kq], count, pk, &mut s.dots[..count * n]);
+        gemm(&s.rows[..count * kq], count, pk, &mut s.dots[..count * n]);
         s.rq.apply(&s.dots[..count * n], &mut out[start * n..(start + count) * n]);
         start += count;
     }
 }
 
-/// Copies int8 values as unsigned bytes shifted by 128.
+/// Copies `len` int8 bytes from `src[from..]` to `dst[at..]` as unsigned bytes
+/// (shifted by 128), 16 at a time: the last chunk may write up to 15 bytes past
+/// `at + len` (callers arrange for those to be overwritten or unused); near the end
+/// of either buffer it finishes byte by byte.
 #[inline(always)]
-fn flip_into(dst: &mut [u8], src: &[i8]) {
-    for (d, &v) in dst.iter_mut().zip(src) {
-        *d = (v as u8) ^ 0x80;
+fn flip_copy(dst: &mut [u8], at: usize, src: &[u8], from: usize, len: usize) {
+    const FLIP: u128 = u128::from_ne_bytes([0x80; 16]);
+    let mut i = 0;
+    while i < len {
+        match (src.get(from + i..from + i + 16), dst.get_mut(at + i..at + i + 16)) {
+            (Some(s), Some(d)) => {
+                let v = u128::from_ne_bytes(s.try_into().unwrap_or([0; 16])) ^ FLIP;
+                d.copy_from_slice(&v.to_ne_bytes());
+                i += 16;
+            }
+            _ => {
+                for j in i..len {
+                    dst[at + j] = src[from + j] ^ 0x80;
+                }
+                return;
+            }
+        }
     }
 }
 

@@ -194,7 +194,7 @@ pub(crate) fn conv(op: &OpContext<'_>, depthwise: bool, ctx: &mut crate::backend
             kernel: Box::new(move |ins, outs| {
                 let bias = if has_bias { Some(typed::<i32>(arg(ins, 2)?)?) } else { None };
                 let mut s = scratch.lock().unwrap_or_else(|e| e.into_inner());
-                qgemm::conv_i8(typed(arg(ins, 0)?)?, &pk, bias, &q, typed_mut(outs[0])?, &mut s);
+                qgemm::conv_i8(arg(ins, 0)?, &pk, bias, &q, typed_mut(outs[0])?, &mut s);
                 Ok(())
             }),
         });
