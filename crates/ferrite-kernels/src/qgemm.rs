@@ -269,6 +269,87 @@ pub fn conv_i8(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out:
     }
 }
 
+/// Prepared int8 depthwise convolution (channel multiplier 1, weights zero point
+/// 0): weights widened and tiled along an output row, so each tap of a stride-1
+/// row is one flat multiply-add over `out_w * c` lanes.
+#[derive(Debug, Clone)]
+pub struct Depthwise {
+    /// `[tap][out_w * c]`: the tap's weight for each (column, channel).
+    tiled: Vec<i32>,
+    acc: Vec<i32>,
+    rq: RowRequant,
+}
+
+impl Depthwise {
+    /// Prepares weights `[1, kh, kw, c]` for the geometry of `q`.
+    pub fn new(w: &[i8], q: &QConv) -> Depthwise {
+        let (c, taps, row) = (q.in_c, q.g.k_h * q.g.k_w, q.g.out_w * q.in_c);
+        let mut tiled = vec![0i32; taps * row];
+        for (t, dst) in tiled.chunks_exact_mut(row.max(1)).enumerate() {
+            for (i, d) in dst.iter_mut().enumerate() {
+                *d = i32::from(w[t * c + i % c]);
+            }
+        }
+        Depthwise { tiled, acc: vec![0; row], rq: RowRequant::new(&q.rq, c) }
+    }
+}
+
+simd_fn! {
+    /// int8 depthwise convolution with [`Depthwise`] weights, one output row at a
+    /// time: taps accumulate `(x - zp) * w` over the columns they reach inside the
+    /// input (padding contributes nothing), then the row is requantized. `input`
+    /// is the int8 tensor's bytes. Bit-exact with the per-tap definition.
+    pub fn depthwise_i8(input: &[u8], d: &mut Depthwise, bias: Option<&[i32]>, q: &QConv, out: &mut [i8]) {
+        let (g, c) = (&q.g, q.in_c);
+        let row = g.out_w * c;
+        if row == 0 {
+            return;
+        }
+        for (j, o) in d.rq.offset.iter_mut().enumerate() {
+            *o = bias.map_or(0, |b| b[j]);
+        }
+        let zp = q.in_zp;
+        for nb in 0..g.batch {
+            for oy in 0..g.out_h {
+                d.acc.fill(0);
+                for ky in 0..g.k_h {
+                    let Some(iy) = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h) else { continue };
+                    let line = &input[(nb * g.in_h + iy) * g.in_w * c..][..g.in_w * c];
+                    for kx in 0..g.k_w {
+                        let tap = ky * g.k_w + kx;
+                        let wt = &d.tiled[tap * row..][..row];
+                        // Columns whose input ix = ox * stride + kx * dil - pad is inside.
+                        let off = kx * g.dil_w;
+                        let lo = g.pad_left.saturating_sub(off).div_ceil(g.stride_w);
+                        let hi = if g.in_w + g.pad_left > off { ((g.in_w + g.pad_left - off - 1) / g.stride_w + 1).min(g.out_w) } else { 0 };
+                        if lo >= hi {
+                            continue;
+                        }
+                        if g.stride_w == 1 {
+                            let ix0 = lo + off - g.pad_left;
+                            let src = &line[ix0 * c..(ix0 + hi - lo) * c];
+                            let (acc, wt) = (&mut d.acc[lo * c..hi * c], &wt[lo * c..hi * c]);
+                            for ((a, &x), &w) in acc.iter_mut().zip(src).zip(wt) {
+                                *a += (i32::from(x as i8) - zp) * w;
+                            }
+                        } else {
+                            for ox in lo..hi {
+                                let ix = ox * g.stride_w + off - g.pad_left;
+                                let src = &line[ix * c..][..c];
+                                for ((a, &x), &w) in d.acc[ox * c..][..c].iter_mut().zip(src).zip(&wt[ox * c..][..c]) {
+                                    *a += (i32::from(x as i8) - zp) * w;
+                                }
+                            }
+                        }
+                    }
+                }
+                let o = &mut out[((nb * g.out_h + oy) * g.out_w) * c..][..row];
+                d.rq.apply(&d.acc, o);
+            }
+        }
+    }
+}
+
 /// Copies `len` int8 bytes from `src[from..]` to `dst[at..]` as unsigned bytes
 /// (shifted by 128), 16 at a time: the last chunk may write up to 15 bytes past
 /// `at + len` (callers arrange for those to be overwritten or unused); near the end

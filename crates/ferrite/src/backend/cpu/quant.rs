@@ -181,6 +181,21 @@ pub(crate) fn conv(op: &OpContext<'_>, depthwise: bool, ctx: &mut crate::backend
             }),
         });
     }
+    if kind == IntKind::I8 && depthwise && q.depth_multiplier == 1 && q.w_zp == 0 && w.constant {
+        // Channel multiplier 1: taps as flat multiply-adds along output rows.
+        let bytes = w.value.ok_or_else(|| op.bad("constant weights without data"))?;
+        let dw = Mutex::new(qgemm::Depthwise::new(typed::<i8>(bytes)?, &q));
+        let has_bias = op.opt_input(2).is_some();
+        return Ok(Built {
+            outputs: vec![(DType::I8, out_shape)],
+            kernel: Box::new(move |ins, outs| {
+                let bias = if has_bias { Some(typed::<i32>(arg(ins, 2)?)?) } else { None };
+                let mut dw = dw.lock().unwrap_or_else(|e| e.into_inner());
+                qgemm::depthwise_i8(arg(ins, 0)?, &mut dw, bias, &q, typed_mut(outs[0])?);
+                Ok(())
+            }),
+        });
+    }
     if kind == IntKind::I8 && !depthwise && q.w_zp == 0 && w.constant {
         // The common int8 case: weights packed once for the int8 GEMM.
         let bytes = w.value.ok_or_else(|| op.bad("constant weights without data"))?;
