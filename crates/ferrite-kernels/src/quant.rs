@@ -382,6 +382,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn split_multiplier_matches_multiply_by_quantized_multiplier() {
+        let mut seed = 3u64;
+        let mut next = || {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 32) as u32 as i32
+        };
+        for _ in 0..200_000 {
+            let real = f64::from(next().unsigned_abs() % 1_000_000 + 1) * 1e-6 * [1e-4, 0.01, 1.0, 30.0][next().unsigned_abs() as usize % 4];
+            let (m, shift) = quantize_multiplier(real);
+            let x = if next() % 3 == 0 { next() } else { next() % 70_000 };
+            let x = if shift > 0 { x >> shift } else { x };
+            assert_eq!(Scale::new(real).apply(x), multiply_by_quantized_multiplier(x, m, shift), "x {x} real {real}");
+        }
+    }
+
+    #[test]
     fn vectorized_quantize_rounds_like_std_round() {
         let mut x: Vec<f32> = (-4000..4000).map(|i| i as f32 * 0.25).collect();
         x.extend([0.49999997, -0.49999997, 0.5, -0.5, 1.5, -2.5, 126.5, -128.5, 1e9, -1e9, 8_388_609.0]);
@@ -476,6 +492,104 @@ simd_fn! {
     pub fn quantize_f32_i16(x: &[f32], scale: f32, zp: i32, out: &mut [i16]) {
         for (o, &v) in out.iter_mut().zip(x) {
             *o = ((round_div(v, scale) as i32).saturating_add(zp)).clamp(-32768, 32767) as i16;
+        }
+    }
+}
+
+/// TFLite's `MultiplyByQuantizedMultiplier` with the shift split into its left and
+/// right parts, written without branches on the data so that loops over it
+/// vectorize: the rounding high multiply as `(x * m + 2^30) >> 31` (the same value
+/// as its nudge-and-truncate form) and the rounding right shift half away from zero.
+#[inline(always)]
+pub fn mbqm_split(x: i32, multiplier: i32, left: u32, right: u32) -> i32 {
+    let x = x.wrapping_shl(left);
+    let high = ((i64::from(x) * i64::from(multiplier) + (1 << 30)) >> 31) as i32;
+    let mask = ((1i64 << right) - 1) as i32;
+    let threshold = (mask >> 1) + i32::from(high < 0);
+    (high >> right) + i32::from((high & mask) > threshold)
+}
+
+/// A fixed-point multiplier with its shift split for [`mbqm_split`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scale {
+    /// Fixed-point multiplier.
+    pub multiplier: i32,
+    /// Left shift (the positive part of the exponent).
+    pub left: u32,
+    /// Right shift (the negative part).
+    pub right: u32,
+}
+
+impl Scale {
+    /// From a real multiplier, as `QuantizeMultiplier` splits it.
+    pub fn new(real: f64) -> Scale {
+        let (multiplier, shift) = quantize_multiplier(real);
+        Scale { multiplier, left: shift.max(0) as u32, right: (-shift).max(0) as u32 }
+    }
+
+    /// `x` rescaled.
+    #[inline(always)]
+    pub fn apply(self, x: i32) -> i32 {
+        mbqm_split(x, self.multiplier, self.left, self.right)
+    }
+}
+
+/// Quantized ADD / SUB of equal-shaped operands as TFLite's integer kernels: both
+/// inputs shifted left by `left_shift` and rescaled to twice the larger input
+/// scale, combined, rescaled to the output, clamped.
+#[derive(Debug, Clone, Copy)]
+pub struct AddSub {
+    /// Input zero points.
+    pub zp: (i32, i32),
+    /// Output zero point.
+    pub out_zp: i32,
+    /// 20 for 8-bit types, 15 for int16.
+    pub left_shift: u32,
+    /// Input rescales.
+    pub scale: (Scale, Scale),
+    /// Output rescale.
+    pub out_scale: Scale,
+    /// -1 for SUB.
+    pub sign: i32,
+    /// Clamp range.
+    pub min: i32,
+    /// Upper clamp.
+    pub max: i32,
+}
+
+impl AddSub {
+    /// One output value.
+    #[inline(always)]
+    pub fn apply(&self, x: i32, y: i32) -> i32 {
+        let x = self.scale.0.apply((x - self.zp.0) << self.left_shift);
+        let y = self.scale.1.apply((y - self.zp.1) << self.left_shift);
+        (self.out_scale.apply(x + self.sign * y) + self.out_zp).clamp(self.min, self.max)
+    }
+}
+
+simd_fn! {
+    /// [`AddSub`] over int8 operands of equal length.
+    pub fn add_sub_i8(a: &[i8], b: &[i8], p: &AddSub, out: &mut [i8]) {
+        for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+            *o = p.apply(i32::from(x), i32::from(y)) as i8;
+        }
+    }
+}
+
+simd_fn! {
+    /// [`AddSub`] over uint8 operands of equal length.
+    pub fn add_sub_u8(a: &[u8], b: &[u8], p: &AddSub, out: &mut [u8]) {
+        for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+            *o = p.apply(i32::from(x), i32::from(y)) as u8;
+        }
+    }
+}
+
+simd_fn! {
+    /// [`AddSub`] over int16 operands of equal length.
+    pub fn add_sub_i16(a: &[i16], b: &[i16], p: &AddSub, out: &mut [i16]) {
+        for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+            *o = p.apply(i32::from(x), i32::from(y)) as i16;
         }
     }
 }

@@ -542,6 +542,8 @@ pub(crate) fn binary(op: &OpContext<'_>, code: ferrite_format::schema::BuiltinOp
         ((l - l.round()).abs() < 1e-3).then_some(l.round() as i32)
     };
     let pot = (pot_exponent(s1), pot_exponent(s2), pot_exponent(so));
+    // Set for the general ADD / SUB: equal shapes then take a vectorized loop.
+    let mut add_sub = None;
     let f: Box<dyn Fn(i32, i32) -> i32 + Send + Sync> = match (code, pot) {
         (B::ADD | B::SUB, (Some(l1), Some(l2), Some(lo_exp))) if dtype == DType::I16 && pot_scale_int16 => {
             // LiteRT's shift-only int16 path: every scale a power of two, one input
@@ -565,15 +567,18 @@ pub(crate) fn binary(op: &OpContext<'_>, code: ferrite_format::schema::BuiltinOp
             // of headroom instead of 20 so the shifted int16 values fit in int32.
             let left_shift = if dtype == DType::I16 { 15 } else { 20 };
             let twice_max = 2.0 * f64::from(s1.max(s2));
-            let (m1, e1) = kq::quantize_multiplier(f64::from(s1) / twice_max);
-            let (m2, e2) = kq::quantize_multiplier(f64::from(s2) / twice_max);
-            let (mo, eo) = kq::quantize_multiplier(twice_max / (f64::from(1 << left_shift) * f64::from(so)));
-            let sign = if code == B::SUB { -1 } else { 1 };
-            Box::new(move |x, y| {
-                let x = kq::multiply_by_quantized_multiplier((x - z1) * (1 << left_shift), m1, e1);
-                let y = kq::multiply_by_quantized_multiplier((y - z2) * (1 << left_shift), m2, e2);
-                (kq::multiply_by_quantized_multiplier(x + sign * y, mo, eo) + zo).clamp(lo, hi)
-            })
+            let p = kq::AddSub {
+                zp: (z1, z2),
+                out_zp: zo,
+                left_shift,
+                scale: (kq::Scale::new(f64::from(s1) / twice_max), kq::Scale::new(f64::from(s2) / twice_max)),
+                out_scale: kq::Scale::new(twice_max / (f64::from(1u32 << left_shift) * f64::from(so))),
+                sign: if code == B::SUB { -1 } else { 1 },
+                min: lo,
+                max: hi,
+            };
+            add_sub = Some(p);
+            Box::new(move |x, y| p.apply(x, y))
         }
         (B::PRELU, _) => {
             // x >= 0: x rescaled to the output; else x * alpha rescaled. Multipliers
@@ -599,6 +604,14 @@ pub(crate) fn binary(op: &OpContext<'_>, code: ferrite_format::schema::BuiltinOp
     Ok(Built {
         outputs: vec![(dtype, out)],
         kernel: Box::new(move |ins, outs| {
+            if let Some(p) = add_sub.as_ref().filter(|_| sa == sb) {
+                match dtype {
+                    DType::I8 => kq::add_sub_i8(typed(arg(ins, 0)?)?, typed(arg(ins, 1)?)?, p, typed_mut(outs[0])?),
+                    DType::U8 => kq::add_sub_u8(arg(ins, 0)?, arg(ins, 1)?, p, outs[0]),
+                    _ => kq::add_sub_i16(typed(arg(ins, 0)?)?, typed(arg(ins, 1)?)?, p, typed_mut(outs[0])?),
+                }
+                return Ok(());
+            }
             if alpha16x8 {
                 let (x, y) = (typed::<i16>(arg(ins, 0)?)?, typed::<i8>(arg(ins, 1)?)?);
                 ferrite_kernels::elementwise::binary(x, &sa, y, &sb, typed_mut::<i16>(outs[0])?, &os, |x, y| f(i32::from(x), i32::from(y)) as i16);
