@@ -400,7 +400,7 @@ mod tests {
     #[test]
     fn vectorized_quantize_rounds_like_std_round() {
         let mut x: Vec<f32> = (-4000..4000).map(|i| i as f32 * 0.25).collect();
-        x.extend([0.49999997, -0.49999997, 0.5, -0.5, 1.5, -2.5, 126.5, -128.5, 1e9, -1e9, 8_388_609.0]);
+        x.extend([0.49999997, -0.49999997, 0.5, -0.5, 1.5, -2.5, 126.5, -128.5, 1e9, -1e9, 8_388_609.0, f32::INFINITY, f32::NEG_INFINITY]);
         for &scale in &[1.0f32, 0.37, 3.0] {
             let mut got = vec![0i8; x.len()];
             quantize_f32_i8(&x, scale, 3, &mut got);
@@ -469,11 +469,22 @@ fn round_div(x: f32, scale: f32) -> f32 {
     }
 }
 
+/// `clamp(round(x / scale) + zp, lo, hi)`. The rounded value is clamped in float
+/// first (NaN becomes the low end, as the x86 conversion LiteRT relies on gives),
+/// so the conversion to an integer needs no saturation checks and vectorizes.
+#[inline(always)]
+fn quantize_one(x: f32, scale: f32, zp: i32, lo: i32, hi: i32) -> i32 {
+    let r = round_div(x, scale).max((lo - zp) as f32).min((hi - zp) as f32);
+    // SAFETY: after max/min, `r` is a finite integral value between lo - zp and
+    // hi - zp, both within i32 (max returns the non-NaN operand).
+    unsafe { r.to_int_unchecked::<i32>() + zp }
+}
+
 simd_fn! {
     /// QUANTIZE float to int8: `clamp(round(x / scale) + zp)`.
     pub fn quantize_f32_i8(x: &[f32], scale: f32, zp: i32, out: &mut [i8]) {
         for (o, &v) in out.iter_mut().zip(x) {
-            *o = ((round_div(v, scale) as i32).saturating_add(zp)).clamp(-128, 127) as i8;
+            *o = quantize_one(v, scale, zp, -128, 127) as i8;
         }
     }
 }
@@ -482,7 +493,7 @@ simd_fn! {
     /// QUANTIZE float to uint8: `clamp(round(x / scale) + zp)`.
     pub fn quantize_f32_u8(x: &[f32], scale: f32, zp: i32, out: &mut [u8]) {
         for (o, &v) in out.iter_mut().zip(x) {
-            *o = ((round_div(v, scale) as i32).saturating_add(zp)).clamp(0, 255) as u8;
+            *o = quantize_one(v, scale, zp, 0, 255) as u8;
         }
     }
 }
@@ -491,7 +502,7 @@ simd_fn! {
     /// QUANTIZE float to int16: `clamp(round(x / scale) + zp)`.
     pub fn quantize_f32_i16(x: &[f32], scale: f32, zp: i32, out: &mut [i16]) {
         for (o, &v) in out.iter_mut().zip(x) {
-            *o = ((round_div(v, scale) as i32).saturating_add(zp)).clamp(-32768, 32767) as i16;
+            *o = quantize_one(v, scale, zp, -32768, 32767) as i16;
         }
     }
 }
