@@ -12,7 +12,6 @@
 
 use crate::quant::{QConv, Requant};
 
-
 /// Output channels per packed panel.
 const NR: usize = 16;
 /// Rows per register tile of the VNNI kernel.
@@ -69,9 +68,7 @@ pub fn gemm(a: &[u8], rows: usize, pk: &QPacked, out: &mut [i32]) {
 pub fn has_vnni() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512bw")
-            && std::arch::is_x86_feature_detected!("avx512vnni")
+        std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512bw") && std::arch::is_x86_feature_detected!("avx512vnni")
     }
     #[cfg(not(target_arch = "x86_64"))]
     false

@@ -753,7 +753,58 @@ pub fn execute(
 ) -> Result<usize> {
     let bytes = model.bytes();
     let is_bound = bound.is_some();
+    let subgraph = g.subgraph;
+    let op_error = |op: usize, e: Error| {
+        let name = model.subgraphs[subgraph].ops[op].code.name();
+        match e {
+            Error::Runtime(m) => Error::Runtime(format!("subgraph {subgraph} op {op} ({name}): {m}")),
+            e => e,
+        }
+    };
     for st in g.steps.iter_mut() {
+        // The common step: at most one output, in the arena. Its views come
+        // from two splits of the arena, without the general path's sorting and
+        // searching (this loop runs once per op per invocation).
+        let single = match &st.outputs[..] {
+            [] => Some((0, 0)),
+            [(off, len, tag)] if !(is_bound && tag.is_some()) => Some((*off, *len)),
+            _ => None,
+        };
+        if let (Some((off, len)), None) = (single, profile.as_ref()) {
+            if off.checked_add(len).is_none_or(|end| end > arena.len()) {
+                return Err(Error::Runtime(format!("internal: output region {off}+{len} leaves the arena")));
+            }
+            let (head, rest) = arena.split_at_mut(off);
+            let (out, tail) = rest.split_at_mut(len);
+            let (head, tail) = (&*head, &*tail);
+            let end = off + len;
+            let view = |o: usize, l: usize| -> Result<&[u8]> {
+                if o + l <= off {
+                    Ok(&head[o..o + l])
+                } else if o >= end && o - end + l <= tail.len() {
+                    Ok(&tail[o - end..o - end + l])
+                } else {
+                    Err(Error::Runtime(format!("internal: input region {o}+{l} overlaps an output of the same op")))
+                }
+            };
+            let mut ins: SmallVec<[Option<&[u8]>; 8]> = SmallVec::new();
+            for src in &st.inputs {
+                ins.push(match src {
+                    None => None,
+                    Some(Src::Input(k, o, l)) => match &bound {
+                        Some((inputs, _)) => Some(inputs[*k]),
+                        None => Some(view(*o, *l)?),
+                    },
+                    Some(Src::Arena(o, l)) => Some(view(*o, *l)?),
+                    Some(Src::Model(r)) => bytes.get(r.clone()),
+                    Some(Src::Owned(b)) => Some(b.bytes()),
+                });
+            }
+            let result =
+                if st.outputs.is_empty() { run_work(&mut st.work, &ins, &mut [], model, env) } else { run_work(&mut st.work, &ins, &mut [out], model, env) };
+            result.map_err(|e| op_error(st.op, e))?;
+            continue;
+        }
         let in_place = |o: &(usize, usize, Option<usize>)| is_bound && o.2.is_some();
         let ranges: SmallVec<[(usize, usize); 4]> = st.outputs.iter().filter(|o| !in_place(o)).map(|o| (o.0, o.1)).collect();
         let (arena_outs, gaps) = memory::split_regions(arena, &ranges)?;
@@ -789,49 +840,11 @@ pub fn execute(
             outs.push(view.ok_or_else(|| Error::Runtime("internal: output view missing".into()))?);
         }
         let started = profile.is_some().then(std::time::Instant::now);
-        let result = match &mut st.work {
-            Work::Kernel(k) => k(&ins, &mut outs),
-            Work::If { then, otherwise } => {
-                let cond = ins.first().copied().flatten().and_then(|c| c.first()).ok_or_else(|| Error::Runtime("IF condition is empty".into()))?;
-                let args: SmallVec<[&[u8]; 16]> = ins.get(1..).unwrap_or(&[]).iter().map(|i| i.unwrap_or(&[])).collect();
-                let branch = if *cond != 0 { then } else { otherwise };
-                branch.run(model, &args, &mut outs, env)
-            }
-            Work::While { cond, body, next, flag } => run_while(model, &ins, &mut outs, cond, body, next, flag, env),
-            Work::CallOnce { init, ran_at } => {
-                if *ran_at != Some(env.ctx.variables.generation) {
-                    init.run(model, &[], &mut [], env)?;
-                    *ran_at = Some(env.ctx.variables.generation);
-                }
-                Ok(())
-            }
-            Work::ReadVariable => {
-                let id = resource_id(ins.first().copied().flatten().unwrap_or(&[]))?;
-                let v = env.ctx.variables.get(id)?;
-                match outs.first_mut() {
-                    Some(o) if o.len() == v.len() => {
-                        o.copy_from_slice(v);
-                        Ok(())
-                    }
-                    Some(o) => Err(Error::Runtime(format!("variable {id} holds {} bytes, the read expects {}", v.len(), o.len()))),
-                    None => Ok(()),
-                }
-            }
-            Work::AssignVariable => {
-                let id = resource_id(ins.first().copied().flatten().unwrap_or(&[]))?;
-                env.ctx.variables.set(id, ins.get(1).copied().flatten().unwrap_or(&[]))
-            }
-        };
+        let result = run_work(&mut st.work, &ins, &mut outs, model, env);
         if let (Some(p), Some(t0)) = (profile.as_deref_mut(), started) {
             p.push((st.op, t0.elapsed()));
         }
-        if let Err(e) = result {
-            let name = model.subgraphs[g.subgraph].ops[st.op].code.name();
-            return Err(match e {
-                Error::Runtime(m) => Error::Runtime(format!("subgraph {} op {} ({name}): {m}", g.subgraph, st.op)),
-                e => e,
-            });
-        }
+        result.map_err(|e| op_error(st.op, e))?;
     }
     if g.dynamic.is_some() {
         if bound.is_some() {
@@ -855,6 +868,43 @@ pub fn execute(
         }
     }
     Ok(copied)
+}
+
+/// Runs one step's work on its input and output views.
+fn run_work(work: &mut Work, ins: &[Option<&[u8]>], outs: &mut [&mut [u8]], model: &Model, env: &mut DynEnv<'_>) -> Result<()> {
+    match work {
+        Work::Kernel(k) => k(ins, outs),
+        Work::If { then, otherwise } => {
+            let cond = ins.first().copied().flatten().and_then(|c| c.first()).ok_or_else(|| Error::Runtime("IF condition is empty".into()))?;
+            let args: SmallVec<[&[u8]; 16]> = ins.get(1..).unwrap_or(&[]).iter().map(|i| i.unwrap_or(&[])).collect();
+            let branch = if *cond != 0 { then } else { otherwise };
+            branch.run(model, &args, outs, env)
+        }
+        Work::While { cond, body, next, flag } => run_while(model, ins, outs, cond, body, next, flag, env),
+        Work::CallOnce { init, ran_at } => {
+            if *ran_at != Some(env.ctx.variables.generation) {
+                init.run(model, &[], &mut [], env)?;
+                *ran_at = Some(env.ctx.variables.generation);
+            }
+            Ok(())
+        }
+        Work::ReadVariable => {
+            let id = resource_id(ins.first().copied().flatten().unwrap_or(&[]))?;
+            let v = env.ctx.variables.get(id)?;
+            match outs.first_mut() {
+                Some(o) if o.len() == v.len() => {
+                    o.copy_from_slice(v);
+                    Ok(())
+                }
+                Some(o) => Err(Error::Runtime(format!("variable {id} holds {} bytes, the read expects {}", v.len(), o.len()))),
+                None => Ok(()),
+            }
+        }
+        Work::AssignVariable => {
+            let id = resource_id(ins.first().copied().flatten().unwrap_or(&[]))?;
+            env.ctx.variables.set(id, ins.get(1).copied().flatten().unwrap_or(&[]))
+        }
+    }
 }
 
 /// Builds and runs the data-dependent ops one by one: each op sees the actual
