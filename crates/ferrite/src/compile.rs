@@ -264,7 +264,7 @@ pub fn compile(
     ctx: &mut BackendContext,
     limits: Limits,
 ) -> Result<CompiledGraph> {
-    compile_at(model, sg, input_shapes, backends, custom, ctx, limits, 0)
+    compile_at(model, sg, input_shapes, &[], backends, custom, ctx, limits, 0)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -272,6 +272,7 @@ fn compile_at(
     model: &Model,
     sg: usize,
     input_shapes: &[Vec<usize>],
+    const_inputs: &[Option<Loc>],
     backends: &[&dyn Backend],
     custom: &CustomOpRegistry,
     ctx: &mut BackendContext,
@@ -301,6 +302,11 @@ fn compile_at(
     for (k, &t) in g.inputs.iter().enumerate() {
         if let Some(s) = input_shapes.get(k) {
             tensors[t].shape = s.clone();
+        }
+        // A branch input the parent passes from a constant is that constant here, so
+        // kernels pack it once at prepare instead of treating it as run-time data.
+        if let Some(Some(loc @ (Loc::Model(_) | Loc::Owned(_)))) = const_inputs.get(k) {
+            tensors[t].loc = loc.clone();
         }
     }
 
@@ -361,7 +367,7 @@ fn compile_at(
             .collect();
         // Control flow and resource variables are run by the executor itself.
         if let OpCode::Builtin(code) = op.code {
-            let child = |ctx: &mut BackendContext, sub: usize, shapes: &[Vec<usize>], n_out: usize| -> Result<Child> {
+            let child = |ctx: &mut BackendContext, sub: usize, shapes: &[Vec<usize>], consts: &[Option<Loc>], n_out: usize| -> Result<Child> {
                 let s = model.subgraphs.get(sub).ok_or_else(|| Error::InvalidModel(format!("subgraph {sg} op {oi}: subgraph {sub} does not exist")))?;
                 // Children run on the parent's buffers: their signatures must match exactly.
                 if s.inputs.len() != shapes.len() || s.outputs.len() != n_out {
@@ -372,7 +378,7 @@ fn compile_at(
                         shapes.len()
                     )));
                 }
-                compile_at(model, sub, shapes, backends, custom, ctx, limits, depth + 1).map(Child::new)
+                compile_at(model, sub, shapes, consts, backends, custom, ctx, limits, depth + 1).map(Child::new)
             };
             let shapes_of = |ts: &[Option<usize>]| ts.iter().map(|t| t.map(|t| tensors[t].shape.clone()).unwrap_or_default()).collect::<Vec<_>>();
             let at = || format!("subgraph {sg} op {oi} ({})", op.code.name());
@@ -380,7 +386,10 @@ fn compile_at(
                 (ferrite_format::schema::BuiltinOperator::IF, crate::ops::OpParams::If { then_subgraph, else_subgraph }) => {
                     let shapes = shapes_of(&op.inputs[1.min(op.inputs.len())..]);
                     let n = op.outputs.len();
-                    let (then, otherwise) = (child(ctx, *then_subgraph, &shapes, n)?, child(ctx, *else_subgraph, &shapes, n)?);
+                    // Constant operands reach the branches as constants (IF passes them
+                    // unchanged, unlike WHILE's loop-carried values).
+                    let consts = held.get(1..).unwrap_or(&[]);
+                    let (then, otherwise) = (child(ctx, *then_subgraph, &shapes, consts, n)?, child(ctx, *else_subgraph, &shapes, consts, n)?);
                     let outs = |c: &Child| c.graph.output_specs(model);
                     if outs(&then) != outs(&otherwise) || outs(&then).len() != op.outputs.len() {
                         return Err(Error::Unsupported(format!("{}: branches produce different outputs", at())));
@@ -393,7 +402,7 @@ fn compile_at(
                 }
                 (ferrite_format::schema::BuiltinOperator::WHILE, crate::ops::OpParams::While { cond_subgraph, body_subgraph }) => {
                     let shapes = shapes_of(&op.inputs);
-                    let (cond, body) = (child(ctx, *cond_subgraph, &shapes, 1)?, child(ctx, *body_subgraph, &shapes, op.inputs.len())?);
+                    let (cond, body) = (child(ctx, *cond_subgraph, &shapes, &[], 1)?, child(ctx, *body_subgraph, &shapes, &[], op.inputs.len())?);
                     let vars: Vec<(DType, Vec<usize>)> = op
                         .inputs
                         .iter()
@@ -417,7 +426,7 @@ fn compile_at(
                     Some(Work::While { cond: Box::new(cond), body: Box::new(body), next, flag: AlignedBytes::zeroed(1) })
                 }
                 (ferrite_format::schema::BuiltinOperator::CALL_ONCE, crate::ops::OpParams::CallOnce { init_subgraph }) => {
-                    Some(Work::CallOnce { init: Box::new(child(ctx, *init_subgraph, &[], 0)?), ran_at: None })
+                    Some(Work::CallOnce { init: Box::new(child(ctx, *init_subgraph, &[], &[], 0)?), ran_at: None })
                 }
                 (ferrite_format::schema::BuiltinOperator::VAR_HANDLE, crate::ops::OpParams::VarHandle { container, shared_name }) => {
                     // The handle is a constant: the variable's id in the session.
