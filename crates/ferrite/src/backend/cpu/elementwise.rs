@@ -14,7 +14,7 @@ fn broadcast(op: &OpContext<'_>, a: &[usize], b: &[usize]) -> Result<Vec<usize>>
     broadcast_shape(a, b).ok_or_else(|| op.bad(format!("shapes {a:?} and {b:?} do not broadcast")))
 }
 
-pub(crate) fn binary(op: &OpContext<'_>, code: B) -> Result<Built> {
+pub(crate) fn binary(op: &OpContext<'_>, code: B, pool: Option<std::sync::Arc<ferrite_kernels::parallel::ThreadPool>>) -> Result<Built> {
     let (a, b) = (op.input(0)?, op.input(1)?);
     if a.dtype != b.dtype {
         return Err(op.bad(format!("input types differ: {} and {}", a.dtype.name(), b.dtype.name())));
@@ -44,9 +44,37 @@ pub(crate) fn binary(op: &OpContext<'_>, code: B) -> Result<Built> {
                 B::PRELU => Binary::Prelu,
                 _ => return Err(op.unsupported("binary op")),
             };
+            // Large ops split over the pool by rows of the last dimension, when each
+            // operand is whole, a scalar, or one row (a per-channel alpha or bias):
+            // memory-bound, they gain from a second core's cache and bandwidth.
+            let n: usize = os.iter().product();
+            let row = os.last().copied().unwrap_or(1).max(1);
+            let splittable = |s: &[usize]| {
+                let len: usize = s.iter().product();
+                len == n || len == 1 || (len == row && s.last() == Some(&row))
+            };
+            let split = pool.filter(|_| os.len() >= 2 && n > 0 && splittable(&sa) && splittable(&sb));
             Box::new(move |ins, outs| {
-                kel::binary_f32(kind, typed::<f32>(arg(ins, 0)?)?, &sa, typed::<f32>(arg(ins, 1)?)?, &sb, typed_mut::<f32>(outs[0])?, &os, clamp);
-                Ok(())
+                let (x, y) = (typed::<f32>(arg(ins, 0)?)?, typed::<f32>(arg(ins, 1)?)?);
+                let out = typed_mut::<f32>(outs[0])?;
+                let Some(pool) = split.as_deref() else {
+                    kel::binary_f32(kind, x, &sa, y, &sb, out, &os, clamp);
+                    return Ok(());
+                };
+                let rows = n / row;
+                super::for_row_chunks(Some(pool), 4 * n, out, rows, row, &|_, r, o| {
+                    let part = |v: &'_ [f32]| -> (usize, usize) {
+                        if v.len() == n {
+                            (r.start * row, r.len() * row)
+                        } else {
+                            (0, v.len())
+                        }
+                    };
+                    let ((xo, xl), (yo, yl)) = (part(x), part(y));
+                    let shape = |l: usize| if l == r.len() * row && l != row { [r.len(), row] } else { [1, l] };
+                    kel::binary_f32(kind, &x[xo..xo + xl], &shape(xl), &y[yo..yo + yl], &shape(yl), o, &[r.len(), row], clamp);
+                    true
+                })
             })
         }
         DType::I32 | DType::I64 => {

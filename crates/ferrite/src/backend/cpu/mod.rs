@@ -60,7 +60,7 @@ fn build_builtin(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> 
         B::SOFTMAX | B::LOG_SOFTMAX => nn::softmax(op, B(code) == B::LOG_SOFTMAX),
 
         B::ADD | B::SUB | B::MUL | B::DIV | B::MAXIMUM | B::MINIMUM | B::SQUARED_DIFFERENCE | B::POW | B::FLOOR_DIV | B::FLOOR_MOD | B::PRELU => {
-            elementwise::binary(op, B(code))
+            elementwise::binary(op, B(code), ctx.pool())
         }
         B::LESS | B::LESS_EQUAL | B::GREATER | B::GREATER_EQUAL | B::EQUAL | B::NOT_EQUAL => elementwise::compare(op, B(code)),
         B::LOGICAL_AND | B::LOGICAL_OR | B::LOGICAL_NOT => elementwise::logical(op, B(code)),
