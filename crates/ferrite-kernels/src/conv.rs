@@ -240,6 +240,63 @@ simd_fn! {
     }
 }
 
+/// Depthwise weights (multiplier 1) tiled for [`depthwise_rows`]: tap `t`'s `c`
+/// weights repeated along an output row of `out_w` pixels, `[tap][out_w * c]`.
+pub fn tile_depthwise(w: &[f32], c: usize, taps: usize, out_w: usize) -> Vec<f32> {
+    let row = out_w * c;
+    let mut tiled = vec![0.0f32; taps * row];
+    for (t, dst) in tiled.chunks_exact_mut(row.max(1)).enumerate() {
+        for px in dst.chunks_exact_mut(c.max(1)) {
+            px.copy_from_slice(&w[t * c..(t + 1) * c]);
+        }
+    }
+    tiled
+}
+
+simd_fn! {
+    /// Depthwise convolution, multiplier 1 and horizontal stride 1, one output row
+    /// at a time with weights from [`tile_depthwise`]: every tap is one flat
+    /// multiply-add over the row's columns it reaches inside the input, so any
+    /// channel count runs full vector width. Each output sums its taps in the
+    /// same order for any split of `rows` (bit-identical across threads).
+    #[allow(clippy::too_many_arguments)]
+    pub fn depthwise_rows(input: &[f32], c: usize, tiled: &[f32], bias: Option<&[f32]>, g: &Window, clamp: Clamp, out: &mut [f32], rows: std::ops::Range<usize>) {
+        let row = g.out_w * c;
+        if row == 0 {
+            return;
+        }
+        let line_len = g.in_w * c;
+        for (ri, r) in rows.enumerate() {
+            let (n, oy) = (r / g.out_h, r % g.out_h);
+            let o = &mut out[ri * row..][..row];
+            match bias {
+                Some(b) => o.chunks_exact_mut(c).for_each(|px| px.copy_from_slice(&b[..c])),
+                None => o.fill(0.0),
+            }
+            for ky in 0..g.k_h {
+                let Some(iy) = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h) else { continue };
+                let line = &input[(n * g.in_h + iy) * line_len..][..line_len];
+                for kx in 0..g.k_w {
+                    let off = kx * g.dil_w;
+                    // Columns whose input ox + off - pad_left is inside the row.
+                    let lo = g.pad_left.saturating_sub(off);
+                    let hi = (g.in_w + g.pad_left).saturating_sub(off).min(g.out_w);
+                    if lo >= hi {
+                        continue;
+                    }
+                    let src = &line[(lo + off - g.pad_left) * c..(hi + off - g.pad_left) * c];
+                    let wt = &tiled[(ky * g.k_w + kx) * row..][lo * c..hi * c];
+                    for ((d, &x), &w) in o[lo * c..hi * c].iter_mut().zip(src).zip(wt) {
+                        *d += x * w;
+                    }
+                }
+            }
+            clamp.apply_slice(o);
+        }
+    }
+}
+
+
 /// One depthwise output pixel, channels `from..out_c`; each tap adds those
 /// channels in one contiguous loop.
 #[inline(always)]

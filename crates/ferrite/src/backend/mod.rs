@@ -126,6 +126,8 @@ pub enum Packing {
     DenseF32,
     /// int8 convolution weights in the int8 GEMM's panels.
     QGemm,
+    /// Depthwise weights tiled along output rows of this many pixels.
+    DepthwiseRows(usize),
 }
 
 /// Identity of a prepacked constant: tensor ids within the session's model, never addresses.

@@ -142,6 +142,29 @@ pub(crate) fn depthwise(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<
     let pool = ctx.pool();
     let rows = g.batch * g.out_h;
     let flops = 2 * rows * g.out_w * oc * kh * kw;
+    // Multiplier 1, horizontal stride 1, constant weights, and a channel count the
+    // 16-lane kernel leaves a scalar remainder of (not a multiple of 16 nor a
+    // divisor): weights tiled along the output row once here, each tap then one flat
+    // multiply-add per row. (With 16-multiple channels the register-tiled kernel is
+    // faster: the tiled rows cost cache traffic.)
+    let wt = op.input(1)?;
+    let awkward = ic % 16 != 0 && !(ic < 16 && 16 % ic == 0);
+    if mult == 1 && g.stride_w == 1 && wt.constant && awkward {
+        let bytes = wt.value.ok_or_else(|| op.bad("constant weights without data"))?;
+        let key = PackKey { subgraph: op.subgraph, tensor: wt.tensor, with: None, packing: Packing::DepthwiseRows(g.out_w) };
+        let tiled = ctx.packed(key, || Ok(conv::tile_depthwise(typed::<f32>(bytes)?, ic, kh * kw, g.out_w)))?;
+        return Ok(Built {
+            outputs: vec![(DType::F32, vec![g.batch, g.out_h, g.out_w, oc])],
+            kernel: Box::new(move |ins, outs| {
+                let bias = if has_bias { Some(typed::<f32>(arg(ins, 2)?)?) } else { None };
+                let input = typed::<f32>(arg(ins, 0)?)?;
+                for_row_chunks(pool.as_deref(), flops, typed_mut::<f32>(outs[0])?, rows, g.out_w * oc, &|_, r, out| {
+                    conv::depthwise_rows(input, ic, &tiled, bias, &g, clamp, out, r);
+                    true
+                })
+            }),
+        });
+    }
     Ok(Built {
         outputs: vec![(DType::F32, vec![g.batch, g.out_h, g.out_w, oc])],
         kernel: Box::new(move |ins, outs| {
