@@ -174,29 +174,36 @@ simd_fn! {
             }
             {
                 let row_out = (row - first_row) * g.out_w;
-                // Tiles of P pixels x B channels.
+                // Taps of this row that land inside the input (top and bottom rows
+                // clip them), and the columns whose taps all stay inside horizontally.
+                let ky_lo = (0..g.k_h).find(|&ky| g.in_y(oy, ky).is_some());
+                let ky_hi = (0..g.k_h).rev().find(|&ky| g.in_y(oy, ky).is_some()).map_or(0, |k| k + 1);
+                let x_lo = g.pad_left.div_ceil(g.stride_w);
+                let span = (g.k_w - 1) * g.dil_w;
+                let x_hi = if g.in_w + g.pad_left > span { ((g.in_w + g.pad_left - span - 1) / g.stride_w + 1).min(g.out_w) } else { 0 };
                 let mut ox0 = 0;
+                // Tiles of P pixels x B channels.
                 while ox0 < g.out_w {
                     let np = P.min(g.out_w - ox0);
-                    // Interior tiles (every tap of every pixel inside the input) take the
-                    // unchecked SIMD path where the CPU has one.
-                    let interior = np == P
-                        && (oy * g.stride_h).checked_sub(g.pad_top).is_some_and(|y0| y0 + (g.k_h - 1) * g.dil_h < g.in_h)
-                        && (ox0 * g.stride_w).checked_sub(g.pad_left).is_some_and(|x0| (ox0 + P - 1) * g.stride_w - g.pad_left + (g.k_w - 1) * g.dil_w < g.in_w && x0 < g.in_w);
-                    if interior && blocked > 0 {
-                        let y0 = oy * g.stride_h - g.pad_top;
+                    // Tiles whose taps stay inside horizontally take the unchecked SIMD
+                    // path where the CPU has one, over the rows' valid taps.
+                    if let (Some(ky_lo), true) = (ky_lo, np == P && ox0 >= x_lo && ox0 + P <= x_hi && blocked > 0) {
+                        let y0 = oy * g.stride_h + ky_lo * g.dil_h - g.pad_top;
                         let x0 = ox0 * g.stride_w - g.pad_left;
                         let start = n * in_img + y0 * in_row + x0 * in_c;
-                        let last = start + ((g.k_h - 1) * g.dil_h) * in_row + ((P - 1) * g.stride_w + (g.k_w - 1) * g.dil_w) * in_c + blocked;
+                        let last = start + ((ky_hi - 1 - ky_lo) * g.dil_h) * in_row + ((P - 1) * g.stride_w + span) * in_c + blocked;
                         if last <= input.len() && w.len() >= g.k_h * g.k_w * out_c && out.len() >= (row_out + ox0 + P) * out_c {
                             // SAFETY: every input read lies in [start, last) (checked above), weights
                             // in the first k_h*k_w*out_c floats, writes in the 4 output pixels.
-                            if unsafe { dw_interior(input.as_ptr().add(start), in_c, in_row, g, w.as_ptr(), bias, blocked, out_c, clamp, out.as_mut_ptr().add((row_out + ox0) * out_c)) } {
+                            if unsafe { dw_interior(input.as_ptr().add(start), in_c, in_row, g, (ky_lo, ky_hi), w.as_ptr(), bias, blocked, out_c, clamp, out.as_mut_ptr().add((row_out + ox0) * out_c)) } {
                                 ox0 += np;
                                 continue;
                             }
                         }
                     }
+                    // Edge columns before the first full tile go one pixel at a time so
+                    // that the tiles after them line up with the interior.
+                    let np = if ox0 < x_lo && blocked > 0 { (x_lo - ox0).min(np) } else { np };
                     for c0 in (0..blocked).step_by(B) {
                         let mut acc = [[0.0f32; B]; P];
                         if let Some(b) = bias {
@@ -389,12 +396,14 @@ unsafe fn dw_small_c_avx512(x: *const f32, in_c: usize, in_row: usize, g: &Windo
     _mm512_storeu_ps(o.add(48), _mm512_min_ps(_mm512_max_ps(a3, lo), hi));
 }
 
-/// Depthwise tile of 4 interior output pixels over channels `0..blocked` (a
-/// multiple of 16), with AVX-512. Returns false (doing nothing) without AVX-512.
+/// Depthwise tile of 4 output pixels over channels `0..blocked` (a multiple of
+/// 16), whose taps stay inside the input horizontally, summing the tap rows
+/// `taps_y` (those inside vertically), with AVX-512. Returns false (doing nothing)
+/// without AVX-512.
 ///
 /// # Safety
-/// `x` points at the input pixel under the tile's first tap (top-left); every
-/// pixel the tile's taps reach, for channels `0..blocked`, must be readable; `w`
+/// `x` points at the input pixel under the tile's first tap of row `taps_y.0`;
+/// every pixel those taps reach, for channels `0..blocked`, must be readable; `w`
 /// must hold `k_h * k_w * out_c` floats; `o` must be writable for 4 pixels of
 /// `out_c` floats.
 #[allow(clippy::too_many_arguments)]
@@ -403,6 +412,7 @@ unsafe fn dw_interior(
     in_c: usize,
     in_row: usize,
     g: &Window,
+    taps_y: (usize, usize),
     w: *const f32,
     bias: Option<&[f32]>,
     blocked: usize,
@@ -413,10 +423,10 @@ unsafe fn dw_interior(
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx512f") {
         // SAFETY: AVX-512F checked; pointer ranges per this function's contract.
-        unsafe { dw_interior_avx512(x, in_c, in_row, g, w, bias, blocked, out_c, clamp, o) };
+        unsafe { dw_interior_avx512(x, in_c, in_row, g, taps_y, w, bias, blocked, out_c, clamp, o) };
         return true;
     }
-    let _ = (x, in_c, in_row, g, w, bias, blocked, out_c, clamp, o);
+    let _ = (x, in_c, in_row, g, taps_y, w, bias, blocked, out_c, clamp, o);
     false
 }
 
@@ -428,6 +438,7 @@ unsafe fn dw_interior_avx512(
     in_c: usize,
     in_row: usize,
     g: &Window,
+    (ky_lo, ky_hi): (usize, usize),
     w: *const f32,
     bias: Option<&[f32]>,
     blocked: usize,
@@ -444,8 +455,8 @@ unsafe fn dw_interior_avx512(
             None => _mm512_setzero_ps(),
         };
         let (mut a0, mut a1, mut a2, mut a3) = (b, b, b, b);
-        for ky in 0..g.k_h {
-            let xr = x.add(ky * g.dil_h * in_row + c0);
+        for ky in ky_lo..ky_hi {
+            let xr = x.add((ky - ky_lo) * g.dil_h * in_row + c0);
             let wr = w.add(ky * g.k_w * out_c + c0);
             for kx in 0..g.k_w {
                 let wv = _mm512_loadu_ps(wr.add(kx * out_c));
