@@ -237,7 +237,7 @@ fn inspect_memory(path: &Path, as_json: bool) -> Result<(), String> {
                 let (steps, folded, aliased) = s.step_stats().unwrap_or((0, 0, 0));
                 json!({"subgraph": si, "name": g.name, "arena_bytes": arena, "lower_bound_bytes": lower,
                        "ratio": if lower > 0 { arena as f64 / lower as f64 } else { 1.0 },
-                       "steps": steps, "folded_ops": folded, "aliased_ops": aliased})
+                       "steps": steps, "folded_ops": folded, "aliased_ops": aliased, "fused_ops": s.fused_op_count().unwrap_or(0)})
             }
             Err(e) => json!({"subgraph": si, "name": g.name, "error": e.to_string()}),
         };
@@ -251,7 +251,7 @@ fn inspect_memory(path: &Path, as_json: bool) -> Result<(), String> {
         match r.get("error") {
             Some(e) => outln!("subgraph {} '{}': not planned: {}", r["subgraph"], r["name"].as_str().unwrap_or(""), e.as_str().unwrap_or("")),
             None => outln!(
-                "subgraph {} '{}': arena {} bytes, lower bound {} bytes, ratio {:.3}; {} steps, {} ops folded at prepare, {} aliased",
+                "subgraph {} '{}': arena {} bytes, lower bound {} bytes, ratio {:.3}; {} steps, {} ops folded at prepare, {} aliased, {} fused into the kernel before them",
                 r["subgraph"],
                 r["name"].as_str().unwrap_or(""),
                 r["arena_bytes"],
@@ -259,7 +259,8 @@ fn inspect_memory(path: &Path, as_json: bool) -> Result<(), String> {
                 r["ratio"].as_f64().unwrap_or(0.0),
                 r["steps"],
                 r["folded_ops"],
-                r["aliased_ops"]
+                r["aliased_ops"],
+                r["fused_ops"]
             ),
         }
     }

@@ -303,7 +303,6 @@ simd_fn! {
     }
 }
 
-
 /// One depthwise output pixel, channels `from..out_c`; each tap adds those
 /// channels in one contiguous loop.
 #[inline(always)]

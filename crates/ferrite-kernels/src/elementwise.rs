@@ -380,3 +380,26 @@ mod tests {
         }
     }
 }
+
+simd_fn! {
+    /// PRELU in place over rows of `alpha.len()` channels: `x < 0 ? x * alpha : x`.
+    pub fn prelu_rows(x: &mut [f32], alpha: &[f32]) {
+        if alpha.is_empty() {
+            return;
+        }
+        for row in x.chunks_exact_mut(alpha.len()) {
+            for (v, &a) in row.iter_mut().zip(alpha) {
+                *v = if *v < 0.0 { *v * a } else { *v };
+            }
+        }
+    }
+}
+
+simd_fn! {
+    /// `x = clamp(x + y)` in place.
+    pub fn add_clamp(x: &mut [f32], y: &[f32], clamp: crate::Clamp) {
+        for (v, &w) in x.iter_mut().zip(y) {
+            *v = (*v + w).max(clamp.min).min(clamp.max);
+        }
+    }
+}

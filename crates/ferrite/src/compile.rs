@@ -97,6 +97,9 @@ pub struct Step {
     prepacked: SmallVec<[usize; 2]>,
     /// (arena offset, length, graph output index when written in place for a bound buffer).
     outputs: SmallVec<[(usize, usize, Option<usize>); 4]>,
+    /// Tensors read by element-wise ops fused into this step's kernel, passed after
+    /// the op's own inputs.
+    extra: SmallVec<[usize; 2]>,
 }
 
 /// A child subgraph (branch, loop part, initializer) with its own plan and arena,
@@ -199,6 +202,8 @@ pub struct CompiledGraph {
     pub folded_ops: usize,
     /// Shape-only ops (RESHAPE, SQUEEZE, EXPAND_DIMS) whose output shares its input's memory.
     pub aliased_ops: usize,
+    /// Element-wise ops applied inside the kernel of the op before them.
+    pub fused_ops: usize,
     out_plans: Vec<OutPlan>,
     /// Ops from the first one whose output shape depends on run-time values; they are
     /// built and run one by one at run time on tensors allocated then.
@@ -327,6 +332,26 @@ fn compile_at(
     let mut steps = Vec::with_capacity(g.ops.len());
     let mut folded_ops = 0;
     let mut aliased_ops = 0;
+    let mut fused_ops = 0;
+    // Kernels that took an epilogue slot, waiting for their output's reader.
+    let mut pending_epilogues: Vec<PendingEpilogue> = Vec::new();
+    // The op producing each tensor (usize::MAX for inputs and constants).
+    let mut producer_of = vec![usize::MAX; tensors.len()];
+    for (oi, op) in g.ops.iter().enumerate() {
+        for &t in &op.outputs {
+            producer_of[t] = oi;
+        }
+    }
+    // How many ops read each tensor, and whether it leaves the subgraph.
+    let mut readers_of = vec![0usize; tensors.len()];
+    for op in &g.ops {
+        for &t in op.inputs.iter().flatten() {
+            readers_of[t] += 1;
+        }
+    }
+    for &t in &g.outputs {
+        readers_of[t] += 1;
+    }
     let mut dynamic_from: Option<usize> = None;
     // Last op reading each tensor, and whether a step reads it at run time, so
     // prepare-time constants can be freed as soon as nothing needs them.
@@ -448,11 +473,48 @@ fn compile_at(
                 _ => None,
             };
             if let Some(work) = work {
-                steps.push(Step { op: oi, work, inputs: SmallVec::new(), prepacked: SmallVec::new(), outputs: SmallVec::new() });
+                steps.push(Step { op: oi, work, inputs: SmallVec::new(), prepacked: SmallVec::new(), outputs: SmallVec::new(), extra: SmallVec::new() });
                 continue;
             }
         }
+        // An op whose producer's kernel took an epilogue slot: fold it into the first
+        // such kernel it qualifies for, keeping the chain going to its own reader;
+        // the others stop here.
+        let mut folded = false;
+        while let Some(p) = pending_epilogues.iter().position(|e| e.reader == oi) {
+            let ok = !folded && fold_epilogue(model, g, oi, &tensors, &producer_of, pending_epilogues[p].step, &mut pending_epilogues[p], &mut steps);
+            match (ok, op.outputs.first()) {
+                (true, Some(&dst)) => {
+                    folded = true;
+                    let e = &mut pending_epilogues[p];
+                    tensors[dst].dtype = tensors[e.tensor].dtype;
+                    tensors[dst].shape = tensors[e.tensor].shape.clone();
+                    alias_of[dst] = alias_of[e.tensor];
+                    fused_ops += 1;
+                    match epilogue_reader(g, oi, dst, &readers_of) {
+                        Some(next) => (e.reader, e.tensor) = (next, dst),
+                        None => {
+                            let e = pending_epilogues.swap_remove(p);
+                            let _ = e.slot.set(e.ops);
+                        }
+                    }
+                }
+                _ => {
+                    let e = pending_epilogues.swap_remove(p);
+                    let _ = e.slot.set(e.ops);
+                }
+            }
+        }
+        if folded {
+            continue;
+        }
         let all_const = inputs.iter().flatten().all(|d| d.value.is_some());
+        let offered = op
+            .outputs
+            .first()
+            .filter(|_| matches!(op.code, OpCode::Builtin(builtin::CONV_2D | builtin::DEPTHWISE_CONV_2D)))
+            .and_then(|&out| epilogue_reader(g, oi, out, &readers_of))
+            .map(|j| (j, crate::backend::EpilogueSlot::default()));
         let octx = OpContext {
             subgraph: sg,
             op_index: oi,
@@ -460,6 +522,7 @@ fn compile_at(
             inputs,
             outputs: op.outputs.iter().map(|&o| &g.tensors[o]).collect(),
             custom_options: model.custom_options(op),
+            epilogue: std::cell::Cell::new(offered.as_ref().map(|(_, slot)| slot.clone())),
         };
         ctx.take_packed_by_build();
         let built = match build_op(&octx, backends, custom, ctx) {
@@ -515,8 +578,16 @@ fn compile_at(
                 }
             }
             release_consumed(&mut tensors, g, oi, &last_reader, &read_at_run, |k| prepacked.contains(&k));
-            steps.push(Step { op: oi, work: Work::Kernel(kernel), inputs: SmallVec::new(), prepacked, outputs: SmallVec::new() });
+            // The kernel took the slot: its reader is folded in when reached, if it qualifies.
+            if let (Some((reader, slot)), None, Some(&tensor)) = (offered, octx.epilogue.take(), op.outputs.first()) {
+                pending_epilogues.push(PendingEpilogue { reader, tensor, step: steps.len(), slot, ops: Vec::new() });
+            }
+            steps.push(Step { op: oi, work: Work::Kernel(kernel), inputs: SmallVec::new(), prepacked, outputs: SmallVec::new(), extra: SmallVec::new() });
         }
+    }
+
+    for e in pending_epilogues.drain(..) {
+        let _ = e.slot.set(e.ops);
     }
 
     // Lifetimes, on alias roots: subgraph inputs from step 0, step outputs from their
@@ -537,7 +608,7 @@ fn compile_at(
             first[root(t)] = first[root(t)].min(si);
             last[root(t)] = last[root(t)].max(si);
         }
-        for &t in op.inputs.iter().flatten() {
+        for &t in op.inputs.iter().flatten().chain(&st.extra) {
             if first[root(t)] != usize::MAX {
                 last[root(t)] = last[root(t)].max(si);
             }
@@ -595,7 +666,7 @@ fn compile_at(
     // memory, nothing else reads that memory, and no other output or input shares it.
     let mut readers = vec![0usize; tensors.len()];
     for st in &steps {
-        for &t in g.ops[st.op].inputs.iter().flatten() {
+        for &t in g.ops[st.op].inputs.iter().flatten().chain(&st.extra) {
             readers[root(t)] += 1;
         }
     }
@@ -623,6 +694,9 @@ fn compile_at(
     for (si, st) in steps.iter_mut().enumerate() {
         let op = &g.ops[st.op];
         st.inputs = op.inputs.iter().enumerate().map(|(k, i)| i.filter(|_| !st.prepacked.contains(&k)).map(src_of).transpose()).collect::<Result<_>>()?;
+        for &t in &st.extra {
+            st.inputs.push(Some(src_of(t)?));
+        }
         st.outputs = op
             .outputs
             .iter()
@@ -641,6 +715,9 @@ fn compile_at(
                 if let (Some(t), Some(_)) = (i, &st.inputs[k]) {
                     keep[*t] = true;
                 }
+            }
+            for &t in &st.extra {
+                keep[t] = true;
             }
         }
         for &t in g.outputs.iter().chain(&g.inputs) {
@@ -661,7 +738,7 @@ fn compile_at(
         }
         DynamicTail { first_op, last_use, values: (0..tensors.len()).map(|_| None).collect() }
     });
-    Ok(CompiledGraph { subgraph: sg, tensors, steps, plan, folded_ops, aliased_ops, out_plans, dynamic })
+    Ok(CompiledGraph { subgraph: sg, tensors, steps, plan, folded_ops, aliased_ops, fused_ops, out_plans, dynamic })
 }
 
 /// Frees prepare-time constants (folded, dequantized) right after their last reader
@@ -796,7 +873,7 @@ pub fn execute(
                     Err(Error::Runtime(format!("internal: input region {o}+{l} overlaps an output of the same op")))
                 }
             };
-            let mut ins: SmallVec<[Option<&[u8]>; 8]> = SmallVec::new();
+            let mut ins: SmallVec<[Option<&[u8]>; 16]> = SmallVec::new();
             for src in &st.inputs {
                 ins.push(match src {
                     None => None,
@@ -877,6 +954,106 @@ pub fn execute(
         }
     }
     Ok(copied)
+}
+
+/// A kernel that took an epilogue slot, and the element-wise ops folded into it so far.
+struct PendingEpilogue {
+    /// The op reading `tensor`, next to try folding.
+    reader: usize,
+    /// The tensor the fused chain has produced so far (the kernel's output, aliased).
+    tensor: usize,
+    /// The kernel's step.
+    step: usize,
+    slot: crate::backend::EpilogueSlot,
+    ops: Vec<crate::backend::Epilogue>,
+}
+
+/// The op that may fold into the kernel producing `out` (op `oi`'s output): the
+/// only reader of a float `out` that does not leave the subgraph, if it is a PRELU
+/// taking it as its first input or an ADD.
+fn epilogue_reader(g: &crate::model::Subgraph, oi: usize, out: usize, readers_of: &[usize]) -> Option<usize> {
+    if readers_of[out] != 1 || g.tensors[out].dtype != DType::F32 {
+        return None;
+    }
+    let j = oi + 1 + g.ops[oi + 1..].iter().position(|o| o.inputs.iter().flatten().any(|&t| t == out))?;
+    let next = &g.ops[j];
+    let ok = match next.code {
+        OpCode::Builtin(builtin::PRELU) => next.inputs.first() == Some(&Some(out)),
+        OpCode::Builtin(builtin::ADD) => next.inputs.len() == 2,
+        _ => false,
+    };
+    ok.then_some(j)
+}
+
+/// Folds op `j` into the pending kernel when it qualifies: a PRELU whose alpha is a
+/// constant (by now, as constants before it are folded) with one value or one per
+/// channel; or an ADD of a float tensor of the same shape computed before the
+/// kernel runs (a residual), with at most a clamping activation. Returns whether
+/// it was folded.
+#[allow(clippy::too_many_arguments)]
+fn fold_epilogue(
+    model: &Model,
+    g: &crate::model::Subgraph,
+    j: usize,
+    tensors: &[TensorSlot],
+    producer_of: &[usize],
+    step: usize,
+    e: &mut PendingEpilogue,
+    steps: &mut [Step],
+) -> bool {
+    use crate::backend::Epilogue;
+    let op = &g.ops[j];
+    let x = e.tensor;
+    let &[y] = &op.outputs[..] else { return false };
+    if g.tensors[y].is_variable || tensors[x].dtype != DType::F32 {
+        return false;
+    }
+    match (&op.code, &op.inputs[..], &op.params) {
+        (OpCode::Builtin(builtin::PRELU), &[Some(_), Some(alpha)], _) => {
+            let bytes = match &tensors[alpha].loc {
+                Loc::Model(r) => model.bytes().get(r.clone()),
+                Loc::Owned(b) => Some(b.bytes()),
+                _ => None,
+            };
+            let shape = &tensors[alpha].shape;
+            let n: usize = shape.iter().product();
+            let channels = tensors[x].shape.last().copied().unwrap_or(0);
+            match bytes {
+                Some(bytes) if tensors[alpha].dtype == DType::F32 && bytes.len() == 4 * n && (n == 1 || (shape.last() == Some(&n) && n == channels)) => {
+                    let alpha: Vec<f32> = bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+                    e.ops.push(Epilogue::Prelu(alpha.into()));
+                    true
+                }
+                _ => false,
+            }
+        }
+        (OpCode::Builtin(builtin::ADD), &[Some(a), Some(b)], crate::ops::OpParams::Binary { activation, .. }) => {
+            let other = if a == x { b } else { a };
+            let clamp = match activation {
+                crate::ops::Activation::None => ferrite_kernels::Clamp::NONE,
+                crate::ops::Activation::Relu => ferrite_kernels::Clamp::RELU,
+                crate::ops::Activation::Relu6 => ferrite_kernels::Clamp::RELU6,
+                crate::ops::Activation::ReluN1To1 => ferrite_kernels::Clamp::RELU_N1_TO_1,
+                _ => return false,
+            };
+            // The residual must exist when the kernel runs and match the output exactly.
+            let kernel_op = steps[step].op;
+            let ready = producer_of[other] == usize::MAX || producer_of[other] < kernel_op;
+            if other == x
+                || !ready
+                || tensors[other].dtype != DType::F32
+                || tensors[other].shape != tensors[x].shape
+                || matches!(tensors[other].loc, Loc::None) && producer_of[other] == usize::MAX && !g.inputs.contains(&other)
+            {
+                return false;
+            }
+            let arg = g.ops[kernel_op].inputs.len() + steps[step].extra.len();
+            steps[step].extra.push(other);
+            e.ops.push(Epilogue::Add { arg, clamp });
+            true
+        }
+        _ => false,
+    }
 }
 
 /// Runs one step's work on its input and output views.
@@ -964,6 +1141,7 @@ fn run_dynamic_tail(g: &mut CompiledGraph, model: &Model, arena: &[u8], env: &mu
                 inputs: descs,
                 outputs: op.outputs.iter().map(|&o| &sub.tensors[o]).collect(),
                 custom_options: model.custom_options(op),
+                epilogue: std::cell::Cell::new(None),
             };
             let Built { outputs, mut kernel } = build_op(&octx, env.backends, env.custom, env.ctx)?;
             for (&t, (dtype, shape)) in op.outputs.iter().zip(outputs) {

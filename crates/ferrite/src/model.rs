@@ -203,6 +203,9 @@ pub mod builtin {
     pub const SHAPE: i32 = B::SHAPE.0;
     pub const DEQUANTIZE: i32 = B::DEQUANTIZE.0;
     pub const DENSIFY: i32 = B::DENSIFY.0;
+    pub const CONV_2D: i32 = B::CONV_2D.0;
+    pub const DEPTHWISE_CONV_2D: i32 = B::DEPTHWISE_CONV_2D.0;
+    pub const PRELU: i32 = B::PRELU.0;
 }
 
 impl OpCode {

@@ -527,6 +527,12 @@ impl Session {
         self.compiled.as_ref().map(|c| (c.steps.len(), c.folded_ops, c.aliased_ops))
     }
 
+    /// Element-wise ops (residual ADD, PRELU) fused into the convolution before
+    /// them, which then apply them while its output is in cache.
+    pub fn fused_op_count(&self) -> Option<usize> {
+        self.compiled.as_ref().map(|c| c.fused_ops)
+    }
+
     /// Runs subgraph `index` directly, with its own inputs and outputs (before `prepare`).
     pub fn select_subgraph(&mut self, index: usize) -> Result<()> {
         self.require(State::Loaded, "select_subgraph")?;

@@ -494,6 +494,55 @@ fn gen(op: &str, r: &mut Rng) -> Case {
                 ranges.extend([fr, fr]);
             }
         }
+        "CONV_RESIDUAL_PRELU" => {
+            // conv -> ADD(residual) -> PRELU, which ferrite folds into the conv's
+            // kernel; variants where it must not: the residual computed after the
+            // conv, the conv output read twice, a depthwise producer, a fused ADD
+            // activation, a scalar alpha.
+            let (h, w, c) = (r.u(2, 9) as i32, r.u(2, 9) as i32, r.u(1, 20) as i32);
+            let s = [1, h, w, c];
+            let x = f32in(&mut m, "x", &s);
+            ranges.push(fr);
+            let variant = r.u(0, 4);
+            let conv = |m: &mut ModelSpec, r: &mut Rng, from: i32, name: &str| {
+                let t = m.add_tensor(TensorSpec::activation(name, TensorType::FLOAT32, &s));
+                let bv = r.floats(c as usize, -0.5, 0.5);
+                let b = m.add_tensor(TensorSpec::const_f32(&format!("{name}/b"), &[c], &bv));
+                if variant == 2 {
+                    let wv = r.floats((9 * c) as usize, -0.5, 0.5);
+                    let wt = m.add_tensor(TensorSpec::const_f32(&format!("{name}/w"), &[1, 3, 3, c], &wv));
+                    let opts = Options::DepthwiseConv2D {
+                        padding: Padding::SAME,
+                        stride: (1, 1),
+                        dilation: (1, 1),
+                        depth_multiplier: 1,
+                        activation: Activation::NONE,
+                    };
+                    m.add_op(OpCode::Builtin(B::DEPTHWISE_CONV_2D), &[from, wt, b], &[t], opts);
+                } else {
+                    let wv = r.floats((9 * c * c) as usize, -0.3, 0.3);
+                    let wt = m.add_tensor(TensorSpec::const_f32(&format!("{name}/w"), &[c, 3, 3, c], &wv));
+                    let opts = Options::Conv2D { padding: Padding::SAME, stride: (1, 1), dilation: (1, 1), activation: Activation::NONE };
+                    m.add_op(OpCode::Builtin(B::CONV_2D), &[from, wt, b], &[t], opts);
+                }
+                t
+            };
+            let y = conv(&mut m, r, x, "conv1");
+            // The residual: the input, or (variant 1) a second conv run after the first.
+            let residual = if variant == 1 { conv(&mut m, r, x, "conv2") } else { x };
+            let sum = m.add_tensor(TensorSpec::activation("sum", TensorType::FLOAT32, &s));
+            let add_act = if variant == 4 { Activation::RELU6 } else { Activation::NONE };
+            m.add_op(OpCode::Builtin(B::ADD), &[y, residual], &[sum], Options::Binary { activation: add_act });
+            let alpha_v = if variant == 4 { vec![0.25] } else { r.floats(c as usize, 0.0, 0.5) };
+            let alpha_shape: Vec<i32> = if variant == 4 { vec![1] } else { vec![1, 1, c] };
+            let alpha = m.add_tensor(TensorSpec::const_f32("alpha", &alpha_shape, &alpha_v));
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            m.add_op(OpCode::Builtin(B::PRELU), &[sum, alpha], &[o], Options::None);
+            if variant == 3 {
+                // The conv output also leaves the graph: it has two readers.
+                m.outputs.push(y);
+            }
+        }
         "FLOOR_DIV" | "FLOOR_MOD" => {
             let s = {
                 let rk = r.u(1, 3);
@@ -1302,6 +1351,7 @@ const OPS: &[&str] = &[
     "FUSED_TANH_ADD",
     "FUSED_SIGN_BIT_ADD",
     "FUSED_TANH_CONV_2D",
+    "CONV_RESIDUAL_PRELU",
     "FLOOR_DIV",
     "FLOOR_MOD",
     "GELU",

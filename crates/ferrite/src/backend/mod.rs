@@ -53,6 +53,51 @@ pub struct OpContext<'a> {
     pub outputs: Vec<&'a TensorInfo>,
     /// Custom options bytes (custom ops).
     pub custom_options: &'a [u8],
+    /// Where later element-wise ops reading only this op's output may be folded
+    /// into its kernel. A builder that can apply them takes the slot (leaving
+    /// `None`) and applies whatever the slot holds at run time; the compiler fills
+    /// the slot as it reaches those ops and finds them foldable, and they then do
+    /// not run.
+    pub(crate) epilogue: std::cell::Cell<Option<EpilogueSlot>>,
+}
+
+/// The element-wise ops fused into a kernel, set once when the compiler has
+/// finished with the subgraph (empty when nothing qualified).
+pub(crate) type EpilogueSlot = Arc<std::sync::OnceLock<Vec<Epilogue>>>;
+
+/// An element-wise op folded into the kernel producing its input, applied to each
+/// block of output rows while the block is still in cache.
+#[derive(Debug, Clone)]
+pub(crate) enum Epilogue {
+    /// PRELU: `x < 0 ? x * alpha : x`, alpha per channel (or one value).
+    Prelu(Arc<[f32]>),
+    /// ADD of a tensor of the output's shape (a residual), kernel input `arg`,
+    /// then the ADD's own activation clamp.
+    Add { arg: usize, clamp: ferrite_kernels::Clamp },
+}
+
+/// Applies `epilogue` to output rows starting at row `first` (held by `out`, rows
+/// of `row_len` floats with `channels` channels), reading fused operands from the
+/// kernel inputs `ins`. False when an operand is missing or too short.
+pub(crate) fn apply_epilogue(epilogue: &[Epilogue], ins: &[Option<&[u8]>], first: usize, row_len: usize, channels: usize, out: &mut [f32]) -> bool {
+    for e in epilogue {
+        match e {
+            Epilogue::Prelu(alpha) if alpha.len() == 1 => {
+                let a = alpha[0];
+                out.iter_mut().for_each(|v| *v = if *v < 0.0 { *v * a } else { *v });
+            }
+            Epilogue::Prelu(alpha) => ferrite_kernels::elementwise::prelu_rows(out, &alpha[..channels.min(alpha.len())]),
+            Epilogue::Add { arg, clamp } => {
+                let Some(other) =
+                    ins.get(*arg).copied().flatten().and_then(|b| typed::<f32>(b).ok()).and_then(|o| o.get(first * row_len..first * row_len + out.len()))
+                else {
+                    return false;
+                };
+                ferrite_kernels::elementwise::add_clamp(out, other, *clamp);
+            }
+        }
+    }
+    true
 }
 
 impl<'a> OpContext<'a> {

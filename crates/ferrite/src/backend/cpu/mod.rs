@@ -187,6 +187,32 @@ pub(crate) fn runtime(msg: impl Into<String>) -> Error {
     Error::Runtime(msg.into())
 }
 
+/// Runs `f` over the output rows `r` (held by `out`, `row_len` floats each), and
+/// when element-wise ops were fused applies them to each block of about 32 KB
+/// right after `f` wrote it, while the block is still in cache.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn rows_with_epilogue(
+    epilogue: Option<&crate::backend::EpilogueSlot>,
+    ins: &[Option<&[u8]>],
+    channels: usize,
+    row_len: usize,
+    r: std::ops::Range<usize>,
+    out: &mut [f32],
+    mut f: impl FnMut(std::ops::Range<usize>, &mut [f32]) -> bool,
+) -> bool {
+    let Some(e) = epilogue.and_then(|s| s.get()).filter(|e| !e.is_empty()) else { return f(r, out) };
+    let block = (32 * 1024 / (row_len * 4).max(1)).max(1);
+    let mut start = r.start;
+    for o in out.chunks_mut(block * row_len.max(1)) {
+        let end = (start + block).min(r.end);
+        if !f(start..end, o) || !crate::backend::apply_epilogue(e, ins, start, row_len, channels, o) {
+            return false;
+        }
+        start = end;
+    }
+    true
+}
+
 /// Work below this many flops runs on one thread: splitting it costs more than it saves.
 pub(crate) const PARALLEL_MIN_FLOPS: usize = 1 << 19;
 

@@ -8,7 +8,7 @@ use ferrite_kernels::{gemm, pool as kpool, softmax as ksoftmax, Clamp};
 
 use std::sync::Mutex;
 
-use super::{clamp_of, for_row_chunks, require_f32};
+use super::{clamp_of, for_row_chunks, require_f32, rows_with_epilogue};
 use crate::backend::{arg, typed, typed_mut, BackendContext, Built, OpContext, PackKey, Packing};
 use crate::error::Result;
 use crate::model::DType;
@@ -110,6 +110,7 @@ pub(crate) fn conv2d(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Bui
     let scratch: Vec<Mutex<Vec<usize>>> = (0..ctx.threads).map(|_| Mutex::new(vec![0usize; len])).collect();
     let rows = g.batch * g.out_h;
     let flops = 2 * rows * g.out_w * oc * kh * kw * ic;
+    let epilogue = op.epilogue.take();
     Ok(Built {
         outputs: vec![(DType::F32, vec![g.batch, g.out_h, g.out_w, oc])],
         kernel: Box::new(move |ins, outs| {
@@ -117,7 +118,7 @@ pub(crate) fn conv2d(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Bui
             let input = typed::<f32>(arg(ins, 0)?)?;
             for_row_chunks(pool.as_deref(), flops, typed_mut::<f32>(outs[0])?, rows, g.out_w * oc, &|i, r, out| {
                 let mut sc = scratch[i].lock().unwrap_or_else(|e| e.into_inner());
-                igemm::conv2d(input, pk, &g, clamp, out, r, &mut sc)
+                rows_with_epilogue(epilogue.as_ref(), ins, oc, g.out_w * oc, r, out, |r, out| igemm::conv2d(input, pk, &g, clamp, out, r, &mut sc))
             })
         }),
     })
@@ -142,6 +143,7 @@ pub(crate) fn depthwise(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<
     let pool = ctx.pool();
     let rows = g.batch * g.out_h;
     let flops = 2 * rows * g.out_w * oc * kh * kw;
+    let epilogue = op.epilogue.take();
     // Multiplier 1, horizontal stride 1, constant weights, and a channel count the
     // 16-lane kernel leaves a scalar remainder of (not a multiple of 16 nor a
     // divisor): weights tiled along the output row once here, each tap then one flat
@@ -159,8 +161,10 @@ pub(crate) fn depthwise(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<
                 let bias = if has_bias { Some(typed::<f32>(arg(ins, 2)?)?) } else { None };
                 let input = typed::<f32>(arg(ins, 0)?)?;
                 for_row_chunks(pool.as_deref(), flops, typed_mut::<f32>(outs[0])?, rows, g.out_w * oc, &|_, r, out| {
-                    conv::depthwise_rows(input, ic, &tiled, bias, &g, clamp, out, r);
-                    true
+                    rows_with_epilogue(epilogue.as_ref(), ins, oc, g.out_w * oc, r, out, |r, out| {
+                        conv::depthwise_rows(input, ic, &tiled, bias, &g, clamp, out, r);
+                        true
+                    })
                 })
             }),
         });
@@ -171,8 +175,10 @@ pub(crate) fn depthwise(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<
             let bias = if has_bias { Some(typed::<f32>(arg(ins, 2)?)?) } else { None };
             let (input, w) = (typed::<f32>(arg(ins, 0)?)?, typed::<f32>(arg(ins, 1)?)?);
             for_row_chunks(pool.as_deref(), flops, typed_mut::<f32>(outs[0])?, rows, g.out_w * oc, &|_, r, out| {
-                conv::depthwise_conv2d(input, ic, mult, w, bias, &g, clamp, out, r);
-                true
+                rows_with_epilogue(epilogue.as_ref(), ins, oc, g.out_w * oc, r, out, |r, out| {
+                    conv::depthwise_conv2d(input, ic, mult, w, bias, &g, clamp, out, r);
+                    true
+                })
             })
         }),
     })
