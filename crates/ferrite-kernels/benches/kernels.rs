@@ -124,7 +124,7 @@ fn conv_case(isa: Isa, name: &str, hw: usize, c_in: usize, c_out: usize, k: usiz
     let w: Vec<f32> = (0..c_out * k * k * c_in).map(|i| (i % 7) as f32 * 0.01).collect();
     let pk = Packed::new(isa, &w, None, c_out, k * k, c_in);
     let mut out = vec![0.0f32; oh * oh * c_out];
-    let mut scratch = vec![0usize; pk.scratch_len(oh)];
+    let mut scratch = pk.scratch(&g);
     let secs = time(21, || {
         igemm::conv2d(std::hint::black_box(&x), &pk, &g, Clamp::NONE, &mut out, 0..oh, &mut scratch);
         std::hint::black_box(&mut out);

@@ -34,13 +34,15 @@ pub struct Window {
 }
 
 /// Output size and leading padding for TFLite's SAME/VALID padding rules.
-/// Returns `None` if the window does not fit (VALID with a filter larger than the input).
+/// VALID is `(input + stride - filter) / stride`, as TFLite computes it: 0 (an
+/// empty output) when the filter is larger than the input by less than a stride;
+/// `None` when it is larger by more (TFLite's size would be negative).
 pub fn out_size_and_pad(input: usize, filter: usize, stride: usize, dilation: usize, same: bool) -> Option<(usize, usize)> {
     if stride == 0 || dilation == 0 || filter == 0 {
         return None;
     }
     let eff = (filter - 1).checked_mul(dilation)? + 1;
-    let out = if same { input.div_ceil(stride) } else { (input.checked_sub(eff)? / stride) + 1 };
+    let out = if same { input.div_ceil(stride) } else { input.checked_add(stride)?.checked_sub(eff)? / stride };
     let needed = ((out.max(1) - 1) * stride + eff).saturating_sub(input);
     Some((out, needed / 2))
 }

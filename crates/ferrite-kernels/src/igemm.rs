@@ -184,13 +184,32 @@ pub struct Packed {
     pub bias: Vec<f32>,
     /// A row of `k` zeros, read in place of inputs in the padding.
     pub zero: Vec<f32>,
+    /// Filter columns merged into each tap row (1: one tap per filter position).
+    /// With `kw` merged, a tap is a whole filter row and `k = kw * in_c`: the
+    /// window's row is contiguous in a zero-padded copy of the input row, so
+    /// convolutions with few input channels run long inner loops.
+    pub merged_kw: usize,
+}
+
+/// Per-thread scratch of [`conv2d`]: row pointers, and zero-padded copies of the
+/// input rows for merged filter rows.
+#[derive(Debug, Clone, Default)]
+pub struct ConvScratch {
+    ptrs: Vec<usize>,
+    lines: Vec<f32>,
 }
 
 impl Packed {
     /// Packs OHWI weights `w[n][taps][k]` and an optional bias.
     pub fn new(isa: Isa, w: &[f32], bias: Option<&[f32]>, n: usize, taps: usize, k: usize) -> Packed {
         let nr = isa.nr();
-        Packed { isa, n, taps, k, b: pack_b(w, n, taps, k, nr), bias: pad_bias(bias, n, nr), zero: vec![0.0; k.max(1)] }
+        Packed { isa, n, taps, k, b: pack_b(w, n, taps, k, nr), bias: pad_bias(bias, n, nr), zero: vec![0.0; k.max(1)], merged_kw: 1 }
+    }
+
+    /// Packs OHWI weights `[n][kh][kw][c]` for [`conv2d`] with each filter row merged
+    /// into one tap of `kw * c` inputs (the same memory layout as per-tap packing).
+    pub fn with_merged_rows(isa: Isa, w: &[f32], bias: Option<&[f32]>, n: usize, kh: usize, kw: usize, c: usize) -> Packed {
+        Packed { merged_kw: kw.max(1), ..Packed::new(isa, w, bias, n, kh, kw * c) }
     }
 
     /// Repacks new weights into the same layout (non-constant weights, each run).
@@ -207,10 +226,11 @@ impl Packed {
         }
     }
 
-    /// Scratch (in pointer-sized words) one call of [`conv2d`] needs for `out_w` columns.
-    pub fn scratch_len(&self, out_w: usize) -> usize {
+    /// Scratch for calls of [`conv2d`] with this geometry.
+    pub fn scratch(&self, g: &crate::conv::Window) -> ConvScratch {
         let mr = self.isa.mr();
-        out_w.div_ceil(mr) * mr * self.taps
+        let lines = if self.merged_kw > 1 { self.taps * padded_width(g) * (self.k / self.merged_kw) } else { 0 };
+        ConvScratch { ptrs: vec![0; g.out_w.div_ceil(mr) * mr * self.taps], lines: vec![0.0; lines] }
     }
 
     fn tile<'a>(&'a self, a: &'a [*const f32], panel: usize, rows: usize) -> Tile<'a> {
@@ -227,30 +247,71 @@ impl Packed {
     }
 }
 
+/// Width in pixels of an input row padded on both sides so that every output
+/// column's window lies inside it.
+fn padded_width(g: &crate::conv::Window) -> usize {
+    (g.pad_left + g.in_w).max((g.out_w.max(1) - 1) * g.stride_w + (g.k_w - 1) * g.dil_w + 1)
+}
+
 /// Convolution as implicit GEMM over output rows `rows` (row = batch * out_h + oy);
 /// `out` holds exactly those rows, so threads can each own a contiguous chunk.
-/// `scratch` must hold [`Packed::scratch_len`] words; it stores the per-tap input
-/// row pointers (as addresses, so kernels holding it stay `Send`).
+/// `scratch` comes from [`Packed::scratch`] for this geometry; it stores the per-tap
+/// input row pointers (as addresses, so kernels holding it stay `Send`).
 /// Returns false, writing nothing, if a slice is too short for the geometry.
-pub fn conv2d(input: &[f32], pk: &Packed, g: &crate::conv::Window, clamp: Clamp, out: &mut [f32], rows: std::ops::Range<usize>, scratch: &mut [usize]) -> bool {
-    let (mr, nr, c, n) = (pk.isa.mr(), pk.isa.nr(), pk.k, pk.n);
+pub fn conv2d(
+    input: &[f32],
+    pk: &Packed,
+    g: &crate::conv::Window,
+    clamp: Clamp,
+    out: &mut [f32],
+    rows: std::ops::Range<usize>,
+    scratch: &mut ConvScratch,
+) -> bool {
+    let (mr, nr, n) = (pk.isa.mr(), pk.isa.nr(), pk.n);
+    let merged = pk.merged_kw > 1;
+    let c = pk.k / pk.merged_kw;
     let blocks = g.out_w.div_ceil(mr);
     let first_row = rows.start;
+    let width = padded_width(g);
     if input.len() < g.batch * g.in_h * g.in_w * c
         || out.len() < rows.len() * g.out_w * n
-        || scratch.len() < pk.scratch_len(g.out_w)
-        || pk.taps != g.k_h * g.k_w
+        || scratch.ptrs.len() < blocks * mr * pk.taps
+        || (merged && (pk.merged_kw != g.k_w || pk.taps != g.k_h || g.dil_w != 1 || scratch.lines.len() < pk.taps * width * c))
+        || (!merged && pk.taps != g.k_h * g.k_w)
         || rows.end > g.batch * g.out_h
     {
         return false;
     }
     let zero = pk.zero.as_ptr() as usize;
+    let ConvScratch { ptrs: scratch, lines } = scratch;
     for row in rows {
         let (b, oy) = (row / g.out_h, row % g.out_h);
+        if merged {
+            // Zero-padded copies of the input rows the filter rows read: every
+            // column's window is then kw * c contiguous floats.
+            for ky in 0..g.k_h {
+                let line = &mut lines[ky * width * c..(ky + 1) * width * c];
+                line.fill(0.0);
+                if let Some(y) = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h) {
+                    let src = &input[(b * g.in_h + y) * g.in_w * c..][..g.in_w * c];
+                    line[g.pad_left * c..(g.pad_left + g.in_w) * c].copy_from_slice(src);
+                }
+            }
+        }
         // Row pointers for every pixel block of this output row, per tap.
         for blk in 0..blocks {
             for ky in 0..g.k_h {
                 let iy = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h);
+                if merged {
+                    for r in 0..mr {
+                        let ox = blk * mr + r;
+                        scratch[(blk * pk.taps + ky) * mr + r] = match iy {
+                            Some(_) if ox < g.out_w => lines[(ky * width + ox * g.stride_w) * c..].as_ptr() as usize,
+                            _ => zero,
+                        };
+                    }
+                    continue;
+                }
                 for kx in 0..g.k_w {
                     let t = ky * g.k_w + kx;
                     for r in 0..mr {
@@ -269,13 +330,14 @@ pub fn conv2d(input: &[f32], pk: &Packed, g: &crate::conv::Window, clamp: Clamp,
             for blk in 0..blocks {
                 let a_words = &scratch[blk * pk.taps * mr..(blk + 1) * pk.taps * mr];
                 // SAFETY: `*const f32` and `usize` have the same size and layout; every
-                // word was written above from a pointer into `input` or `zero`.
+                // word was written above from a pointer into `input`, `lines` or `zero`.
                 let a: &[*const f32] = unsafe { std::slice::from_raw_parts(a_words.as_ptr().cast(), a_words.len()) };
                 let rows_here = mr.min(g.out_w - blk * mr);
                 let tile = pk.tile(a, panel, rows_here);
-                // SAFETY: each row pointer addresses a full pixel (c floats) inside `input`
-                // (checked size) or the zero row; the tile writes rows < rows_here and
-                // columns < cols of this panel, inside `out` (checked size).
+                // SAFETY: each row pointer addresses k floats: a full pixel inside `input`
+                // (checked size), a window inside a padded line (its width covers every
+                // column's window), or the zero row (k long); the tile writes rows <
+                // rows_here and columns < cols of this panel, inside `out` (checked size).
                 unsafe { run_tile(pk.isa, &tile, clamp, out.as_mut_ptr().add(out_row + blk * mr * n + panel * nr), n) };
             }
         }

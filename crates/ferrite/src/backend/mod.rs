@@ -167,6 +167,8 @@ pub struct Built {
 pub enum Packing {
     /// Conv / fully-connected weights (and bias) in GEMM panels for one kernel ISA.
     Gemm(ferrite_kernels::igemm::Isa),
+    /// The same panels read as whole filter rows (this many columns merged per tap).
+    GemmRows(ferrite_kernels::igemm::Isa, usize),
     /// Weights dequantized or converted to float32.
     DenseF32,
     /// int8 convolution weights in the int8 GEMM's panels.

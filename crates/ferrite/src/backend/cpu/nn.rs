@@ -59,16 +59,26 @@ enum Weights {
     PerRun(Packed),
 }
 
-fn gemm_weights(op: &OpContext<'_>, ctx: &mut BackendContext, n: usize, taps: usize, k: usize) -> Result<Weights> {
+/// GEMM packing of conv / FC weights `[n][taps][k]`; `merged_kw > 1` merges that
+/// many filter columns into each tap (taps = kh, k = kw * in_c).
+fn gemm_weights(op: &OpContext<'_>, ctx: &mut BackendContext, n: usize, taps: usize, k: usize, merged_kw: usize) -> Result<Weights> {
     let isa = Isa::for_channels(n);
     let (w, bias) = (op.input(1)?, op.opt_input(2));
+    let pack = |w: &[f32], b: Option<&[f32]>| {
+        if merged_kw > 1 {
+            Packed::with_merged_rows(isa, w, b, n, taps, merged_kw, k / merged_kw)
+        } else {
+            Packed::new(isa, w, b, n, taps, k)
+        }
+    };
     if w.constant && bias.is_none_or(|b| b.constant) {
         let (wv, bv) = (w.value.ok_or_else(|| op.bad("constant weights without data"))?, bias.and_then(|b| b.value));
-        let key = PackKey { subgraph: op.subgraph, tensor: w.tensor, with: bias.map(|b| b.tensor), packing: Packing::Gemm(isa) };
-        let p = ctx.packed(key, || Ok(Packed::new(isa, typed::<f32>(wv)?, bv.map(typed::<f32>).transpose()?, n, taps, k)))?;
+        let packing = if merged_kw > 1 { Packing::GemmRows(isa, merged_kw) } else { Packing::Gemm(isa) };
+        let key = PackKey { subgraph: op.subgraph, tensor: w.tensor, with: bias.map(|b| b.tensor), packing };
+        let p = ctx.packed(key, || Ok(pack(typed::<f32>(wv)?, bv.map(typed::<f32>).transpose()?)))?;
         Ok(Weights::Cached(p))
     } else {
-        Ok(Weights::PerRun(Packed::new(isa, &vec![0.0; n * taps * k], None, n, taps, k)))
+        Ok(Weights::PerRun(pack(&vec![0.0; n * taps * k], None)))
     }
 }
 
@@ -99,15 +109,18 @@ pub(crate) fn conv2d(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Bui
     let clamp = clamp_of(op, activation)?;
     let g = window(op, &x, (kh, kw), stride, dilation, padding)?;
     let has_bias = op.opt_input(2).is_some();
-    let mut weights = gemm_weights(op, ctx, oc, kh * kw, ic)?;
+    // Few input channels: merge each filter row into one tap (k = kw * in_c), so
+    // the GEMM's inner loop is the whole window row rather than a few channels.
+    let merged_kw = if ic <= 8 && kw > 1 && g.dil_w == 1 { kw } else { 1 };
+    let mut weights = if merged_kw > 1 { gemm_weights(op, ctx, oc, kh, kw * ic, merged_kw)? } else { gemm_weights(op, ctx, oc, kh * kw, ic, 1)? };
     let pool = ctx.pool();
-    // Row-pointer scratch per thread, sized once here so runs do not allocate.
-    let len = match &weights {
+    // Scratch per thread, sized once here so runs do not allocate.
+    let template = match &weights {
         Weights::Cached(p) => p,
         Weights::PerRun(p) => p,
     }
-    .scratch_len(g.out_w);
-    let scratch: Vec<Mutex<Vec<usize>>> = (0..ctx.threads).map(|_| Mutex::new(vec![0usize; len])).collect();
+    .scratch(&g);
+    let scratch: Vec<Mutex<igemm::ConvScratch>> = (0..ctx.threads).map(|_| Mutex::new(template.clone())).collect();
     let rows = g.batch * g.out_h;
     let flops = 2 * rows * g.out_w * oc * kh * kw * ic;
     let epilogue = op.epilogue.take();
@@ -236,7 +249,7 @@ pub(crate) fn fully_connected(op: &OpContext<'_>, ctx: &mut BackendContext) -> R
         vec![batch, out_n]
     };
     let has_bias = op.opt_input(2).is_some();
-    let mut weights = gemm_weights(op, ctx, out_n, 1, in_n)?;
+    let mut weights = gemm_weights(op, ctx, out_n, 1, in_n, 1)?;
     Ok(Built {
         outputs: vec![(DType::F32, out_shape)],
         kernel: Box::new(move |ins, outs| {
