@@ -627,6 +627,9 @@ mod tests {
         assert_eq!(out_size_and_pad(224, 3, 2, 1, true), Some((112, 0)));
         assert_eq!(out_size_and_pad(5, 3, 1, 1, true), Some((5, 1)));
         assert_eq!(out_size_and_pad(5, 3, 1, 1, false), Some((3, 0)));
-        assert_eq!(out_size_and_pad(2, 3, 1, 1, false), None);
+        // VALID with the filter wider than the input by less than a stride: empty.
+        assert_eq!(out_size_and_pad(2, 3, 1, 1, false), Some((0, 0)));
+        assert_eq!(out_size_and_pad(3, 5, 2, 1, false), Some((0, 1)));
+        assert_eq!(out_size_and_pad(1, 3, 1, 1, false), None);
     }
 }
