@@ -251,7 +251,7 @@ fn inspect_memory(path: &Path, as_json: bool) -> Result<(), String> {
         match r.get("error") {
             Some(e) => outln!("subgraph {} '{}': not planned: {}", r["subgraph"], r["name"].as_str().unwrap_or(""), e.as_str().unwrap_or("")),
             None => outln!(
-                "subgraph {} '{}': arena {} bytes, lower bound {} bytes, ratio {:.3}; {} steps, {} ops folded at prepare, {} aliased, {} fused into the kernel before them",
+                "subgraph {} '{}': arena {} bytes, lower bound {} bytes, ratio {:.3}; {} steps, {} ops folded at prepare, {} aliased, {} fused into a neighbouring convolution",
                 r["subgraph"],
                 r["name"].as_str().unwrap_or(""),
                 r["arena_bytes"],

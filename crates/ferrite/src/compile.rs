@@ -100,6 +100,17 @@ pub struct Step {
     /// Tensors read by element-wise ops fused into this step's kernel, passed after
     /// the op's own inputs.
     extra: SmallVec<[usize; 2]>,
+    /// Op inputs read from another tensor: (input slot, tensor). A folded PAD's
+    /// reader reads the PAD's input.
+    substituted: SmallVec<[(usize, usize); 1]>,
+}
+
+impl Step {
+    /// The tensors this step reads: the op's inputs (after substitutions), then the
+    /// fused ops' extra inputs.
+    fn reads<'a>(&'a self, op: &'a crate::model::Op) -> impl Iterator<Item = usize> + 'a {
+        op.inputs.iter().enumerate().filter_map(|(k, i)| self.substituted.iter().find(|s| s.0 == k).map(|s| s.1).or(*i)).chain(self.extra.iter().copied())
+    }
 }
 
 /// A child subgraph (branch, loop part, initializer) with its own plan and arena,
@@ -202,7 +213,7 @@ pub struct CompiledGraph {
     pub folded_ops: usize,
     /// Shape-only ops (RESHAPE, SQUEEZE, EXPAND_DIMS) whose output shares its input's memory.
     pub aliased_ops: usize,
-    /// Element-wise ops applied inside the kernel of the op before them.
+    /// Ops run inside a neighbouring convolution (folded PADs and epilogues).
     pub fused_ops: usize,
     out_plans: Vec<OutPlan>,
     /// Ops from the first one whose output shape depends on run-time values; they are
@@ -333,6 +344,8 @@ fn compile_at(
     let mut folded_ops = 0;
     let mut aliased_ops = 0;
     let mut fused_ops = 0;
+    // PAD ops folded into their reader: (PAD output, PAD input, [top, bottom, left, right]).
+    let mut folded_pads: Vec<(usize, usize, [usize; 4])> = Vec::new();
     // Kernels that took an epilogue slot, waiting for their output's reader.
     let mut pending_epilogues: Vec<PendingEpilogue> = Vec::new();
     // The op producing each tensor (usize::MAX for inputs and constants).
@@ -473,13 +486,53 @@ fn compile_at(
                 _ => None,
             };
             if let Some(work) = work {
-                steps.push(Step { op: oi, work, inputs: SmallVec::new(), prepacked: SmallVec::new(), outputs: SmallVec::new(), extra: SmallVec::new() });
+                steps.push(Step {
+                    op: oi,
+                    work,
+                    inputs: SmallVec::new(),
+                    prepacked: SmallVec::new(),
+                    outputs: SmallVec::new(),
+                    extra: SmallVec::new(),
+                    substituted: SmallVec::new(),
+                });
                 continue;
             }
         }
         // An op whose producer's kernel took an epilogue slot: fold it into the first
         // such kernel it qualifies for, keeping the chain going to its own reader;
         // the others stop here.
+        // A zero PAD of height and width read only by a float VALID convolution runs
+        // inside it: the convolution reads the PAD's input with explicit padding.
+        if let Some(pads) = foldable_pad(g, oi, &tensors, &readers_of, |t| {
+            held.get(1)
+                .and_then(|l| match l.as_ref()? {
+                    Loc::Model(r) => bytes.get(r.clone()),
+                    Loc::Owned(b) => Some(b.bytes()),
+                    _ => None,
+                })
+                .filter(|_| t == 1)
+        }) {
+            if let (Some(&Some(src)), Some(&dst)) = (op.inputs.first(), op.outputs.first()) {
+                tensors[dst].dtype = tensors[src].dtype;
+                tensors[dst].shape = tensors[src]
+                    .shape
+                    .iter()
+                    .enumerate()
+                    .map(|(d, &n)| {
+                        if d == 1 {
+                            n + pads[0] + pads[1]
+                        } else if d == 2 {
+                            n + pads[2] + pads[3]
+                        } else {
+                            n
+                        }
+                    })
+                    .collect();
+                folded_pads.push((dst, src, pads));
+                fused_ops += 1;
+                continue;
+            }
+        }
         let mut folded = false;
         while let Some(p) = pending_epilogues.iter().position(|e| e.reader == oi) {
             let ok = !folded && fold_epilogue(model, g, oi, &tensors, &producer_of, pending_epilogues[p].step, &mut pending_epilogues[p], &mut steps);
@@ -508,6 +561,20 @@ fn compile_at(
         if folded {
             continue;
         }
+        // A reader of a folded PAD: input 0 becomes the PAD's input, padded explicitly.
+        let mut inputs = inputs;
+        let mut input_pad = None;
+        let mut substituted: SmallVec<[(usize, usize); 1]> = SmallVec::new();
+        if let Some(&(_, src, pads)) = op.inputs.first().copied().flatten().and_then(|t| folded_pads.iter().find(|p| p.0 == t)) {
+            if let Some(Some(d)) = inputs.get_mut(0) {
+                d.tensor = src;
+                d.shape = tensors[src].shape.clone();
+                d.value = None;
+                d.constant = false;
+                input_pad = Some(pads);
+                substituted.push((0, src));
+            }
+        }
         let all_const = inputs.iter().flatten().all(|d| d.value.is_some());
         let offered = op
             .outputs
@@ -523,6 +590,7 @@ fn compile_at(
             outputs: op.outputs.iter().map(|&o| &g.tensors[o]).collect(),
             custom_options: model.custom_options(op),
             epilogue: std::cell::Cell::new(offered.as_ref().map(|(_, slot)| slot.clone())),
+            input_pad,
         };
         ctx.take_packed_by_build();
         let built = match build_op(&octx, backends, custom, ctx) {
@@ -582,7 +650,15 @@ fn compile_at(
             if let (Some((reader, slot)), None, Some(&tensor)) = (offered, octx.epilogue.take(), op.outputs.first()) {
                 pending_epilogues.push(PendingEpilogue { reader, tensor, step: steps.len(), slot, ops: Vec::new() });
             }
-            steps.push(Step { op: oi, work: Work::Kernel(kernel), inputs: SmallVec::new(), prepacked, outputs: SmallVec::new(), extra: SmallVec::new() });
+            steps.push(Step {
+                op: oi,
+                work: Work::Kernel(kernel),
+                inputs: SmallVec::new(),
+                prepacked,
+                outputs: SmallVec::new(),
+                extra: SmallVec::new(),
+                substituted,
+            });
         }
     }
 
@@ -608,7 +684,7 @@ fn compile_at(
             first[root(t)] = first[root(t)].min(si);
             last[root(t)] = last[root(t)].max(si);
         }
-        for &t in op.inputs.iter().flatten().chain(&st.extra) {
+        for t in st.reads(op) {
             if first[root(t)] != usize::MAX {
                 last[root(t)] = last[root(t)].max(si);
             }
@@ -666,7 +742,7 @@ fn compile_at(
     // memory, nothing else reads that memory, and no other output or input shares it.
     let mut readers = vec![0usize; tensors.len()];
     for st in &steps {
-        for &t in g.ops[st.op].inputs.iter().flatten().chain(&st.extra) {
+        for t in st.reads(&g.ops[st.op]) {
             readers[root(t)] += 1;
         }
     }
@@ -693,7 +769,12 @@ fn compile_at(
     }
     for (si, st) in steps.iter_mut().enumerate() {
         let op = &g.ops[st.op];
-        st.inputs = op.inputs.iter().enumerate().map(|(k, i)| i.filter(|_| !st.prepacked.contains(&k)).map(src_of).transpose()).collect::<Result<_>>()?;
+        st.inputs = op
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(k, i)| i.map(|t| st.substituted.iter().find(|s| s.0 == k).map_or(t, |s| s.1)).filter(|_| !st.prepacked.contains(&k)).map(src_of).transpose())
+            .collect::<Result<_>>()?;
         for &t in &st.extra {
             st.inputs.push(Some(src_of(t)?));
         }
@@ -713,7 +794,7 @@ fn compile_at(
         for st in &steps {
             for (k, i) in g.ops[st.op].inputs.iter().enumerate() {
                 if let (Some(t), Some(_)) = (i, &st.inputs[k]) {
-                    keep[*t] = true;
+                    keep[st.substituted.iter().find(|s| s.0 == k).map_or(*t, |s| s.1)] = true;
                 }
             }
             for &t in &st.extra {
@@ -956,6 +1037,45 @@ pub fn execute(
     Ok(copied)
 }
 
+/// Whether PAD op `oi` folds into its reader: a float tensor padded with zeros in
+/// height and width only, by constant amounts, read by exactly one op, a float
+/// CONV_2D or DEPTHWISE_CONV_2D with VALID padding taking it as input 0. Returns
+/// the padding (top, bottom, left, right). `value` gives the constant value of the
+/// op's input slot.
+fn foldable_pad<'b>(
+    g: &crate::model::Subgraph,
+    oi: usize,
+    tensors: &[TensorSlot],
+    readers_of: &[usize],
+    value: impl Fn(usize) -> Option<&'b [u8]>,
+) -> Option<[usize; 4]> {
+    let op = &g.ops[oi];
+    if op.code != OpCode::Builtin(builtin::PAD) {
+        return None;
+    }
+    let (&[Some(x), Some(_)], &[y]) = (&op.inputs[..], &op.outputs[..]) else { return None };
+    if tensors[x].dtype != DType::F32 || tensors[x].shape.len() != 4 || readers_of[y] != 1 || g.tensors[y].is_variable {
+        return None;
+    }
+    let p: Vec<i64> = match value(1)? {
+        b if b.len() == 32 => b.chunks_exact(4).map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect(),
+        b if b.len() == 64 => b.chunks_exact(8).map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect(),
+        _ => return None,
+    };
+    if p[0] != 0 || p[1] != 0 || p[6] != 0 || p[7] != 0 || p[2..6].iter().any(|&v| !(0..=64).contains(&v)) {
+        return None;
+    }
+    let j = oi + 1 + g.ops[oi + 1..].iter().position(|o| o.inputs.iter().flatten().any(|&t| t == y))?;
+    let reader = &g.ops[j];
+    let valid = match &reader.params {
+        crate::ops::OpParams::Conv2D { padding, .. } | crate::ops::OpParams::DepthwiseConv2D { padding, .. } => *padding == crate::ops::Padding::Valid,
+        _ => false,
+    };
+    let conv = matches!(reader.code, OpCode::Builtin(builtin::CONV_2D | builtin::DEPTHWISE_CONV_2D));
+    (conv && valid && reader.inputs.first() == Some(&Some(y)) && reader.inputs.iter().skip(1).all(|&i| i != Some(y)))
+        .then(|| [p[2] as usize, p[3] as usize, p[4] as usize, p[5] as usize])
+}
+
 /// A kernel that took an epilogue slot, and the element-wise ops folded into it so far.
 struct PendingEpilogue {
     /// The op reading `tensor`, next to try folding.
@@ -1142,6 +1262,7 @@ fn run_dynamic_tail(g: &mut CompiledGraph, model: &Model, arena: &[u8], env: &mu
                 outputs: op.outputs.iter().map(|&o| &sub.tensors[o]).collect(),
                 custom_options: model.custom_options(op),
                 epilogue: std::cell::Cell::new(None),
+                input_pad: None,
             };
             let Built { outputs, mut kernel } = build_op(&octx, env.backends, env.custom, env.ctx)?;
             for (&t, (dtype, shape)) in op.outputs.iter().zip(outputs) {

@@ -206,6 +206,7 @@ pub mod builtin {
     pub const CONV_2D: i32 = B::CONV_2D.0;
     pub const DEPTHWISE_CONV_2D: i32 = B::DEPTHWISE_CONV_2D.0;
     pub const PRELU: i32 = B::PRELU.0;
+    pub const PAD: i32 = B::PAD.0;
 }
 
 impl OpCode {

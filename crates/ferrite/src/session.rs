@@ -527,8 +527,9 @@ impl Session {
         self.compiled.as_ref().map(|c| (c.steps.len(), c.folded_ops, c.aliased_ops))
     }
 
-    /// Element-wise ops (residual ADD, PRELU) fused into the convolution before
-    /// them, which then apply them while its output is in cache.
+    /// Ops fused into a neighbouring convolution: a zero PAD before it (read as
+    /// explicit padding), a residual ADD and PRELU after it (applied while its
+    /// output is in cache).
     pub fn fused_op_count(&self) -> Option<usize> {
         self.compiled.as_ref().map(|c| c.fused_ops)
     }

@@ -494,6 +494,35 @@ fn gen(op: &str, r: &mut Rng) -> Case {
                 ranges.extend([fr, fr]);
             }
         }
+        "PAD_CONV" => {
+            // PAD (height and width, possibly uneven) then a VALID conv or depthwise,
+            // which ferrite runs as one padded convolution.
+            let (h, w, c) = (r.u(1, 9) as i32, r.u(1, 9) as i32, r.u(1, 12) as i32);
+            let x = f32in(&mut m, "x", &[1, h, w, c]);
+            ranges.push(fr);
+            let p: Vec<i32> = (0..4).map(|_| r.u(0, 2) as i32).collect();
+            let pads = m.add_tensor(TensorSpec::const_i32("pads", &[4, 2], &[0, 0, p[0], p[1], p[2], p[3], 0, 0]));
+            let ps = [1, h + p[0] + p[1], w + p[2] + p[3], c];
+            let padded = m.add_tensor(TensorSpec::activation("padded", TensorType::FLOAT32, &ps));
+            m.add_op(OpCode::Builtin(B::PAD), &[x, pads], &[padded], Options::None);
+            let k = r.u(1, 3).min(ps[1].min(ps[2]) as usize) as i32;
+            let stride = r.u(1, 2) as i32;
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            let bv = r.floats(c as usize, -0.5, 0.5);
+            let b = m.add_tensor(TensorSpec::const_f32("b", &[c], &bv));
+            if r.coin() {
+                let wv = r.floats((k * k * c) as usize, -1.0, 1.0);
+                let wt = m.add_tensor(TensorSpec::const_f32("w", &[1, k, k, c], &wv));
+                let opts =
+                    Options::DepthwiseConv2D { padding: Padding::VALID, stride: (stride, stride), dilation: (1, 1), depth_multiplier: 1, activation: act(r) };
+                m.add_op(OpCode::Builtin(B::DEPTHWISE_CONV_2D), &[padded, wt, b], &[o], opts);
+            } else {
+                let wv = r.floats((k * k * c * c) as usize, -1.0, 1.0);
+                let wt = m.add_tensor(TensorSpec::const_f32("w", &[c, k, k, c], &wv));
+                let opts = Options::Conv2D { padding: Padding::VALID, stride: (stride, stride), dilation: (1, 1), activation: act(r) };
+                m.add_op(OpCode::Builtin(B::CONV_2D), &[padded, wt, b], &[o], opts);
+            }
+        }
         "CONV_RESIDUAL_PRELU" => {
             // conv -> ADD(residual) -> PRELU, which ferrite folds into the conv's
             // kernel; variants where it must not: the residual computed after the
@@ -1352,6 +1381,7 @@ const OPS: &[&str] = &[
     "FUSED_SIGN_BIT_ADD",
     "FUSED_TANH_CONV_2D",
     "CONV_RESIDUAL_PRELU",
+    "PAD_CONV",
     "FLOOR_DIV",
     "FLOOR_MOD",
     "GELU",

@@ -59,6 +59,9 @@ pub struct OpContext<'a> {
     /// the slot as it reaches those ops and finds them foldable, and they then do
     /// not run.
     pub(crate) epilogue: std::cell::Cell<Option<EpilogueSlot>>,
+    /// Explicit zero padding (top, bottom, left, right) of input 0 folded in from a
+    /// PAD op before this VALID convolution: input 0 is the PAD's input.
+    pub(crate) input_pad: Option<[usize; 4]>,
 }
 
 /// The element-wise ops fused into a kernel, set once when the compiler has

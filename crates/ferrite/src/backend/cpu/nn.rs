@@ -24,8 +24,16 @@ fn rank4<'s>(op: &OpContext<'_>, shape: &'s [usize], what: &str) -> Result<&'s [
 /// Builds the window geometry of a conv/pool over an NHWC input.
 pub(crate) fn window(op: &OpContext<'_>, input: &[usize], k: (usize, usize), stride: (usize, usize), dil: (usize, usize), padding: Padding) -> Result<Window> {
     let same = padding == Padding::Same;
-    let (oh, pt) = out_size_and_pad(input[1], k.0, stride.0, dil.0, same).ok_or_else(|| op.bad(format!("window {k:?} does not fit input {input:?}")))?;
-    let (ow, pl) = out_size_and_pad(input[2], k.1, stride.1, dil.1, same).ok_or_else(|| op.bad(format!("window {k:?} does not fit input {input:?}")))?;
+    let fit = || op.bad(format!("window {k:?} does not fit input {input:?}"));
+    let ((oh, pt), (ow, pl)) = match op.input_pad {
+        // A folded PAD before a VALID window: VALID over the padded size, with the
+        // padding as explicit leading offsets (taps past the end read zeros).
+        Some([top, bottom, left, right]) if !same => (
+            (out_size_and_pad(input[1] + top + bottom, k.0, stride.0, dil.0, false).ok_or_else(fit)?.0, top),
+            (out_size_and_pad(input[2] + left + right, k.1, stride.1, dil.1, false).ok_or_else(fit)?.0, left),
+        ),
+        _ => (out_size_and_pad(input[1], k.0, stride.0, dil.0, same).ok_or_else(fit)?, out_size_and_pad(input[2], k.1, stride.1, dil.1, same).ok_or_else(fit)?),
+    };
     Ok(Window {
         batch: input[0],
         in_h: input[1],
