@@ -187,6 +187,21 @@ simd_fn! {
                 // Tiles of P pixels x B channels.
                 while ox0 < g.out_w {
                     let np = P.min(g.out_w - ox0);
+                    // Stride 1 with a 3- or 5-wide filter: 8 pixels at a time, each input
+                    // vector loaded once per filter row and used by every tap reaching it.
+                    if let (Some(ky_lo), true) = (ky_lo, g.stride_w == 1 && g.dil_w == 1 && matches!(g.k_w, 3 | 5) && ox0 >= x_lo && ox0 + 8 <= x_hi && blocked > 0) {
+                        let y0 = oy * g.stride_h + ky_lo * g.dil_h - g.pad_top;
+                        let start = n * in_img + y0 * in_row + (ox0 - g.pad_left) * in_c;
+                        let last = start + ((ky_hi - 1 - ky_lo) * g.dil_h) * in_row + (7 + g.k_w - 1) * in_c + blocked;
+                        if last <= input.len() && w.len() >= g.k_h * g.k_w * out_c && out.len() >= (row_out + ox0 + 8) * out_c {
+                            // SAFETY: every input read lies in [start, last) (checked above), weights
+                            // in the first k_h*k_w*out_c floats, writes in the 8 output pixels.
+                            if unsafe { dw_row8(input.as_ptr().add(start), in_c, in_row, g, (ky_lo, ky_hi), w.as_ptr(), bias, blocked, out_c, clamp, out.as_mut_ptr().add((row_out + ox0) * out_c)) } {
+                                ox0 += 8;
+                                continue;
+                            }
+                        }
+                    }
                     // Tiles whose taps stay inside horizontally take the unchecked SIMD
                     // path where the CPU has one, over the rows' valid taps.
                     if let (Some(ky_lo), true) = (ky_lo, np == P && ox0 >= x_lo && ox0 + P <= x_hi && blocked > 0) {
@@ -476,6 +491,89 @@ unsafe fn dw_interior_avx512(
     }
 }
 
+/// Depthwise tile of 8 output pixels (stride 1, no dilation, a 3- or 5-wide
+/// filter) over channels `0..blocked` (a multiple of 16), summing the tap rows
+/// `taps_y`, with AVX-512: per filter row, the 8 + kw - 1 input vectors are each
+/// loaded once and multiplied by every tap that reaches them. Returns false (doing
+/// nothing) without AVX-512 or for another filter width.
+///
+/// # Safety
+/// As [`dw_interior`], for 8 pixels.
+#[allow(clippy::too_many_arguments)]
+unsafe fn dw_row8(
+    x: *const f32,
+    in_c: usize,
+    in_row: usize,
+    g: &Window,
+    taps_y: (usize, usize),
+    w: *const f32,
+    bias: Option<&[f32]>,
+    blocked: usize,
+    out_c: usize,
+    clamp: Clamp,
+    o: *mut f32,
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: AVX-512F checked; pointer ranges per this function's contract.
+        match g.k_w {
+            3 => unsafe { dw_row8_avx512::<3>(x, in_c, in_row, g, taps_y, w, bias, blocked, out_c, clamp, o) },
+            5 => unsafe { dw_row8_avx512::<5>(x, in_c, in_row, g, taps_y, w, bias, blocked, out_c, clamp, o) },
+            _ => return false,
+        }
+        return true;
+    }
+    let _ = (x, in_c, in_row, g, taps_y, w, bias, blocked, out_c, clamp, o);
+    false
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn dw_row8_avx512<const KW: usize>(
+    x: *const f32,
+    in_c: usize,
+    in_row: usize,
+    g: &Window,
+    (ky_lo, ky_hi): (usize, usize),
+    w: *const f32,
+    bias: Option<&[f32]>,
+    blocked: usize,
+    out_c: usize,
+    clamp: Clamp,
+    o: *mut f32,
+) {
+    use std::arch::x86_64::*;
+    let (lo, hi) = (_mm512_set1_ps(clamp.min), _mm512_set1_ps(clamp.max));
+    for c0 in (0..blocked).step_by(16) {
+        let b = match bias {
+            Some(b) => _mm512_loadu_ps(b.as_ptr().add(c0)),
+            None => _mm512_setzero_ps(),
+        };
+        let mut acc = [b; 8];
+        for ky in ky_lo..ky_hi {
+            let xr = x.add((ky - ky_lo) * g.dil_h * in_row + c0);
+            let wr = w.add(ky * KW * out_c + c0);
+            let mut wv = [_mm512_setzero_ps(); KW];
+            for (kx, v) in wv.iter_mut().enumerate() {
+                *v = _mm512_loadu_ps(wr.add(kx * out_c));
+            }
+            // Input column `col` feeds pixel `col - kx` through tap `kx`.
+            for col in 0..8 + KW - 1 {
+                let xv = _mm512_loadu_ps(xr.add(col * in_c));
+                for kx in 0..KW {
+                    if col >= kx && col - kx < 8 {
+                        acc[col - kx] = _mm512_fmadd_ps(xv, wv[kx], acc[col - kx]);
+                    }
+                }
+            }
+        }
+        for (p, a) in acc.iter().enumerate() {
+            _mm512_storeu_ps(o.add(p * out_c + c0), _mm512_min_ps(_mm512_max_ps(*a, lo), hi));
+        }
+    }
+}
+
 /// Walks a transposed convolution's scatter: output pixel (y, x) receives input
 /// pixel (iy, ix) through tap (ky, kx) when y = iy*stride + ky - pad. Calls
 /// `f(input_pixel, output_pixel, tap)` with flat pixel indices and `tap = ky * k_w +
@@ -578,7 +676,19 @@ mod tests {
 
     #[test]
     fn depthwise_matches_naive() {
-        for (c, mult, k, stride) in [(32, 1, 5, 1), (37, 1, 3, 2), (5, 2, 3, 1), (16, 1, 1, 1), (8, 1, 3, 1), (4, 1, 5, 1), (1, 1, 3, 1), (8, 1, 3, 2)] {
+        for (c, mult, k, stride) in [
+            (32, 1, 5, 1),
+            (48, 1, 3, 1),
+            (37, 1, 3, 2),
+            (5, 2, 3, 1),
+            (16, 1, 1, 1),
+            (8, 1, 3, 1),
+            (4, 1, 5, 1),
+            (1, 1, 3, 1),
+            (8, 1, 3, 2),
+            (24, 1, 3, 1),
+            (21, 1, 5, 1),
+        ] {
             let (in_h, in_w) = (9, 23);
             let (out_h, pt) = out_size_and_pad(in_h, k, stride, 1, true).unwrap();
             let (out_w, pl) = out_size_and_pad(in_w, k, stride, 1, true).unwrap();
@@ -603,6 +713,15 @@ mod tests {
             let b: Vec<f32> = (0..oc).map(|i| i as f32 * 0.01).collect();
             let mut out = vec![0.0; out_h * out_w * oc];
             depthwise_conv2d(&x, c, mult, &w, Some(&b), &g, Clamp::NONE, &mut out, 0..out_h);
+            // The row-flat form (multiplier 1, horizontal stride 1) must agree too.
+            if mult == 1 && stride == 1 {
+                let tiled = tile_depthwise(&w, c, k * k, out_w);
+                let mut flat = vec![0.0; out.len()];
+                depthwise_rows(&x, c, &tiled, Some(&b), &g, Clamp::NONE, &mut flat, 0..out_h);
+                for (a, r) in flat.iter().zip(&out) {
+                    assert!((a - r).abs() < 1e-4, "rows c{c} k{k}");
+                }
+            }
             for oy in 0..out_h {
                 for ox in 0..out_w {
                     for o in 0..oc {
