@@ -508,7 +508,7 @@ fn bench(path: &Path, threads: usize, shapes: &[String], warmup: usize, runs: us
             outln!("  {name:<28} {:>8.3} ms/run {:>5.1}%  ({n} ops)", t * 1e3 / runs as f64, 100.0 * t / total);
         }
         outln!("slowest ops:");
-        for (op, name, d) in ops.iter().take(10) {
+        for (op, name, d) in ops.iter().take(std::env::var("FERRITE_PROFILE_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(10)) {
             outln!("  op {op:<5} {name:<28} {:>8.3} ms/run", d.as_secs_f64() * 1e3 / runs as f64);
         }
         sess.set_profiling(false);

@@ -78,7 +78,7 @@ fn fma_peak(isa: Isa) -> f64 {
         chains!(chains512, "avx512f", __m512, _mm512_set1_ps, _mm512_fmadd_ps, first512);
         chains!(chains256, "avx2,fma", __m256, _mm256_set1_ps, _mm256_fmadd_ps, first256);
         let lanes = match isa {
-            Isa::Avx512 => 16,
+            Isa::Avx512 | Isa::Avx512Narrow => 16,
             Isa::Avx2 => 8,
             Isa::Portable => return 0.0,
         };
@@ -87,7 +87,7 @@ fn fma_peak(isa: Isa) -> f64 {
             let s = Instant::now();
             // SAFETY: the ISA was detected on this CPU.
             let sink = unsafe {
-                if isa == Isa::Avx512 {
+                if matches!(isa, Isa::Avx512 | Isa::Avx512Narrow) {
                     chains512()
                 } else {
                     chains256()
@@ -140,7 +140,7 @@ fn nominal_peak(isa: Isa) -> f64 {
         .and_then(|s| s.lines().find(|l| l.starts_with("cpu MHz")).and_then(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok()))
         .unwrap_or(0.0);
     let lanes = match isa {
-        Isa::Avx512 => 16.0,
+        Isa::Avx512 | Isa::Avx512Narrow => 16.0,
         Isa::Avx2 => 8.0,
         Isa::Portable => 0.0,
     };

@@ -21,6 +21,9 @@ use crate::Clamp;
 pub enum Isa {
     /// x86-64 AVX-512F.
     Avx512,
+    /// x86-64 AVX-512F with 16-channel panels and taller tiles, for layers with
+    /// at most 16 output channels.
+    Avx512Narrow,
     /// x86-64 AVX2 + FMA.
     Avx2,
     /// Any CPU.
@@ -43,15 +46,13 @@ impl Isa {
     }
 
     /// The kernel to use for a layer with `n` output channels: on AVX-512 machines,
-    /// layers with at most 16 channels use the 16-wide AVX2 tiles, which compute half
-    /// as much padding as a 32-wide panel would.
+    /// layers with at most 16 channels use 16-wide panels (12 rows of one vector),
+    /// which compute half as much padding as a 32-wide panel would.
     pub fn for_channels(n: usize) -> Isa {
         let best = Isa::detect();
-        #[cfg(target_arch = "x86_64")]
-        if best == Isa::Avx512 && n <= 16 && std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            return Isa::Avx2;
+        if best == Isa::Avx512 && n <= 16 {
+            return Isa::Avx512Narrow;
         }
-        let _ = n;
         best
     }
 
@@ -59,7 +60,7 @@ impl Isa {
     pub fn nr(self) -> usize {
         match self {
             Isa::Avx512 => 32,
-            Isa::Avx2 => 16,
+            Isa::Avx512Narrow | Isa::Avx2 => 16,
             Isa::Portable => 8,
         }
     }
@@ -68,6 +69,7 @@ impl Isa {
     pub fn mr(self) -> usize {
         match self {
             Isa::Avx512 => 8,
+            Isa::Avx512Narrow => 12,
             Isa::Avx2 => 6,
             Isa::Portable => 4,
         }
@@ -129,6 +131,9 @@ pub unsafe fn run_tile(isa: Isa, tile: &Tile<'_>, clamp: Clamp, out: *mut f32, o
         // SAFETY: `isa` came from `Isa::detect`, so the CPU has AVX-512F; pointer
         // validity is the caller's contract.
         Isa::Avx512 => unsafe { x86::tile_avx512(tile, clamp, out, out_stride) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above (Avx512Narrow is only chosen with AVX-512F).
+        Isa::Avx512Narrow => unsafe { x86::tile_avx512_narrow(tile, clamp, out, out_stride) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, for AVX2 + FMA.
         Isa::Avx2 => unsafe { x86::tile_avx2(tile, clamp, out, out_stride) },
@@ -351,7 +356,8 @@ pub fn fully_connected(input: &[f32], batch: usize, pk: &Packed, clamp: Clamp, o
     if pk.taps != 1 || input.len() < batch * k || out.len() < batch * n {
         return false;
     }
-    let mut ptrs = [std::ptr::null::<f32>(); 8];
+    // Room for the tallest tile (mr <= 16).
+    let mut ptrs = [std::ptr::null::<f32>(); 16];
     for b0 in (0..batch).step_by(mr) {
         let rows = mr.min(batch - b0);
         for (r, p) in ptrs.iter_mut().enumerate().take(mr) {
@@ -384,6 +390,77 @@ mod x86 {
             2 => tile_avx512_r::<2>(t, clamp, out, out_stride),
             3 | 4 => tile_avx512_r::<4>(t, clamp, out, out_stride),
             _ => tile_avx512_r::<8>(t, clamp, out, out_stride),
+        }
+    }
+
+    /// # Safety
+    /// CPU must support AVX-512F; see `run_tile` for pointers.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn tile_avx512_narrow(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
+        match t.rows {
+            1 => tile_avx512_narrow_r::<1>(t, clamp, out, out_stride),
+            2 => tile_avx512_narrow_r::<2>(t, clamp, out, out_stride),
+            3 | 4 => tile_avx512_narrow_r::<4>(t, clamp, out, out_stride),
+            5..=8 => tile_avx512_narrow_r::<8>(t, clamp, out, out_stride),
+            _ => tile_avx512_narrow_r::<12>(t, clamp, out, out_stride),
+        }
+    }
+
+    /// `R` rows of one 16-channel vector: per k, one weight load, `R` broadcasts and
+    /// `R` FMAs (with one or two rows, four partial sums hide the FMA latency).
+    #[target_feature(enable = "avx512f")]
+    unsafe fn tile_avx512_narrow_r<const R: usize>(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
+        const MR: usize = 12;
+        const NR: usize = 16;
+        let b0 = _mm512_loadu_ps(t.bias.as_ptr());
+        let mut c = [b0; R];
+        if R <= 2 {
+            const U: usize = 4;
+            let z = _mm512_setzero_ps();
+            let mut p = [[z; R]; U];
+            p[0] = c;
+            for tap in 0..t.taps {
+                let a = &t.a[tap * MR..tap * MR + R];
+                let bt = t.b.as_ptr().add(tap * t.k * NR);
+                let mut kk = 0;
+                while kk + U <= t.k {
+                    for u in 0..U {
+                        let w = _mm512_loadu_ps(bt.add((kk + u) * NR));
+                        for r in 0..R {
+                            p[u][r] = _mm512_fmadd_ps(_mm512_set1_ps(*a[r].add(kk + u)), w, p[u][r]);
+                        }
+                    }
+                    kk += U;
+                }
+                while kk < t.k {
+                    let w = _mm512_loadu_ps(bt.add(kk * NR));
+                    for r in 0..R {
+                        p[0][r] = _mm512_fmadd_ps(_mm512_set1_ps(*a[r].add(kk)), w, p[0][r]);
+                    }
+                    kk += 1;
+                }
+            }
+            for r in 0..R {
+                c[r] = _mm512_add_ps(_mm512_add_ps(p[0][r], p[1][r]), _mm512_add_ps(p[2][r], p[3][r]));
+            }
+        } else {
+            for tap in 0..t.taps {
+                let a = &t.a[tap * MR..tap * MR + R];
+                let mut bp = t.b.as_ptr().add(tap * t.k * NR);
+                for kk in 0..t.k {
+                    let w = _mm512_loadu_ps(bp);
+                    for r in 0..R {
+                        c[r] = _mm512_fmadd_ps(_mm512_set1_ps(*a[r].add(kk)), w, c[r]);
+                    }
+                    bp = bp.add(NR);
+                }
+            }
+        }
+        let lo = _mm512_set1_ps(clamp.min);
+        let hi = _mm512_set1_ps(clamp.max);
+        let m: __mmask16 = if t.cols >= 16 { 0xffff } else { ((1u32 << t.cols) - 1) as u16 };
+        for r in 0..t.rows {
+            _mm512_mask_storeu_ps(out.add(r * out_stride), m, _mm512_min_ps(_mm512_max_ps(c[r], lo), hi));
         }
     }
 
@@ -634,6 +711,9 @@ mod tests {
         #[cfg(target_arch = "x86_64")]
         if best == Isa::Avx512 && std::arch::is_x86_feature_detected!("fma") {
             check(Isa::Avx2);
+        }
+        if best == Isa::Avx512 {
+            check(Isa::Avx512Narrow);
         }
     }
 }
