@@ -408,6 +408,8 @@ mod x86 {
 
     /// `R` rows of one 16-channel vector: per k, one weight load, `R` broadcasts and
     /// `R` FMAs (with one or two rows, four partial sums hide the FMA latency).
+    // The loops index several register arrays in step; iterators would obscure that.
+    #[allow(clippy::needless_range_loop)]
     #[target_feature(enable = "avx512f")]
     unsafe fn tile_avx512_narrow_r<const R: usize>(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
         const MR: usize = 12;
