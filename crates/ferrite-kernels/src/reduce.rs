@@ -36,8 +36,8 @@ pub fn reduce(input: &[f32], shape: &[usize], reduce: &[bool], kind: Reducer, ou
         Reducer::Prod => a * v,
     };
     // Reduced axes forming one contiguous block (spatial mean of NHWC, last-axis
-    // sums): outer x reduced x inner loops with a contiguous inner loop. Same
-    // summation order as the general path below.
+    // sums): outer x reduced x inner loops with a contiguous inner loop, in the
+    // general path's summation order except for long last-axis runs.
     let first = (0..r).find(|&d| reduce[d]);
     let last = (0..r).rev().find(|&d| reduce[d]);
     if let (Some(f0), Some(l0)) = (first, last) {
@@ -45,13 +45,32 @@ pub fn reduce(input: &[f32], shape: &[usize], reduce: &[bool], kind: Reducer, ou
             let outer: usize = shape[..f0].iter().product();
             let red: usize = shape[f0..=l0].iter().product();
             let inner: usize = shape[l0 + 1..].iter().product();
-            for o in 0..outer {
-                let acc = &mut out[o * inner..(o + 1) * inner];
-                for k in 0..red {
+            if inner == 1 && red >= 32 {
+                // Each output reduces one contiguous run: 16 interleaved partial
+                // results, so the loop vectorizes, then those 16 combined.
+                for (o, run) in out.iter_mut().zip(input.chunks_exact(red)) {
+                    let mut lanes = [init; 16];
+                    let mut chunks = run.chunks_exact(16);
+                    for c in &mut chunks {
+                        for (l, &v) in lanes.iter_mut().zip(c) {
+                            *l = combine(*l, v);
+                        }
+                    }
+                    let mut a = lanes.iter().fold(init, |a, &l| combine(a, l));
+                    for &v in chunks.remainder() {
+                        a = combine(a, v);
+                    }
+                    *o = a;
+                }
+            } else {
+                for o in 0..outer {
+                    let acc = &mut out[o * inner..(o + 1) * inner];
+                    for k in 0..red {
                     let src = &input[(o * red + k) * inner..][..inner];
                     for (a, &v) in acc.iter_mut().zip(src) {
                         *a = combine(*a, v);
                     }
+                }
                 }
             }
             if kind == Reducer::Mean && red > 0 {
@@ -122,6 +141,27 @@ pub fn arg_extreme<T: Copy + PartialOrd>(input: &[T], shape: &[usize], axis: usi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_last_axis_runs_match_sequential_folds() {
+        for &(outer, red) in &[(1, 32), (3, 128), (2, 1537), (4, 47)] {
+            let x: Vec<f32> = (0..outer * red).map(|i| ((i * 29 % 31) as f32 - 15.0) * 0.125).collect();
+            for kind in [Reducer::Sum, Reducer::Mean, Reducer::Max, Reducer::Min] {
+                let mut out = vec![0.0; outer];
+                reduce(&x, &[outer, red], &[false, true], kind, &mut out);
+                for (o, run) in x.chunks_exact(red).enumerate() {
+                    let want = match kind {
+                        Reducer::Sum => run.iter().sum::<f32>(),
+                        Reducer::Mean => run.iter().sum::<f32>() / red as f32,
+                        Reducer::Max => run.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v)),
+                        _ => run.iter().fold(f32::INFINITY, |a, &v| a.min(v)),
+                    };
+                    // Eighths sum exactly in any order here.
+                    assert_eq!(out[o], want, "{kind:?} outer {outer} red {red}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn contiguous_and_strided_reductions_agree() {
