@@ -184,19 +184,25 @@ simd_fn! {
                 let span = (g.k_w - 1) * g.dil_w;
                 let x_hi = if g.in_w + g.pad_left > span { ((g.in_w + g.pad_left - span - 1) / g.stride_w + 1).min(g.out_w) } else { 0 };
                 let mut ox0 = 0;
+                // The SIMD tiles cover every channel (the last block masked) and a
+                // contiguous run of pixels, which the remainder pass below skips.
+                let simd_c = if multiplier == 1 { out_c } else { 0 };
+                let (mut simd_lo, mut simd_hi) = (usize::MAX, 0);
                 // Tiles of P pixels x B channels.
                 while ox0 < g.out_w {
                     let np = P.min(g.out_w - ox0);
                     // Stride 1 with a 3- or 5-wide filter: 8 pixels at a time, each input
                     // vector loaded once per filter row and used by every tap reaching it.
-                    if let (Some(ky_lo), true) = (ky_lo, g.stride_w == 1 && g.dil_w == 1 && matches!(g.k_w, 3 | 5) && ox0 >= x_lo && ox0 + 8 <= x_hi && blocked > 0) {
+                    // (A stride-2 form of it measured slower than the 4-pixel tile.)
+                    if let (Some(ky_lo), true) = (ky_lo, g.stride_w == 1 && g.dil_w == 1 && matches!(g.k_w, 3 | 5) && ox0 >= x_lo && ox0 + 8 <= x_hi && simd_c > 0 && (simd_hi == 0 || simd_hi == ox0)) {
                         let y0 = oy * g.stride_h + ky_lo * g.dil_h - g.pad_top;
                         let start = n * in_img + y0 * in_row + (ox0 - g.pad_left) * in_c;
-                        let last = start + ((ky_hi - 1 - ky_lo) * g.dil_h) * in_row + (7 + g.k_w - 1) * in_c + blocked;
+                        let last = start + ((ky_hi - 1 - ky_lo) * g.dil_h) * in_row + (7 + g.k_w - 1) * in_c + simd_c;
                         if last <= input.len() && w.len() >= g.k_h * g.k_w * out_c && out.len() >= (row_out + ox0 + 8) * out_c {
                             // SAFETY: every input read lies in [start, last) (checked above), weights
                             // in the first k_h*k_w*out_c floats, writes in the 8 output pixels.
-                            if unsafe { dw_row8(input.as_ptr().add(start), in_c, in_row, g, (ky_lo, ky_hi), w.as_ptr(), bias, blocked, out_c, clamp, out.as_mut_ptr().add((row_out + ox0) * out_c)) } {
+                            if unsafe { dw_row8(input.as_ptr().add(start), in_c, in_row, g, (ky_lo, ky_hi), w.as_ptr(), bias, simd_c, out_c, clamp, out.as_mut_ptr().add((row_out + ox0) * out_c)) } {
+                                (simd_lo, simd_hi) = (simd_lo.min(ox0), ox0 + 8);
                                 ox0 += 8;
                                 continue;
                             }
@@ -204,15 +210,16 @@ simd_fn! {
                     }
                     // Tiles whose taps stay inside horizontally take the unchecked SIMD
                     // path where the CPU has one, over the rows' valid taps.
-                    if let (Some(ky_lo), true) = (ky_lo, np == P && ox0 >= x_lo && ox0 + P <= x_hi && blocked > 0) {
+                    if let (Some(ky_lo), true) = (ky_lo, np == P && ox0 >= x_lo && ox0 + P <= x_hi && simd_c > 0 && (simd_hi == 0 || simd_hi == ox0)) {
                         let y0 = oy * g.stride_h + ky_lo * g.dil_h - g.pad_top;
                         let x0 = ox0 * g.stride_w - g.pad_left;
                         let start = n * in_img + y0 * in_row + x0 * in_c;
-                        let last = start + ((ky_hi - 1 - ky_lo) * g.dil_h) * in_row + ((P - 1) * g.stride_w + span) * in_c + blocked;
+                        let last = start + ((ky_hi - 1 - ky_lo) * g.dil_h) * in_row + ((P - 1) * g.stride_w + span) * in_c + simd_c;
                         if last <= input.len() && w.len() >= g.k_h * g.k_w * out_c && out.len() >= (row_out + ox0 + P) * out_c {
                             // SAFETY: every input read lies in [start, last) (checked above), weights
                             // in the first k_h*k_w*out_c floats, writes in the 4 output pixels.
-                            if unsafe { dw_interior(input.as_ptr().add(start), in_c, in_row, g, (ky_lo, ky_hi), w.as_ptr(), bias, blocked, out_c, clamp, out.as_mut_ptr().add((row_out + ox0) * out_c)) } {
+                            if unsafe { dw_interior(input.as_ptr().add(start), in_c, in_row, g, (ky_lo, ky_hi), w.as_ptr(), bias, simd_c, out_c, clamp, out.as_mut_ptr().add((row_out + ox0) * out_c)) } {
+                                (simd_lo, simd_hi) = (simd_lo.min(ox0), ox0 + np);
                                 ox0 += np;
                                 continue;
                             }
@@ -253,15 +260,28 @@ simd_fn! {
                     }
                     ox0 += np;
                 }
-                // Remaining channels (and multiplier > 1): per pixel.
+                // Remaining channels (and multiplier > 1): per pixel, except those the
+                // SIMD tiles computed whole.
                 if blocked < out_c {
-                    for ox in 0..g.out_w {
+                    for ox in (0..g.out_w).filter(|ox| !(simd_lo..simd_hi).contains(ox)) {
                         dw_pixel(input, in_c, multiplier, w, bias, g, clamp, out, n, oy, ox, row_out, blocked);
                     }
                 }
             }
         }
     }
+}
+
+/// Whether [`depthwise_conv2d`] runs every channel count at full vector width
+/// (AVX-512 masks the last block); elsewhere [`depthwise_rows`] serves channel
+/// counts that are neither multiples nor divisors of 16.
+pub fn depthwise_masks_tails() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
 }
 
 /// Depthwise weights (multiplier 1) tiled for [`depthwise_rows`]: tap `t`'s `c`
@@ -412,8 +432,8 @@ unsafe fn dw_small_c_avx512(x: *const f32, in_c: usize, in_row: usize, g: &Windo
     _mm512_storeu_ps(o.add(48), _mm512_min_ps(_mm512_max_ps(a3, lo), hi));
 }
 
-/// Depthwise tile of 4 output pixels over channels `0..blocked` (a multiple of
-/// 16), whose taps stay inside the input horizontally, summing the tap rows
+/// Depthwise tile of 4 output pixels over channels `0..blocked` (the last block
+/// of 16 masked), whose taps stay inside the input horizontally, summing the tap rows
 /// `taps_y` (those inside vertically), with AVX-512. Returns false (doing nothing)
 /// without AVX-512.
 ///
@@ -466,8 +486,10 @@ unsafe fn dw_interior_avx512(
     let (lo, hi) = (_mm512_set1_ps(clamp.min), _mm512_set1_ps(clamp.max));
     let step = g.stride_w * in_c;
     for c0 in (0..blocked).step_by(16) {
+        // The last block of a channel count that is not a multiple of 16 is masked.
+        let m: __mmask16 = if c0 + 16 <= blocked { 0xFFFF } else { (1u16 << (blocked - c0)) - 1 };
         let b = match bias {
-            Some(b) => _mm512_loadu_ps(b.as_ptr().add(c0)),
+            Some(b) => _mm512_maskz_loadu_ps(m, b.as_ptr().add(c0)),
             None => _mm512_setzero_ps(),
         };
         let (mut a0, mut a1, mut a2, mut a3) = (b, b, b, b);
@@ -475,24 +497,24 @@ unsafe fn dw_interior_avx512(
             let xr = x.add((ky - ky_lo) * g.dil_h * in_row + c0);
             let wr = w.add(ky * g.k_w * out_c + c0);
             for kx in 0..g.k_w {
-                let wv = _mm512_loadu_ps(wr.add(kx * out_c));
+                let wv = _mm512_maskz_loadu_ps(m, wr.add(kx * out_c));
                 let xp = xr.add(kx * g.dil_w * in_c);
-                a0 = _mm512_fmadd_ps(_mm512_loadu_ps(xp), wv, a0);
-                a1 = _mm512_fmadd_ps(_mm512_loadu_ps(xp.add(step)), wv, a1);
-                a2 = _mm512_fmadd_ps(_mm512_loadu_ps(xp.add(2 * step)), wv, a2);
-                a3 = _mm512_fmadd_ps(_mm512_loadu_ps(xp.add(3 * step)), wv, a3);
+                a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xp), wv, a0);
+                a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xp.add(step)), wv, a1);
+                a2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xp.add(2 * step)), wv, a2);
+                a3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xp.add(3 * step)), wv, a3);
             }
         }
         let op = o.add(c0);
-        _mm512_storeu_ps(op, _mm512_min_ps(_mm512_max_ps(a0, lo), hi));
-        _mm512_storeu_ps(op.add(out_c), _mm512_min_ps(_mm512_max_ps(a1, lo), hi));
-        _mm512_storeu_ps(op.add(2 * out_c), _mm512_min_ps(_mm512_max_ps(a2, lo), hi));
-        _mm512_storeu_ps(op.add(3 * out_c), _mm512_min_ps(_mm512_max_ps(a3, lo), hi));
+        _mm512_mask_storeu_ps(op, m, _mm512_min_ps(_mm512_max_ps(a0, lo), hi));
+        _mm512_mask_storeu_ps(op.add(out_c), m, _mm512_min_ps(_mm512_max_ps(a1, lo), hi));
+        _mm512_mask_storeu_ps(op.add(2 * out_c), m, _mm512_min_ps(_mm512_max_ps(a2, lo), hi));
+        _mm512_mask_storeu_ps(op.add(3 * out_c), m, _mm512_min_ps(_mm512_max_ps(a3, lo), hi));
     }
 }
 
 /// Depthwise tile of 8 output pixels (stride 1, no dilation, a 3- or 5-wide
-/// filter) over channels `0..blocked` (a multiple of 16), summing the tap rows
+/// filter) over channels `0..blocked` (the last block of 16 masked), summing the tap rows
 /// `taps_y`, with AVX-512: per filter row, the 8 + kw - 1 input vectors are each
 /// loaded once and multiplied by every tap that reaches them. Returns false (doing
 /// nothing) without AVX-512 or for another filter width.
@@ -516,9 +538,9 @@ unsafe fn dw_row8(
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx512f") {
         // SAFETY: AVX-512F checked; pointer ranges per this function's contract.
-        match g.k_w {
-            3 => unsafe { dw_row8_avx512::<3>(x, in_c, in_row, g, taps_y, w, bias, blocked, out_c, clamp, o) },
-            5 => unsafe { dw_row8_avx512::<5>(x, in_c, in_row, g, taps_y, w, bias, blocked, out_c, clamp, o) },
+        match (g.k_w, g.stride_w) {
+            (3, 1) => unsafe { dw_row8_avx512::<3>(x, in_c, in_row, g, taps_y, w, bias, blocked, out_c, clamp, o) },
+            (5, 1) => unsafe { dw_row8_avx512::<5>(x, in_c, in_row, g, taps_y, w, bias, blocked, out_c, clamp, o) },
             _ => return false,
         }
         return true;
@@ -546,8 +568,10 @@ unsafe fn dw_row8_avx512<const KW: usize>(
     use std::arch::x86_64::*;
     let (lo, hi) = (_mm512_set1_ps(clamp.min), _mm512_set1_ps(clamp.max));
     for c0 in (0..blocked).step_by(16) {
+        // The last block of a channel count that is not a multiple of 16 is masked.
+        let m: __mmask16 = if c0 + 16 <= blocked { 0xFFFF } else { (1u16 << (blocked - c0)) - 1 };
         let b = match bias {
-            Some(b) => _mm512_loadu_ps(b.as_ptr().add(c0)),
+            Some(b) => _mm512_maskz_loadu_ps(m, b.as_ptr().add(c0)),
             None => _mm512_setzero_ps(),
         };
         let mut acc = [b; 8];
@@ -556,11 +580,11 @@ unsafe fn dw_row8_avx512<const KW: usize>(
             let wr = w.add(ky * KW * out_c + c0);
             let mut wv = [_mm512_setzero_ps(); KW];
             for (kx, v) in wv.iter_mut().enumerate() {
-                *v = _mm512_loadu_ps(wr.add(kx * out_c));
+                *v = _mm512_maskz_loadu_ps(m, wr.add(kx * out_c));
             }
             // Input column `col` feeds pixel `col - kx` through tap `kx`.
             for col in 0..8 + KW - 1 {
-                let xv = _mm512_loadu_ps(xr.add(col * in_c));
+                let xv = _mm512_maskz_loadu_ps(m, xr.add(col * in_c));
                 for kx in 0..KW {
                     if col >= kx && col - kx < 8 {
                         acc[col - kx] = _mm512_fmadd_ps(xv, wv[kx], acc[col - kx]);
@@ -569,7 +593,7 @@ unsafe fn dw_row8_avx512<const KW: usize>(
             }
         }
         for (p, a) in acc.iter().enumerate() {
-            _mm512_storeu_ps(o.add(p * out_c + c0), _mm512_min_ps(_mm512_max_ps(*a, lo), hi));
+            _mm512_mask_storeu_ps(o.add(p * out_c + c0), m, _mm512_min_ps(_mm512_max_ps(*a, lo), hi));
         }
     }
 }

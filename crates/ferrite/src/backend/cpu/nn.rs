@@ -171,7 +171,7 @@ pub(crate) fn depthwise(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<
     // multiply-add per row. (With 16-multiple channels the register-tiled kernel is
     // faster: the tiled rows cost cache traffic.)
     let wt = op.input(1)?;
-    let awkward = ic % 16 != 0 && !(ic < 16 && 16 % ic == 0);
+    let awkward = ic % 16 != 0 && !(ic < 16 && 16 % ic == 0) && !conv::depthwise_masks_tails();
     if mult == 1 && g.stride_w == 1 && wt.constant && awkward {
         let bytes = wt.value.ok_or_else(|| op.bad("constant weights without data"))?;
         let key = PackKey { subgraph: op.subgraph, tensor: wt.tensor, with: None, packing: Packing::DepthwiseRows(g.out_w) };
