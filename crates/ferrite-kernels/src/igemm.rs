@@ -488,6 +488,9 @@ mod x86 {
                 let bt = t.b.as_ptr().add(tap * t.k * NR);
                 let mut kk = 0;
                 while kk + U <= t.k {
+                    // One or two rows stream the weights once: fetch ahead of use.
+                    _mm_prefetch::<_MM_HINT_T0>(bt.add((kk + 16) * NR) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T0>(bt.add((kk + 18) * NR) as *const i8);
                     for u in 0..U {
                         let w0 = _mm512_loadu_ps(bt.add((kk + u) * NR));
                         let w1 = _mm512_loadu_ps(bt.add((kk + u) * NR + 16));
