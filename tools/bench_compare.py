@@ -62,6 +62,7 @@ def main():
     ap.add_argument("--filter", default="", help="regular expression on model file names")
     ap.add_argument("--speedup", action="store_true", help="also time ferrite at 1 thread and report the N-thread speed-up")
     ap.add_argument("--markdown")
+    ap.add_argument("--title", help="markdown section title (default: the thread count)")
     args = ap.parse_args()
     rows = []
     for m in sorted(pathlib.Path(args.corpus).rglob("*.tflite")):
@@ -82,7 +83,7 @@ def main():
     if args.markdown:
         cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
         lines = [
-            f"## {args.threads} thread(s)",
+            f"## {args.title or f'{args.threads} thread(s)'}",
             "",
             f"Machine: {cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}. LiteRT `ai-edge-litert` default resolver (XNNPACK).",
             "",
