@@ -117,6 +117,29 @@ fn steady_state_run_does_not_allocate() {
     println!("no-alloc: {checked} models checked");
 }
 
+/// The planner's target on the fetched corpus: arena within 5% of the largest
+/// total live at one step. (Models whose activations total a few hundred bytes are
+/// dominated by 64-byte tensor alignment and are left out.)
+#[test]
+fn arenas_stay_within_five_percent_of_the_lower_bound() {
+    let mut checked = 0;
+    for p in models() {
+        let Ok(mut s) = Session::from_file(&p) else { continue };
+        if s.prepare().is_err() {
+            continue;
+        }
+        let (arena, bound) = s.arena_stats().unwrap();
+        if bound < 4096 {
+            continue;
+        }
+        let ratio = arena as f64 / bound as f64;
+        println!("{:<45} arena {arena} B, lower bound {bound} B, ratio {ratio:.3}", p.file_name().unwrap().to_string_lossy());
+        assert!(ratio <= 1.05, "{}: arena {arena} B is {ratio:.3} x the lower bound {bound} B", p.display());
+        checked += 1;
+    }
+    println!("plan quality: {checked} models checked");
+}
+
 use ferrite::{PlanStats, RunStats};
 use ferrite_format::schema::TensorType;
 use ferrite_format::writer::{Activation, BuiltinOperator as B, ModelSpec, OpCode, Options, TensorSpec};
