@@ -287,6 +287,14 @@ pub fn conv2d(
     {
         return false;
     }
+    // A 1x1, stride-1 convolution is a GEMM over all the chunk's pixels: tiles then
+    // span output rows, so narrow maps (14 or 7 wide) do not leave partial tiles.
+    // Callers start chunks on multiples of `row_granule` rows, so the tiles (and the
+    // kernel variant each pixel takes) do not depend on the chunking.
+    if is_flat(pk, g) {
+        let (first, pixels) = (first_row * g.out_w, (rows.end - first_row) * g.out_w);
+        return input.get(first * c..).is_some_and(|x| fully_connected(x, pixels, pk, clamp, out));
+    }
     let zero = pk.zero.as_ptr() as usize;
     let ConvScratch { ptrs: scratch, lines } = scratch;
     for row in rows {
@@ -348,6 +356,31 @@ pub fn conv2d(
         }
     }
     true
+}
+
+/// Whether [`conv2d`] runs this geometry as one flat GEMM over pixels.
+fn is_flat(pk: &Packed, g: &crate::conv::Window) -> bool {
+    pk.merged_kw == 1
+        && g.k_h == 1
+        && g.k_w == 1
+        && g.stride_h == 1
+        && g.stride_w == 1
+        && g.pad_top == 0
+        && g.pad_left == 0
+        && g.in_w == g.out_w
+        && g.in_h == g.out_h
+}
+
+/// Rows a chunk of [`conv2d`] output must start on a multiple of for results to be
+/// the same for any split into chunks (threads, fused-epilogue blocks): the flat
+/// 1x1 path tiles pixels, so chunks must start on a tile boundary.
+pub fn row_granule(pk: &Packed, g: &crate::conv::Window) -> usize {
+    if !is_flat(pk, g) || g.out_w == 0 {
+        return 1;
+    }
+    let (mr, w) = (pk.isa.mr(), g.out_w);
+    let gcd = (1..=mr.min(w)).rev().find(|d| mr % d == 0 && w % d == 0).unwrap_or(1);
+    mr / gcd
 }
 
 /// Fully-connected over `batch` rows of `pk.k` inputs. False if a slice is too short.
@@ -646,9 +679,16 @@ mod tests {
     fn conv_paths_match_direct_sum() {
         use crate::conv::{out_size_and_pad, Window};
         let isa = Isa::detect();
-        for &(c, n, k, stride, dil, same) in
-            &[(3, 24, 3, 2, 1, true), (1, 5, 5, 1, 1, false), (4, 33, 3, 1, 2, true), (8, 16, 5, 2, 1, true), (2, 7, 3, 3, 1, false)]
-        {
+        for &(c, n, k, stride, dil, same) in &[
+            (3, 24, 3, 2, 1, true),
+            (1, 5, 5, 1, 1, false),
+            (4, 33, 3, 1, 2, true),
+            (8, 16, 5, 2, 1, true),
+            (2, 7, 3, 3, 1, false),
+            (5, 40, 1, 1, 1, true),
+            (24, 12, 1, 1, 1, false),
+            (9, 70, 1, 2, 1, true),
+        ] {
             let (in_h, in_w) = (11, 13);
             let (out_h, pt) = out_size_and_pad(in_h, k, stride, dil, same).unwrap();
             let (out_w, pl) = out_size_and_pad(in_w, k, stride, dil, same).unwrap();

@@ -196,12 +196,15 @@ pub(crate) fn rows_with_epilogue(
     ins: &[Option<&[u8]>],
     channels: usize,
     row_len: usize,
+    granule: usize,
     r: std::ops::Range<usize>,
     out: &mut [f32],
     mut f: impl FnMut(std::ops::Range<usize>, &mut [f32]) -> bool,
 ) -> bool {
     let Some(e) = epilogue.and_then(|s| s.get()).filter(|e| !e.is_empty()) else { return f(r, out) };
-    let block = (32 * 1024 / (row_len * 4).max(1)).max(1);
+    // Blocks in whole granules, so the kernel's tiling is the same as unblocked.
+    let granule = granule.max(1);
+    let block = (32 * 1024 / (row_len * 4).max(1)).max(1).div_ceil(granule) * granule;
     let mut start = r.start;
     for o in out.chunks_mut(block * row_len.max(1)) {
         let end = (start + block).min(r.end);
@@ -231,9 +234,29 @@ pub(crate) fn for_row_chunks(
     row_len: usize,
     f: &RowTask<'_>,
 ) -> Result<()> {
-    use ferrite_kernels::parallel::chunk;
+    for_row_chunks_aligned(pool, flops, out, rows, row_len, 1, f)
+}
+
+/// [`for_row_chunks`] with chunk boundaries on multiples of `granule` rows, for
+/// kernels whose tiling must not depend on where a chunk starts.
+pub(crate) fn for_row_chunks_aligned(
+    pool: Option<&ferrite_kernels::parallel::ThreadPool>,
+    flops: usize,
+    out: &mut [f32],
+    rows: usize,
+    row_len: usize,
+    granule: usize,
+    f: &RowTask<'_>,
+) -> Result<()> {
+    let granule = granule.max(1);
+    let units = rows.div_ceil(granule);
+    // Chunk `i` of the rows, in whole granules (the last one possibly short).
+    let chunk = |rows: usize, parts: usize, i: usize| {
+        let u = ferrite_kernels::parallel::chunk(units, parts, i);
+        (u.start * granule).min(rows)..(u.end * granule).min(rows)
+    };
     let parts = match pool {
-        Some(p) if flops >= PARALLEL_MIN_FLOPS => p.threads().min(rows),
+        Some(p) if flops >= PARALLEL_MIN_FLOPS => p.threads().min(units),
         _ => 1,
     };
     let ok = match pool {

@@ -8,7 +8,7 @@ use ferrite_kernels::{gemm, pool as kpool, softmax as ksoftmax, Clamp};
 
 use std::sync::Mutex;
 
-use super::{clamp_of, for_row_chunks, require_f32, rows_with_epilogue};
+use super::{clamp_of, for_row_chunks, for_row_chunks_aligned, require_f32, rows_with_epilogue};
 use crate::backend::{arg, typed, typed_mut, BackendContext, Built, OpContext, PackKey, Packing};
 use crate::error::Result;
 use crate::model::DType;
@@ -137,9 +137,10 @@ pub(crate) fn conv2d(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Bui
         kernel: Box::new(move |ins, outs| {
             let pk = weights.get(ins, has_bias)?;
             let input = typed::<f32>(arg(ins, 0)?)?;
-            for_row_chunks(pool.as_deref(), flops, typed_mut::<f32>(outs[0])?, rows, g.out_w * oc, &|i, r, out| {
+            let granule = igemm::row_granule(pk, &g);
+            for_row_chunks_aligned(pool.as_deref(), flops, typed_mut::<f32>(outs[0])?, rows, g.out_w * oc, granule, &|i, r, out| {
                 let mut sc = scratch[i].lock().unwrap_or_else(|e| e.into_inner());
-                rows_with_epilogue(epilogue.as_ref(), ins, oc, g.out_w * oc, r, out, |r, out| igemm::conv2d(input, pk, &g, clamp, out, r, &mut sc))
+                rows_with_epilogue(epilogue.as_ref(), ins, oc, g.out_w * oc, granule, r, out, |r, out| igemm::conv2d(input, pk, &g, clamp, out, r, &mut sc))
             })
         }),
     })
@@ -182,7 +183,7 @@ pub(crate) fn depthwise(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<
                 let bias = if has_bias { Some(typed::<f32>(arg(ins, 2)?)?) } else { None };
                 let input = typed::<f32>(arg(ins, 0)?)?;
                 for_row_chunks(pool.as_deref(), flops, typed_mut::<f32>(outs[0])?, rows, g.out_w * oc, &|_, r, out| {
-                    rows_with_epilogue(epilogue.as_ref(), ins, oc, g.out_w * oc, r, out, |r, out| {
+                    rows_with_epilogue(epilogue.as_ref(), ins, oc, g.out_w * oc, 1, r, out, |r, out| {
                         conv::depthwise_rows(input, ic, &tiled, bias, &g, clamp, out, r);
                         true
                     })
@@ -196,7 +197,7 @@ pub(crate) fn depthwise(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<
             let bias = if has_bias { Some(typed::<f32>(arg(ins, 2)?)?) } else { None };
             let (input, w) = (typed::<f32>(arg(ins, 0)?)?, typed::<f32>(arg(ins, 1)?)?);
             for_row_chunks(pool.as_deref(), flops, typed_mut::<f32>(outs[0])?, rows, g.out_w * oc, &|_, r, out| {
-                rows_with_epilogue(epilogue.as_ref(), ins, oc, g.out_w * oc, r, out, |r, out| {
+                rows_with_epilogue(epilogue.as_ref(), ins, oc, g.out_w * oc, 1, r, out, |r, out| {
                     conv::depthwise_conv2d(input, ic, mult, w, bias, &g, clamp, out, r);
                     true
                 })
