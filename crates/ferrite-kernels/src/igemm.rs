@@ -297,44 +297,72 @@ pub fn conv2d(
     }
     let zero = pk.zero.as_ptr() as usize;
     let ConvScratch { ptrs: scratch, lines } = scratch;
-    for row in rows {
-        let (b, oy) = (row / g.out_h, row % g.out_h);
-        if merged {
-            // Zero-padded copies of the input rows the filter rows read: every
-            // column's window is then kw * c contiguous floats.
-            for ky in 0..g.k_h {
-                let line = &mut lines[ky * width * c..(ky + 1) * width * c];
-                line.fill(0.0);
-                if let Some(y) = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h) {
-                    let src = &input[(b * g.in_h + y) * g.in_w * c..][..g.in_w * c];
-                    line[g.pad_left * c..(g.pad_left + g.in_w) * c].copy_from_slice(src);
+    if !merged {
+        // Per-tap implicit GEMM over the chunk's pixels in groups of `blocks` tiles:
+        // tiles span output rows (no partial tiles on maps not a multiple of mr
+        // wide), and each panel's weights sweep a whole group before the next.
+        let (start, end) = (first_row * g.out_w, rows.end * g.out_w);
+        let mut p = start;
+        while p < end {
+            let group = (blocks * mr).min(end - p);
+            let tiles = group.div_ceil(mr);
+            for blk in 0..tiles {
+                for r in 0..mr {
+                    let px = p + blk * mr + r;
+                    let (b, oy, ox) = (px / (g.out_h * g.out_w), px / g.out_w % g.out_h, px % g.out_w);
+                    for ky in 0..g.k_h {
+                        let iy = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h && px < end);
+                        for kx in 0..g.k_w {
+                            let ix = (ox * g.stride_w + kx * g.dil_w).checked_sub(g.pad_left).filter(|&x| x < g.in_w);
+                            scratch[(blk * pk.taps + ky * g.k_w + kx) * mr + r] = match (iy, ix) {
+                                (Some(y), Some(x)) => input[((b * g.in_h + y) * g.in_w + x) * c..].as_ptr() as usize,
+                                _ => zero,
+                            };
+                        }
+                    }
                 }
             }
+            for panel in 0..n.div_ceil(nr) {
+                for blk in 0..tiles {
+                    let a_words = &scratch[blk * pk.taps * mr..(blk + 1) * pk.taps * mr];
+                    // SAFETY: `*const f32` and `usize` have the same size and layout; every
+                    // word was written above from a pointer into `input` or `zero`.
+                    let a: &[*const f32] = unsafe { std::slice::from_raw_parts(a_words.as_ptr().cast(), a_words.len()) };
+                    let rows_here = mr.min(group - blk * mr);
+                    let tile = pk.tile(a, panel, rows_here);
+                    // SAFETY: each row pointer addresses k floats (a full pixel inside
+                    // `input`, checked size, or the zero row); the tile writes rows <
+                    // rows_here and columns < cols of this panel, inside `out` (checked size).
+                    unsafe { run_tile(pk.isa, &tile, clamp, out.as_mut_ptr().add((p - start + blk * mr) * n + panel * nr), n) };
+                }
+            }
+            p += group;
         }
-        // Row pointers for every pixel block of this output row, per tap.
+        return true;
+    }
+    // Merged filter rows: one output row at a time, over zero-padded copies of the
+    // input rows its filter rows read (every column's window is then kw * c
+    // contiguous floats).
+    for row in rows {
+        let (b, oy) = (row / g.out_h, row % g.out_h);
+        for ky in 0..g.k_h {
+            let line = &mut lines[ky * width * c..(ky + 1) * width * c];
+            line.fill(0.0);
+            if let Some(y) = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h) {
+                let src = &input[(b * g.in_h + y) * g.in_w * c..][..g.in_w * c];
+                line[g.pad_left * c..(g.pad_left + g.in_w) * c].copy_from_slice(src);
+            }
+        }
+        // Row pointers for every pixel block of this output row, per filter row.
         for blk in 0..blocks {
             for ky in 0..g.k_h {
                 let iy = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h);
-                if merged {
-                    for r in 0..mr {
-                        let ox = blk * mr + r;
-                        scratch[(blk * pk.taps + ky) * mr + r] = match iy {
-                            Some(_) if ox < g.out_w => lines[(ky * width + ox * g.stride_w) * c..].as_ptr() as usize,
-                            _ => zero,
-                        };
-                    }
-                    continue;
-                }
-                for kx in 0..g.k_w {
-                    let t = ky * g.k_w + kx;
-                    for r in 0..mr {
-                        let ox = blk * mr + r;
-                        let ix = (ox * g.stride_w + kx * g.dil_w).checked_sub(g.pad_left).filter(|&x| x < g.in_w && ox < g.out_w);
-                        scratch[(blk * pk.taps + t) * mr + r] = match (iy, ix) {
-                            (Some(y), Some(x)) => input[((b * g.in_h + y) * g.in_w + x) * c..].as_ptr() as usize,
-                            _ => zero,
-                        };
-                    }
+                for r in 0..mr {
+                    let ox = blk * mr + r;
+                    scratch[(blk * pk.taps + ky) * mr + r] = match iy {
+                        Some(_) if ox < g.out_w => lines[(ky * width + ox * g.stride_w) * c..].as_ptr() as usize,
+                        _ => zero,
+                    };
                 }
             }
         }
@@ -343,14 +371,14 @@ pub fn conv2d(
             for blk in 0..blocks {
                 let a_words = &scratch[blk * pk.taps * mr..(blk + 1) * pk.taps * mr];
                 // SAFETY: `*const f32` and `usize` have the same size and layout; every
-                // word was written above from a pointer into `input`, `lines` or `zero`.
+                // word was written above from a pointer into `lines` or `zero`.
                 let a: &[*const f32] = unsafe { std::slice::from_raw_parts(a_words.as_ptr().cast(), a_words.len()) };
                 let rows_here = mr.min(g.out_w - blk * mr);
                 let tile = pk.tile(a, panel, rows_here);
-                // SAFETY: each row pointer addresses k floats: a full pixel inside `input`
-                // (checked size), a window inside a padded line (its width covers every
-                // column's window), or the zero row (k long); the tile writes rows <
-                // rows_here and columns < cols of this panel, inside `out` (checked size).
+                // SAFETY: each row pointer addresses k floats: a window inside a padded
+                // line (its width covers every column's window) or the zero row (k long);
+                // the tile writes rows < rows_here and columns < cols of this panel,
+                // inside `out` (checked size).
                 unsafe { run_tile(pk.isa, &tile, clamp, out.as_mut_ptr().add(out_row + blk * mr * n + panel * nr), n) };
             }
         }
@@ -372,10 +400,11 @@ fn is_flat(pk: &Packed, g: &crate::conv::Window) -> bool {
 }
 
 /// Rows a chunk of [`conv2d`] output must start on a multiple of for results to be
-/// the same for any split into chunks (threads, fused-epilogue blocks): the flat
-/// 1x1 path tiles pixels, so chunks must start on a tile boundary.
+/// the same for any split into chunks (threads, fused-epilogue blocks): outside the
+/// merged-row mode, tiles run over pixels across rows, so chunks must start on a
+/// tile boundary.
 pub fn row_granule(pk: &Packed, g: &crate::conv::Window) -> usize {
-    if !is_flat(pk, g) || g.out_w == 0 {
+    if pk.merged_kw > 1 || g.out_w == 0 {
         return 1;
     }
     let (mr, w) = (pk.isa.mr(), g.out_w);
