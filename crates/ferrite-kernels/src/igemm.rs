@@ -287,59 +287,11 @@ pub fn conv2d(
     {
         return false;
     }
-    // A 1x1, stride-1 convolution is a GEMM over all the chunk's pixels: tiles then
-    // span output rows, so narrow maps (14 or 7 wide) do not leave partial tiles.
-    // Callers start chunks on multiples of `row_granule` rows, so the tiles (and the
-    // kernel variant each pixel takes) do not depend on the chunking.
-    if is_flat(pk, g) {
-        let (first, pixels) = (first_row * g.out_w, (rows.end - first_row) * g.out_w);
-        return input.get(first * c..).is_some_and(|x| fully_connected(x, pixels, pk, clamp, out));
+    if !merged {
+        return conv2d_pixels(input, pk, g, clamp, out, first_row * g.out_w..rows.end * g.out_w, scratch);
     }
     let zero = pk.zero.as_ptr() as usize;
     let ConvScratch { ptrs: scratch, lines } = scratch;
-    if !merged {
-        // Per-tap implicit GEMM over the chunk's pixels in groups of `blocks` tiles:
-        // tiles span output rows (no partial tiles on maps not a multiple of mr
-        // wide), and each panel's weights sweep a whole group before the next.
-        let (start, end) = (first_row * g.out_w, rows.end * g.out_w);
-        let mut p = start;
-        while p < end {
-            let group = (blocks * mr).min(end - p);
-            let tiles = group.div_ceil(mr);
-            for blk in 0..tiles {
-                for r in 0..mr {
-                    let px = p + blk * mr + r;
-                    let (b, oy, ox) = (px / (g.out_h * g.out_w), px / g.out_w % g.out_h, px % g.out_w);
-                    for ky in 0..g.k_h {
-                        let iy = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h && px < end);
-                        for kx in 0..g.k_w {
-                            let ix = (ox * g.stride_w + kx * g.dil_w).checked_sub(g.pad_left).filter(|&x| x < g.in_w);
-                            scratch[(blk * pk.taps + ky * g.k_w + kx) * mr + r] = match (iy, ix) {
-                                (Some(y), Some(x)) => input[((b * g.in_h + y) * g.in_w + x) * c..].as_ptr() as usize,
-                                _ => zero,
-                            };
-                        }
-                    }
-                }
-            }
-            for panel in 0..n.div_ceil(nr) {
-                for blk in 0..tiles {
-                    let a_words = &scratch[blk * pk.taps * mr..(blk + 1) * pk.taps * mr];
-                    // SAFETY: `*const f32` and `usize` have the same size and layout; every
-                    // word was written above from a pointer into `input` or `zero`.
-                    let a: &[*const f32] = unsafe { std::slice::from_raw_parts(a_words.as_ptr().cast(), a_words.len()) };
-                    let rows_here = mr.min(group - blk * mr);
-                    let tile = pk.tile(a, panel, rows_here);
-                    // SAFETY: each row pointer addresses k floats (a full pixel inside
-                    // `input`, checked size, or the zero row); the tile writes rows <
-                    // rows_here and columns < cols of this panel, inside `out` (checked size).
-                    unsafe { run_tile(pk.isa, &tile, clamp, out.as_mut_ptr().add((p - start + blk * mr) * n + panel * nr), n) };
-                }
-            }
-            p += group;
-        }
-        return true;
-    }
     // Merged filter rows: one output row at a time, over zero-padded copies of the
     // input rows its filter rows read (every column's window is then kw * c
     // contiguous floats).
@@ -386,6 +338,81 @@ pub fn conv2d(
     true
 }
 
+/// [`conv2d`] outside the merged-row mode, over output pixels `pixels` (pixel =
+/// (batch * out_h + oy) * out_w + ox), which `out` holds: tiles of mr pixels run
+/// across output rows, in groups swept per weight panel, so maps not a multiple of
+/// the tile height leave no partial tiles. A 1x1 stride-1 convolution is a plain
+/// GEMM over the pixels. Callers start chunks on multiples of `mr` pixels, so the
+/// tiles (and the kernel variant each pixel takes) do not depend on the chunking.
+/// Returns false, writing nothing, if a slice is too short for the geometry.
+pub fn conv2d_pixels(
+    input: &[f32],
+    pk: &Packed,
+    g: &crate::conv::Window,
+    clamp: Clamp,
+    out: &mut [f32],
+    pixels: std::ops::Range<usize>,
+    scratch: &mut ConvScratch,
+) -> bool {
+    let (mr, nr, n, c) = (pk.isa.mr(), pk.isa.nr(), pk.n, pk.k);
+    let blocks = g.out_w.div_ceil(mr).max(1);
+    let (start, end) = (pixels.start, pixels.end);
+    if pk.merged_kw != 1
+        || pk.taps != g.k_h * g.k_w
+        || input.len() < g.batch * g.in_h * g.in_w * c
+        || out.len() < (end - start) * n
+        || scratch.ptrs.len() < blocks * mr * pk.taps
+        || end > g.batch * g.out_h * g.out_w
+    {
+        return false;
+    }
+    if is_flat(pk, g) {
+        return input.get(start * c..).is_some_and(|x| fully_connected(x, end - start, pk, clamp, out));
+    }
+    let zero = pk.zero.as_ptr() as usize;
+    let scratch = &mut scratch.ptrs;
+    // Per-tap implicit GEMM over the chunk's pixels in groups of `blocks` tiles:
+    // tiles span output rows (no partial tiles on maps not a multiple of mr
+    // wide), and each panel's weights sweep a whole group before the next.
+    let mut p = start;
+    while p < end {
+        let group = (blocks * mr).min(end - p);
+        let tiles = group.div_ceil(mr);
+        for blk in 0..tiles {
+            for r in 0..mr {
+                let px = p + blk * mr + r;
+                let (b, oy, ox) = (px / (g.out_h * g.out_w), px / g.out_w % g.out_h, px % g.out_w);
+                for ky in 0..g.k_h {
+                    let iy = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h && px < end);
+                    for kx in 0..g.k_w {
+                        let ix = (ox * g.stride_w + kx * g.dil_w).checked_sub(g.pad_left).filter(|&x| x < g.in_w);
+                        scratch[(blk * pk.taps + ky * g.k_w + kx) * mr + r] = match (iy, ix) {
+                            (Some(y), Some(x)) => input[((b * g.in_h + y) * g.in_w + x) * c..].as_ptr() as usize,
+                            _ => zero,
+                        };
+                    }
+                }
+            }
+        }
+        for panel in 0..n.div_ceil(nr) {
+            for blk in 0..tiles {
+                let a_words = &scratch[blk * pk.taps * mr..(blk + 1) * pk.taps * mr];
+                // SAFETY: `*const f32` and `usize` have the same size and layout; every
+                // word was written above from a pointer into `input` or `zero`.
+                let a: &[*const f32] = unsafe { std::slice::from_raw_parts(a_words.as_ptr().cast(), a_words.len()) };
+                let rows_here = mr.min(group - blk * mr);
+                let tile = pk.tile(a, panel, rows_here);
+                // SAFETY: each row pointer addresses k floats (a full pixel inside
+                // `input`, checked size, or the zero row); the tile writes rows <
+                // rows_here and columns < cols of this panel, inside `out` (checked size).
+                unsafe { run_tile(pk.isa, &tile, clamp, out.as_mut_ptr().add((p - start + blk * mr) * n + panel * nr), n) };
+            }
+        }
+        p += group;
+    }
+    true
+}
+
 /// Whether [`conv2d`] runs this geometry as one flat GEMM over pixels.
 fn is_flat(pk: &Packed, g: &crate::conv::Window) -> bool {
     pk.merged_kw == 1
@@ -397,19 +424,6 @@ fn is_flat(pk: &Packed, g: &crate::conv::Window) -> bool {
         && g.pad_left == 0
         && g.in_w == g.out_w
         && g.in_h == g.out_h
-}
-
-/// Rows a chunk of [`conv2d`] output must start on a multiple of for results to be
-/// the same for any split into chunks (threads, fused-epilogue blocks): outside the
-/// merged-row mode, tiles run over pixels across rows, so chunks must start on a
-/// tile boundary.
-pub fn row_granule(pk: &Packed, g: &crate::conv::Window) -> usize {
-    if pk.merged_kw > 1 || g.out_w == 0 {
-        return 1;
-    }
-    let (mr, w) = (pk.isa.mr(), g.out_w);
-    let gcd = (1..=mr.min(w)).rev().find(|d| mr % d == 0 && w % d == 0).unwrap_or(1);
-    mr / gcd
 }
 
 /// Fully-connected over `batch` rows of `pk.k` inputs. False if a slice is too short.

@@ -98,7 +98,7 @@ fn build_builtin(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> 
         B::GATHER => shape::gather(op),
         B::TILE | B::BROADCAST_TO => shape::tile(op, B(code) == B::BROADCAST_TO),
         B::DEPTH_TO_SPACE | B::SPACE_TO_DEPTH => shape::depth_space(op, B(code) == B::DEPTH_TO_SPACE),
-        B::RESIZE_BILINEAR | B::RESIZE_NEAREST_NEIGHBOR => shape::resize(op, B(code) == B::RESIZE_BILINEAR),
+        B::RESIZE_BILINEAR | B::RESIZE_NEAREST_NEIGHBOR => shape::resize(op, B(code) == B::RESIZE_BILINEAR, ctx.pool()),
         B::SHAPE => shape::shape(op),
         B::FILL | B::ZEROS_LIKE => shape::fill(op, B(code) == B::ZEROS_LIKE),
 

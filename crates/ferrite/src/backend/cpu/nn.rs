@@ -137,10 +137,19 @@ pub(crate) fn conv2d(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Bui
         kernel: Box::new(move |ins, outs| {
             let pk = weights.get(ins, has_bias)?;
             let input = typed::<f32>(arg(ins, 0)?)?;
-            let granule = igemm::row_granule(pk, &g);
-            for_row_chunks_aligned(pool.as_deref(), flops, typed_mut::<f32>(outs[0])?, rows, g.out_w * oc, granule, &|i, r, out| {
+            let out = typed_mut::<f32>(outs[0])?;
+            if merged_kw > 1 {
+                return for_row_chunks(pool.as_deref(), flops, out, rows, g.out_w * oc, &|i, r, out| {
+                    let mut sc = scratch[i].lock().unwrap_or_else(|e| e.into_inner());
+                    rows_with_epilogue(epilogue.as_ref(), ins, oc, g.out_w * oc, 1, r, out, |r, out| igemm::conv2d(input, pk, &g, clamp, out, r, &mut sc))
+                });
+            }
+            // Chunks of whole tiles of pixels: the tiling, and so every result, is
+            // then the same for any thread count.
+            let mr = pk.isa.mr();
+            for_row_chunks_aligned(pool.as_deref(), flops, out, rows * g.out_w, oc, mr, &|i, p, out| {
                 let mut sc = scratch[i].lock().unwrap_or_else(|e| e.into_inner());
-                rows_with_epilogue(epilogue.as_ref(), ins, oc, g.out_w * oc, granule, r, out, |r, out| igemm::conv2d(input, pk, &g, clamp, out, r, &mut sc))
+                rows_with_epilogue(epilogue.as_ref(), ins, oc, oc, mr, p, out, |p, out| igemm::conv2d_pixels(input, pk, &g, clamp, out, p, &mut sc))
             })
         }),
     })

@@ -584,7 +584,7 @@ pub(crate) fn depth_space(op: &OpContext<'_>, to_space: bool) -> Result<Built> {
     })
 }
 
-pub(crate) fn resize(op: &OpContext<'_>, bilinear: bool) -> Result<Built> {
+pub(crate) fn resize(op: &OpContext<'_>, bilinear: bool, pool: Option<std::sync::Arc<ferrite_kernels::parallel::ThreadPool>>) -> Result<Built> {
     let x = op.input(0)?;
     let OpParams::Resize { align_corners, half_pixel_centers } = op.op.params else { return Err(op.bad("missing resize options")) };
     let size = op.const_ints(1)?;
@@ -649,11 +649,21 @@ pub(crate) fn resize(op: &OpContext<'_>, bilinear: bool) -> Result<Built> {
         require_f32(op, &[0])?;
         let (ys, xs) =
             (kresize::bilinear_table(s[1], oh, align_corners, half_pixel_centers), kresize::bilinear_table(s[2], ow, align_corners, half_pixel_centers));
+        // Rows of a single image split over the pool (each output row reads only the
+        // input; bit-identical for any split).
+        let work = 8 * oh * ow * s[3];
         return Ok(Built {
             outputs: vec![(dtype, out)],
             kernel: Box::new(move |ins, outs| {
-                kresize::resize_bilinear(typed(arg(ins, 0)?)?, s[0], s[1], s[2], s[3], &ys, &xs, typed_mut(outs[0])?);
-                Ok(())
+                let (x, o) = (typed(arg(ins, 0)?)?, typed_mut(outs[0])?);
+                if s[0] != 1 {
+                    kresize::resize_bilinear(x, s[0], s[1], s[2], s[3], &ys, &xs, o);
+                    return Ok(());
+                }
+                super::for_row_chunks(pool.as_deref(), work, o, oh, ow * s[3], &|_, r, o| {
+                    kresize::resize_bilinear(x, 1, s[1], s[2], s[3], &ys[r], &xs, o);
+                    true
+                })
             }),
         });
     }
