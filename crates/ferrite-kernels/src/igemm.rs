@@ -367,7 +367,7 @@ pub fn conv2d_pixels(
         return false;
     }
     if is_flat(pk, g) {
-        return input.get(start * c..).is_some_and(|x| fully_connected(x, end - start, pk, clamp, out));
+        return input.get(start * c..).is_some_and(|x| gemm_rows(x, end - start, pk, clamp, out));
     }
     let zero = pk.zero.as_ptr() as usize;
     let scratch = &mut scratch.ptrs;
@@ -428,6 +428,59 @@ fn is_flat(pk: &Packed, g: &crate::conv::Window) -> bool {
 
 /// Fully-connected over `batch` rows of `pk.k` inputs. False if a slice is too short.
 pub fn fully_connected(input: &[f32], batch: usize, pk: &Packed, clamp: Clamp, out: &mut [f32]) -> bool {
+    let (nr, k, n) = (pk.isa.nr(), pk.k, pk.n);
+    if pk.taps != 1 || input.len() < batch * k || out.len() < batch * n {
+        return false;
+    }
+    // One row: up to four panels per pass over the input (more weight loads per
+    // broadcast input; the layer is bound by streaming its weights).
+    #[cfg(target_arch = "x86_64")]
+    if batch == 1 && pk.isa == Isa::Avx512 {
+        let panels = n.div_ceil(nr);
+        let mut p = 0;
+        while p < panels {
+            let b = |q: usize| pk.tile(&[], q, 1).b.as_ptr();
+            let bias = |q: usize| pk.tile(&[], q, 1).bias.as_ptr();
+            let cols = |q: usize| pk.tile(&[], q, 1).cols;
+            let o = out.as_mut_ptr().wrapping_add(p * nr);
+            // SAFETY: AVX-512F (the packing's ISA was detected on this CPU); the input
+            // holds k floats (checked), each panel k * 32 floats and 32 of bias, and
+            // `out` the panels' columns (checked size).
+            unsafe {
+                match panels - p {
+                    1 => x86::gemv_panels_avx512::<1>(input.as_ptr(), k, [b(p)], [bias(p)], [cols(p)], clamp, o),
+                    2 => x86::gemv_panels_avx512::<2>(input.as_ptr(), k, [b(p), b(p + 1)], [bias(p), bias(p + 1)], [cols(p), cols(p + 1)], clamp, o),
+                    3 => x86::gemv_panels_avx512::<3>(
+                        input.as_ptr(),
+                        k,
+                        [b(p), b(p + 1), b(p + 2)],
+                        [bias(p), bias(p + 1), bias(p + 2)],
+                        [cols(p), cols(p + 1), cols(p + 2)],
+                        clamp,
+                        o,
+                    ),
+                    _ => x86::gemv_panels_avx512::<4>(
+                        input.as_ptr(),
+                        k,
+                        [b(p), b(p + 1), b(p + 2), b(p + 3)],
+                        [bias(p), bias(p + 1), bias(p + 2), bias(p + 3)],
+                        [cols(p), cols(p + 1), cols(p + 2), cols(p + 3)],
+                        clamp,
+                        o,
+                    ),
+                }
+            }
+            p += 4;
+        }
+        return true;
+    }
+    gemm_rows(input, batch, pk, clamp, out)
+}
+
+/// The rows of a fully-connected product (or a 1x1 convolution's pixels) through
+/// the GEMM tiles; tiles start at row 0, so callers splitting rows over threads
+/// split on multiples of the tile height. False if a slice is too short.
+fn gemm_rows(input: &[f32], batch: usize, pk: &Packed, clamp: Clamp, out: &mut [f32]) -> bool {
     let (mr, nr, k, n) = (pk.isa.mr(), pk.isa.nr(), pk.k, pk.n);
     if pk.taps != 1 || input.len() < batch * k || out.len() < batch * n {
         return false;
@@ -454,6 +507,68 @@ mod x86 {
     use super::Tile;
     use crate::Clamp;
     use std::arch::x86_64::*;
+
+    /// One row against `P` 32-channel panels at once (a batch-1 fully-connected
+    /// layer): 2P weight vectors per broadcast input, two partial sums each.
+    ///
+    /// # Safety
+    /// CPU must support AVX-512F; `a` holds `k` floats; each `b[p]` holds `k * 32`
+    /// floats and each `bias[p]` 32; `out` is writable for the panels' columns,
+    /// `cols[p]` each, panel after panel.
+    // The loops index several register arrays in step; iterators would obscure that.
+    #[allow(clippy::needless_range_loop)]
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn gemv_panels_avx512<const P: usize>(
+        a: *const f32,
+        k: usize,
+        b: [*const f32; P],
+        bias: [*const f32; P],
+        cols: [usize; P],
+        clamp: Clamp,
+        out: *mut f32,
+    ) {
+        let z = _mm512_setzero_ps();
+        let mut c = [[[z; 2]; P]; 2];
+        for p in 0..P {
+            c[0][p] = [_mm512_loadu_ps(bias[p]), _mm512_loadu_ps(bias[p].add(16))];
+        }
+        let mut kk = 0;
+        while kk + 2 <= k {
+            for p in 0..P {
+                _mm_prefetch::<_MM_HINT_T0>(b[p].add((kk + 16) * 32) as *const i8);
+            }
+            for u in 0..2 {
+                let x = _mm512_set1_ps(*a.add(kk + u));
+                for p in 0..P {
+                    let w = b[p].add((kk + u) * 32);
+                    c[u][p][0] = _mm512_fmadd_ps(x, _mm512_loadu_ps(w), c[u][p][0]);
+                    c[u][p][1] = _mm512_fmadd_ps(x, _mm512_loadu_ps(w.add(16)), c[u][p][1]);
+                }
+            }
+            kk += 2;
+        }
+        if kk < k {
+            let x = _mm512_set1_ps(*a.add(kk));
+            for p in 0..P {
+                let w = b[p].add(kk * 32);
+                c[0][p][0] = _mm512_fmadd_ps(x, _mm512_loadu_ps(w), c[0][p][0]);
+                c[0][p][1] = _mm512_fmadd_ps(x, _mm512_loadu_ps(w.add(16)), c[0][p][1]);
+            }
+        }
+        let (lo, hi) = (_mm512_set1_ps(clamp.min), _mm512_set1_ps(clamp.max));
+        let mut o = out;
+        for p in 0..P {
+            for v in 0..2 {
+                let n = cols[p].saturating_sub(16 * v).min(16);
+                if n > 0 {
+                    let m: __mmask16 = if n >= 16 { 0xffff } else { ((1u32 << n) - 1) as u16 };
+                    let r = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(c[0][p][v], c[1][p][v]), lo), hi);
+                    _mm512_mask_storeu_ps(o.add(16 * v), m, r);
+                }
+            }
+            o = o.add(cols[p]);
+        }
+    }
 
     /// # Safety
     /// CPU must support AVX-512F; see `run_tile` for pointers.
@@ -784,6 +899,27 @@ mod tests {
                 assert!(conv2d(&x, &pk, &g, Clamp::NONE, &mut out, 0..2 * out_h, &mut sc));
                 for (i, (a, b)) in out.iter().zip(&want).enumerate() {
                     assert!((a - b).abs() < 1e-4, "c{c} n{n} k{k} s{stride} d{dil} merged {}: element {i} {a} vs {b}", pk.merged_kw);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn fully_connected_matches_naive_for_every_batch_and_width() {
+        for isa in [Isa::detect(), Isa::Portable] {
+            for &(batch, n, k) in &[(1, 1, 1), (1, 17, 7), (1, 32, 300), (1, 33, 5), (1, 100, 64), (1, 130, 301), (1, 256, 16), (3, 40, 9), (9, 70, 33)] {
+                let w: Vec<f32> = (0..n * k).map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.05).collect();
+                let x: Vec<f32> = (0..batch * k).map(|i| ((i * 5 % 11) as f32 - 5.0) * 0.1).collect();
+                let bias: Vec<f32> = (0..n).map(|i| i as f32 * 0.01).collect();
+                let pk = Packed::new(isa, &w, Some(&bias), n, 1, k);
+                let mut out = vec![f32::NAN; batch * n];
+                assert!(fully_connected(&x, batch, &pk, Clamp::RELU6, &mut out));
+                for b in 0..batch {
+                    for j in 0..n {
+                        let s = bias[j] + (0..k).map(|kk| x[b * k + kk] * w[j * k + kk]).sum::<f32>();
+                        let want = s.clamp(0.0, 6.0);
+                        assert!((out[b * n + j] - want).abs() < 1e-4, "{isa:?} batch {batch} n {n} k {k}: [{b},{j}] {} vs {want}", out[b * n + j]);
+                    }
                 }
             }
         }
