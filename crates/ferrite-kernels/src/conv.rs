@@ -174,98 +174,58 @@ simd_fn! {
                 }
                 continue;
             }
-            {
-                let row_out = (row - first_row) * g.out_w;
-                // Taps of this row that land inside the input (top and bottom rows
-                // clip them), and the columns whose taps all stay inside horizontally.
-                let ky_lo = (0..g.k_h).find(|&ky| g.in_y(oy, ky).is_some());
-                let ky_hi = (0..g.k_h).rev().find(|&ky| g.in_y(oy, ky).is_some()).map_or(0, |k| k + 1);
-                let x_lo = g.pad_left.div_ceil(g.stride_w);
-                let span = (g.k_w - 1) * g.dil_w;
-                let x_hi = if g.in_w + g.pad_left > span { ((g.in_w + g.pad_left - span - 1) / g.stride_w + 1).min(g.out_w) } else { 0 };
-                let mut ox0 = 0;
-                // The SIMD tiles cover every channel (the last block masked) and a
-                // contiguous run of pixels, which the remainder pass below skips.
-                let simd_c = if multiplier == 1 { out_c } else { 0 };
-                let (mut simd_lo, mut simd_hi) = (usize::MAX, 0);
-                // Tiles of P pixels x B channels.
-                while ox0 < g.out_w {
-                    let np = P.min(g.out_w - ox0);
-                    // Stride 1 with a 3- or 5-wide filter: 8 pixels at a time, each input
-                    // vector loaded once per filter row and used by every tap reaching it.
-                    // (A stride-2 form of it measured slower than the 4-pixel tile.)
-                    if let (Some(ky_lo), true) = (ky_lo, g.stride_w == 1 && g.dil_w == 1 && matches!(g.k_w, 3 | 5) && ox0 >= x_lo && ox0 + 8 <= x_hi && simd_c > 0 && (simd_hi == 0 || simd_hi == ox0)) {
-                        let y0 = oy * g.stride_h + ky_lo * g.dil_h - g.pad_top;
-                        let start = n * in_img + y0 * in_row + (ox0 - g.pad_left) * in_c;
-                        let last = start + ((ky_hi - 1 - ky_lo) * g.dil_h) * in_row + (7 + g.k_w - 1) * in_c + simd_c;
-                        if last <= input.len() && w.len() >= g.k_h * g.k_w * out_c && out.len() >= (row_out + ox0 + 8) * out_c {
-                            // SAFETY: every input read lies in [start, last) (checked above), weights
-                            // in the first k_h*k_w*out_c floats, writes in the 8 output pixels.
-                            if unsafe { dw_row8(input.as_ptr().add(start), in_c, in_row, g, (ky_lo, ky_hi), w.as_ptr(), bias, simd_c, out_c, clamp, out.as_mut_ptr().add((row_out + ox0) * out_c)) } {
-                                (simd_lo, simd_hi) = (simd_lo.min(ox0), ox0 + 8);
-                                ox0 += 8;
-                                continue;
-                            }
-                        }
+            let row_out = (row - first_row) * g.out_w;
+            if multiplier == 1 {
+                if let Some(o) = out.get_mut(row_out * out_c..(row_out + g.out_w) * out_c) {
+                    if dw_row_simd(input, in_c, w, bias, g, clamp, o, n, oy) {
+                        continue;
                     }
-                    // Tiles whose taps stay inside horizontally take the unchecked SIMD
-                    // path where the CPU has one, over the rows' valid taps.
-                    if let (Some(ky_lo), true) = (ky_lo, np == P && ox0 >= x_lo && ox0 + P <= x_hi && simd_c > 0 && (simd_hi == 0 || simd_hi == ox0)) {
-                        let y0 = oy * g.stride_h + ky_lo * g.dil_h - g.pad_top;
-                        let x0 = ox0 * g.stride_w - g.pad_left;
-                        let start = n * in_img + y0 * in_row + x0 * in_c;
-                        let last = start + ((ky_hi - 1 - ky_lo) * g.dil_h) * in_row + ((P - 1) * g.stride_w + span) * in_c + simd_c;
-                        if last <= input.len() && w.len() >= g.k_h * g.k_w * out_c && out.len() >= (row_out + ox0 + P) * out_c {
-                            // SAFETY: every input read lies in [start, last) (checked above), weights
-                            // in the first k_h*k_w*out_c floats, writes in the 4 output pixels.
-                            if unsafe { dw_interior(input.as_ptr().add(start), in_c, in_row, g, (ky_lo, ky_hi), w.as_ptr(), bias, simd_c, out_c, clamp, out.as_mut_ptr().add((row_out + ox0) * out_c)) } {
-                                (simd_lo, simd_hi) = (simd_lo.min(ox0), ox0 + np);
-                                ox0 += np;
-                                continue;
-                            }
-                        }
-                    }
-                    // Edge columns before the first full tile go one pixel at a time so
-                    // that the tiles after them line up with the interior.
-                    let np = if ox0 < x_lo && blocked > 0 { (x_lo - ox0).min(np) } else { np };
-                    for c0 in (0..blocked).step_by(B) {
-                        let mut acc = [[0.0f32; B]; P];
-                        if let Some(b) = bias {
-                            if let Ok(bv) = <&[f32; B]>::try_from(&b[c0..c0 + B]) {
-                                for a in acc.iter_mut() {
-                                    *a = *bv;
-                                }
-                            }
-                        }
-                        for ky in 0..g.k_h {
-                            let Some(iy) = g.in_y(oy, ky) else { continue };
-                            let in_base = n * in_img + iy * in_row + c0;
-                            for kx in 0..g.k_w {
-                                let Ok(wv) = <&[f32; B]>::try_from(&w[(ky * g.k_w + kx) * out_c + c0..][..B]) else { continue };
-                                for (p, a) in acc.iter_mut().enumerate().take(np) {
-                                    let Some(ix) = g.in_x(ox0 + p, kx) else { continue };
-                                    let Ok(xv) = <&[f32; B]>::try_from(&input[in_base + ix * in_c..][..B]) else { continue };
-                                    for j in 0..B {
-                                        a[j] += xv[j] * wv[j];
-                                    }
-                                }
-                            }
-                        }
-                        for (p, a) in acc.iter().enumerate().take(np) {
-                            let o = &mut out[(row_out + ox0 + p) * out_c + c0..][..B];
-                            for j in 0..B {
-                                o[j] = a[j].max(clamp.min).min(clamp.max);
-                            }
-                        }
-                    }
-                    ox0 += np;
                 }
-                // Remaining channels (and multiplier > 1): per pixel, except those the
-                // SIMD tiles computed whole.
-                if blocked < out_c {
-                    for ox in (0..g.out_w).filter(|ox| !(simd_lo..simd_hi).contains(ox)) {
-                        dw_pixel(input, in_c, multiplier, w, bias, g, clamp, out, n, oy, ox, row_out, blocked);
+            }
+            // Portable path: tiles of P pixels x B channels, the rest per pixel.
+            let x_lo = g.pad_left.div_ceil(g.stride_w);
+            let mut ox0 = 0;
+            while ox0 < g.out_w {
+                let np = P.min(g.out_w - ox0);
+                // Edge columns before the first full tile go one pixel at a time so
+                // that the tiles after them line up with the interior.
+                let np = if ox0 < x_lo && blocked > 0 { (x_lo - ox0).min(np) } else { np };
+                for c0 in (0..blocked).step_by(B) {
+                    let mut acc = [[0.0f32; B]; P];
+                    if let Some(b) = bias {
+                        if let Ok(bv) = <&[f32; B]>::try_from(&b[c0..c0 + B]) {
+                            for a in acc.iter_mut() {
+                                *a = *bv;
+                            }
+                        }
                     }
+                    for ky in 0..g.k_h {
+                        let Some(iy) = g.in_y(oy, ky) else { continue };
+                        let in_base = n * in_img + iy * in_row + c0;
+                        for kx in 0..g.k_w {
+                            let Ok(wv) = <&[f32; B]>::try_from(&w[(ky * g.k_w + kx) * out_c + c0..][..B]) else { continue };
+                            for (p, a) in acc.iter_mut().enumerate().take(np) {
+                                let Some(ix) = g.in_x(ox0 + p, kx) else { continue };
+                                let Ok(xv) = <&[f32; B]>::try_from(&input[in_base + ix * in_c..][..B]) else { continue };
+                                for j in 0..B {
+                                    a[j] += xv[j] * wv[j];
+                                }
+                            }
+                        }
+                    }
+                    for (p, a) in acc.iter().enumerate().take(np) {
+                        let o = &mut out[(row_out + ox0 + p) * out_c + c0..][..B];
+                        for j in 0..B {
+                            o[j] = a[j].max(clamp.min).min(clamp.max);
+                        }
+                    }
+                }
+                ox0 += np;
+            }
+            // Remaining channels (and multiplier > 1): per pixel.
+            if blocked < out_c {
+                for ox in 0..g.out_w {
+                    dw_pixel(input, in_c, multiplier, w, bias, g, clamp, out, n, oy, ox, row_out, blocked);
                 }
             }
         }
@@ -338,6 +298,97 @@ simd_fn! {
             clamp.apply_slice(o);
         }
     }
+}
+
+/// Channels per pass of [`dw_row_simd`] when the filter is too large for L1.
+const DW_GROUP: usize = 64;
+
+/// One output row of a multiplier-1 depthwise convolution, every pixel by the
+/// AVX-512 kernels: 8-pixel tiles (stride 1, 3- or 5-wide), 4-pixel tiles where the
+/// taps stay inside horizontally, single pixels elsewhere (edges, narrow maps).
+/// When all the filter's taps for all channels would not fit in L1 (wide channel
+/// counts with 5x5 filters), the row is swept in groups of [`DW_GROUP`] channels so
+/// that each group's weights and input columns stay in L1 across the row's pixels.
+/// Returns false, leaving `o` unspecified, without AVX-512 or if a range check
+/// fails; the caller then computes the row on the portable path.
+///
+/// Every output sums bias, then taps by filter row and column, whatever kernel
+/// takes it and however rows are split (bit-identical across thread counts).
+#[allow(clippy::too_many_arguments)]
+fn dw_row_simd(input: &[f32], c: usize, w: &[f32], bias: Option<&[f32]>, g: &Window, clamp: Clamp, o: &mut [f32], n: usize, oy: usize) -> bool {
+    if !depthwise_masks_tails() || c == 0 || g.out_w == 0 {
+        return false;
+    }
+    let taps = g.k_h * g.k_w;
+    if w.len() < taps * c || bias.is_some_and(|b| b.len() < c) || o.len() < g.out_w * c {
+        return false;
+    }
+    let in_row = g.in_w * c;
+    let in_img = g.in_h * in_row;
+    let ky_lo = (0..g.k_h).find(|&ky| g.in_y(oy, ky).is_some());
+    let ky_hi = (0..g.k_h).rev().find(|&ky| g.in_y(oy, ky).is_some()).map_or(0, |k| k + 1);
+    let x_lo = g.pad_left.div_ceil(g.stride_w);
+    let span = (g.k_w - 1) * g.dil_w;
+    let x_hi = if g.in_w + g.pad_left > span { ((g.in_w + g.pad_left - span - 1) / g.stride_w + 1).min(g.out_w) } else { 0 };
+    let row8 = g.stride_w == 1 && g.dil_w == 1 && matches!(g.k_w, 3 | 5);
+    let group = if taps * c * 4 > 16 * 1024 { DW_GROUP } else { c };
+    // Index of the input pixel under tap (ky, kx) of output column ox, channel 0.
+    let at = |ky: usize, kx: usize, ox: usize| {
+        n * in_img + (oy * g.stride_h + ky * g.dil_h - g.pad_top) * in_row + (ox * g.stride_w + kx * g.dil_w - g.pad_left) * c
+    };
+    for cg in (0..c).step_by(group) {
+        let gw = group.min(c - cg);
+        let bias_g = bias.map(|b| &b[cg..]);
+        let wg = w[cg..].as_ptr();
+        let mut ox = 0;
+        while ox < g.out_w {
+            let dst = o[(ox * c + cg)..].as_mut_ptr();
+            if let Some(ky_lo) = ky_lo {
+                let rows_span = (ky_hi - 1 - ky_lo) * g.dil_h * in_row;
+                if row8 && ox >= x_lo && ox + 8 <= x_hi && ox + 8 <= g.out_w {
+                    let start = at(ky_lo, 0, ox) + cg;
+                    if start + rows_span + (7 + g.k_w - 1) * c + gw > input.len() {
+                        return false;
+                    }
+                    // SAFETY: AVX-512 present (checked above, so the call does the work);
+                    // input reads lie in [start, start + span + gw) (checked), weight reads
+                    // below taps * c from `cg`, writes in 8 pixels of `o` (ox + 8 <= out_w).
+                    unsafe { dw_row8(input.as_ptr().add(start), c, in_row, g, (ky_lo, ky_hi), wg, bias_g, gw, c, clamp, dst) };
+                    ox += 8;
+                    continue;
+                }
+                if ox >= x_lo && ox + 4 <= x_hi && ox + 4 <= g.out_w {
+                    let start = at(ky_lo, 0, ox) + cg;
+                    if start + rows_span + (3 * g.stride_w + span) * c + gw > input.len() {
+                        return false;
+                    }
+                    // SAFETY: as for the 8-pixel tile, for 4 pixels.
+                    unsafe { dw_interior(input.as_ptr().add(start), c, in_row, g, (ky_lo, ky_hi), wg, bias_g, gw, c, clamp, dst) };
+                    ox += 4;
+                    continue;
+                }
+            }
+            let kx_lo = (0..g.k_w).find(|&kx| g.in_x(ox, kx).is_some());
+            let kx_hi = (0..g.k_w).rev().find(|&kx| g.in_x(ox, kx).is_some()).map_or(0, |k| k + 1);
+            let (taps_y, taps_x, start) = match (ky_lo, kx_lo) {
+                (Some(ky_lo), Some(kx_lo)) => {
+                    let start = at(ky_lo, kx_lo, ox) + cg;
+                    let last = start + (ky_hi - 1 - ky_lo) * g.dil_h * in_row + (kx_hi - 1 - kx_lo) * g.dil_w * c + gw;
+                    if last > input.len() {
+                        return false;
+                    }
+                    ((ky_lo, ky_hi), (kx_lo, kx_hi), start)
+                }
+                // No tap lands inside the input: the bias alone, nothing read.
+                _ => ((0, 0), (0, 0), 0),
+            };
+            // SAFETY: input reads lie in [start, last) (checked) or there are none;
+            // weight reads below taps * c from `cg`; writes in one pixel of `o`.
+            unsafe { dw_edge(input.as_ptr().wrapping_add(start), c, in_row, g, taps_y, taps_x, wg, bias_g, gw, c, clamp, dst) };
+            ox += 1;
+        }
+    }
+    true
 }
 
 /// One depthwise output pixel, channels `from..out_c`; each tap adds those
@@ -510,6 +561,93 @@ unsafe fn dw_interior_avx512(
         _mm512_mask_storeu_ps(op.add(out_c), m, _mm512_min_ps(_mm512_max_ps(a1, lo), hi));
         _mm512_mask_storeu_ps(op.add(2 * out_c), m, _mm512_min_ps(_mm512_max_ps(a2, lo), hi));
         _mm512_mask_storeu_ps(op.add(3 * out_c), m, _mm512_min_ps(_mm512_max_ps(a3, lo), hi));
+    }
+}
+
+/// One depthwise output pixel over channels `0..blocked` (the last block of 16
+/// masked), summing the taps `taps_y` x `taps_x` that land inside the input, with
+/// AVX-512. Serves the columns near the left and right edges, and maps too narrow
+/// for a full tile, which otherwise take the scalar per-pixel path. Returns false
+/// (doing nothing) without AVX-512.
+///
+/// # Safety
+/// `x` points at the input pixel under tap (`taps_y.0`, `taps_x.0`); every pixel
+/// the taps reach, for channels `0..blocked`, must be readable; `w` must hold
+/// `k_h * k_w * out_c` floats; `o` must be writable for `out_c` floats.
+#[allow(clippy::too_many_arguments)]
+unsafe fn dw_edge(
+    x: *const f32,
+    in_c: usize,
+    in_row: usize,
+    g: &Window,
+    taps_y: (usize, usize),
+    taps_x: (usize, usize),
+    w: *const f32,
+    bias: Option<&[f32]>,
+    blocked: usize,
+    out_c: usize,
+    clamp: Clamp,
+    o: *mut f32,
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: AVX-512F checked; pointer ranges per this function's contract.
+        unsafe { dw_edge_avx512(x, in_c, in_row, g, taps_y, taps_x, w, bias, blocked, out_c, clamp, o) };
+        return true;
+    }
+    let _ = (x, in_c, in_row, g, taps_y, taps_x, w, bias, blocked, out_c, clamp, o);
+    false
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn dw_edge_avx512(
+    x: *const f32,
+    in_c: usize,
+    in_row: usize,
+    g: &Window,
+    (ky_lo, ky_hi): (usize, usize),
+    (kx_lo, kx_hi): (usize, usize),
+    w: *const f32,
+    bias: Option<&[f32]>,
+    blocked: usize,
+    out_c: usize,
+    clamp: Clamp,
+    o: *mut f32,
+) {
+    use std::arch::x86_64::*;
+    let (lo, hi) = (_mm512_set1_ps(clamp.min), _mm512_set1_ps(clamp.max));
+    // Four channel blocks at a time: four independent accumulator chains hide the
+    // FMA latency (each tap here costs two loads, so one FMA per cycle is the bound).
+    for c0 in (0..blocked).step_by(64) {
+        let mut m = [0 as __mmask16; 4];
+        for (j, mj) in m.iter_mut().enumerate() {
+            let left = blocked.saturating_sub(c0 + 16 * j);
+            *mj = if left >= 16 { 0xFFFF } else { ((1u32 << left) - 1) as __mmask16 };
+        }
+        let mut acc = [_mm512_setzero_ps(); 4];
+        if let Some(b) = bias {
+            for j in 0..4 {
+                // Masked-off lanes are never read (AVX-512 suppresses their faults).
+                acc[j] = _mm512_maskz_loadu_ps(m[j], b.as_ptr().add(c0 + 16 * j));
+            }
+        }
+        for ky in ky_lo..ky_hi {
+            let xr = x.add((ky - ky_lo) * g.dil_h * in_row + c0);
+            let wr = w.add(ky * g.k_w * out_c + c0);
+            for kx in kx_lo..kx_hi {
+                let xp = xr.add((kx - kx_lo) * g.dil_w * in_c);
+                let wp = wr.add(kx * out_c);
+                for j in 0..4 {
+                    let xv = _mm512_maskz_loadu_ps(m[j], xp.add(16 * j));
+                    acc[j] = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(m[j], wp.add(16 * j)), acc[j]);
+                }
+            }
+        }
+        for j in 0..4 {
+            _mm512_mask_storeu_ps(o.add(c0 + 16 * j), m[j], _mm512_min_ps(_mm512_max_ps(acc[j], lo), hi));
+        }
     }
 }
 
@@ -712,53 +850,57 @@ mod tests {
             (8, 1, 3, 2),
             (24, 1, 3, 1),
             (21, 1, 5, 1),
+            (100, 1, 5, 1),
+            (72, 1, 3, 2),
         ] {
-            let (in_h, in_w) = (9, 23);
-            let (out_h, pt) = out_size_and_pad(in_h, k, stride, 1, true).unwrap();
-            let (out_w, pl) = out_size_and_pad(in_w, k, stride, 1, true).unwrap();
-            let g = Window {
-                batch: 1,
-                in_h,
-                in_w,
-                out_h,
-                out_w,
-                k_h: k,
-                k_w: k,
-                stride_h: stride,
-                stride_w: stride,
-                dil_h: 1,
-                dil_w: 1,
-                pad_top: pt,
-                pad_left: pl,
-            };
-            let oc = c * mult;
-            let x: Vec<f32> = (0..in_h * in_w * c).map(|i| ((i * 13 % 17) as f32) * 0.1 - 0.8).collect();
-            let w: Vec<f32> = (0..k * k * oc).map(|i| ((i * 5 % 7) as f32) * 0.2 - 0.6).collect();
-            let b: Vec<f32> = (0..oc).map(|i| i as f32 * 0.01).collect();
-            let mut out = vec![0.0; out_h * out_w * oc];
-            depthwise_conv2d(&x, c, mult, &w, Some(&b), &g, Clamp::NONE, &mut out, 0..out_h);
-            // The row-flat form (multiplier 1, horizontal stride 1) must agree too.
-            if mult == 1 && stride == 1 {
-                let tiled = tile_depthwise(&w, c, k * k, out_w);
-                let mut flat = vec![0.0; out.len()];
-                depthwise_rows(&x, c, &tiled, Some(&b), &g, Clamp::NONE, &mut flat, 0..out_h);
-                for (a, r) in flat.iter().zip(&out) {
-                    assert!((a - r).abs() < 1e-4, "rows c{c} k{k}");
+            // A wide map, and maps narrower than any tile (edge pixels only).
+            for (in_h, in_w) in [(9, 23), (7, 7), (2, 3)] {
+                let (out_h, pt) = out_size_and_pad(in_h, k, stride, 1, true).unwrap();
+                let (out_w, pl) = out_size_and_pad(in_w, k, stride, 1, true).unwrap();
+                let g = Window {
+                    batch: 1,
+                    in_h,
+                    in_w,
+                    out_h,
+                    out_w,
+                    k_h: k,
+                    k_w: k,
+                    stride_h: stride,
+                    stride_w: stride,
+                    dil_h: 1,
+                    dil_w: 1,
+                    pad_top: pt,
+                    pad_left: pl,
+                };
+                let oc = c * mult;
+                let x: Vec<f32> = (0..in_h * in_w * c).map(|i| ((i * 13 % 17) as f32) * 0.1 - 0.8).collect();
+                let w: Vec<f32> = (0..k * k * oc).map(|i| ((i * 5 % 7) as f32) * 0.2 - 0.6).collect();
+                let b: Vec<f32> = (0..oc).map(|i| i as f32 * 0.01).collect();
+                let mut out = vec![0.0; out_h * out_w * oc];
+                depthwise_conv2d(&x, c, mult, &w, Some(&b), &g, Clamp::NONE, &mut out, 0..out_h);
+                // The row-flat form (multiplier 1, horizontal stride 1) must agree too.
+                if mult == 1 && stride == 1 {
+                    let tiled = tile_depthwise(&w, c, k * k, out_w);
+                    let mut flat = vec![0.0; out.len()];
+                    depthwise_rows(&x, c, &tiled, Some(&b), &g, Clamp::NONE, &mut flat, 0..out_h);
+                    for (a, r) in flat.iter().zip(&out) {
+                        assert!((a - r).abs() < 1e-4, "rows c{c} k{k}");
+                    }
                 }
-            }
-            for oy in 0..out_h {
-                for ox in 0..out_w {
-                    for o in 0..oc {
-                        let mut s = b[o];
-                        for ky in 0..k {
-                            for kx in 0..k {
-                                let (y, xx) = ((oy * stride + ky) as isize - pt as isize, (ox * stride + kx) as isize - pl as isize);
-                                if y >= 0 && xx >= 0 && (y as usize) < in_h && (xx as usize) < in_w {
-                                    s += x[((y as usize) * in_w + xx as usize) * c + o / mult] * w[(ky * k + kx) * oc + o];
+                for oy in 0..out_h {
+                    for ox in 0..out_w {
+                        for o in 0..oc {
+                            let mut s = b[o];
+                            for ky in 0..k {
+                                for kx in 0..k {
+                                    let (y, xx) = ((oy * stride + ky) as isize - pt as isize, (ox * stride + kx) as isize - pl as isize);
+                                    if y >= 0 && xx >= 0 && (y as usize) < in_h && (xx as usize) < in_w {
+                                        s += x[((y as usize) * in_w + xx as usize) * c + o / mult] * w[(ky * k + kx) * oc + o];
+                                    }
                                 }
                             }
+                            assert!((out[(oy * out_w + ox) * oc + o] - s).abs() < 1e-4, "c{c} m{mult} k{k} s{stride} {in_h}x{in_w}");
                         }
-                        assert!((out[(oy * out_w + ox) * oc + o] - s).abs() < 1e-4, "c{c} m{mult} k{k} s{stride}");
                     }
                 }
             }
