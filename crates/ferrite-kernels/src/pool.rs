@@ -3,54 +3,88 @@
 use crate::conv::Window;
 use crate::Clamp;
 
-fn pool(input: &[f32], c: usize, g: &Window, clamp: Clamp, out: &mut [f32], max: bool) {
-    for n in 0..g.batch {
-        for oy in 0..g.out_h {
-            for ox in 0..g.out_w {
-                // TFLite clips the window to the input and, for the average, divides by
-                // the number of positions inside it (padding does not count).
-                let y0 = (oy * g.stride_h) as isize - g.pad_top as isize;
-                let x0 = (ox * g.stride_w) as isize - g.pad_left as isize;
-                let ys = y0.max(0) as usize..((y0 + g.k_h as isize).min(g.in_h as isize)).max(0) as usize;
-                let xs = x0.max(0) as usize..((x0 + g.k_w as isize).min(g.in_w as isize)).max(0) as usize;
-                let o = &mut out[((n * g.out_h + oy) * g.out_w + ox) * c..][..c];
-                o.fill(if max { f32::NEG_INFINITY } else { 0.0 });
-                let mut count = 0usize;
+/// Float pooling of output rows `rows` (row = batch * out_h + oy), which `out` holds.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn pool(input: &[f32], c: usize, g: &Window, clamp: Clamp, out: &mut [f32], max: bool, rows: std::ops::Range<usize>) {
+    let first = rows.start;
+    for row in rows {
+        let (n, oy) = (row / g.out_h, row % g.out_h);
+        for ox in 0..g.out_w {
+            // TFLite clips the window to the input and, for the average, divides by
+            // the number of positions inside it (padding does not count).
+            let y0 = (oy * g.stride_h) as isize - g.pad_top as isize;
+            let x0 = (ox * g.stride_w) as isize - g.pad_left as isize;
+            let ys = y0.max(0) as usize..((y0 + g.k_h as isize).min(g.in_h as isize)).max(0) as usize;
+            let xs = x0.max(0) as usize..((x0 + g.k_w as isize).min(g.in_w as isize)).max(0) as usize;
+            let o = &mut out[((row - first) * g.out_w + ox) * c..][..c];
+            let count = ys.len() * xs.len();
+            let inv = if count == 0 { 0.0 } else { 1.0 / count as f32 };
+            // Channels in blocks of 16 held in a fixed-size accumulator (one vector
+            // register) across the window, the rest one by one.
+            const B: usize = 16;
+            let full = c / B * B;
+            let init = if max { f32::MIN } else { 0.0 };
+            for c0 in (0..full).step_by(B) {
+                let mut acc = [init; B];
                 for y in ys.clone() {
                     for x in xs.clone() {
-                        let px = &input[((n * g.in_h + y) * g.in_w + x) * c..][..c];
-                        if max {
-                            for (a, &v) in o.iter_mut().zip(px) {
-                                *a = a.max(v);
+                        let Ok(px) = <&[f32; B]>::try_from(&input[((n * g.in_h + y) * g.in_w + x) * c + c0..][..B]) else { continue };
+                        for j in 0..B {
+                            // As TFLite's std::max(acc, v): a NaN input leaves the maximum
+                            // as it was (and this form vectorizes to one compare-select).
+                            acc[j] = if max {
+                                if acc[j] < px[j] {
+                                    px[j]
+                                } else {
+                                    acc[j]
+                                }
+                            } else {
+                                acc[j] + px[j]
+                            };
+                        }
+                    }
+                }
+                for (d, a) in o[c0..c0 + B].iter_mut().zip(acc) {
+                    *d = if max { a } else { a * inv };
+                }
+            }
+            for ch in full..c {
+                let mut a = init;
+                for y in ys.clone() {
+                    for x in xs.clone() {
+                        let v = input[((n * g.in_h + y) * g.in_w + x) * c + ch];
+                        a = if max {
+                            if a < v {
+                                v
+                            } else {
+                                a
                             }
                         } else {
-                            for (a, &v) in o.iter_mut().zip(px) {
-                                *a += v;
-                            }
-                        }
-                        count += 1;
+                            a + v
+                        };
                     }
                 }
-                if !max {
-                    let inv = if count == 0 { 0.0 } else { 1.0 / count as f32 };
-                    for a in o.iter_mut() {
-                        *a *= inv;
-                    }
-                }
-                clamp.apply_slice(o);
+                o[ch] = if max { a } else { a * inv };
             }
+            clamp.apply_slice(o);
         }
     }
 }
 
-/// Average pooling (window clipped to the input, divisor = positions inside).
-pub fn average_pool(input: &[f32], c: usize, g: &Window, clamp: Clamp, out: &mut [f32]) {
-    pool(input, c, g, clamp, out, false)
+simd_fn! {
+    /// Average pooling (window clipped to the input, divisor = positions inside) of
+    /// output rows `rows` (row = batch * out_h + oy), which `out` holds.
+    pub fn average_pool(input: &[f32], c: usize, g: &Window, clamp: Clamp, out: &mut [f32], rows: std::ops::Range<usize>) {
+        pool(input, c, g, clamp, out, false, rows)
+    }
 }
 
-/// Max pooling.
-pub fn max_pool(input: &[f32], c: usize, g: &Window, clamp: Clamp, out: &mut [f32]) {
-    pool(input, c, g, clamp, out, true)
+simd_fn! {
+    /// Max pooling of output rows `rows` (row = batch * out_h + oy), which `out` holds.
+    pub fn max_pool(input: &[f32], c: usize, g: &Window, clamp: Clamp, out: &mut [f32], rows: std::ops::Range<usize>) {
+        pool(input, c, g, clamp, out, true, rows)
+    }
 }
 
 #[cfg(test)]
@@ -62,9 +96,9 @@ mod tests {
         let g =
             Window { batch: 1, in_h: 2, in_w: 2, out_h: 2, out_w: 2, k_h: 2, k_w: 2, stride_h: 1, stride_w: 1, dil_h: 1, dil_w: 1, pad_top: 0, pad_left: 0 };
         let mut out = [0.0; 4];
-        average_pool(&[1.0, 2.0, 3.0, 4.0], 1, &g, Clamp::NONE, &mut out);
+        average_pool(&[1.0, 2.0, 3.0, 4.0], 1, &g, Clamp::NONE, &mut out, 0..2);
         assert_eq!(out, [2.5, 3.0, 3.5, 4.0]);
-        max_pool(&[1.0, 2.0, 3.0, 4.0], 1, &g, Clamp::NONE, &mut out);
+        max_pool(&[1.0, 2.0, 3.0, 4.0], 1, &g, Clamp::NONE, &mut out, 0..2);
         assert_eq!(out, [4.0, 4.0, 4.0, 4.0]);
     }
 }

@@ -126,7 +126,8 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             ranges.push(fr);
         }
         "AVERAGE_POOL_2D" | "MAX_POOL_2D" => {
-            let s = [r.u(1, 2) as i32, r.u(3, 10) as i32, r.u(3, 10) as i32, r.u(1, 5) as i32];
+            // Up to 40 channels: whole 16-channel vector blocks and a remainder.
+            let s = [r.u(1, 2) as i32, r.u(3, 10) as i32, r.u(3, 10) as i32, r.u(1, 40) as i32];
             let x = f32in(&mut m, "x", &s);
             let o = out(&mut m, TensorType::FLOAT32, &[]);
             let filter = (r.u(1, 3) as i32, r.u(1, 3) as i32);

@@ -53,7 +53,7 @@ fn build_builtin(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> 
         B::AVERAGE_POOL_2D | B::MAX_POOL_2D if is_int(op) => quant::pool(op, B(code) == B::MAX_POOL_2D),
         B::CONV_2D => nn::conv2d(op, ctx),
         B::DEPTHWISE_CONV_2D => nn::depthwise(op, ctx),
-        B::AVERAGE_POOL_2D | B::MAX_POOL_2D => nn::pool(op, B(code) == B::MAX_POOL_2D),
+        B::AVERAGE_POOL_2D | B::MAX_POOL_2D => nn::pool(op, ctx, B(code) == B::MAX_POOL_2D),
         B::FULLY_CONNECTED => nn::fully_connected(op, ctx),
         B::TRANSPOSE_CONV => nn::transpose_conv(op),
         B::BATCH_MATMUL => nn::batch_matmul(op),

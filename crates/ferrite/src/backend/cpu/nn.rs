@@ -215,23 +215,30 @@ pub(crate) fn depthwise(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<
     })
 }
 
-pub(crate) fn pool(op: &OpContext<'_>, max: bool) -> Result<Built> {
+pub(crate) fn pool(op: &OpContext<'_>, ctx: &mut BackendContext, max: bool) -> Result<Built> {
     let OpParams::Pool2D { padding, stride, filter, activation } = op.op.params else { return Err(op.bad("missing Pool2D options")) };
     require_f32(op, &[0])?;
     let x = rank4(op, &op.input(0)?.shape, "input")?.to_vec();
     let clamp = clamp_of(op, activation)?;
     let g = window(op, &x, filter, stride, (1, 1), padding)?;
     let c = x[3];
+    let pool = ctx.pool();
+    let rows = g.batch * g.out_h;
+    // One compare or add per window position and channel: the work measure that
+    // decides whether the rows are worth splitting over the pool.
+    let flops = rows * g.out_w * c * g.k_h * g.k_w;
     Ok(Built {
         outputs: vec![(DType::F32, vec![g.batch, g.out_h, g.out_w, c])],
         kernel: Box::new(move |ins, outs| {
-            let (i, o) = (typed::<f32>(arg(ins, 0)?)?, typed_mut::<f32>(outs[0])?);
-            if max {
-                kpool::max_pool(i, c, &g, clamp, o)
-            } else {
-                kpool::average_pool(i, c, &g, clamp, o)
-            }
-            Ok(())
+            let i = typed::<f32>(arg(ins, 0)?)?;
+            for_row_chunks(pool.as_deref(), flops, typed_mut::<f32>(outs[0])?, rows, g.out_w * c, &|_, r, o| {
+                if max {
+                    kpool::max_pool(i, c, &g, clamp, o, r)
+                } else {
+                    kpool::average_pool(i, c, &g, clamp, o, r)
+                }
+                true
+            })
         }),
     })
 }
