@@ -760,32 +760,77 @@ pub fn transpose_scatter(g: &Window, mut f: impl FnMut(usize, usize, usize)) {
     }
 }
 
-/// Transposed convolution (gradient of conv2d w.r.t. its input).
-/// Weights are [out_c, k_h, k_w, in_c]; `g` describes the *forward* conv that maps
-/// the output (g.in_*) to the input (g.out_*), so `g.out_h/out_w` are this op's input size.
-#[allow(clippy::too_many_arguments)]
-pub fn transpose_conv2d(input: &[f32], in_c: usize, w: &[f32], bias: Option<&[f32]>, out_c: usize, g: &Window, clamp: Clamp, out: &mut [f32]) {
-    // Scatter in the natural order, then bias and clamp.
-    let taps = g.k_h * g.k_w;
-    out.fill(0.0);
-    transpose_scatter(g, |ip, op, tap| {
-        let px = &input[ip * in_c..][..in_c];
-        for (oc, ov) in out[op * out_c..][..out_c].iter_mut().enumerate() {
-            let wr = &w[(oc * taps + tap) * in_c..][..in_c];
-            let mut s = 0.0;
-            for (&a, &b) in px.iter().zip(wr) {
-                s += a * b;
-            }
-            *ov += s;
+/// `sum(a[i] * b[i])` over 16 lane accumulators (one vector register), summed
+/// pairwise at the end: the same order for any caller, so results are reproducible.
+#[inline(always)]
+fn dot16(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 16];
+    let (ac, bc) = (a.chunks_exact(16), b.chunks_exact(16));
+    let (ar, br) = (ac.remainder(), bc.remainder());
+    for (x, y) in ac.zip(bc) {
+        for j in 0..16 {
+            lanes[j] += x[j] * y[j];
         }
-    });
-    for px in out.chunks_exact_mut(out_c) {
-        if let Some(b) = bias {
-            for (v, &bv) in px.iter_mut().zip(b) {
-                *v += bv;
-            }
+    }
+    for (j, (&x, &y)) in ar.iter().zip(br).enumerate() {
+        lanes[j] += x * y;
+    }
+    // Halving stages of fixed width, which compile to vector adds of the two halves.
+    let mut h8 = [0.0f32; 8];
+    for j in 0..8 {
+        h8[j] = lanes[j] + lanes[j + 8];
+    }
+    let mut h4 = [0.0f32; 4];
+    for j in 0..4 {
+        h4[j] = h8[j] + h8[j + 4];
+    }
+    (h4[0] + h4[2]) + (h4[1] + h4[3])
+}
+
+simd_fn! {
+    /// Transposed convolution (gradient of conv2d w.r.t. its input).
+    /// Weights are [out_c, k_h, k_w, in_c]; `g` describes the *forward* conv that maps
+    /// the output (g.in_*) to the input (g.out_*), so `g.out_h/out_w` are this op's input size.
+    ///
+    /// Computed one output row at a time: the row starts from the bias, then each
+    /// tap (ky, kx) whose input row exists adds, to every output pixel it reaches,
+    /// the dot products of the input pixel with the tap's filters (vectorized over
+    /// the input channels). No division in the inner loops, each output row written
+    /// while in cache.
+    pub fn transpose_conv2d(input: &[f32], in_c: usize, w: &[f32], bias: Option<&[f32]>, out_c: usize, g: &Window, clamp: Clamp, out: &mut [f32]) {
+        let (oh, ow) = (g.in_h, g.in_w);
+        let (ih, iw) = (g.out_h, g.out_w);
+        let taps = g.k_h * g.k_w;
+        let row_len = ow * out_c;
+        if row_len == 0 || g.stride_w == 0 || g.stride_h == 0 {
+            return;
         }
-        clamp.apply_slice(px);
+        for (r, o_row) in out.chunks_exact_mut(row_len).enumerate().take(g.batch * oh) {
+            let (n, y) = (r / oh, r % oh);
+            match bias {
+                Some(b) => o_row.chunks_exact_mut(out_c).for_each(|px| px.copy_from_slice(&b[..out_c])),
+                None => o_row.fill(0.0),
+            }
+            for ky in 0..g.k_h {
+                // Input row iy reaches output row y through tap ky when iy*stride + ky = y + pad.
+                let Some(iy) = (y + g.pad_top).checked_sub(ky).filter(|t| t % g.stride_h == 0).map(|t| t / g.stride_h).filter(|&i| i < ih) else { continue };
+                let line = &input[(n * ih + iy) * iw * in_c..][..iw * in_c];
+                for kx in 0..g.k_w {
+                    // Columns ix with 0 <= ix*stride + kx - pad < ow.
+                    let lo = g.pad_left.saturating_sub(kx).div_ceil(g.stride_w);
+                    let hi = (ow + g.pad_left).saturating_sub(kx).div_ceil(g.stride_w).min(iw);
+                    let tap = ky * g.k_w + kx;
+                    for ix in lo..hi {
+                        let x = ix * g.stride_w + kx - g.pad_left;
+                        let px = &line[ix * in_c..][..in_c];
+                        for (oc, ov) in o_row[x * out_c..][..out_c].iter_mut().enumerate() {
+                            *ov += dot16(px, &w[(oc * taps + tap) * in_c..][..in_c]);
+                        }
+                    }
+                }
+            }
+            clamp.apply_slice(o_row);
+        }
     }
 }
 

@@ -33,6 +33,7 @@ pub fn broadcast_strides(shape: &[usize], out: &[usize]) -> [usize; crate::MAX_D
 
 /// Applies `f` element-wise over `a` and `b` broadcast to `out_shape`.
 /// The caller guarantees `out_shape` is the broadcast of the two input shapes.
+#[inline(always)]
 pub fn binary<A: Copy, B: Copy, O>(a: &[A], a_shape: &[usize], b: &[B], b_shape: &[usize], out: &mut [O], out_shape: &[usize], mut f: impl FnMut(A, B) -> O) {
     let n = out.len();
     if a.len() == n && b.len() == n {
@@ -233,6 +234,44 @@ pub enum Unary {
     Gelu(bool),
 }
 
+/// Expands to a match over the [`Unary`] `$op` that calls `$map!(f)` with that
+/// op's scalar function, so out-of-place and in-place forms share one definition.
+macro_rules! unary_dispatch {
+    ($op:expr, $map:ident) => {
+        match $op {
+            Unary::Abs => $map!(|v: f32| v.abs()),
+            Unary::Neg => $map!(|v: f32| -v),
+            Unary::Square => $map!(|v: f32| v * v),
+            Unary::Sqrt => $map!(|v: f32| v.sqrt()),
+            Unary::Rsqrt => $map!(|v: f32| 1.0 / v.sqrt()),
+            Unary::Exp => $map!(exp_fast),
+            Unary::Log => $map!(|v: f32| v.ln()),
+            Unary::Tanh => $map!(tanh_fast),
+            Unary::Logistic => $map!(logistic),
+            Unary::Relu => $map!(|v: f32| v.max(0.0)),
+            Unary::Relu6 => $map!(|v: f32| v.clamp(0.0, 6.0)),
+            Unary::ReluN1To1 => $map!(|v: f32| v.clamp(-1.0, 1.0)),
+            Unary::Relu0To1 => $map!(|v: f32| v.clamp(0.0, 1.0)),
+            Unary::HardSwish => $map!(hard_swish),
+            Unary::LeakyRelu(alpha) => $map!(|v: f32| if v >= 0.0 { v } else { v * alpha }),
+            Unary::Floor => $map!(|v: f32| v.floor()),
+            Unary::Ceil => $map!(|v: f32| v.ceil()),
+            Unary::Round => $map!(round_half_even),
+            Unary::Sign => $map!(|v: f32| if v > 0.0 {
+                1.0
+            } else if v < 0.0 {
+                -1.0
+            } else {
+                0.0
+            }),
+            Unary::Sin => $map!(|v: f32| v.sin()),
+            Unary::Cos => $map!(|v: f32| v.cos()),
+            Unary::Elu => $map!(|v: f32| if v >= 0.0 { v } else { v.exp_m1() }),
+            Unary::Gelu(approximate) => $map!(|v: f32| gelu(v, approximate)),
+        }
+    };
+}
+
 simd_fn! {
     /// `out[i] = op(x[i])`.
     pub fn unary_f32(op: Unary, x: &[f32], out: &mut [f32]) {
@@ -243,31 +282,22 @@ simd_fn! {
                 }
             };
         }
-        match op {
-            Unary::Abs => map!(|v: f32| v.abs()),
-            Unary::Neg => map!(|v: f32| -v),
-            Unary::Square => map!(|v: f32| v * v),
-            Unary::Sqrt => map!(|v: f32| v.sqrt()),
-            Unary::Rsqrt => map!(|v: f32| 1.0 / v.sqrt()),
-            Unary::Exp => map!(exp_fast),
-            Unary::Log => map!(|v: f32| v.ln()),
-            Unary::Tanh => map!(tanh_fast),
-            Unary::Logistic => map!(logistic),
-            Unary::Relu => map!(|v: f32| v.max(0.0)),
-            Unary::Relu6 => map!(|v: f32| v.clamp(0.0, 6.0)),
-            Unary::ReluN1To1 => map!(|v: f32| v.clamp(-1.0, 1.0)),
-            Unary::Relu0To1 => map!(|v: f32| v.clamp(0.0, 1.0)),
-            Unary::HardSwish => map!(hard_swish),
-            Unary::LeakyRelu(alpha) => map!(|v: f32| if v >= 0.0 { v } else { v * alpha }),
-            Unary::Floor => map!(|v: f32| v.floor()),
-            Unary::Ceil => map!(|v: f32| v.ceil()),
-            Unary::Round => map!(round_half_even),
-            Unary::Sign => map!(|v: f32| if v > 0.0 { 1.0 } else if v < 0.0 { -1.0 } else { 0.0 }),
-            Unary::Sin => map!(|v: f32| v.sin()),
-            Unary::Cos => map!(|v: f32| v.cos()),
-            Unary::Elu => map!(|v: f32| if v >= 0.0 { v } else { v.exp_m1() }),
-            Unary::Gelu(approximate) => map!(|v: f32| gelu(v, approximate)),
+        unary_dispatch!(op, map)
+    }
+}
+
+simd_fn! {
+    /// `x[i] = op(x[i])` in place (an activation folded into the kernel producing
+    /// `x`), bit-identical to [`unary_f32`].
+    pub fn unary_in_place(op: Unary, x: &mut [f32]) {
+        macro_rules! map {
+            ($f:expr) => {
+                for v in x.iter_mut() {
+                    *v = $f(*v);
+                }
+            };
         }
+        unary_dispatch!(op, map)
     }
 }
 

@@ -1090,7 +1090,7 @@ struct PendingEpilogue {
 
 /// The op that may fold into the kernel producing `out` (op `oi`'s output): the
 /// only reader of a float `out` that does not leave the subgraph, if it is a PRELU
-/// taking it as its first input or an ADD.
+/// or an activation taking it as its first input, or an ADD.
 fn epilogue_reader(g: &crate::model::Subgraph, oi: usize, out: usize, readers_of: &[usize]) -> Option<usize> {
     if readers_of[out] != 1 || g.tensors[out].dtype != DType::F32 {
         return None;
@@ -1099,13 +1099,32 @@ fn epilogue_reader(g: &crate::model::Subgraph, oi: usize, out: usize, readers_of
     let next = &g.ops[j];
     let ok = match next.code {
         OpCode::Builtin(builtin::PRELU) => next.inputs.first() == Some(&Some(out)),
+        OpCode::Builtin(code) if activation_epilogue(code, &next.params).is_some() => next.inputs.first() == Some(&Some(out)),
         OpCode::Builtin(builtin::ADD) => next.inputs.len() == 2,
         _ => false,
     };
     ok.then_some(j)
 }
 
-/// Folds op `j` into the pending kernel when it qualifies: a PRELU whose alpha is a
+/// The element-wise activation a builtin op computes, when it can run as an epilogue.
+fn activation_epilogue(code: i32, params: &crate::ops::OpParams) -> Option<ferrite_kernels::elementwise::Unary> {
+    use ferrite_kernels::elementwise::Unary;
+    Some(match code {
+        builtin::RELU => Unary::Relu,
+        builtin::RELU6 => Unary::Relu6,
+        builtin::RELU_N1_TO_1 => Unary::ReluN1To1,
+        builtin::RELU_0_TO_1 => Unary::Relu0To1,
+        builtin::HARD_SWISH => Unary::HardSwish,
+        builtin::LEAKY_RELU => match params {
+            crate::ops::OpParams::LeakyRelu { alpha } => Unary::LeakyRelu(*alpha),
+            _ => return None,
+        },
+        _ => return None,
+    })
+}
+
+/// Folds op `j` into the pending kernel when it qualifies: an activation (RELU
+/// family, HARD_SWISH, LEAKY_RELU) of a float tensor; a PRELU whose alpha is a
 /// constant (by now, as constants before it are folded) with one value or one per
 /// channel; or an ADD of a float tensor of the same shape computed before the
 /// kernel runs (a residual), with at most a clamping activation. Returns whether
@@ -1129,6 +1148,13 @@ fn fold_epilogue(
         return false;
     }
     match (&op.code, &op.inputs[..], &op.params) {
+        (OpCode::Builtin(code), &[Some(_)], params) => match activation_epilogue(*code, params) {
+            Some(u) => {
+                e.ops.push(Epilogue::Unary(u));
+                true
+            }
+            None => false,
+        },
         (OpCode::Builtin(builtin::PRELU), &[Some(_), Some(alpha)], _) => {
             let bytes = match &tensors[alpha].loc {
                 Loc::Model(r) => model.bytes().get(r.clone()),

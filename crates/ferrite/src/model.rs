@@ -207,6 +207,12 @@ pub mod builtin {
     pub const DEPTHWISE_CONV_2D: i32 = B::DEPTHWISE_CONV_2D.0;
     pub const PRELU: i32 = B::PRELU.0;
     pub const PAD: i32 = B::PAD.0;
+    pub const RELU: i32 = B::RELU.0;
+    pub const RELU6: i32 = B::RELU6.0;
+    pub const RELU_N1_TO_1: i32 = B::RELU_N1_TO_1.0;
+    pub const RELU_0_TO_1: i32 = B::RELU_0_TO_1.0;
+    pub const HARD_SWISH: i32 = B::HARD_SWISH.0;
+    pub const LEAKY_RELU: i32 = B::LEAKY_RELU.0;
 }
 
 impl OpCode {

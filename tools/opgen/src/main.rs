@@ -573,6 +573,45 @@ fn gen(op: &str, r: &mut Rng) -> Case {
                 m.outputs.push(y);
             }
         }
+        "CONV_ACTIVATIONS" => {
+            // conv or depthwise -> one or two activations, which ferrite folds into
+            // the conv's kernel; the variant with the conv output also leaving the
+            // graph must not fold.
+            let (h, w, c) = (r.u(2, 9) as i32, r.u(2, 9) as i32, r.u(1, 40) as i32);
+            let s = [1, h, w, c];
+            let x = f32in(&mut m, "x", &s);
+            ranges.push(fr);
+            let y = m.add_tensor(TensorSpec::activation("y", TensorType::FLOAT32, &s));
+            let bv = r.floats(c as usize, -0.5, 0.5);
+            let b = m.add_tensor(TensorSpec::const_f32("b", &[c], &bv));
+            let k = if r.u(0, 1) == 0 { 3 } else { 5 };
+            if r.u(0, 1) == 0 {
+                let wv = r.floats((k * k * c) as usize, -0.8, 0.8);
+                let wt = m.add_tensor(TensorSpec::const_f32("w", &[1, k, k, c], &wv));
+                let opts =
+                    Options::DepthwiseConv2D { padding: Padding::SAME, stride: (1, 1), dilation: (1, 1), depth_multiplier: 1, activation: Activation::NONE };
+                m.add_op(OpCode::Builtin(B::DEPTHWISE_CONV_2D), &[x, wt, b], &[y], opts);
+            } else {
+                let wv = r.floats((k * k * c * c) as usize, -0.3, 0.3);
+                let wt = m.add_tensor(TensorSpec::const_f32("w", &[c, k, k, c], &wv));
+                let opts = Options::Conv2D { padding: Padding::SAME, stride: (1, 1), dilation: (1, 1), activation: Activation::NONE };
+                m.add_op(OpCode::Builtin(B::CONV_2D), &[x, wt, b], &[y], opts);
+            }
+            let acts = [B::RELU, B::RELU6, B::RELU_N1_TO_1, B::HARD_SWISH, B::LEAKY_RELU];
+            let mut t = y;
+            for i in 0..r.u(1, 2) {
+                let a = acts[r.u(0, acts.len() - 1)];
+                let o = m.add_tensor(TensorSpec::activation(&format!("act{i}"), TensorType::FLOAT32, &s));
+                let opts = if a == B::LEAKY_RELU { Options::LeakyRelu { alpha: r.f(0.05, 0.5) } } else { Options::None };
+                m.add_op(OpCode::Builtin(a), &[t], &[o], opts);
+                t = o;
+            }
+            m.outputs = vec![t];
+            if r.u(0, 3) == 0 {
+                // The conv output also leaves the graph: it has two readers.
+                m.outputs.push(y);
+            }
+        }
         "FLOOR_DIV" | "FLOOR_MOD" => {
             let s = {
                 let rk = r.u(1, 3);
@@ -1382,6 +1421,7 @@ const OPS: &[&str] = &[
     "FUSED_SIGN_BIT_ADD",
     "FUSED_TANH_CONV_2D",
     "CONV_RESIDUAL_PRELU",
+    "CONV_ACTIVATIONS",
     "PAD_CONV",
     "FLOOR_DIV",
     "FLOOR_MOD",

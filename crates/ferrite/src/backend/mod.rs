@@ -77,6 +77,9 @@ pub(crate) enum Epilogue {
     /// ADD of a tensor of the output's shape (a residual), kernel input `arg`,
     /// then the ADD's own activation clamp.
     Add { arg: usize, clamp: ferrite_kernels::Clamp },
+    /// An activation (RELU family, HARD_SWISH, LEAKY_RELU), computed as its own op
+    /// computes it.
+    Unary(ferrite_kernels::elementwise::Unary),
 }
 
 /// Applies `epilogue` to output rows starting at row `first` (held by `out`, rows
@@ -98,6 +101,7 @@ pub(crate) fn apply_epilogue(epilogue: &[Epilogue], ins: &[Option<&[u8]>], first
                 };
                 ferrite_kernels::elementwise::add_clamp(out, other, *clamp);
             }
+            Epilogue::Unary(op) => ferrite_kernels::elementwise::unary_in_place(*op, out),
         }
     }
     true
