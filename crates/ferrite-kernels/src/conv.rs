@@ -118,9 +118,10 @@ simd_fn! {
     /// Depthwise convolution: weights [1, k_h, k_w, in_c * multiplier], over output
     /// rows `rows` (row = batch * out_h + oy), which `out` holds.
     ///
-    /// For multiplier 1 the work goes in tiles of 4 output pixels x 16 channels:
-    /// the 64 accumulators stay in registers across all taps, and each weight
-    /// vector is loaded once per tap for the 4 pixels. Channels past the last
+    /// With AVX-512 and multiplier 1 every row runs on SIMD kernels (8- and
+    /// 4-pixel tiles, single edge pixels, channel groups for large filters); few channels (dividing 16) at stride 1 run 16 lanes over
+    /// whole pixels. Elsewhere the work goes in tiles of 4 output pixels x 16
+    /// channels, accumulators in registers across all taps; channels past the last
     /// whole block of 16 and multipliers above 1 take a simple per-pixel path.
     pub fn depthwise_conv2d(input: &[f32], in_c: usize, multiplier: usize, w: &[f32], bias: Option<&[f32]>, g: &Window, clamp: Clamp, out: &mut [f32], rows: std::ops::Range<usize>) {
         const B: usize = 16;
