@@ -776,16 +776,7 @@ fn dot16(a: &[f32], b: &[f32]) -> f32 {
     for (j, (&x, &y)) in ar.iter().zip(br).enumerate() {
         lanes[j] += x * y;
     }
-    // Halving stages of fixed width, which compile to vector adds of the two halves.
-    let mut h8 = [0.0f32; 8];
-    for j in 0..8 {
-        h8[j] = lanes[j] + lanes[j + 8];
-    }
-    let mut h4 = [0.0f32; 4];
-    for j in 0..4 {
-        h4[j] = h8[j] + h8[j + 4];
-    }
-    (h4[0] + h4[2]) + (h4[1] + h4[3])
+    crate::hsum16(lanes)
 }
 
 simd_fn! {

@@ -38,6 +38,21 @@ macro_rules! simd_fn {
     };
 }
 
+/// Sum of 16 lane accumulators in a fixed pairwise order (halving stages that
+/// compile to vector adds), so a vectorized sum gives the same bits every time.
+#[inline(always)]
+pub(crate) fn hsum16(lanes: [f32; 16]) -> f32 {
+    let mut h8 = [0.0f32; 8];
+    for j in 0..8 {
+        h8[j] = lanes[j] + lanes[j + 8];
+    }
+    let mut h4 = [0.0f32; 4];
+    for j in 0..4 {
+        h4[j] = h8[j] + h8[j + 4];
+    }
+    (h4[0] + h4[2]) + (h4[1] + h4[3])
+}
+
 pub mod conv;
 pub mod elementwise;
 pub mod fixed16;
