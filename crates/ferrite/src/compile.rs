@@ -1149,11 +1149,13 @@ fn fold_epilogue(
     }
     match (&op.code, &op.inputs[..], &op.params) {
         (OpCode::Builtin(code), &[Some(_)], params) => match activation_epilogue(*code, params) {
-            Some(u) => {
+            // A float activation declared to produce another type is left to its
+            // own kernel, which reports the mismatch.
+            Some(u) if g.tensors[y].dtype == DType::F32 => {
                 e.ops.push(Epilogue::Unary(u));
                 true
             }
-            None => false,
+            _ => false,
         },
         (OpCode::Builtin(builtin::PRELU), &[Some(_), Some(alpha)], _) => {
             let bytes = match &tensors[alpha].loc {
