@@ -302,6 +302,7 @@ simd_fn! {
 }
 
 /// Channels per pass of [`dw_row_simd`] when the filter is too large for L1.
+#[cfg(target_arch = "x86_64")]
 const DW_GROUP: usize = 64;
 
 /// One output row of a multiplier-1 depthwise convolution, every pixel by the
@@ -315,6 +316,7 @@ const DW_GROUP: usize = 64;
 ///
 /// Every output sums bias, then taps by filter row and column, whatever kernel
 /// takes it and however rows are split (bit-identical across thread counts).
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
 fn dw_row_simd(input: &[f32], c: usize, w: &[f32], bias: Option<&[f32]>, g: &Window, clamp: Clamp, o: &mut [f32], n: usize, oy: usize) -> bool {
     if !depthwise_masks_tails() || c == 0 || g.out_w == 0 {
@@ -351,10 +353,18 @@ fn dw_row_simd(input: &[f32], c: usize, w: &[f32], bias: Option<&[f32]>, g: &Win
                     if start + rows_span + (7 + g.k_w - 1) * c + gw > input.len() {
                         return false;
                     }
-                    // SAFETY: AVX-512 present (checked above, so the call does the work);
-                    // input reads lie in [start, start + span + gw) (checked), weight reads
-                    // below taps * c from `cg`, writes in 8 pixels of `o` (ox + 8 <= out_w).
-                    unsafe { dw_row8(input.as_ptr().add(start), c, in_row, g, (ky_lo, ky_hi), wg, bias_g, gw, c, clamp, dst) };
+                    let x = input[start..].as_ptr();
+                    // SAFETY: AVX-512F present (checked above); input reads lie in
+                    // [start, start + span + gw) (checked), weight reads below taps * c
+                    // from `cg`, writes in 8 pixels of `o` (ox + 8 <= out_w); `row8`
+                    // means a 3- or 5-wide filter at stride 1.
+                    unsafe {
+                        if g.k_w == 3 {
+                            dw_row8_avx512::<3>(x, c, in_row, g, (ky_lo, ky_hi), wg, bias_g, gw, c, clamp, dst)
+                        } else {
+                            dw_row8_avx512::<5>(x, c, in_row, g, (ky_lo, ky_hi), wg, bias_g, gw, c, clamp, dst)
+                        }
+                    };
                     ox += 8;
                     continue;
                 }
@@ -364,7 +374,7 @@ fn dw_row_simd(input: &[f32], c: usize, w: &[f32], bias: Option<&[f32]>, g: &Win
                         return false;
                     }
                     // SAFETY: as for the 8-pixel tile, for 4 pixels.
-                    unsafe { dw_interior(input.as_ptr().add(start), c, in_row, g, (ky_lo, ky_hi), wg, bias_g, gw, c, clamp, dst) };
+                    unsafe { dw_interior_avx512(input.as_ptr().add(start), c, in_row, g, (ky_lo, ky_hi), wg, bias_g, gw, c, clamp, dst) };
                     ox += 4;
                     continue;
                 }
@@ -383,13 +393,20 @@ fn dw_row_simd(input: &[f32], c: usize, w: &[f32], bias: Option<&[f32]>, g: &Win
                 // No tap lands inside the input: the bias alone, nothing read.
                 _ => ((0, 0), (0, 0), 0),
             };
-            // SAFETY: input reads lie in [start, last) (checked) or there are none;
+            // SAFETY: AVX-512F present; input reads lie in [start, last) (checked) or none;
             // weight reads below taps * c from `cg`; writes in one pixel of `o`.
-            unsafe { dw_edge(input.as_ptr().wrapping_add(start), c, in_row, g, taps_y, taps_x, wg, bias_g, gw, c, clamp, dst) };
+            unsafe { dw_edge_avx512(input.as_ptr().wrapping_add(start), c, in_row, g, taps_y, taps_x, wg, bias_g, gw, c, clamp, dst) };
             ox += 1;
         }
     }
     true
+}
+
+/// Without x86-64 there is no AVX-512 row path: the portable path takes every row.
+#[cfg(not(target_arch = "x86_64"))]
+#[allow(clippy::too_many_arguments)]
+fn dw_row_simd(_: &[f32], _: usize, _: &[f32], _: Option<&[f32]>, _: &Window, _: Clamp, _: &mut [f32], _: usize, _: usize) -> bool {
+    false
 }
 
 /// One depthwise output pixel, channels `from..out_c`; each tap adds those
@@ -486,38 +503,14 @@ unsafe fn dw_small_c_avx512(x: *const f32, in_c: usize, in_row: usize, g: &Windo
 
 /// Depthwise tile of 4 output pixels over channels `0..blocked` (the last block
 /// of 16 masked), whose taps stay inside the input horizontally, summing the tap rows
-/// `taps_y` (those inside vertically), with AVX-512. Returns false (doing nothing)
-/// without AVX-512.
+/// `taps_y` (those inside vertically), with AVX-512.
 ///
 /// # Safety
+/// The CPU must support AVX-512F.
 /// `x` points at the input pixel under the tile's first tap of row `taps_y.0`;
 /// every pixel those taps reach, for channels `0..blocked`, must be readable; `w`
 /// must hold `k_h * k_w * out_c` floats; `o` must be writable for 4 pixels of
 /// `out_c` floats.
-#[allow(clippy::too_many_arguments)]
-unsafe fn dw_interior(
-    x: *const f32,
-    in_c: usize,
-    in_row: usize,
-    g: &Window,
-    taps_y: (usize, usize),
-    w: *const f32,
-    bias: Option<&[f32]>,
-    blocked: usize,
-    out_c: usize,
-    clamp: Clamp,
-    o: *mut f32,
-) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
-        // SAFETY: AVX-512F checked; pointer ranges per this function's contract.
-        unsafe { dw_interior_avx512(x, in_c, in_row, g, taps_y, w, bias, blocked, out_c, clamp, o) };
-        return true;
-    }
-    let _ = (x, in_c, in_row, g, taps_y, w, bias, blocked, out_c, clamp, o);
-    false
-}
-
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[allow(clippy::too_many_arguments)]
@@ -568,38 +561,13 @@ unsafe fn dw_interior_avx512(
 /// One depthwise output pixel over channels `0..blocked` (the last block of 16
 /// masked), summing the taps `taps_y` x `taps_x` that land inside the input, with
 /// AVX-512. Serves the columns near the left and right edges, and maps too narrow
-/// for a full tile, which otherwise take the scalar per-pixel path. Returns false
-/// (doing nothing) without AVX-512.
+/// for a full tile.
 ///
 /// # Safety
+/// The CPU must support AVX-512F.
 /// `x` points at the input pixel under tap (`taps_y.0`, `taps_x.0`); every pixel
 /// the taps reach, for channels `0..blocked`, must be readable; `w` must hold
 /// `k_h * k_w * out_c` floats; `o` must be writable for `out_c` floats.
-#[allow(clippy::too_many_arguments)]
-unsafe fn dw_edge(
-    x: *const f32,
-    in_c: usize,
-    in_row: usize,
-    g: &Window,
-    taps_y: (usize, usize),
-    taps_x: (usize, usize),
-    w: *const f32,
-    bias: Option<&[f32]>,
-    blocked: usize,
-    out_c: usize,
-    clamp: Clamp,
-    o: *mut f32,
-) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
-        // SAFETY: AVX-512F checked; pointer ranges per this function's contract.
-        unsafe { dw_edge_avx512(x, in_c, in_row, g, taps_y, taps_x, w, bias, blocked, out_c, clamp, o) };
-        return true;
-    }
-    let _ = (x, in_c, in_row, g, taps_y, taps_x, w, bias, blocked, out_c, clamp, o);
-    false
-}
-
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[allow(clippy::too_many_arguments)]
@@ -655,39 +623,10 @@ unsafe fn dw_edge_avx512(
 /// Depthwise tile of 8 output pixels (stride 1, no dilation, a 3- or 5-wide
 /// filter) over channels `0..blocked` (the last block of 16 masked), summing the tap rows
 /// `taps_y`, with AVX-512: per filter row, the 8 + kw - 1 input vectors are each
-/// loaded once and multiplied by every tap that reaches them. Returns false (doing
-/// nothing) without AVX-512 or for another filter width.
+/// loaded once and multiplied by every tap that reaches them (`KW` = `g.k_w`).
 ///
 /// # Safety
-/// As [`dw_interior`], for 8 pixels.
-#[allow(clippy::too_many_arguments)]
-unsafe fn dw_row8(
-    x: *const f32,
-    in_c: usize,
-    in_row: usize,
-    g: &Window,
-    taps_y: (usize, usize),
-    w: *const f32,
-    bias: Option<&[f32]>,
-    blocked: usize,
-    out_c: usize,
-    clamp: Clamp,
-    o: *mut f32,
-) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
-        // SAFETY: AVX-512F checked; pointer ranges per this function's contract.
-        match (g.k_w, g.stride_w) {
-            (3, 1) => unsafe { dw_row8_avx512::<3>(x, in_c, in_row, g, taps_y, w, bias, blocked, out_c, clamp, o) },
-            (5, 1) => unsafe { dw_row8_avx512::<5>(x, in_c, in_row, g, taps_y, w, bias, blocked, out_c, clamp, o) },
-            _ => return false,
-        }
-        return true;
-    }
-    let _ = (x, in_c, in_row, g, taps_y, w, bias, blocked, out_c, clamp, o);
-    false
-}
-
+/// As [`dw_interior_avx512`], for 8 pixels.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[allow(clippy::too_many_arguments)]

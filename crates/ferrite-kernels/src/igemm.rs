@@ -428,7 +428,7 @@ fn is_flat(pk: &Packed, g: &crate::conv::Window) -> bool {
 
 /// Fully-connected over `batch` rows of `pk.k` inputs. False if a slice is too short.
 pub fn fully_connected(input: &[f32], batch: usize, pk: &Packed, clamp: Clamp, out: &mut [f32]) -> bool {
-    let (nr, k, n) = (pk.isa.nr(), pk.k, pk.n);
+    let (k, n) = (pk.k, pk.n);
     if pk.taps != 1 || input.len() < batch * k || out.len() < batch * n {
         return false;
     }
@@ -436,6 +436,7 @@ pub fn fully_connected(input: &[f32], batch: usize, pk: &Packed, clamp: Clamp, o
     // broadcast input; the layer is bound by streaming its weights).
     #[cfg(target_arch = "x86_64")]
     if batch == 1 && pk.isa == Isa::Avx512 {
+        let nr = pk.isa.nr();
         let panels = n.div_ceil(nr);
         let mut p = 0;
         while p < panels {
