@@ -6,6 +6,7 @@
 //! prepacked weights) lives in a [`BackendContext`] the session owns.
 
 pub mod cpu;
+pub mod reference;
 pub(crate) mod custom_builtin;
 
 use std::collections::HashMap;

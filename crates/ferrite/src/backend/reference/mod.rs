@@ -1,0 +1,45 @@
+//! The `reference` backend: naive kernels written for clarity from each op's
+//! definition — nested loops over indices, no blocking, no SIMD, no threads.
+//!
+//! It answers "does the optimized path cause my numeric difference?" (run a model
+//! with `--backends reference`, or move single ops to it with `--op-backend`), and it
+//! is the oracle the optimized CPU kernels and future backends are checked against.
+//! Integer kernels follow LiteRT's reference kernels step by step (same
+//! fixed-point multipliers, same rounding), so they are bit-exact with it.
+//!
+//! An op this backend has no kernel for returns [`Error::Unsupported`], and the
+//! session gives it to the next backend in its list.
+
+mod float;
+mod quant;
+
+use super::{Backend, BackendContext, Built, OpContext};
+use crate::error::Result;
+use crate::model::DType;
+
+/// Naive, obviously correct kernels (float32 and the integer types).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ReferenceBackend;
+
+impl Backend for ReferenceBackend {
+    fn name(&self) -> &'static str {
+        "reference"
+    }
+
+    fn build(&self, op: &OpContext<'_>, _ctx: &mut BackendContext) -> Result<Built> {
+        if is_quantized(op) {
+            quant::build(op)
+        } else {
+            float::build(op)
+        }
+    }
+}
+
+/// True when the op computes on quantized integers or mixes float activations
+/// with quantized weights (hybrid): the integer kernels' business.
+fn is_quantized(op: &OpContext<'_>) -> bool {
+    let quantized = |d: DType| matches!(d, DType::I8 | DType::U8 | DType::I16);
+    let input_q = op.inputs.iter().flatten().any(|d| quantized(d.dtype) && d.quant.is_some());
+    let output_q = op.outputs.iter().any(|t| quantized(t.dtype) && t.quant.is_some());
+    input_q || output_q
+}
