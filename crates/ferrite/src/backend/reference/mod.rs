@@ -14,7 +14,7 @@ mod float;
 mod quant;
 
 use super::{Backend, BackendContext, Built, OpContext};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::model::DType;
 
 /// Naive, obviously correct kernels (float32 and the integer types).
@@ -27,10 +27,15 @@ impl Backend for ReferenceBackend {
     }
 
     fn build(&self, op: &OpContext<'_>, _ctx: &mut BackendContext) -> Result<Built> {
-        if is_quantized(op) {
-            quant::build(op)
-        } else {
-            float::build(op)
+        if !is_quantized(op) {
+            return float::build(op);
+        }
+        // Quantized ops that only move elements (RESHAPE, TRANSPOSE, SLICE, ...) are
+        // type-agnostic and live with the float kernels; `float` refuses any of them
+        // whose output is quantized unlike its input (that needs requantization).
+        match quant::build(op) {
+            Err(Error::Unsupported(_)) => float::build(op),
+            r => r,
         }
     }
 }
