@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::backend::{Backend, BackendContext, Built, CustomOpRegistry, InputDesc, KernelFn, OpContext};
 use crate::error::{Error, Result};
 use crate::memory::{self, Lifetime, MemoryPlan};
-use crate::model::{builtin, DType, Model, OpCode};
+use crate::model::{BuiltinOp as B, DType, Model, OpCode};
 use smallvec::SmallVec;
 
 /// Owned, 8-byte aligned bytes (folded constants, realigned constants).
@@ -420,8 +420,8 @@ fn compile_at(
             };
             let shapes_of = |ts: &[Option<usize>]| ts.iter().map(|t| t.map(|t| tensors[t].shape.clone()).unwrap_or_default()).collect::<Vec<_>>();
             let at = || format!("subgraph {sg} op {oi} ({})", op.code.name());
-            let work = match (ferrite_format::schema::BuiltinOperator(code), &op.params) {
-                (ferrite_format::schema::BuiltinOperator::IF, crate::ops::OpParams::If { then_subgraph, else_subgraph }) => {
+            let work = match (code, &op.params) {
+                (B::IF, crate::ops::OpParams::If { then_subgraph, else_subgraph }) => {
                     let shapes = shapes_of(&op.inputs[1.min(op.inputs.len())..]);
                     let n = op.outputs.len();
                     // Constant operands reach the branches as constants (IF passes them
@@ -438,7 +438,7 @@ fn compile_at(
                     }
                     Some(Work::If { then: Box::new(then), otherwise: Box::new(otherwise) })
                 }
-                (ferrite_format::schema::BuiltinOperator::WHILE, crate::ops::OpParams::While { cond_subgraph, body_subgraph }) => {
+                (B::WHILE, crate::ops::OpParams::While { cond_subgraph, body_subgraph }) => {
                     let shapes = shapes_of(&op.inputs);
                     let (cond, body) = (child(ctx, *cond_subgraph, &shapes, &[], 1)?, child(ctx, *body_subgraph, &shapes, &[], op.inputs.len())?);
                     let vars: Vec<(DType, Vec<usize>)> = op
@@ -463,10 +463,10 @@ fn compile_at(
                     }
                     Some(Work::While { cond: Box::new(cond), body: Box::new(body), next, flag: AlignedBytes::zeroed(1) })
                 }
-                (ferrite_format::schema::BuiltinOperator::CALL_ONCE, crate::ops::OpParams::CallOnce { init_subgraph }) => {
+                (B::CALL_ONCE, crate::ops::OpParams::CallOnce { init_subgraph }) => {
                     Some(Work::CallOnce { init: Box::new(child(ctx, *init_subgraph, &[], &[], 0)?), ran_at: None })
                 }
-                (ferrite_format::schema::BuiltinOperator::VAR_HANDLE, crate::ops::OpParams::VarHandle { container, shared_name }) => {
+                (B::VAR_HANDLE, crate::ops::OpParams::VarHandle { container, shared_name }) => {
                     // The handle is a constant: the variable's id in the session.
                     let id = ctx.variables.id(&format!("{container}/{shared_name}"));
                     let t = *op.outputs.first().ok_or_else(|| Error::InvalidModel(format!("{}: no output", at())))?;
@@ -475,14 +475,14 @@ fn compile_at(
                     tensors[t].loc = Loc::Owned(Arc::new(AlignedBytes::from_slice(&(id as i32).to_le_bytes())));
                     continue;
                 }
-                (ferrite_format::schema::BuiltinOperator::READ_VARIABLE, _) => {
+                (B::READ_VARIABLE, _) => {
                     let t = *op.outputs.first().ok_or_else(|| Error::InvalidModel(format!("{}: no output", at())))?;
                     if g.tensors[t].shape_signature.iter().any(|&d| d < 0) {
                         return Err(Error::Unsupported(format!("{}: variable of unknown shape", at())));
                     }
                     Some(Work::ReadVariable)
                 }
-                (ferrite_format::schema::BuiltinOperator::ASSIGN_VARIABLE, _) => Some(Work::AssignVariable),
+                (B::ASSIGN_VARIABLE, _) => Some(Work::AssignVariable),
                 _ => None,
             };
             if let Some(work) = work {
@@ -579,7 +579,7 @@ fn compile_at(
         let offered = op
             .outputs
             .first()
-            .filter(|_| matches!(op.code, OpCode::Builtin(builtin::CONV_2D | builtin::DEPTHWISE_CONV_2D)))
+            .filter(|_| matches!(op.code, OpCode::Builtin(B::CONV_2D | B::DEPTHWISE_CONV_2D)))
             .and_then(|&out| epilogue_reader(g, oi, out, &readers_of))
             .map(|j| (j, crate::backend::EpilogueSlot::default()));
         let octx = OpContext {
@@ -619,7 +619,7 @@ fn compile_at(
             }
         }
         // SHAPE's result depends only on static shapes; ops on constants need running once only.
-        let foldable = (all_const || op.code == OpCode::Builtin(builtin::SHAPE)) && !op.outputs.iter().any(|&o| g.tensors[o].is_variable);
+        let foldable = (all_const || op.code == OpCode::Builtin(B::SHAPE)) && !op.outputs.iter().any(|&o| g.tensors[o].is_variable);
         if foldable {
             let ins: Vec<Option<&[u8]>> = (0..op.inputs.len()).map(value_of).collect();
             let mut outs: Vec<AlignedBytes> = op
@@ -860,6 +860,7 @@ fn build_op(octx: &OpContext<'_>, backends: &[&dyn Backend], custom: &CustomOpRe
             Some(c) => c.build(octx)?,
             None => return Err(octx.unsupported(format!("custom op '{name}' is not registered"))),
         },
+        OpCode::Other(_) => return Err(octx.unsupported("ferrite has no kernel for this builtin op yet")),
         OpCode::Builtin(_) => {
             let mut last = None;
             let mut found = None;
@@ -899,8 +900,7 @@ fn build_op(octx: &OpContext<'_>, backends: &[&dyn Backend], custom: &CustomOpRe
 }
 
 fn is_shape_only(op: &crate::model::Op) -> bool {
-    use ferrite_format::schema::BuiltinOperator as B;
-    matches!(op.code, OpCode::Builtin(c) if c == B::RESHAPE.0 || c == B::SQUEEZE.0 || c == B::EXPAND_DIMS.0)
+    matches!(op.code, OpCode::Builtin(B::RESHAPE | B::SQUEEZE | B::EXPAND_DIMS))
 }
 
 /// Caller buffers bound for one run: graph inputs, and graph outputs to fill.
@@ -1050,7 +1050,7 @@ fn foldable_pad<'b>(
     value: impl Fn(usize) -> Option<&'b [u8]>,
 ) -> Option<[usize; 4]> {
     let op = &g.ops[oi];
-    if op.code != OpCode::Builtin(builtin::PAD) {
+    if op.code != OpCode::Builtin(B::PAD) {
         return None;
     }
     let (&[Some(x), Some(_)], &[y]) = (&op.inputs[..], &op.outputs[..]) else { return None };
@@ -1071,7 +1071,7 @@ fn foldable_pad<'b>(
         crate::ops::OpParams::Conv2D { padding, .. } | crate::ops::OpParams::DepthwiseConv2D { padding, .. } => *padding == crate::ops::Padding::Valid,
         _ => false,
     };
-    let conv = matches!(reader.code, OpCode::Builtin(builtin::CONV_2D | builtin::DEPTHWISE_CONV_2D));
+    let conv = matches!(reader.code, OpCode::Builtin(B::CONV_2D | B::DEPTHWISE_CONV_2D));
     (conv && valid && reader.inputs.first() == Some(&Some(y)) && reader.inputs.iter().skip(1).all(|&i| i != Some(y)))
         .then(|| [p[2] as usize, p[3] as usize, p[4] as usize, p[5] as usize])
 }
@@ -1098,24 +1098,24 @@ fn epilogue_reader(g: &crate::model::Subgraph, oi: usize, out: usize, readers_of
     let j = oi + 1 + g.ops[oi + 1..].iter().position(|o| o.inputs.iter().flatten().any(|&t| t == out))?;
     let next = &g.ops[j];
     let ok = match next.code {
-        OpCode::Builtin(builtin::PRELU) => next.inputs.first() == Some(&Some(out)),
+        OpCode::Builtin(B::PRELU) => next.inputs.first() == Some(&Some(out)),
         OpCode::Builtin(code) if activation_epilogue(code, &next.params).is_some() => next.inputs.first() == Some(&Some(out)),
-        OpCode::Builtin(builtin::ADD) => next.inputs.len() == 2,
+        OpCode::Builtin(B::ADD) => next.inputs.len() == 2,
         _ => false,
     };
     ok.then_some(j)
 }
 
 /// The element-wise activation a builtin op computes, when it can run as an epilogue.
-fn activation_epilogue(code: i32, params: &crate::ops::OpParams) -> Option<ferrite_kernels::elementwise::Unary> {
+fn activation_epilogue(code: B, params: &crate::ops::OpParams) -> Option<ferrite_kernels::elementwise::Unary> {
     use ferrite_kernels::elementwise::Unary;
     Some(match code {
-        builtin::RELU => Unary::Relu,
-        builtin::RELU6 => Unary::Relu6,
-        builtin::RELU_N1_TO_1 => Unary::ReluN1To1,
-        builtin::RELU_0_TO_1 => Unary::Relu0To1,
-        builtin::HARD_SWISH => Unary::HardSwish,
-        builtin::LEAKY_RELU => match params {
+        B::RELU => Unary::Relu,
+        B::RELU6 => Unary::Relu6,
+        B::RELU_N1_TO_1 => Unary::ReluN1To1,
+        B::RELU_0_TO_1 => Unary::Relu0To1,
+        B::HARD_SWISH => Unary::HardSwish,
+        B::LEAKY_RELU => match params {
             crate::ops::OpParams::LeakyRelu { alpha } => Unary::LeakyRelu(*alpha),
             _ => return None,
         },
@@ -1157,7 +1157,7 @@ fn fold_epilogue(
             }
             _ => false,
         },
-        (OpCode::Builtin(builtin::PRELU), &[Some(_), Some(alpha)], _) => {
+        (OpCode::Builtin(B::PRELU), &[Some(_), Some(alpha)], _) => {
             let bytes = match &tensors[alpha].loc {
                 Loc::Model(r) => model.bytes().get(r.clone()),
                 Loc::Owned(b) => Some(b.bytes()),
@@ -1175,7 +1175,7 @@ fn fold_epilogue(
                 _ => false,
             }
         }
-        (OpCode::Builtin(builtin::ADD), &[Some(a), Some(b)], crate::ops::OpParams::Binary { activation, .. }) => {
+        (OpCode::Builtin(B::ADD), &[Some(a), Some(b)], crate::ops::OpParams::Binary { activation, .. }) => {
             let other = if a == x { b } else { a };
             let clamp = match activation {
                 crate::ops::Activation::None => ferrite_kernels::Clamp::NONE,

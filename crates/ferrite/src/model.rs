@@ -14,6 +14,7 @@ use ferrite_format::{FileKind, Table};
 
 use crate::error::{invalid, Error, Result};
 use crate::ops::{parse_params, OpParams};
+pub use ferrite_format::ops::BuiltinOp;
 
 /// Largest tensor rank accepted from a file.
 pub const MAX_RANK: usize = 16;
@@ -188,31 +189,14 @@ impl TensorInfo {
 /// What an op is.
 #[derive(Debug, Clone, PartialEq)]
 pub enum OpCode {
-    /// A builtin op code (negative codes are circle extensions).
-    Builtin(i32),
+    /// A builtin op of ferrite's op table.
+    Builtin(BuiltinOp),
+    /// A builtin code ferrite has no table line for (a newer builtin, or a circle
+    /// extension with a negative code): loads, is listed by `inspect`, and is
+    /// refused by `prepare` as unsupported.
+    Other(i32),
     /// A custom op by name.
     Custom(String),
-}
-
-/// Builtin codes used by name in the runtime.
-#[allow(missing_docs)]
-pub mod builtin {
-    use ferrite_format::schema::BuiltinOperator as B;
-    pub const ADD: i32 = B::ADD.0;
-    pub const CUSTOM: i32 = B::CUSTOM.0;
-    pub const SHAPE: i32 = B::SHAPE.0;
-    pub const DEQUANTIZE: i32 = B::DEQUANTIZE.0;
-    pub const DENSIFY: i32 = B::DENSIFY.0;
-    pub const CONV_2D: i32 = B::CONV_2D.0;
-    pub const DEPTHWISE_CONV_2D: i32 = B::DEPTHWISE_CONV_2D.0;
-    pub const PRELU: i32 = B::PRELU.0;
-    pub const PAD: i32 = B::PAD.0;
-    pub const RELU: i32 = B::RELU.0;
-    pub const RELU6: i32 = B::RELU6.0;
-    pub const RELU_N1_TO_1: i32 = B::RELU_N1_TO_1.0;
-    pub const RELU_0_TO_1: i32 = B::RELU_0_TO_1.0;
-    pub const HARD_SWISH: i32 = B::HARD_SWISH.0;
-    pub const LEAKY_RELU: i32 = B::LEAKY_RELU.0;
 }
 
 impl OpCode {
@@ -220,7 +204,8 @@ impl OpCode {
     pub fn name(&self) -> String {
         match self {
             OpCode::Custom(n) => n.clone(),
-            OpCode::Builtin(c) => match *c {
+            OpCode::Builtin(op) => op.name().to_string(),
+            OpCode::Other(c) => match *c {
                 -2 => "INSTANCE_NORM".into(),
                 -3 => "BCQ_FULLY_CONNECTED".into(),
                 -4 => "BCQ_GATHER".into(),
@@ -228,6 +213,14 @@ impl OpCode {
                 -6 => "RMS_NORM".into(),
                 c => fb::BuiltinOperator(c).variant_name().map(str::to_string).unwrap_or_else(|| format!("BUILTIN_{c}")),
             },
+        }
+    }
+
+    /// The table op, for builtins ferrite knows.
+    pub fn builtin(&self) -> Option<BuiltinOp> {
+        match self {
+            OpCode::Builtin(op) => Some(*op),
+            _ => None,
         }
     }
 }
@@ -387,11 +380,11 @@ fn parse(data: &[u8]) -> Result<Parsed> {
         let ext = c.scalar::<i32>(fb::OperatorCode::VT_BUILTIN_CODE, 0)?;
         let code = if kind == FileKind::Circle && ext < 0 { ext } else { dep.max(ext) };
         let version = c.scalar::<i32>(fb::OperatorCode::VT_VERSION, 1)?;
-        let op = if code == builtin::CUSTOM {
+        let op = if code == fb::BuiltinOperator::CUSTOM.0 {
             let name = c.string(fb::OperatorCode::VT_CUSTOM_CODE)?.ok_or_else(|| invalid(format!("operator code {i}: CUSTOM without a custom_code name")))?;
             OpCode::Custom(name)
         } else {
-            OpCode::Builtin(code)
+            BuiltinOp::from_code(code).map_or(OpCode::Other(code), OpCode::Builtin)
         };
         codes.push((op, version));
     }
@@ -460,11 +453,11 @@ fn parse_subgraph(data: &[u8], kind: FileKind, si: usize, sg: Table<'_>, buffers
         let opt_type = o.scalar::<u8>(fb::Operator::VT_BUILTIN_OPTIONS_TYPE, 0)?;
         let options = o.table(fb::Operator::VT_BUILTIN_OPTIONS)?;
         let params = match &code {
-            OpCode::Builtin(c) => parse_params(*c, opt_type, options).map_err(|e| match e {
+            OpCode::Builtin(b) => parse_params(*b, opt_type, options).map_err(|e| match e {
                 Error::InvalidModel(m) => invalid(format!("{} ({}): {m}", at(), code.name())),
                 e => e,
             })?,
-            OpCode::Custom(_) => OpParams::None,
+            OpCode::Other(_) | OpCode::Custom(_) => OpParams::None,
         };
         let mut custom_options = o.bytes(fb::Operator::VT_CUSTOM_OPTIONS)?.map(|(s, b)| s..s + b.len());
         let large_off = o.scalar::<u64>(fb::Operator::VT_LARGE_CUSTOM_OPTIONS_OFFSET, 0)?;
@@ -475,6 +468,9 @@ fn parse_subgraph(data: &[u8], kind: FileKind, si: usize, sg: Table<'_>, buffers
                 .filter(|&e| e <= data.len() as u64)
                 .ok_or_else(|| invalid(format!("{}: custom options lie outside the file", at())))?;
             custom_options = Some(large_off as usize..end as usize);
+        }
+        if let OpCode::Builtin(b) = code {
+            check_arity(b, &op_inputs, &op_outputs).map_err(|m| invalid(format!("{} ({b}): {m}", at())))?;
         }
         ops.push(Op { code, version, inputs: op_inputs, outputs: op_outputs, params, custom_options });
     }
@@ -599,6 +595,22 @@ fn parse_sparsity(s: Table<'_>) -> Result<Sparsity> {
         return Err(invalid(format!("{} dim_metadata entries for {} traversal dimensions", dims.len(), traversal_order.len())));
     }
     Ok(Sparsity { traversal_order, block_map, dims })
+}
+
+/// Checks an op's input and output counts against its op table line, and that no
+/// required input is omitted, so no kernel builder can index past what it was given.
+fn check_arity(op: BuiltinOp, inputs: &[Option<usize>], outputs: &[usize]) -> std::result::Result<(), String> {
+    let (want_in, want_out) = (op.inputs(), op.outputs());
+    if !want_in.admits(inputs.len()) {
+        return Err(format!("takes {want_in} inputs, the model gives {}", inputs.len()));
+    }
+    if let Some(k) = inputs.iter().take(want_in.min).position(Option::is_none) {
+        return Err(format!("required input {k} is omitted"));
+    }
+    if !want_out.admits(outputs.len()) {
+        return Err(format!("produces {want_out} outputs, the model lists {}", outputs.len()));
+    }
+    Ok(())
 }
 
 /// An op may not read a tensor that the same or a later op produces (a cycle in

@@ -1,7 +1,7 @@
 //! Typed op parameters, parsed from the builtin options tables.
 
 use ferrite_format::schema as fb;
-use ferrite_format::schema::BuiltinOperator as B;
+use ferrite_format::ops::BuiltinOp;
 use ferrite_format::Table;
 
 use crate::error::{invalid, Result};
@@ -195,49 +195,15 @@ fn subgraph_index(v: i32, what: &str) -> Result<usize> {
     usize::try_from(v).map_err(|_| invalid(format!("{what} {v} is negative")))
 }
 
-/// Parses the options of builtin op `code`. `opt_type` is the union type id in the
-/// file; an absent or mismatched table yields the format's defaults, as LiteRT does.
-pub fn parse_params(code: i32, opt_type: u8, options: Option<Table<'_>>) -> Result<OpParams> {
+/// Parses the options of builtin `op`, by the options table its op-table line
+/// names. `opt_type` is the union type id in the file; an absent or mismatched
+/// table yields the format's defaults, as LiteRT does.
+pub fn parse_params(op: BuiltinOp, opt_type: u8, options: Option<Table<'_>>) -> Result<OpParams> {
     use fb::BuiltinOptions as T;
-    let op = B(code);
-    let expected = match op {
-        B::CONV_2D => T::Conv2DOptions,
-        B::DEPTHWISE_CONV_2D => T::DepthwiseConv2DOptions,
-        B::AVERAGE_POOL_2D | B::MAX_POOL_2D | B::L2_POOL_2D => T::Pool2DOptions,
-        B::FULLY_CONNECTED => T::FullyConnectedOptions,
-        B::SOFTMAX => T::SoftmaxOptions,
-        B::CONCATENATION => T::ConcatenationOptions,
-        B::ADD => T::AddOptions,
-        B::SUB => T::SubOptions,
-        B::MUL => T::MulOptions,
-        B::DIV => T::DivOptions,
-        B::RESHAPE => T::ReshapeOptions,
-        B::RESIZE_BILINEAR => T::ResizeBilinearOptions,
-        B::RESIZE_NEAREST_NEIGHBOR => T::ResizeNearestNeighborOptions,
-        B::SPACE_TO_DEPTH => T::SpaceToDepthOptions,
-        B::DEPTH_TO_SPACE => T::DepthToSpaceOptions,
-        B::GATHER => T::GatherOptions,
-        B::MEAN | B::SUM | B::REDUCE_MAX | B::REDUCE_MIN | B::REDUCE_PROD | B::REDUCE_ANY | B::REDUCE_ALL => T::ReducerOptions,
-        B::SQUEEZE => T::SqueezeOptions,
-        B::SPLIT => T::SplitOptions,
-        B::SPLIT_V => T::SplitVOptions,
-        B::STRIDED_SLICE => T::StridedSliceOptions,
-        B::ARG_MAX => T::ArgMaxOptions,
-        B::ARG_MIN => T::ArgMinOptions,
-        B::SHAPE => T::ShapeOptions,
-        B::TRANSPOSE_CONV => T::TransposeConvOptions,
-        B::PACK => T::PackOptions,
-        B::UNPACK => T::UnpackOptions,
-        B::LEAKY_RELU => T::LeakyReluOptions,
-        B::BATCH_MATMUL => T::BatchMatMulOptions,
-        B::GELU => T::GeluOptions,
-        B::MIRROR_PAD => T::MirrorPadOptions,
-        B::IF => T::IfOptions,
-        B::WHILE => T::WhileOptions,
-        B::CALL_ONCE => T::CallOnceOptions,
-        B::VAR_HANDLE => T::VarHandleOptions,
-        _ => return Ok(OpParams::None),
-    };
+    let expected = op.options();
+    if expected == T::NONE {
+        return Ok(OpParams::None);
+    }
     // A table of another union member would be read with the wrong layout; ignore it.
     let t = if opt_type == expected.0 { options } else { None };
     let i32f = |slot: u16, d: i32| t.map_or(Ok(d), |t| t.scalar::<i32>(slot, d));
@@ -246,8 +212,8 @@ pub fn parse_params(code: i32, opt_type: u8, options: Option<Table<'_>>) -> Resu
     let f32f = |slot: u16, d: f32| t.map_or(Ok(d), |t| t.scalar::<f32>(slot, d));
     let act = |slot: u16| -> Result<Activation> { Activation::from_code(i8f(slot, 0)?) };
 
-    Ok(match op {
-        B::CONV_2D => {
+    Ok(match expected {
+        T::Conv2DOptions => {
             use fb::Conv2DOptions as O;
             OpParams::Conv2D {
                 padding: padding(i8f(O::VT_PADDING, 0)?)?,
@@ -256,7 +222,7 @@ pub fn parse_params(code: i32, opt_type: u8, options: Option<Table<'_>>) -> Resu
                 activation: act(O::VT_FUSED_ACTIVATION_FUNCTION)?,
             }
         }
-        B::DEPTHWISE_CONV_2D => {
+        T::DepthwiseConv2DOptions => {
             use fb::DepthwiseConv2DOptions as O;
             OpParams::DepthwiseConv2D {
                 padding: padding(i8f(O::VT_PADDING, 0)?)?,
@@ -266,7 +232,7 @@ pub fn parse_params(code: i32, opt_type: u8, options: Option<Table<'_>>) -> Resu
                 activation: act(O::VT_FUSED_ACTIVATION_FUNCTION)?,
             }
         }
-        B::AVERAGE_POOL_2D | B::MAX_POOL_2D | B::L2_POOL_2D => {
+        T::Pool2DOptions => {
             use fb::Pool2DOptions as O;
             OpParams::Pool2D {
                 padding: padding(i8f(O::VT_PADDING, 0)?)?,
@@ -275,7 +241,7 @@ pub fn parse_params(code: i32, opt_type: u8, options: Option<Table<'_>>) -> Resu
                 activation: act(O::VT_FUSED_ACTIVATION_FUNCTION)?,
             }
         }
-        B::FULLY_CONNECTED => {
+        T::FullyConnectedOptions => {
             use fb::FullyConnectedOptions as O;
             OpParams::FullyConnected {
                 activation: act(O::VT_FUSED_ACTIVATION_FUNCTION)?,
@@ -284,36 +250,38 @@ pub fn parse_params(code: i32, opt_type: u8, options: Option<Table<'_>>) -> Resu
                 asymmetric_quantize_inputs: boolf(O::VT_ASYMMETRIC_QUANTIZE_INPUTS, false)?,
             }
         }
-        B::SOFTMAX => OpParams::Softmax { beta: f32f(fb::SoftmaxOptions::VT_BETA, 0.0)? },
-        B::CONCATENATION => OpParams::Concatenation {
+        T::SoftmaxOptions => OpParams::Softmax { beta: f32f(fb::SoftmaxOptions::VT_BETA, 0.0)? },
+        T::ConcatenationOptions => OpParams::Concatenation {
             axis: i32f(fb::ConcatenationOptions::VT_AXIS, 0)?,
             activation: act(fb::ConcatenationOptions::VT_FUSED_ACTIVATION_FUNCTION)?,
         },
         // Add, Sub, Mul and Div keep the activation in slot 4.
         // ADD and SUB keep pot_scale_int16 in slot 6.
-        B::ADD | B::SUB | B::MUL | B::DIV => OpParams::Binary {
+        T::AddOptions | T::SubOptions | T::MulOptions | T::DivOptions => OpParams::Binary {
             activation: act(fb::AddOptions::VT_FUSED_ACTIVATION_FUNCTION)?,
-            pot_scale_int16: matches!(B(code), B::ADD | B::SUB) && boolf(fb::AddOptions::VT_POT_SCALE_INT16, true)?,
+            pot_scale_int16: matches!(expected, T::AddOptions | T::SubOptions) && boolf(fb::AddOptions::VT_POT_SCALE_INT16, true)?,
         },
-        B::RESHAPE => {
+        T::ReshapeOptions => {
             OpParams::Reshape { new_shape: t.map(|t| t.vector::<i32>(fb::ReshapeOptions::VT_NEW_SHAPE)).transpose()?.flatten().map(|v| v.iter().collect()) }
         }
-        B::RESIZE_BILINEAR => OpParams::Resize {
+        T::ResizeBilinearOptions => OpParams::Resize {
             align_corners: boolf(fb::ResizeBilinearOptions::VT_ALIGN_CORNERS, false)?,
             half_pixel_centers: boolf(fb::ResizeBilinearOptions::VT_HALF_PIXEL_CENTERS, false)?,
         },
-        B::RESIZE_NEAREST_NEIGHBOR => OpParams::Resize {
+        T::ResizeNearestNeighborOptions => OpParams::Resize {
             align_corners: boolf(fb::ResizeNearestNeighborOptions::VT_ALIGN_CORNERS, false)?,
             half_pixel_centers: boolf(fb::ResizeNearestNeighborOptions::VT_HALF_PIXEL_CENTERS, false)?,
         },
-        B::SPACE_TO_DEPTH | B::DEPTH_TO_SPACE => OpParams::BlockSize(positive(i32f(fb::SpaceToDepthOptions::VT_BLOCK_SIZE, 0)?, "block_size")?),
-        B::GATHER => OpParams::Gather { axis: i32f(fb::GatherOptions::VT_AXIS, 0)?, batch_dims: i32f(fb::GatherOptions::VT_BATCH_DIMS, 0)? },
-        B::MEAN | B::SUM | B::REDUCE_MAX | B::REDUCE_MIN | B::REDUCE_PROD | B::REDUCE_ANY | B::REDUCE_ALL => {
+        // Both tables keep block_size in slot 4.
+        T::SpaceToDepthOptions | T::DepthToSpaceOptions => OpParams::BlockSize(positive(i32f(fb::SpaceToDepthOptions::VT_BLOCK_SIZE, 0)?, "block_size")?),
+        T::GatherOptions => OpParams::Gather { axis: i32f(fb::GatherOptions::VT_AXIS, 0)?, batch_dims: i32f(fb::GatherOptions::VT_BATCH_DIMS, 0)? },
+        T::ReducerOptions => {
             OpParams::Reducer { keep_dims: boolf(fb::ReducerOptions::VT_KEEP_DIMS, false)? }
         }
-        B::SQUEEZE => OpParams::Squeeze { dims: t.map(|t| t.vec_of::<i32>(fb::SqueezeOptions::VT_SQUEEZE_DIMS)).transpose()?.unwrap_or_default() },
-        B::SPLIT | B::SPLIT_V => OpParams::Split { num_splits: positive(i32f(fb::SplitOptions::VT_NUM_SPLITS, 0)?, "num_splits")? },
-        B::STRIDED_SLICE => {
+        T::SqueezeOptions => OpParams::Squeeze { dims: t.map(|t| t.vec_of::<i32>(fb::SqueezeOptions::VT_SQUEEZE_DIMS)).transpose()?.unwrap_or_default() },
+        // SplitOptions and SplitVOptions keep num_splits in slot 4.
+        T::SplitOptions | T::SplitVOptions => OpParams::Split { num_splits: positive(i32f(fb::SplitOptions::VT_NUM_SPLITS, 0)?, "num_splits")? },
+        T::StridedSliceOptions => {
             use fb::StridedSliceOptions as O;
             OpParams::StridedSlice {
                 begin_mask: i32f(O::VT_BEGIN_MASK, 0)?,
@@ -325,9 +293,9 @@ pub fn parse_params(code: i32, opt_type: u8, options: Option<Table<'_>>) -> Resu
             }
         }
         // ArgMax/ArgMin/Shape all hold their output type in slot 4.
-        B::ARG_MAX | B::ARG_MIN => OpParams::OutType(i8f(fb::ArgMaxOptions::VT_OUTPUT_TYPE, 4)?),
-        B::SHAPE => OpParams::OutType(i8f(fb::ShapeOptions::VT_OUT_TYPE, 2)?),
-        B::TRANSPOSE_CONV => {
+        T::ArgMaxOptions | T::ArgMinOptions => OpParams::OutType(i8f(fb::ArgMaxOptions::VT_OUTPUT_TYPE, 4)?),
+        T::ShapeOptions => OpParams::OutType(i8f(fb::ShapeOptions::VT_OUT_TYPE, 2)?),
+        T::TransposeConvOptions => {
             use fb::TransposeConvOptions as O;
             OpParams::TransposeConv {
                 padding: padding(i8f(O::VT_PADDING, 0)?)?,
@@ -335,26 +303,26 @@ pub fn parse_params(code: i32, opt_type: u8, options: Option<Table<'_>>) -> Resu
                 activation: act(O::VT_FUSED_ACTIVATION_FUNCTION)?,
             }
         }
-        B::PACK => OpParams::Pack { values_count: i32f(fb::PackOptions::VT_VALUES_COUNT, 0)?, axis: i32f(fb::PackOptions::VT_AXIS, 0)? },
-        B::UNPACK => OpParams::Unpack { num: i32f(fb::UnpackOptions::VT_NUM, 0)?, axis: i32f(fb::UnpackOptions::VT_AXIS, 0)? },
-        B::LEAKY_RELU => OpParams::LeakyRelu { alpha: f32f(fb::LeakyReluOptions::VT_ALPHA, 0.0)? },
-        B::BATCH_MATMUL => OpParams::BatchMatMul {
+        T::PackOptions => OpParams::Pack { values_count: i32f(fb::PackOptions::VT_VALUES_COUNT, 0)?, axis: i32f(fb::PackOptions::VT_AXIS, 0)? },
+        T::UnpackOptions => OpParams::Unpack { num: i32f(fb::UnpackOptions::VT_NUM, 0)?, axis: i32f(fb::UnpackOptions::VT_AXIS, 0)? },
+        T::LeakyReluOptions => OpParams::LeakyRelu { alpha: f32f(fb::LeakyReluOptions::VT_ALPHA, 0.0)? },
+        T::BatchMatMulOptions => OpParams::BatchMatMul {
             adj_x: boolf(fb::BatchMatMulOptions::VT_ADJ_X, false)?,
             adj_y: boolf(fb::BatchMatMulOptions::VT_ADJ_Y, false)?,
             asymmetric_quantize_inputs: boolf(fb::BatchMatMulOptions::VT_ASYMMETRIC_QUANTIZE_INPUTS, false)?,
         },
-        B::GELU => OpParams::Gelu { approximate: boolf(fb::GeluOptions::VT_APPROXIMATE, false)? },
-        B::MIRROR_PAD => OpParams::MirrorPad { symmetric: i8f(fb::MirrorPadOptions::VT_MODE, 0)? == 1 },
-        B::IF => OpParams::If {
+        T::GeluOptions => OpParams::Gelu { approximate: boolf(fb::GeluOptions::VT_APPROXIMATE, false)? },
+        T::MirrorPadOptions => OpParams::MirrorPad { symmetric: i8f(fb::MirrorPadOptions::VT_MODE, 0)? == 1 },
+        T::IfOptions => OpParams::If {
             then_subgraph: subgraph_index(i32f(fb::IfOptions::VT_THEN_SUBGRAPH_INDEX, 0)?, "then_subgraph_index")?,
             else_subgraph: subgraph_index(i32f(fb::IfOptions::VT_ELSE_SUBGRAPH_INDEX, 0)?, "else_subgraph_index")?,
         },
-        B::WHILE => OpParams::While {
+        T::WhileOptions => OpParams::While {
             cond_subgraph: subgraph_index(i32f(fb::WhileOptions::VT_COND_SUBGRAPH_INDEX, 0)?, "cond_subgraph_index")?,
             body_subgraph: subgraph_index(i32f(fb::WhileOptions::VT_BODY_SUBGRAPH_INDEX, 0)?, "body_subgraph_index")?,
         },
-        B::CALL_ONCE => OpParams::CallOnce { init_subgraph: subgraph_index(i32f(fb::CallOnceOptions::VT_INIT_SUBGRAPH_INDEX, 0)?, "init_subgraph_index")? },
-        B::VAR_HANDLE => OpParams::VarHandle {
+        T::CallOnceOptions => OpParams::CallOnce { init_subgraph: subgraph_index(i32f(fb::CallOnceOptions::VT_INIT_SUBGRAPH_INDEX, 0)?, "init_subgraph_index")? },
+        T::VarHandleOptions => OpParams::VarHandle {
             container: t.map(|t| t.string(fb::VarHandleOptions::VT_CONTAINER)).transpose()?.flatten().unwrap_or_default(),
             shared_name: t.map(|t| t.string(fb::VarHandleOptions::VT_SHARED_NAME)).transpose()?.flatten().unwrap_or_default(),
         },

@@ -1,7 +1,7 @@
 //! Element-wise ops: broadcasting binary arithmetic, comparisons, logic,
 //! select, and unary float activations.
 
-use ferrite_format::schema::BuiltinOperator as B;
+use ferrite_format::ops::BuiltinOp as B;
 use ferrite_kernels::elementwise::{self as kel, broadcast_shape, Binary, Unary};
 
 use super::{clamp_of, require_f32, runtime};

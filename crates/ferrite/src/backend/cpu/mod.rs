@@ -9,7 +9,7 @@ mod quant;
 mod reduce;
 mod shape;
 
-use ferrite_format::schema::BuiltinOperator as B;
+use ferrite_format::ops::BuiltinOp as B;
 use ferrite_kernels::Clamp;
 
 use super::{Backend, BackendContext, Built, OpContext};
@@ -32,38 +32,40 @@ impl Backend for CpuBackend {
 }
 
 fn build_builtin(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> {
-    let OpCode::Builtin(code) = op.op.code else {
-        return Err(op.unsupported("custom op without a registered implementation"));
+    let code = match &op.op.code {
+        OpCode::Builtin(code) => *code,
+        OpCode::Other(_) => return Err(op.unsupported("ferrite has no kernel for this builtin op yet")),
+        OpCode::Custom(_) => return Err(op.unsupported("custom op without a registered implementation")),
     };
-    match B(code) {
-        B::CONV_2D | B::DEPTHWISE_CONV_2D | B::FULLY_CONNECTED if is_hybrid(op) => quant::hybrid(op, B(code)),
-        B::CONV_2D | B::DEPTHWISE_CONV_2D | B::FULLY_CONNECTED if is_int(op) => match B(code) {
+    match code {
+        B::CONV_2D | B::DEPTHWISE_CONV_2D | B::FULLY_CONNECTED if is_hybrid(op) => quant::hybrid(op, code),
+        B::CONV_2D | B::DEPTHWISE_CONV_2D | B::FULLY_CONNECTED if is_int(op) => match code {
             B::FULLY_CONNECTED => quant::fully_connected(op),
             c => quant::conv(op, c == B::DEPTHWISE_CONV_2D, ctx),
         },
         B::HARD_SWISH if is_int(op) => quant::hard_swish(op),
         B::TRANSPOSE_CONV if op.opt_input(2).is_some_and(|d| matches!(d.dtype, DType::I8 | DType::U8 | DType::I16)) => quant::transpose_conv(op),
-        B::LOGISTIC | B::TANH if is_int(op) && op.outputs[0].dtype == DType::I16 => quant::logistic_tanh_i16(op, B(code) == B::TANH),
+        B::LOGISTIC | B::TANH if is_int(op) && op.outputs[0].dtype == DType::I16 => quant::logistic_tanh_i16(op, code == B::TANH),
         B::LOGISTIC if is_int(op) => quant::table(op, ferrite_kernels::elementwise::logistic),
         B::TANH if is_int(op) => quant::table(op, f32::tanh),
         B::QUANTIZE => quant::quantize(op),
         B::SOFTMAX if is_int(op) => quant::softmax(op),
-        B::RELU | B::RELU6 | B::RELU_N1_TO_1 | B::LEAKY_RELU if is_int(op) => quant::relu_like(op, B(code)),
-        B::ADD | B::SUB | B::MUL | B::PRELU if is_int(op) && op.opt_input(0).is_some_and(|d| d.quant.is_some()) => quant::binary(op, B(code)),
-        B::AVERAGE_POOL_2D | B::MAX_POOL_2D if is_int(op) => quant::pool(op, B(code) == B::MAX_POOL_2D),
+        B::RELU | B::RELU6 | B::RELU_N1_TO_1 | B::LEAKY_RELU if is_int(op) => quant::relu_like(op, code),
+        B::ADD | B::SUB | B::MUL | B::PRELU if is_int(op) && op.opt_input(0).is_some_and(|d| d.quant.is_some()) => quant::binary(op, code),
+        B::AVERAGE_POOL_2D | B::MAX_POOL_2D if is_int(op) => quant::pool(op, code == B::MAX_POOL_2D),
         B::CONV_2D => nn::conv2d(op, ctx),
         B::DEPTHWISE_CONV_2D => nn::depthwise(op, ctx),
-        B::AVERAGE_POOL_2D | B::MAX_POOL_2D => nn::pool(op, ctx, B(code) == B::MAX_POOL_2D),
+        B::AVERAGE_POOL_2D | B::MAX_POOL_2D => nn::pool(op, ctx, code == B::MAX_POOL_2D),
         B::FULLY_CONNECTED => nn::fully_connected(op, ctx),
         B::TRANSPOSE_CONV => nn::transpose_conv(op),
         B::BATCH_MATMUL => nn::batch_matmul(op),
-        B::SOFTMAX | B::LOG_SOFTMAX => nn::softmax(op, B(code) == B::LOG_SOFTMAX),
+        B::SOFTMAX | B::LOG_SOFTMAX => nn::softmax(op, code == B::LOG_SOFTMAX),
 
         B::ADD | B::SUB | B::MUL | B::DIV | B::MAXIMUM | B::MINIMUM | B::SQUARED_DIFFERENCE | B::POW | B::FLOOR_DIV | B::FLOOR_MOD | B::PRELU => {
-            elementwise::binary(op, B(code), ctx.pool())
+            elementwise::binary(op, code, ctx.pool())
         }
-        B::LESS | B::LESS_EQUAL | B::GREATER | B::GREATER_EQUAL | B::EQUAL | B::NOT_EQUAL => elementwise::compare(op, B(code)),
-        B::LOGICAL_AND | B::LOGICAL_OR | B::LOGICAL_NOT => elementwise::logical(op, B(code)),
+        B::LESS | B::LESS_EQUAL | B::GREATER | B::GREATER_EQUAL | B::EQUAL | B::NOT_EQUAL => elementwise::compare(op, code),
+        B::LOGICAL_AND | B::LOGICAL_OR | B::LOGICAL_NOT => elementwise::logical(op, code),
         B::SELECT | B::SELECT_V2 => elementwise::select(op),
         B::ABS
         | B::NEG
@@ -87,23 +89,23 @@ fn build_builtin(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> 
         | B::SIN
         | B::COS
         | B::GELU
-        | B::SIGN => elementwise::unary(op, B(code)),
+        | B::SIGN => elementwise::unary(op, code),
 
-        B::RESHAPE | B::SQUEEZE | B::EXPAND_DIMS => shape::reshape_like(op, B(code)),
-        B::CONCATENATION | B::PACK => shape::concat(op, B(code) == B::PACK),
-        B::UNPACK | B::SPLIT | B::SPLIT_V => shape::split(op, B(code)),
-        B::SLICE | B::STRIDED_SLICE => shape::slice(op, B(code) == B::STRIDED_SLICE),
+        B::RESHAPE | B::SQUEEZE | B::EXPAND_DIMS => shape::reshape_like(op, code),
+        B::CONCATENATION | B::PACK => shape::concat(op, code == B::PACK),
+        B::UNPACK | B::SPLIT | B::SPLIT_V => shape::split(op, code),
+        B::SLICE | B::STRIDED_SLICE => shape::slice(op, code == B::STRIDED_SLICE),
         B::TRANSPOSE => shape::transpose(op),
         B::PAD | B::PADV2 => shape::pad(op),
         B::GATHER => shape::gather(op),
-        B::TILE | B::BROADCAST_TO => shape::tile(op, B(code) == B::BROADCAST_TO),
-        B::DEPTH_TO_SPACE | B::SPACE_TO_DEPTH => shape::depth_space(op, B(code) == B::DEPTH_TO_SPACE),
-        B::RESIZE_BILINEAR | B::RESIZE_NEAREST_NEIGHBOR => shape::resize(op, B(code) == B::RESIZE_BILINEAR, ctx.pool()),
+        B::TILE | B::BROADCAST_TO => shape::tile(op, code == B::BROADCAST_TO),
+        B::DEPTH_TO_SPACE | B::SPACE_TO_DEPTH => shape::depth_space(op, code == B::DEPTH_TO_SPACE),
+        B::RESIZE_BILINEAR | B::RESIZE_NEAREST_NEIGHBOR => shape::resize(op, code == B::RESIZE_BILINEAR, ctx.pool()),
         B::SHAPE => shape::shape(op),
-        B::FILL | B::ZEROS_LIKE => shape::fill(op, B(code) == B::ZEROS_LIKE),
+        B::FILL | B::ZEROS_LIKE => shape::fill(op, code == B::ZEROS_LIKE),
 
-        B::MEAN | B::SUM | B::REDUCE_MAX | B::REDUCE_MIN | B::REDUCE_PROD => reduce::reduce(op, B(code)),
-        B::ARG_MAX | B::ARG_MIN => reduce::arg_minmax(op, B(code) == B::ARG_MAX),
+        B::MEAN | B::SUM | B::REDUCE_MAX | B::REDUCE_MIN | B::REDUCE_PROD => reduce::reduce(op, code),
+        B::ARG_MAX | B::ARG_MIN => reduce::arg_minmax(op, code == B::ARG_MAX),
 
         B::DEQUANTIZE => convert::dequantize(op),
         B::DENSIFY => convert::densify(op),

@@ -516,8 +516,8 @@ pub(crate) fn quantize(op: &OpContext<'_>) -> Result<Built> {
 /// both inputs left (20 bits, 15 for int16), rescale them to twice the larger input
 /// scale, combine, and rescale to the output; MUL rescales the product; PRELU
 /// rescales x or x * alpha.
-pub(crate) fn binary(op: &OpContext<'_>, code: ferrite_format::schema::BuiltinOperator) -> Result<Built> {
-    use ferrite_format::schema::BuiltinOperator as B;
+pub(crate) fn binary(op: &OpContext<'_>, code: ferrite_format::ops::BuiltinOp) -> Result<Built> {
+    use ferrite_format::ops::BuiltinOp as B;
     let (a, b) = (op.input(0)?, op.input(1)?);
     let dtype = a.dtype;
     // LiteRT's int16 PRELU reads its alpha as int8 (the int16x8 scheme).
@@ -873,8 +873,8 @@ pub(crate) fn hard_swish(op: &OpContext<'_>) -> Result<Built> {
 /// RELU, RELU6, RELU_N1_TO_1 and LEAKY_RELU on int8 / uint8 / int16: (x - in_zp) rescaled
 /// to the output scale (by `alpha` below zero for LEAKY_RELU), clamped to the
 /// activation's quantized range.
-pub(crate) fn relu_like(op: &OpContext<'_>, code: ferrite_format::schema::BuiltinOperator) -> Result<Built> {
-    use ferrite_format::schema::BuiltinOperator as B;
+pub(crate) fn relu_like(op: &OpContext<'_>, code: ferrite_format::ops::BuiltinOp) -> Result<Built> {
+    use ferrite_format::ops::BuiltinOp as B;
     let x = op.input(0)?;
     let dtype = x.dtype;
     if !matches!(dtype, DType::I8 | DType::U8 | DType::I16) || op.outputs[0].dtype != dtype {
@@ -922,8 +922,8 @@ pub(crate) fn relu_like(op: &OpContext<'_>, code: ferrite_format::schema::Builti
 /// Hybrid (dynamic-range) convolution and fully-connected layers: float input and
 /// output, int8 weights. Each batch row of the input is quantized symmetrically at
 /// run time, multiplied in integers, and rescaled by `row scale x weight scale`.
-pub(crate) fn hybrid(op: &OpContext<'_>, code: ferrite_format::schema::BuiltinOperator) -> Result<Built> {
-    use ferrite_format::schema::BuiltinOperator as B;
+pub(crate) fn hybrid(op: &OpContext<'_>, code: ferrite_format::ops::BuiltinOp) -> Result<Built> {
+    use ferrite_format::ops::BuiltinOp as B;
     let (x, w) = (op.input(0)?, op.input(1)?);
     if x.dtype != DType::F32 || w.dtype != DType::I8 || op.outputs[0].dtype != DType::F32 || op.opt_input(2).is_some_and(|b| b.dtype != DType::F32) {
         return Err(op.unsupported("hybrid kernels take float32 input, int8 weights and float32 bias"));

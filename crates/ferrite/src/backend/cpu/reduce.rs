@@ -1,6 +1,6 @@
 //! Reductions (MEAN, SUM, REDUCE_*) and ARG_MAX / ARG_MIN.
 
-use ferrite_format::schema::BuiltinOperator as B;
+use ferrite_format::ops::BuiltinOp as B;
 use ferrite_kernels::reduce::{self as kred, Reducer};
 
 use super::{axis, require_f32};

@@ -1,7 +1,7 @@
 //! Shape and data-movement ops. They only move elements, so one implementation
 //! per element size serves every dtype.
 
-use ferrite_format::schema::BuiltinOperator as B;
+use ferrite_format::ops::BuiltinOp as B;
 use ferrite_kernels::{movement, resize as kresize};
 
 use super::{axis, by_size, require_f32};
