@@ -4,6 +4,11 @@
   conformance.py models --ferrite BIN --corpus DIR   real models, LiteRT default resolver (XNNPACK)
   conformance.py ops --ferrite BIN --opgen BIN       generated single-op models, LiteRT BUILTIN_REF
 
+Both take --backends LIST and --op-backend OP=BACKEND (passed to `ferrite run`), and
+--alternate A,B, which pins the even-numbered ops of the model's main subgraph to
+backend A and the odd ones to B: every tensor then crosses between backends. With
+any of them each case also reports how many ops ran on each backend.
+
 Tolerances (documented in docs/conformance.md): float outputs are compared by
   err = max|ferrite - litert| / max(1, max|litert|)
 which must be <= 1e-3 for whole models and <= 1e-5 for single ops. Integer and
@@ -35,6 +40,40 @@ SKIP = {
 }
 
 
+# Backend flags for `ferrite run`, from --backends / --op-backend / --alternate.
+BACKEND_ARGS = {"backends": None, "op_backends": [], "alternate": None}
+
+
+def backend_flags(binary, model):
+    """The `ferrite run` flags choosing backends for `model` (empty when none were asked for)."""
+    flags = []
+    if BACKEND_ARGS["backends"]:
+        flags += ["--backends", BACKEND_ARGS["backends"]]
+    for ob in BACKEND_ARGS["op_backends"]:
+        flags += ["--op-backend", ob]
+    if BACKEND_ARGS["alternate"]:
+        a, b = BACKEND_ARGS["alternate"].split(",")
+        r = subprocess.run([binary, "inspect", "--json", str(model)], capture_output=True, text=True, check=True)
+        n = len(json.loads(r.stdout)["subgraphs"][0]["ops"])
+        flags += ["--backends", f"{a},{b}"]
+        for i in range(n):
+            flags += ["--op-backend", f"{i}={a if i % 2 == 0 else b}"]
+    return flags
+
+
+def backend_summary(binary, model):
+    """'reference: 12, cpu: 3, ...' for the chosen backends, or '' when none were asked for."""
+    flags = backend_flags(binary, model)
+    if not flags:
+        return ""
+    r = subprocess.run([binary, "inspect", "--json", str(model)] + flags, capture_output=True, text=True)
+    if r.returncode != 0:
+        return "(inspect failed: " + r.stderr.strip() + ")"
+    doc = json.loads(r.stdout)
+    per = ", ".join(f"{k}: {v}" for k, v in doc["ops_per_backend"].items())
+    return f"ops per backend {per}; {len(doc['crossings'])} crossings"
+
+
 def run_ferrite(binary, model, inputs, workdir, steps=None):
     paths = []
     for k, x in enumerate(inputs):
@@ -44,7 +83,7 @@ def run_ferrite(binary, model, inputs, workdir, steps=None):
     out = workdir / "out"
     # Start from an empty directory so no earlier case's outputs are read back.
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [binary, "run", str(model), "-o", str(out)]
+    cmd = [binary, "run", str(model), "-o", str(out)] + backend_flags(binary, model)
     if steps:
         cmd += ["--steps", str(steps)]
     for p in paths:
@@ -178,6 +217,9 @@ def cmd_models(args):
                 continue
         unit = " LSB over " + str(STREAM_STEPS) + " steps" if integer else ""
         print(f"{'ok  ' if ok else 'FAIL'} {m.name}: worst error {err:.3e}{unit} (tolerance {tol:g})")
+        summary = backend_summary(args.ferrite, m)
+        if summary:
+            print(f"     {m.name}: {summary}")
         row = {"model": m.name, "package": m.relative_to(args.corpus).parts[0], "worst_error": err, "ok": ok, "integer": integer}
         if args.markdown:
             cmd = [args.ferrite, "bench", str(m), "--threads", "1", "--warmup", "3", "--runs", "15", "--json"]
@@ -288,7 +330,12 @@ def main():
     o.add_argument("--seed", type=int, default=1)
     o.add_argument("--per-op", type=int, default=4)
     o.add_argument("--only", help="regular expression: run only the ops it matches")
+    for p in (m, o):
+        p.add_argument("--backends", help="backends for ferrite, e.g. reference,cpu")
+        p.add_argument("--op-backend", action="append", default=[], help="OP=BACKEND override for ferrite (repeatable)")
+        p.add_argument("--alternate", help="A,B: even ops of the main subgraph on backend A, odd ones on B")
     args = ap.parse_args()
+    BACKEND_ARGS.update(backends=args.backends, op_backends=args.op_backend, alternate=args.alternate)
     ok = cmd_models(args) if args.cmd == "models" else cmd_ops(args)
     sys.exit(0 if ok else 1)
 

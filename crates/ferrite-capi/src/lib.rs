@@ -282,7 +282,7 @@ unsafe fn with_session(s: *mut FerriteSession, f: impl FnOnce(&mut FerriteSessio
 unsafe fn create(load: impl FnOnce() -> Result<Arc<Model>, Error>, out: *mut *mut FerriteSession, err: *mut c_char, err_len: usize) -> FerriteStatus {
     let r = catch_unwind(AssertUnwindSafe(|| {
         let model = load()?;
-        let session = Session::with_options(model.clone(), SessionOptions::default())?;
+        let session = Session::with_options(model.clone(), SessionOptions::default().with_env_backends()?)?;
         Ok::<_, Error>(FerriteSession::new(session, model))
     }));
     let (status, msg) = match r {
@@ -388,8 +388,8 @@ pub unsafe extern "C" fn ferrite_session_set_num_threads(s: *mut FerriteSession,
             if threads == 0 {
                 return s.fail(FerriteStatus::InvalidArgument, "invalid argument: the thread count must be at least 1");
             }
-            let options = SessionOptions { threads, ..SessionOptions::default() };
-            match Session::with_options(s.model.clone(), options) {
+            let options = SessionOptions::default().with_env_backends().map(|o| SessionOptions { threads, ..o });
+            match options.and_then(|options| Session::with_options(s.model.clone(), options)) {
                 Ok(new) => {
                     // Same model, same inputs and outputs: bindings made so far stay.
                     s.session = new;

@@ -54,6 +54,8 @@ use std::time::Instant;
 use clap::{Parser, Subcommand};
 use ferrite::model::{Model, Subgraph, TensorInfo};
 use ferrite::package::is_package;
+use ferrite::backend::select::{parse_backend_list, parse_op_backend};
+use ferrite::model::BuiltinOp;
 use ferrite::{DType, PackageSession, Session, SessionOptions, TensorData, TensorDesc};
 use serde_json::{json, Value};
 
@@ -62,6 +64,37 @@ use serde_json::{json, Value};
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+/// Which backends run the model's ops.
+#[derive(clap::Args, Clone, Default)]
+struct BackendArgs {
+    /// Backends in order of preference, e.g. `reference,cpu`; each op runs on the
+    /// first with a kernel for it, cpu last. Default: $FERRITE_BACKENDS, else cpu.
+    #[arg(long)]
+    backends: Option<String>,
+    /// Pin ops to a backend, by type or op index: `CONV_2D=cpu`, `17=reference`.
+    /// Repeatable. Default: $FERRITE_OP_BACKEND.
+    #[arg(long = "op-backend")]
+    op_backends: Vec<String>,
+}
+
+impl BackendArgs {
+    fn given(&self) -> bool {
+        self.backends.is_some() || !self.op_backends.is_empty()
+    }
+
+    /// Session options for `threads` with these backends (flags over environment).
+    fn options(&self, threads: usize) -> Result<SessionOptions, String> {
+        let mut o = SessionOptions { threads, ..SessionOptions::default().with_env_backends().map_err(|e| e.to_string())? };
+        if let Some(b) = &self.backends {
+            o.backends = parse_backend_list(b).map_err(|e| e.to_string())?;
+        }
+        if !self.op_backends.is_empty() {
+            o.op_backends = self.op_backends.iter().map(|b| parse_op_backend(b)).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+        }
+        Ok(o)
+    }
 }
 
 #[derive(Subcommand)]
@@ -75,6 +108,15 @@ enum Cmd {
         /// Print each subgraph's memory plan: arena bytes against the live-bytes lower bound.
         #[arg(long)]
         memory: bool,
+        /// With --backends or --op-backend: prepare the model and show where each op
+        /// runs and which tensors cross between backends.
+        #[command(flatten)]
+        backends: BackendArgs,
+    },
+    /// List the builtin ops ferrite implements: arity and element types, from the op table.
+    Ops {
+        #[arg(long)]
+        json: bool,
     },
     /// Run a model on .npy inputs (or seeded random ones) and write .npy outputs.
     Run {
@@ -94,6 +136,8 @@ enum Cmd {
         /// steps): each input .npy has a leading axis of N, and outputs are stacked the same way.
         #[arg(long)]
         steps: Option<usize>,
+        #[command(flatten)]
+        backends: BackendArgs,
     },
     /// Time load, prepare and execute.
     Bench {
@@ -112,17 +156,31 @@ enum Cmd {
         /// Print where the time goes: per op type, and the slowest ops.
         #[arg(long)]
         profile: bool,
+        #[command(flatten)]
+        backends: BackendArgs,
     },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
-        Cmd::Inspect { model, json, memory } => {
-            model_files(&model).and_then(|files| files.iter().try_for_each(|f| if memory { inspect_memory(f, json) } else { inspect(f, json) }))
+        Cmd::Inspect { model, json, memory, backends } => model_files(&model).and_then(|files| {
+            files.iter().try_for_each(|f| {
+                if memory {
+                    inspect_memory(f, json)
+                } else if backends.given() {
+                    inspect_backends(f, json, &backends)
+                } else {
+                    inspect(f, json)
+                }
+            })
+        }),
+        Cmd::Ops { json } => {
+            list_ops(json);
+            Ok(())
         }
-        Cmd::Run { model, inputs, out_dir, threads, seed, steps } => run(&model, &inputs, &out_dir, threads, seed, steps),
-        Cmd::Bench { model, threads, shapes, warmup, runs, json, profile } => bench(&model, threads, &shapes, warmup, runs, json, profile),
+        Cmd::Run { model, inputs, out_dir, threads, seed, steps, backends } => run(&model, &inputs, &out_dir, threads, seed, steps, &backends),
+        Cmd::Bench { model, threads, shapes, warmup, runs, json, profile, backends } => bench(&model, threads, &shapes, warmup, runs, json, profile, &backends),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -222,6 +280,71 @@ fn inspect(path: &Path, as_json: bool) -> Result<(), String> {
             }
         }
     }
+    Ok(())
+}
+
+/// Prints the op table: every builtin ferrite implements, its arity and element types.
+fn list_ops(as_json: bool) {
+    let arity = |a: ferrite::model::Arity| if a.max == usize::MAX { json!({"min": a.min, "max": null}) } else { json!({"min": a.min, "max": a.max}) };
+    let rows: Vec<Value> = BuiltinOp::ALL
+        .iter()
+        .map(|op| json!({"op": op.name(), "code": op.code(), "inputs": arity(op.inputs()), "outputs": arity(op.outputs()), "types": op.types().names()}))
+        .collect();
+    if as_json {
+        outln!("{}", json!({"ops": rows}));
+        return;
+    }
+    outln!("{:<24} {:<12} {:<12} element types", "op", "inputs", "outputs");
+    for op in BuiltinOp::ALL {
+        outln!("{:<24} {:<12} {:<12} {}", op.name(), op.inputs().to_string(), op.outputs().to_string(), op.types().names().join(", "));
+    }
+    outln!("{} builtin ops", BuiltinOp::ALL.len());
+}
+
+/// Prepares the model with the given backends and prints where each op runs and
+/// the tensors that cross from one backend to another.
+fn inspect_backends(path: &Path, as_json: bool, backends: &BackendArgs) -> Result<(), String> {
+    let model = Arc::new(Model::from_file(path).map_err(|e| e.to_string())?);
+    let mut s = Session::with_options(model.clone(), backends.options(1)?).map_err(|e| e.to_string())?;
+    s.prepare().map_err(|e| e.to_string())?;
+    let assignments = s.op_assignments().map_err(|e| e.to_string())?;
+    let crossings = s.backend_crossings().map_err(|e| e.to_string())?;
+    let name = |sg: usize, oi: usize| model.subgraphs[sg].ops[oi].code.name();
+    let mut per_backend: std::collections::BTreeMap<String, usize> = Default::default();
+    for (_, _, r) in &assignments {
+        *per_backend.entry(r.describe().split(' ').next().unwrap_or("").to_string()).or_default() += 1;
+    }
+    if as_json {
+        let ops: Vec<Value> = assignments.iter().map(|(sg, oi, r)| json!({"subgraph": sg, "index": oi, "op": name(*sg, *oi), "runs_on": r.describe()})).collect();
+        let cr: Vec<Value> = crossings
+            .iter()
+            .map(|c| json!({"subgraph": c.subgraph, "tensor": c.tensor, "name": model.subgraphs[c.subgraph].tensors[c.tensor].name,
+                            "from_op": c.from.0, "from": c.from.1, "to_op": c.to.0, "to": c.to.1, "transfer": c.transfer}))
+            .collect();
+        outln!("{}", json!({"file": path.display().to_string(), "backends": s.backend_names(), "ops": ops, "crossings": cr, "ops_per_backend": per_backend}));
+        return Ok(());
+    }
+    outln!("{}: backends {}", path.display(), s.backend_names().join(", "));
+    for (sg, oi, r) in &assignments {
+        outln!("  subgraph {sg} op {oi:<4} {:<28} {}", name(*sg, *oi), r.describe());
+    }
+    outln!("crossings: {}", crossings.len());
+    for c in &crossings {
+        let t = &model.subgraphs[c.subgraph].tensors[c.tensor];
+        outln!(
+            "  subgraph {} tensor {} '{}': op {} ({}) -> op {} ({}), {}",
+            c.subgraph,
+            c.tensor,
+            t.name,
+            c.from.0,
+            c.from.1,
+            c.to.0,
+            c.to.1,
+            c.transfer
+        );
+    }
+    let summary: Vec<String> = per_backend.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+    outln!("ops per backend: {}", summary.join(", "));
     Ok(())
 }
 
@@ -357,8 +480,8 @@ impl Runner {
     }
 }
 
-fn open_session(path: &Path, threads: usize) -> Result<Runner, String> {
-    let options = SessionOptions { threads, ..Default::default() };
+fn open_session(path: &Path, threads: usize, backends: &BackendArgs) -> Result<Runner, String> {
+    let options = backends.options(threads)?;
     if is_package(path) {
         return Ok(Runner::Package(Box::new(PackageSession::open(path, options).map_err(|e| e.to_string())?)));
     }
@@ -386,8 +509,8 @@ fn model_files(path: &Path) -> Result<Vec<PathBuf>, String> {
     Ok(vec![path.to_path_buf()])
 }
 
-fn run(path: &Path, inputs: &[PathBuf], out_dir: &Path, threads: usize, seed: u64, steps: Option<usize>) -> Result<(), String> {
-    let mut s = open_session(path, threads)?;
+fn run(path: &Path, inputs: &[PathBuf], out_dir: &Path, threads: usize, seed: u64, steps: Option<usize>, backends: &BackendArgs) -> Result<(), String> {
+    let mut s = open_session(path, threads, backends)?;
     let descs = s.inputs();
     if !inputs.is_empty() && inputs.len() != descs.len() {
         return Err(format!("model has {} inputs but {} -i files were given", descs.len(), inputs.len()));
@@ -453,10 +576,11 @@ fn peak_rss_kb() -> u64 {
         .unwrap_or(0)
 }
 
-fn bench(path: &Path, threads: usize, shapes: &[String], warmup: usize, runs: usize, as_json: bool, profile: bool) -> Result<(), String> {
+#[allow(clippy::too_many_arguments)]
+fn bench(path: &Path, threads: usize, shapes: &[String], warmup: usize, runs: usize, as_json: bool, profile: bool, backends: &BackendArgs) -> Result<(), String> {
     let runs = runs.max(1);
     let t0 = Instant::now();
-    let mut s = open_session(path, threads)?;
+    let mut s = open_session(path, threads, backends)?;
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
     for (k, spec) in shapes.iter().enumerate() {
         let dims = spec

@@ -66,7 +66,7 @@ impl NativeSession {
             (None, Some(c)) => Model::from_bytes(Arc::new(c)).map_err(err)?,
             _ => return Err(PyValueError::new_err("give exactly one of model_path and model_content")),
         };
-        let options = SessionOptions { threads: threads.max(1), ..SessionOptions::default() };
+        let options = SessionOptions { threads: threads.max(1), ..SessionOptions::default().with_env_backends().map_err(err)? };
         Ok(NativeSession { session: Mutex::new(Session::with_options(Arc::new(model), options).map_err(err)?) })
     }
 

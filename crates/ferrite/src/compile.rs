@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use crate::backend::{Backend, BackendContext, Built, CustomOpRegistry, InputDesc, KernelFn, OpContext};
+use crate::backend::select::{Backends, Candidates};
+use crate::backend::{BackendContext, Built, CustomOpRegistry, InputDesc, KernelFn, OpContext};
 use crate::error::{Error, Result};
 use crate::memory::{self, Lifetime, MemoryPlan};
 use crate::model::{BuiltinOp as B, DType, Model, OpCode};
@@ -106,6 +107,16 @@ pub struct Step {
 }
 
 impl Step {
+    /// The compiled subgraphs this step runs (control flow).
+    fn children(&self) -> Vec<&CompiledGraph> {
+        match &self.work {
+            Work::If { then, otherwise } => vec![&then.graph, &otherwise.graph],
+            Work::While { cond, body, .. } => vec![&cond.graph, &body.graph],
+            Work::CallOnce { init, .. } => vec![&init.graph],
+            _ => Vec::new(),
+        }
+    }
+
     /// The tensors this step reads: the op's inputs (after substitutions), then the
     /// fused ops' extra inputs.
     fn reads<'a>(&'a self, op: &'a crate::model::Op) -> impl Iterator<Item = usize> + 'a {
@@ -219,6 +230,45 @@ pub struct CompiledGraph {
     /// Ops from the first one whose output shape depends on run-time values; they are
     /// built and run one by one at run time on tensors allocated then.
     pub dynamic: Option<DynamicTail>,
+    /// Where each op of the subgraph runs.
+    pub assignment: Vec<OpRun>,
+}
+
+/// Where one op runs after compilation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpRun {
+    /// A kernel of this backend.
+    Backend(&'static str),
+    /// A registered custom op's kernel.
+    Custom,
+    /// The executor itself (control flow, resource variables).
+    Executor,
+    /// Evaluated once at prepare: every input was constant.
+    Folded,
+    /// Moves no data: its output shares its input's memory.
+    Alias,
+    /// Runs inside the kernel of op `into` (a folded PAD, an epilogue).
+    Fused {
+        /// The op whose kernel computes it.
+        into: usize,
+    },
+    /// Built when it runs (its shapes depend on run-time values).
+    Dynamic,
+}
+
+impl OpRun {
+    /// Short text for reports: the backend's name, or how the op runs.
+    pub fn describe(&self) -> String {
+        match self {
+            OpRun::Backend(b) => (*b).to_string(),
+            OpRun::Custom => "custom".into(),
+            OpRun::Executor => "executor".into(),
+            OpRun::Folded => "folded at prepare".into(),
+            OpRun::Alias => "alias (no kernel)".into(),
+            OpRun::Fused { into } => format!("fused into op {into}"),
+            OpRun::Dynamic => "at run time".into(),
+        }
+    }
 }
 
 /// A tensor allocated at run time (data-dependent shape).
@@ -246,7 +296,7 @@ pub struct DynamicTail {
 /// What the executor needs to build ops at run time.
 pub struct DynEnv<'a> {
     /// Backends, in order of preference.
-    pub backends: &'a [&'a dyn Backend],
+    pub backends: &'a Backends,
     /// Custom ops.
     pub custom: &'a CustomOpRegistry,
     /// The session's backend context.
@@ -275,7 +325,7 @@ pub fn compile(
     model: &Model,
     sg: usize,
     input_shapes: &[Vec<usize>],
-    backends: &[&dyn Backend],
+    backends: &Backends,
     custom: &CustomOpRegistry,
     ctx: &mut BackendContext,
     limits: Limits,
@@ -289,7 +339,7 @@ fn compile_at(
     sg: usize,
     input_shapes: &[Vec<usize>],
     const_inputs: &[Option<Loc>],
-    backends: &[&dyn Backend],
+    backends: &Backends,
     custom: &CustomOpRegistry,
     ctx: &mut BackendContext,
     limits: Limits,
@@ -366,6 +416,8 @@ fn compile_at(
         readers_of[t] += 1;
     }
     let mut dynamic_from: Option<usize> = None;
+    // Where each op runs, for `inspect --backends` and the crossing report.
+    let mut assignment = vec![OpRun::Dynamic; g.ops.len()];
     // Last op reading each tensor, and whether a step reads it at run time, so
     // prepare-time constants can be freed as soon as nothing needs them.
     let mut read_at_run = vec![false; tensors.len()];
@@ -473,6 +525,7 @@ fn compile_at(
                     tensors[t].dtype = DType::Resource;
                     tensors[t].shape = vec![];
                     tensors[t].loc = Loc::Owned(Arc::new(AlignedBytes::from_slice(&(id as i32).to_le_bytes())));
+                    assignment[oi] = OpRun::Executor;
                     continue;
                 }
                 (B::READ_VARIABLE, _) => {
@@ -495,6 +548,7 @@ fn compile_at(
                     extra: SmallVec::new(),
                     substituted: SmallVec::new(),
                 });
+                assignment[oi] = OpRun::Executor;
                 continue;
             }
         }
@@ -530,6 +584,7 @@ fn compile_at(
                     .collect();
                 folded_pads.push((dst, src, pads));
                 fused_ops += 1;
+                assignment[oi] = OpRun::Fused { into: g.ops.iter().skip(oi + 1).position(|o| o.inputs.contains(&Some(dst))).map_or(oi, |j| oi + 1 + j) };
                 continue;
             }
         }
@@ -544,6 +599,7 @@ fn compile_at(
                     tensors[dst].shape = tensors[e.tensor].shape.clone();
                     alias_of[dst] = alias_of[e.tensor];
                     fused_ops += 1;
+                    assignment[oi] = OpRun::Fused { into: steps[e.step].op };
                     match epilogue_reader(g, oi, dst, &readers_of) {
                         Some(next) => (e.reader, e.tensor) = (next, dst),
                         None => {
@@ -600,7 +656,8 @@ fn compile_at(
             }
             r => r?,
         };
-        let Built { outputs, mut kernel } = built;
+        let (Built { outputs, mut kernel }, ran) = built;
+        assignment[oi] = ran;
         for (&t, (dtype, shape)) in op.outputs.iter().zip(outputs) {
             tensors[t].dtype = dtype;
             tensors[t].shape = shape;
@@ -614,6 +671,7 @@ fn compile_at(
                         _ => alias_of[dst] = alias_of[src],
                     }
                     aliased_ops += 1;
+                    assignment[oi] = OpRun::Alias;
                     continue;
                 }
             }
@@ -635,6 +693,7 @@ fn compile_at(
                 tensors[t].loc = Loc::Owned(Arc::new(o));
             }
             folded_ops += 1;
+            assignment[oi] = OpRun::Folded;
             release_consumed(&mut tensors, g, oi, &last_reader, &read_at_run, |_| true);
         } else {
             let packed = ctx.take_packed_by_build();
@@ -819,7 +878,7 @@ fn compile_at(
         }
         DynamicTail { first_op, last_use, values: (0..tensors.len()).map(|_| None).collect() }
     });
-    Ok(CompiledGraph { subgraph: sg, tensors, steps, plan, folded_ops, aliased_ops, fused_ops, out_plans, dynamic })
+    Ok(CompiledGraph { subgraph: sg, tensors, steps, plan, folded_ops, aliased_ops, fused_ops, out_plans, dynamic, assignment })
 }
 
 /// Frees prepare-time constants (folded, dequantized) right after their last reader
@@ -844,7 +903,95 @@ fn release_consumed(
     }
 }
 
+/// A tensor that one backend produces and another reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Crossing {
+    /// Subgraph index.
+    pub subgraph: usize,
+    /// The tensor crossing.
+    pub tensor: usize,
+    /// The op producing it, and where that runs.
+    pub from: (usize, &'static str),
+    /// The op reading it, and where that runs.
+    pub to: (usize, &'static str),
+    /// How the tensor gets across: every backend of this build works in host
+    /// memory, so the reader takes the producer's buffer in place.
+    pub transfer: &'static str,
+}
+
 impl CompiledGraph {
+    /// Where each op runs, for this subgraph and every subgraph it calls
+    /// (branches, loop parts, initializers): (subgraph, op index, how it runs).
+    pub fn assignments(&self) -> Vec<(usize, usize, OpRun)> {
+        let mut out: Vec<(usize, usize, OpRun)> = self.assignment.iter().enumerate().map(|(oi, r)| (self.subgraph, oi, *r)).collect();
+        for step in &self.steps {
+            for child in step.children() {
+                // A subgraph called twice (both branches of two IFs) is listed once.
+                let new: Vec<_> = child.assignments().into_iter().filter(|a| !out.contains(a)).collect();
+                out.extend(new);
+            }
+        }
+        out
+    }
+
+    /// The tensors passed between ops of different backends, in this subgraph and
+    /// the subgraphs it calls.
+    pub fn crossings(&self, model: &Model) -> Vec<Crossing> {
+        let g = &model.subgraphs[self.subgraph];
+        let mut producer = vec![usize::MAX; g.tensors.len()];
+        for (oi, op) in g.ops.iter().enumerate() {
+            for &t in &op.outputs {
+                producer[t] = oi;
+            }
+        }
+        // The backend whose kernel computes op `oi`'s outputs (following fusions and aliases).
+        let resolve = |mut oi: usize| -> Option<&'static str> {
+            for _ in 0..g.ops.len() + 1 {
+                match self.assignment.get(oi)? {
+                    OpRun::Backend(b) => return Some(b),
+                    OpRun::Custom => return Some("custom"),
+                    OpRun::Executor => return Some("executor"),
+                    OpRun::Fused { into } if *into != oi => oi = *into,
+                    OpRun::Alias => {
+                        let src = g.ops[oi].inputs.first().copied().flatten()?;
+                        oi = *producer.get(src).filter(|&&p| p != usize::MAX)?;
+                    }
+                    _ => return None,
+                }
+            }
+            None
+        };
+        let mut out: Vec<Crossing> = Vec::new();
+        for (oi, op) in g.ops.iter().enumerate() {
+            if !matches!(self.assignment[oi], OpRun::Backend(_) | OpRun::Custom) {
+                continue;
+            }
+            let Some(to) = resolve(oi) else { continue };
+            for &t in op.inputs.iter().flatten() {
+                let p = producer[t];
+                if p == usize::MAX {
+                    continue;
+                }
+                match resolve(p) {
+                    Some(from) if from != to && !out.iter().any(|c| c.tensor == t && c.to.1 == to) => out.push(Crossing {
+                        subgraph: self.subgraph,
+                        tensor: t,
+                        from: (p, from),
+                        to: (oi, to),
+                        transfer: "in place (host memory)",
+                    }),
+                    _ => {}
+                }
+            }
+        }
+        for step in &self.steps {
+            for child in step.children() {
+                out.extend(child.crossings(model).into_iter().filter(|c| !out.contains(c)).collect::<Vec<_>>());
+            }
+        }
+        out
+    }
+
     /// Dtype and shape of each subgraph output under this plan.
     fn output_specs(&self, model: &Model) -> Vec<(DType, Vec<usize>)> {
         model.subgraphs[self.subgraph].outputs.iter().map(|&t| (self.tensors[t].dtype, self.tensors[t].shape.clone())).collect()
@@ -853,32 +1000,44 @@ impl CompiledGraph {
 
 /// Builds one op through the custom-op registry or the backends, and checks what
 /// the kernel says it produces against the model.
-fn build_op(octx: &OpContext<'_>, backends: &[&dyn Backend], custom: &CustomOpRegistry, ctx: &mut BackendContext) -> Result<Built> {
+fn build_op(octx: &OpContext<'_>, backends: &Backends, custom: &CustomOpRegistry, ctx: &mut BackendContext) -> Result<(Built, OpRun)> {
     let op = octx.op;
-    let built = match &op.code {
+    let (built, ran) = match &op.code {
         OpCode::Custom(name) => match custom.get(name) {
-            Some(c) => c.build(octx)?,
+            Some(c) => (c.build(octx)?, OpRun::Custom),
             None => return Err(octx.unsupported(format!("custom op '{name}' is not registered"))),
         },
         OpCode::Other(_) => return Err(octx.unsupported("ferrite has no kernel for this builtin op yet")),
-        OpCode::Builtin(_) => {
-            let mut last = None;
-            let mut found = None;
-            for b in backends {
+        OpCode::Builtin(_) => match backends.candidates(octx.subgraph, octx.op_index, op) {
+            Candidates::Pinned(i) => {
+                let b = backends.get(i).ok_or_else(|| octx.unsupported("no backend"))?;
                 match b.build(octx, ctx) {
-                    Ok(built) => {
-                        found = Some(built);
-                        break;
+                    Ok(built) => (built, OpRun::Backend(b.name())),
+                    Err(Error::Unsupported(m)) => {
+                        return Err(Error::Unsupported(format!("{m} (the op is pinned to the {} backend by an op-backend override)", b.name())))
                     }
-                    Err(Error::Unsupported(m)) => last = Some(Error::Unsupported(m)),
                     Err(e) => return Err(e),
                 }
             }
-            match found {
-                Some(b) => b,
-                None => return Err(last.unwrap_or_else(|| octx.unsupported("no backend"))),
+            Candidates::List(n) => {
+                let mut last = None;
+                let mut found = None;
+                for b in (0..n).filter_map(|i| backends.get(i)) {
+                    match b.build(octx, ctx) {
+                        Ok(built) => {
+                            found = Some((built, OpRun::Backend(b.name())));
+                            break;
+                        }
+                        Err(Error::Unsupported(m)) => last = Some(Error::Unsupported(m)),
+                        Err(e) => return Err(e),
+                    }
+                }
+                match found {
+                    Some(f) => f,
+                    None => return Err(last.unwrap_or_else(|| octx.unsupported("no backend"))),
+                }
             }
-        }
+        },
     };
     if built.outputs.len() != op.outputs.len() {
         return Err(octx.bad(format!("kernel produces {} outputs, the model lists {}", built.outputs.len(), op.outputs.len())));
@@ -896,7 +1055,7 @@ fn build_op(octx: &OpContext<'_>, backends: &[&dyn Backend], custom: &CustomOpRe
     if let Some((_, s)) = built.outputs.iter().find(|(_, s)| s.len() > ferrite_kernels::MAX_DIMS) {
         return Err(octx.unsupported(format!("output rank {} exceeds {}", s.len(), ferrite_kernels::MAX_DIMS)));
     }
-    Ok(built)
+    Ok((built, ran))
 }
 
 fn is_shape_only(op: &crate::model::Op) -> bool {
@@ -1292,7 +1451,7 @@ fn run_dynamic_tail(g: &mut CompiledGraph, model: &Model, arena: &[u8], env: &mu
                 epilogue: std::cell::Cell::new(None),
                 input_pad: None,
             };
-            let Built { outputs, mut kernel } = build_op(&octx, env.backends, env.custom, env.ctx)?;
+            let (Built { outputs, mut kernel }, _) = build_op(&octx, env.backends, env.custom, env.ctx)?;
             for (&t, (dtype, shape)) in op.outputs.iter().zip(outputs) {
                 let n = bytes_of(dtype, &shape, &env.limits, || octx.at())?;
                 outs.push((t, DynValue { dtype, shape, data: AlignedBytes::zeroed(n) }));

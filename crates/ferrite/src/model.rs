@@ -14,7 +14,7 @@ use ferrite_format::{FileKind, Table};
 
 use crate::error::{invalid, Error, Result};
 use crate::ops::{parse_params, OpParams};
-pub use ferrite_format::ops::BuiltinOp;
+pub use ferrite_format::ops::{Arity, BuiltinOp, Types};
 
 /// Largest tensor rank accepted from a file.
 pub const MAX_RANK: usize = 16;

@@ -3,8 +3,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::backend::cpu::CpuBackend;
-use crate::backend::{Backend, BackendContext, CustomOp, CustomOpRegistry};
+use crate::backend::select::{self, Backends, OpSelector};
+use crate::backend::{BackendContext, CustomOp, CustomOpRegistry};
 use crate::compile::{self, CompiledGraph, Limits, Loc};
 use crate::error::{Error, Result};
 use crate::model::{DType, Model, ModelBytes};
@@ -18,11 +18,39 @@ pub struct SessionOptions {
     pub max_arena_bytes: usize,
     /// Custom ops available to the model.
     pub custom_ops: CustomOpRegistry,
+    /// Backends in order of preference (`"cpu"`, `"reference"`). Each op runs on the
+    /// first that has a kernel for it; `cpu` is always tried last.
+    pub backends: Vec<String>,
+    /// Ops pinned to one backend, by type or by op index in the session's subgraph.
+    pub op_backends: Vec<(OpSelector, String)>,
 }
 
 impl Default for SessionOptions {
+    /// One thread, a 4 GiB arena limit, the built-in custom ops, the CPU backend.
     fn default() -> Self {
-        SessionOptions { threads: 1, max_arena_bytes: 4 << 30, custom_ops: CustomOpRegistry::with_builtins() }
+        SessionOptions {
+            threads: 1,
+            max_arena_bytes: 4 << 30,
+            custom_ops: CustomOpRegistry::with_builtins(),
+            backends: vec!["cpu".into()],
+            op_backends: Vec::new(),
+        }
+    }
+}
+
+impl SessionOptions {
+    /// Takes the backends named by `FERRITE_BACKENDS` (`reference,cpu`) and the
+    /// overrides in `FERRITE_OP_BACKEND` (`CONV_2D=cpu;17=reference`), where set, so an
+    /// app that cannot be rebuilt can still choose. [`Session::from_file`],
+    /// [`Session::from_bytes`], the C API, Python and the CLI apply it.
+    pub fn with_env_backends(mut self) -> Result<Self> {
+        if let Ok(v) = std::env::var("FERRITE_BACKENDS") {
+            self.backends = select::parse_backend_list(&v).map_err(|e| Error::InvalidArgument(format!("FERRITE_BACKENDS: {e}")))?;
+        }
+        if let Ok(v) = std::env::var("FERRITE_OP_BACKEND") {
+            self.op_backends = select::parse_op_backends(&v).map_err(|e| Error::InvalidArgument(format!("FERRITE_OP_BACKEND: {e}")))?;
+        }
+        Ok(self)
     }
 }
 
@@ -91,6 +119,7 @@ pub struct Session {
     dirty: bool,
     arena: Vec<u64>,
     ctx: BackendContext,
+    backends: Backends,
     ran: bool,
     stats: PlanStats,
     last_run: RunStats,
@@ -132,12 +161,12 @@ impl std::fmt::Debug for Session {
 impl Session {
     /// Loads a model file (memory-mapped) with default options.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Session> {
-        Session::with_options(Arc::new(Model::from_file(path)?), SessionOptions::default())
+        Session::with_options(Arc::new(Model::from_file(path)?), SessionOptions::default().with_env_backends()?)
     }
 
     /// Loads a model from caller-owned bytes (not copied).
     pub fn from_bytes(bytes: ModelBytes) -> Result<Session> {
-        Session::with_options(Arc::new(Model::from_bytes(bytes)?), SessionOptions::default())
+        Session::with_options(Arc::new(Model::from_bytes(bytes)?), SessionOptions::default().with_env_backends()?)
     }
 
     /// A session over an already loaded model (models may be shared by sessions).
@@ -147,6 +176,7 @@ impl Session {
         let (inputs, outputs) = (named(&g.inputs), named(&g.outputs));
         let input_shapes = g.inputs.iter().map(|&t| g.tensors[t].shape.clone()).collect();
         let ctx = BackendContext::new(options.threads);
+        let backends = Backends::new(&options.backends, &options.op_backends)?;
         Ok(Session {
             model,
             options,
@@ -161,6 +191,7 @@ impl Session {
             dirty: false,
             arena: Vec::new(),
             ctx,
+            backends,
             ran: false,
             stats: PlanStats::default(),
             last_run: RunStats::default(),
@@ -202,6 +233,7 @@ impl Session {
             .ok_or_else(|| Error::InvalidArgument(format!("no signature '{key}' (have: {:?})", self.signatures())))?;
         let g = &self.model.subgraphs[s.subgraph];
         self.subgraph = s.subgraph;
+        self.backends.set_main_subgraph(s.subgraph);
         self.inputs = s.inputs.clone();
         self.outputs = s.outputs.clone();
         self.input_shapes = s.inputs.iter().map(|(_, t)| g.tensors[*t].shape.clone()).collect();
@@ -274,10 +306,8 @@ impl Session {
     }
 
     fn compile_current(&mut self) -> Result<CompiledGraph> {
-        let cpu = CpuBackend;
-        let backends: [&dyn Backend; 1] = [&cpu];
         let limits = Limits { max_arena_bytes: self.options.max_arena_bytes };
-        let c = compile::compile(&self.model, self.subgraph, &self.input_shapes, &backends, &self.options.custom_ops, &mut self.ctx, limits)?;
+        let c = compile::compile(&self.model, self.subgraph, &self.input_shapes, &self.backends, &self.options.custom_ops, &mut self.ctx, limits)?;
         self.stats.compiles += 1;
         Ok(c)
     }
@@ -426,10 +456,8 @@ impl Session {
         self.ensure_plan()?;
         let c = self.compiled.as_mut().ok_or_else(|| Error::InvalidState("session is not prepared".into()))?;
         self.ran = false;
-        let cpu = CpuBackend;
-        let backends: [&dyn Backend; 1] = [&cpu];
         let mut env = compile::DynEnv {
-            backends: &backends,
+            backends: &self.backends,
             custom: &self.options.custom_ops,
             ctx: &mut self.ctx,
             limits: Limits { max_arena_bytes: self.options.max_arena_bytes },
@@ -473,10 +501,8 @@ impl Session {
             check("output", k, *t, outputs[k].len())?;
         }
         self.ran = false;
-        let cpu = CpuBackend;
-        let backends: [&dyn Backend; 1] = [&cpu];
         let mut env = compile::DynEnv {
-            backends: &backends,
+            backends: &self.backends,
             custom: &self.options.custom_ops,
             ctx: &mut self.ctx,
             limits: Limits { max_arena_bytes: self.options.max_arena_bytes },
@@ -534,6 +560,25 @@ impl Session {
         self.compiled.as_ref().map(|c| c.fused_ops)
     }
 
+    /// Where each op runs after `prepare` — a backend's name, or how it runs
+    /// otherwise (folded, fused, alias, executor) — for the session's subgraph and
+    /// the subgraphs it calls: (subgraph, op index, assignment).
+    pub fn op_assignments(&self) -> Result<Vec<(usize, usize, compile::OpRun)>> {
+        let c = self.compiled.as_ref().ok_or_else(|| Error::InvalidState("op_assignments() must be called after prepare()".into()))?;
+        Ok(c.assignments())
+    }
+
+    /// Tensors passed between ops that run on different backends (after `prepare`).
+    pub fn backend_crossings(&self) -> Result<Vec<compile::Crossing>> {
+        let c = self.compiled.as_ref().ok_or_else(|| Error::InvalidState("backend_crossings() must be called after prepare()".into()))?;
+        Ok(c.crossings(&self.model))
+    }
+
+    /// The session's backends, in the order ops try them.
+    pub fn backend_names(&self) -> Vec<&'static str> {
+        self.backends.names()
+    }
+
     /// Runs subgraph `index` directly, with its own inputs and outputs (before `prepare`).
     pub fn select_subgraph(&mut self, index: usize) -> Result<()> {
         self.require(State::Loaded, "select_subgraph")?;
@@ -547,6 +592,7 @@ impl Session {
         self.outputs = named(&g.outputs);
         self.input_shapes = g.inputs.iter().map(|&t| g.tensors[t].shape.clone()).collect();
         self.subgraph = index;
+        self.backends.set_main_subgraph(index);
         Ok(())
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod cpu;
 pub mod reference;
+pub mod select;
 pub(crate) mod custom_builtin;
 
 use std::collections::HashMap;
@@ -267,6 +268,12 @@ pub trait Backend: Send {
     fn name(&self) -> &'static str;
     /// Builds the op, or returns [`Error::Unsupported`] so another backend may try.
     fn build(&self, op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built>;
+    /// Where the backend's kernels read and write tensors. Ops of backends with the
+    /// same memory exchange tensors in place; the compiler plans a copy between
+    /// different memories.
+    fn memory(&self) -> select::Memory {
+        select::Memory::Host
+    }
 }
 
 /// A user-registered custom op: shape function plus kernel.

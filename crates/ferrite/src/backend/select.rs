@@ -1,0 +1,228 @@
+//! Which backend runs each op: a session's ordered backend list and per-op overrides.
+//!
+//! Each op goes to the first backend of the list that builds it (a backend refuses
+//! an op it has no kernel for, for those types, shapes or attributes, with
+//! `Error::Unsupported`); the CPU backend is always last, so every op ferrite
+//! implements finds a kernel. An override pins ops, by type or by index in the
+//! session's subgraph, to one backend (onert's `OP_BACKEND_*`): such an op runs
+//! there or `prepare` fails saying why. Apps that cannot be rebuilt set
+//! `FERRITE_BACKENDS=reference,cpu` and `FERRITE_OP_BACKEND="CONV_2D=cpu;17=reference"`.
+
+use super::cpu::CpuBackend;
+use super::reference::ReferenceBackend;
+use super::Backend;
+use crate::error::{Error, Result};
+use crate::model::Op;
+
+/// Names of the backends this build has, in the order `ferrite devices` lists them.
+pub const BACKEND_NAMES: &[&str] = &["cpu", "reference"];
+
+/// Where a backend keeps its tensors. Backends sharing a memory read each
+/// other's tensors in place; a crossing between memories needs a copy step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Memory {
+    /// Host memory: the session arena, the mapped model, caller buffers.
+    Host,
+}
+
+impl Memory {
+    /// Name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Memory::Host => "host",
+        }
+    }
+}
+
+/// Which ops an override applies to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OpSelector {
+    /// Every op of this type (`CONV_2D`, or a custom op's name).
+    Type(String),
+    /// The op at this index of the session's subgraph.
+    Index(usize),
+}
+
+impl OpSelector {
+    fn matches(&self, subgraph: usize, main: usize, op_index: usize, op: &Op) -> bool {
+        match self {
+            OpSelector::Type(name) => op.code.name() == *name,
+            OpSelector::Index(i) => subgraph == main && op_index == *i,
+        }
+    }
+}
+
+/// Parses a comma- or semicolon-separated backend list (`reference,cpu`).
+pub fn parse_backend_list(s: &str) -> Result<Vec<String>> {
+    let names: Vec<String> = s.split([',', ';']).map(str::trim).filter(|n| !n.is_empty()).map(str::to_string).collect();
+    for n in &names {
+        check_name(n)?;
+    }
+    Ok(names)
+}
+
+/// Parses per-op overrides: `OP=backend` items (`CONV_2D=cpu`, `17=reference`),
+/// separated by commas or semicolons.
+pub fn parse_op_backends(s: &str) -> Result<Vec<(OpSelector, String)>> {
+    s.split([',', ';']).map(str::trim).filter(|p| !p.is_empty()).map(parse_op_backend).collect()
+}
+
+/// Parses one `OP=backend` override.
+pub fn parse_op_backend(item: &str) -> Result<(OpSelector, String)> {
+    let (op, backend) =
+        item.split_once('=').ok_or_else(|| Error::InvalidArgument(format!("op backend '{item}' is not OP=BACKEND (e.g. CONV_2D=cpu or 17=reference)")))?;
+    let (op, backend) = (op.trim(), backend.trim());
+    check_name(backend)?;
+    let selector = match op.parse::<usize>() {
+        Ok(i) => OpSelector::Index(i),
+        Err(_) if !op.is_empty() => OpSelector::Type(op.to_string()),
+        Err(_) => return Err(Error::InvalidArgument(format!("op backend '{item}' names no op"))),
+    };
+    Ok((selector, backend.to_string()))
+}
+
+fn check_name(n: &str) -> Result<()> {
+    if BACKEND_NAMES.contains(&n) {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(format!("unknown backend '{n}' (this build has: {})", BACKEND_NAMES.join(", "))))
+    }
+}
+
+fn make(name: &str) -> Result<Box<dyn Backend>> {
+    check_name(name)?;
+    Ok(match name {
+        "reference" => Box::new(ReferenceBackend),
+        _ => Box::new(CpuBackend),
+    })
+}
+
+/// A session's backends in order of preference, and its per-op overrides.
+pub struct Backends {
+    list: Vec<Box<dyn Backend>>,
+    overrides: Vec<(OpSelector, usize)>,
+    /// The session's subgraph, which op-index overrides refer to.
+    main: usize,
+}
+
+impl std::fmt::Debug for Backends {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backends").field("list", &self.names()).field("overrides", &self.overrides).finish()
+    }
+}
+
+impl Backends {
+    /// Builds the list from names (duplicates dropped, `cpu` appended when absent)
+    /// and resolves the overrides' backend names.
+    pub fn new(names: &[String], overrides: &[(OpSelector, String)]) -> Result<Backends> {
+        let mut order: Vec<&str> = Vec::new();
+        for n in names {
+            check_name(n)?;
+            if !order.contains(&n.as_str()) {
+                order.push(n);
+            }
+        }
+        if !order.contains(&"cpu") {
+            order.push("cpu");
+        }
+        let mut list = Vec::with_capacity(order.len() + overrides.len());
+        for n in &order {
+            list.push(make(n)?);
+        }
+        let mut resolved = Vec::with_capacity(overrides.len());
+        for (sel, name) in overrides {
+            let i = match list.iter().position(|b| b.name() == name) {
+                Some(i) => i,
+                // An override may name a backend outside the list: it runs only the ops pinned to it.
+                None => {
+                    list.push(make(name)?);
+                    list.len() - 1
+                }
+            };
+            resolved.push((sel.clone(), i));
+        }
+        Ok(Backends { list, overrides: resolved, main: 0 })
+    }
+
+    /// The CPU backend alone.
+    pub fn cpu_only() -> Backends {
+        Backends { list: vec![Box::new(CpuBackend)], overrides: Vec::new(), main: 0 }
+    }
+
+    /// Names of the listed backends, in order (override-only backends last).
+    pub fn names(&self) -> Vec<&'static str> {
+        self.list.iter().map(|b| b.name()).collect()
+    }
+
+    /// Backend `i`.
+    pub fn get(&self, i: usize) -> Option<&dyn Backend> {
+        self.list.get(i).map(|b| &**b)
+    }
+
+    /// Sets the session's subgraph, which op-index overrides refer to.
+    pub fn set_main_subgraph(&mut self, subgraph: usize) {
+        self.main = subgraph;
+    }
+
+    /// The backends to try for op `op_index` of `subgraph`, in order: the overriding
+    /// backend alone when an override matches (the last matching one wins), else the list.
+    pub fn candidates(&self, subgraph: usize, op_index: usize, op: &Op) -> Candidates {
+        match self.overrides.iter().rev().find(|(sel, _)| sel.matches(subgraph, self.main, op_index, op)) {
+            Some(&(_, i)) => Candidates::Pinned(i),
+            None => Candidates::List(self.list.len() - self.override_only()),
+        }
+    }
+
+    /// How many backends at the end of `list` are there only for overrides.
+    fn override_only(&self) -> usize {
+        let listed = self.list.iter().position(|b| b.name() == "cpu").map_or(self.list.len(), |i| i + 1);
+        self.list.len() - listed
+    }
+}
+
+/// The backends an op may go to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Candidates {
+    /// Only this backend (an override).
+    Pinned(usize),
+    /// The first this many backends, in order.
+    List(usize),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{BuiltinOp, OpCode};
+    use crate::ops::OpParams;
+
+    fn op(code: BuiltinOp) -> Op {
+        Op { code: OpCode::Builtin(code), version: 1, inputs: vec![], outputs: vec![], params: OpParams::None, custom_options: None }
+    }
+
+    #[test]
+    fn cpu_is_always_last_and_names_are_checked() {
+        let b = Backends::new(&["reference".into()], &[]).unwrap();
+        assert_eq!(b.names(), ["reference", "cpu"]);
+        let b = Backends::new(&["cpu".into(), "reference".into(), "cpu".into()], &[]).unwrap();
+        assert_eq!(b.names(), ["cpu", "reference"]);
+        assert!(matches!(Backends::new(&["gpu0".into()], &[]), Err(Error::InvalidArgument(_))));
+        assert_eq!(parse_backend_list(" reference ; cpu ").unwrap(), ["reference", "cpu"]);
+    }
+
+    #[test]
+    fn overrides_pin_ops_by_type_and_index() {
+        let ov = parse_op_backends("CONV_2D=reference, 3=reference;ADD=cpu").unwrap();
+        assert_eq!(ov[1], (OpSelector::Index(3), "reference".into()));
+        let b = Backends::new(&["cpu".into()], &ov).unwrap();
+        // reference is only there for the overrides: unpinned ops use the list (cpu).
+        assert_eq!(b.names(), ["cpu", "reference"]);
+        assert_eq!(b.candidates(0, 0, &op(BuiltinOp::CONV_2D)), Candidates::Pinned(1));
+        assert_eq!(b.candidates(0, 3, &op(BuiltinOp::MUL)), Candidates::Pinned(1));
+        // An index selects ops of the session's subgraph only.
+        assert_eq!(b.candidates(1, 3, &op(BuiltinOp::MUL)), Candidates::List(1));
+        assert_eq!(b.candidates(0, 4, &op(BuiltinOp::ADD)), Candidates::Pinned(0));
+        assert!(parse_op_backend("CONV_2D").is_err());
+        assert!(parse_op_backend("=cpu").is_err());
+        assert!(parse_op_backend("CONV_2D=tpu").is_err());
+    }
+}
