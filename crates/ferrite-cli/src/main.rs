@@ -52,10 +52,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Parser, Subcommand};
-use ferrite::model::{Model, Subgraph, TensorInfo};
-use ferrite::package::is_package;
 use ferrite::backend::select::{parse_backend_list, parse_op_backend};
 use ferrite::model::BuiltinOp;
+use ferrite::model::{Model, Subgraph, TensorInfo};
+use ferrite::package::is_package;
 use ferrite::{DType, PackageSession, Session, SessionOptions, TensorData, TensorDesc};
 use serde_json::{json, Value};
 
@@ -315,11 +315,14 @@ fn inspect_backends(path: &Path, as_json: bool, backends: &BackendArgs) -> Resul
         *per_backend.entry(r.describe().split(' ').next().unwrap_or("").to_string()).or_default() += 1;
     }
     if as_json {
-        let ops: Vec<Value> = assignments.iter().map(|(sg, oi, r)| json!({"subgraph": sg, "index": oi, "op": name(*sg, *oi), "runs_on": r.describe()})).collect();
+        let ops: Vec<Value> =
+            assignments.iter().map(|(sg, oi, r)| json!({"subgraph": sg, "index": oi, "op": name(*sg, *oi), "runs_on": r.describe()})).collect();
         let cr: Vec<Value> = crossings
             .iter()
-            .map(|c| json!({"subgraph": c.subgraph, "tensor": c.tensor, "name": model.subgraphs[c.subgraph].tensors[c.tensor].name,
-                            "from_op": c.from.0, "from": c.from.1, "to_op": c.to.0, "to": c.to.1, "transfer": c.transfer}))
+            .map(|c| {
+                json!({"subgraph": c.subgraph, "tensor": c.tensor, "name": model.subgraphs[c.subgraph].tensors[c.tensor].name,
+                            "from_op": c.from.0, "from": c.from.1, "to_op": c.to.0, "to": c.to.1, "transfer": c.transfer})
+            })
             .collect();
         outln!("{}", json!({"file": path.display().to_string(), "backends": s.backend_names(), "ops": ops, "crossings": cr, "ops_per_backend": per_backend}));
         return Ok(());
@@ -331,17 +334,7 @@ fn inspect_backends(path: &Path, as_json: bool, backends: &BackendArgs) -> Resul
     outln!("crossings: {}", crossings.len());
     for c in &crossings {
         let t = &model.subgraphs[c.subgraph].tensors[c.tensor];
-        outln!(
-            "  subgraph {} tensor {} '{}': op {} ({}) -> op {} ({}), {}",
-            c.subgraph,
-            c.tensor,
-            t.name,
-            c.from.0,
-            c.from.1,
-            c.to.0,
-            c.to.1,
-            c.transfer
-        );
+        outln!("  subgraph {} tensor {} '{}': op {} ({}) -> op {} ({}), {}", c.subgraph, c.tensor, t.name, c.from.0, c.from.1, c.to.0, c.to.1, c.transfer);
     }
     let summary: Vec<String> = per_backend.iter().map(|(k, v)| format!("{k}: {v}")).collect();
     outln!("ops per backend: {}", summary.join(", "));
@@ -577,7 +570,16 @@ fn peak_rss_kb() -> u64 {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn bench(path: &Path, threads: usize, shapes: &[String], warmup: usize, runs: usize, as_json: bool, profile: bool, backends: &BackendArgs) -> Result<(), String> {
+fn bench(
+    path: &Path,
+    threads: usize,
+    shapes: &[String],
+    warmup: usize,
+    runs: usize,
+    as_json: bool,
+    profile: bool,
+    backends: &BackendArgs,
+) -> Result<(), String> {
     let runs = runs.max(1);
     let t0 = Instant::now();
     let mut s = open_session(path, threads, backends)?;

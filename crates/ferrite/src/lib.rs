@@ -20,11 +20,13 @@
 pub mod backend;
 pub mod compile;
 pub mod error;
+pub mod exec;
 pub mod memory;
 pub mod model;
 pub mod ops;
 pub mod package;
 pub mod session;
+pub mod variables;
 
 pub use backend::{CustomOp, CustomOpRegistry};
 pub use error::{Error, Result};

@@ -1,7 +1,7 @@
 //! Typed op parameters, parsed from the builtin options tables.
 
-use ferrite_format::schema as fb;
 use ferrite_format::ops::BuiltinOp;
+use ferrite_format::schema as fb;
 use ferrite_format::Table;
 
 use crate::error::{invalid, Result};
@@ -275,9 +275,7 @@ pub fn parse_params(op: BuiltinOp, opt_type: u8, options: Option<Table<'_>>) -> 
         // Both tables keep block_size in slot 4.
         T::SpaceToDepthOptions | T::DepthToSpaceOptions => OpParams::BlockSize(positive(i32f(fb::SpaceToDepthOptions::VT_BLOCK_SIZE, 0)?, "block_size")?),
         T::GatherOptions => OpParams::Gather { axis: i32f(fb::GatherOptions::VT_AXIS, 0)?, batch_dims: i32f(fb::GatherOptions::VT_BATCH_DIMS, 0)? },
-        T::ReducerOptions => {
-            OpParams::Reducer { keep_dims: boolf(fb::ReducerOptions::VT_KEEP_DIMS, false)? }
-        }
+        T::ReducerOptions => OpParams::Reducer { keep_dims: boolf(fb::ReducerOptions::VT_KEEP_DIMS, false)? },
         T::SqueezeOptions => OpParams::Squeeze { dims: t.map(|t| t.vec_of::<i32>(fb::SqueezeOptions::VT_SQUEEZE_DIMS)).transpose()?.unwrap_or_default() },
         // SplitOptions and SplitVOptions keep num_splits in slot 4.
         T::SplitOptions | T::SplitVOptions => OpParams::Split { num_splits: positive(i32f(fb::SplitOptions::VT_NUM_SPLITS, 0)?, "num_splits")? },
@@ -321,7 +319,9 @@ pub fn parse_params(op: BuiltinOp, opt_type: u8, options: Option<Table<'_>>) -> 
             cond_subgraph: subgraph_index(i32f(fb::WhileOptions::VT_COND_SUBGRAPH_INDEX, 0)?, "cond_subgraph_index")?,
             body_subgraph: subgraph_index(i32f(fb::WhileOptions::VT_BODY_SUBGRAPH_INDEX, 0)?, "body_subgraph_index")?,
         },
-        T::CallOnceOptions => OpParams::CallOnce { init_subgraph: subgraph_index(i32f(fb::CallOnceOptions::VT_INIT_SUBGRAPH_INDEX, 0)?, "init_subgraph_index")? },
+        T::CallOnceOptions => {
+            OpParams::CallOnce { init_subgraph: subgraph_index(i32f(fb::CallOnceOptions::VT_INIT_SUBGRAPH_INDEX, 0)?, "init_subgraph_index")? }
+        }
         T::VarHandleOptions => OpParams::VarHandle {
             container: t.map(|t| t.string(fb::VarHandleOptions::VT_CONTAINER)).transpose()?.flatten().unwrap_or_default(),
             shared_name: t.map(|t| t.string(fb::VarHandleOptions::VT_SHARED_NAME)).transpose()?.flatten().unwrap_or_default(),

@@ -456,13 +456,13 @@ impl Session {
         self.ensure_plan()?;
         let c = self.compiled.as_mut().ok_or_else(|| Error::InvalidState("session is not prepared".into()))?;
         self.ran = false;
-        let mut env = compile::DynEnv {
+        let mut env = crate::exec::DynEnv {
             backends: &self.backends,
             custom: &self.options.custom_ops,
             ctx: &mut self.ctx,
             limits: Limits { max_arena_bytes: self.options.max_arena_bytes },
         };
-        compile::execute(c, &self.model, bytemuck::cast_slice_mut(&mut self.arena), None, &mut env, self.profile.as_mut())?;
+        crate::exec::execute(c, &self.model, bytemuck::cast_slice_mut(&mut self.arena), None, &mut env, self.profile.as_mut())?;
         self.ran = true;
         // Outputs are read in place with `output()`: nothing is copied out.
         self.last_run = RunStats { input_bytes_copied: std::mem::take(&mut self.pending_input_bytes), output_bytes_copied: 0 };
@@ -501,13 +501,13 @@ impl Session {
             check("output", k, *t, outputs[k].len())?;
         }
         self.ran = false;
-        let mut env = compile::DynEnv {
+        let mut env = crate::exec::DynEnv {
             backends: &self.backends,
             custom: &self.options.custom_ops,
             ctx: &mut self.ctx,
             limits: Limits { max_arena_bytes: self.options.max_arena_bytes },
         };
-        let copied = compile::execute(c, &self.model, bytemuck::cast_slice_mut(&mut self.arena), Some((inputs, outputs)), &mut env, self.profile.as_mut())?;
+        let copied = crate::exec::execute(c, &self.model, bytemuck::cast_slice_mut(&mut self.arena), Some((inputs, outputs)), &mut env, self.profile.as_mut())?;
         self.pending_input_bytes = 0;
         self.last_run = RunStats { input_bytes_copied: 0, output_bytes_copied: copied };
         Ok(self.last_run)

@@ -6,9 +6,9 @@
 //! prepacked weights) lives in a [`BackendContext`] the session owns.
 
 pub mod cpu;
+pub(crate) mod custom_builtin;
 pub mod reference;
 pub mod select;
-pub(crate) mod custom_builtin;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -212,7 +212,7 @@ pub struct BackendContext {
     /// subgraph and kernel of the session; joined when the session is dropped.
     pool: Option<Arc<ferrite_kernels::parallel::ThreadPool>>,
     /// The session's resource variables.
-    pub variables: crate::compile::Variables,
+    pub variables: crate::variables::Variables,
 }
 
 impl std::fmt::Debug for BackendContext {

@@ -10,6 +10,10 @@ use crate::memory::{self, Lifetime, MemoryPlan};
 use crate::model::{BuiltinOp as B, DType, Model, OpCode};
 use smallvec::SmallVec;
 
+mod fusion;
+
+use fusion::{epilogue_reader, fold_epilogue, foldable_pad, PendingEpilogue};
+
 /// Owned, 8-byte aligned bytes (folded constants, realigned constants).
 #[derive(Debug, Clone)]
 pub struct AlignedBytes {
@@ -69,7 +73,7 @@ pub struct TensorSlot {
 
 /// Where a step reads one input from; resolved once after planning.
 #[derive(Debug, Clone)]
-enum Src {
+pub(crate) enum Src {
     Arena(usize, usize),
     /// Graph input k (or an alias of it): the caller's buffer when bound, else its arena slot.
     Input(usize, usize, usize),
@@ -79,7 +83,7 @@ enum Src {
 
 /// How graph output k reaches a caller-bound buffer.
 #[derive(Debug, Clone)]
-enum OutPlan {
+pub(crate) enum OutPlan {
     /// Its producing kernel writes into the caller's buffer.
     Direct,
     /// Copied after the run from here.
@@ -92,18 +96,18 @@ pub struct Step {
     /// Op index in the subgraph.
     pub op: usize,
     /// What the step does.
-    work: Work,
-    inputs: SmallVec<[Option<Src>; 8]>,
+    pub(crate) work: Work,
+    pub(crate) inputs: SmallVec<[Option<Src>; 8]>,
     /// Inputs the kernel does not read at run time (it holds a prepacked copy).
-    prepacked: SmallVec<[usize; 2]>,
+    pub(crate) prepacked: SmallVec<[usize; 2]>,
     /// (arena offset, length, graph output index when written in place for a bound buffer).
-    outputs: SmallVec<[(usize, usize, Option<usize>); 4]>,
+    pub(crate) outputs: SmallVec<[(usize, usize, Option<usize>); 4]>,
     /// Tensors read by element-wise ops fused into this step's kernel, passed after
     /// the op's own inputs.
-    extra: SmallVec<[usize; 2]>,
+    pub(crate) extra: SmallVec<[usize; 2]>,
     /// Op inputs read from another tensor: (input slot, tensor). A folded PAD's
     /// reader reads the PAD's input.
-    substituted: SmallVec<[(usize, usize); 1]>,
+    pub(crate) substituted: SmallVec<[(usize, usize); 1]>,
 }
 
 impl Step {
@@ -126,9 +130,9 @@ impl Step {
 
 /// A child subgraph (branch, loop part, initializer) with its own plan and arena,
 /// run in the same session context as its parent.
-struct Child {
-    graph: CompiledGraph,
-    arena: Vec<u64>,
+pub(crate) struct Child {
+    pub(crate) graph: CompiledGraph,
+    pub(crate) arena: Vec<u64>,
 }
 
 impl Child {
@@ -136,78 +140,19 @@ impl Child {
         let arena = vec![0u64; graph.plan.arena_bytes.div_ceil(8)];
         Child { graph, arena }
     }
-
-    /// Runs on bound inputs and outputs (read and written in place).
-    fn run(&mut self, model: &Model, inputs: &[&[u8]], outputs: &mut [&mut [u8]], env: &mut DynEnv<'_>) -> Result<()> {
-        let Child { graph, arena } = self;
-        execute(graph, model, bytemuck::cast_slice_mut(arena), Some((inputs, outputs)), env, None).map(|_| ())
-    }
 }
 
-/// Most iterations a WHILE may run, so a hostile model cannot hang a session.
-pub const MAX_WHILE_ITERATIONS: usize = 10_000_000;
 /// Deepest nesting of control flow, which also stops recursive subgraph references.
 pub const MAX_NESTING: usize = 16;
 
 /// What one step does.
-enum Work {
+pub(crate) enum Work {
     Kernel(KernelFn),
     If { then: Box<Child>, otherwise: Box<Child> },
     While { cond: Box<Child>, body: Box<Child>, next: Vec<AlignedBytes>, flag: AlignedBytes },
     CallOnce { init: Box<Child>, ran_at: Option<u64> },
     ReadVariable,
     AssignVariable,
-}
-
-/// Resource variables of a session (VAR_HANDLE / READ_VARIABLE / ASSIGN_VARIABLE),
-/// persisting across runs until reset.
-#[derive(Debug, Default)]
-pub struct Variables {
-    names: Vec<String>,
-    values: Vec<Option<Vec<u8>>>,
-    /// Bumped by `reset`, so CALL_ONCE initializers run again.
-    generation: u64,
-}
-
-impl Variables {
-    /// The id of the variable called `name`, created on first use.
-    pub fn id(&mut self, name: &str) -> usize {
-        match self.names.iter().position(|n| n == name) {
-            Some(i) => i,
-            None => {
-                self.names.push(name.to_string());
-                self.values.push(None);
-                self.names.len() - 1
-            }
-        }
-    }
-
-    /// Forgets every value; initializers (CALL_ONCE) run again on the next run.
-    pub fn reset(&mut self) {
-        for v in &mut self.values {
-            *v = None;
-        }
-        self.generation += 1;
-    }
-
-    fn get(&self, id: usize) -> Result<&[u8]> {
-        self.values.get(id).and_then(|v| v.as_deref()).ok_or_else(|| Error::Runtime(format!("variable {id} is read before it is assigned")))
-    }
-
-    fn set(&mut self, id: usize, value: &[u8]) -> Result<()> {
-        let slot = self.values.get_mut(id).ok_or_else(|| Error::Runtime(format!("variable {id} does not exist")))?;
-        match slot {
-            // Same size: overwrite in place, so steady-state assigns do not allocate.
-            Some(v) if v.len() == value.len() => v.copy_from_slice(value),
-            _ => *slot = Some(value.to_vec()),
-        }
-        Ok(())
-    }
-}
-
-fn resource_id(b: &[u8]) -> Result<usize> {
-    let v = b.get(..4).map(|x| i32::from_le_bytes([x[0], x[1], x[2], x[3]])).ok_or_else(|| Error::Runtime("resource handle is empty".into()))?;
-    usize::try_from(v).map_err(|_| Error::Runtime(format!("invalid resource handle {v}")))
 }
 
 /// A subgraph ready to run.
@@ -226,7 +171,7 @@ pub struct CompiledGraph {
     pub aliased_ops: usize,
     /// Ops run inside a neighbouring convolution (folded PADs and epilogues).
     pub fused_ops: usize,
-    out_plans: Vec<OutPlan>,
+    pub(crate) out_plans: Vec<OutPlan>,
     /// Ops from the first one whose output shape depends on run-time values; they are
     /// built and run one by one at run time on tensors allocated then.
     pub dynamic: Option<DynamicTail>,
@@ -288,21 +233,9 @@ pub struct DynamicTail {
     /// First op run dynamically.
     pub first_op: usize,
     /// Per tensor: the last tail op reading it (dynamic values are freed after it).
-    last_use: Vec<usize>,
+    pub(crate) last_use: Vec<usize>,
     /// Run-time tensors of the current run.
     pub values: Vec<Option<DynValue>>,
-}
-
-/// What the executor needs to build ops at run time.
-pub struct DynEnv<'a> {
-    /// Backends, in order of preference.
-    pub backends: &'a Backends,
-    /// Custom ops.
-    pub custom: &'a CustomOpRegistry,
-    /// The session's backend context.
-    pub ctx: &'a mut BackendContext,
-    /// Limits for run-time allocations.
-    pub limits: Limits,
 }
 
 /// Limits applied while compiling.
@@ -312,7 +245,7 @@ pub struct Limits {
     pub max_arena_bytes: usize,
 }
 
-fn bytes_of(dtype: DType, shape: &[usize], limits: &Limits, what: impl Fn() -> String) -> Result<usize> {
+pub(crate) fn bytes_of(dtype: DType, shape: &[usize], limits: &Limits, what: impl Fn() -> String) -> Result<usize> {
     let size = dtype.size().ok_or_else(|| Error::Unsupported(format!("{}: element type {}", what(), dtype.name())))?;
     let n = shape.iter().try_fold(size, |acc, &d| acc.checked_mul(d)).filter(|&b| b <= limits.max_arena_bytes);
     n.ok_or_else(|| {
@@ -973,13 +906,9 @@ impl CompiledGraph {
                     continue;
                 }
                 match resolve(p) {
-                    Some(from) if from != to && !out.iter().any(|c| c.tensor == t && c.to.1 == to) => out.push(Crossing {
-                        subgraph: self.subgraph,
-                        tensor: t,
-                        from: (p, from),
-                        to: (oi, to),
-                        transfer: "in place (host memory)",
-                    }),
+                    Some(from) if from != to && !out.iter().any(|c| c.tensor == t && c.to.1 == to) => {
+                        out.push(Crossing { subgraph: self.subgraph, tensor: t, from: (p, from), to: (oi, to), transfer: "in place (host memory)" })
+                    }
                     _ => {}
                 }
             }
@@ -1000,7 +929,7 @@ impl CompiledGraph {
 
 /// Builds one op through the custom-op registry or the backends, and checks what
 /// the kernel says it produces against the model.
-fn build_op(octx: &OpContext<'_>, backends: &Backends, custom: &CustomOpRegistry, ctx: &mut BackendContext) -> Result<(Built, OpRun)> {
+pub(crate) fn build_op(octx: &OpContext<'_>, backends: &Backends, custom: &CustomOpRegistry, ctx: &mut BackendContext) -> Result<(Built, OpRun)> {
     let op = octx.op;
     let (built, ran) = match &op.code {
         OpCode::Custom(name) => match custom.get(name) {
@@ -1060,453 +989,4 @@ fn build_op(octx: &OpContext<'_>, backends: &Backends, custom: &CustomOpRegistry
 
 fn is_shape_only(op: &crate::model::Op) -> bool {
     matches!(op.code, OpCode::Builtin(B::RESHAPE | B::SQUEEZE | B::EXPAND_DIMS))
-}
-
-/// Caller buffers bound for one run: graph inputs, and graph outputs to fill.
-pub type Bound<'b, 'c> = (&'b [&'b [u8]], &'b mut [&'c mut [u8]]);
-
-/// Runs the compiled steps over `arena`. Allocates nothing: locations were resolved
-/// at prepare and the per-step views live on the stack. With `bound` buffers, kernels
-/// read the caller's inputs and write outputs in place where the plan allows; the
-/// rest are copied after the run, and the number of bytes copied is returned.
-pub fn execute(
-    g: &mut CompiledGraph,
-    model: &Model,
-    arena: &mut [u8],
-    mut bound: Option<Bound<'_, '_>>,
-    env: &mut DynEnv<'_>,
-    mut profile: Option<&mut Vec<(usize, std::time::Duration)>>,
-) -> Result<usize> {
-    let bytes = model.bytes();
-    let is_bound = bound.is_some();
-    let subgraph = g.subgraph;
-    let op_error = |op: usize, e: Error| {
-        let name = model.subgraphs[subgraph].ops[op].code.name();
-        match e {
-            Error::Runtime(m) => Error::Runtime(format!("subgraph {subgraph} op {op} ({name}): {m}")),
-            e => e,
-        }
-    };
-    for st in g.steps.iter_mut() {
-        // The common step: at most one output, in the arena. Its views come
-        // from two splits of the arena, without the general path's sorting and
-        // searching (this loop runs once per op per invocation).
-        let single = match &st.outputs[..] {
-            [] => Some((0, 0)),
-            [(off, len, tag)] if !(is_bound && tag.is_some()) => Some((*off, *len)),
-            _ => None,
-        };
-        if let (Some((off, len)), None) = (single, profile.as_ref()) {
-            if off.checked_add(len).is_none_or(|end| end > arena.len()) {
-                return Err(Error::Runtime(format!("internal: output region {off}+{len} leaves the arena")));
-            }
-            let (head, rest) = arena.split_at_mut(off);
-            let (out, tail) = rest.split_at_mut(len);
-            let (head, tail) = (&*head, &*tail);
-            let end = off + len;
-            let view = |o: usize, l: usize| -> Result<&[u8]> {
-                if o + l <= off {
-                    Ok(&head[o..o + l])
-                } else if o >= end && o - end + l <= tail.len() {
-                    Ok(&tail[o - end..o - end + l])
-                } else {
-                    Err(Error::Runtime(format!("internal: input region {o}+{l} overlaps an output of the same op")))
-                }
-            };
-            let mut ins: SmallVec<[Option<&[u8]>; 16]> = SmallVec::new();
-            for src in &st.inputs {
-                ins.push(match src {
-                    None => None,
-                    Some(Src::Input(k, o, l)) => match &bound {
-                        Some((inputs, _)) => Some(inputs[*k]),
-                        None => Some(view(*o, *l)?),
-                    },
-                    Some(Src::Arena(o, l)) => Some(view(*o, *l)?),
-                    Some(Src::Model(r)) => bytes.get(r.clone()),
-                    Some(Src::Owned(b)) => Some(b.bytes()),
-                });
-            }
-            let result =
-                if st.outputs.is_empty() { run_work(&mut st.work, &ins, &mut [], model, env) } else { run_work(&mut st.work, &ins, &mut [out], model, env) };
-            result.map_err(|e| op_error(st.op, e))?;
-            continue;
-        }
-        let in_place = |o: &(usize, usize, Option<usize>)| is_bound && o.2.is_some();
-        let ranges: SmallVec<[(usize, usize); 4]> = st.outputs.iter().filter(|o| !in_place(o)).map(|o| (o.0, o.1)).collect();
-        let (arena_outs, gaps) = memory::split_regions(arena, &ranges)?;
-        let mut ins: SmallVec<[Option<&[u8]>; 16]> = SmallVec::new();
-        for src in &st.inputs {
-            ins.push(match src {
-                None => None,
-                Some(Src::Input(k, off, len)) => match &bound {
-                    Some((inputs, _)) => Some(inputs[*k]),
-                    None => Some(memory::find_in_gaps(&gaps, *off, *len)?),
-                },
-                Some(Src::Arena(off, len)) => Some(memory::find_in_gaps(&gaps, *off, *len)?),
-                Some(Src::Model(r)) => bytes.get(r.clone()),
-                Some(Src::Owned(b)) => Some(b.bytes()),
-            });
-        }
-        // Merge arena views and caller buffers back into op output order.
-        let mut outs: SmallVec<[&mut [u8]; 4]> = SmallVec::new();
-        let mut arena_outs = arena_outs.into_iter();
-        let mut callers: SmallVec<[(usize, &mut [u8]); 4]> = SmallVec::new();
-        if let Some((_, outputs)) = bound.as_mut() {
-            for (k, buf) in outputs.iter_mut().enumerate() {
-                if st.outputs.iter().any(|o| o.2 == Some(k)) {
-                    callers.push((k, &mut **buf));
-                }
-            }
-        }
-        for o in &st.outputs {
-            let view = match o.2 {
-                Some(k) if is_bound => callers.iter().position(|c| c.0 == k).map(|p| std::mem::take(&mut callers[p].1)),
-                _ => arena_outs.next(),
-            };
-            outs.push(view.ok_or_else(|| Error::Runtime("internal: output view missing".into()))?);
-        }
-        let started = profile.is_some().then(std::time::Instant::now);
-        let result = run_work(&mut st.work, &ins, &mut outs, model, env);
-        if let (Some(p), Some(t0)) = (profile.as_deref_mut(), started) {
-            p.push((st.op, t0.elapsed()));
-        }
-        result.map_err(|e| op_error(st.op, e))?;
-    }
-    if g.dynamic.is_some() {
-        if bound.is_some() {
-            return Err(Error::Unsupported("run_with() on a model with data-dependent shapes: use run() and output()".into()));
-        }
-        run_dynamic_tail(g, model, arena, env)?;
-    }
-    let mut copied = 0;
-    if let Some((inputs, outputs)) = bound {
-        for (k, plan) in g.out_plans.iter().enumerate() {
-            let OutPlan::Copy(src) = plan else { continue };
-            let from: &[u8] = match src {
-                Src::Arena(off, len) => &arena[*off..*off + *len],
-                Src::Input(i, _, _) => inputs[*i],
-                Src::Model(r) => bytes.get(r.clone()).unwrap_or(&[]),
-                Src::Owned(b) => b.bytes(),
-            };
-            let n = from.len().min(outputs[k].len());
-            outputs[k][..n].copy_from_slice(&from[..n]);
-            copied += n;
-        }
-    }
-    Ok(copied)
-}
-
-/// Whether PAD op `oi` folds into its reader: a float tensor padded with zeros in
-/// height and width only, by constant amounts, read by exactly one op, a float
-/// CONV_2D or DEPTHWISE_CONV_2D with VALID padding taking it as input 0. Returns
-/// the padding (top, bottom, left, right). `value` gives the constant value of the
-/// op's input slot.
-fn foldable_pad<'b>(
-    g: &crate::model::Subgraph,
-    oi: usize,
-    tensors: &[TensorSlot],
-    readers_of: &[usize],
-    value: impl Fn(usize) -> Option<&'b [u8]>,
-) -> Option<[usize; 4]> {
-    let op = &g.ops[oi];
-    if op.code != OpCode::Builtin(B::PAD) {
-        return None;
-    }
-    let (&[Some(x), Some(_)], &[y]) = (&op.inputs[..], &op.outputs[..]) else { return None };
-    if tensors[x].dtype != DType::F32 || tensors[x].shape.len() != 4 || readers_of[y] != 1 || g.tensors[y].is_variable {
-        return None;
-    }
-    let p: Vec<i64> = match value(1)? {
-        b if b.len() == 32 => b.chunks_exact(4).map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect(),
-        b if b.len() == 64 => b.chunks_exact(8).map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect(),
-        _ => return None,
-    };
-    if p[0] != 0 || p[1] != 0 || p[6] != 0 || p[7] != 0 || p[2..6].iter().any(|&v| !(0..=64).contains(&v)) {
-        return None;
-    }
-    let j = oi + 1 + g.ops[oi + 1..].iter().position(|o| o.inputs.iter().flatten().any(|&t| t == y))?;
-    let reader = &g.ops[j];
-    let valid = match &reader.params {
-        crate::ops::OpParams::Conv2D { padding, .. } | crate::ops::OpParams::DepthwiseConv2D { padding, .. } => *padding == crate::ops::Padding::Valid,
-        _ => false,
-    };
-    let conv = matches!(reader.code, OpCode::Builtin(B::CONV_2D | B::DEPTHWISE_CONV_2D));
-    (conv && valid && reader.inputs.first() == Some(&Some(y)) && reader.inputs.iter().skip(1).all(|&i| i != Some(y)))
-        .then(|| [p[2] as usize, p[3] as usize, p[4] as usize, p[5] as usize])
-}
-
-/// A kernel that took an epilogue slot, and the element-wise ops folded into it so far.
-struct PendingEpilogue {
-    /// The op reading `tensor`, next to try folding.
-    reader: usize,
-    /// The tensor the fused chain has produced so far (the kernel's output, aliased).
-    tensor: usize,
-    /// The kernel's step.
-    step: usize,
-    slot: crate::backend::EpilogueSlot,
-    ops: Vec<crate::backend::Epilogue>,
-}
-
-/// The op that may fold into the kernel producing `out` (op `oi`'s output): the
-/// only reader of a float `out` that does not leave the subgraph, if it is a PRELU
-/// or an activation taking it as its first input, or an ADD.
-fn epilogue_reader(g: &crate::model::Subgraph, oi: usize, out: usize, readers_of: &[usize]) -> Option<usize> {
-    if readers_of[out] != 1 || g.tensors[out].dtype != DType::F32 {
-        return None;
-    }
-    let j = oi + 1 + g.ops[oi + 1..].iter().position(|o| o.inputs.iter().flatten().any(|&t| t == out))?;
-    let next = &g.ops[j];
-    let ok = match next.code {
-        OpCode::Builtin(B::PRELU) => next.inputs.first() == Some(&Some(out)),
-        OpCode::Builtin(code) if activation_epilogue(code, &next.params).is_some() => next.inputs.first() == Some(&Some(out)),
-        OpCode::Builtin(B::ADD) => next.inputs.len() == 2,
-        _ => false,
-    };
-    ok.then_some(j)
-}
-
-/// The element-wise activation a builtin op computes, when it can run as an epilogue.
-fn activation_epilogue(code: B, params: &crate::ops::OpParams) -> Option<ferrite_kernels::elementwise::Unary> {
-    use ferrite_kernels::elementwise::Unary;
-    Some(match code {
-        B::RELU => Unary::Relu,
-        B::RELU6 => Unary::Relu6,
-        B::RELU_N1_TO_1 => Unary::ReluN1To1,
-        B::RELU_0_TO_1 => Unary::Relu0To1,
-        B::HARD_SWISH => Unary::HardSwish,
-        B::LEAKY_RELU => match params {
-            crate::ops::OpParams::LeakyRelu { alpha } => Unary::LeakyRelu(*alpha),
-            _ => return None,
-        },
-        _ => return None,
-    })
-}
-
-/// Folds op `j` into the pending kernel when it qualifies: an activation (RELU
-/// family, HARD_SWISH, LEAKY_RELU) of a float tensor; a PRELU whose alpha is a
-/// constant (by now, as constants before it are folded) with one value or one per
-/// channel; or an ADD of a float tensor of the same shape computed before the
-/// kernel runs (a residual), with at most a clamping activation. Returns whether
-/// it was folded.
-#[allow(clippy::too_many_arguments)]
-fn fold_epilogue(
-    model: &Model,
-    g: &crate::model::Subgraph,
-    j: usize,
-    tensors: &[TensorSlot],
-    producer_of: &[usize],
-    step: usize,
-    e: &mut PendingEpilogue,
-    steps: &mut [Step],
-) -> bool {
-    use crate::backend::Epilogue;
-    let op = &g.ops[j];
-    let x = e.tensor;
-    let &[y] = &op.outputs[..] else { return false };
-    if g.tensors[y].is_variable || tensors[x].dtype != DType::F32 {
-        return false;
-    }
-    match (&op.code, &op.inputs[..], &op.params) {
-        (OpCode::Builtin(code), &[Some(_)], params) => match activation_epilogue(*code, params) {
-            // A float activation declared to produce another type is left to its
-            // own kernel, which reports the mismatch.
-            Some(u) if g.tensors[y].dtype == DType::F32 => {
-                e.ops.push(Epilogue::Unary(u));
-                true
-            }
-            _ => false,
-        },
-        (OpCode::Builtin(B::PRELU), &[Some(_), Some(alpha)], _) => {
-            let bytes = match &tensors[alpha].loc {
-                Loc::Model(r) => model.bytes().get(r.clone()),
-                Loc::Owned(b) => Some(b.bytes()),
-                _ => None,
-            };
-            let shape = &tensors[alpha].shape;
-            let n: usize = shape.iter().product();
-            let channels = tensors[x].shape.last().copied().unwrap_or(0);
-            match bytes {
-                Some(bytes) if tensors[alpha].dtype == DType::F32 && bytes.len() == 4 * n && (n == 1 || (shape.last() == Some(&n) && n == channels)) => {
-                    let alpha: Vec<f32> = bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-                    e.ops.push(Epilogue::Prelu(alpha.into()));
-                    true
-                }
-                _ => false,
-            }
-        }
-        (OpCode::Builtin(B::ADD), &[Some(a), Some(b)], crate::ops::OpParams::Binary { activation, .. }) => {
-            let other = if a == x { b } else { a };
-            let clamp = match activation {
-                crate::ops::Activation::None => ferrite_kernels::Clamp::NONE,
-                crate::ops::Activation::Relu => ferrite_kernels::Clamp::RELU,
-                crate::ops::Activation::Relu6 => ferrite_kernels::Clamp::RELU6,
-                crate::ops::Activation::ReluN1To1 => ferrite_kernels::Clamp::RELU_N1_TO_1,
-                _ => return false,
-            };
-            // The residual must exist when the kernel runs and match the output exactly.
-            let kernel_op = steps[step].op;
-            let ready = producer_of[other] == usize::MAX || producer_of[other] < kernel_op;
-            if other == x
-                || !ready
-                || tensors[other].dtype != DType::F32
-                || tensors[other].shape != tensors[x].shape
-                || matches!(tensors[other].loc, Loc::None) && producer_of[other] == usize::MAX && !g.inputs.contains(&other)
-            {
-                return false;
-            }
-            let arg = g.ops[kernel_op].inputs.len() + steps[step].extra.len();
-            steps[step].extra.push(other);
-            e.ops.push(Epilogue::Add { arg, clamp });
-            true
-        }
-        _ => false,
-    }
-}
-
-/// Runs one step's work on its input and output views.
-fn run_work(work: &mut Work, ins: &[Option<&[u8]>], outs: &mut [&mut [u8]], model: &Model, env: &mut DynEnv<'_>) -> Result<()> {
-    match work {
-        Work::Kernel(k) => k(ins, outs),
-        Work::If { then, otherwise } => {
-            let cond = ins.first().copied().flatten().and_then(|c| c.first()).ok_or_else(|| Error::Runtime("IF condition is empty".into()))?;
-            let args: SmallVec<[&[u8]; 16]> = ins.get(1..).unwrap_or(&[]).iter().map(|i| i.unwrap_or(&[])).collect();
-            let branch = if *cond != 0 { then } else { otherwise };
-            branch.run(model, &args, outs, env)
-        }
-        Work::While { cond, body, next, flag } => run_while(model, ins, outs, cond, body, next, flag, env),
-        Work::CallOnce { init, ran_at } => {
-            if *ran_at != Some(env.ctx.variables.generation) {
-                init.run(model, &[], &mut [], env)?;
-                *ran_at = Some(env.ctx.variables.generation);
-            }
-            Ok(())
-        }
-        Work::ReadVariable => {
-            let id = resource_id(ins.first().copied().flatten().unwrap_or(&[]))?;
-            let v = env.ctx.variables.get(id)?;
-            match outs.first_mut() {
-                Some(o) if o.len() == v.len() => {
-                    o.copy_from_slice(v);
-                    Ok(())
-                }
-                Some(o) => Err(Error::Runtime(format!("variable {id} holds {} bytes, the read expects {}", v.len(), o.len()))),
-                None => Ok(()),
-            }
-        }
-        Work::AssignVariable => {
-            let id = resource_id(ins.first().copied().flatten().unwrap_or(&[]))?;
-            env.ctx.variables.set(id, ins.get(1).copied().flatten().unwrap_or(&[]))
-        }
-    }
-}
-
-/// Builds and runs the data-dependent ops one by one: each op sees the actual
-/// values of its inputs, its outputs are allocated for the shapes it reports, and
-/// run-time tensors are freed after their last reader.
-fn run_dynamic_tail(g: &mut CompiledGraph, model: &Model, arena: &[u8], env: &mut DynEnv<'_>) -> Result<()> {
-    let sub = &model.subgraphs[g.subgraph];
-    let bytes = model.bytes();
-    let CompiledGraph { tensors, dynamic, subgraph, .. } = g;
-    let Some(tail) = dynamic.as_mut() else { return Ok(()) };
-    for v in tail.values.iter_mut() {
-        *v = None;
-    }
-    for oi in tail.first_op..sub.ops.len() {
-        let op = &sub.ops[oi];
-        let mut outs: Vec<(usize, DynValue)> = Vec::with_capacity(op.outputs.len());
-        {
-            let mut views: Vec<Option<&[u8]>> = Vec::with_capacity(op.inputs.len());
-            let mut descs: Vec<Option<InputDesc<'_>>> = Vec::with_capacity(op.inputs.len());
-            for &i in &op.inputs {
-                let Some(t) = i else {
-                    views.push(None);
-                    descs.push(None);
-                    continue;
-                };
-                let (dtype, shape, data, constant): (DType, &[usize], &[u8], bool) = match (&tail.values[t], &tensors[t].loc) {
-                    (Some(v), _) => (v.dtype, &v.shape, v.data.bytes(), false),
-                    (None, Loc::Arena { offset, len }) => (tensors[t].dtype, &tensors[t].shape, &arena[*offset..*offset + *len], false),
-                    (None, Loc::Model(r)) => (tensors[t].dtype, &tensors[t].shape, bytes.get(r.clone()).unwrap_or(&[]), true),
-                    (None, Loc::Owned(b)) => (tensors[t].dtype, &tensors[t].shape, b.bytes(), true),
-                    (None, Loc::None) => return Err(Error::Runtime(format!("subgraph {subgraph} op {oi}: input tensor {t} has no value"))),
-                };
-                views.push(Some(data));
-                descs.push(Some(InputDesc {
-                    tensor: t,
-                    dtype,
-                    shape: shape.to_vec(),
-                    value: Some(data),
-                    constant,
-                    quant: sub.tensors[t].quant.as_ref(),
-                    sparsity: sub.tensors[t].sparsity.as_ref(),
-                }));
-            }
-            let octx = OpContext {
-                subgraph: *subgraph,
-                op_index: oi,
-                op,
-                inputs: descs,
-                outputs: op.outputs.iter().map(|&o| &sub.tensors[o]).collect(),
-                custom_options: model.custom_options(op),
-                epilogue: std::cell::Cell::new(None),
-                input_pad: None,
-            };
-            let (Built { outputs, mut kernel }, _) = build_op(&octx, env.backends, env.custom, env.ctx)?;
-            for (&t, (dtype, shape)) in op.outputs.iter().zip(outputs) {
-                let n = bytes_of(dtype, &shape, &env.limits, || octx.at())?;
-                outs.push((t, DynValue { dtype, shape, data: AlignedBytes::zeroed(n) }));
-            }
-            let mut out_views: Vec<&mut [u8]> = outs.iter_mut().map(|(_, v)| v.data.bytes_mut()).collect();
-            kernel(&views, &mut out_views).map_err(|e| match e {
-                Error::Runtime(m) => Error::Runtime(format!("{}: {m}", octx.at())),
-                e => e,
-            })?;
-        }
-        for (t, v) in outs {
-            tail.values[t] = Some(v);
-        }
-        for &t in op.inputs.iter().flatten() {
-            if tail.last_use[t] == oi && !sub.outputs.contains(&t) {
-                tail.values[t] = None;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// WHILE: loop variables live in the op's outputs; the body writes the next values
-/// into `next`, which are then copied back.
-#[allow(clippy::too_many_arguments)]
-fn run_while(
-    model: &Model,
-    ins: &[Option<&[u8]>],
-    outs: &mut [&mut [u8]],
-    cond: &mut Child,
-    body: &mut Child,
-    next: &mut [AlignedBytes],
-    flag: &mut AlignedBytes,
-    env: &mut DynEnv<'_>,
-) -> Result<()> {
-    for (o, i) in outs.iter_mut().zip(ins) {
-        let i = i.ok_or_else(|| Error::Runtime("WHILE loop variable is missing".into()))?;
-        o.copy_from_slice(i);
-    }
-    for _ in 0..MAX_WHILE_ITERATIONS {
-        {
-            let vars: SmallVec<[&[u8]; 8]> = outs.iter().map(|o| &**o).collect();
-            cond.run(model, &vars, &mut [flag.bytes_mut()], env)?;
-        }
-        if flag.bytes().first().is_none_or(|&b| b == 0) {
-            return Ok(());
-        }
-        {
-            let vars: SmallVec<[&[u8]; 8]> = outs.iter().map(|o| &**o).collect();
-            let mut out_views: SmallVec<[&mut [u8]; 8]> = next.iter_mut().map(|n| n.bytes_mut()).collect();
-            body.run(model, &vars, &mut out_views, env)?;
-        }
-        for (o, n) in outs.iter_mut().zip(next.iter()) {
-            o.copy_from_slice(n.bytes());
-        }
-    }
-    Err(Error::Runtime(format!("WHILE ran {MAX_WHILE_ITERATIONS} iterations without stopping")))
 }
