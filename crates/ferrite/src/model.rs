@@ -14,7 +14,7 @@ use ferrite_format::{FileKind, Table};
 
 use crate::error::{invalid, Error, Result};
 use crate::ops::{parse_params, OpParams};
-pub use ferrite_format::ops::{Arity, BuiltinOp, Types};
+pub use ferrite_format::ops::{Arity, BuiltinOp, Types, MANY};
 
 /// Largest tensor rank accepted from a file.
 pub const MAX_RANK: usize = 16;
@@ -450,6 +450,9 @@ fn parse_subgraph(data: &[u8], kind: FileKind, si: usize, sg: Table<'_>, buffers
         }
         let op_outputs =
             o.vec_of::<i32>(fb::Operator::VT_OUTPUTS)?.into_iter().map(|v| idx(i64::from(v), n, || format!("{} output", at()))).collect::<Result<Vec<_>>>()?;
+        if let OpCode::Builtin(b) = code {
+            check_arity(b, &op_inputs, &op_outputs).map_err(|m| invalid(format!("{} ({b}): {m}", at())))?;
+        }
         let opt_type = o.scalar::<u8>(fb::Operator::VT_BUILTIN_OPTIONS_TYPE, 0)?;
         let options = o.table(fb::Operator::VT_BUILTIN_OPTIONS)?;
         let params = match &code {
@@ -468,9 +471,6 @@ fn parse_subgraph(data: &[u8], kind: FileKind, si: usize, sg: Table<'_>, buffers
                 .filter(|&e| e <= data.len() as u64)
                 .ok_or_else(|| invalid(format!("{}: custom options lie outside the file", at())))?;
             custom_options = Some(large_off as usize..end as usize);
-        }
-        if let OpCode::Builtin(b) = code {
-            check_arity(b, &op_inputs, &op_outputs).map_err(|m| invalid(format!("{} ({b}): {m}", at())))?;
         }
         ops.push(Op { code, version, inputs: op_inputs, outputs: op_outputs, params, custom_options });
     }

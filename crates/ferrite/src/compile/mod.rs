@@ -6,11 +6,12 @@ use std::sync::Arc;
 use crate::backend::select::{Backends, Candidates};
 use crate::backend::{BackendContext, Built, CustomOpRegistry, InputDesc, KernelFn, OpContext};
 use crate::error::{Error, Result};
-use crate::memory::{self, Lifetime, MemoryPlan};
+use crate::memory::MemoryPlan;
 use crate::model::{BuiltinOp as B, DType, Model, OpCode};
 use smallvec::SmallVec;
 
 mod fusion;
+mod plan;
 
 use fusion::{epilogue_reader, fold_epilogue, foldable_pad, PendingEpilogue};
 
@@ -658,127 +659,8 @@ fn compile_at(
         let _ = e.slot.set(e.ops);
     }
 
-    // Lifetimes, on alias roots: subgraph inputs from step 0, step outputs from their
-    // step, each to its last use. Graph inputs and outputs stay valid for the whole run,
-    // as in LiteRT: a caller may run again without setting inputs, and reads outputs after.
-    let n_steps = steps.len();
-    let root = |t: usize| alias_of[t];
-    let mut first = vec![usize::MAX; tensors.len()];
-    let mut last = vec![0usize; tensors.len()];
-    for &t in &g.inputs {
-        if matches!(tensors[root(t)].loc, Loc::None) {
-            first[root(t)] = 0;
-        }
-    }
-    for (si, st) in steps.iter().enumerate() {
-        let op = &g.ops[st.op];
-        for &t in &op.outputs {
-            first[root(t)] = first[root(t)].min(si);
-            last[root(t)] = last[root(t)].max(si);
-        }
-        for t in st.reads(op) {
-            if first[root(t)] != usize::MAX {
-                last[root(t)] = last[root(t)].max(si);
-            }
-        }
-    }
-    for &t in g.inputs.iter().chain(&g.outputs) {
-        if first[root(t)] != usize::MAX {
-            last[root(t)] = n_steps.max(1) - 1;
-        }
-    }
-    // Tensors the dynamic tail reads must outlive every static step.
-    if let Some(d) = dynamic_from {
-        for op in &g.ops[d..] {
-            for &t in op.inputs.iter().flatten() {
-                if first[root(t)] != usize::MAX {
-                    last[root(t)] = n_steps.max(1) - 1;
-                }
-            }
-        }
-    }
-    let mut lifetimes = Vec::new();
-    for t in 0..tensors.len() {
-        if root(t) == t && first[t] != usize::MAX && matches!(tensors[t].loc, Loc::None) {
-            let b = bytes_of(tensors[t].dtype, &tensors[t].shape, &limits, || format!("subgraph {sg} tensor {t} ('{}')", g.tensors[t].name))?;
-            lifetimes.push(Lifetime { tensor: t, bytes: b, first: first[t], last: last[t].max(first[t]) });
-        }
-    }
-    let plan = memory::plan(&lifetimes, limits.max_arena_bytes)?;
-    let mut offset_of = vec![usize::MAX; tensors.len()];
-    for &(t, offset) in &plan.offsets {
-        offset_of[t] = offset;
-    }
-    for t in 0..tensors.len() {
-        let off = offset_of[root(t)];
-        if off != usize::MAX {
-            let len = bytes_of(tensors[t].dtype, &tensors[t].shape, &limits, || format!("subgraph {sg} tensor {t}"))?;
-            tensors[t].loc = Loc::Arena { offset: off, len };
-        }
-    }
-
-    // Resolve every step's input and output locations once.
-    let input_of_root = |t: usize| g.inputs.iter().position(|&i| root(i) == root(t));
-    let src_of = |t: usize| -> Result<Src> {
-        match &tensors[t].loc {
-            Loc::Arena { offset, len } => Ok(match input_of_root(t) {
-                Some(k) => Src::Input(k, *offset, *len),
-                None => Src::Arena(*offset, *len),
-            }),
-            Loc::Model(r) => Ok(Src::Model(r.clone())),
-            Loc::Owned(b) => Ok(Src::Owned(b.clone())),
-            Loc::None => Err(Error::Runtime(format!("internal: subgraph {sg} tensor {t} has no storage"))),
-        }
-    };
-    // A graph output is written in place into a bound buffer when a step produces its
-    // memory, nothing else reads that memory, and no other output or input shares it.
-    let mut readers = vec![0usize; tensors.len()];
-    for st in &steps {
-        for t in st.reads(&g.ops[st.op]) {
-            readers[root(t)] += 1;
-        }
-    }
-    let mut produced_by = vec![usize::MAX; tensors.len()];
-    for (si, st) in steps.iter().enumerate() {
-        for &t in &g.ops[st.op].outputs {
-            produced_by[root(t)] = si;
-        }
-    }
-    let mut out_plans = Vec::with_capacity(g.outputs.len());
-    let mut direct: Vec<(usize, usize, usize)> = Vec::new(); // (step, root, output k)
-    for (k, &t) in g.outputs.iter().enumerate() {
-        let r = root(t);
-        let shared = g.outputs.iter().enumerate().any(|(j, &o)| j != k && root(o) == r) || input_of_root(t).is_some();
-        if matches!(tensors[t].loc, Loc::Arena { .. }) && produced_by[r] != usize::MAX && readers[r] == 0 && !shared {
-            direct.push((produced_by[r], r, k));
-            out_plans.push(OutPlan::Direct);
-        } else if matches!(tensors[t].loc, Loc::None) {
-            // Produced by the dynamic tail: only known after the run.
-            out_plans.push(OutPlan::Copy(Src::Owned(Arc::new(AlignedBytes::zeroed(0)))));
-        } else {
-            out_plans.push(OutPlan::Copy(src_of(t)?));
-        }
-    }
-    for (si, st) in steps.iter_mut().enumerate() {
-        let op = &g.ops[st.op];
-        st.inputs = op
-            .inputs
-            .iter()
-            .enumerate()
-            .map(|(k, i)| i.map(|t| st.substituted.iter().find(|s| s.0 == k).map_or(t, |s| s.1)).filter(|_| !st.prepacked.contains(&k)).map(src_of).transpose())
-            .collect::<Result<_>>()?;
-        for &t in &st.extra {
-            st.inputs.push(Some(src_of(t)?));
-        }
-        st.outputs = op
-            .outputs
-            .iter()
-            .map(|&t| match tensors[t].loc {
-                Loc::Arena { offset, len } => Ok((offset, len, direct.iter().find(|d| d.0 == si && d.1 == root(t)).map(|d| d.2))),
-                _ => Err(Error::Runtime(format!("internal: subgraph {sg} op {} output tensor {t} has no arena slot", st.op))),
-            })
-            .collect::<Result<_>>()?;
-    }
+    let plan = plan::plan_memory(g, sg, &steps, &mut tensors, &alias_of, dynamic_from, &limits)?;
+    let out_plans = plan::resolve_io(g, sg, &mut steps, &tensors, &alias_of)?;
     // Release constants made at prepare (folded, dequantized, realigned) that nothing
     // reads at run time any more: their consumers were folded too, or keep a packing.
     if dynamic_from.is_none() {

@@ -1,0 +1,135 @@
+//! The op table's arity check and sessions over several backends.
+//!
+//! - Every op of the table refuses, at load, a model that gives it too few or too
+//!   many inputs or outputs, or omits a required input: before this check, an empty
+//!   or short `outputs` list made `prepare()` panic in 16 builders.
+//! - A model run on `cpu`, on `reference` (falling back to `cpu` op by op), and split
+//!   op by op between the two gives the same results; the session reports where each
+//!   op ran and which tensors cross between backends.
+
+use std::sync::Arc;
+
+use ferrite::backend::select::{parse_op_backends, OpSelector};
+use ferrite::compile::OpRun;
+use ferrite::model::{BuiltinOp, Model, MANY};
+use ferrite::{Error, Session, SessionOptions};
+use ferrite_format::schema::TensorType;
+use ferrite_format::writer::{ModelSpec, OpCode, Options, TensorSpec};
+
+/// One op with `n_in` float inputs of shape [2, 3] (the first `omit` of them given
+/// as -1) and `n_out` outputs.
+fn single_op(op: BuiltinOp, n_in: usize, n_out: usize, omit: usize) -> Vec<u8> {
+    let mut m = ModelSpec::default();
+    let ins: Vec<i32> =
+        (0..n_in).map(|k| if k < omit { -1 } else { m.add_tensor(TensorSpec::activation(&format!("in{k}"), TensorType::FLOAT32, &[2, 3])) }).collect();
+    let outs: Vec<i32> = (0..n_out).map(|k| m.add_tensor(TensorSpec::activation(&format!("out{k}"), TensorType::FLOAT32, &[2, 3]))).collect();
+    m.add_op(OpCode::Builtin(op.operator()), &ins, &outs, Options::None);
+    m.inputs = ins.iter().copied().filter(|&i| i >= 0).collect();
+    m.outputs = outs;
+    m.to_bytes()
+}
+
+fn load_error(bytes: Vec<u8>) -> Option<String> {
+    match Model::from_bytes(Arc::new(bytes)) {
+        Ok(_) => None,
+        Err(Error::InvalidModel(m)) => Some(m),
+        Err(e) => panic!("expected an invalid-model error, got {e}"),
+    }
+}
+
+#[test]
+fn every_op_refuses_a_wrong_arity_at_load() {
+    let mut checked = 0;
+    for &op in BuiltinOp::ALL {
+        let (ins, outs) = (op.inputs(), op.outputs());
+        let n_in = ins.min.max(1).min(ins.max);
+        if outs.min > 0 {
+            let m = load_error(single_op(op, n_in, outs.min - 1, 0)).unwrap_or_else(|| panic!("{op}: too few outputs accepted"));
+            assert!(m.contains(op.name()) && m.contains("outputs"), "{op}: {m}");
+            checked += 1;
+        }
+        if outs.max != MANY {
+            let m = load_error(single_op(op, n_in, outs.max + 1, 0)).unwrap_or_else(|| panic!("{op}: too many outputs accepted"));
+            assert!(m.contains("outputs"), "{op}: {m}");
+            checked += 1;
+        }
+        if ins.min > 0 {
+            let m = load_error(single_op(op, ins.min - 1, outs.min.max(1).min(outs.max), 0)).unwrap_or_else(|| panic!("{op}: too few inputs accepted"));
+            assert!(m.contains("inputs"), "{op}: {m}");
+            let m = load_error(single_op(op, ins.min, outs.min.max(1).min(outs.max), 1)).unwrap_or_else(|| panic!("{op}: omitted required input accepted"));
+            assert!(m.contains("required input 0"), "{op}: {m}");
+            checked += 2;
+        }
+        if ins.max != MANY {
+            let m = load_error(single_op(op, ins.max + 1, outs.min.max(1).min(outs.max), 0)).unwrap_or_else(|| panic!("{op}: too many inputs accepted"));
+            assert!(m.contains("inputs"), "{op}: {m}");
+            checked += 1;
+        }
+    }
+    println!("{checked} wrong-arity models refused over {} ops", BuiltinOp::ALL.len());
+    assert!(checked > 300);
+}
+
+fn demo_path() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/demo.tflite")
+}
+
+fn run_with(backends: &[&str], overrides: &str) -> (Vec<f32>, Vec<(usize, usize, OpRun)>, usize) {
+    let model = Arc::new(Model::from_file(demo_path()).unwrap());
+    let options = SessionOptions {
+        backends: backends.iter().map(|b| b.to_string()).collect(),
+        op_backends: parse_op_backends(overrides).unwrap(),
+        ..SessionOptions::default()
+    };
+    let mut s = Session::with_options(model, options).unwrap();
+    s.prepare().unwrap();
+    let n: usize = s.inputs()[0].shape.iter().product();
+    let x: Vec<f32> = (0..n).map(|i| ((i * 37 % 101) as f32 / 50.0) - 1.0).collect();
+    s.set_input_f32(0, &x).unwrap();
+    s.run().unwrap();
+    let y = s.output(0).unwrap().to_f32().unwrap();
+    (y, s.op_assignments().unwrap(), s.backend_crossings().unwrap().len())
+}
+
+fn worst(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+#[test]
+fn reference_cpu_and_alternating_backends_agree() {
+    let (cpu, cpu_ops, cpu_crossings) = run_with(&["cpu"], "");
+    assert!(cpu_ops.iter().all(|(_, _, r)| !matches!(r, OpRun::Backend(b) if *b != "cpu")), "{cpu_ops:?}");
+    assert_eq!(cpu_crossings, 0);
+
+    let (reference, ref_ops, _) = run_with(&["reference"], "");
+    let on_reference = ref_ops.iter().filter(|(_, _, r)| *r == OpRun::Backend("reference")).count();
+    let e = worst(&cpu, &reference);
+    println!("reference backend: {on_reference} of {} ops, worst error against cpu {e:.3e}", ref_ops.len());
+    assert!(e <= 1e-5, "reference vs cpu: {e}");
+
+    // Even ops on reference, odd ones on cpu: every tensor crosses.
+    let n = cpu_ops.len();
+    let alternate: Vec<String> = (0..n).map(|i| format!("{i}={}", if i % 2 == 0 { "reference" } else { "cpu" })).collect();
+    let (mixed, mixed_ops, _) = run_with(&["reference", "cpu"], &alternate.join(","));
+    let e = worst(&cpu, &mixed);
+    println!("alternating reference/cpu: worst error against cpu {e:.3e}");
+    assert!(e <= 1e-5, "alternating vs cpu: {e}");
+    for (_, oi, r) in &mixed_ops {
+        if let OpRun::Backend(b) = r {
+            assert_eq!(*b, if oi % 2 == 0 { "reference" } else { "cpu" }, "op {oi}");
+        }
+    }
+}
+
+#[test]
+fn pinned_op_runs_where_it_is_pinned_or_fails_saying_so() {
+    let (_, ops, _) = run_with(&["reference"], "SOFTMAX=cpu");
+    let softmax = ops.iter().find(|(sg, oi, _)| *sg == 0 && *oi == 4).map(|x| x.2);
+    assert_eq!(softmax, Some(OpRun::Backend("cpu")));
+    let sel = parse_op_backends("17=reference").unwrap();
+    assert_eq!(sel[0].0, OpSelector::Index(17));
+    let bad =
+        Session::with_options(Arc::new(Model::from_file(demo_path()).unwrap()), SessionOptions { backends: vec!["tpu".into()], ..SessionOptions::default() });
+    assert!(matches!(bad, Err(Error::InvalidArgument(m)) if m.contains("unknown backend 'tpu'")));
+}
