@@ -117,6 +117,9 @@ enum Cmd {
     Ops {
         #[arg(long)]
         json: bool,
+        /// Print the table as the Markdown of docs/ops.md.
+        #[arg(long)]
+        markdown: bool,
     },
     /// Run a model on .npy inputs (or seeded random ones) and write .npy outputs.
     Run {
@@ -175,8 +178,12 @@ fn main() -> ExitCode {
                 }
             })
         }),
-        Cmd::Ops { json } => {
-            list_ops(json);
+        Cmd::Ops { json, markdown } => {
+            if markdown {
+                print!("{}", ferrite::model::op_table_markdown());
+            } else {
+                list_ops(json);
+            }
             Ok(())
         }
         Cmd::Run { model, inputs, out_dir, threads, seed, steps, backends } => run(&model, &inputs, &out_dir, threads, seed, steps, &backends),

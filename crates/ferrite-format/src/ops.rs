@@ -274,6 +274,22 @@ op_table! {
     ASSIGN_VARIABLE:         NONE,                        2..=2, 0..=0, EXECUTOR;
 }
 
+/// The op table as a Markdown document (`docs/ops.md` is this, kept in sync by a test).
+pub fn markdown_table() -> String {
+    let mut out = String::from(
+        "# Builtin ops\n\nGenerated from the op table (`crates/ferrite-format/src/ops.rs`) by `ferrite ops --markdown`; a test keeps this \
+         file in sync.\nInputs past the required count are optional. Element types are those of the `cpu` backend's kernels; \
+         `executor` ops are run by the executor itself.\n\n| op | options | inputs | outputs | element types |\n|---|---|---|---|---|\n",
+    );
+    for op in BuiltinOp::ALL {
+        let options = op.options().variant_name().unwrap_or("?");
+        let options = if options == "NONE" { "—" } else { options };
+        out.push_str(&format!("| {} | {} | {} | {} | {} |\n", op.name(), options, op.inputs(), op.outputs(), op.types().names().join(", ")));
+    }
+    out.push_str(&format!("\n{} builtin ops.\n", BuiltinOp::ALL.len()));
+    out
+}
+
 impl std::fmt::Display for BuiltinOp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
@@ -294,6 +310,13 @@ mod tests {
         }
         assert_eq!(BuiltinOp::from_code(-1), None);
         assert_eq!(BuiltinOp::from_code(BuiltinOperator::CUSTOM.0), None);
+    }
+
+    #[test]
+    fn docs_list_the_table() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/ops.md");
+        let doc = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(doc == markdown_table(), "docs/ops.md is out of date: regenerate it with `ferrite ops --markdown > docs/ops.md`");
     }
 
     #[test]

@@ -14,7 +14,7 @@ use ferrite_format::{FileKind, Table};
 
 use crate::error::{invalid, Error, Result};
 use crate::ops::{parse_params, OpParams};
-pub use ferrite_format::ops::{Arity, BuiltinOp, Types, MANY};
+pub use ferrite_format::ops::{markdown_table as op_table_markdown, Arity, BuiltinOp, Types, MANY};
 
 /// Largest tensor rank accepted from a file.
 pub const MAX_RANK: usize = 16;
