@@ -256,10 +256,10 @@ fn run_dynamic_tail(g: &mut CompiledGraph, model: &Model, arena: &[u8], env: &mu
                 inputs: descs,
                 outputs: op.outputs.iter().map(|&o| &sub.tensors[o]).collect(),
                 custom_options: model.custom_options(op),
-                epilogue: std::cell::Cell::new(None),
+                epilogue: None,
                 input_pad: None,
             };
-            let (Built { outputs, mut kernel }, _) = build_op(&octx, env.backends, env.custom, env.ctx)?;
+            let (Built { outputs, mut kernel }, _, _) = build_op(&octx, env.backends, env.custom, env.ctx)?;
             for (&t, (dtype, shape)) in op.outputs.iter().zip(outputs) {
                 let n = bytes_of(dtype, &shape, &env.limits, || octx.at())?;
                 outs.push((t, DynValue { dtype, shape, data: AlignedBytes::zeroed(n) }));

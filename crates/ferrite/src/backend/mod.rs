@@ -55,12 +55,12 @@ pub struct OpContext<'a> {
     pub outputs: Vec<&'a TensorInfo>,
     /// Custom options bytes (custom ops).
     pub custom_options: &'a [u8],
-    /// Where later element-wise ops reading only this op's output may be folded
-    /// into its kernel. A builder that can apply them takes the slot (leaving
-    /// `None`) and applies whatever the slot holds at run time; the compiler fills
-    /// the slot as it reaches those ops and finds them foldable, and they then do
-    /// not run.
-    pub(crate) epilogue: std::cell::Cell<Option<EpilogueSlot>>,
+    /// Element-wise ops the compiler may fold into this op's kernel (see
+    /// [`Backend::applies_epilogues`]). A kernel that applies epilogues keeps this
+    /// slot and, at run time, applies whatever it holds; the compiler fills it once
+    /// the subgraph is compiled, and only when the building backend declared that it
+    /// applies them — otherwise it stays empty and the ops run as their own steps.
+    pub(crate) epilogue: Option<EpilogueSlot>,
     /// Explicit zero padding (top, bottom, left, right) of input 0 folded in from a
     /// PAD op before this VALID convolution: input 0 is the PAD's input.
     pub(crate) input_pad: Option<[usize; 4]>,
@@ -273,6 +273,13 @@ pub trait Backend: Send {
     /// different memories.
     fn memory(&self) -> select::Memory {
         select::Memory::Host
+    }
+    /// Whether the kernel this backend built for `op` applies the element-wise
+    /// epilogue the compiler offers in [`OpContext`] (activations, PRELU, a residual
+    /// ADD after a convolution). Declaring it lets the compiler fold those ops into
+    /// the kernel; the default, `false`, runs them as steps of their own.
+    fn applies_epilogues(&self, _op: &OpContext<'_>) -> bool {
+        false
     }
 }
 

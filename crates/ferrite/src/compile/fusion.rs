@@ -172,3 +172,122 @@ pub(super) fn fold_epilogue(
         _ => false,
     }
 }
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+    use crate::model::{Op, Subgraph, TensorInfo};
+    use crate::ops::{Activation, OpParams, Padding};
+
+    pub(in crate::compile) fn tensor(dtype: DType, shape: &[usize]) -> TensorInfo {
+        TensorInfo {
+            name: String::new(),
+            dtype,
+            shape: shape.to_vec(),
+            shape_signature: shape.iter().map(|&d| d as i64).collect(),
+            quant: None,
+            data: None,
+            sparsity: None,
+            is_variable: false,
+        }
+    }
+
+    pub(in crate::compile) fn op(code: B, inputs: &[usize], outputs: &[usize], params: OpParams) -> Op {
+        Op {
+            code: OpCode::Builtin(code),
+            version: 1,
+            inputs: inputs.iter().map(|&i| Some(i)).collect(),
+            outputs: outputs.to_vec(),
+            params,
+            custom_options: None,
+        }
+    }
+
+    fn slots(g: &Subgraph) -> Vec<TensorSlot> {
+        g.tensors.iter().map(|t| TensorSlot { dtype: t.dtype, shape: t.shape.clone(), loc: Loc::None }).collect()
+    }
+
+    fn readers(g: &Subgraph) -> Vec<usize> {
+        let mut r = vec![0; g.tensors.len()];
+        for t in g.ops.iter().flat_map(|o| o.inputs.iter().flatten()).chain(&g.outputs) {
+            r[*t] += 1;
+        }
+        r
+    }
+
+    fn conv(padding: Padding) -> OpParams {
+        OpParams::Conv2D { padding, stride: (1, 1), dilation: (1, 1), activation: Activation::None }
+    }
+
+    /// x -PAD(pads)-> p -CONV(w)-> y: tensors x=0, pads=1, p=2, w=3, y=4.
+    fn pad_then_conv(padding: Padding, dtype: DType) -> Subgraph {
+        Subgraph {
+            name: String::new(),
+            tensors: vec![
+                tensor(dtype, &[1, 4, 4, 2]),
+                tensor(DType::I32, &[4, 2]),
+                tensor(dtype, &[1, 6, 6, 2]),
+                tensor(dtype, &[3, 3, 3, 2]),
+                tensor(dtype, &[1, 4, 4, 3]),
+            ],
+            ops: vec![op(B::PAD, &[0, 1], &[2], OpParams::None), op(B::CONV_2D, &[2, 3], &[4], conv(padding))],
+            inputs: vec![0],
+            outputs: vec![4],
+        }
+    }
+
+    fn pads(v: [i32; 8]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn zero_pad_of_height_and_width_folds_into_a_valid_conv() {
+        let g = pad_then_conv(Padding::Valid, DType::F32);
+        let p = pads([0, 0, 1, 1, 2, 0, 0, 0]);
+        let fold = |g: &Subgraph, p: &[u8]| foldable_pad(g, 0, &slots(g), &readers(g), |k| (k == 1).then_some(p));
+        assert_eq!(fold(&g, &p), Some([1, 1, 2, 0]));
+        // Not when the conv pads itself, the tensor is not float, the batch or
+        // channels are padded, or the padding is unknown at prepare.
+        assert_eq!(fold(&pad_then_conv(Padding::Same, DType::F32), &p), None);
+        assert_eq!(fold(&pad_then_conv(Padding::Valid, DType::I8), &p), None);
+        assert_eq!(fold(&g, &pads([1, 0, 1, 1, 0, 0, 0, 0])), None);
+        assert_eq!(fold(&g, &pads([0, 0, 1, 1, 0, 0, 0, 1])), None);
+        assert_eq!(foldable_pad(&g, 0, &slots(&g), &readers(&g), |_| None), None);
+        // Nor when the padded tensor has a second reader.
+        let mut two = g.clone();
+        two.outputs.push(2);
+        assert_eq!(fold(&two, &p), None);
+    }
+
+    #[test]
+    fn epilogue_reader_is_the_only_reader_and_an_activation_prelu_or_add() {
+        // x -CONV-> y -RELU6-> z -ADD(x)-> s
+        let g = Subgraph {
+            name: String::new(),
+            tensors: vec![
+                tensor(DType::F32, &[1, 4, 4, 3]),
+                tensor(DType::F32, &[3, 1, 1, 3]),
+                tensor(DType::F32, &[1, 4, 4, 3]),
+                tensor(DType::F32, &[1, 4, 4, 3]),
+                tensor(DType::F32, &[1, 4, 4, 3]),
+            ],
+            ops: vec![
+                op(B::CONV_2D, &[0, 1], &[2], conv(Padding::Same)),
+                op(B::RELU6, &[2], &[3], OpParams::None),
+                op(B::ADD, &[3, 0], &[4], OpParams::Binary { activation: Activation::None, pot_scale_int16: true }),
+            ],
+            inputs: vec![0],
+            outputs: vec![4],
+        };
+        let r = readers(&g);
+        assert_eq!(epilogue_reader(&g, 0, 2, &r), Some(1));
+        assert_eq!(epilogue_reader(&g, 1, 3, &r), Some(2));
+        // A graph output has a reader outside the subgraph: nothing folds into its producer.
+        assert_eq!(epilogue_reader(&g, 2, 4, &r), None);
+        let mut shared = g.clone();
+        shared.outputs.push(2);
+        assert_eq!(epilogue_reader(&shared, 0, 2, &readers(&shared)), None);
+        assert_eq!(activation_epilogue(B::LEAKY_RELU, &OpParams::LeakyRelu { alpha: 0.2 }), Some(ferrite_kernels::elementwise::Unary::LeakyRelu(0.2)));
+        assert_eq!(activation_epilogue(B::TANH, &OpParams::None), None);
+    }
+}

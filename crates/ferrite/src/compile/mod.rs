@@ -579,7 +579,7 @@ fn compile_at(
             inputs,
             outputs: op.outputs.iter().map(|&o| &g.tensors[o]).collect(),
             custom_options: model.custom_options(op),
-            epilogue: std::cell::Cell::new(offered.as_ref().map(|(_, slot)| slot.clone())),
+            epilogue: offered.as_ref().map(|(_, slot)| slot.clone()),
             input_pad,
         };
         ctx.take_packed_by_build();
@@ -590,7 +590,7 @@ fn compile_at(
             }
             r => r?,
         };
-        let (Built { outputs, mut kernel }, ran) = built;
+        let (Built { outputs, mut kernel }, ran, applies_epilogues) = built;
         assignment[oi] = ran;
         for (&t, (dtype, shape)) in op.outputs.iter().zip(outputs) {
             tensors[t].dtype = dtype;
@@ -640,7 +640,7 @@ fn compile_at(
             }
             release_consumed(&mut tensors, g, oi, &last_reader, &read_at_run, |k| prepacked.contains(&k));
             // The kernel took the slot: its reader is folded in when reached, if it qualifies.
-            if let (Some((reader, slot)), None, Some(&tensor)) = (offered, octx.epilogue.take(), op.outputs.first()) {
+            if let (Some((reader, slot)), true, Some(&tensor)) = (offered, applies_epilogues, op.outputs.first()) {
                 pending_epilogues.push(PendingEpilogue { reader, tensor, step: steps.len(), slot, ops: Vec::new() });
             }
             steps.push(Step {
@@ -811,11 +811,11 @@ impl CompiledGraph {
 
 /// Builds one op through the custom-op registry or the backends, and checks what
 /// the kernel says it produces against the model.
-pub(crate) fn build_op(octx: &OpContext<'_>, backends: &Backends, custom: &CustomOpRegistry, ctx: &mut BackendContext) -> Result<(Built, OpRun)> {
+pub(crate) fn build_op(octx: &OpContext<'_>, backends: &Backends, custom: &CustomOpRegistry, ctx: &mut BackendContext) -> Result<(Built, OpRun, bool)> {
     let op = octx.op;
-    let (built, ran) = match &op.code {
+    let (built, ran, applies_epilogues) = match &op.code {
         OpCode::Custom(name) => match custom.get(name) {
-            Some(c) => (c.build(octx)?, OpRun::Custom),
+            Some(c) => (c.build(octx)?, OpRun::Custom, false),
             None => return Err(octx.unsupported(format!("custom op '{name}' is not registered"))),
         },
         OpCode::Other(_) => return Err(octx.unsupported("ferrite has no kernel for this builtin op yet")),
@@ -823,7 +823,7 @@ pub(crate) fn build_op(octx: &OpContext<'_>, backends: &Backends, custom: &Custo
             Candidates::Pinned(i) => {
                 let b = backends.get(i).ok_or_else(|| octx.unsupported("no backend"))?;
                 match b.build(octx, ctx) {
-                    Ok(built) => (built, OpRun::Backend(b.name())),
+                    Ok(built) => (built, OpRun::Backend(b.name()), b.applies_epilogues(octx)),
                     Err(Error::Unsupported(m)) => {
                         return Err(Error::Unsupported(format!("{m} (the op is pinned to the {} backend by an op-backend override)", b.name())))
                     }
@@ -836,7 +836,7 @@ pub(crate) fn build_op(octx: &OpContext<'_>, backends: &Backends, custom: &Custo
                 for b in (0..n).filter_map(|i| backends.get(i)) {
                     match b.build(octx, ctx) {
                         Ok(built) => {
-                            found = Some((built, OpRun::Backend(b.name())));
+                            found = Some((built, OpRun::Backend(b.name()), b.applies_epilogues(octx)));
                             break;
                         }
                         Err(Error::Unsupported(m)) => last = Some(Error::Unsupported(m)),
@@ -866,7 +866,7 @@ pub(crate) fn build_op(octx: &OpContext<'_>, backends: &Backends, custom: &Custo
     if let Some((_, s)) = built.outputs.iter().find(|(_, s)| s.len() > ferrite_kernels::MAX_DIMS) {
         return Err(octx.unsupported(format!("output rank {} exceeds {}", s.len(), ferrite_kernels::MAX_DIMS)));
     }
-    Ok((built, ran))
+    Ok((built, ran, applies_epilogues))
 }
 
 fn is_shape_only(op: &crate::model::Op) -> bool {

@@ -29,6 +29,13 @@ impl Backend for CpuBackend {
     fn build(&self, op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> {
         build_builtin(op, ctx)
     }
+
+    /// The float convolutions (`nn::conv2d`, `nn::depthwise`: the dispatch below sends
+    /// CONV_2D and DEPTHWISE_CONV_2D there when they are neither integer nor hybrid)
+    /// apply epilogues block by block while their output is in cache.
+    fn applies_epilogues(&self, op: &OpContext<'_>) -> bool {
+        matches!(op.op.code, OpCode::Builtin(B::CONV_2D | B::DEPTHWISE_CONV_2D)) && !is_hybrid(op) && !is_int(op)
+    }
 }
 
 fn build_builtin(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> {

@@ -131,7 +131,7 @@ pub(crate) fn conv2d(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Bui
     let scratch: Vec<Mutex<igemm::ConvScratch>> = (0..ctx.threads).map(|_| Mutex::new(template.clone())).collect();
     let rows = g.batch * g.out_h;
     let flops = 2 * rows * g.out_w * oc * kh * kw * ic;
-    let epilogue = op.epilogue.take();
+    let epilogue = op.epilogue.clone();
     Ok(Built {
         outputs: vec![(DType::F32, vec![g.batch, g.out_h, g.out_w, oc])],
         kernel: Box::new(move |ins, outs| {
@@ -174,7 +174,7 @@ pub(crate) fn depthwise(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<
     let pool = ctx.pool();
     let rows = g.batch * g.out_h;
     let flops = 2 * rows * g.out_w * oc * kh * kw;
-    let epilogue = op.epilogue.take();
+    let epilogue = op.epilogue.clone();
     // Multiplier 1, horizontal stride 1, constant weights, and a channel count the
     // 16-lane kernel leaves a scalar remainder of (not a multiple of 16 nor a
     // divisor): weights tiled along the output row once here, each tap then one flat
