@@ -46,6 +46,13 @@ echo "== conformance: generated single-op models vs LiteRT reference kernels"
 echo "== conformance: real models vs LiteRT"
 "$CACHE/venv/bin/python" tools/conformance.py models --ferrite target/release/ferrite --corpus "$CACHE/models"
 
+echo "== conformance: the reference backend (naive kernels; cpu only where it has none) vs LiteRT"
+"$CACHE/venv/bin/python" tools/conformance.py ops --ferrite target/release/ferrite --opgen target/release/ferrite-opgen --backends reference
+"$CACHE/venv/bin/python" tools/conformance.py models --ferrite target/release/ferrite --corpus "$CACHE/models" --backends reference
+
+echo "== conformance: models split op by op between reference and cpu (every tensor crosses) vs LiteRT"
+"$CACHE/venv/bin/python" tools/conformance.py models --ferrite target/release/ferrite --corpus "$CACHE/models" --alternate reference,cpu
+
 echo "== python package: one script against LiteRT's Interpreter and ferrite's"
 "$CACHE/venv/bin/python" -m pip install -q --disable-pip-version-check ./crates/ferrite-py
 "$CACHE/venv/bin/python" tools/python_api_test.py --corpus "$CACHE/models"

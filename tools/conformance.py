@@ -61,17 +61,25 @@ def backend_flags(binary, model):
     return flags
 
 
-def backend_summary(binary, model):
-    """'reference: 12, cpu: 3, ...' for the chosen backends, or '' when none were asked for."""
+def backend_counts(binary, model):
+    """({backend or how an op runs: count}, crossings) under the chosen backends, or None when none were asked for."""
     flags = backend_flags(binary, model)
     if not flags:
-        return ""
+        return None
     r = subprocess.run([binary, "inspect", "--json", str(model)] + flags, capture_output=True, text=True)
     if r.returncode != 0:
-        return "(inspect failed: " + r.stderr.strip() + ")"
+        return {"inspect failed": 1}, 0
     doc = json.loads(r.stdout)
-    per = ", ".join(f"{k}: {v}" for k, v in doc["ops_per_backend"].items())
-    return f"ops per backend {per}; {len(doc['crossings'])} crossings"
+    return doc["ops_per_backend"], len(doc["crossings"])
+
+
+def backend_summary(binary, model):
+    """'ops per backend reference: 12, cpu: 3; 4 crossings', or '' when no backends were asked for."""
+    counts = backend_counts(binary, model)
+    if counts is None:
+        return ""
+    per = ", ".join(f"{k}: {v}" for k, v in counts[0].items())
+    return f"ops per backend {per}; {counts[1]} crossings"
 
 
 def run_ferrite(binary, model, inputs, workdir, steps=None):
@@ -262,6 +270,7 @@ def cmd_ops(args):
         manifest = json.loads((td / "ops" / "manifest.json").read_text())
         passed = failed = 0
         worst_by_op = {}
+        ran_on = {}
         for case in manifest:
             if args.only and not re.search(args.only, case["op"]):
                 continue
@@ -305,13 +314,26 @@ def cmd_ops(args):
                 failed += 1
                 continue
             worst_by_op[case["op"]] = max(worst_by_op.get(case["op"], 0.0), err)
+            counts = backend_counts(args.ferrite, model)
+            if counts is not None:
+                # Which backend ran the case's ops (a case runs on the first backend that has the kernel).
+                tally = ran_on.setdefault(case["op"], {})
+                for b, n in counts[0].items():
+                    tally[b] = tally.get(b, 0) + n
             if not ok:
                 tol = HYBRID_TOL if "_HYBRID" in case["op"] else OP_TOL
                 print(f"FAIL {case['file']}: worst error {err:.3e} (tolerance {tol:.0e})")
             passed += ok
             failed += not ok
         for op, e in sorted(worst_by_op.items()):
-            print(f"  {op:<30} worst error {e:.3e}")
+            where = ", ".join(f"{b}: {n}" for b, n in sorted(ran_on.get(op, {}).items()))
+            print(f"  {op:<30} worst error {e:.3e}" + (f"   ops run by {where}" if where else ""))
+        if ran_on:
+            total = {}
+            for t in ran_on.values():
+                for b, n in t.items():
+                    total[b] = total.get(b, 0) + n
+            print("ops run by backend over all cases: " + ", ".join(f"{b}: {n}" for b, n in sorted(total.items())))
     print(f"single-op: {passed} passed, {failed} failed")
     return failed == 0
 
