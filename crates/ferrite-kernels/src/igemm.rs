@@ -609,7 +609,6 @@ fn gemm_rows(input: &[f32], batch: usize, pk: &Packed, clamp: Clamp, out: &mut [
     true
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -649,71 +648,71 @@ mod tests {
     fn conv_paths_match_direct_sum() {
         use crate::conv::{out_size_and_pad, Window};
         for isa in Isa::available() {
-        for &(c, n, k, stride, dil, same) in &[
-            (3, 24, 3, 2, 1, true),
-            (1, 5, 5, 1, 1, false),
-            (4, 33, 3, 1, 2, true),
-            (8, 16, 5, 2, 1, true),
-            (2, 7, 3, 3, 1, false),
-            (5, 40, 1, 1, 1, true),
-            (24, 12, 1, 1, 1, false),
-            (9, 70, 1, 2, 1, true),
-        ] {
-            let (in_h, in_w) = (11, 13);
-            let (out_h, pt) = out_size_and_pad(in_h, k, stride, dil, same).unwrap();
-            let (out_w, pl) = out_size_and_pad(in_w, k, stride, dil, same).unwrap();
-            let g = Window {
-                batch: 2,
-                in_h,
-                in_w,
-                out_h,
-                out_w,
-                k_h: k,
-                k_w: k,
-                stride_h: stride,
-                stride_w: stride,
-                dil_h: dil,
-                dil_w: dil,
-                pad_top: pt,
-                pad_left: pl,
-            };
-            let x: Vec<f32> = (0..2 * in_h * in_w * c).map(|i| ((i * 7 % 13) as f32) * 0.1 - 0.6).collect();
-            let w: Vec<f32> = (0..n * k * k * c).map(|i| ((i * 5 % 11) as f32) * 0.1 - 0.5).collect();
-            let bias: Vec<f32> = (0..n).map(|i| i as f32 * 0.01).collect();
-            let mut want = vec![0.0f32; 2 * out_h * out_w * n];
-            for b in 0..2 {
-                for oy in 0..out_h {
-                    for ox in 0..out_w {
-                        for o in 0..n {
-                            let mut s = bias[o];
-                            for ky in 0..k {
-                                for kx in 0..k {
-                                    let (y, xx) = ((oy * stride + ky * dil) as isize - pt as isize, (ox * stride + kx * dil) as isize - pl as isize);
-                                    if y >= 0 && xx >= 0 && (y as usize) < in_h && (xx as usize) < in_w {
-                                        for i in 0..c {
-                                            s += x[((b * in_h + y as usize) * in_w + xx as usize) * c + i] * w[((o * k + ky) * k + kx) * c + i];
+            for &(c, n, k, stride, dil, same) in &[
+                (3, 24, 3, 2, 1, true),
+                (1, 5, 5, 1, 1, false),
+                (4, 33, 3, 1, 2, true),
+                (8, 16, 5, 2, 1, true),
+                (2, 7, 3, 3, 1, false),
+                (5, 40, 1, 1, 1, true),
+                (24, 12, 1, 1, 1, false),
+                (9, 70, 1, 2, 1, true),
+            ] {
+                let (in_h, in_w) = (11, 13);
+                let (out_h, pt) = out_size_and_pad(in_h, k, stride, dil, same).unwrap();
+                let (out_w, pl) = out_size_and_pad(in_w, k, stride, dil, same).unwrap();
+                let g = Window {
+                    batch: 2,
+                    in_h,
+                    in_w,
+                    out_h,
+                    out_w,
+                    k_h: k,
+                    k_w: k,
+                    stride_h: stride,
+                    stride_w: stride,
+                    dil_h: dil,
+                    dil_w: dil,
+                    pad_top: pt,
+                    pad_left: pl,
+                };
+                let x: Vec<f32> = (0..2 * in_h * in_w * c).map(|i| ((i * 7 % 13) as f32) * 0.1 - 0.6).collect();
+                let w: Vec<f32> = (0..n * k * k * c).map(|i| ((i * 5 % 11) as f32) * 0.1 - 0.5).collect();
+                let bias: Vec<f32> = (0..n).map(|i| i as f32 * 0.01).collect();
+                let mut want = vec![0.0f32; 2 * out_h * out_w * n];
+                for b in 0..2 {
+                    for oy in 0..out_h {
+                        for ox in 0..out_w {
+                            for o in 0..n {
+                                let mut s = bias[o];
+                                for ky in 0..k {
+                                    for kx in 0..k {
+                                        let (y, xx) = ((oy * stride + ky * dil) as isize - pt as isize, (ox * stride + kx * dil) as isize - pl as isize);
+                                        if y >= 0 && xx >= 0 && (y as usize) < in_h && (xx as usize) < in_w {
+                                            for i in 0..c {
+                                                s += x[((b * in_h + y as usize) * in_w + xx as usize) * c + i] * w[((o * k + ky) * k + kx) * c + i];
+                                            }
                                         }
                                     }
                                 }
+                                want[((b * out_h + oy) * out_w + ox) * n + o] = s;
                             }
-                            want[((b * out_h + oy) * out_w + ox) * n + o] = s;
                         }
                     }
                 }
-            }
-            let mut packings = vec![Packed::new(isa, &w, Some(&bias), n, k * k, c)];
-            if dil == 1 {
-                packings.push(Packed::with_merged_rows(isa, &w, Some(&bias), n, k, k, c));
-            }
-            for pk in packings {
-                let mut out = vec![f32::NAN; want.len()];
-                let mut sc = pk.scratch(&g);
-                assert!(conv2d(&x, &pk, &g, Clamp::NONE, &mut out, 0..2 * out_h, &mut sc));
-                for (i, (a, b)) in out.iter().zip(&want).enumerate() {
-                    assert!((a - b).abs() < 1e-4, "{isa:?} c{c} n{n} k{k} s{stride} d{dil} merged {}: element {i} {a} vs {b}", pk.merged_kw);
+                let mut packings = vec![Packed::new(isa, &w, Some(&bias), n, k * k, c)];
+                if dil == 1 {
+                    packings.push(Packed::with_merged_rows(isa, &w, Some(&bias), n, k, k, c));
+                }
+                for pk in packings {
+                    let mut out = vec![f32::NAN; want.len()];
+                    let mut sc = pk.scratch(&g);
+                    assert!(conv2d(&x, &pk, &g, Clamp::NONE, &mut out, 0..2 * out_h, &mut sc));
+                    for (i, (a, b)) in out.iter().zip(&want).enumerate() {
+                        assert!((a - b).abs() < 1e-4, "{isa:?} c{c} n{n} k{k} s{stride} d{dil} merged {}: element {i} {a} vs {b}", pk.merged_kw);
+                    }
                 }
             }
-        }
         }
     }
 

@@ -167,7 +167,6 @@ unsafe fn dw_interior_avx512(
     clamp: Clamp,
     o: *mut f32,
 ) {
-
     let (lo, hi) = (_mm512_set1_ps(clamp.min), _mm512_set1_ps(clamp.max));
     let step = g.stride_w * in_c;
     for c0 in (0..blocked).step_by(16) {
@@ -235,7 +234,6 @@ unsafe fn dw_edge_avx512(
     clamp: Clamp,
     o: *mut f32,
 ) {
-
     let (lo, hi) = (_mm512_set1_ps(clamp.min), _mm512_set1_ps(clamp.max));
     // Four channel blocks at a time: four independent accumulator chains hide the
     // FMA latency (each tap here costs two loads, so one FMA per cycle is the bound).
@@ -304,7 +302,6 @@ unsafe fn dw_row8_avx512<const KW: usize>(
     clamp: Clamp,
     o: *mut f32,
 ) {
-
     let (lo, hi) = (_mm512_set1_ps(clamp.min), _mm512_set1_ps(clamp.max));
     for c0 in (0..blocked).step_by(16) {
         // The last block of a channel count that is not a multiple of 16 is masked.
