@@ -237,12 +237,7 @@ simd_fn! {
 /// (AVX-512 masks the last block); elsewhere [`depthwise_rows`] serves channel
 /// counts that are neither multiples nor divisors of 16.
 pub fn depthwise_masks_tails() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
+    cfg!(target_arch = "x86_64") && crate::level::has_avx512f()
 }
 
 /// Depthwise weights (multiplier 1) tiled for [`depthwise_rows`]: tap `t`'s `c`
@@ -371,7 +366,7 @@ fn dw_pixel(
 #[allow(clippy::too_many_arguments)]
 unsafe fn dw_small_c(x: *const f32, in_c: usize, in_row: usize, g: &Window, wt: &[f32; 16 * 49], bt: &[f32; 16], clamp: Clamp, o: *mut f32) -> bool {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
+    if crate::level::has_avx512f() {
         // SAFETY: AVX-512F checked; pointers per this function's contract.
         unsafe { x86_64::dw_small_c_avx512(x, in_c, in_row, g, wt, bt, clamp, o) };
         return true;
@@ -502,89 +497,94 @@ mod tests {
 
     #[test]
     fn conv_matches_naive() {
-        let (in_h, in_w, in_c, out_c, k) = (7, 6, 3, 5, 3);
-        let (out_h, pad_t) = out_size_and_pad(in_h, k, 2, 1, true).unwrap();
-        let (out_w, pad_l) = out_size_and_pad(in_w, k, 2, 1, true).unwrap();
-        let g = Window { batch: 2, in_h, in_w, out_h, out_w, k_h: k, k_w: k, stride_h: 2, stride_w: 2, dil_h: 1, dil_w: 1, pad_top: pad_t, pad_left: pad_l };
-        let input: Vec<f32> = (0..2 * in_h * in_w * in_c).map(|i| ((i * 7 % 13) as f32) - 6.0).collect();
-        let w: Vec<f32> = (0..out_c * k * k * in_c).map(|i| ((i * 5 % 11) as f32) * 0.1 - 0.5).collect();
-        let mut out = vec![0.0; 2 * out_h * out_w * out_c];
-        conv2d(&input, in_c, &pack_conv_weights(&w, out_c, k, k, in_c), None, out_c, &g, Clamp::NONE, &mut out);
-        let r = naive_conv(&input, in_c, &w, out_c, &g);
-        for (a, b) in out.iter().zip(&r) {
-            assert!((a - b).abs() < 1e-4);
-        }
+        crate::level::each(|_| {
+            let (in_h, in_w, in_c, out_c, k) = (7, 6, 3, 5, 3);
+            let (out_h, pad_t) = out_size_and_pad(in_h, k, 2, 1, true).unwrap();
+            let (out_w, pad_l) = out_size_and_pad(in_w, k, 2, 1, true).unwrap();
+            let g =
+                Window { batch: 2, in_h, in_w, out_h, out_w, k_h: k, k_w: k, stride_h: 2, stride_w: 2, dil_h: 1, dil_w: 1, pad_top: pad_t, pad_left: pad_l };
+            let input: Vec<f32> = (0..2 * in_h * in_w * in_c).map(|i| ((i * 7 % 13) as f32) - 6.0).collect();
+            let w: Vec<f32> = (0..out_c * k * k * in_c).map(|i| ((i * 5 % 11) as f32) * 0.1 - 0.5).collect();
+            let mut out = vec![0.0; 2 * out_h * out_w * out_c];
+            conv2d(&input, in_c, &pack_conv_weights(&w, out_c, k, k, in_c), None, out_c, &g, Clamp::NONE, &mut out);
+            let r = naive_conv(&input, in_c, &w, out_c, &g);
+            for (a, b) in out.iter().zip(&r) {
+                assert!((a - b).abs() < 1e-4);
+            }
+        });
     }
 
     #[test]
     fn depthwise_matches_naive() {
-        for (c, mult, k, stride) in [
-            (32, 1, 5, 1),
-            (48, 1, 3, 1),
-            (37, 1, 3, 2),
-            (5, 2, 3, 1),
-            (16, 1, 1, 1),
-            (8, 1, 3, 1),
-            (4, 1, 5, 1),
-            (1, 1, 3, 1),
-            (8, 1, 3, 2),
-            (24, 1, 3, 1),
-            (21, 1, 5, 1),
-            (100, 1, 5, 1),
-            (72, 1, 3, 2),
-        ] {
-            // A wide map, and maps narrower than any tile (edge pixels only).
-            for (in_h, in_w) in [(9, 23), (7, 7), (2, 3)] {
-                let (out_h, pt) = out_size_and_pad(in_h, k, stride, 1, true).unwrap();
-                let (out_w, pl) = out_size_and_pad(in_w, k, stride, 1, true).unwrap();
-                let g = Window {
-                    batch: 1,
-                    in_h,
-                    in_w,
-                    out_h,
-                    out_w,
-                    k_h: k,
-                    k_w: k,
-                    stride_h: stride,
-                    stride_w: stride,
-                    dil_h: 1,
-                    dil_w: 1,
-                    pad_top: pt,
-                    pad_left: pl,
-                };
-                let oc = c * mult;
-                let x: Vec<f32> = (0..in_h * in_w * c).map(|i| ((i * 13 % 17) as f32) * 0.1 - 0.8).collect();
-                let w: Vec<f32> = (0..k * k * oc).map(|i| ((i * 5 % 7) as f32) * 0.2 - 0.6).collect();
-                let b: Vec<f32> = (0..oc).map(|i| i as f32 * 0.01).collect();
-                let mut out = vec![0.0; out_h * out_w * oc];
-                depthwise_conv2d(&x, c, mult, &w, Some(&b), &g, Clamp::NONE, &mut out, 0..out_h);
-                // The row-flat form (multiplier 1, horizontal stride 1) must agree too.
-                if mult == 1 && stride == 1 {
-                    let tiled = tile_depthwise(&w, c, k * k, out_w);
-                    let mut flat = vec![0.0; out.len()];
-                    depthwise_rows(&x, c, &tiled, Some(&b), &g, Clamp::NONE, &mut flat, 0..out_h);
-                    for (a, r) in flat.iter().zip(&out) {
-                        assert!((a - r).abs() < 1e-4, "rows c{c} k{k}");
+        crate::level::each(|_| {
+            for (c, mult, k, stride) in [
+                (32, 1, 5, 1),
+                (48, 1, 3, 1),
+                (37, 1, 3, 2),
+                (5, 2, 3, 1),
+                (16, 1, 1, 1),
+                (8, 1, 3, 1),
+                (4, 1, 5, 1),
+                (1, 1, 3, 1),
+                (8, 1, 3, 2),
+                (24, 1, 3, 1),
+                (21, 1, 5, 1),
+                (100, 1, 5, 1),
+                (72, 1, 3, 2),
+            ] {
+                // A wide map, and maps narrower than any tile (edge pixels only).
+                for (in_h, in_w) in [(9, 23), (7, 7), (2, 3)] {
+                    let (out_h, pt) = out_size_and_pad(in_h, k, stride, 1, true).unwrap();
+                    let (out_w, pl) = out_size_and_pad(in_w, k, stride, 1, true).unwrap();
+                    let g = Window {
+                        batch: 1,
+                        in_h,
+                        in_w,
+                        out_h,
+                        out_w,
+                        k_h: k,
+                        k_w: k,
+                        stride_h: stride,
+                        stride_w: stride,
+                        dil_h: 1,
+                        dil_w: 1,
+                        pad_top: pt,
+                        pad_left: pl,
+                    };
+                    let oc = c * mult;
+                    let x: Vec<f32> = (0..in_h * in_w * c).map(|i| ((i * 13 % 17) as f32) * 0.1 - 0.8).collect();
+                    let w: Vec<f32> = (0..k * k * oc).map(|i| ((i * 5 % 7) as f32) * 0.2 - 0.6).collect();
+                    let b: Vec<f32> = (0..oc).map(|i| i as f32 * 0.01).collect();
+                    let mut out = vec![0.0; out_h * out_w * oc];
+                    depthwise_conv2d(&x, c, mult, &w, Some(&b), &g, Clamp::NONE, &mut out, 0..out_h);
+                    // The row-flat form (multiplier 1, horizontal stride 1) must agree too.
+                    if mult == 1 && stride == 1 {
+                        let tiled = tile_depthwise(&w, c, k * k, out_w);
+                        let mut flat = vec![0.0; out.len()];
+                        depthwise_rows(&x, c, &tiled, Some(&b), &g, Clamp::NONE, &mut flat, 0..out_h);
+                        for (a, r) in flat.iter().zip(&out) {
+                            assert!((a - r).abs() < 1e-4, "rows c{c} k{k}");
+                        }
                     }
-                }
-                for oy in 0..out_h {
-                    for ox in 0..out_w {
-                        for o in 0..oc {
-                            let mut s = b[o];
-                            for ky in 0..k {
-                                for kx in 0..k {
-                                    let (y, xx) = ((oy * stride + ky) as isize - pt as isize, (ox * stride + kx) as isize - pl as isize);
-                                    if y >= 0 && xx >= 0 && (y as usize) < in_h && (xx as usize) < in_w {
-                                        s += x[((y as usize) * in_w + xx as usize) * c + o / mult] * w[(ky * k + kx) * oc + o];
+                    for oy in 0..out_h {
+                        for ox in 0..out_w {
+                            for o in 0..oc {
+                                let mut s = b[o];
+                                for ky in 0..k {
+                                    for kx in 0..k {
+                                        let (y, xx) = ((oy * stride + ky) as isize - pt as isize, (ox * stride + kx) as isize - pl as isize);
+                                        if y >= 0 && xx >= 0 && (y as usize) < in_h && (xx as usize) < in_w {
+                                            s += x[((y as usize) * in_w + xx as usize) * c + o / mult] * w[(ky * k + kx) * oc + o];
+                                        }
                                     }
                                 }
+                                assert!((out[(oy * out_w + ox) * oc + o] - s).abs() < 1e-4, "c{c} m{mult} k{k} s{stride} {in_h}x{in_w}");
                             }
-                            assert!((out[(oy * out_w + ox) * oc + o] - s).abs() < 1e-4, "c{c} m{mult} k{k} s{stride} {in_h}x{in_w}");
                         }
                     }
                 }
             }
-        }
+        });
     }
 
     #[test]

@@ -421,19 +421,21 @@ mod tests {
 
     #[test]
     fn binary_broadcast_matches_naive() {
-        let (sa, sb) = ([2usize, 1, 3], [4usize, 1]);
-        let os = broadcast_shape(&sa, &sb).unwrap();
-        let a: Vec<f32> = (0..6).map(|v| v as f32).collect();
-        let b: Vec<f32> = (0..4).map(|v| (v * 10) as f32).collect();
-        let mut out = vec![0.0; 24];
-        binary(&a, &sa, &b, &sb, &mut out, &os, |x, y| x + y);
-        for i in 0..2 {
-            for j in 0..4 {
-                for k in 0..3 {
-                    assert_eq!(out[(i * 4 + j) * 3 + k], a[i * 3 + k] + b[j]);
+        crate::level::each(|_| {
+            let (sa, sb) = ([2usize, 1, 3], [4usize, 1]);
+            let os = broadcast_shape(&sa, &sb).unwrap();
+            let a: Vec<f32> = (0..6).map(|v| v as f32).collect();
+            let b: Vec<f32> = (0..4).map(|v| (v * 10) as f32).collect();
+            let mut out = vec![0.0; 24];
+            binary(&a, &sa, &b, &sb, &mut out, &os, |x, y| x + y);
+            for i in 0..2 {
+                for j in 0..4 {
+                    for k in 0..3 {
+                        assert_eq!(out[(i * 4 + j) * 3 + k], a[i * 3 + k] + b[j]);
+                    }
                 }
             }
-        }
+        });
     }
 }
 

@@ -414,7 +414,7 @@ impl RowRequant {
     pub fn apply(&self, dots: &[i32], out: &mut [i8]) {
         assert!(dots.len() == out.len() && dots.len().is_multiple_of(self.offset.len().max(1)), "requant operands disagree");
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        if crate::level::has_avx512f() {
             // SAFETY: AVX-512F is present (checked just above); the lengths were checked.
             unsafe { x86_64::requant(self, dots, out) };
             return;
@@ -457,57 +457,61 @@ mod tests {
 
     #[test]
     fn row_requant_matches_multiply_by_quantized_multiplier() {
-        let mut seed = 11u64;
-        let mut next = || {
-            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-            (seed >> 33) as i32
-        };
-        for case in 0..200 {
-            let n = 1 + case % 19;
-            let real: Vec<f64> = (0..n).map(|_| f64::from(next().unsigned_abs() % 100_000 + 1) / 1e5 * if case % 7 == 0 { 40.0 } else { 0.05 }).collect();
-            let (multiplier, shift): (Vec<i32>, Vec<i32>) = real.iter().map(|&r| crate::quant::quantize_multiplier(r)).unzip();
-            let rq = Requant { multiplier, shift, out_zp: next() % 50, min: -128, max: 127 };
-            let mut rr = RowRequant::new(&rq, n);
-            rr.offset.iter_mut().for_each(|o| *o = next() % 5000);
-            let dots: Vec<i32> = (0..4 * n).map(|i| if i % 5 == 0 { next() } else { next() % 100_000 }).collect();
-            let mut got = vec![0i8; 4 * n];
-            rr.apply(&dots, &mut got);
-            let mut portable = vec![0i8; 4 * n];
-            requant_rows(&rr, &dots, &mut portable);
-            assert_eq!(got, portable, "case {case}: dispatched and portable requantization differ");
-            for (i, (&d, &g)) in dots.iter().zip(&got).enumerate() {
-                assert_eq!(i32::from(g), rq.apply(d.wrapping_add(rr.offset[i % n]), i % n), "case {case} element {i}");
+        crate::level::each(|_| {
+            let mut seed = 11u64;
+            let mut next = || {
+                seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                (seed >> 33) as i32
+            };
+            for case in 0..200 {
+                let n = 1 + case % 19;
+                let real: Vec<f64> = (0..n).map(|_| f64::from(next().unsigned_abs() % 100_000 + 1) / 1e5 * if case % 7 == 0 { 40.0 } else { 0.05 }).collect();
+                let (multiplier, shift): (Vec<i32>, Vec<i32>) = real.iter().map(|&r| crate::quant::quantize_multiplier(r)).unzip();
+                let rq = Requant { multiplier, shift, out_zp: next() % 50, min: -128, max: 127 };
+                let mut rr = RowRequant::new(&rq, n);
+                rr.offset.iter_mut().for_each(|o| *o = next() % 5000);
+                let dots: Vec<i32> = (0..4 * n).map(|i| if i % 5 == 0 { next() } else { next() % 100_000 }).collect();
+                let mut got = vec![0i8; 4 * n];
+                rr.apply(&dots, &mut got);
+                let mut portable = vec![0i8; 4 * n];
+                requant_rows(&rr, &dots, &mut portable);
+                assert_eq!(got, portable, "case {case}: dispatched and portable requantization differ");
+                for (i, (&d, &g)) in dots.iter().zip(&got).enumerate() {
+                    assert_eq!(i32::from(g), rq.apply(d.wrapping_add(rr.offset[i % n]), i % n), "case {case} element {i}");
+                }
             }
-        }
+        });
     }
 
     #[test]
     fn gemm_kernels_match_the_definition() {
-        let mut seed = 7u32;
-        let mut next = || {
-            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (seed >> 24) as u8
-        };
-        for &(rows, n, k) in &[(1, 1, 1), (3, 5, 7), (8, 16, 27), (13, 17, 64), (9, 40, 5), (64, 32, 144)] {
-            let w: Vec<i8> = (0..n * k).map(|_| next() as i8).collect();
-            let pk = QPacked::new(&w, n, k);
-            let mut a = vec![0u8; rows * pk.kq];
-            a.iter_mut().for_each(|v| *v = next());
-            let want = naive(&a, rows, &w, n, k, pk.kq);
-            // The padding bytes past k must not matter.
-            let mut got = vec![0; rows * n];
-            gemm(&a, rows, &pk, &mut got);
-            assert_eq!(got, want, "dispatched {rows}x{n}x{k}");
-            for isa in QIsa::available() {
+        crate::level::each(|_| {
+            let mut seed = 7u32;
+            let mut next = || {
+                seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                (seed >> 24) as u8
+            };
+            for &(rows, n, k) in &[(1, 1, 1), (3, 5, 7), (8, 16, 27), (13, 17, 64), (9, 40, 5), (64, 32, 144)] {
+                let w: Vec<i8> = (0..n * k).map(|_| next() as i8).collect();
+                let pk = QPacked::new(&w, n, k);
+                let mut a = vec![0u8; rows * pk.kq];
+                a.iter_mut().for_each(|v| *v = next());
+                let want = naive(&a, rows, &w, n, k, pk.kq);
+                // The padding bytes past k must not matter.
                 let mut got = vec![0; rows * n];
-                gemm_with(isa, &a, rows, &pk, &mut got);
-                assert_eq!(got, want, "{isa:?} {rows}x{n}x{k}");
+                gemm(&a, rows, &pk, &mut got);
+                assert_eq!(got, want, "dispatched {rows}x{n}x{k}");
+                for isa in QIsa::available() {
+                    let mut got = vec![0; rows * n];
+                    gemm_with(isa, &a, rows, &pk, &mut got);
+                    assert_eq!(got, want, "{isa:?} {rows}x{n}x{k}");
+                }
+                let mut got = vec![0; rows * n];
+                gemm_portable(&a, rows, &pk, &mut got);
+                assert_eq!(got, want, "portable {rows}x{n}x{k}");
+                assert_eq!(pk.col_sum()[n - 1], w[(n - 1) * k..].iter().map(|&v| i32::from(v)).sum::<i32>());
             }
-            let mut got = vec![0; rows * n];
-            gemm_portable(&a, rows, &pk, &mut got);
-            assert_eq!(got, want, "portable {rows}x{n}x{k}");
-            assert_eq!(pk.col_sum()[n - 1], w[(n - 1) * k..].iter().map(|&v| i32::from(v)).sum::<i32>());
-        }
+        });
     }
 
     #[test]
