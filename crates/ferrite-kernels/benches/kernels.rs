@@ -23,6 +23,7 @@ fn time(runs: usize, mut f: impl FnMut()) -> f64 {
 }
 
 /// Peak single-core f32 FMA throughput, measured with independent FMA chains.
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 fn fma_peak(isa: Isa) -> f64 {
     #[cfg(target_arch = "x86_64")]
     {

@@ -22,6 +22,8 @@ mod x86_64;
 /// Which kernel an [`Isa`] token selects (private: tokens are made only by
 /// feature detection).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+// Only x86-64 constructs the x86 variants.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 enum Kind {
     /// x86-64 AVX-512F, 8x32 tiles.
     Avx512,

@@ -82,7 +82,7 @@ pub(crate) mod level {
 
     /// Whether AVX2 + FMA kernels may run: the CPU has both (and no test cap forbids them).
     #[inline(always)]
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    #[cfg_attr(all(not(test), not(target_arch = "x86_64")), allow(dead_code))]
     pub(crate) fn has_avx2_fma() -> bool {
         #[cfg(test)]
         if !allowed(Level::Avx2) {
@@ -97,18 +97,8 @@ pub(crate) mod level {
     /// Every level this CPU runs, best first.
     #[cfg(test)]
     pub(crate) fn available() -> Vec<Level> {
-        let mut v = Vec::new();
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                v.push(Level::Avx512);
-            }
-            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-                v.push(Level::Avx2);
-            }
-        }
-        v.push(Level::Baseline);
-        v
+        let (avx512, avx2) = with_cap(Level::Avx512, || (has_avx512f(), has_avx2_fma()));
+        [(Level::Avx512, avx512), (Level::Avx2, avx2), (Level::Baseline, true)].into_iter().filter_map(|(l, ok)| ok.then_some(l)).collect()
     }
 
     /// Runs `f` with the kernels on this thread limited to `cap`.
