@@ -57,6 +57,21 @@ impl Window {
     fn in_x(&self, ox: usize, kx: usize) -> Option<usize> {
         (ox * self.stride_w + kx * self.dil_w).checked_sub(self.pad_left).filter(|&x| x < self.in_w)
     }
+
+    /// Whether every index computed from this window with `c` channels (input
+    /// offsets of any output pixel and tap, plus a few vectors of slack) fits in
+    /// `usize`, so range checks written in plain arithmetic cannot wrap around.
+    pub(crate) fn indices_fit(&self, c: usize) -> bool {
+        let extent = |out: usize, stride: usize, k: usize, dil: usize, pad: usize, input: usize| {
+            out.checked_mul(stride)?.checked_add(k.checked_mul(dil)?)?.checked_add(pad)?.checked_add(input)?.checked_add(1)
+        };
+        let dims = || {
+            let h = extent(self.out_h, self.stride_h, self.k_h, self.dil_h, self.pad_top, self.in_h)?;
+            let w = extent(self.out_w, self.stride_w, self.k_w, self.dil_w, self.pad_left, self.in_w)?;
+            crate::product(&[self.batch.checked_add(1)?, h, w, c.checked_add(1)?, 4])
+        };
+        dims().is_some()
+    }
 }
 
 /// Repacks TFLite conv weights [out_c, k_h, k_w, in_c] to [k_h, k_w, in_c, out_c],
@@ -126,7 +141,16 @@ simd_fn! {
     pub fn depthwise_conv2d(input: &[f32], in_c: usize, multiplier: usize, w: &[f32], bias: Option<&[f32]>, g: &Window, clamp: Clamp, out: &mut [f32], rows: std::ops::Range<usize>) {
         const B: usize = 16;
         const P: usize = 4;
-        let out_c = in_c * multiplier;
+        let out_c = in_c.checked_mul(multiplier).expect("depthwise_conv2d: channel count overflows");
+        // The SIMD paths below check their ranges in plain arithmetic: first make
+        // sure no index can wrap and the buffers hold the geometry.
+        assert!(
+            g.indices_fit(out_c)
+                && crate::holds(input.len(), &[g.batch, g.in_h, g.in_w, in_c])
+                && crate::holds(out.len(), &[rows.len(), g.out_w, out_c])
+                && crate::product(&[g.batch, g.out_h]).is_some_and(|total| rows.end <= total),
+            "depthwise_conv2d: buffers or rows do not match the geometry"
+        );
         let in_row = g.in_w * in_c;
         let in_img = g.in_h * in_row;
         let blocked = if multiplier == 1 { out_c / B * B } else { 0 };
@@ -135,7 +159,7 @@ simd_fn! {
         // Few channels (C divides 16), stride 1: one 16-float vector spans 16 / C whole
         // pixels, so weights tiled to 16 lanes let interior strips run 16 lanes wide.
         let taps = g.k_h * g.k_w;
-        let small_c = multiplier == 1 && in_c < 16 && 16 % in_c == 0 && g.stride_w == 1 && g.dil_w == 1 && taps <= 49;
+        let small_c = taps > 0 && in_c > 0 && multiplier == 1 && in_c < 16 && 16 % in_c == 0 && g.stride_w == 1 && g.dil_w == 1 && taps <= 49;
         let mut tiled_w = [0.0f32; 16 * 49];
         let mut tiled_b = [0.0f32; 16];
         if small_c {
@@ -512,6 +536,31 @@ mod tests {
                 assert!((a - b).abs() < 1e-4);
             }
         });
+    }
+
+    /// A short input, under every vector level, panics before a SIMD kernel can
+    /// read past it.
+    #[test]
+    fn depthwise_refuses_buffers_that_do_not_match_the_geometry() {
+        let g =
+            Window { batch: 1, in_h: 9, in_w: 40, out_h: 9, out_w: 40, k_h: 3, k_w: 3, stride_h: 1, stride_w: 1, dil_h: 1, dil_w: 1, pad_top: 1, pad_left: 1 };
+        for c in [4, 16, 20] {
+            let w = vec![0.5f32; 9 * c];
+            let mut out = vec![0.0f32; 9 * 40 * c];
+            crate::level::each(|l| {
+                let x = vec![1.0f32; 9 * 40 * c];
+                depthwise_conv2d(&x, c, 1, &w, None, &g, Clamp::NONE, &mut out, 0..9);
+                let short = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    depthwise_conv2d(&x[..x.len() - 1], c, 1, &w, None, &g, Clamp::NONE, &mut out, 0..9)
+                }));
+                assert!(short.is_err(), "{l:?} c{c}: short input accepted");
+                let past = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| depthwise_conv2d(&x, c, 1, &w, None, &g, Clamp::NONE, &mut out, 0..10)));
+                assert!(past.is_err(), "{l:?} c{c}: rows past the output accepted");
+                let huge = Window { stride_w: usize::MAX / 2, ..g };
+                let wrap = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| depthwise_conv2d(&x, c, 1, &w, None, &huge, Clamp::NONE, &mut out, 0..9)));
+                assert!(wrap.is_err(), "{l:?} c{c}: overflowing geometry accepted");
+            });
+        }
     }
 
     #[test]

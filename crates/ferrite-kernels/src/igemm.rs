@@ -14,7 +14,7 @@
 //! naive sum only by float reassociation; they are identical for any split of
 //! the rows across threads, since each output element is summed in one order.
 
-use crate::Clamp;
+use crate::{holds, product, Clamp};
 
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
@@ -335,9 +335,11 @@ impl Packed {
     }
 
     /// Scratch for calls of [`conv2d`] with this geometry.
+    /// Panics if the geometry's sizes overflow.
     pub fn scratch(&self, g: &crate::conv::Window) -> ConvScratch {
         let mr = self.isa.mr();
-        let lines = if self.merged_kw > 1 { self.taps * padded_width(g) * (self.k / self.merged_kw) } else { 0 };
+        let width = || padded_width(g).expect("convolution geometry overflows");
+        let lines = if self.merged_kw > 1 { self.taps * width() * (self.k / self.merged_kw) } else { 0 };
         ConvScratch { ptrs: vec![0; g.out_w.div_ceil(mr) * mr * self.taps], lines: vec![0.0; lines] }
     }
 
@@ -360,9 +362,10 @@ impl Packed {
 }
 
 /// Width in pixels of an input row padded on both sides so that every output
-/// column's window lies inside it.
-fn padded_width(g: &crate::conv::Window) -> usize {
-    (g.pad_left + g.in_w).max((g.out_w.max(1) - 1) * g.stride_w + (g.k_w - 1) * g.dil_w + 1)
+/// column's window lies inside it (None if that overflows, or with no filter columns).
+fn padded_width(g: &crate::conv::Window) -> Option<usize> {
+    let span = (g.out_w.max(1) - 1).checked_mul(g.stride_w)?.checked_add(g.k_w.checked_sub(1)?.checked_mul(g.dil_w)?)?.checked_add(1)?;
+    Some(g.pad_left.checked_add(g.in_w)?.max(span))
 }
 
 /// Convolution as implicit GEMM over output rows `rows` (row = batch * out_h + oy);
@@ -385,18 +388,19 @@ pub fn conv2d(
     let blocks = g.out_w.div_ceil(mr);
     let first_row = rows.start;
     let width = padded_width(g);
-    if input.len() < g.batch * g.in_h * g.in_w * c
-        || out.len() < rows.len() * g.out_w * n
-        || scratch.ptrs.len() < blocks * mr * pk.taps
-        || (merged && (pk.merged_kw != g.k_w || pk.taps != g.k_h || g.dil_w != 1 || scratch.lines.len() < pk.taps * width * c))
-        || (!merged && pk.taps != g.k_h * g.k_w)
-        || rows.end > g.batch * g.out_h
+    if !holds(input.len(), &[g.batch, g.in_h, g.in_w, c])
+        || !holds(out.len(), &[rows.len(), g.out_w, n])
+        || !holds(scratch.ptrs.len(), &[blocks, mr, pk.taps])
+        || (merged && (pk.merged_kw != g.k_w || pk.taps != g.k_h || g.dil_w != 1 || !width.is_some_and(|w| holds(scratch.lines.len(), &[pk.taps, w, c]))))
+        || (!merged && Some(pk.taps) != g.k_h.checked_mul(g.k_w))
+        || product(&[g.batch, g.out_h]).is_none_or(|total| rows.end > total)
     {
         return false;
     }
     if !merged {
         return conv2d_pixels(input, pk, g, clamp, out, first_row * g.out_w..rows.end * g.out_w, scratch);
     }
+    let width = width.unwrap_or(0);
     let zero = pk.zero.as_ptr() as usize;
     let ConvScratch { ptrs: scratch, lines } = scratch;
     // Merged filter rows: one output row at a time, over zero-padded copies of the
@@ -465,11 +469,12 @@ pub fn conv2d_pixels(
     let blocks = g.out_w.div_ceil(mr).max(1);
     let (start, end) = (pixels.start, pixels.end);
     if pk.merged_kw != 1
-        || pk.taps != g.k_h * g.k_w
-        || input.len() < g.batch * g.in_h * g.in_w * c
-        || out.len() < (end - start) * n
-        || scratch.ptrs.len() < blocks * mr * pk.taps
-        || end > g.batch * g.out_h * g.out_w
+        || Some(pk.taps) != g.k_h.checked_mul(g.k_w)
+        || start > end
+        || !holds(input.len(), &[g.batch, g.in_h, g.in_w, c])
+        || !holds(out.len(), &[end - start, n])
+        || !holds(scratch.ptrs.len(), &[blocks, mr, pk.taps])
+        || product(&[g.batch, g.out_h, g.out_w]).is_none_or(|total| end > total)
     {
         return false;
     }
@@ -536,7 +541,7 @@ fn is_flat(pk: &Packed, g: &crate::conv::Window) -> bool {
 /// Fully-connected over `batch` rows of `pk.k` inputs. False if a slice is too short.
 pub fn fully_connected(input: &[f32], batch: usize, pk: &Packed, clamp: Clamp, out: &mut [f32]) -> bool {
     let (k, n) = (pk.k, pk.n);
-    if pk.taps != 1 || input.len() < batch * k || out.len() < batch * n {
+    if pk.taps != 1 || !holds(input.len(), &[batch, k]) || !holds(out.len(), &[batch, n]) {
         return false;
     }
     // One row: up to four panels per pass over the input (more weight loads per
@@ -591,7 +596,7 @@ pub fn fully_connected(input: &[f32], batch: usize, pk: &Packed, clamp: Clamp, o
 /// split on multiples of the tile height. False if a slice is too short.
 fn gemm_rows(input: &[f32], batch: usize, pk: &Packed, clamp: Clamp, out: &mut [f32]) -> bool {
     let (mr, nr, k, n) = (pk.isa.mr(), pk.isa.nr(), pk.k, pk.n);
-    if pk.taps != 1 || input.len() < batch * k || out.len() < batch * n {
+    if pk.taps != 1 || !holds(input.len(), &[batch, k]) || !holds(out.len(), &[batch, n]) {
         return false;
     }
     // Room for the tallest tile (mr <= 16).
@@ -810,6 +815,18 @@ mod tests {
             assert!(conv2d(&input, &conv, &big, Clamp::NONE, &mut out, 0..4, &mut sc));
             assert!(!conv2d(&input[..input.len() - 1], &conv, &big, Clamp::NONE, &mut out, 0..4, &mut sc), "{isa:?}: short input");
             assert!(!conv2d(&input, &conv, &big, Clamp::NONE, &mut out, 0..5, &mut sc), "{isa:?}: rows past the output");
+            // Sizes that overflow (which once wrapped to small numbers and passed
+            // the checks) are refused too.
+            let huge = crate::conv::Window { batch: usize::MAX / 2 + 2, ..big };
+            assert!(!conv2d(&input, &conv, &huge, Clamp::NONE, &mut out, 0..4, &mut sc), "{isa:?}: overflowing batch");
+            let merged = Packed::with_merged_rows(isa, &w, None, n, 1, 3, 11);
+            let mut sc = merged.scratch(&big);
+            assert!(conv2d(&input, &merged, &big, Clamp::NONE, &mut out, 0..4, &mut sc));
+            let wide = crate::conv::Window { stride_w: usize::MAX / 4, ..big };
+            assert!(!conv2d(&input, &merged, &wide, Clamp::NONE, &mut out, 0..4, &mut sc), "{isa:?}: overflowing stride");
+            #[allow(clippy::reversed_empty_ranges)]
+            let reversed = 8..4;
+            assert!(!conv2d_pixels(&input, &conv, &big, Clamp::NONE, &mut out, reversed, &mut conv.scratch(&big)), "{isa:?}: reversed range");
         }
     }
 

@@ -198,6 +198,17 @@ pub fn strides(shape: &[usize]) -> [usize; MAX_DIMS] {
     s
 }
 
+/// Whether a buffer of `len` elements holds the product of `dims` (false if the
+/// product overflows): the size checks the unsafe kernels rely on.
+pub(crate) fn holds(len: usize, dims: &[usize]) -> bool {
+    product(dims).is_some_and(|need| need <= len)
+}
+
+/// Product of `dims`, None if it overflows.
+pub(crate) fn product(dims: &[usize]) -> Option<usize> {
+    dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d))
+}
+
 /// Number of elements of a shape.
 pub fn numel(shape: &[usize]) -> usize {
     shape.iter().product()

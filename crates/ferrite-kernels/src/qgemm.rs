@@ -145,7 +145,7 @@ pub fn gemm(a: &[u8], rows: usize, pk: &QPacked, out: &mut [i32]) {
 /// [`gemm`] by the kernel `isa` (the one dispatch point of the int8 GEMM).
 /// Panics if `a` or `out` is too short.
 pub fn gemm_with(isa: QIsa, a: &[u8], rows: usize, pk: &QPacked, out: &mut [i32]) {
-    assert!(a.len() >= rows * pk.kq && out.len() >= rows * pk.n, "gemm operands too short");
+    assert!(rows.checked_mul(pk.kq).is_some_and(|l| l <= a.len()) && rows.checked_mul(pk.n).is_some_and(|l| l <= out.len()), "gemm operands too short");
     match isa.0 {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: a `Vnni` token is only made after detecting AVX-512F/BW and VNNI,

@@ -22,7 +22,7 @@ const DW_GROUP: usize = 64;
 /// takes it and however rows are split (bit-identical across thread counts).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn dw_row_simd(input: &[f32], c: usize, w: &[f32], bias: Option<&[f32]>, g: &Window, clamp: Clamp, o: &mut [f32], n: usize, oy: usize) -> bool {
-    if !depthwise_masks_tails() || c == 0 || g.out_w == 0 {
+    if !depthwise_masks_tails() || c == 0 || g.out_w == 0 || g.k_h == 0 || g.k_w == 0 {
         return false;
     }
     let taps = g.k_h * g.k_w;
