@@ -23,6 +23,7 @@ fn time(runs: usize, mut f: impl FnMut()) -> f64 {
 }
 
 /// Peak single-core f32 FMA throughput, measured with independent FMA chains.
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 fn fma_peak(isa: Isa) -> f64 {
     #[cfg(target_arch = "x86_64")]
     {
@@ -69,25 +70,27 @@ fn fma_peak(isa: Isa) -> f64 {
                 }
             };
         }
-        unsafe fn first512(v: __m512) -> f32 {
+        #[target_feature(enable = "avx512f")]
+        fn first512(v: __m512) -> f32 {
             _mm512_cvtss_f32(v)
         }
-        unsafe fn first256(v: __m256) -> f32 {
+        #[target_feature(enable = "avx")]
+        fn first256(v: __m256) -> f32 {
             _mm256_cvtss_f32(v)
         }
         chains!(chains512, "avx512f", __m512, _mm512_set1_ps, _mm512_fmadd_ps, first512);
         chains!(chains256, "avx2,fma", __m256, _mm256_set1_ps, _mm256_fmadd_ps, first256);
-        let lanes = match isa {
-            Isa::Avx512 | Isa::Avx512Narrow => 16,
-            Isa::Avx2 => 8,
-            Isa::Portable => return 0.0,
-        };
+        let lanes = isa.lanes();
+        if lanes < 8 {
+            return 0.0;
+        }
         let mut best = 0.0f64;
         for _ in 0..3 {
             let s = Instant::now();
-            // SAFETY: the ISA was detected on this CPU.
+            // SAFETY: the ISA token was made by feature detection on this CPU, and
+            // 16 lanes means AVX-512F, 8 AVX2 + FMA.
             let sink = unsafe {
-                if matches!(isa, Isa::Avx512 | Isa::Avx512Narrow) {
+                if lanes == 16 {
                     chains512()
                 } else {
                     chains256()
@@ -140,10 +143,9 @@ fn nominal_peak(isa: Isa) -> f64 {
         .ok()
         .and_then(|s| s.lines().find(|l| l.starts_with("cpu MHz")).and_then(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok()))
         .unwrap_or(0.0);
-    let lanes = match isa {
-        Isa::Avx512 | Isa::Avx512Narrow => 16.0,
-        Isa::Avx2 => 8.0,
-        Isa::Portable => 0.0,
+    let lanes = match isa.lanes() {
+        1 => 0.0,
+        l => l as f64,
     };
     2.0 * lanes * 2.0 * mhz / 1e3
 }

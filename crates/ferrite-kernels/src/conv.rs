@@ -57,6 +57,21 @@ impl Window {
     fn in_x(&self, ox: usize, kx: usize) -> Option<usize> {
         (ox * self.stride_w + kx * self.dil_w).checked_sub(self.pad_left).filter(|&x| x < self.in_w)
     }
+
+    /// Whether every index computed from this window with `c` channels (input
+    /// offsets of any output pixel and tap, plus a few vectors of slack) fits in
+    /// `usize`, so range checks written in plain arithmetic cannot wrap around.
+    pub(crate) fn indices_fit(&self, c: usize) -> bool {
+        let extent = |out: usize, stride: usize, k: usize, dil: usize, pad: usize, input: usize| {
+            out.checked_mul(stride)?.checked_add(k.checked_mul(dil)?)?.checked_add(pad)?.checked_add(input)?.checked_add(1)
+        };
+        let dims = || {
+            let h = extent(self.out_h, self.stride_h, self.k_h, self.dil_h, self.pad_top, self.in_h)?;
+            let w = extent(self.out_w, self.stride_w, self.k_w, self.dil_w, self.pad_left, self.in_w)?;
+            crate::product(&[self.batch.checked_add(1)?, h, w, c.checked_add(1)?, 4])
+        };
+        dims().is_some()
+    }
 }
 
 /// Repacks TFLite conv weights [out_c, k_h, k_w, in_c] to [k_h, k_w, in_c, out_c],
@@ -126,7 +141,16 @@ simd_fn! {
     pub fn depthwise_conv2d(input: &[f32], in_c: usize, multiplier: usize, w: &[f32], bias: Option<&[f32]>, g: &Window, clamp: Clamp, out: &mut [f32], rows: std::ops::Range<usize>) {
         const B: usize = 16;
         const P: usize = 4;
-        let out_c = in_c * multiplier;
+        let out_c = in_c.checked_mul(multiplier).expect("depthwise_conv2d: channel count overflows");
+        // The SIMD paths below check their ranges in plain arithmetic: first make
+        // sure no index can wrap and the buffers hold the geometry.
+        assert!(
+            g.indices_fit(out_c)
+                && crate::holds(input.len(), &[g.batch, g.in_h, g.in_w, in_c])
+                && crate::holds(out.len(), &[rows.len(), g.out_w, out_c])
+                && crate::product(&[g.batch, g.out_h]).is_some_and(|total| rows.end <= total),
+            "depthwise_conv2d: buffers or rows do not match the geometry"
+        );
         let in_row = g.in_w * in_c;
         let in_img = g.in_h * in_row;
         let blocked = if multiplier == 1 { out_c / B * B } else { 0 };
@@ -135,7 +159,7 @@ simd_fn! {
         // Few channels (C divides 16), stride 1: one 16-float vector spans 16 / C whole
         // pixels, so weights tiled to 16 lanes let interior strips run 16 lanes wide.
         let taps = g.k_h * g.k_w;
-        let small_c = multiplier == 1 && in_c < 16 && 16 % in_c == 0 && g.stride_w == 1 && g.dil_w == 1 && taps <= 49;
+        let small_c = taps > 0 && in_c > 0 && multiplier == 1 && in_c < 16 && 16 % in_c == 0 && g.stride_w == 1 && g.dil_w == 1 && taps <= 49;
         let mut tiled_w = [0.0f32; 16 * 49];
         let mut tiled_b = [0.0f32; 16];
         if small_c {
@@ -237,12 +261,7 @@ simd_fn! {
 /// (AVX-512 masks the last block); elsewhere [`depthwise_rows`] serves channel
 /// counts that are neither multiples nor divisors of 16.
 pub fn depthwise_masks_tails() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
+    cfg!(target_arch = "x86_64") && crate::level::has_avx512f()
 }
 
 /// Depthwise weights (multiplier 1) tiled for [`depthwise_rows`]: tap `t`'s `c`
@@ -301,106 +320,10 @@ simd_fn! {
     }
 }
 
-/// Channels per pass of [`dw_row_simd`] when the filter is too large for L1.
 #[cfg(target_arch = "x86_64")]
-const DW_GROUP: usize = 64;
-
-/// One output row of a multiplier-1 depthwise convolution, every pixel by the
-/// AVX-512 kernels: 8-pixel tiles (stride 1, 3- or 5-wide), 4-pixel tiles where the
-/// taps stay inside horizontally, single pixels elsewhere (edges, narrow maps).
-/// When all the filter's taps for all channels would not fit in L1 (wide channel
-/// counts with 5x5 filters), the row is swept in groups of [`DW_GROUP`] channels so
-/// that each group's weights and input columns stay in L1 across the row's pixels.
-/// Returns false, leaving `o` unspecified, without AVX-512 or if a range check
-/// fails; the caller then computes the row on the portable path.
-///
-/// Every output sums bias, then taps by filter row and column, whatever kernel
-/// takes it and however rows are split (bit-identical across thread counts).
+mod x86_64;
 #[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
-fn dw_row_simd(input: &[f32], c: usize, w: &[f32], bias: Option<&[f32]>, g: &Window, clamp: Clamp, o: &mut [f32], n: usize, oy: usize) -> bool {
-    if !depthwise_masks_tails() || c == 0 || g.out_w == 0 {
-        return false;
-    }
-    let taps = g.k_h * g.k_w;
-    if w.len() < taps * c || bias.is_some_and(|b| b.len() < c) || o.len() < g.out_w * c {
-        return false;
-    }
-    let in_row = g.in_w * c;
-    let in_img = g.in_h * in_row;
-    let ky_lo = (0..g.k_h).find(|&ky| g.in_y(oy, ky).is_some());
-    let ky_hi = (0..g.k_h).rev().find(|&ky| g.in_y(oy, ky).is_some()).map_or(0, |k| k + 1);
-    let x_lo = g.pad_left.div_ceil(g.stride_w);
-    let span = (g.k_w - 1) * g.dil_w;
-    let x_hi = if g.in_w + g.pad_left > span { ((g.in_w + g.pad_left - span - 1) / g.stride_w + 1).min(g.out_w) } else { 0 };
-    let row8 = g.stride_w == 1 && g.dil_w == 1 && matches!(g.k_w, 3 | 5);
-    let group = if taps * c * 4 > 16 * 1024 { DW_GROUP } else { c };
-    // Index of the input pixel under tap (ky, kx) of output column ox, channel 0.
-    let at = |ky: usize, kx: usize, ox: usize| {
-        n * in_img + (oy * g.stride_h + ky * g.dil_h - g.pad_top) * in_row + (ox * g.stride_w + kx * g.dil_w - g.pad_left) * c
-    };
-    for cg in (0..c).step_by(group) {
-        let gw = group.min(c - cg);
-        let bias_g = bias.map(|b| &b[cg..]);
-        let wg = w[cg..].as_ptr();
-        let mut ox = 0;
-        while ox < g.out_w {
-            let dst = o[(ox * c + cg)..].as_mut_ptr();
-            if let Some(ky_lo) = ky_lo {
-                let rows_span = (ky_hi - 1 - ky_lo) * g.dil_h * in_row;
-                if row8 && ox >= x_lo && ox + 8 <= x_hi && ox + 8 <= g.out_w {
-                    let start = at(ky_lo, 0, ox) + cg;
-                    if start + rows_span + (7 + g.k_w - 1) * c + gw > input.len() {
-                        return false;
-                    }
-                    let x = input[start..].as_ptr();
-                    // SAFETY: AVX-512F present (checked above); input reads lie in
-                    // [start, start + span + gw) (checked), weight reads below taps * c
-                    // from `cg`, writes in 8 pixels of `o` (ox + 8 <= out_w); `row8`
-                    // means a 3- or 5-wide filter at stride 1.
-                    unsafe {
-                        if g.k_w == 3 {
-                            dw_row8_avx512::<3>(x, c, in_row, g, (ky_lo, ky_hi), wg, bias_g, gw, c, clamp, dst)
-                        } else {
-                            dw_row8_avx512::<5>(x, c, in_row, g, (ky_lo, ky_hi), wg, bias_g, gw, c, clamp, dst)
-                        }
-                    };
-                    ox += 8;
-                    continue;
-                }
-                if ox >= x_lo && ox + 4 <= x_hi && ox + 4 <= g.out_w {
-                    let start = at(ky_lo, 0, ox) + cg;
-                    if start + rows_span + (3 * g.stride_w + span) * c + gw > input.len() {
-                        return false;
-                    }
-                    // SAFETY: as for the 8-pixel tile, for 4 pixels.
-                    unsafe { dw_interior_avx512(input.as_ptr().add(start), c, in_row, g, (ky_lo, ky_hi), wg, bias_g, gw, c, clamp, dst) };
-                    ox += 4;
-                    continue;
-                }
-            }
-            let kx_lo = (0..g.k_w).find(|&kx| g.in_x(ox, kx).is_some());
-            let kx_hi = (0..g.k_w).rev().find(|&kx| g.in_x(ox, kx).is_some()).map_or(0, |k| k + 1);
-            let (taps_y, taps_x, start) = match (ky_lo, kx_lo) {
-                (Some(ky_lo), Some(kx_lo)) => {
-                    let start = at(ky_lo, kx_lo, ox) + cg;
-                    let last = start + (ky_hi - 1 - ky_lo) * g.dil_h * in_row + (kx_hi - 1 - kx_lo) * g.dil_w * c + gw;
-                    if last > input.len() {
-                        return false;
-                    }
-                    ((ky_lo, ky_hi), (kx_lo, kx_hi), start)
-                }
-                // No tap lands inside the input: the bias alone, nothing read.
-                _ => ((0, 0), (0, 0), 0),
-            };
-            // SAFETY: AVX-512F present; input reads lie in [start, last) (checked) or none;
-            // weight reads below taps * c from `cg`; writes in one pixel of `o`.
-            unsafe { dw_edge_avx512(input.as_ptr().wrapping_add(start), c, in_row, g, taps_y, taps_x, wg, bias_g, gw, c, clamp, dst) };
-            ox += 1;
-        }
-    }
-    true
-}
+use x86_64::dw_row_simd;
 
 /// Without x86-64 there is no AVX-512 row path: the portable path takes every row.
 #[cfg(not(target_arch = "x86_64"))]
@@ -467,213 +390,13 @@ fn dw_pixel(
 #[allow(clippy::too_many_arguments)]
 unsafe fn dw_small_c(x: *const f32, in_c: usize, in_row: usize, g: &Window, wt: &[f32; 16 * 49], bt: &[f32; 16], clamp: Clamp, o: *mut f32) -> bool {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
+    if crate::level::has_avx512f() {
         // SAFETY: AVX-512F checked; pointers per this function's contract.
-        unsafe { dw_small_c_avx512(x, in_c, in_row, g, wt, bt, clamp, o) };
+        unsafe { x86_64::dw_small_c_avx512(x, in_c, in_row, g, wt, bt, clamp, o) };
         return true;
     }
     let _ = (x, in_c, in_row, g, wt, bt, clamp, o);
     false
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn dw_small_c_avx512(x: *const f32, in_c: usize, in_row: usize, g: &Window, wt: &[f32; 16 * 49], bt: &[f32; 16], clamp: Clamp, o: *mut f32) {
-    use std::arch::x86_64::*;
-    let b = _mm512_loadu_ps(bt.as_ptr());
-    let (mut a0, mut a1, mut a2, mut a3) = (b, b, b, b);
-    for ky in 0..g.k_h {
-        let xr = x.add(ky * g.dil_h * in_row);
-        for kx in 0..g.k_w {
-            let wv = _mm512_loadu_ps(wt.as_ptr().add((ky * g.k_w + kx) * 16));
-            let xp = xr.add(kx * in_c);
-            a0 = _mm512_fmadd_ps(_mm512_loadu_ps(xp), wv, a0);
-            a1 = _mm512_fmadd_ps(_mm512_loadu_ps(xp.add(16)), wv, a1);
-            a2 = _mm512_fmadd_ps(_mm512_loadu_ps(xp.add(32)), wv, a2);
-            a3 = _mm512_fmadd_ps(_mm512_loadu_ps(xp.add(48)), wv, a3);
-        }
-    }
-    let (lo, hi) = (_mm512_set1_ps(clamp.min), _mm512_set1_ps(clamp.max));
-    _mm512_storeu_ps(o, _mm512_min_ps(_mm512_max_ps(a0, lo), hi));
-    _mm512_storeu_ps(o.add(16), _mm512_min_ps(_mm512_max_ps(a1, lo), hi));
-    _mm512_storeu_ps(o.add(32), _mm512_min_ps(_mm512_max_ps(a2, lo), hi));
-    _mm512_storeu_ps(o.add(48), _mm512_min_ps(_mm512_max_ps(a3, lo), hi));
-}
-
-/// Depthwise tile of 4 output pixels over channels `0..blocked` (the last block
-/// of 16 masked), whose taps stay inside the input horizontally, summing the tap rows
-/// `taps_y` (those inside vertically), with AVX-512.
-///
-/// # Safety
-/// The CPU must support AVX-512F.
-/// `x` points at the input pixel under the tile's first tap of row `taps_y.0`;
-/// every pixel those taps reach, for channels `0..blocked`, must be readable; `w`
-/// must hold `k_h * k_w * out_c` floats; `o` must be writable for 4 pixels of
-/// `out_c` floats.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn dw_interior_avx512(
-    x: *const f32,
-    in_c: usize,
-    in_row: usize,
-    g: &Window,
-    (ky_lo, ky_hi): (usize, usize),
-    w: *const f32,
-    bias: Option<&[f32]>,
-    blocked: usize,
-    out_c: usize,
-    clamp: Clamp,
-    o: *mut f32,
-) {
-    use std::arch::x86_64::*;
-    let (lo, hi) = (_mm512_set1_ps(clamp.min), _mm512_set1_ps(clamp.max));
-    let step = g.stride_w * in_c;
-    for c0 in (0..blocked).step_by(16) {
-        // The last block of a channel count that is not a multiple of 16 is masked.
-        let m: __mmask16 = if c0 + 16 <= blocked { 0xFFFF } else { (1u16 << (blocked - c0)) - 1 };
-        let b = match bias {
-            Some(b) => _mm512_maskz_loadu_ps(m, b.as_ptr().add(c0)),
-            None => _mm512_setzero_ps(),
-        };
-        let (mut a0, mut a1, mut a2, mut a3) = (b, b, b, b);
-        for ky in ky_lo..ky_hi {
-            let xr = x.add((ky - ky_lo) * g.dil_h * in_row + c0);
-            let wr = w.add(ky * g.k_w * out_c + c0);
-            for kx in 0..g.k_w {
-                let wv = _mm512_maskz_loadu_ps(m, wr.add(kx * out_c));
-                let xp = xr.add(kx * g.dil_w * in_c);
-                a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xp), wv, a0);
-                a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xp.add(step)), wv, a1);
-                a2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xp.add(2 * step)), wv, a2);
-                a3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xp.add(3 * step)), wv, a3);
-            }
-        }
-        let op = o.add(c0);
-        _mm512_mask_storeu_ps(op, m, _mm512_min_ps(_mm512_max_ps(a0, lo), hi));
-        _mm512_mask_storeu_ps(op.add(out_c), m, _mm512_min_ps(_mm512_max_ps(a1, lo), hi));
-        _mm512_mask_storeu_ps(op.add(2 * out_c), m, _mm512_min_ps(_mm512_max_ps(a2, lo), hi));
-        _mm512_mask_storeu_ps(op.add(3 * out_c), m, _mm512_min_ps(_mm512_max_ps(a3, lo), hi));
-    }
-}
-
-/// One depthwise output pixel over channels `0..blocked` (the last block of 16
-/// masked), summing the taps `taps_y` x `taps_x` that land inside the input, with
-/// AVX-512. Serves the columns near the left and right edges, and maps too narrow
-/// for a full tile.
-///
-/// # Safety
-/// The CPU must support AVX-512F.
-/// `x` points at the input pixel under tap (`taps_y.0`, `taps_x.0`); every pixel
-/// the taps reach, for channels `0..blocked`, must be readable; `w` must hold
-/// `k_h * k_w * out_c` floats; `o` must be writable for `out_c` floats.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn dw_edge_avx512(
-    x: *const f32,
-    in_c: usize,
-    in_row: usize,
-    g: &Window,
-    (ky_lo, ky_hi): (usize, usize),
-    (kx_lo, kx_hi): (usize, usize),
-    w: *const f32,
-    bias: Option<&[f32]>,
-    blocked: usize,
-    out_c: usize,
-    clamp: Clamp,
-    o: *mut f32,
-) {
-    use std::arch::x86_64::*;
-    let (lo, hi) = (_mm512_set1_ps(clamp.min), _mm512_set1_ps(clamp.max));
-    // Four channel blocks at a time: four independent accumulator chains hide the
-    // FMA latency (each tap here costs two loads, so one FMA per cycle is the bound).
-    for c0 in (0..blocked).step_by(64) {
-        let mut m = [0 as __mmask16; 4];
-        for (j, mj) in m.iter_mut().enumerate() {
-            let left = blocked.saturating_sub(c0 + 16 * j);
-            *mj = if left >= 16 { 0xFFFF } else { ((1u32 << left) - 1) as __mmask16 };
-        }
-        let mut acc = [_mm512_setzero_ps(); 4];
-        if let Some(b) = bias {
-            for j in 0..4 {
-                // Masked-off lanes are never read (AVX-512 suppresses their faults).
-                acc[j] = _mm512_maskz_loadu_ps(m[j], b.as_ptr().add(c0 + 16 * j));
-            }
-        }
-        for ky in ky_lo..ky_hi {
-            let xr = x.add((ky - ky_lo) * g.dil_h * in_row + c0);
-            let wr = w.add(ky * g.k_w * out_c + c0);
-            for kx in kx_lo..kx_hi {
-                let xp = xr.add((kx - kx_lo) * g.dil_w * in_c);
-                let wp = wr.add(kx * out_c);
-                for j in 0..4 {
-                    let xv = _mm512_maskz_loadu_ps(m[j], xp.add(16 * j));
-                    acc[j] = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(m[j], wp.add(16 * j)), acc[j]);
-                }
-            }
-        }
-        for j in 0..4 {
-            _mm512_mask_storeu_ps(o.add(c0 + 16 * j), m[j], _mm512_min_ps(_mm512_max_ps(acc[j], lo), hi));
-        }
-    }
-}
-
-/// Depthwise tile of 8 output pixels (stride 1, no dilation, a 3- or 5-wide
-/// filter) over channels `0..blocked` (the last block of 16 masked), summing the tap rows
-/// `taps_y`, with AVX-512: per filter row, the 8 + kw - 1 input vectors are each
-/// loaded once and multiplied by every tap that reaches them (`KW` = `g.k_w`).
-///
-/// # Safety
-/// As [`dw_interior_avx512`], for 8 pixels.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn dw_row8_avx512<const KW: usize>(
-    x: *const f32,
-    in_c: usize,
-    in_row: usize,
-    g: &Window,
-    (ky_lo, ky_hi): (usize, usize),
-    w: *const f32,
-    bias: Option<&[f32]>,
-    blocked: usize,
-    out_c: usize,
-    clamp: Clamp,
-    o: *mut f32,
-) {
-    use std::arch::x86_64::*;
-    let (lo, hi) = (_mm512_set1_ps(clamp.min), _mm512_set1_ps(clamp.max));
-    for c0 in (0..blocked).step_by(16) {
-        // The last block of a channel count that is not a multiple of 16 is masked.
-        let m: __mmask16 = if c0 + 16 <= blocked { 0xFFFF } else { (1u16 << (blocked - c0)) - 1 };
-        let b = match bias {
-            Some(b) => _mm512_maskz_loadu_ps(m, b.as_ptr().add(c0)),
-            None => _mm512_setzero_ps(),
-        };
-        let mut acc = [b; 8];
-        for ky in ky_lo..ky_hi {
-            let xr = x.add((ky - ky_lo) * g.dil_h * in_row + c0);
-            let wr = w.add(ky * KW * out_c + c0);
-            let mut wv = [_mm512_setzero_ps(); KW];
-            for (kx, v) in wv.iter_mut().enumerate() {
-                *v = _mm512_maskz_loadu_ps(m, wr.add(kx * out_c));
-            }
-            // Input column `col` feeds pixel `col - kx` through tap `kx`.
-            for col in 0..8 + KW - 1 {
-                let xv = _mm512_maskz_loadu_ps(m, xr.add(col * in_c));
-                for kx in 0..KW {
-                    if col >= kx && col - kx < 8 {
-                        acc[col - kx] = _mm512_fmadd_ps(xv, wv[kx], acc[col - kx]);
-                    }
-                }
-            }
-        }
-        for (p, a) in acc.iter().enumerate() {
-            _mm512_mask_storeu_ps(o.add(p * out_c + c0), m, _mm512_min_ps(_mm512_max_ps(*a, lo), hi));
-        }
-    }
 }
 
 /// Walks a transposed convolution's scatter: output pixel (y, x) receives input
@@ -798,89 +521,119 @@ mod tests {
 
     #[test]
     fn conv_matches_naive() {
-        let (in_h, in_w, in_c, out_c, k) = (7, 6, 3, 5, 3);
-        let (out_h, pad_t) = out_size_and_pad(in_h, k, 2, 1, true).unwrap();
-        let (out_w, pad_l) = out_size_and_pad(in_w, k, 2, 1, true).unwrap();
-        let g = Window { batch: 2, in_h, in_w, out_h, out_w, k_h: k, k_w: k, stride_h: 2, stride_w: 2, dil_h: 1, dil_w: 1, pad_top: pad_t, pad_left: pad_l };
-        let input: Vec<f32> = (0..2 * in_h * in_w * in_c).map(|i| ((i * 7 % 13) as f32) - 6.0).collect();
-        let w: Vec<f32> = (0..out_c * k * k * in_c).map(|i| ((i * 5 % 11) as f32) * 0.1 - 0.5).collect();
-        let mut out = vec![0.0; 2 * out_h * out_w * out_c];
-        conv2d(&input, in_c, &pack_conv_weights(&w, out_c, k, k, in_c), None, out_c, &g, Clamp::NONE, &mut out);
-        let r = naive_conv(&input, in_c, &w, out_c, &g);
-        for (a, b) in out.iter().zip(&r) {
-            assert!((a - b).abs() < 1e-4);
+        crate::level::each(|_| {
+            let (in_h, in_w, in_c, out_c, k) = (7, 6, 3, 5, 3);
+            let (out_h, pad_t) = out_size_and_pad(in_h, k, 2, 1, true).unwrap();
+            let (out_w, pad_l) = out_size_and_pad(in_w, k, 2, 1, true).unwrap();
+            let g =
+                Window { batch: 2, in_h, in_w, out_h, out_w, k_h: k, k_w: k, stride_h: 2, stride_w: 2, dil_h: 1, dil_w: 1, pad_top: pad_t, pad_left: pad_l };
+            let input: Vec<f32> = (0..2 * in_h * in_w * in_c).map(|i| ((i * 7 % 13) as f32) - 6.0).collect();
+            let w: Vec<f32> = (0..out_c * k * k * in_c).map(|i| ((i * 5 % 11) as f32) * 0.1 - 0.5).collect();
+            let mut out = vec![0.0; 2 * out_h * out_w * out_c];
+            conv2d(&input, in_c, &pack_conv_weights(&w, out_c, k, k, in_c), None, out_c, &g, Clamp::NONE, &mut out);
+            let r = naive_conv(&input, in_c, &w, out_c, &g);
+            for (a, b) in out.iter().zip(&r) {
+                assert!((a - b).abs() < 1e-4);
+            }
+        });
+    }
+
+    /// A short input, under every vector level, panics before a SIMD kernel can
+    /// read past it.
+    #[test]
+    fn depthwise_refuses_buffers_that_do_not_match_the_geometry() {
+        let g =
+            Window { batch: 1, in_h: 9, in_w: 40, out_h: 9, out_w: 40, k_h: 3, k_w: 3, stride_h: 1, stride_w: 1, dil_h: 1, dil_w: 1, pad_top: 1, pad_left: 1 };
+        for c in [4, 16, 20] {
+            let w = vec![0.5f32; 9 * c];
+            let mut out = vec![0.0f32; 9 * 40 * c];
+            crate::level::each(|l| {
+                let x = vec![1.0f32; 9 * 40 * c];
+                depthwise_conv2d(&x, c, 1, &w, None, &g, Clamp::NONE, &mut out, 0..9);
+                let short = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    depthwise_conv2d(&x[..x.len() - 1], c, 1, &w, None, &g, Clamp::NONE, &mut out, 0..9)
+                }));
+                assert!(short.is_err(), "{l:?} c{c}: short input accepted");
+                let past = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| depthwise_conv2d(&x, c, 1, &w, None, &g, Clamp::NONE, &mut out, 0..10)));
+                assert!(past.is_err(), "{l:?} c{c}: rows past the output accepted");
+                let huge = Window { stride_w: usize::MAX / 2, ..g };
+                let wrap = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| depthwise_conv2d(&x, c, 1, &w, None, &huge, Clamp::NONE, &mut out, 0..9)));
+                assert!(wrap.is_err(), "{l:?} c{c}: overflowing geometry accepted");
+            });
         }
     }
 
     #[test]
     fn depthwise_matches_naive() {
-        for (c, mult, k, stride) in [
-            (32, 1, 5, 1),
-            (48, 1, 3, 1),
-            (37, 1, 3, 2),
-            (5, 2, 3, 1),
-            (16, 1, 1, 1),
-            (8, 1, 3, 1),
-            (4, 1, 5, 1),
-            (1, 1, 3, 1),
-            (8, 1, 3, 2),
-            (24, 1, 3, 1),
-            (21, 1, 5, 1),
-            (100, 1, 5, 1),
-            (72, 1, 3, 2),
-        ] {
-            // A wide map, and maps narrower than any tile (edge pixels only).
-            for (in_h, in_w) in [(9, 23), (7, 7), (2, 3)] {
-                let (out_h, pt) = out_size_and_pad(in_h, k, stride, 1, true).unwrap();
-                let (out_w, pl) = out_size_and_pad(in_w, k, stride, 1, true).unwrap();
-                let g = Window {
-                    batch: 1,
-                    in_h,
-                    in_w,
-                    out_h,
-                    out_w,
-                    k_h: k,
-                    k_w: k,
-                    stride_h: stride,
-                    stride_w: stride,
-                    dil_h: 1,
-                    dil_w: 1,
-                    pad_top: pt,
-                    pad_left: pl,
-                };
-                let oc = c * mult;
-                let x: Vec<f32> = (0..in_h * in_w * c).map(|i| ((i * 13 % 17) as f32) * 0.1 - 0.8).collect();
-                let w: Vec<f32> = (0..k * k * oc).map(|i| ((i * 5 % 7) as f32) * 0.2 - 0.6).collect();
-                let b: Vec<f32> = (0..oc).map(|i| i as f32 * 0.01).collect();
-                let mut out = vec![0.0; out_h * out_w * oc];
-                depthwise_conv2d(&x, c, mult, &w, Some(&b), &g, Clamp::NONE, &mut out, 0..out_h);
-                // The row-flat form (multiplier 1, horizontal stride 1) must agree too.
-                if mult == 1 && stride == 1 {
-                    let tiled = tile_depthwise(&w, c, k * k, out_w);
-                    let mut flat = vec![0.0; out.len()];
-                    depthwise_rows(&x, c, &tiled, Some(&b), &g, Clamp::NONE, &mut flat, 0..out_h);
-                    for (a, r) in flat.iter().zip(&out) {
-                        assert!((a - r).abs() < 1e-4, "rows c{c} k{k}");
+        crate::level::each(|_| {
+            for (c, mult, k, stride) in [
+                (32, 1, 5, 1),
+                (48, 1, 3, 1),
+                (37, 1, 3, 2),
+                (5, 2, 3, 1),
+                (16, 1, 1, 1),
+                (8, 1, 3, 1),
+                (4, 1, 5, 1),
+                (1, 1, 3, 1),
+                (8, 1, 3, 2),
+                (24, 1, 3, 1),
+                (21, 1, 5, 1),
+                (100, 1, 5, 1),
+                (72, 1, 3, 2),
+            ] {
+                // A wide map, and maps narrower than any tile (edge pixels only).
+                for (in_h, in_w) in [(9, 23), (7, 7), (2, 3)] {
+                    let (out_h, pt) = out_size_and_pad(in_h, k, stride, 1, true).unwrap();
+                    let (out_w, pl) = out_size_and_pad(in_w, k, stride, 1, true).unwrap();
+                    let g = Window {
+                        batch: 1,
+                        in_h,
+                        in_w,
+                        out_h,
+                        out_w,
+                        k_h: k,
+                        k_w: k,
+                        stride_h: stride,
+                        stride_w: stride,
+                        dil_h: 1,
+                        dil_w: 1,
+                        pad_top: pt,
+                        pad_left: pl,
+                    };
+                    let oc = c * mult;
+                    let x: Vec<f32> = (0..in_h * in_w * c).map(|i| ((i * 13 % 17) as f32) * 0.1 - 0.8).collect();
+                    let w: Vec<f32> = (0..k * k * oc).map(|i| ((i * 5 % 7) as f32) * 0.2 - 0.6).collect();
+                    let b: Vec<f32> = (0..oc).map(|i| i as f32 * 0.01).collect();
+                    let mut out = vec![0.0; out_h * out_w * oc];
+                    depthwise_conv2d(&x, c, mult, &w, Some(&b), &g, Clamp::NONE, &mut out, 0..out_h);
+                    // The row-flat form (multiplier 1, horizontal stride 1) must agree too.
+                    if mult == 1 && stride == 1 {
+                        let tiled = tile_depthwise(&w, c, k * k, out_w);
+                        let mut flat = vec![0.0; out.len()];
+                        depthwise_rows(&x, c, &tiled, Some(&b), &g, Clamp::NONE, &mut flat, 0..out_h);
+                        for (a, r) in flat.iter().zip(&out) {
+                            assert!((a - r).abs() < 1e-4, "rows c{c} k{k}");
+                        }
                     }
-                }
-                for oy in 0..out_h {
-                    for ox in 0..out_w {
-                        for o in 0..oc {
-                            let mut s = b[o];
-                            for ky in 0..k {
-                                for kx in 0..k {
-                                    let (y, xx) = ((oy * stride + ky) as isize - pt as isize, (ox * stride + kx) as isize - pl as isize);
-                                    if y >= 0 && xx >= 0 && (y as usize) < in_h && (xx as usize) < in_w {
-                                        s += x[((y as usize) * in_w + xx as usize) * c + o / mult] * w[(ky * k + kx) * oc + o];
+                    for oy in 0..out_h {
+                        for ox in 0..out_w {
+                            for o in 0..oc {
+                                let mut s = b[o];
+                                for ky in 0..k {
+                                    for kx in 0..k {
+                                        let (y, xx) = ((oy * stride + ky) as isize - pt as isize, (ox * stride + kx) as isize - pl as isize);
+                                        if y >= 0 && xx >= 0 && (y as usize) < in_h && (xx as usize) < in_w {
+                                            s += x[((y as usize) * in_w + xx as usize) * c + o / mult] * w[(ky * k + kx) * oc + o];
+                                        }
                                     }
                                 }
+                                assert!((out[(oy * out_w + ox) * oc + o] - s).abs() < 1e-4, "c{c} m{mult} k{k} s{stride} {in_h}x{in_w}");
                             }
-                            assert!((out[(oy * out_w + ox) * oc + o] - s).abs() < 1e-4, "c{c} m{mult} k{k} s{stride} {in_h}x{in_w}");
                         }
                     }
                 }
             }
-        }
+        });
     }
 
     #[test]

@@ -173,8 +173,12 @@ pub fn exp_fast(x: f32) -> f32 {
     // e^r by its Taylor series to r^7 (error below 1e-8 on the reduced range).
     let p = 1.0 + r * (1.0 + r * (0.5 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
     // Split 2^n so each factor stays a normal float even for n near the limits.
-    // SAFETY: x is clamped above, so n is an integral value in [-126, 128]; the
-    // unchecked conversion avoids the saturation checks that stop vectorization.
+    // A NaN input passes the clamp (and makes `p`, so the result, NaN): `max`
+    // replaces its NaN `n` by the low end, since converting NaN would be UB.
+    let n = n.max(-126.0);
+    // SAFETY: x is clamped above and NaN is replaced just above, so n is an
+    // integral value in [-126, 128]; the unchecked conversion avoids the
+    // saturation checks that stop vectorization.
     let n: i32 = unsafe { n.to_int_unchecked() };
     let (n1, n2) = (n / 2, n - n / 2);
     p * f32::from_bits(((n1 + 127) as u32) << 23) * f32::from_bits(((n2 + 127) as u32) << 23)
@@ -399,6 +403,14 @@ mod tests {
     }
 
     #[test]
+    fn fast_exp_of_nan_is_nan() {
+        // The exponent of a NaN input once reached an unchecked float-to-int conversion.
+        assert!(exp_fast(f32::NAN).is_nan());
+        assert_eq!(exp_fast(f32::INFINITY), exp_fast(88.7));
+        assert_eq!(exp_fast(f32::NEG_INFINITY), exp_fast(-87.0));
+    }
+
+    #[test]
     fn fast_exp_logistic_tanh_are_accurate() {
         let mut worst = (0.0f32, 0.0f32, 0.0f32);
         for i in -20000..=20000 {
@@ -421,19 +433,21 @@ mod tests {
 
     #[test]
     fn binary_broadcast_matches_naive() {
-        let (sa, sb) = ([2usize, 1, 3], [4usize, 1]);
-        let os = broadcast_shape(&sa, &sb).unwrap();
-        let a: Vec<f32> = (0..6).map(|v| v as f32).collect();
-        let b: Vec<f32> = (0..4).map(|v| (v * 10) as f32).collect();
-        let mut out = vec![0.0; 24];
-        binary(&a, &sa, &b, &sb, &mut out, &os, |x, y| x + y);
-        for i in 0..2 {
-            for j in 0..4 {
-                for k in 0..3 {
-                    assert_eq!(out[(i * 4 + j) * 3 + k], a[i * 3 + k] + b[j]);
+        crate::level::each(|_| {
+            let (sa, sb) = ([2usize, 1, 3], [4usize, 1]);
+            let os = broadcast_shape(&sa, &sb).unwrap();
+            let a: Vec<f32> = (0..6).map(|v| v as f32).collect();
+            let b: Vec<f32> = (0..4).map(|v| (v * 10) as f32).collect();
+            let mut out = vec![0.0; 24];
+            binary(&a, &sa, &b, &sb, &mut out, &os, |x, y| x + y);
+            for i in 0..2 {
+                for j in 0..4 {
+                    for k in 0..3 {
+                        assert_eq!(out[(i * 4 + j) * 3 + k], a[i * 3 + k] + b[j]);
+                    }
                 }
             }
-        }
+        });
     }
 }
 

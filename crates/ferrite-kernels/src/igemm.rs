@@ -14,35 +14,75 @@
 //! naive sum only by float reassociation; they are identical for any split of
 //! the rows across threads, since each output element is summed in one order.
 
-use crate::Clamp;
+use crate::{holds, product, Clamp};
 
-/// Instruction set a kernel was built for.
+#[cfg(target_arch = "x86_64")]
+mod x86_64;
+
+/// Which kernel an [`Isa`] token selects (private: tokens are made only by
+/// feature detection).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Isa {
-    /// x86-64 AVX-512F.
+// Only x86-64 constructs the x86 variants.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+enum Kind {
+    /// x86-64 AVX-512F, 8x32 tiles.
     Avx512,
-    /// x86-64 AVX-512F with 16-channel panels and taller tiles, for layers with
-    /// at most 16 output channels.
+    /// x86-64 AVX-512F with 16-channel panels and 12x16 tiles, for layers with at
+    /// most 16 output channels.
     Avx512Narrow,
-    /// x86-64 AVX2 + FMA.
+    /// x86-64 AVX2 + FMA, 6x16 tiles.
     Avx2,
-    /// Any CPU.
+    /// Any CPU, 4x8 tiles.
     Portable,
 }
 
+/// Instruction set (and so tile shape and panel layout) of a GEMM kernel.
+///
+/// A token: the only ways to get one are [`Isa::portable`] and the constructors
+/// that check the running CPU's features ([`Isa::avx512`], [`Isa::avx2`], ...,
+/// [`Isa::detect`]), so holding an `Isa` other than the portable one proves the
+/// CPU can run that kernel. [`Packed`] weights carry the token they were packed
+/// for, so a kernel always reads the panel layout it expects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Isa(Kind);
+
 impl Isa {
+    /// The portable kernel (any CPU).
+    pub fn portable() -> Isa {
+        Isa(Kind::Portable)
+    }
+
+    /// The AVX-512F kernel, if this CPU has AVX-512F.
+    pub fn avx512() -> Option<Isa> {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            return Some(Isa(Kind::Avx512));
+        }
+        None
+    }
+
+    /// The AVX-512F kernel for narrow layers (16-channel panels), if this CPU has AVX-512F.
+    pub fn avx512_narrow() -> Option<Isa> {
+        Isa::avx512().map(|_| Isa(Kind::Avx512Narrow))
+    }
+
+    /// The AVX2 + FMA kernel, if this CPU has both.
+    pub fn avx2() -> Option<Isa> {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            return Some(Isa(Kind::Avx2));
+        }
+        None
+    }
+
     /// The best instruction set this CPU supports.
     pub fn detect() -> Isa {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                return Isa::Avx512;
-            }
-            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-                return Isa::Avx2;
-            }
-        }
-        Isa::Portable
+        Isa::avx512().or_else(Isa::avx2).unwrap_or_else(Isa::portable)
+    }
+
+    /// Every kernel this CPU can run, best first (the portable one last).
+    pub fn available() -> Vec<Isa> {
+        [Isa::avx512(), Isa::avx512_narrow(), Isa::avx2(), Some(Isa::portable())].into_iter().flatten().collect()
     }
 
     /// The kernel to use for a layer with `n` output channels: on AVX-512 machines,
@@ -50,34 +90,46 @@ impl Isa {
     /// which compute half as much padding as a 32-wide panel would.
     pub fn for_channels(n: usize) -> Isa {
         let best = Isa::detect();
-        if best == Isa::Avx512 && n <= 16 {
-            return Isa::Avx512Narrow;
+        if best.0 == Kind::Avx512 && n <= 16 {
+            return Isa(Kind::Avx512Narrow);
         }
         best
     }
 
     /// Output channels per packed panel.
     pub fn nr(self) -> usize {
-        match self {
-            Isa::Avx512 => 32,
-            Isa::Avx512Narrow | Isa::Avx2 => 16,
-            Isa::Portable => 8,
+        match self.0 {
+            Kind::Avx512 => 32,
+            Kind::Avx512Narrow | Kind::Avx2 => 16,
+            Kind::Portable => 8,
         }
     }
 
     /// Output rows per tile.
     pub fn mr(self) -> usize {
-        match self {
-            Isa::Avx512 => 8,
-            Isa::Avx512Narrow => 12,
-            Isa::Avx2 => 6,
-            Isa::Portable => 4,
+        match self.0 {
+            Kind::Avx512 => 8,
+            Kind::Avx512Narrow => 12,
+            Kind::Avx2 => 6,
+            Kind::Portable => 4,
+        }
+    }
+
+    /// f32 lanes of the kernel's vector registers (1 for the portable kernel,
+    /// which leaves vectorization to the compiler).
+    pub fn lanes(self) -> usize {
+        match self.0 {
+            Kind::Avx512 | Kind::Avx512Narrow => 16,
+            Kind::Avx2 => 8,
+            Kind::Portable => 1,
         }
     }
 }
 
 /// Packs weights `w[n][t][k]` (OHWI with taps = kh*kw) into `[panel][t][k][nr]`.
+/// Panics if `w` is shorter than `n * taps * k`.
 pub fn pack_b(w: &[f32], n: usize, taps: usize, k: usize, nr: usize) -> Vec<f32> {
+    assert!(w.len() >= n * taps * k, "pack_b: {} weights for {n} x {taps} x {k}", w.len());
     let panels = n.div_ceil(nr);
     let mut p = vec![0.0f32; panels * taps * k * nr];
     for o in 0..n {
@@ -91,8 +143,9 @@ pub fn pack_b(w: &[f32], n: usize, taps: usize, k: usize, nr: usize) -> Vec<f32>
     p
 }
 
-/// Bias padded to whole panels (zeros where absent).
+/// Bias padded to whole panels (zeros where absent). Panics if `bias` is shorter than `n`.
 pub fn pad_bias(bias: Option<&[f32]>, n: usize, nr: usize) -> Vec<f32> {
+    assert!(bias.is_none_or(|b| b.len() >= n), "pad_bias: bias shorter than {n}");
     let mut b = vec![0.0f32; n.div_ceil(nr) * nr];
     if let Some(src) = bias {
         b[..n].copy_from_slice(&src[..n]);
@@ -101,43 +154,50 @@ pub fn pad_bias(bias: Option<&[f32]>, n: usize, nr: usize) -> Vec<f32> {
 }
 
 /// One tile: `rows` (<= mr) output rows starting at `out`, spaced `out_stride`
-/// floats apart, `cols` (<= nr) valid columns of one panel.
-pub struct Tile<'a> {
+/// floats apart, `cols` (<= nr) valid columns of one panel. Private to this
+/// module: only [`Packed::tile`] builds one, from a panel of its own buffers.
+struct Tile<'a> {
     /// Per tap, per row: pointer to `k` inputs (a zero row in the padding). Length taps*mr.
-    pub a: &'a [*const f32],
+    a: &'a [*const f32],
     /// The packed panel `[t][k][nr]`.
-    pub b: &'a [f32],
+    b: &'a [f32],
     /// The panel's bias, `nr` long.
-    pub bias: &'a [f32],
+    bias: &'a [f32],
     /// Inner size.
-    pub k: usize,
+    k: usize,
     /// Taps.
-    pub taps: usize,
+    taps: usize,
     /// Valid rows.
-    pub rows: usize,
+    rows: usize,
     /// Valid columns.
-    pub cols: usize,
+    cols: usize,
 }
 
-/// Computes one tile into `out` (row r, column j at `out[r * out_stride + j]`).
+/// Computes one tile into `out` (row r, column j at `out[r * out_stride + j]`):
+/// the one dispatch point from an [`Isa`] to its tile kernel.
 ///
 /// # Safety
-/// Every pointer in `tile.a` must be valid for `tile.k` reads; `tile.b` must hold
-/// `taps * k * nr` floats; `out` must be valid for writes at every
-/// `r * out_stride + j` with `r < rows`, `j < cols`.
-pub unsafe fn run_tile(isa: Isa, tile: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
-    match isa {
+/// Every pointer in `tile.a` must be valid for `tile.k` reads; `out` must be valid
+/// for writes at every `r * out_stride + j` with `r < rows`, `j < cols`. The tile
+/// must come from [`Packed::tile`] of weights packed for `isa` (so `tile.b` holds
+/// `taps * k * nr` floats, `tile.bias` `nr`, `tile.a` `taps * mr` pointers,
+/// `rows <= mr` and `cols <= nr`).
+unsafe fn run_tile(isa: Isa, tile: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
+    debug_assert!(tile.a.len() >= tile.taps * isa.mr() && tile.b.len() >= tile.taps * tile.k * isa.nr() && tile.bias.len() >= isa.nr());
+    debug_assert!(tile.rows <= isa.mr() && tile.cols <= isa.nr());
+    match isa.0 {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `isa` came from `Isa::detect`, so the CPU has AVX-512F; pointer
-        // validity is the caller's contract.
-        Isa::Avx512 => unsafe { x86::tile_avx512(tile, clamp, out, out_stride) },
+        // SAFETY: an `Avx512` token is only made after detecting AVX-512F on this
+        // CPU; the tile's shape and pointers are this function's contract.
+        Kind::Avx512 => unsafe { x86_64::tile_avx512(tile, clamp, out, out_stride) },
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: as above (Avx512Narrow is only chosen with AVX-512F).
-        Isa::Avx512Narrow => unsafe { x86::tile_avx512_narrow(tile, clamp, out, out_stride) },
+        // SAFETY: as above (an `Avx512Narrow` token is also only made with AVX-512F).
+        Kind::Avx512Narrow => unsafe { x86_64::tile_avx512_narrow(tile, clamp, out, out_stride) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, for AVX2 + FMA.
-        Isa::Avx2 => unsafe { x86::tile_avx2(tile, clamp, out, out_stride) },
-        // SAFETY: pointer validity is the caller's contract.
+        Kind::Avx2 => unsafe { x86_64::tile_avx2(tile, clamp, out, out_stride) },
+        // SAFETY: the tile's shape and pointers are this function's contract (on
+        // other architectures only the portable token can be made).
         _ => unsafe { tile_portable(tile, clamp, out, out_stride) },
     }
 }
@@ -173,27 +233,40 @@ unsafe fn tile_portable(tile: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride
 }
 
 /// Conv or FC weights prepacked for one instruction set.
+///
+/// The fields are private: the kernels read `b`, `bias` and `zero` through raw
+/// pointers sized from `isa`, `n`, `taps` and `k`, so only the constructors
+/// (which size the buffers from those values) and [`Packed::repack`] (which
+/// keeps the sizes) may write them. Shrinking the panels before a kernel call,
+/// which once made two safe calls read out of bounds, no longer compiles:
+///
+/// ```compile_fail
+/// use ferrite_kernels::igemm::{fully_connected, Isa, Packed};
+/// let mut pk = Packed::new(Isa::detect(), &[1.0; 64], None, 8, 1, 8);
+/// pk.b.truncate(1);
+/// fully_connected(&[1.0; 8], 1, &pk, ferrite_kernels::Clamp::NONE, &mut [0.0; 8]);
+/// ```
 #[derive(Debug, Clone)]
 pub struct Packed {
     /// Kernel it was packed for.
-    pub isa: Isa,
+    isa: Isa,
     /// Output channels.
-    pub n: usize,
+    n: usize,
     /// Taps (kh * kw; 1 for fully-connected).
-    pub taps: usize,
+    taps: usize,
     /// Inner size per tap (input channels).
-    pub k: usize,
-    /// `[panel][tap][k][nr]`.
-    pub b: Vec<f32>,
-    /// Bias padded to whole panels.
-    pub bias: Vec<f32>,
-    /// A row of `k` zeros, read in place of inputs in the padding.
-    pub zero: Vec<f32>,
+    k: usize,
+    /// `[panel][tap][k][nr]`, exactly `n.div_ceil(nr) * taps * k * nr` floats.
+    b: Vec<f32>,
+    /// Bias padded to whole panels, `n.div_ceil(nr) * nr` floats.
+    bias: Vec<f32>,
+    /// A row of `k` zeros (at least one), read in place of inputs in the padding.
+    zero: Vec<f32>,
     /// Filter columns merged into each tap row (1: one tap per filter position).
     /// With `kw` merged, a tap is a whole filter row and `k = kw * in_c`: the
     /// window's row is contiguous in a zero-padded copy of the input row, so
     /// convolutions with few input channels run long inner loops.
-    pub merged_kw: usize,
+    merged_kw: usize,
 }
 
 /// Per-thread scratch of [`conv2d`]: row pointers, and zero-padded copies of the
@@ -205,7 +278,8 @@ pub struct ConvScratch {
 }
 
 impl Packed {
-    /// Packs OHWI weights `w[n][taps][k]` and an optional bias.
+    /// Packs OHWI weights `w[n][taps][k]` and an optional bias for `isa`.
+    /// Panics if `w` holds fewer than `n * taps * k` floats or `bias` fewer than `n`.
     pub fn new(isa: Isa, w: &[f32], bias: Option<&[f32]>, n: usize, taps: usize, k: usize) -> Packed {
         let nr = isa.nr();
         Packed { isa, n, taps, k, b: pack_b(w, n, taps, k, nr), bias: pad_bias(bias, n, nr), zero: vec![0.0; k.max(1)], merged_kw: 1 }
@@ -213,13 +287,17 @@ impl Packed {
 
     /// Packs OHWI weights `[n][kh][kw][c]` for [`conv2d`] with each filter row merged
     /// into one tap of `kw * c` inputs (the same memory layout as per-tap packing).
+    /// Panics as [`Packed::new`] does.
     pub fn with_merged_rows(isa: Isa, w: &[f32], bias: Option<&[f32]>, n: usize, kh: usize, kw: usize, c: usize) -> Packed {
         Packed { merged_kw: kw.max(1), ..Packed::new(isa, w, bias, n, kh, kw * c) }
     }
 
     /// Repacks new weights into the same layout (non-constant weights, each run).
+    /// Panics if `w` or `bias` is shorter than the packing's shape.
     pub fn repack(&mut self, w: &[f32], bias: Option<&[f32]>) {
         let nr = self.isa.nr();
+        assert!(w.len() >= self.n * self.taps * self.k, "repack: {} weights for {} x {} x {}", w.len(), self.n, self.taps, self.k);
+        assert!(bias.is_none_or(|b| b.len() >= self.n), "repack: bias shorter than {}", self.n);
         for o in 0..self.n {
             let (panel, j) = (o / nr, o % nr);
             for t in 0..self.taps {
@@ -231,31 +309,63 @@ impl Packed {
         }
     }
 
+    /// Kernel the weights were packed for.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// Output channels.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// Taps (filter positions, or filter rows when columns are merged; 1 for fully-connected).
+    pub fn taps(&self) -> usize {
+        self.taps
+    }
+
+    /// Inputs per tap.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// Filter columns merged into each tap (1 when not merged).
+    pub fn merged_kw(&self) -> usize {
+        self.merged_kw
+    }
+
     /// Scratch for calls of [`conv2d`] with this geometry.
+    /// Panics if the geometry's sizes overflow.
     pub fn scratch(&self, g: &crate::conv::Window) -> ConvScratch {
         let mr = self.isa.mr();
-        let lines = if self.merged_kw > 1 { self.taps * padded_width(g) * (self.k / self.merged_kw) } else { 0 };
+        let width = || padded_width(g).expect("convolution geometry overflows");
+        let lines = if self.merged_kw > 1 { self.taps * width() * (self.k / self.merged_kw) } else { 0 };
         ConvScratch { ptrs: vec![0; g.out_w.div_ceil(mr) * mr * self.taps], lines: vec![0.0; lines] }
     }
 
+    /// Tile of `rows` rows of `panel` over row pointers `a` (`taps * mr` of them).
+    /// Panics if `panel` or `rows` is out of range, so a tile handed to
+    /// [`run_tile`] always has the shape its kernel assumes.
     fn tile<'a>(&'a self, a: &'a [*const f32], panel: usize, rows: usize) -> Tile<'a> {
+        assert!(rows <= self.isa.mr() && a.len() >= self.taps * self.isa.mr(), "igemm tile out of range");
+        let (b, bias, cols) = self.panel(panel);
+        Tile { a, b, bias, k: self.k, taps: self.taps, rows, cols }
+    }
+
+    /// Panel `panel`'s weights (`taps * k * nr` floats), bias (`nr`) and valid
+    /// columns. Panics if there is no such panel.
+    fn panel(&self, panel: usize) -> (&[f32], &[f32], usize) {
         let nr = self.isa.nr();
-        Tile {
-            a,
-            b: &self.b[panel * self.taps * self.k * nr..],
-            bias: &self.bias[panel * nr..],
-            k: self.k,
-            taps: self.taps,
-            rows,
-            cols: nr.min(self.n - panel * nr),
-        }
+        let len = self.taps * self.k * nr;
+        (&self.b[panel * len..][..len], &self.bias[panel * nr..][..nr], nr.min(self.n - panel * nr))
     }
 }
 
 /// Width in pixels of an input row padded on both sides so that every output
-/// column's window lies inside it.
-fn padded_width(g: &crate::conv::Window) -> usize {
-    (g.pad_left + g.in_w).max((g.out_w.max(1) - 1) * g.stride_w + (g.k_w - 1) * g.dil_w + 1)
+/// column's window lies inside it (None if that overflows, or with no filter columns).
+fn padded_width(g: &crate::conv::Window) -> Option<usize> {
+    let span = (g.out_w.max(1) - 1).checked_mul(g.stride_w)?.checked_add(g.k_w.checked_sub(1)?.checked_mul(g.dil_w)?)?.checked_add(1)?;
+    Some(g.pad_left.checked_add(g.in_w)?.max(span))
 }
 
 /// Convolution as implicit GEMM over output rows `rows` (row = batch * out_h + oy);
@@ -278,18 +388,19 @@ pub fn conv2d(
     let blocks = g.out_w.div_ceil(mr);
     let first_row = rows.start;
     let width = padded_width(g);
-    if input.len() < g.batch * g.in_h * g.in_w * c
-        || out.len() < rows.len() * g.out_w * n
-        || scratch.ptrs.len() < blocks * mr * pk.taps
-        || (merged && (pk.merged_kw != g.k_w || pk.taps != g.k_h || g.dil_w != 1 || scratch.lines.len() < pk.taps * width * c))
-        || (!merged && pk.taps != g.k_h * g.k_w)
-        || rows.end > g.batch * g.out_h
+    if !holds(input.len(), &[g.batch, g.in_h, g.in_w, c])
+        || !holds(out.len(), &[rows.len(), g.out_w, n])
+        || !holds(scratch.ptrs.len(), &[blocks, mr, pk.taps])
+        || (merged && (pk.merged_kw != g.k_w || pk.taps != g.k_h || g.dil_w != 1 || !width.is_some_and(|w| holds(scratch.lines.len(), &[pk.taps, w, c]))))
+        || (!merged && Some(pk.taps) != g.k_h.checked_mul(g.k_w))
+        || product(&[g.batch, g.out_h]).is_none_or(|total| rows.end > total)
     {
         return false;
     }
     if !merged {
         return conv2d_pixels(input, pk, g, clamp, out, first_row * g.out_w..rows.end * g.out_w, scratch);
     }
+    let width = width.unwrap_or(0);
     let zero = pk.zero.as_ptr() as usize;
     let ConvScratch { ptrs: scratch, lines } = scratch;
     // Merged filter rows: one output row at a time, over zero-padded copies of the
@@ -358,11 +469,12 @@ pub fn conv2d_pixels(
     let blocks = g.out_w.div_ceil(mr).max(1);
     let (start, end) = (pixels.start, pixels.end);
     if pk.merged_kw != 1
-        || pk.taps != g.k_h * g.k_w
-        || input.len() < g.batch * g.in_h * g.in_w * c
-        || out.len() < (end - start) * n
-        || scratch.ptrs.len() < blocks * mr * pk.taps
-        || end > g.batch * g.out_h * g.out_w
+        || Some(pk.taps) != g.k_h.checked_mul(g.k_w)
+        || start > end
+        || !holds(input.len(), &[g.batch, g.in_h, g.in_w, c])
+        || !holds(out.len(), &[end - start, n])
+        || !holds(scratch.ptrs.len(), &[blocks, mr, pk.taps])
+        || product(&[g.batch, g.out_h, g.out_w]).is_none_or(|total| end > total)
     {
         return false;
     }
@@ -429,29 +541,30 @@ fn is_flat(pk: &Packed, g: &crate::conv::Window) -> bool {
 /// Fully-connected over `batch` rows of `pk.k` inputs. False if a slice is too short.
 pub fn fully_connected(input: &[f32], batch: usize, pk: &Packed, clamp: Clamp, out: &mut [f32]) -> bool {
     let (k, n) = (pk.k, pk.n);
-    if pk.taps != 1 || input.len() < batch * k || out.len() < batch * n {
+    if pk.taps != 1 || !holds(input.len(), &[batch, k]) || !holds(out.len(), &[batch, n]) {
         return false;
     }
     // One row: up to four panels per pass over the input (more weight loads per
     // broadcast input; the layer is bound by streaming its weights).
     #[cfg(target_arch = "x86_64")]
-    if batch == 1 && pk.isa == Isa::Avx512 {
+    if batch == 1 && pk.isa.0 == Kind::Avx512 {
         let nr = pk.isa.nr();
         let panels = n.div_ceil(nr);
         let mut p = 0;
         while p < panels {
-            let b = |q: usize| pk.tile(&[], q, 1).b.as_ptr();
-            let bias = |q: usize| pk.tile(&[], q, 1).bias.as_ptr();
-            let cols = |q: usize| pk.tile(&[], q, 1).cols;
+            let b = |q: usize| pk.panel(q).0.as_ptr();
+            let bias = |q: usize| pk.panel(q).1.as_ptr();
+            let cols = |q: usize| pk.panel(q).2;
             let o = out.as_mut_ptr().wrapping_add(p * nr);
-            // SAFETY: AVX-512F (the packing's ISA was detected on this CPU); the input
-            // holds k floats (checked), each panel k * 32 floats and 32 of bias, and
-            // `out` the panels' columns (checked size).
+            // SAFETY: AVX-512F (an `Avx512` token is only made after detecting it);
+            // the input holds k floats (checked), each panel k * 32 floats and 32 of
+            // bias (`Packed::panel`, which also checks q < panels), and `out` the
+            // panels' columns, consecutive from p * nr (checked size).
             unsafe {
                 match panels - p {
-                    1 => x86::gemv_panels_avx512::<1>(input.as_ptr(), k, [b(p)], [bias(p)], [cols(p)], clamp, o),
-                    2 => x86::gemv_panels_avx512::<2>(input.as_ptr(), k, [b(p), b(p + 1)], [bias(p), bias(p + 1)], [cols(p), cols(p + 1)], clamp, o),
-                    3 => x86::gemv_panels_avx512::<3>(
+                    1 => x86_64::gemv_panels_avx512::<1>(input.as_ptr(), k, [b(p)], [bias(p)], [cols(p)], clamp, o),
+                    2 => x86_64::gemv_panels_avx512::<2>(input.as_ptr(), k, [b(p), b(p + 1)], [bias(p), bias(p + 1)], [cols(p), cols(p + 1)], clamp, o),
+                    3 => x86_64::gemv_panels_avx512::<3>(
                         input.as_ptr(),
                         k,
                         [b(p), b(p + 1), b(p + 2)],
@@ -460,7 +573,7 @@ pub fn fully_connected(input: &[f32], batch: usize, pk: &Packed, clamp: Clamp, o
                         clamp,
                         o,
                     ),
-                    _ => x86::gemv_panels_avx512::<4>(
+                    _ => x86_64::gemv_panels_avx512::<4>(
                         input.as_ptr(),
                         k,
                         [b(p), b(p + 1), b(p + 2), b(p + 3)],
@@ -483,7 +596,7 @@ pub fn fully_connected(input: &[f32], batch: usize, pk: &Packed, clamp: Clamp, o
 /// split on multiples of the tile height. False if a slice is too short.
 fn gemm_rows(input: &[f32], batch: usize, pk: &Packed, clamp: Clamp, out: &mut [f32]) -> bool {
     let (mr, nr, k, n) = (pk.isa.mr(), pk.isa.nr(), pk.k, pk.n);
-    if pk.taps != 1 || input.len() < batch * k || out.len() < batch * n {
+    if pk.taps != 1 || !holds(input.len(), &[batch, k]) || !holds(out.len(), &[batch, n]) {
         return false;
     }
     // Room for the tallest tile (mr <= 16).
@@ -501,302 +614,6 @@ fn gemm_rows(input: &[f32], batch: usize, pk: &Packed, clamp: Clamp, out: &mut [
         }
     }
     true
-}
-
-#[cfg(target_arch = "x86_64")]
-mod x86 {
-    use super::Tile;
-    use crate::Clamp;
-    use std::arch::x86_64::*;
-
-    /// One row against `P` 32-channel panels at once (a batch-1 fully-connected
-    /// layer): 2P weight vectors per broadcast input, two partial sums each.
-    ///
-    /// # Safety
-    /// CPU must support AVX-512F; `a` holds `k` floats; each `b[p]` holds `k * 32`
-    /// floats and each `bias[p]` 32; `out` is writable for the panels' columns,
-    /// `cols[p]` each, panel after panel.
-    // The loops index several register arrays in step; iterators would obscure that.
-    #[allow(clippy::needless_range_loop)]
-    #[target_feature(enable = "avx512f")]
-    pub unsafe fn gemv_panels_avx512<const P: usize>(
-        a: *const f32,
-        k: usize,
-        b: [*const f32; P],
-        bias: [*const f32; P],
-        cols: [usize; P],
-        clamp: Clamp,
-        out: *mut f32,
-    ) {
-        let z = _mm512_setzero_ps();
-        let mut c = [[[z; 2]; P]; 2];
-        for p in 0..P {
-            c[0][p] = [_mm512_loadu_ps(bias[p]), _mm512_loadu_ps(bias[p].add(16))];
-        }
-        let mut kk = 0;
-        while kk + 2 <= k {
-            for p in 0..P {
-                _mm_prefetch::<_MM_HINT_T0>(b[p].add((kk + 16) * 32) as *const i8);
-            }
-            for u in 0..2 {
-                let x = _mm512_set1_ps(*a.add(kk + u));
-                for p in 0..P {
-                    let w = b[p].add((kk + u) * 32);
-                    c[u][p][0] = _mm512_fmadd_ps(x, _mm512_loadu_ps(w), c[u][p][0]);
-                    c[u][p][1] = _mm512_fmadd_ps(x, _mm512_loadu_ps(w.add(16)), c[u][p][1]);
-                }
-            }
-            kk += 2;
-        }
-        if kk < k {
-            let x = _mm512_set1_ps(*a.add(kk));
-            for p in 0..P {
-                let w = b[p].add(kk * 32);
-                c[0][p][0] = _mm512_fmadd_ps(x, _mm512_loadu_ps(w), c[0][p][0]);
-                c[0][p][1] = _mm512_fmadd_ps(x, _mm512_loadu_ps(w.add(16)), c[0][p][1]);
-            }
-        }
-        let (lo, hi) = (_mm512_set1_ps(clamp.min), _mm512_set1_ps(clamp.max));
-        let mut o = out;
-        for p in 0..P {
-            for v in 0..2 {
-                let n = cols[p].saturating_sub(16 * v).min(16);
-                if n > 0 {
-                    let m: __mmask16 = if n >= 16 { 0xffff } else { ((1u32 << n) - 1) as u16 };
-                    let r = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(c[0][p][v], c[1][p][v]), lo), hi);
-                    _mm512_mask_storeu_ps(o.add(16 * v), m, r);
-                }
-            }
-            o = o.add(cols[p]);
-        }
-    }
-
-    /// # Safety
-    /// CPU must support AVX-512F; see `run_tile` for pointers.
-    #[target_feature(enable = "avx512f")]
-    pub unsafe fn tile_avx512(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
-        // Fewer valid rows compute fewer rows: a batch-1 fully-connected layer is
-        // then bound by weight loads, not by FMAs on padding rows.
-        match t.rows {
-            1 => tile_avx512_r::<1>(t, clamp, out, out_stride),
-            2 => tile_avx512_r::<2>(t, clamp, out, out_stride),
-            3 | 4 => tile_avx512_r::<4>(t, clamp, out, out_stride),
-            _ => tile_avx512_r::<8>(t, clamp, out, out_stride),
-        }
-    }
-
-    /// # Safety
-    /// CPU must support AVX-512F; see `run_tile` for pointers.
-    #[target_feature(enable = "avx512f")]
-    pub unsafe fn tile_avx512_narrow(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
-        match t.rows {
-            1 => tile_avx512_narrow_r::<1>(t, clamp, out, out_stride),
-            2 => tile_avx512_narrow_r::<2>(t, clamp, out, out_stride),
-            3 | 4 => tile_avx512_narrow_r::<4>(t, clamp, out, out_stride),
-            5..=8 => tile_avx512_narrow_r::<8>(t, clamp, out, out_stride),
-            _ => tile_avx512_narrow_r::<12>(t, clamp, out, out_stride),
-        }
-    }
-
-    /// `R` rows of one 16-channel vector: per k, one weight load, `R` broadcasts and
-    /// `R` FMAs (with one or two rows, four partial sums hide the FMA latency).
-    // The loops index several register arrays in step; iterators would obscure that.
-    #[allow(clippy::needless_range_loop)]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn tile_avx512_narrow_r<const R: usize>(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
-        const MR: usize = 12;
-        const NR: usize = 16;
-        let b0 = _mm512_loadu_ps(t.bias.as_ptr());
-        let mut c = [b0; R];
-        if R <= 2 {
-            const U: usize = 4;
-            let z = _mm512_setzero_ps();
-            let mut p = [[z; R]; U];
-            p[0] = c;
-            for tap in 0..t.taps {
-                let a = &t.a[tap * MR..tap * MR + R];
-                let bt = t.b.as_ptr().add(tap * t.k * NR);
-                let mut kk = 0;
-                while kk + U <= t.k {
-                    for u in 0..U {
-                        let w = _mm512_loadu_ps(bt.add((kk + u) * NR));
-                        for r in 0..R {
-                            p[u][r] = _mm512_fmadd_ps(_mm512_set1_ps(*a[r].add(kk + u)), w, p[u][r]);
-                        }
-                    }
-                    kk += U;
-                }
-                while kk < t.k {
-                    let w = _mm512_loadu_ps(bt.add(kk * NR));
-                    for r in 0..R {
-                        p[0][r] = _mm512_fmadd_ps(_mm512_set1_ps(*a[r].add(kk)), w, p[0][r]);
-                    }
-                    kk += 1;
-                }
-            }
-            for r in 0..R {
-                c[r] = _mm512_add_ps(_mm512_add_ps(p[0][r], p[1][r]), _mm512_add_ps(p[2][r], p[3][r]));
-            }
-        } else {
-            for tap in 0..t.taps {
-                let a = &t.a[tap * MR..tap * MR + R];
-                let mut bp = t.b.as_ptr().add(tap * t.k * NR);
-                for kk in 0..t.k {
-                    let w = _mm512_loadu_ps(bp);
-                    for r in 0..R {
-                        c[r] = _mm512_fmadd_ps(_mm512_set1_ps(*a[r].add(kk)), w, c[r]);
-                    }
-                    bp = bp.add(NR);
-                }
-            }
-        }
-        let lo = _mm512_set1_ps(clamp.min);
-        let hi = _mm512_set1_ps(clamp.max);
-        let m: __mmask16 = if t.cols >= 16 { 0xffff } else { ((1u32 << t.cols) - 1) as u16 };
-        for r in 0..t.rows {
-            _mm512_mask_storeu_ps(out.add(r * out_stride), m, _mm512_min_ps(_mm512_max_ps(c[r], lo), hi));
-        }
-    }
-
-    #[target_feature(enable = "avx512f")]
-    unsafe fn tile_avx512_r<const R: usize>(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
-        const MR: usize = 8;
-        const NR: usize = 32;
-        let b0 = _mm512_loadu_ps(t.bias.as_ptr());
-        let b1 = _mm512_loadu_ps(t.bias.as_ptr().add(16));
-        let mut c0 = [b0; R];
-        let mut c1 = [b1; R];
-        if R <= 2 {
-            // With one or two rows, a single accumulator chain per column vector would
-            // wait on FMA latency every step: keep four partial sums over k instead.
-            const U: usize = 4;
-            let z = _mm512_setzero_ps();
-            let mut p0 = [[z; R]; U];
-            let mut p1 = [[z; R]; U];
-            p0[0] = c0;
-            p1[0] = c1;
-            for tap in 0..t.taps {
-                let a = &t.a[tap * MR..tap * MR + R];
-                let bt = t.b.as_ptr().add(tap * t.k * NR);
-                let mut kk = 0;
-                while kk + U <= t.k {
-                    // One or two rows stream the weights once: fetch ahead of use.
-                    _mm_prefetch::<_MM_HINT_T0>(bt.add((kk + 16) * NR) as *const i8);
-                    _mm_prefetch::<_MM_HINT_T0>(bt.add((kk + 18) * NR) as *const i8);
-                    for u in 0..U {
-                        let w0 = _mm512_loadu_ps(bt.add((kk + u) * NR));
-                        let w1 = _mm512_loadu_ps(bt.add((kk + u) * NR + 16));
-                        for r in 0..R {
-                            let av = _mm512_set1_ps(*a[r].add(kk + u));
-                            p0[u][r] = _mm512_fmadd_ps(av, w0, p0[u][r]);
-                            p1[u][r] = _mm512_fmadd_ps(av, w1, p1[u][r]);
-                        }
-                    }
-                    kk += U;
-                }
-                while kk < t.k {
-                    let w0 = _mm512_loadu_ps(bt.add(kk * NR));
-                    let w1 = _mm512_loadu_ps(bt.add(kk * NR + 16));
-                    for r in 0..R {
-                        let av = _mm512_set1_ps(*a[r].add(kk));
-                        p0[0][r] = _mm512_fmadd_ps(av, w0, p0[0][r]);
-                        p1[0][r] = _mm512_fmadd_ps(av, w1, p1[0][r]);
-                    }
-                    kk += 1;
-                }
-            }
-            for r in 0..R {
-                c0[r] = _mm512_add_ps(_mm512_add_ps(p0[0][r], p0[1][r]), _mm512_add_ps(p0[2][r], p0[3][r]));
-                c1[r] = _mm512_add_ps(_mm512_add_ps(p1[0][r], p1[1][r]), _mm512_add_ps(p1[2][r], p1[3][r]));
-            }
-        } else {
-            for tap in 0..t.taps {
-                let a = &t.a[tap * MR..tap * MR + R];
-                let mut bp = t.b.as_ptr().add(tap * t.k * NR);
-                for kk in 0..t.k {
-                    let w0 = _mm512_loadu_ps(bp);
-                    let w1 = _mm512_loadu_ps(bp.add(16));
-                    for r in 0..R {
-                        let av = _mm512_set1_ps(*a[r].add(kk));
-                        c0[r] = _mm512_fmadd_ps(av, w0, c0[r]);
-                        c1[r] = _mm512_fmadd_ps(av, w1, c1[r]);
-                    }
-                    bp = bp.add(NR);
-                }
-            }
-        }
-        let lo = _mm512_set1_ps(clamp.min);
-        let hi = _mm512_set1_ps(clamp.max);
-        let m0: __mmask16 = if t.cols >= 16 { 0xffff } else { ((1u32 << t.cols) - 1) as u16 };
-        let m1: __mmask16 = if t.cols >= 32 {
-            0xffff
-        } else if t.cols > 16 {
-            ((1u32 << (t.cols - 16)) - 1) as u16
-        } else {
-            0
-        };
-        for r in 0..t.rows {
-            let o = out.add(r * out_stride);
-            let v0 = _mm512_min_ps(_mm512_max_ps(c0[r], lo), hi);
-            let v1 = _mm512_min_ps(_mm512_max_ps(c1[r], lo), hi);
-            _mm512_mask_storeu_ps(o, m0, v0);
-            if m1 != 0 {
-                _mm512_mask_storeu_ps(o.add(16), m1, v1);
-            }
-        }
-    }
-
-    /// # Safety
-    /// CPU must support AVX2 and FMA; see `run_tile` for pointers.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn tile_avx2(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
-        match t.rows {
-            1 => tile_avx2_r::<1>(t, clamp, out, out_stride),
-            2 => tile_avx2_r::<2>(t, clamp, out, out_stride),
-            3 | 4 => tile_avx2_r::<4>(t, clamp, out, out_stride),
-            _ => tile_avx2_r::<6>(t, clamp, out, out_stride),
-        }
-    }
-
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn tile_avx2_r<const R: usize>(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
-        const MR: usize = 6;
-        const NR: usize = 16;
-        let b0 = _mm256_loadu_ps(t.bias.as_ptr());
-        let b1 = _mm256_loadu_ps(t.bias.as_ptr().add(8));
-        let mut c0 = [b0; R];
-        let mut c1 = [b1; R];
-        for tap in 0..t.taps {
-            let a = &t.a[tap * MR..tap * MR + R];
-            let mut bp = t.b.as_ptr().add(tap * t.k * NR);
-            for kk in 0..t.k {
-                let w0 = _mm256_loadu_ps(bp);
-                let w1 = _mm256_loadu_ps(bp.add(8));
-                for r in 0..R {
-                    let av = _mm256_set1_ps(*a[r].add(kk));
-                    c0[r] = _mm256_fmadd_ps(av, w0, c0[r]);
-                    c1[r] = _mm256_fmadd_ps(av, w1, c1[r]);
-                }
-                bp = bp.add(NR);
-            }
-        }
-        let lo = _mm256_set1_ps(clamp.min);
-        let hi = _mm256_set1_ps(clamp.max);
-        let mut buf = [0.0f32; NR];
-        for r in 0..t.rows.min(R) {
-            let o = out.add(r * out_stride);
-            let v0 = _mm256_min_ps(_mm256_max_ps(c0[r], lo), hi);
-            let v1 = _mm256_min_ps(_mm256_max_ps(c1[r], lo), hi);
-            if t.cols == NR {
-                _mm256_storeu_ps(o, v0);
-                _mm256_storeu_ps(o.add(8), v1);
-            } else {
-                _mm256_storeu_ps(buf.as_mut_ptr(), v0);
-                _mm256_storeu_ps(buf.as_mut_ptr().add(8), v1);
-                std::ptr::copy_nonoverlapping(buf.as_ptr(), o, t.cols);
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -837,69 +654,70 @@ mod tests {
     #[test]
     fn conv_paths_match_direct_sum() {
         use crate::conv::{out_size_and_pad, Window};
-        let isa = Isa::detect();
-        for &(c, n, k, stride, dil, same) in &[
-            (3, 24, 3, 2, 1, true),
-            (1, 5, 5, 1, 1, false),
-            (4, 33, 3, 1, 2, true),
-            (8, 16, 5, 2, 1, true),
-            (2, 7, 3, 3, 1, false),
-            (5, 40, 1, 1, 1, true),
-            (24, 12, 1, 1, 1, false),
-            (9, 70, 1, 2, 1, true),
-        ] {
-            let (in_h, in_w) = (11, 13);
-            let (out_h, pt) = out_size_and_pad(in_h, k, stride, dil, same).unwrap();
-            let (out_w, pl) = out_size_and_pad(in_w, k, stride, dil, same).unwrap();
-            let g = Window {
-                batch: 2,
-                in_h,
-                in_w,
-                out_h,
-                out_w,
-                k_h: k,
-                k_w: k,
-                stride_h: stride,
-                stride_w: stride,
-                dil_h: dil,
-                dil_w: dil,
-                pad_top: pt,
-                pad_left: pl,
-            };
-            let x: Vec<f32> = (0..2 * in_h * in_w * c).map(|i| ((i * 7 % 13) as f32) * 0.1 - 0.6).collect();
-            let w: Vec<f32> = (0..n * k * k * c).map(|i| ((i * 5 % 11) as f32) * 0.1 - 0.5).collect();
-            let bias: Vec<f32> = (0..n).map(|i| i as f32 * 0.01).collect();
-            let mut want = vec![0.0f32; 2 * out_h * out_w * n];
-            for b in 0..2 {
-                for oy in 0..out_h {
-                    for ox in 0..out_w {
-                        for o in 0..n {
-                            let mut s = bias[o];
-                            for ky in 0..k {
-                                for kx in 0..k {
-                                    let (y, xx) = ((oy * stride + ky * dil) as isize - pt as isize, (ox * stride + kx * dil) as isize - pl as isize);
-                                    if y >= 0 && xx >= 0 && (y as usize) < in_h && (xx as usize) < in_w {
-                                        for i in 0..c {
-                                            s += x[((b * in_h + y as usize) * in_w + xx as usize) * c + i] * w[((o * k + ky) * k + kx) * c + i];
+        for isa in Isa::available() {
+            for &(c, n, k, stride, dil, same) in &[
+                (3, 24, 3, 2, 1, true),
+                (1, 5, 5, 1, 1, false),
+                (4, 33, 3, 1, 2, true),
+                (8, 16, 5, 2, 1, true),
+                (2, 7, 3, 3, 1, false),
+                (5, 40, 1, 1, 1, true),
+                (24, 12, 1, 1, 1, false),
+                (9, 70, 1, 2, 1, true),
+            ] {
+                let (in_h, in_w) = (11, 13);
+                let (out_h, pt) = out_size_and_pad(in_h, k, stride, dil, same).unwrap();
+                let (out_w, pl) = out_size_and_pad(in_w, k, stride, dil, same).unwrap();
+                let g = Window {
+                    batch: 2,
+                    in_h,
+                    in_w,
+                    out_h,
+                    out_w,
+                    k_h: k,
+                    k_w: k,
+                    stride_h: stride,
+                    stride_w: stride,
+                    dil_h: dil,
+                    dil_w: dil,
+                    pad_top: pt,
+                    pad_left: pl,
+                };
+                let x: Vec<f32> = (0..2 * in_h * in_w * c).map(|i| ((i * 7 % 13) as f32) * 0.1 - 0.6).collect();
+                let w: Vec<f32> = (0..n * k * k * c).map(|i| ((i * 5 % 11) as f32) * 0.1 - 0.5).collect();
+                let bias: Vec<f32> = (0..n).map(|i| i as f32 * 0.01).collect();
+                let mut want = vec![0.0f32; 2 * out_h * out_w * n];
+                for b in 0..2 {
+                    for oy in 0..out_h {
+                        for ox in 0..out_w {
+                            for o in 0..n {
+                                let mut s = bias[o];
+                                for ky in 0..k {
+                                    for kx in 0..k {
+                                        let (y, xx) = ((oy * stride + ky * dil) as isize - pt as isize, (ox * stride + kx * dil) as isize - pl as isize);
+                                        if y >= 0 && xx >= 0 && (y as usize) < in_h && (xx as usize) < in_w {
+                                            for i in 0..c {
+                                                s += x[((b * in_h + y as usize) * in_w + xx as usize) * c + i] * w[((o * k + ky) * k + kx) * c + i];
+                                            }
                                         }
                                     }
                                 }
+                                want[((b * out_h + oy) * out_w + ox) * n + o] = s;
                             }
-                            want[((b * out_h + oy) * out_w + ox) * n + o] = s;
                         }
                     }
                 }
-            }
-            let mut packings = vec![Packed::new(isa, &w, Some(&bias), n, k * k, c)];
-            if dil == 1 {
-                packings.push(Packed::with_merged_rows(isa, &w, Some(&bias), n, k, k, c));
-            }
-            for pk in packings {
-                let mut out = vec![f32::NAN; want.len()];
-                let mut sc = pk.scratch(&g);
-                assert!(conv2d(&x, &pk, &g, Clamp::NONE, &mut out, 0..2 * out_h, &mut sc));
-                for (i, (a, b)) in out.iter().zip(&want).enumerate() {
-                    assert!((a - b).abs() < 1e-4, "c{c} n{n} k{k} s{stride} d{dil} merged {}: element {i} {a} vs {b}", pk.merged_kw);
+                let mut packings = vec![Packed::new(isa, &w, Some(&bias), n, k * k, c)];
+                if dil == 1 {
+                    packings.push(Packed::with_merged_rows(isa, &w, Some(&bias), n, k, k, c));
+                }
+                for pk in packings {
+                    let mut out = vec![f32::NAN; want.len()];
+                    let mut sc = pk.scratch(&g);
+                    assert!(conv2d(&x, &pk, &g, Clamp::NONE, &mut out, 0..2 * out_h, &mut sc));
+                    for (i, (a, b)) in out.iter().zip(&want).enumerate() {
+                        assert!((a - b).abs() < 1e-4, "{isa:?} c{c} n{n} k{k} s{stride} d{dil} merged {}: element {i} {a} vs {b}", pk.merged_kw);
+                    }
                 }
             }
         }
@@ -907,7 +725,7 @@ mod tests {
 
     #[test]
     fn fully_connected_matches_naive_for_every_batch_and_width() {
-        for isa in [Isa::detect(), Isa::Portable] {
+        for isa in Isa::available() {
             for &(batch, n, k) in &[(1, 1, 1), (1, 17, 7), (1, 32, 300), (1, 33, 5), (1, 100, 64), (1, 130, 301), (1, 256, 16), (3, 40, 9), (9, 70, 33)] {
                 let w: Vec<f32> = (0..n * k).map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.05).collect();
                 let x: Vec<f32> = (0..batch * k).map(|i| ((i * 5 % 11) as f32 - 5.0) * 0.1).collect();
@@ -928,17 +746,100 @@ mod tests {
 
     #[test]
     fn every_available_kernel_matches_naive() {
-        check(Isa::Portable);
-        let best = Isa::detect();
-        if best != Isa::Portable {
-            check(best);
+        for isa in Isa::available() {
+            check(isa);
         }
+    }
+
+    /// Every kernel the CPU can run is offered by [`Isa::available`] (so the tests
+    /// above cover, on an AVX-512 machine, the AVX2 and portable kernels too), and
+    /// none it cannot.
+    #[test]
+    fn available_lists_every_runnable_kernel() {
+        let all = Isa::available();
+        assert_eq!(all.last(), Some(&Isa::portable()));
+        assert_eq!(all.first(), Some(&Isa::detect()));
         #[cfg(target_arch = "x86_64")]
-        if best == Isa::Avx512 && std::arch::is_x86_feature_detected!("fma") {
-            check(Isa::Avx2);
+        {
+            let avx512 = std::arch::is_x86_feature_detected!("avx512f");
+            let avx2 = std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
+            assert_eq!(all.contains(&Isa(Kind::Avx512)), avx512);
+            assert_eq!(all.contains(&Isa(Kind::Avx512Narrow)), avx512);
+            assert_eq!(all.contains(&Isa(Kind::Avx2)), avx2);
         }
-        if best == Isa::Avx512 {
-            check(Isa::Avx512Narrow);
+        #[cfg(not(target_arch = "x86_64"))]
+        assert_eq!(all, [Isa::portable()]);
+    }
+
+    /// The sequence that used to crash (shrink the packed buffer through a public
+    /// field, then call `fully_connected`) cannot be written any more (see the
+    /// `compile_fail` example on [`Packed`]); buffers that disagree with the
+    /// packing through the safe API are refused or panic cleanly.
+    #[test]
+    fn mismatched_buffers_are_refused() {
+        for isa in Isa::available() {
+            let (n, k) = (40, 33);
+            let w = vec![0.5f32; n * k];
+            let pk = Packed::new(isa, &w, None, n, 1, k);
+            let x = vec![1.0f32; 2 * k];
+            let mut out = vec![0.0f32; 2 * n];
+            assert!(fully_connected(&x, 2, &pk, Clamp::NONE, &mut out));
+            assert!(!fully_connected(&x[..2 * k - 1], 2, &pk, Clamp::NONE, &mut out), "{isa:?}: short input");
+            assert!(!fully_connected(&x, 2, &pk, Clamp::NONE, &mut out[..2 * n - 1]), "{isa:?}: short output");
+            assert!(!fully_connected(&x[..k - 1], 1, &pk, Clamp::NONE, &mut out), "{isa:?}: short batch-1 input");
+            // Convolution packing read as fully-connected, and a scratch for
+            // another geometry: refused.
+            let conv = Packed::new(isa, &w, None, n, 3, 11);
+            assert!(!fully_connected(&x, 2, &conv, Clamp::NONE, &mut out));
+            let g = |w: usize| crate::conv::Window {
+                batch: 1,
+                in_h: 4,
+                in_w: w,
+                out_h: 4,
+                out_w: w,
+                k_h: 1,
+                k_w: 3,
+                stride_h: 1,
+                stride_w: 1,
+                dil_h: 1,
+                dil_w: 1,
+                pad_top: 0,
+                pad_left: 1,
+            };
+            let (small, big) = (g(2), g(40));
+            let mut sc = conv.scratch(&small);
+            let input = vec![1.0f32; 4 * 40 * 11];
+            let mut out = vec![0.0f32; 4 * 40 * n];
+            assert!(!conv2d(&input, &conv, &big, Clamp::NONE, &mut out, 0..4, &mut sc), "{isa:?}: scratch too small");
+            let mut sc = conv.scratch(&big);
+            assert!(conv2d(&input, &conv, &big, Clamp::NONE, &mut out, 0..4, &mut sc));
+            assert!(!conv2d(&input[..input.len() - 1], &conv, &big, Clamp::NONE, &mut out, 0..4, &mut sc), "{isa:?}: short input");
+            assert!(!conv2d(&input, &conv, &big, Clamp::NONE, &mut out, 0..5, &mut sc), "{isa:?}: rows past the output");
+            // Sizes that overflow (which once wrapped to small numbers and passed
+            // the checks) are refused too.
+            let huge = crate::conv::Window { batch: usize::MAX / 2 + 2, ..big };
+            assert!(!conv2d(&input, &conv, &huge, Clamp::NONE, &mut out, 0..4, &mut sc), "{isa:?}: overflowing batch");
+            let merged = Packed::with_merged_rows(isa, &w, None, n, 1, 3, 11);
+            let mut sc = merged.scratch(&big);
+            assert!(conv2d(&input, &merged, &big, Clamp::NONE, &mut out, 0..4, &mut sc));
+            let wide = crate::conv::Window { stride_w: usize::MAX / 4, ..big };
+            assert!(!conv2d(&input, &merged, &wide, Clamp::NONE, &mut out, 0..4, &mut sc), "{isa:?}: overflowing stride");
+            #[allow(clippy::reversed_empty_ranges)]
+            let reversed = 8..4;
+            assert!(!conv2d_pixels(&input, &conv, &big, Clamp::NONE, &mut out, reversed, &mut conv.scratch(&big)), "{isa:?}: reversed range");
         }
+    }
+
+    #[test]
+    #[should_panic(expected = "weights for")]
+    fn packing_short_weights_panics() {
+        let _ = Packed::new(Isa::detect(), &[1.0; 10], None, 4, 1, 3);
+    }
+
+    #[test]
+    #[should_panic(expected = "repack")]
+    fn repacking_short_weights_panics() {
+        let mut pk = Packed::new(Isa::detect(), &[1.0; 12], None, 4, 1, 3);
+        pk.repack(&[1.0; 11], None);
     }
 }

@@ -24,11 +24,11 @@ macro_rules! simd_fn {
                 unsafe fn avx512($($p: $t),*) { body($($p),*) }
                 #[target_feature(enable = "avx2,fma")]
                 unsafe fn avx2($($p: $t),*) { body($($p),*) }
-                if std::arch::is_x86_feature_detected!("avx512f") {
+                if $crate::level::has_avx512f() {
                     // SAFETY: the CPU supports AVX-512F (checked just above).
                     return unsafe { avx512($($p),*) };
                 }
-                if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                if $crate::level::has_avx2_fma() {
                     // SAFETY: the CPU supports AVX2 and FMA (checked just above).
                     return unsafe { avx2($($p),*) };
                 }
@@ -36,6 +36,89 @@ macro_rules! simd_fn {
             body($($p),*)
         }
     };
+}
+
+/// Run-time x86-64 feature checks for the kernels that pick a vector width
+/// themselves ([`simd_fn!`] bodies, depthwise rows, requantization). Tests can
+/// cap the level per thread ([`level::with_cap`]) so that on an AVX-512 machine
+/// the AVX2 + FMA and baseline builds run too; outside tests the checks are the
+/// plain cached feature tests.
+pub(crate) mod level {
+    /// A vector level, in increasing order.
+    #[cfg(test)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+    pub(crate) enum Level {
+        /// Baseline x86-64 (or another architecture).
+        Baseline,
+        /// AVX2 + FMA.
+        Avx2,
+        /// AVX-512F.
+        Avx512,
+    }
+
+    #[cfg(test)]
+    thread_local! {
+        static CAP: std::cell::Cell<Level> = const { std::cell::Cell::new(Level::Avx512) };
+    }
+
+    /// Whether the kernels may use `l` (always, outside tests).
+    #[cfg(test)]
+    fn allowed(l: Level) -> bool {
+        CAP.with(|c| c.get() >= l)
+    }
+
+    /// Whether AVX-512F kernels may run: the CPU has it (and no test cap forbids it).
+    #[inline(always)]
+    pub(crate) fn has_avx512f() -> bool {
+        #[cfg(test)]
+        if !allowed(Level::Avx512) {
+            return false;
+        }
+        #[cfg(target_arch = "x86_64")]
+        return std::arch::is_x86_feature_detected!("avx512f");
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    }
+
+    /// Whether AVX2 + FMA kernels may run: the CPU has both (and no test cap forbids them).
+    #[inline(always)]
+    #[cfg_attr(all(not(test), not(target_arch = "x86_64")), allow(dead_code))]
+    pub(crate) fn has_avx2_fma() -> bool {
+        #[cfg(test)]
+        if !allowed(Level::Avx2) {
+            return false;
+        }
+        #[cfg(target_arch = "x86_64")]
+        return std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    }
+
+    /// Every level this CPU runs, best first.
+    #[cfg(test)]
+    pub(crate) fn available() -> Vec<Level> {
+        let (avx512, avx2) = with_cap(Level::Avx512, || (has_avx512f(), has_avx2_fma()));
+        [(Level::Avx512, avx512), (Level::Avx2, avx2), (Level::Baseline, true)].into_iter().filter_map(|(l, ok)| ok.then_some(l)).collect()
+    }
+
+    /// Runs `f` with the kernels on this thread limited to `cap`.
+    #[cfg(test)]
+    pub(crate) fn with_cap<R>(cap: Level, f: impl FnOnce() -> R) -> R {
+        let old = CAP.with(|c| c.replace(cap));
+        let r = f();
+        CAP.with(|c| c.set(old));
+        r
+    }
+
+    /// Runs `f` once under every level this CPU runs, passing the level.
+    #[cfg(test)]
+    pub(crate) fn each(mut f: impl FnMut(Level)) {
+        for l in available() {
+            // Shown with a failing test's output: which build failed.
+            eprintln!("kernels capped at {l:?}");
+            with_cap(l, || f(l));
+        }
+    }
 }
 
 /// Sum of 16 lane accumulators in a fixed pairwise order (halving stages that
@@ -115,7 +198,44 @@ pub fn strides(shape: &[usize]) -> [usize; MAX_DIMS] {
     s
 }
 
+/// Whether a buffer of `len` elements holds the product of `dims` (false if the
+/// product overflows): the size checks the unsafe kernels rely on.
+pub(crate) fn holds(len: usize, dims: &[usize]) -> bool {
+    product(dims).is_some_and(|need| need <= len)
+}
+
+/// Product of `dims`, None if it overflows.
+pub(crate) fn product(dims: &[usize]) -> Option<usize> {
+    dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d))
+}
+
 /// Number of elements of a shape.
 pub fn numel(shape: &[usize]) -> usize {
     shape.iter().product()
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::level::{self, Level};
+
+    /// The per-thread cap really switches off the wider builds, so tests run
+    /// under [`level::each`] exercise the AVX2 + FMA and baseline code on an
+    /// AVX-512 machine.
+    #[test]
+    fn level_cap_selects_each_build() {
+        let all = level::available();
+        assert_eq!(all.last(), Some(&Level::Baseline));
+        level::with_cap(Level::Baseline, || {
+            assert!(!level::has_avx512f() && !level::has_avx2_fma());
+            assert!(!crate::conv::depthwise_masks_tails());
+        });
+        level::with_cap(Level::Avx2, || {
+            assert!(!level::has_avx512f());
+            assert_eq!(level::has_avx2_fma(), all.contains(&Level::Avx2));
+        });
+        assert_eq!(level::has_avx512f(), all.contains(&Level::Avx512));
+        let mut seen = Vec::new();
+        level::each(|l| seen.push(l));
+        assert_eq!(seen, all);
+    }
 }

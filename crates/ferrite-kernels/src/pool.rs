@@ -93,13 +93,28 @@ mod tests {
 
     #[test]
     fn avg_pool_excludes_padding() {
-        let g =
-            Window { batch: 1, in_h: 2, in_w: 2, out_h: 2, out_w: 2, k_h: 2, k_w: 2, stride_h: 1, stride_w: 1, dil_h: 1, dil_w: 1, pad_top: 0, pad_left: 0 };
-        let mut out = [0.0; 4];
-        average_pool(&[1.0, 2.0, 3.0, 4.0], 1, &g, Clamp::NONE, &mut out, 0..2);
-        assert_eq!(out, [2.5, 3.0, 3.5, 4.0]);
-        max_pool(&[1.0, 2.0, 3.0, 4.0], 1, &g, Clamp::NONE, &mut out, 0..2);
-        assert_eq!(out, [4.0, 4.0, 4.0, 4.0]);
+        crate::level::each(|_| {
+            let g = Window {
+                batch: 1,
+                in_h: 2,
+                in_w: 2,
+                out_h: 2,
+                out_w: 2,
+                k_h: 2,
+                k_w: 2,
+                stride_h: 1,
+                stride_w: 1,
+                dil_h: 1,
+                dil_w: 1,
+                pad_top: 0,
+                pad_left: 0,
+            };
+            let mut out = [0.0; 4];
+            average_pool(&[1.0, 2.0, 3.0, 4.0], 1, &g, Clamp::NONE, &mut out, 0..2);
+            assert_eq!(out, [2.5, 3.0, 3.5, 4.0]);
+            max_pool(&[1.0, 2.0, 3.0, 4.0], 1, &g, Clamp::NONE, &mut out, 0..2);
+            assert_eq!(out, [4.0, 4.0, 4.0, 4.0]);
+        });
     }
 }
 

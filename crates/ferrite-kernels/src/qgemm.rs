@@ -17,23 +17,90 @@ const NR: usize = 16;
 /// Rows gathered per block by [`conv_i8`].
 pub const BLOCK_ROWS: usize = 64;
 
+#[cfg(target_arch = "aarch64")]
+mod aarch64;
+#[cfg(target_arch = "x86_64")]
+mod x86_64;
+
 /// int8 weights packed for [`gemm`], with their per-channel sums.
+///
+/// The fields are private: the SIMD kernels read `w` through raw pointers sized
+/// from `n` and `kq`, so only [`QPacked::new`] (which sizes `w` from them) sets them.
 #[derive(Debug, Clone)]
 pub struct QPacked {
     /// Output channels.
-    pub n: usize,
+    n: usize,
     /// Reduction length.
-    pub k: usize,
+    k: usize,
     /// `k` rounded up to a multiple of 4 (the row stride of `a`).
-    pub kq: usize,
+    kq: usize,
+    /// `[panel][kq / 4][NR][4]`, exactly `n.div_ceil(NR) * kq * NR` bytes.
     w: Vec<i8>,
-    /// `sum_k w[n, k]` per output channel.
-    pub col_sum: Vec<i32>,
+    /// `sum_k w[n, k]` per output channel (`n` of them).
+    col_sum: Vec<i32>,
+}
+
+/// Instruction set of the int8 GEMM: a token made only by CPU feature detection
+/// (or [`QIsa::portable`]), so a safe caller cannot select a kernel the CPU
+/// lacks. All kernels read the same packed layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct QIsa(QKind);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+// Each architecture constructs only its own variants.
+#[allow(dead_code)]
+enum QKind {
+    /// x86-64 AVX-512F/BW with VNNI (`vpdpbusd`).
+    Vnni,
+    /// aarch64 with the dot-product extension (`sdot`).
+    DotProd,
+    /// Any CPU (compiled per x86-64 vector width by `simd_fn!`).
+    Portable,
+}
+
+impl QIsa {
+    /// The portable kernel (any CPU).
+    pub fn portable() -> QIsa {
+        QIsa(QKind::Portable)
+    }
+
+    /// The VNNI kernel, if this CPU has AVX-512F, AVX-512BW and AVX-512 VNNI.
+    pub fn vnni() -> Option<QIsa> {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vnni")
+        {
+            return Some(QIsa(QKind::Vnni));
+        }
+        None
+    }
+
+    /// The dot-product kernel, if this CPU is aarch64 with the dotprod extension.
+    pub fn dotprod() -> Option<QIsa> {
+        #[cfg(target_arch = "aarch64")]
+        if std::arch::is_aarch64_feature_detected!("dotprod") {
+            return Some(QIsa(QKind::DotProd));
+        }
+        None
+    }
+
+    /// The best kernel this CPU runs.
+    pub fn detect() -> QIsa {
+        QIsa::vnni().or_else(QIsa::dotprod).unwrap_or_else(QIsa::portable)
+    }
+
+    /// Every kernel this CPU can run, best first (the portable one last).
+    pub fn available() -> Vec<QIsa> {
+        [QIsa::vnni(), QIsa::dotprod(), Some(QIsa::portable())].into_iter().flatten().collect()
+    }
 }
 
 impl QPacked {
     /// Packs row-major `[n, k]` weights (an OHWI filter is `[out_c, kh * kw * in_c]`).
+    /// Panics if `w` holds fewer than `n * k` values.
     pub fn new(w: &[i8], n: usize, k: usize) -> QPacked {
+        assert!(w.len() >= n * k, "QPacked::new: {} weights for {n} x {k}", w.len());
         let kq = k.div_ceil(4) * 4;
         let panels = n.div_ceil(NR);
         let mut packed = vec![0i8; panels * kq * NR];
@@ -46,37 +113,55 @@ impl QPacked {
         let col_sum = (0..n).map(|j| w[j * k..(j + 1) * k].iter().map(|&v| i32::from(v)).sum()).collect();
         QPacked { n, k, kq, w: packed, col_sum }
     }
+
+    /// Output channels.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// Reduction length.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// `k` rounded up to a multiple of 4: the row stride [`gemm`] reads `a` with.
+    pub fn kq(&self) -> usize {
+        self.kq
+    }
+
+    /// `sum_k w[j, k]` for each output channel `j`.
+    pub fn col_sum(&self) -> &[i32] {
+        &self.col_sum
+    }
 }
 
 /// `out[m, j] = sum_k a[m * kq + k] * w[j, k]` for `rows` rows of `a` (unsigned,
-/// row stride `pk.kq`), written `pk.n` per row.
+/// row stride `pk.kq()`), written `pk.n()` per row, by the best kernel this CPU runs.
+/// Panics if `a` or `out` is too short.
 pub fn gemm(a: &[u8], rows: usize, pk: &QPacked, out: &mut [i32]) {
-    assert!(a.len() >= rows * pk.kq && out.len() >= rows * pk.n, "gemm operands too short");
-    #[cfg(target_arch = "x86_64")]
-    if has_vnni() {
-        // SAFETY: the CPU has AVX-512F/BW and VNNI (checked just above), and the
-        // operand lengths were checked against the shapes the kernel reads.
-        unsafe { vnni::gemm(a, rows, pk, out) };
-        return;
+    gemm_with(QIsa::detect(), a, rows, pk, out);
+}
+
+/// [`gemm`] by the kernel `isa` (the one dispatch point of the int8 GEMM).
+/// Panics if `a` or `out` is too short.
+pub fn gemm_with(isa: QIsa, a: &[u8], rows: usize, pk: &QPacked, out: &mut [i32]) {
+    assert!(rows.checked_mul(pk.kq).is_some_and(|l| l <= a.len()) && rows.checked_mul(pk.n).is_some_and(|l| l <= out.len()), "gemm operands too short");
+    match isa.0 {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a `Vnni` token is only made after detecting AVX-512F/BW and VNNI,
+        // and the operand lengths were checked against the shapes the kernel reads.
+        QKind::Vnni => unsafe { x86_64::gemm(a, rows, pk, out) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: a `DotProd` token is only made after detecting the dot-product
+        // extension, and the operand lengths were checked as above.
+        QKind::DotProd => unsafe { aarch64::gemm(a, rows, pk, out) },
+        _ => gemm_portable(a, rows, pk, out),
     }
-    #[cfg(target_arch = "aarch64")]
-    if std::arch::is_aarch64_feature_detected!("dotprod") {
-        // SAFETY: the CPU has the dot-product extension (checked just above), and
-        // the operand lengths were checked against the shapes the kernel reads.
-        unsafe { dotprod::gemm(a, rows, pk, out) };
-        return;
-    }
-    gemm_portable(a, rows, pk, out);
 }
 
 /// Whether the VNNI kernel runs on this CPU.
 pub fn has_vnni() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512bw") && std::arch::is_x86_feature_detected!("avx512vnni")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
+    QIsa::vnni().is_some()
 }
 
 simd_fn! {
@@ -96,157 +181,6 @@ simd_fn! {
                     }
                 }
                 out[m * pk.n + p * NR..][..cols].copy_from_slice(&acc[..cols]);
-            }
-        }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-mod vnni {
-    use super::{QPacked, NR};
-    use std::arch::x86_64::*;
-
-    /// Rows per register tile.
-    const MR: usize = 8;
-
-    /// `R` rows of one panel: `R` accumulators of 16 channels, one weight load and
-    /// `R` broadcasts per group of four `k`.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn tile<const R: usize>(a: *const u8, kq: usize, w: *const i8, groups: usize, out: *mut i32, ldo: usize, cols: usize) {
-        let mut acc = [_mm512_setzero_si512(); R];
-        for g in 0..groups {
-            // SAFETY (whole function): the caller passes pointers to R rows of kq
-            // bytes, a panel of groups * 64 weights and R output rows of ldo ints.
-            let wv = unsafe { _mm512_loadu_si512(w.add(g * 64) as *const _) };
-            for (r, acc) in acc.iter_mut().enumerate() {
-                let av = _mm512_set1_epi32(unsafe { (a.add(r * kq + g * 4) as *const i32).read_unaligned() });
-                *acc = _mm512_dpbusd_epi32(*acc, av, wv);
-            }
-        }
-        let mask: __mmask16 = if cols >= NR { 0xFFFF } else { (1u16 << cols) - 1 };
-        for (r, acc) in acc.iter().enumerate() {
-            unsafe { _mm512_mask_storeu_epi32(out.add(r * ldo), mask, *acc) };
-        }
-    }
-
-    /// Requantization of rows of `n` accumulators, 16 channels per step: the 64-bit
-    /// products in even and odd lanes, then the rounding shift, zero point and clamp.
-    ///
-    /// # Safety
-    /// The CPU must support AVX-512F; `dots` and `out` hold whole rows of `n`.
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn requant(rq: &super::RowRequant, dots: &[i32], out: &mut [i8]) {
-        let n = rq.offset.len();
-        let (half, one) = (_mm512_set1_epi64(1 << 30), _mm512_set1_epi32(1));
-        let (zp, lo, hi) = (_mm512_set1_epi32(rq.out_zp), _mm512_set1_epi32(rq.min), _mm512_set1_epi32(rq.max));
-        for (row, orow) in dots.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
-            let mut j = 0;
-            while j < n {
-                let cols = NR.min(n - j);
-                let k: __mmask16 = if cols >= NR { 0xFFFF } else { (1u16 << cols) - 1 };
-                // SAFETY: every load and store is masked to the `cols` valid lanes
-                // from index j of arrays of length n.
-                let (d, off, m, left, right) = unsafe {
-                    (
-                        _mm512_maskz_loadu_epi32(k, row.as_ptr().add(j)),
-                        _mm512_maskz_loadu_epi32(k, rq.offset.as_ptr().add(j)),
-                        _mm512_maskz_loadu_epi32(k, rq.multiplier.as_ptr().add(j)),
-                        _mm512_maskz_loadu_epi32(k, rq.left.as_ptr().add(j) as *const i32),
-                        _mm512_maskz_loadu_epi32(k, rq.right.as_ptr().add(j) as *const i32),
-                    )
-                };
-                let x = _mm512_sllv_epi32(_mm512_add_epi32(d, off), left);
-                let even = _mm512_srai_epi64::<31>(_mm512_add_epi64(_mm512_mul_epi32(x, m), half));
-                let odd = _mm512_srai_epi64::<31>(_mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64::<32>(x), _mm512_srli_epi64::<32>(m)), half));
-                let high = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64::<32>(odd));
-                let mask = _mm512_sub_epi32(_mm512_sllv_epi32(one, right), one);
-                let threshold = _mm512_add_epi32(_mm512_srli_epi32::<1>(mask), _mm512_srli_epi32::<31>(high));
-                let up = _mm512_cmpgt_epi32_mask(_mm512_and_si512(high, mask), threshold);
-                let v = _mm512_mask_add_epi32(_mm512_srav_epi32(high, right), up, _mm512_srav_epi32(high, right), one);
-                let v = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(v, zp), lo), hi);
-                unsafe { _mm512_mask_cvtepi32_storeu_epi8(orow.as_mut_ptr().add(j) as *mut _, k, v) };
-                j += NR;
-            }
-        }
-    }
-
-    /// # Safety
-    /// The CPU must support AVX-512F/BW and VNNI; `a` holds `rows * pk.kq` bytes
-    /// and `out` `rows * pk.n` ints.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    pub(super) unsafe fn gemm(a: &[u8], rows: usize, pk: &QPacked, out: &mut [i32]) {
-        let groups = pk.kq / 4;
-        for p in 0..pk.n.div_ceil(NR) {
-            let w = unsafe { pk.w.as_ptr().add(p * groups * NR * 4) };
-            let cols = NR.min(pk.n - p * NR);
-            let mut m = 0;
-            while m < rows {
-                let (ap, op) = unsafe { (a.as_ptr().add(m * pk.kq), out.as_mut_ptr().add(m * pk.n + p * NR)) };
-                // SAFETY: rows m..m + MR (or m alone) lie inside `a` and `out`.
-                if rows - m >= MR {
-                    unsafe { tile::<MR>(ap, pk.kq, w, groups, op, pk.n, cols) };
-                    m += MR;
-                } else {
-                    unsafe { tile::<1>(ap, pk.kq, w, groups, op, pk.n, cols) };
-                    m += 1;
-                }
-            }
-        }
-    }
-}
-
-#[cfg(target_arch = "aarch64")]
-mod dotprod {
-    use super::{QPacked, NR};
-    use std::arch::aarch64::*;
-
-    /// `acc += a . b` per group of four bytes (`sdot`), written as inline assembly
-    /// because the intrinsic is not yet stable.
-    #[inline(always)]
-    unsafe fn sdot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
-        let mut acc = acc;
-        // SAFETY: callers run with the dotprod feature enabled; the instruction
-        // only reads and writes the named vector registers.
-        unsafe {
-            std::arch::asm!("sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b", acc = inout(vreg) acc, a = in(vreg) a, b = in(vreg) b, options(pure, nomem, nostack))
-        };
-        acc
-    }
-
-    /// One row at a time, 16 channels in four vectors: the row's four bytes (back
-    /// to signed) broadcast against the packed weights; the unsigned sum is the
-    /// signed one plus 128 times the column sums.
-    ///
-    /// # Safety
-    /// The CPU must support the dot-product extension; `a` holds `rows * pk.kq`
-    /// bytes and `out` `rows * pk.n` ints.
-    #[target_feature(enable = "neon,dotprod")]
-    pub(super) unsafe fn gemm(a: &[u8], rows: usize, pk: &QPacked, out: &mut [i32]) {
-        let groups = pk.kq / 4;
-        for p in 0..pk.n.div_ceil(NR) {
-            let cols = NR.min(pk.n - p * NR);
-            let wp = &pk.w[p * groups * NR * 4..][..groups * NR * 4];
-            for m in 0..rows {
-                let ar = &a[m * pk.kq..][..pk.kq];
-                let mut acc = [vdupq_n_s32(0); 4];
-                for (g, wg) in wp.chunks_exact(NR * 4).enumerate() {
-                    let word = u32::from_le_bytes([ar[g * 4], ar[g * 4 + 1], ar[g * 4 + 2], ar[g * 4 + 3]]) ^ 0x8080_8080;
-                    let av = vreinterpretq_s8_u32(vdupq_n_u32(word));
-                    for (q, acc) in acc.iter_mut().enumerate() {
-                        // SAFETY: wg holds 64 bytes; q * 16 + 16 <= 64.
-                        let wv = unsafe { vld1q_s8(wg.as_ptr().add(q * 16)) };
-                        *acc = unsafe { sdot(*acc, av, wv) };
-                    }
-                }
-                let mut lanes = [0i32; NR];
-                for (q, acc) in acc.iter().enumerate() {
-                    // SAFETY: lanes holds 16 ints; q * 4 + 4 <= 16.
-                    unsafe { vst1q_s32(lanes.as_mut_ptr().add(q * 4), *acc) };
-                }
-                let o = &mut out[m * pk.n + p * NR..][..cols];
-                for (j, o) in o.iter_mut().enumerate() {
-                    *o = lanes[j] + 128 * pk.col_sum[p * NR + j];
-                }
             }
         }
     }
@@ -445,7 +379,9 @@ fn flip_copy(dst: &mut [u8], at: usize, src: &[u8], from: usize, len: usize) {
 #[derive(Debug, Clone)]
 pub struct RowRequant {
     /// Added to each accumulator before rescaling (bias and zero-point terms).
-    pub offset: Vec<i32>,
+    /// Private with the rest: the AVX-512 requantization reads every per-channel
+    /// vector at the indices of this one, so their lengths must stay equal.
+    offset: Vec<i32>,
     multiplier: Vec<i32>,
     left: Vec<u32>,
     right: Vec<u32>,
@@ -469,13 +405,18 @@ impl RowRequant {
         }
     }
 
+    /// The per-channel offsets added before rescaling (bias and zero-point terms).
+    pub fn offset_mut(&mut self) -> &mut [i32] {
+        &mut self.offset
+    }
+
     /// Requantizes rows of `n` accumulators into int8.
     pub fn apply(&self, dots: &[i32], out: &mut [i8]) {
         assert!(dots.len() == out.len() && dots.len().is_multiple_of(self.offset.len().max(1)), "requant operands disagree");
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        if crate::level::has_avx512f() {
             // SAFETY: AVX-512F is present (checked just above); the lengths were checked.
-            unsafe { vnni::requant(self, dots, out) };
+            unsafe { x86_64::requant(self, dots, out) };
             return;
         }
         requant_rows(self, dots, out)
@@ -516,51 +457,82 @@ mod tests {
 
     #[test]
     fn row_requant_matches_multiply_by_quantized_multiplier() {
-        let mut seed = 11u64;
-        let mut next = || {
-            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-            (seed >> 33) as i32
-        };
-        for case in 0..200 {
-            let n = 1 + case % 19;
-            let real: Vec<f64> = (0..n).map(|_| f64::from(next().unsigned_abs() % 100_000 + 1) / 1e5 * if case % 7 == 0 { 40.0 } else { 0.05 }).collect();
-            let (multiplier, shift): (Vec<i32>, Vec<i32>) = real.iter().map(|&r| crate::quant::quantize_multiplier(r)).unzip();
-            let rq = Requant { multiplier, shift, out_zp: next() % 50, min: -128, max: 127 };
-            let mut rr = RowRequant::new(&rq, n);
-            rr.offset.iter_mut().for_each(|o| *o = next() % 5000);
-            let dots: Vec<i32> = (0..4 * n).map(|i| if i % 5 == 0 { next() } else { next() % 100_000 }).collect();
-            let mut got = vec![0i8; 4 * n];
-            rr.apply(&dots, &mut got);
-            let mut portable = vec![0i8; 4 * n];
-            requant_rows(&rr, &dots, &mut portable);
-            assert_eq!(got, portable, "case {case}: dispatched and portable requantization differ");
-            for (i, (&d, &g)) in dots.iter().zip(&got).enumerate() {
-                assert_eq!(i32::from(g), rq.apply(d.wrapping_add(rr.offset[i % n]), i % n), "case {case} element {i}");
+        crate::level::each(|_| {
+            let mut seed = 11u64;
+            let mut next = || {
+                seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                (seed >> 33) as i32
+            };
+            for case in 0..200 {
+                let n = 1 + case % 19;
+                let real: Vec<f64> = (0..n).map(|_| f64::from(next().unsigned_abs() % 100_000 + 1) / 1e5 * if case % 7 == 0 { 40.0 } else { 0.05 }).collect();
+                let (multiplier, shift): (Vec<i32>, Vec<i32>) = real.iter().map(|&r| crate::quant::quantize_multiplier(r)).unzip();
+                let rq = Requant { multiplier, shift, out_zp: next() % 50, min: -128, max: 127 };
+                let mut rr = RowRequant::new(&rq, n);
+                rr.offset.iter_mut().for_each(|o| *o = next() % 5000);
+                let dots: Vec<i32> = (0..4 * n).map(|i| if i % 5 == 0 { next() } else { next() % 100_000 }).collect();
+                let mut got = vec![0i8; 4 * n];
+                rr.apply(&dots, &mut got);
+                let mut portable = vec![0i8; 4 * n];
+                requant_rows(&rr, &dots, &mut portable);
+                assert_eq!(got, portable, "case {case}: dispatched and portable requantization differ");
+                for (i, (&d, &g)) in dots.iter().zip(&got).enumerate() {
+                    assert_eq!(i32::from(g), rq.apply(d.wrapping_add(rr.offset[i % n]), i % n), "case {case} element {i}");
+                }
             }
-        }
+        });
     }
 
     #[test]
     fn gemm_kernels_match_the_definition() {
-        let mut seed = 7u32;
-        let mut next = || {
-            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (seed >> 24) as u8
-        };
-        for &(rows, n, k) in &[(1, 1, 1), (3, 5, 7), (8, 16, 27), (13, 17, 64), (9, 40, 5), (64, 32, 144)] {
-            let w: Vec<i8> = (0..n * k).map(|_| next() as i8).collect();
-            let pk = QPacked::new(&w, n, k);
-            let mut a = vec![0u8; rows * pk.kq];
-            a.iter_mut().for_each(|v| *v = next());
-            let want = naive(&a, rows, &w, n, k, pk.kq);
-            // The padding bytes past k must not matter.
-            let mut got = vec![0; rows * n];
-            gemm(&a, rows, &pk, &mut got);
-            assert_eq!(got, want, "dispatched {rows}x{n}x{k}");
-            let mut got = vec![0; rows * n];
-            gemm_portable(&a, rows, &pk, &mut got);
-            assert_eq!(got, want, "portable {rows}x{n}x{k}");
-            assert_eq!(pk.col_sum[n - 1], w[(n - 1) * k..].iter().map(|&v| i32::from(v)).sum::<i32>());
+        crate::level::each(|_| {
+            let mut seed = 7u32;
+            let mut next = || {
+                seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                (seed >> 24) as u8
+            };
+            for &(rows, n, k) in &[(1, 1, 1), (3, 5, 7), (8, 16, 27), (13, 17, 64), (9, 40, 5), (64, 32, 144)] {
+                let w: Vec<i8> = (0..n * k).map(|_| next() as i8).collect();
+                let pk = QPacked::new(&w, n, k);
+                let mut a = vec![0u8; rows * pk.kq];
+                a.iter_mut().for_each(|v| *v = next());
+                let want = naive(&a, rows, &w, n, k, pk.kq);
+                // The padding bytes past k must not matter.
+                let mut got = vec![0; rows * n];
+                gemm(&a, rows, &pk, &mut got);
+                assert_eq!(got, want, "dispatched {rows}x{n}x{k}");
+                for isa in QIsa::available() {
+                    let mut got = vec![0; rows * n];
+                    gemm_with(isa, &a, rows, &pk, &mut got);
+                    assert_eq!(got, want, "{isa:?} {rows}x{n}x{k}");
+                }
+                let mut got = vec![0; rows * n];
+                gemm_portable(&a, rows, &pk, &mut got);
+                assert_eq!(got, want, "portable {rows}x{n}x{k}");
+                assert_eq!(pk.col_sum()[n - 1], w[(n - 1) * k..].iter().map(|&v| i32::from(v)).sum::<i32>());
+            }
+        });
+    }
+
+    #[test]
+    fn available_lists_every_runnable_kernel() {
+        let all = QIsa::available();
+        assert_eq!(all.first(), Some(&QIsa::detect()));
+        assert_eq!(all.last(), Some(&QIsa::portable()));
+        assert_eq!(all.contains(&QIsa(QKind::Vnni)), has_vnni());
+    }
+
+    /// Operands shorter than the packing's shape panic before any kernel runs,
+    /// for every kernel.
+    #[test]
+    fn short_operands_panic_for_every_kernel() {
+        let pk = QPacked::new(&[1; 20 * 9], 20, 9);
+        for isa in QIsa::available() {
+            let a = vec![1u8; 3 * pk.kq()];
+            let short_a = std::panic::catch_unwind(|| gemm_with(isa, &a[..a.len() - 1], 3, &pk, &mut [0; 60]));
+            assert!(short_a.is_err(), "{isa:?}: short input accepted");
+            let short_out = std::panic::catch_unwind(|| gemm_with(isa, &a, 3, &pk, &mut [0; 59]));
+            assert!(short_out.is_err(), "{isa:?}: short output accepted");
         }
     }
 }

@@ -399,19 +399,46 @@ mod tests {
 
     #[test]
     fn vectorized_quantize_rounds_like_std_round() {
-        let mut x: Vec<f32> = (-4000..4000).map(|i| i as f32 * 0.25).collect();
-        x.extend([0.49999997, -0.49999997, 0.5, -0.5, 1.5, -2.5, 126.5, -128.5, 1e9, -1e9, 8_388_609.0, f32::INFINITY, f32::NEG_INFINITY]);
-        for &scale in &[1.0f32, 0.37, 3.0] {
-            let mut got = vec![0i8; x.len()];
-            quantize_f32_i8(&x, scale, 3, &mut got);
-            let mut wide = vec![0i16; x.len()];
-            quantize_f32_i16(&x, scale, -7, &mut wide);
-            for (i, &v) in x.iter().enumerate() {
-                let r = (v / scale).round();
-                assert_eq!(i32::from(got[i]), (r as i32).saturating_add(3).clamp(-128, 127), "{v} / {scale}");
-                assert_eq!(i32::from(wide[i]), (r as i32).saturating_sub(7).clamp(-32768, 32767), "{v} / {scale}");
+        crate::level::each(|_| {
+            let mut x: Vec<f32> = (-4000..4000).map(|i| i as f32 * 0.25).collect();
+            x.extend([0.49999997, -0.49999997, 0.5, -0.5, 1.5, -2.5, 126.5, -128.5, 1e9, -1e9, 8_388_609.0, f32::INFINITY, f32::NEG_INFINITY]);
+            for &scale in &[1.0f32, 0.37, 3.0] {
+                let mut got = vec![0i8; x.len()];
+                quantize_f32_i8(&x, scale, 3, &mut got);
+                let mut wide = vec![0i16; x.len()];
+                quantize_f32_i16(&x, scale, -7, &mut wide);
+                for (i, &v) in x.iter().enumerate() {
+                    let r = (v / scale).round();
+                    assert_eq!(i32::from(got[i]), (r as i32).saturating_add(3).clamp(-128, 127), "{v} / {scale}");
+                    assert_eq!(i32::from(wide[i]), (r as i32).saturating_sub(7).clamp(-32768, 32767), "{v} / {scale}");
+                }
             }
-        }
+        });
+    }
+
+    /// NaN and zero points near the ends of i32 (which once made the unchecked
+    /// float-to-int conversion out of range) give clamped values, at every level.
+    #[test]
+    fn quantize_is_defined_for_any_zero_point_and_nan() {
+        crate::level::each(|_| {
+            let x = [f32::NAN, 0.0, 1e30, -1e30, 5.0];
+            for zp in [i32::MIN, i32::MIN + 1, -(1 << 23) - 5, -200, 0, 300, (1 << 23) + 5, i32::MAX - 1, i32::MAX] {
+                let mut q = [0i8; 5];
+                quantize_f32_i8(&x, 1.0, zp, &mut q);
+                assert_eq!(q[0], -128, "NaN, zp {zp}");
+                let want = if zp < -200 {
+                    -128
+                } else if zp > 200 {
+                    127
+                } else {
+                    (zp.clamp(-128, 127)) as i8
+                };
+                assert_eq!(q[1], want, "0.0, zp {zp}");
+                let mut w = [0i16; 5];
+                quantize_f32_i16(&x, 1.0, zp, &mut w);
+                assert_eq!((w[2], w[3]), (32767, -32768), "zp {zp}");
+            }
+        });
     }
 
     #[test]
@@ -474,9 +501,13 @@ fn round_div(x: f32, scale: f32) -> f32 {
 /// so the conversion to an integer needs no saturation checks and vectorizes.
 #[inline(always)]
 fn quantize_one(x: f32, scale: f32, zp: i32, lo: i32, hi: i32) -> i32 {
+    // Zero points of real tensors are tiny; bounding them (a loop invariant) keeps
+    // lo - zp and hi - zp exact in f32 (below 2^24) and so inside i32 for any caller.
+    let zp = zp.clamp(-(1 << 23), 1 << 23);
     let r = round_div(x, scale).max((lo - zp) as f32).min((hi - zp) as f32);
     // SAFETY: after max/min, `r` is a finite integral value between lo - zp and
-    // hi - zp, both within i32 (max returns the non-NaN operand).
+    // hi - zp (max returns the non-NaN operand), whose magnitudes are below
+    // 2^23 + 2^16, so it is within i32.
     unsafe { r.to_int_unchecked::<i32>() + zp }
 }
 

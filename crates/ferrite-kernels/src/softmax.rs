@@ -77,31 +77,35 @@ simd_fn! {
 mod tests {
     #[test]
     fn softmax_matches_the_definition() {
-        // A row longer than one vector with a remainder, and a single element.
-        for n in [37usize, 1] {
-            let x: Vec<f32> = (0..2 * n).map(|i| ((i * 7 % 19) as f32 - 9.0) * 0.7).collect();
-            let mut o = vec![0.0; x.len()];
-            super::softmax(&x, n, 0.8, &mut o);
-            let mut l = vec![0.0; x.len()];
-            super::log_softmax(&x, n, &mut l);
-            for (r, (orow, lrow)) in x.chunks(n).zip(o.chunks(n).zip(l.chunks(n))) {
-                let m = r.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let s: f64 = r.iter().map(|&v| (((v - m) * 0.8) as f64).exp()).sum();
-                let ls: f64 = r.iter().map(|&v| ((v - m) as f64).exp()).sum::<f64>().ln();
-                for ((&v, &a), &b) in r.iter().zip(orow).zip(lrow) {
-                    let want = (((v - m) * 0.8) as f64).exp() / s;
-                    assert!((a as f64 - want).abs() < 1e-6, "softmax n {n}: {a} vs {want}");
-                    let want_log = (v - m) as f64 - ls;
-                    assert!((b as f64 - want_log).abs() < 1e-5, "log_softmax n {n}: {b} vs {want_log}");
+        crate::level::each(|_| {
+            // A row longer than one vector with a remainder, and a single element.
+            for n in [37usize, 1] {
+                let x: Vec<f32> = (0..2 * n).map(|i| ((i * 7 % 19) as f32 - 9.0) * 0.7).collect();
+                let mut o = vec![0.0; x.len()];
+                super::softmax(&x, n, 0.8, &mut o);
+                let mut l = vec![0.0; x.len()];
+                super::log_softmax(&x, n, &mut l);
+                for (r, (orow, lrow)) in x.chunks(n).zip(o.chunks(n).zip(l.chunks(n))) {
+                    let m = r.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                    let s: f64 = r.iter().map(|&v| (((v - m) * 0.8) as f64).exp()).sum();
+                    let ls: f64 = r.iter().map(|&v| ((v - m) as f64).exp()).sum::<f64>().ln();
+                    for ((&v, &a), &b) in r.iter().zip(orow).zip(lrow) {
+                        let want = (((v - m) * 0.8) as f64).exp() / s;
+                        assert!((a as f64 - want).abs() < 1e-6, "softmax n {n}: {a} vs {want}");
+                        let want_log = (v - m) as f64 - ls;
+                        assert!((b as f64 - want_log).abs() < 1e-5, "log_softmax n {n}: {b} vs {want_log}");
+                    }
                 }
             }
-        }
+        });
     }
 
     #[test]
     fn softmax_sums_to_one() {
-        let mut o = [0.0; 4];
-        super::softmax(&[1.0, 2.0, 3.0, 4.0], 4, 1.0, &mut o);
-        assert!((o.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+        crate::level::each(|_| {
+            let mut o = [0.0; 4];
+            super::softmax(&[1.0, 2.0, 3.0, 4.0], 4, 1.0, &mut o);
+            assert!((o.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+        });
     }
 }

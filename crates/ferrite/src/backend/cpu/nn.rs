@@ -146,7 +146,7 @@ pub(crate) fn conv2d(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Bui
             }
             // Chunks of whole tiles of pixels: the tiling, and so every result, is
             // then the same for any thread count.
-            let mr = pk.isa.mr();
+            let mr = pk.isa().mr();
             for_row_chunks_aligned(pool.as_deref(), flops, out, rows * g.out_w, oc, mr, &|i, p, out| {
                 let mut sc = scratch[i].lock().unwrap_or_else(|e| e.into_inner());
                 rows_with_epilogue(epilogue.as_ref(), ins, oc, oc, mr, p, out, |p, out| igemm::conv2d_pixels(input, pk, &g, clamp, out, p, &mut sc))

@@ -1,0 +1,363 @@
+//! x86-64 kernels of [`super`]: AVX-512F and AVX2+FMA tiles and the AVX-512F
+//! batch-1 GEMV. Reached only through `super::run_tile` and
+//! `super::fully_connected`, whose `Isa` token proves the CPU has the features.
+
+use super::Tile;
+use crate::Clamp;
+use std::arch::x86_64::*;
+
+/// One row against `P` 32-channel panels at once (a batch-1 fully-connected
+/// layer): 2P weight vectors per broadcast input, two partial sums each.
+///
+/// # Safety
+/// CPU must support AVX-512F; `a` holds `k` floats; each `b[p]` holds `k * 32`
+/// floats and each `bias[p]` 32; `out` is writable for the panels' columns,
+/// `cols[p]` each, panel after panel.
+// The loops index several register arrays in step; iterators would obscure that.
+#[allow(clippy::needless_range_loop)]
+#[target_feature(enable = "avx512f")]
+pub unsafe fn gemv_panels_avx512<const P: usize>(
+    a: *const f32,
+    k: usize,
+    b: [*const f32; P],
+    bias: [*const f32; P],
+    cols: [usize; P],
+    clamp: Clamp,
+    out: *mut f32,
+) {
+    let z = _mm512_setzero_ps();
+    let mut c = [[[z; 2]; P]; 2];
+    for p in 0..P {
+        // SAFETY: each `bias[p]` holds 32 floats (caller contract).
+        c[0][p] = unsafe { [_mm512_loadu_ps(bias[p]), _mm512_loadu_ps(bias[p].add(16))] };
+    }
+    let mut kk = 0;
+    while kk + 2 <= k {
+        for p in 0..P {
+            // Prefetch 16 rows ahead: near the end of a panel the address is past it,
+            // so it is formed with `wrapping_add` (a prefetch never faults).
+            _mm_prefetch::<_MM_HINT_T0>(b[p].wrapping_add((kk + 16) * 32) as *const i8);
+        }
+        for u in 0..2 {
+            // SAFETY: kk + u < k, and `a` holds k floats.
+            let x = _mm512_set1_ps(unsafe { *a.add(kk + u) });
+            for p in 0..P {
+                // SAFETY: row kk + u < k of a panel of k * 32 floats: 32 floats from `w`.
+                unsafe {
+                    let w = b[p].add((kk + u) * 32);
+                    c[u][p][0] = _mm512_fmadd_ps(x, _mm512_loadu_ps(w), c[u][p][0]);
+                    c[u][p][1] = _mm512_fmadd_ps(x, _mm512_loadu_ps(w.add(16)), c[u][p][1]);
+                }
+            }
+        }
+        kk += 2;
+    }
+    if kk < k {
+        // SAFETY: kk < k, and `a` holds k floats.
+        let x = _mm512_set1_ps(unsafe { *a.add(kk) });
+        for p in 0..P {
+            // SAFETY: row kk < k of a panel of k * 32 floats: 32 floats from `w`.
+            unsafe {
+                let w = b[p].add(kk * 32);
+                c[0][p][0] = _mm512_fmadd_ps(x, _mm512_loadu_ps(w), c[0][p][0]);
+                c[0][p][1] = _mm512_fmadd_ps(x, _mm512_loadu_ps(w.add(16)), c[0][p][1]);
+            }
+        }
+    }
+    let (lo, hi) = (_mm512_set1_ps(clamp.min), _mm512_set1_ps(clamp.max));
+    let mut o = out;
+    for p in 0..P {
+        for v in 0..2 {
+            let n = cols[p].saturating_sub(16 * v).min(16);
+            if n > 0 {
+                let m: __mmask16 = if n >= 16 { 0xffff } else { ((1u32 << n) - 1) as u16 };
+                let r = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(c[0][p][v], c[1][p][v]), lo), hi);
+                // SAFETY: the mask covers n <= cols[p] - 16 * v lanes, all inside
+                // this panel's `cols[p]` outputs from `o` (caller contract).
+                unsafe { _mm512_mask_storeu_ps(o.add(16 * v), m, r) };
+            }
+        }
+        // The panels' outputs are consecutive: the next one starts cols[p] later
+        // (one past the end after the last panel, never dereferenced).
+        o = o.wrapping_add(cols[p]);
+    }
+}
+
+/// # Safety
+/// CPU must support AVX-512F; see `run_tile` for pointers.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn tile_avx512(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
+    // Fewer valid rows compute fewer rows: a batch-1 fully-connected layer is
+    // then bound by weight loads, not by FMAs on padding rows.
+    // SAFETY: the same contract as this function's, passed on unchanged.
+    unsafe {
+        match t.rows {
+            1 => tile_avx512_r::<1>(t, clamp, out, out_stride),
+            2 => tile_avx512_r::<2>(t, clamp, out, out_stride),
+            3 | 4 => tile_avx512_r::<4>(t, clamp, out, out_stride),
+            _ => tile_avx512_r::<8>(t, clamp, out, out_stride),
+        }
+    }
+}
+
+/// # Safety
+/// CPU must support AVX-512F; see `run_tile` for pointers.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn tile_avx512_narrow(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
+    // SAFETY: the same contract as this function's, passed on unchanged.
+    unsafe {
+        match t.rows {
+            1 => tile_avx512_narrow_r::<1>(t, clamp, out, out_stride),
+            2 => tile_avx512_narrow_r::<2>(t, clamp, out, out_stride),
+            3 | 4 => tile_avx512_narrow_r::<4>(t, clamp, out, out_stride),
+            5..=8 => tile_avx512_narrow_r::<8>(t, clamp, out, out_stride),
+            _ => tile_avx512_narrow_r::<12>(t, clamp, out, out_stride),
+        }
+    }
+}
+
+/// `R` rows of one 16-channel vector: per k, one weight load, `R` broadcasts and
+/// `R` FMAs (with one or two rows, four partial sums hide the FMA latency).
+// The loops index several register arrays in step; iterators would obscure that.
+#[allow(clippy::needless_range_loop)]
+#[target_feature(enable = "avx512f")]
+unsafe fn tile_avx512_narrow_r<const R: usize>(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
+    const MR: usize = 12;
+    const NR: usize = 16;
+    // SAFETY: `t.bias` is a panel's bias, NR floats (Packed pads bias to whole panels).
+    let b0 = unsafe { _mm512_loadu_ps(t.bias.as_ptr()) };
+    let mut c = [b0; R];
+    if R <= 2 {
+        const U: usize = 4;
+        let z = _mm512_setzero_ps();
+        let mut p = [[z; R]; U];
+        p[0] = c;
+        // SAFETY: every row pointer `t.a[tap * MR + r]` (r < R <= MR, tap < taps) is valid
+        // for `t.k` reads and `t.b` holds `taps * k * NR` floats (the `run_tile`
+        // contract), so each weight row read here, `bt`/`bp` + kk * NR with kk < k,
+        // and each input `a[r] + kk` lie inside them.
+        unsafe {
+            for tap in 0..t.taps {
+                let a = &t.a[tap * MR..tap * MR + R];
+                let bt = t.b.as_ptr().add(tap * t.k * NR);
+                let mut kk = 0;
+                while kk + U <= t.k {
+                    for u in 0..U {
+                        let w = _mm512_loadu_ps(bt.add((kk + u) * NR));
+                        for r in 0..R {
+                            p[u][r] = _mm512_fmadd_ps(_mm512_set1_ps(*a[r].add(kk + u)), w, p[u][r]);
+                        }
+                    }
+                    kk += U;
+                }
+                while kk < t.k {
+                    let w = _mm512_loadu_ps(bt.add(kk * NR));
+                    for r in 0..R {
+                        p[0][r] = _mm512_fmadd_ps(_mm512_set1_ps(*a[r].add(kk)), w, p[0][r]);
+                    }
+                    kk += 1;
+                }
+            }
+        }
+        for r in 0..R {
+            c[r] = _mm512_add_ps(_mm512_add_ps(p[0][r], p[1][r]), _mm512_add_ps(p[2][r], p[3][r]));
+        }
+    } else {
+        // SAFETY: every row pointer `t.a[tap * MR + r]` (r < R <= MR, tap < taps) is valid
+        // for `t.k` reads and `t.b` holds `taps * k * NR` floats (the `run_tile`
+        // contract), so each weight row read here, `bt`/`bp` + kk * NR with kk < k,
+        // and each input `a[r] + kk` lie inside them.
+        unsafe {
+            for tap in 0..t.taps {
+                let a = &t.a[tap * MR..tap * MR + R];
+                let mut bp = t.b.as_ptr().add(tap * t.k * NR);
+                for kk in 0..t.k {
+                    let w = _mm512_loadu_ps(bp);
+                    for r in 0..R {
+                        c[r] = _mm512_fmadd_ps(_mm512_set1_ps(*a[r].add(kk)), w, c[r]);
+                    }
+                    bp = bp.add(NR);
+                }
+            }
+        }
+    }
+    let lo = _mm512_set1_ps(clamp.min);
+    let hi = _mm512_set1_ps(clamp.max);
+    let m: __mmask16 = if t.cols >= 16 { 0xffff } else { ((1u32 << t.cols) - 1) as u16 };
+    // SAFETY: rows r < t.rows <= R and masked lanes within `t.cols`: the
+    // outputs `out + r * out_stride + j`, j < cols, that `run_tile` lets us write.
+    unsafe {
+        for r in 0..t.rows {
+            _mm512_mask_storeu_ps(out.add(r * out_stride), m, _mm512_min_ps(_mm512_max_ps(c[r], lo), hi));
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f")]
+unsafe fn tile_avx512_r<const R: usize>(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
+    const MR: usize = 8;
+    const NR: usize = 32;
+    // SAFETY: `t.bias` is a panel's bias, NR floats (Packed pads bias to whole panels).
+    let (b0, b1) = unsafe { (_mm512_loadu_ps(t.bias.as_ptr()), _mm512_loadu_ps(t.bias.as_ptr().add(16))) };
+    let mut c0 = [b0; R];
+    let mut c1 = [b1; R];
+    if R <= 2 {
+        // With one or two rows, a single accumulator chain per column vector would
+        // wait on FMA latency every step: keep four partial sums over k instead.
+        const U: usize = 4;
+        let z = _mm512_setzero_ps();
+        let mut p0 = [[z; R]; U];
+        let mut p1 = [[z; R]; U];
+        p0[0] = c0;
+        p1[0] = c1;
+        // SAFETY: every row pointer `t.a[tap * MR + r]` (r < R <= MR, tap < taps) is valid
+        // for `t.k` reads and `t.b` holds `taps * k * NR` floats (the `run_tile`
+        // contract), so each weight row read here, `bt`/`bp` + kk * NR with kk < k,
+        // and each input `a[r] + kk` lie inside them.
+        unsafe {
+            for tap in 0..t.taps {
+                let a = &t.a[tap * MR..tap * MR + R];
+                let bt = t.b.as_ptr().add(tap * t.k * NR);
+                let mut kk = 0;
+                while kk + U <= t.k {
+                    // One or two rows stream the weights once: fetch ahead of use.
+                    _mm_prefetch::<_MM_HINT_T0>(bt.wrapping_add((kk + 16) * NR) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T0>(bt.wrapping_add((kk + 18) * NR) as *const i8);
+                    for u in 0..U {
+                        let w0 = _mm512_loadu_ps(bt.add((kk + u) * NR));
+                        let w1 = _mm512_loadu_ps(bt.add((kk + u) * NR + 16));
+                        for r in 0..R {
+                            let av = _mm512_set1_ps(*a[r].add(kk + u));
+                            p0[u][r] = _mm512_fmadd_ps(av, w0, p0[u][r]);
+                            p1[u][r] = _mm512_fmadd_ps(av, w1, p1[u][r]);
+                        }
+                    }
+                    kk += U;
+                }
+                while kk < t.k {
+                    let w0 = _mm512_loadu_ps(bt.add(kk * NR));
+                    let w1 = _mm512_loadu_ps(bt.add(kk * NR + 16));
+                    for r in 0..R {
+                        let av = _mm512_set1_ps(*a[r].add(kk));
+                        p0[0][r] = _mm512_fmadd_ps(av, w0, p0[0][r]);
+                        p1[0][r] = _mm512_fmadd_ps(av, w1, p1[0][r]);
+                    }
+                    kk += 1;
+                }
+            }
+        }
+        for r in 0..R {
+            c0[r] = _mm512_add_ps(_mm512_add_ps(p0[0][r], p0[1][r]), _mm512_add_ps(p0[2][r], p0[3][r]));
+            c1[r] = _mm512_add_ps(_mm512_add_ps(p1[0][r], p1[1][r]), _mm512_add_ps(p1[2][r], p1[3][r]));
+        }
+    } else {
+        // SAFETY: every row pointer `t.a[tap * MR + r]` (r < R <= MR, tap < taps) is valid
+        // for `t.k` reads and `t.b` holds `taps * k * NR` floats (the `run_tile`
+        // contract), so each weight row read here, `bt`/`bp` + kk * NR with kk < k,
+        // and each input `a[r] + kk` lie inside them.
+        unsafe {
+            for tap in 0..t.taps {
+                let a = &t.a[tap * MR..tap * MR + R];
+                let mut bp = t.b.as_ptr().add(tap * t.k * NR);
+                for kk in 0..t.k {
+                    let w0 = _mm512_loadu_ps(bp);
+                    let w1 = _mm512_loadu_ps(bp.add(16));
+                    for r in 0..R {
+                        let av = _mm512_set1_ps(*a[r].add(kk));
+                        c0[r] = _mm512_fmadd_ps(av, w0, c0[r]);
+                        c1[r] = _mm512_fmadd_ps(av, w1, c1[r]);
+                    }
+                    bp = bp.add(NR);
+                }
+            }
+        }
+    }
+    let lo = _mm512_set1_ps(clamp.min);
+    let hi = _mm512_set1_ps(clamp.max);
+    let m0: __mmask16 = if t.cols >= 16 { 0xffff } else { ((1u32 << t.cols) - 1) as u16 };
+    let m1: __mmask16 = if t.cols >= 32 {
+        0xffff
+    } else if t.cols > 16 {
+        ((1u32 << (t.cols - 16)) - 1) as u16
+    } else {
+        0
+    };
+    // SAFETY: rows r < t.rows <= R and masked lanes within `t.cols`: the
+    // outputs `out + r * out_stride + j`, j < cols, that `run_tile` lets us write.
+    unsafe {
+        for r in 0..t.rows {
+            let o = out.add(r * out_stride);
+            let v0 = _mm512_min_ps(_mm512_max_ps(c0[r], lo), hi);
+            let v1 = _mm512_min_ps(_mm512_max_ps(c1[r], lo), hi);
+            _mm512_mask_storeu_ps(o, m0, v0);
+            if m1 != 0 {
+                _mm512_mask_storeu_ps(o.add(16), m1, v1);
+            }
+        }
+    }
+}
+
+/// # Safety
+/// CPU must support AVX2 and FMA; see `run_tile` for pointers.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn tile_avx2(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
+    // SAFETY: the same contract as this function's, passed on unchanged.
+    unsafe {
+        match t.rows {
+            1 => tile_avx2_r::<1>(t, clamp, out, out_stride),
+            2 => tile_avx2_r::<2>(t, clamp, out, out_stride),
+            3 | 4 => tile_avx2_r::<4>(t, clamp, out, out_stride),
+            _ => tile_avx2_r::<6>(t, clamp, out, out_stride),
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile_avx2_r<const R: usize>(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
+    const MR: usize = 6;
+    const NR: usize = 16;
+    // SAFETY: `t.bias` is a panel's bias, NR floats (Packed pads bias to whole panels).
+    let (b0, b1) = unsafe { (_mm256_loadu_ps(t.bias.as_ptr()), _mm256_loadu_ps(t.bias.as_ptr().add(8))) };
+    let mut c0 = [b0; R];
+    let mut c1 = [b1; R];
+    // SAFETY: every row pointer `t.a[tap * MR + r]` (r < R <= MR, tap < taps) is valid
+    // for `t.k` reads and `t.b` holds `taps * k * NR` floats (the `run_tile`
+    // contract), so each weight row read here, `bt`/`bp` + kk * NR with kk < k,
+    // and each input `a[r] + kk` lie inside them.
+    unsafe {
+        for tap in 0..t.taps {
+            let a = &t.a[tap * MR..tap * MR + R];
+            let mut bp = t.b.as_ptr().add(tap * t.k * NR);
+            for kk in 0..t.k {
+                let w0 = _mm256_loadu_ps(bp);
+                let w1 = _mm256_loadu_ps(bp.add(8));
+                for r in 0..R {
+                    let av = _mm256_set1_ps(*a[r].add(kk));
+                    c0[r] = _mm256_fmadd_ps(av, w0, c0[r]);
+                    c1[r] = _mm256_fmadd_ps(av, w1, c1[r]);
+                }
+                bp = bp.add(NR);
+            }
+        }
+    }
+    let lo = _mm256_set1_ps(clamp.min);
+    let hi = _mm256_set1_ps(clamp.max);
+    let mut buf = [0.0f32; NR];
+    // SAFETY: rows r < t.rows <= R and full stores only when cols == NR, else `cols` lanes within `t.cols`: the
+    // outputs `out + r * out_stride + j`, j < cols, that `run_tile` lets us write.
+    unsafe {
+        for r in 0..t.rows.min(R) {
+            let o = out.add(r * out_stride);
+            let v0 = _mm256_min_ps(_mm256_max_ps(c0[r], lo), hi);
+            let v1 = _mm256_min_ps(_mm256_max_ps(c1[r], lo), hi);
+            if t.cols == NR {
+                _mm256_storeu_ps(o, v0);
+                _mm256_storeu_ps(o.add(8), v1);
+            } else {
+                _mm256_storeu_ps(buf.as_mut_ptr(), v0);
+                _mm256_storeu_ps(buf.as_mut_ptr().add(8), v1);
+                std::ptr::copy_nonoverlapping(buf.as_ptr(), o, t.cols);
+            }
+        }
+    }
+}
