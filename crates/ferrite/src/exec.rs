@@ -9,7 +9,7 @@ use smallvec::SmallVec;
 use crate::backend::select::Backends;
 use crate::backend::{BackendContext, Built, CustomOpRegistry, InputDesc, OpContext};
 use crate::compile::{build_op, bytes_of, AlignedBytes, Child, CompiledGraph, DynValue, Limits, Loc, OutPlan, Src, Work};
-use crate::error::{Error, Result};
+use crate::error::{Error, Location, Result};
 use crate::memory;
 use crate::model::{DType, Model};
 use crate::variables::resource_id;
@@ -55,13 +55,7 @@ pub fn execute(
     let bytes = model.bytes();
     let is_bound = bound.is_some();
     let subgraph = g.subgraph;
-    let op_error = |op: usize, e: Error| {
-        let name = model.subgraphs[subgraph].ops[op].code.name();
-        match e {
-            Error::Runtime(m) => Error::Runtime(format!("subgraph {subgraph} op {op} ({name}): {m}")),
-            e => e,
-        }
-    };
+    let op_error = |op: usize, e: Error| e.located(Location::op(subgraph, op, model.subgraphs[subgraph].ops[op].code.name()));
     for st in g.steps.iter_mut() {
         // The common step: at most one output, in the arena. Its views come
         // from two splits of the arena, without the general path's sorting and
@@ -73,7 +67,7 @@ pub fn execute(
         };
         if let (Some((off, len)), None) = (single, profile.as_ref()) {
             if off.checked_add(len).is_none_or(|end| end > arena.len()) {
-                return Err(Error::Runtime(format!("internal: output region {off}+{len} leaves the arena")));
+                return Err(Error::Runtime(format!("internal: output region {off}+{len} leaves the arena").into()));
             }
             let (head, rest) = arena.split_at_mut(off);
             let (out, tail) = rest.split_at_mut(len);
@@ -85,7 +79,7 @@ pub fn execute(
                 } else if o >= end && o - end + l <= tail.len() {
                     Ok(&tail[o - end..o - end + l])
                 } else {
-                    Err(Error::Runtime(format!("internal: input region {o}+{l} overlaps an output of the same op")))
+                    Err(Error::Runtime(format!("internal: input region {o}+{l} overlaps an output of the same op").into()))
                 }
             };
             let mut ins: SmallVec<[Option<&[u8]>; 16]> = SmallVec::new();
@@ -197,7 +191,7 @@ fn run_work(work: &mut Work, ins: &[Option<&[u8]>], outs: &mut [&mut [u8]], mode
                     o.copy_from_slice(v);
                     Ok(())
                 }
-                Some(o) => Err(Error::Runtime(format!("variable {id} holds {} bytes, the read expects {}", v.len(), o.len()))),
+                Some(o) => Err(Error::Runtime(format!("variable {id} holds {} bytes, the read expects {}", v.len(), o.len()).into())),
                 None => Ok(()),
             }
         }
@@ -236,7 +230,7 @@ fn run_dynamic_tail(g: &mut CompiledGraph, model: &Model, arena: &[u8], env: &mu
                     (None, Loc::Arena { offset, len }) => (tensors[t].dtype, &tensors[t].shape, &arena[*offset..*offset + *len], false),
                     (None, Loc::Model(r)) => (tensors[t].dtype, &tensors[t].shape, bytes.get(r.clone()).unwrap_or(&[]), true),
                     (None, Loc::Owned(b)) => (tensors[t].dtype, &tensors[t].shape, b.bytes(), true),
-                    (None, Loc::None) => return Err(Error::Runtime(format!("subgraph {subgraph} op {oi}: input tensor {t} has no value"))),
+                    (None, Loc::None) => return Err(Error::Runtime(format!("subgraph {subgraph} op {oi}: input tensor {t} has no value").into())),
                 };
                 views.push(Some(data));
                 descs.push(Some(InputDesc {
@@ -266,8 +260,7 @@ fn run_dynamic_tail(g: &mut CompiledGraph, model: &Model, arena: &[u8], env: &mu
             }
             let mut out_views: Vec<&mut [u8]> = outs.iter_mut().map(|(_, v)| v.data.bytes_mut()).collect();
             kernel(&views, &mut out_views).map_err(|e| match e {
-                Error::Runtime(m) => Error::Runtime(format!("{}: {m}", octx.at())),
-                e => e,
+                e => e.located(octx.location()),
             })?;
         }
         for (t, v) in outs {
@@ -316,5 +309,5 @@ fn run_while(
             o.copy_from_slice(n.bytes());
         }
     }
-    Err(Error::Runtime(format!("WHILE ran {MAX_WHILE_ITERATIONS} iterations without stopping")))
+    Err(Error::Runtime(format!("WHILE ran {MAX_WHILE_ITERATIONS} iterations without stopping").into()))
 }

@@ -155,7 +155,7 @@ pub fn plan(lifetimes: &[Lifetime], max_bytes: usize) -> Result<MemoryPlan> {
         consider(place(&order, i % 2 == 1, max_bytes), &mut best);
     }
     let (arena_bytes, offsets) =
-        best.ok_or_else(|| Error::ResourceLimit(format!("memory plan needs {smallest_failure} bytes, above the session limit of {max_bytes} bytes")))?;
+        best.ok_or_else(|| Error::ResourceLimit(format!("memory plan needs {smallest_failure} bytes, above the session limit of {max_bytes} bytes").into()))?;
     Ok(MemoryPlan { offsets, arena_bytes, lower_bound_bytes })
 }
 
@@ -178,7 +178,7 @@ pub fn split_regions<'a>(arena: &'a mut [u8], outs: &[(usize, usize)]) -> Result
     for i in order {
         let (off, len) = outs[i];
         if off < cursor || off + len > cursor + rest.len() {
-            return Err(Error::Runtime(format!("internal: output region {off}+{len} overlaps another or leaves the arena")));
+            return Err(Error::Runtime(format!("internal: output region {off}+{len} overlaps another or leaves the arena").into()));
         }
         let (gap, tail) = std::mem::take(&mut rest).split_at_mut(off - cursor);
         gaps.push((cursor, &*gap));
@@ -199,7 +199,7 @@ pub fn find_in_gaps<'a>(gaps: &[(usize, &'a [u8])], off: usize, len: usize) -> R
             return Ok(&g[off - start..off - start + len]);
         }
     }
-    Err(Error::Runtime(format!("internal: input region {off}+{len} overlaps an output of the same op")))
+    Err(Error::Runtime(format!("internal: input region {off}+{len} overlaps an output of the same op").into()))
 }
 
 #[cfg(test)]

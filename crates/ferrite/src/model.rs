@@ -12,7 +12,7 @@ use std::sync::Arc;
 use ferrite_format::schema as fb;
 use ferrite_format::{FileKind, Table};
 
-use crate::error::{invalid, Error, Result};
+use crate::error::{invalid, Error, Location, Result};
 use crate::ops::{parse_params, OpParams};
 pub use ferrite_format::ops::{markdown_table as op_table_markdown, Arity, BuiltinOp, Types, MANY};
 
@@ -429,7 +429,7 @@ fn parse_subgraph(data: &[u8], kind: FileKind, si: usize, sg: Table<'_>, buffers
     let fb_tensors = sg.tables(fb::SubGraph::VT_TENSORS)?;
     let mut tensors = Vec::with_capacity(fb_tensors.len().min(1 << 20));
     for (ti, t) in fb_tensors.iter().enumerate() {
-        tensors.push(parse_tensor(kind, si, ti, t?, buffers)?);
+        tensors.push(parse_tensor(kind, t?, buffers).map_err(|e| e.located(Location::tensor(si, ti)))?);
     }
     let n = tensors.len();
     let io = |slot, what: &str| -> Result<Vec<usize>> {
@@ -441,52 +441,53 @@ fn parse_subgraph(data: &[u8], kind: FileKind, si: usize, sg: Table<'_>, buffers
     let mut ops = Vec::new();
     for (oi, o) in sg.tables(fb::SubGraph::VT_OPERATORS)?.iter().enumerate() {
         let o = o?;
-        let at = || format!("subgraph {si} op {oi}");
         let ci = o.scalar::<u32>(fb::Operator::VT_OPCODE_INDEX, 0)? as i64;
-        let (code, version) = codes.get(idx(ci, codes.len(), || format!("{} opcode_index", at()))?).cloned().ok_or_else(|| invalid(at()))?;
-        let mut op_inputs = Vec::new();
-        for v in o.vec_of::<i32>(fb::Operator::VT_INPUTS)? {
-            op_inputs.push(if v < 0 { None } else { Some(idx(i64::from(v), n, || format!("{} input", at()))?) });
-        }
-        let op_outputs =
-            o.vec_of::<i32>(fb::Operator::VT_OUTPUTS)?.into_iter().map(|v| idx(i64::from(v), n, || format!("{} output", at()))).collect::<Result<Vec<_>>>()?;
-        if let OpCode::Builtin(b) = code {
-            check_arity(b, &op_inputs, &op_outputs).map_err(|m| invalid(format!("{} ({b}): {m}", at())))?;
-        }
-        let opt_type = o.scalar::<u8>(fb::Operator::VT_BUILTIN_OPTIONS_TYPE, 0)?;
-        let options = o.table(fb::Operator::VT_BUILTIN_OPTIONS)?;
-        let params = match &code {
-            OpCode::Builtin(b) => parse_params(*b, opt_type, options).map_err(|e| match e {
-                Error::InvalidModel(m) => invalid(format!("{} ({}): {m}", at(), code.name())),
-                e => e,
-            })?,
-            OpCode::Other(_) | OpCode::Custom(_) => OpParams::None,
-        };
-        let mut custom_options = o.bytes(fb::Operator::VT_CUSTOM_OPTIONS)?.map(|(s, b)| s..s + b.len());
-        let large_off = o.scalar::<u64>(fb::Operator::VT_LARGE_CUSTOM_OPTIONS_OFFSET, 0)?;
-        let large_size = o.scalar::<u64>(fb::Operator::VT_LARGE_CUSTOM_OPTIONS_SIZE, 0)?;
-        if large_off > 1 {
-            let end = large_off
-                .checked_add(large_size)
-                .filter(|&e| e <= data.len() as u64)
-                .ok_or_else(|| invalid(format!("{}: custom options lie outside the file", at())))?;
-            custom_options = Some(large_off as usize..end as usize);
-        }
-        ops.push(Op { code, version, inputs: op_inputs, outputs: op_outputs, params, custom_options });
+        // The op's name when its code resolves, for the error location.
+        let name = usize::try_from(ci).ok().and_then(|c| codes.get(c)).map(|(c, _)| c.name());
+        let loc = Location { subgraph: Some(si), op: Some(oi), op_name: name, tensor: None };
+        ops.push(parse_op(data, o, n, codes).map_err(|e| e.located(loc))?);
     }
     let sg = Subgraph { name, tensors, ops, inputs, outputs };
     check_dataflow(si, &sg)?;
     Ok(sg)
 }
 
-fn parse_tensor(kind: FileKind, si: usize, ti: usize, t: Table<'_>, buffers: &[Option<Range<usize>>]) -> Result<TensorInfo> {
-    let at = || format!("subgraph {si} tensor {ti}");
+/// One operator; errors are located by the caller.
+fn parse_op(data: &[u8], o: Table<'_>, n: usize, codes: &[(OpCode, i32)]) -> Result<Op> {
+    let ci = o.scalar::<u32>(fb::Operator::VT_OPCODE_INDEX, 0)? as i64;
+    let (code, version) = codes.get(idx(ci, codes.len(), || "opcode_index".into())?).cloned().ok_or_else(|| invalid("opcode_index out of range"))?;
+    let mut op_inputs = Vec::new();
+    for v in o.vec_of::<i32>(fb::Operator::VT_INPUTS)? {
+        op_inputs.push(if v < 0 { None } else { Some(idx(i64::from(v), n, || "input".into())?) });
+    }
+    let op_outputs = o.vec_of::<i32>(fb::Operator::VT_OUTPUTS)?.into_iter().map(|v| idx(i64::from(v), n, || "output".into())).collect::<Result<Vec<_>>>()?;
+    if let OpCode::Builtin(b) = code {
+        check_arity(b, &op_inputs, &op_outputs).map_err(invalid)?;
+    }
+    let opt_type = o.scalar::<u8>(fb::Operator::VT_BUILTIN_OPTIONS_TYPE, 0)?;
+    let options = o.table(fb::Operator::VT_BUILTIN_OPTIONS)?;
+    let params = match &code {
+        OpCode::Builtin(b) => parse_params(*b, opt_type, options)?,
+        OpCode::Other(_) | OpCode::Custom(_) => OpParams::None,
+    };
+    let mut custom_options = o.bytes(fb::Operator::VT_CUSTOM_OPTIONS)?.map(|(s, b)| s..s + b.len());
+    let large_off = o.scalar::<u64>(fb::Operator::VT_LARGE_CUSTOM_OPTIONS_OFFSET, 0)?;
+    let large_size = o.scalar::<u64>(fb::Operator::VT_LARGE_CUSTOM_OPTIONS_SIZE, 0)?;
+    if large_off > 1 {
+        let end = large_off.checked_add(large_size).filter(|&e| e <= data.len() as u64).ok_or_else(|| invalid("custom options lie outside the file"))?;
+        custom_options = Some(large_off as usize..end as usize);
+    }
+    Ok(Op { code, version, inputs: op_inputs, outputs: op_outputs, params, custom_options })
+}
+
+/// One tensor; errors are located by the caller and name the tensor.
+fn parse_tensor(kind: FileKind, t: Table<'_>, buffers: &[Option<Range<usize>>]) -> Result<TensorInfo> {
     let name = t.string(fb::Tensor::VT_NAME)?.unwrap_or_default();
     let code = t.scalar::<i8>(fb::Tensor::VT_TYPE_, 0)?;
-    let dtype = DType::from_code(code, kind).ok_or_else(|| invalid(format!("{} ('{name}'): unknown tensor type code {code}", at())))?;
+    let dtype = DType::from_code(code, kind).ok_or_else(|| invalid(format!("'{name}': unknown tensor type code {code}")))?;
     let raw_shape = t.vec_of::<i32>(fb::Tensor::VT_SHAPE)?;
     if raw_shape.len() > MAX_RANK {
-        return Err(invalid(format!("{} ('{name}'): rank {} exceeds {MAX_RANK}", at(), raw_shape.len())));
+        return Err(invalid(format!("'{name}': rank {} exceeds {MAX_RANK}", raw_shape.len())));
     }
     let mut numel: u64 = 1;
     let mut shape = Vec::with_capacity(raw_shape.len());
@@ -494,13 +495,13 @@ fn parse_tensor(kind: FileKind, si: usize, ti: usize, t: Table<'_>, buffers: &[O
         // -1 in `shape` appears in some converter output for dynamic dims; treat it as 1 until resized.
         let d = if d == -1 { 1 } else { d };
         if d < 0 {
-            return Err(invalid(format!("{} ('{name}'): negative dimension {d} in shape {raw_shape:?}", at())));
+            return Err(invalid(format!("'{name}': negative dimension {d} in shape {raw_shape:?}")));
         }
         numel = numel.saturating_mul(d as u64);
         shape.push(d as usize);
     }
     if numel > MAX_ELEMENTS {
-        return Err(invalid(format!("{} ('{name}'): shape {raw_shape:?} has too many elements", at())));
+        return Err(invalid(format!("'{name}': shape {raw_shape:?} has too many elements")));
     }
     let sig = t.vec_of::<i32>(fb::Tensor::VT_SHAPE_SIGNATURE)?;
     let shape_signature = if sig.len() == shape.len() { sig.iter().map(|&v| i64::from(v)).collect() } else { shape.iter().map(|&v| v as i64).collect() };
@@ -515,10 +516,10 @@ fn parse_tensor(kind: FileKind, si: usize, ti: usize, t: Table<'_>, buffers: &[O
                 None
             } else {
                 if axis < 0 || (axis as usize) >= shape.len().max(1) {
-                    return Err(invalid(format!("{} ('{name}'): quantized_dimension {axis} out of range for rank {}", at(), shape.len())));
+                    return Err(invalid(format!("'{name}': quantized_dimension {axis} out of range for rank {}", shape.len())));
                 }
                 if zero_point.len() != scale.len() && !zero_point.is_empty() {
-                    return Err(invalid(format!("{} ('{name}'): {} scales but {} zero points", at(), scale.len(), zero_point.len())));
+                    return Err(invalid(format!("'{name}': {} scales but {} zero points", scale.len(), zero_point.len())));
                 }
                 let zero_point = if zero_point.is_empty() { vec![0; scale.len()] } else { zero_point };
                 // Kernels do 32-bit arithmetic on (value - zero point): a zero point
@@ -531,7 +532,7 @@ fn parse_tensor(kind: FileKind, si: usize, ti: usize, t: Table<'_>, buffers: &[O
                     _ => None,
                 };
                 if let Some(bad) = range.and_then(|r| zero_point.iter().find(|z| !r.contains(*z))) {
-                    return Err(invalid(format!("{} ('{name}'): zero point {bad} outside the range of {}", at(), dtype.name())));
+                    return Err(invalid(format!("'{name}': zero point {bad} outside the range of {}", dtype.name())));
                 }
                 Some(Quantization { scale, zero_point, axis: axis as usize })
             }
@@ -541,17 +542,17 @@ fn parse_tensor(kind: FileKind, si: usize, ti: usize, t: Table<'_>, buffers: &[O
     let sparsity = match t.table(fb::Tensor::VT_SPARSITY)? {
         None => None,
         Some(s) => Some(parse_sparsity(s).map_err(|e| match e {
-            Error::InvalidModel(m) => invalid(format!("{} ('{name}') sparsity: {m}", at())),
+            Error::InvalidModel(m) => invalid(format!("'{name}' sparsity: {m}")),
             e => e,
         })?),
     };
 
     let bi = t.scalar::<u32>(fb::Tensor::VT_BUFFER, 0)? as i64;
-    let data = if bi == 0 { None } else { buffers.get(idx(bi, buffers.len(), || format!("{} ('{name}') buffer", at()))?).cloned().flatten() };
+    let data = if bi == 0 { None } else { buffers.get(idx(bi, buffers.len(), || format!("'{name}' buffer"))?).cloned().flatten() };
     if let (Some(r), Some(size), None) = (&data, dtype.size(), &sparsity) {
         let want = numel.saturating_mul(size as u64);
         if r.len() as u64 != want {
-            return Err(invalid(format!("{} ('{name}'): buffer holds {} bytes but {} {:?} needs {want}", at(), r.len(), dtype.name(), shape)));
+            return Err(invalid(format!("'{name}': buffer holds {} bytes but {} {:?} needs {want}", r.len(), dtype.name(), shape)));
         }
     }
     let is_variable = t.scalar::<bool>(fb::Tensor::VT_IS_VARIABLE, false)?;

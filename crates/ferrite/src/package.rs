@@ -26,7 +26,7 @@ pub struct IoDesc {
 
 impl IoDesc {
     fn parse(s: &str) -> Result<IoDesc> {
-        let bad = || Error::InvalidModel(format!("MANIFEST: '{s}' is not a \"model:subgraph:io\" descriptor"));
+        let bad = || Error::InvalidModel(format!("MANIFEST: '{s}' is not a \"model:subgraph:io\" descriptor").into());
         let mut it = s.split(':').map(|p| p.trim().parse::<usize>().map_err(|_| bad()));
         let d = IoDesc { model: it.next().ok_or_else(bad)??, subgraph: it.next().ok_or_else(bad)??, index: it.next().ok_or_else(bad)?? };
         if it.next().is_some() {
@@ -64,9 +64,9 @@ fn strings(v: &Value, key: &str) -> Result<Vec<String>> {
     match v.get(key) {
         None | Some(Value::Null) => Ok(vec![]),
         Some(Value::Array(a)) => {
-            a.iter().map(|x| x.as_str().map(str::to_string).ok_or_else(|| Error::InvalidModel(format!("MANIFEST: '{key}' must hold strings")))).collect()
+            a.iter().map(|x| x.as_str().map(str::to_string).ok_or_else(|| Error::InvalidModel(format!("MANIFEST: '{key}' must hold strings").into()))).collect()
         }
-        Some(_) => Err(Error::InvalidModel(format!("MANIFEST: '{key}' must be an array"))),
+        Some(_) => Err(Error::InvalidModel(format!("MANIFEST: '{key}' must be an array").into())),
     }
 }
 
@@ -80,7 +80,7 @@ impl Package {
             move |source| Error::Io { path: p.display().to_string(), source }
         };
         let text = std::fs::read_to_string(&manifest_path).map_err(io(&manifest_path))?;
-        let m: Value = serde_json::from_str(&text).map_err(|e| Error::InvalidModel(format!("MANIFEST is not valid JSON: {e}")))?;
+        let m: Value = serde_json::from_str(&text).map_err(|e| Error::InvalidModel(format!("MANIFEST is not valid JSON: {e}").into()))?;
         let names = strings(&m, "models")?;
         if names.is_empty() {
             return Err(Error::InvalidModel("MANIFEST lists no models".into()));
@@ -90,12 +90,12 @@ impl Package {
         for (i, name) in names.iter().enumerate() {
             if let Some(t) = types.get(i) {
                 if t != "tflite" && t != "circle" {
-                    return Err(Error::Unsupported(format!("MANIFEST: model {i} ('{name}') has type '{t}'")));
+                    return Err(Error::Unsupported(format!("MANIFEST: model {i} ('{name}') has type '{t}'").into()));
                 }
             }
             let rel = Path::new(name);
             if rel.is_absolute() || rel.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
-                return Err(Error::InvalidModel(format!("MANIFEST: model path '{name}' must stay inside the package")));
+                return Err(Error::InvalidModel(format!("MANIFEST: model path '{name}' must stay inside the package").into()));
             }
             models.push(Arc::new(Model::from_file(root.join(rel))?));
         }
@@ -133,11 +133,11 @@ impl Package {
     }
 
     fn check(&self, d: IoDesc, input: bool, what: &str) -> Result<()> {
-        let m = self.models.get(d.model).ok_or_else(|| Error::InvalidModel(format!("MANIFEST: {what} names model {} of {}", d.model, self.models.len())))?;
+        let m = self.models.get(d.model).ok_or_else(|| Error::InvalidModel(format!("MANIFEST: {what} names model {} of {}", d.model, self.models.len()).into()))?;
         let g =
-            m.subgraphs.get(d.subgraph).ok_or_else(|| Error::InvalidModel(format!("MANIFEST: {what} names subgraph {} of model {}", d.subgraph, d.model)))?;
+            m.subgraphs.get(d.subgraph).ok_or_else(|| Error::InvalidModel(format!("MANIFEST: {what} names subgraph {} of model {}", d.subgraph, d.model).into()))?;
         if d.subgraph != 0 {
-            return Err(Error::Unsupported(format!("MANIFEST: {what} uses subgraph {}; packages run subgraph 0 of each model", d.subgraph)));
+            return Err(Error::Unsupported(format!("MANIFEST: {what} uses subgraph {}; packages run subgraph 0 of each model", d.subgraph).into()));
         }
         let n = if input { g.inputs.len() } else { g.outputs.len() };
         if d.index >= n {
@@ -146,7 +146,7 @@ impl Package {
                 if input { "input" } else { "output" },
                 d.index,
                 d.model
-            )));
+            ).into()));
         }
         Ok(())
     }
@@ -170,7 +170,7 @@ impl Package {
                 if feeds != 1 {
                     return Err(Error::InvalidModel(format!(
                         "MANIFEST: input {index} of model {mi} is fed {feeds} times (needs exactly one package input or edge)"
-                    )));
+                    ).into()));
                 }
             }
         }
@@ -274,7 +274,7 @@ impl PackageSession {
         if self.prepared {
             return Err(Error::InvalidState("package inputs are resized before prepare()".into()));
         }
-        let d = *self.package.inputs.get(i).ok_or_else(|| Error::InvalidArgument(format!("package input {i} does not exist")))?;
+        let d = *self.package.inputs.get(i).ok_or_else(|| Error::InvalidArgument(format!("package input {i} does not exist").into()))?;
         self.sessions[d.model].resize_input(d.index, shape)
     }
 
@@ -292,7 +292,7 @@ impl PackageSession {
                             "edge {model}:0:{out} -> {m}:0:{index}: {} feeds a {} input",
                             produced.dtype.name(),
                             want.dtype.name()
-                        )));
+                        ).into()));
                     }
                     let (pn, wn): (usize, usize) = (produced.shape.iter().product(), want.shape.iter().product());
                     if pn != wn {
@@ -302,7 +302,7 @@ impl PackageSession {
                             return Err(Error::InvalidModel(format!(
                                 "edge {model}:0:{out} -> {m}:0:{index}: shape {:?} cannot feed {:?}",
                                 produced.shape, want.shape
-                            )));
+                            ).into()));
                         }
                     }
                 }
@@ -322,9 +322,9 @@ impl PackageSession {
         if !self.prepared {
             return Err(Error::InvalidState("set_input() must be called after prepare()".into()));
         }
-        let b = self.input_bufs.get_mut(i).ok_or_else(|| Error::InvalidArgument(format!("package input {i} does not exist")))?;
+        let b = self.input_bufs.get_mut(i).ok_or_else(|| Error::InvalidArgument(format!("package input {i} does not exist").into()))?;
         if b.bytes().len() != data.len() {
-            return Err(Error::InvalidArgument(format!("package input {i} is {} bytes, got {}", b.bytes().len(), data.len())));
+            return Err(Error::InvalidArgument(format!("package input {i} is {} bytes, got {}", b.bytes().len(), data.len()).into()));
         }
         b.bytes_mut().copy_from_slice(data);
         Ok(())
@@ -364,7 +364,7 @@ impl PackageSession {
         if !self.ran {
             return Err(Error::InvalidState("output() needs a completed run()".into()));
         }
-        let d = *self.package.outputs.get(i).ok_or_else(|| Error::InvalidArgument(format!("package output {i} does not exist")))?;
+        let d = *self.package.outputs.get(i).ok_or_else(|| Error::InvalidArgument(format!("package output {i} does not exist").into()))?;
         let desc = &self.sessions[d.model];
         let slot = desc.output_slot(d.index)?;
         Ok(TensorData { dtype: slot.0, shape: slot.1, bytes: self.output_bufs[d.model][d.index].bytes() })

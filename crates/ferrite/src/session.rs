@@ -45,10 +45,10 @@ impl SessionOptions {
     /// [`Session::from_bytes`], the C API, Python and the CLI apply it.
     pub fn with_env_backends(mut self) -> Result<Self> {
         if let Ok(v) = std::env::var("FERRITE_BACKENDS") {
-            self.backends = select::parse_backend_list(&v).map_err(|e| Error::InvalidArgument(format!("FERRITE_BACKENDS: {e}")))?;
+            self.backends = select::parse_backend_list(&v).map_err(|e| Error::InvalidArgument(format!("FERRITE_BACKENDS: {e}").into()))?;
         }
         if let Ok(v) = std::env::var("FERRITE_OP_BACKEND") {
-            self.op_backends = select::parse_op_backends(&v).map_err(|e| Error::InvalidArgument(format!("FERRITE_OP_BACKEND: {e}")))?;
+            self.op_backends = select::parse_op_backends(&v).map_err(|e| Error::InvalidArgument(format!("FERRITE_OP_BACKEND: {e}").into()))?;
         }
         Ok(self)
     }
@@ -84,7 +84,7 @@ impl TensorData<'_> {
     /// The data as float32, if that is its type.
     pub fn to_f32(&self) -> Result<Vec<f32>> {
         if self.dtype != DType::F32 {
-            return Err(Error::InvalidArgument(format!("tensor is {}, not float32", self.dtype.name())));
+            return Err(Error::InvalidArgument(format!("tensor is {}, not float32", self.dtype.name()).into()));
         }
         Ok(self.bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
     }
@@ -230,7 +230,7 @@ impl Session {
             .signatures
             .iter()
             .find(|s| s.key == key)
-            .ok_or_else(|| Error::InvalidArgument(format!("no signature '{key}' (have: {:?})", self.signatures())))?;
+            .ok_or_else(|| Error::InvalidArgument(format!("no signature '{key}' (have: {:?})", self.signatures()).into()))?;
         let g = &self.model.subgraphs[s.subgraph];
         self.subgraph = s.subgraph;
         self.backends.set_main_subgraph(s.subgraph);
@@ -243,7 +243,7 @@ impl Session {
     fn require(&self, state: State, call: &str) -> Result<()> {
         if self.state != state {
             let need = if state == State::Loaded { "before prepare()" } else { "after prepare()" };
-            return Err(Error::InvalidState(format!("{call}() must be called {need}")));
+            return Err(Error::InvalidState(format!("{call}() must be called {need}").into()));
         }
         Ok(())
     }
@@ -270,12 +270,12 @@ impl Session {
 
     /// Index of the input called `name`.
     pub fn input_index(&self, name: &str) -> Result<usize> {
-        self.inputs.iter().position(|(n, _)| n == name).ok_or_else(|| Error::InvalidArgument(format!("no input named '{name}'")))
+        self.inputs.iter().position(|(n, _)| n == name).ok_or_else(|| Error::InvalidArgument(format!("no input named '{name}'").into()))
     }
 
     /// Index of the output called `name`.
     pub fn output_index(&self, name: &str) -> Result<usize> {
-        self.outputs.iter().position(|(n, _)| n == name).ok_or_else(|| Error::InvalidArgument(format!("no output named '{name}'")))
+        self.outputs.iter().position(|(n, _)| n == name).ok_or_else(|| Error::InvalidArgument(format!("no output named '{name}'").into()))
     }
 
     /// Changes the shape of input `i`. Before `prepare`, the plan is made for it.
@@ -283,12 +283,12 @@ impl Session {
     /// reuses a cached plan for shapes seen before); runs with the same shapes then reuse
     /// that plan and allocate nothing.
     pub fn resize_input(&mut self, i: usize, shape: &[usize]) -> Result<()> {
-        let cur = self.input_shapes.get_mut(i).ok_or_else(|| Error::InvalidArgument(format!("input {i} does not exist ({} inputs)", self.inputs.len())))?;
+        let cur = self.input_shapes.get_mut(i).ok_or_else(|| Error::InvalidArgument(format!("input {i} does not exist ({} inputs)", self.inputs.len()).into()))?;
         if cur.as_slice() == shape {
             return Ok(());
         }
         if cur.len() != shape.len() {
-            return Err(Error::InvalidArgument(format!("input {i}: cannot change rank from {} to {}", cur.len(), shape.len())));
+            return Err(Error::InvalidArgument(format!("input {i}: cannot change rank from {} to {}", cur.len(), shape.len()).into()));
         }
         // In place: same rank, so no allocation.
         cur.copy_from_slice(shape);
@@ -411,7 +411,7 @@ impl Session {
         let c = self.compiled.as_ref().ok_or_else(|| Error::InvalidState("session is not prepared".into()))?;
         match c.tensors[t].loc {
             Loc::Arena { offset, len } => Ok((offset, len)),
-            _ => Err(Error::InvalidArgument(format!("tensor {t} is not stored in the arena"))),
+            _ => Err(Error::InvalidArgument(format!("tensor {t} is not stored in the arena").into())),
         }
     }
 
@@ -419,7 +419,7 @@ impl Session {
     pub fn set_input(&mut self, i: usize, data: &[u8]) -> Result<()> {
         self.require(State::Prepared, "set_input")?;
         self.ensure_plan()?;
-        let (_, t) = *self.inputs.get(i).ok_or_else(|| Error::InvalidArgument(format!("input {i} does not exist ({} inputs)", self.inputs.len())))?;
+        let (_, t) = *self.inputs.get(i).ok_or_else(|| Error::InvalidArgument(format!("input {i} does not exist ({} inputs)", self.inputs.len()).into()))?;
         let (offset, len) = match self.slot(t) {
             Ok(s) => s,
             // An input no op reads (or a constant input) needs no data.
@@ -433,7 +433,7 @@ impl Session {
                 d.dtype.name(),
                 d.shape,
                 data.len()
-            )));
+            ).into()));
         }
         bytemuck::cast_slice_mut::<u64, u8>(&mut self.arena)[offset..offset + len].copy_from_slice(data);
         self.pending_input_bytes += len;
@@ -442,10 +442,10 @@ impl Session {
 
     /// Sets a float32 input.
     pub fn set_input_f32(&mut self, i: usize, data: &[f32]) -> Result<()> {
-        let t = self.inputs.get(i).map(|x| x.1).ok_or_else(|| Error::InvalidArgument(format!("input {i} does not exist")))?;
+        let t = self.inputs.get(i).map(|x| x.1).ok_or_else(|| Error::InvalidArgument(format!("input {i} does not exist").into()))?;
         let dtype = self.model.subgraphs[self.subgraph].tensors[t].dtype;
         if dtype != DType::F32 {
-            return Err(Error::InvalidArgument(format!("input {i} is {}, not float32", dtype.name())));
+            return Err(Error::InvalidArgument(format!("input {i} is {}, not float32", dtype.name()).into()));
         }
         self.set_input(i, bytemuck::cast_slice(data))
     }
@@ -483,14 +483,14 @@ impl Session {
                 outputs.len(),
                 self.inputs.len(),
                 self.outputs.len()
-            )));
+            ).into()));
         }
         let c = self.compiled.as_mut().ok_or_else(|| Error::InvalidState("session is not prepared".into()))?;
         let check = |what: &str, k: usize, t: usize, got: usize| -> Result<()> {
             let slot = &c.tensors[t];
             let want = slot.shape.iter().product::<usize>() * slot.dtype.size().unwrap_or(0);
             if want != got {
-                return Err(Error::InvalidArgument(format!("{what} {k} is {} {:?} = {want} bytes, buffer has {got}", slot.dtype.name(), slot.shape)));
+                return Err(Error::InvalidArgument(format!("{what} {k} is {} {:?} = {want} bytes, buffer has {got}", slot.dtype.name(), slot.shape).into()));
             }
             Ok(())
         };
@@ -518,7 +518,7 @@ impl Session {
         if !self.ran {
             return Err(Error::InvalidState("output() needs a completed run()".into()));
         }
-        let (_, t) = *self.outputs.get(i).ok_or_else(|| Error::InvalidArgument(format!("output {i} does not exist ({} outputs)", self.outputs.len())))?;
+        let (_, t) = *self.outputs.get(i).ok_or_else(|| Error::InvalidArgument(format!("output {i} does not exist ({} outputs)", self.outputs.len()).into()))?;
         let c = self.compiled.as_ref().ok_or_else(|| Error::InvalidState("session is not prepared".into()))?;
         if let Some(v) = c.dynamic.as_ref().and_then(|d| d.values[t].as_ref()) {
             return Ok(TensorData { dtype: v.dtype, shape: &v.shape, bytes: v.data.bytes() });
@@ -535,7 +535,7 @@ impl Session {
 
     /// Dtype and shape of output `i` under the active plan.
     pub fn output_slot(&self, i: usize) -> Result<(DType, &[usize])> {
-        let (_, t) = *self.outputs.get(i).ok_or_else(|| Error::InvalidArgument(format!("output {i} does not exist ({} outputs)", self.outputs.len())))?;
+        let (_, t) = *self.outputs.get(i).ok_or_else(|| Error::InvalidArgument(format!("output {i} does not exist ({} outputs)", self.outputs.len()).into()))?;
         let c = self.compiled.as_ref().ok_or_else(|| Error::InvalidState("session is not prepared".into()))?;
         if let Some(v) = c.dynamic.as_ref().and_then(|d| d.values[t].as_ref()) {
             return Ok((v.dtype, &v.shape));
@@ -586,7 +586,7 @@ impl Session {
             .model
             .subgraphs
             .get(index)
-            .ok_or_else(|| Error::InvalidArgument(format!("subgraph {index} does not exist ({} subgraphs)", self.model.subgraphs.len())))?;
+            .ok_or_else(|| Error::InvalidArgument(format!("subgraph {index} does not exist ({} subgraphs)", self.model.subgraphs.len()).into()))?;
         let named = |ts: &[usize]| ts.iter().map(|&t| (g.tensors[t].name.clone(), t)).collect::<Vec<_>>();
         self.inputs = named(&g.inputs);
         self.outputs = named(&g.outputs);

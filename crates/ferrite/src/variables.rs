@@ -41,11 +41,11 @@ impl Variables {
     }
 
     pub(crate) fn get(&self, id: usize) -> Result<&[u8]> {
-        self.values.get(id).and_then(|v| v.as_deref()).ok_or_else(|| Error::Runtime(format!("variable {id} is read before it is assigned")))
+        self.values.get(id).and_then(|v| v.as_deref()).ok_or_else(|| Error::Runtime(format!("variable {id} is read before it is assigned").into()))
     }
 
     pub(crate) fn set(&mut self, id: usize, value: &[u8]) -> Result<()> {
-        let slot = self.values.get_mut(id).ok_or_else(|| Error::Runtime(format!("variable {id} does not exist")))?;
+        let slot = self.values.get_mut(id).ok_or_else(|| Error::Runtime(format!("variable {id} does not exist").into()))?;
         match slot {
             // Same size: overwrite in place, so steady-state assigns do not allocate.
             Some(v) if v.len() == value.len() => v.copy_from_slice(value),
@@ -57,5 +57,5 @@ impl Variables {
 
 pub(crate) fn resource_id(b: &[u8]) -> Result<usize> {
     let v = b.get(..4).map(|x| i32::from_le_bytes([x[0], x[1], x[2], x[3]])).ok_or_else(|| Error::Runtime("resource handle is empty".into()))?;
-    usize::try_from(v).map_err(|_| Error::Runtime(format!("invalid resource handle {v}")))
+    usize::try_from(v).map_err(|_| Error::Runtime(format!("invalid resource handle {v}").into()))
 }

@@ -13,7 +13,7 @@ pub mod select;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::error::{Error, Result};
+use crate::error::{Detail, Error, Location, Result};
 use crate::model::{DType, Op, Quantization, Sparsity, TensorInfo};
 
 /// A compiled kernel: reads input bytes (absent optional inputs are `None`) and
@@ -114,13 +114,17 @@ impl<'a> OpContext<'a> {
     pub fn at(&self) -> String {
         format!("subgraph {} op {} ({})", self.subgraph, self.op_index, self.op.code.name())
     }
+    /// This op's place in the model, for errors.
+    pub fn location(&self) -> Location {
+        Location::op(self.subgraph, self.op_index, self.op.code.name())
+    }
     /// A model error located at this op.
     pub fn bad(&self, msg: impl std::fmt::Display) -> Error {
-        Error::InvalidModel(format!("{}: {msg}", self.at()))
+        Error::InvalidModel(Detail::at(self.location(), msg.to_string()))
     }
     /// An unsupported-feature error located at this op.
     pub fn unsupported(&self, msg: impl std::fmt::Display) -> Error {
-        Error::Unsupported(format!("{}: {msg}", self.at()))
+        Error::Unsupported(Detail::at(self.location(), msg.to_string()))
     }
     /// Element count of a shape a kernel sizes memory by at prepare (scratch, output
     /// shapes read from constants), checked before anything is allocated: a hostile
@@ -131,7 +135,7 @@ impl<'a> OpContext<'a> {
         dims.iter()
             .try_fold(1usize, |acc, &d| acc.checked_mul(d))
             .filter(|&n| n.checked_mul(elem).is_some_and(|b| b <= CAP_BYTES))
-            .ok_or_else(|| Error::ResourceLimit(format!("{}: shape {dims:?} needs more than {CAP_BYTES} bytes", self.at())))
+            .ok_or_else(|| Error::ResourceLimit(Detail::at(self.location(), format!("shape {dims:?} needs more than {CAP_BYTES} bytes"))))
     }
     /// Required input `i`.
     pub fn input(&self, i: usize) -> Result<&InputDesc<'a>> {
@@ -144,7 +148,7 @@ impl<'a> OpContext<'a> {
     /// Constant integer values of input `i` (int32 or int64), required at prepare.
     pub fn const_ints(&self, i: usize) -> Result<Vec<i64>> {
         let d = self.input(i)?;
-        let v = d.value.ok_or_else(|| Error::DataDependent(format!("{}: input {i} is computed at run time", self.at())))?;
+        let v = d.value.ok_or_else(|| Error::DataDependent(Detail::at(self.location(), format!("input {i} is computed at run time"))))?;
         Ok(match d.dtype {
             DType::I32 => v.chunks_exact(4).map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect(),
             DType::I64 => v.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect(),
@@ -321,15 +325,15 @@ impl CustomOpRegistry {
 
 /// Views bytes as `T` elements; fails instead of panicking on bad alignment or length.
 pub fn typed<T: bytemuck::Pod>(b: &[u8]) -> Result<&[T]> {
-    bytemuck::try_cast_slice(b).map_err(|e| Error::Runtime(format!("tensor data cannot be viewed as {}: {e:?}", std::any::type_name::<T>())))
+    bytemuck::try_cast_slice(b).map_err(|e| Error::Runtime(format!("tensor data cannot be viewed as {}: {e:?}", std::any::type_name::<T>()).into()))
 }
 
 /// Mutable variant of [`typed`].
 pub fn typed_mut<T: bytemuck::Pod>(b: &mut [u8]) -> Result<&mut [T]> {
-    bytemuck::try_cast_slice_mut(b).map_err(|e| Error::Runtime(format!("tensor data cannot be viewed as {}: {e:?}", std::any::type_name::<T>())))
+    bytemuck::try_cast_slice_mut(b).map_err(|e| Error::Runtime(format!("tensor data cannot be viewed as {}: {e:?}", std::any::type_name::<T>()).into()))
 }
 
 /// Required input `i` of a running kernel.
 pub fn arg<'b>(ins: &[Option<&'b [u8]>], i: usize) -> Result<&'b [u8]> {
-    ins.get(i).copied().flatten().ok_or_else(|| Error::Runtime(format!("kernel input {i} is missing")))
+    ins.get(i).copied().flatten().ok_or_else(|| Error::Runtime(format!("kernel input {i} is missing").into()))
 }

@@ -70,13 +70,13 @@ pub fn parse_op_backends(s: &str) -> Result<Vec<(OpSelector, String)>> {
 /// Parses one `OP=backend` override.
 pub fn parse_op_backend(item: &str) -> Result<(OpSelector, String)> {
     let (op, backend) =
-        item.split_once('=').ok_or_else(|| Error::InvalidArgument(format!("op backend '{item}' is not OP=BACKEND (e.g. CONV_2D=cpu or 17=reference)")))?;
+        item.split_once('=').ok_or_else(|| Error::InvalidArgument(format!("op backend '{item}' is not OP=BACKEND (e.g. CONV_2D=cpu or 17=reference)").into()))?;
     let (op, backend) = (op.trim(), backend.trim());
     check_name(backend)?;
     let selector = match op.parse::<usize>() {
         Ok(i) => OpSelector::Index(i),
         Err(_) if !op.is_empty() => OpSelector::Type(op.to_string()),
-        Err(_) => return Err(Error::InvalidArgument(format!("op backend '{item}' names no op"))),
+        Err(_) => return Err(Error::InvalidArgument(format!("op backend '{item}' names no op").into())),
     };
     Ok((selector, backend.to_string()))
 }
@@ -85,7 +85,7 @@ fn check_name(n: &str) -> Result<()> {
     if BACKEND_NAMES.contains(&n) {
         Ok(())
     } else {
-        Err(Error::InvalidArgument(format!("unknown backend '{n}' (this build has: {})", BACKEND_NAMES.join(", "))))
+        Err(Error::InvalidArgument(format!("unknown backend '{n}' (this build has: {})", BACKEND_NAMES.join(", ")).into()))
     }
 }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::backend::select::{Backends, Candidates};
 use crate::backend::{BackendContext, Built, CustomOpRegistry, InputDesc, KernelFn, OpContext};
-use crate::error::{Error, Result};
+use crate::error::{Detail, Error, Result};
 use crate::memory::MemoryPlan;
 use crate::model::{BuiltinOp as B, DType, Model, OpCode};
 use smallvec::SmallVec;
@@ -247,10 +247,10 @@ pub struct Limits {
 }
 
 pub(crate) fn bytes_of(dtype: DType, shape: &[usize], limits: &Limits, what: impl Fn() -> String) -> Result<usize> {
-    let size = dtype.size().ok_or_else(|| Error::Unsupported(format!("{}: element type {}", what(), dtype.name())))?;
+    let size = dtype.size().ok_or_else(|| Error::Unsupported(format!("{}: element type {}", what(), dtype.name()).into()))?;
     let n = shape.iter().try_fold(size, |acc, &d| acc.checked_mul(d)).filter(|&b| b <= limits.max_arena_bytes);
     n.ok_or_else(|| {
-        Error::ResourceLimit(format!("{}: shape {shape:?} of {} exceeds the session limit of {} bytes", what(), dtype.name(), limits.max_arena_bytes))
+        Error::ResourceLimit(format!("{}: shape {shape:?} of {} exceeds the session limit of {} bytes", what(), dtype.name(), limits.max_arena_bytes).into())
     })
 }
 
@@ -280,9 +280,9 @@ fn compile_at(
     depth: usize,
 ) -> Result<CompiledGraph> {
     if depth > MAX_NESTING {
-        return Err(Error::Unsupported(format!("control flow nested deeper than {MAX_NESTING} (or recursive) at subgraph {sg}")));
+        return Err(Error::Unsupported(format!("control flow nested deeper than {MAX_NESTING} (or recursive) at subgraph {sg}").into()));
     }
-    let g = model.subgraphs.get(sg).ok_or_else(|| Error::InvalidModel(format!("subgraph {sg} does not exist")))?;
+    let g = model.subgraphs.get(sg).ok_or_else(|| Error::InvalidModel(format!("subgraph {sg} does not exist").into()))?;
     let bytes = model.bytes();
     let mut tensors: Vec<TensorSlot> = g
         .tensors
@@ -392,7 +392,7 @@ fn compile_at(
         // Control flow and resource variables are run by the executor itself.
         if let OpCode::Builtin(code) = op.code {
             let child = |ctx: &mut BackendContext, sub: usize, shapes: &[Vec<usize>], consts: &[Option<Loc>], n_out: usize| -> Result<Child> {
-                let s = model.subgraphs.get(sub).ok_or_else(|| Error::InvalidModel(format!("subgraph {sg} op {oi}: subgraph {sub} does not exist")))?;
+                let s = model.subgraphs.get(sub).ok_or_else(|| Error::InvalidModel(format!("subgraph {sg} op {oi}: subgraph {sub} does not exist").into()))?;
                 // Children run on the parent's buffers: their signatures must match exactly.
                 if s.inputs.len() != shapes.len() || s.outputs.len() != n_out {
                     return Err(Error::InvalidModel(format!(
@@ -400,7 +400,7 @@ fn compile_at(
                         s.inputs.len(),
                         s.outputs.len(),
                         shapes.len()
-                    )));
+                    ).into()));
                 }
                 compile_at(model, sub, shapes, consts, backends, custom, ctx, limits, depth + 1).map(Child::new)
             };
@@ -416,7 +416,7 @@ fn compile_at(
                     let (then, otherwise) = (child(ctx, *then_subgraph, &shapes, consts, n)?, child(ctx, *else_subgraph, &shapes, consts, n)?);
                     let outs = |c: &Child| c.graph.output_specs(model);
                     if outs(&then) != outs(&otherwise) || outs(&then).len() != op.outputs.len() {
-                        return Err(Error::Unsupported(format!("{}: branches produce different outputs", at())));
+                        return Err(Error::Unsupported(format!("{}: branches produce different outputs", at()).into()));
                     }
                     for (&t, (dtype, shape)) in op.outputs.iter().zip(outs(&then)) {
                         tensors[t].dtype = dtype;
@@ -432,14 +432,14 @@ fn compile_at(
                         .iter()
                         .map(|t| {
                             t.map(|t| (tensors[t].dtype, tensors[t].shape.clone()))
-                                .ok_or_else(|| Error::InvalidModel(format!("{}: missing loop variable", at())))
+                                .ok_or_else(|| Error::InvalidModel(format!("{}: missing loop variable", at()).into()))
                         })
                         .collect::<Result<_>>()?;
                     if body.graph.output_specs(model) != vars || op.outputs.len() != vars.len() {
-                        return Err(Error::Unsupported(format!("{}: loop variables change shape (dynamic loop shapes are not supported yet)", at())));
+                        return Err(Error::Unsupported(format!("{}: loop variables change shape (dynamic loop shapes are not supported yet)", at()).into()));
                     }
                     if !matches!(cond.graph.output_specs(model).first(), Some((DType::Bool, s)) if s.iter().product::<usize>() == 1) {
-                        return Err(Error::InvalidModel(format!("{}: condition subgraph must produce one bool", at())));
+                        return Err(Error::InvalidModel(format!("{}: condition subgraph must produce one bool", at()).into()));
                     }
                     let mut next = Vec::with_capacity(vars.len());
                     for (&t, (dtype, shape)) in op.outputs.iter().zip(&vars) {
@@ -455,7 +455,7 @@ fn compile_at(
                 (B::VAR_HANDLE, crate::ops::OpParams::VarHandle { container, shared_name }) => {
                     // The handle is a constant: the variable's id in the session.
                     let id = ctx.variables.id(&format!("{container}/{shared_name}"));
-                    let t = *op.outputs.first().ok_or_else(|| Error::InvalidModel(format!("{}: no output", at())))?;
+                    let t = *op.outputs.first().ok_or_else(|| Error::InvalidModel(format!("{}: no output", at()).into()))?;
                     tensors[t].dtype = DType::Resource;
                     tensors[t].shape = vec![];
                     tensors[t].loc = Loc::Owned(Arc::new(AlignedBytes::from_slice(&(id as i32).to_le_bytes())));
@@ -463,9 +463,9 @@ fn compile_at(
                     continue;
                 }
                 (B::READ_VARIABLE, _) => {
-                    let t = *op.outputs.first().ok_or_else(|| Error::InvalidModel(format!("{}: no output", at())))?;
+                    let t = *op.outputs.first().ok_or_else(|| Error::InvalidModel(format!("{}: no output", at()).into()))?;
                     if g.tensors[t].shape_signature.iter().any(|&d| d < 0) {
-                        return Err(Error::Unsupported(format!("{}: variable of unknown shape", at())));
+                        return Err(Error::Unsupported(format!("{}: variable of unknown shape", at()).into()));
                     }
                     Some(Work::ReadVariable)
                 }
@@ -621,7 +621,7 @@ fn compile_at(
                 .collect::<Result<_>>()?;
             {
                 let mut views: Vec<&mut [u8]> = outs.iter_mut().map(|o| o.bytes_mut()).collect();
-                kernel(&ins, &mut views).map_err(|e| Error::InvalidModel(format!("{}: evaluating constant op: {e}", octx.at())))?;
+                kernel(&ins, &mut views).map_err(|e| Error::InvalidModel(Detail::at(octx.location(), format!("evaluating constant op: {e}"))))?;
             }
             for (&t, o) in op.outputs.iter().zip(outs) {
                 tensors[t].loc = Loc::Owned(Arc::new(o));
@@ -825,7 +825,7 @@ pub(crate) fn build_op(octx: &OpContext<'_>, backends: &Backends, custom: &Custo
                 match b.build(octx, ctx) {
                     Ok(built) => (built, OpRun::Backend(b.name()), b.applies_epilogues(octx)),
                     Err(Error::Unsupported(m)) => {
-                        return Err(Error::Unsupported(format!("{m} (the op is pinned to the {} backend by an op-backend override)", b.name())))
+                        return Err(Error::Unsupported(format!("{m} (the op is pinned to the {} backend by an op-backend override)", b.name()).into()))
                     }
                     Err(e) => return Err(e),
                 }

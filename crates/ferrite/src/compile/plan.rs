@@ -97,7 +97,7 @@ pub(super) fn resolve_io(g: &Subgraph, sg: usize, steps: &mut [Step], tensors: &
             }),
             Loc::Model(r) => Ok(Src::Model(r.clone())),
             Loc::Owned(b) => Ok(Src::Owned(b.clone())),
-            Loc::None => Err(Error::Runtime(format!("internal: subgraph {sg} tensor {t} has no storage"))),
+            Loc::None => Err(Error::Runtime(format!("internal: subgraph {sg} tensor {t} has no storage").into())),
         }
     };
     // A graph output is written in place into a bound buffer when a step produces its
@@ -145,7 +145,7 @@ pub(super) fn resolve_io(g: &Subgraph, sg: usize, steps: &mut [Step], tensors: &
             .iter()
             .map(|&t| match tensors[t].loc {
                 Loc::Arena { offset, len } => Ok((offset, len, direct.iter().find(|d| d.0 == si && d.1 == root(t)).map(|d| d.2))),
-                _ => Err(Error::Runtime(format!("internal: subgraph {sg} op {} output tensor {t} has no arena slot", st.op))),
+                _ => Err(Error::Runtime(format!("internal: subgraph {sg} op {} output tensor {t} has no arena slot", st.op).into())),
             })
             .collect::<Result<_>>()?;
     }

@@ -149,9 +149,9 @@ pub(crate) fn densify(op: &OpContext<'_>) -> Result<Built> {
     Ok(Built {
         outputs: vec![(x.dtype, x.shape.clone())],
         kernel: Box::new(move |_, outs| {
-            let dense = densify_bytes(&shape, elem, &sp, &src).map_err(|m| Error::InvalidModel(format!("{at}: {m}")))?;
+            let dense = densify_bytes(&shape, elem, &sp, &src).map_err(|m| Error::InvalidModel(format!("{at}: {m}").into()))?;
             if dense.len() != outs[0].len() {
-                return Err(Error::Runtime(format!("{at}: dense size mismatch")));
+                return Err(Error::Runtime(format!("{at}: dense size mismatch").into()));
             }
             outs[0].copy_from_slice(&dense);
             Ok(())
@@ -224,7 +224,7 @@ pub(crate) fn cast(op: &OpContext<'_>) -> Result<Built> {
                         d.copy_from_slice(&half::f16::from_f64(x).to_le_bytes());
                     }
                 }
-                t => return Err(Error::Runtime(format!("CAST to {}", t.name()))),
+                t => return Err(Error::Runtime(format!("CAST to {}", t.name()).into())),
             }
             Ok(())
         }),

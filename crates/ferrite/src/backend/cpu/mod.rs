@@ -193,7 +193,7 @@ macro_rules! by_size {
 pub(crate) use by_size;
 
 pub(crate) fn runtime(msg: impl Into<String>) -> Error {
-    Error::Runtime(msg.into())
+    Error::Runtime(msg.into().into())
 }
 
 /// Runs `f` over the output rows `r` (held by `out`, `row_len` floats each), and
