@@ -12,6 +12,8 @@
 
 mod float;
 mod quant;
+#[cfg(test)]
+mod quant_test_util;
 
 use super::{Backend, BackendContext, Built, OpContext};
 use crate::error::{Error, Result};

@@ -1,0 +1,210 @@
+//! Reference integer kernels (int8, uint8, int16x8) and hybrid ops, bit-exact
+//! with LiteRT's kernels.
+//!
+//! Every kernel reads its inputs into plain `i32` (or `i64`) vectors, computes each
+//! output element from the op's definition with nested loops, and writes the
+//! results back. Only the scalar fixed-point primitives of `ferrite-kernels`
+//! (`quantize_multiplier`, `multiply_by_quantized_multiplier`, the 16-bit helpers)
+//! are shared with the optimized backend: they *are* the arithmetic being
+//! matched. One file per op family, each ending in its tests.
+
+mod conv;
+mod elementwise;
+mod hybrid;
+mod pool;
+
+use ferrite_format::schema::BuiltinOperator as B;
+
+use crate::backend::{Built, OpContext};
+use crate::error::{Error, Result};
+use crate::model::{DType, OpCode, Quantization};
+use crate::ops::Activation;
+
+/// Builds a quantized or hybrid op, or reports it unsupported.
+///
+/// The guards mirror the CPU backend's dispatch, so that both backends take the
+/// same ops and produce the same output types and shapes.
+pub(crate) fn build(op: &OpContext<'_>) -> Result<Built> {
+    let OpCode::Builtin(code) = op.op.code else {
+        return Err(op.unsupported("custom op"));
+    };
+    match B(code) {
+        B::CONV_2D | B::DEPTHWISE_CONV_2D | B::FULLY_CONNECTED if is_hybrid(op) => hybrid::build(op, B(code)),
+        B::FULLY_CONNECTED if is_int(op) => conv::fully_connected(op),
+        B::CONV_2D | B::DEPTHWISE_CONV_2D if is_int(op) => conv::conv(op, B(code) == B::DEPTHWISE_CONV_2D),
+        B::HARD_SWISH if is_int(op) => elementwise::hard_swish(op),
+        B::LOGISTIC | B::TANH if is_int(op) => elementwise::logistic_tanh(op, B(code) == B::TANH),
+        B::QUANTIZE => elementwise::quantize(op),
+        B::DEQUANTIZE if is_int(op) => elementwise::dequantize(op),
+        B::SOFTMAX if is_int(op) => elementwise::softmax(op),
+        B::RELU | B::RELU6 | B::RELU_N1_TO_1 | B::LEAKY_RELU if is_int(op) => elementwise::relu_like(op, B(code)),
+        B::ADD | B::SUB | B::MUL | B::PRELU if is_int(op) && op.opt_input(0).is_some_and(|d| d.quant.is_some()) => elementwise::binary(op, B(code)),
+        B::AVERAGE_POOL_2D | B::MAX_POOL_2D if is_int(op) => pool::pool(op, B(code) == B::MAX_POOL_2D),
+        _ => Err(op.unsupported("no quantized reference kernel for this op")),
+    }
+}
+
+/// Float activations with int8 weights (dynamic-range quantization).
+fn is_hybrid(op: &OpContext<'_>) -> bool {
+    op.opt_input(0).is_some_and(|d| d.dtype == DType::F32) && op.opt_input(1).is_some_and(|d| d.dtype == DType::I8)
+}
+
+/// The first input holds quantized integers.
+fn is_int(op: &OpContext<'_>) -> bool {
+    op.opt_input(0).is_some_and(|d| is_int_type(d.dtype))
+}
+
+/// int8, uint8 or int16.
+fn is_int_type(d: DType) -> bool {
+    matches!(d, DType::I8 | DType::U8 | DType::I16)
+}
+
+/// Value range of an int8, uint8 or int16 element.
+fn int_range(dtype: DType) -> (i32, i32) {
+    match dtype {
+        DType::U8 => (0, 255),
+        DType::I16 => (-32768, 32767),
+        _ => (-128, 127),
+    }
+}
+
+/// Scale and zero point of a per-tensor quantized tensor of type `dtype`,
+/// checked: a scale must be finite and positive, and the zero point inside the
+/// type's range (hostile files may hold anything).
+fn per_tensor(op: &OpContext<'_>, q: Option<&Quantization>, dtype: DType, what: &str) -> Result<(f32, i32)> {
+    let q = q.ok_or_else(|| op.bad(format!("{what} has no quantization parameters")))?;
+    let (Some(&scale), Some(&zp)) = (q.scale.first(), q.zero_point.first()) else {
+        return Err(op.bad(format!("{what} has empty quantization parameters")));
+    };
+    check_scale(op, scale, what)?;
+    let (lo, hi) = int_range(dtype);
+    if zp < i64::from(lo) || zp > i64::from(hi) {
+        return Err(op.bad(format!("{what} zero point {zp} outside the {} range", dtype.name())));
+    }
+    Ok((scale, zp as i32))
+}
+
+/// A scale must be finite and positive.
+fn check_scale(op: &OpContext<'_>, scale: f32, what: &str) -> Result<()> {
+    if !(scale.is_finite() && scale > 0.0) {
+        return Err(op.bad(format!("{what} scale {scale} is not finite and positive")));
+    }
+    Ok(())
+}
+
+/// The fused activation's range in the output's quantized domain, as LiteRT's
+/// `CalculateActivationRangeQuantized`: `zp + round(f / scale)` (single precision),
+/// intersected with the type's range. TANH and SIGN_BIT clamp nothing there.
+fn activation_range(act: Activation, scale: f32, zp: i32, dtype: DType) -> (i32, i32) {
+    let (qmin, qmax) = int_range(dtype);
+    let q = |f: f32| zp.saturating_add((f / scale).round() as i32);
+    match act {
+        Activation::Relu => (qmin.max(q(0.0)), qmax),
+        Activation::Relu6 => (qmin.max(q(0.0)), qmax.min(q(6.0))),
+        Activation::ReluN1To1 => (qmin.max(q(-1.0)), qmax.min(q(1.0))),
+        Activation::None | Activation::Tanh | Activation::SignBit => (qmin, qmax),
+    }
+}
+
+/// Element count of `shape`, bounded like every size a kernel allocates by.
+fn elements(op: &OpContext<'_>, shape: &[usize]) -> Result<usize> {
+    op.checked_elements(shape, 8)
+}
+
+/// A run-time error for buffers that do not match the planned shapes.
+fn short(what: &str) -> Error {
+    Error::Runtime(format!("reference kernel: {what} buffer does not match its planned shape"))
+}
+
+/// Reads `n` little-endian int8 / uint8 / int16 elements as `i32`.
+fn read_ints(dtype: DType, b: &[u8], n: usize, what: &str) -> Result<Vec<i32>> {
+    let size = if dtype == DType::I16 { 2 } else { 1 };
+    if b.len() != n.checked_mul(size).ok_or_else(|| short(what))? {
+        return Err(short(what));
+    }
+    Ok(match dtype {
+        DType::I8 => b.iter().map(|&v| i32::from(v as i8)).collect(),
+        DType::I16 => b.chunks_exact(2).map(|c| i32::from(i16::from_le_bytes([c[0], c[1]]))).collect(),
+        _ => b.iter().map(|&v| i32::from(v)).collect(),
+    })
+}
+
+/// Writes values (already inside the type's range) as little-endian elements.
+fn write_ints(dtype: DType, v: &[i32], out: &mut [u8]) -> Result<()> {
+    let size = if dtype == DType::I16 { 2 } else { 1 };
+    if out.len() != v.len() * size {
+        return Err(short("output"));
+    }
+    match dtype {
+        DType::I16 => out.chunks_exact_mut(2).zip(v).for_each(|(o, &x)| o.copy_from_slice(&(x as i16).to_le_bytes())),
+        _ => out.iter_mut().zip(v).for_each(|(o, &x)| *o = x as u8),
+    }
+    Ok(())
+}
+
+/// Reads `n` little-endian `f32` values.
+fn read_f32(b: &[u8], n: usize, what: &str) -> Result<Vec<f32>> {
+    if b.len() != n.checked_mul(4).ok_or_else(|| short(what))? {
+        return Err(short(what));
+    }
+    Ok(b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+}
+
+/// Writes `f32` values.
+fn write_f32(v: &[f32], out: &mut [u8]) -> Result<()> {
+    if out.len() != v.len() * 4 {
+        return Err(short("output"));
+    }
+    out.chunks_exact_mut(4).zip(v).for_each(|(o, x)| o.copy_from_slice(&x.to_le_bytes()));
+    Ok(())
+}
+
+/// Reads `n` little-endian `i32` values (biases).
+fn read_i32(b: &[u8], n: usize, what: &str) -> Result<Vec<i32>> {
+    if b.len() != n.checked_mul(4).ok_or_else(|| short(what))? {
+        return Err(short(what));
+    }
+    Ok(b.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+}
+
+/// Reads `n` little-endian `i64` values (int16x8 biases).
+fn read_i64(b: &[u8], n: usize, what: &str) -> Result<Vec<i64>> {
+    if b.len() != n.checked_mul(8).ok_or_else(|| short(what))? {
+        return Err(short(what));
+    }
+    Ok(b.chunks_exact(8).map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect())
+}
+
+/// Output extent and leading padding of one spatial dimension, as LiteRT's
+/// `ComputePaddingHeightWidth`: SAME gives `ceil(in / stride)` outputs and half the
+/// needed padding (rounded down) before; VALID none.
+fn out_and_pad(op: &OpContext<'_>, input: usize, filter: usize, stride: usize, dilation: usize, same: bool) -> Result<(usize, usize)> {
+    ferrite_kernels::conv::out_size_and_pad(input, filter, stride, dilation, same)
+        .ok_or_else(|| op.bad(format!("window {filter} (stride {stride}, dilation {dilation}) does not fit input extent {input}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn activation_ranges() {
+        // RELU6 at scale 0.05, zero point -10: [max(-128, -10), min(127, -10 + 120)].
+        assert_eq!(activation_range(Activation::Relu6, 0.05, -10, DType::I8), (-10, 110));
+        assert_eq!(activation_range(Activation::Relu, 1.0, 3, DType::U8), (3, 255));
+        assert_eq!(activation_range(Activation::ReluN1To1, 1.0 / 256.0, 0, DType::I16), (-256, 256));
+        assert_eq!(activation_range(Activation::None, 1.0, 0, DType::I16), (-32768, 32767));
+    }
+
+    #[test]
+    fn int_buffers_round_trip() {
+        let bytes = [0x00u8, 0x80, 0xff, 0x7f];
+        assert_eq!(read_ints(DType::I8, &bytes, 4, "x").ok(), Some(vec![0, -128, -1, 127]));
+        assert_eq!(read_ints(DType::U8, &bytes, 4, "x").ok(), Some(vec![0, 128, 255, 127]));
+        assert_eq!(read_ints(DType::I16, &bytes, 2, "x").ok(), Some(vec![-32768, 32767]));
+        assert!(read_ints(DType::I16, &bytes, 3, "x").is_err());
+        let mut out = [0u8; 4];
+        assert!(write_ints(DType::I16, &[-32768, 32767], &mut out).is_ok());
+        assert_eq!(out, bytes);
+    }
+}
