@@ -259,6 +259,83 @@ pub(super) fn fully_connected(op: &OpContext<'_>) -> Result<Built> {
     })
 }
 
+/// TRANSPOSE_CONV (inputs: output shape, weights OHWI, input, optional bias) on
+/// int8, uint8 and int16x8: every input pixel scattered through every filter tap
+/// onto the output (`out_y = in_y * stride - pad + ky`), sums of
+/// `(x - x_zp) * (w - w_zp)`, then the bias and the same requantization as a
+/// convolution. The padding is the forward convolution's that maps the output
+/// back onto the input.
+pub(super) fn transpose_conv(op: &OpContext<'_>) -> Result<Built> {
+    let OpParams::TransposeConv { padding, stride, activation } = op.op.params else { return Err(op.bad("missing TransposeConv options")) };
+    let kind = kind(op, 2, 1, 3)?;
+    let (w, x) = (op.input(1)?, op.input(2)?);
+    let sizes = op.const_ints(0)?;
+    let (&[batch, in_h, in_w, in_c], &[out_c, kh, kw, w_in_c], &[ob, oh, ow, oc]) = (&x.shape[..], &w.shape[..], &sizes[..]) else {
+        return Err(op.bad(format!("TRANSPOSE_CONV of {:?} with filter {:?} to {sizes:?}", x.shape, w.shape)));
+    };
+    let fits = |v: i64, want: Option<usize>| v > 0 && want.is_none_or(|u| usize::try_from(v) == Ok(u));
+    if !(fits(ob, Some(batch)) && fits(oh, None) && fits(ow, None) && fits(oc, Some(out_c))) || w_in_c != in_c || stride.0 == 0 || stride.1 == 0 {
+        return Err(op.bad(format!("output_shape {sizes:?} does not match input {:?} / filter {:?}", x.shape, w.shape)));
+    }
+    let (out_h, out_w) = (oh as usize, ow as usize);
+    if op.opt_input(3).is_some_and(|b| b.shape.iter().product::<usize>() != out_c) {
+        return Err(op.bad("bias size does not match the output channels"));
+    }
+    check_constants(op, kind, 1, 3)?;
+    let p = params(op, kind, (2, 1), out_c, activation)?;
+    if kind == Kind::I8 && p.w_zp != 0 {
+        return Err(op.bad("int8 TRANSPOSE_CONV weights must have zero point 0"));
+    }
+    let same = padding == Padding::Same;
+    let pad = |o: usize, k: usize, s: usize, i: usize| if same { ((i.max(1) - 1) * s + k).saturating_sub(o) / 2 } else { 0 };
+    let (pad_top, pad_left) = (pad(out_h, kh, stride.0, in_h), pad(out_w, kw, stride.1, in_w));
+    let out_shape = vec![batch, out_h, out_w, out_c];
+    let n_out = elements(op, &out_shape)?;
+    let (n_in, n_w) = (elements(op, &x.shape)?, elements(op, &w.shape)?);
+    let (xdt, wdt, odt) = (x.dtype, w.dtype, op.outputs[0].dtype);
+    Ok(Built {
+        outputs: vec![(odt, out_shape)],
+        kernel: Box::new(move |ins, outs| {
+            let input = read_ints(xdt, arg(ins, 2)?, n_in, "input")?;
+            let filter = read_ints(wdt, arg(ins, 1)?, n_w, "filter")?;
+            let bias = bias_values(ins, 3, kind, out_c)?;
+            let mut acc = vec![0i64; n_out];
+            for b in 0..batch {
+                for iy in 0..in_h {
+                    for ix in 0..in_w {
+                        for ky in 0..kh {
+                            let Some(oy) = (iy * stride.0 + ky).checked_sub(pad_top).filter(|&y| y < out_h) else { continue };
+                            for kx in 0..kw {
+                                let Some(ox) = (ix * stride.1 + kx).checked_sub(pad_left).filter(|&v| v < out_w) else { continue };
+                                for o in 0..out_c {
+                                    for ic in 0..in_c {
+                                        let xv = input[((b * in_h + iy) * in_w + ix) * in_c + ic] - p.x_zp;
+                                        let wv = filter[((o * kh + ky) * kw + kx) * in_c + ic] - p.w_zp;
+                                        acc[((b * out_h + oy) * out_w + ox) * out_c + o] += i64::from(xv * wv);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            let y: Vec<i32> = acc
+                .iter()
+                .enumerate()
+                .map(|(i, &a)| {
+                    let c = i % out_c;
+                    if kind == Kind::I16x8 {
+                        p.rq.apply64(a.wrapping_add(bias[c]), c, kq::multiply_by_quantized_multiplier_i64)
+                    } else {
+                        p.rq.apply((a as i32).wrapping_add(bias[c] as i32), c)
+                    }
+                })
+                .collect();
+            write_ints(odt, &y, outs[0])
+        }),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use ferrite_format::schema::BuiltinOperator as B;
@@ -383,6 +460,41 @@ mod tests {
             let params = OpParams::FullyConnected { activation: act, keep_num_dims: keep, shuffled_weights: false, asymmetric_quantize_inputs: false };
             let n = mismatches(B::FULLY_CONNECTED, &params, &[Some(&x), Some(&w), with_bias.then_some(&bias)], &o);
             assert_eq!(n, 0, "case {case}: {n} mismatching outputs ({xt:?}, batch {batch}, {in_n} -> {out_n})");
+        }
+    }
+
+    #[test]
+    fn transpose_conv_matches_cpu() {
+        let mut rng = Rng::new(13);
+        let kinds = [(DType::I8, DType::I8), (DType::U8, DType::U8), (DType::I16, DType::I8)];
+        for case in 0..45 {
+            let (xt, wt) = kinds[case % 3];
+            let (in_c, out_c, k) = (rng.usize(1, 4), rng.usize(1, 4), rng.usize(1, 3));
+            let (h, w) = (rng.usize(1, 4), rng.usize(1, 4));
+            let stride = (rng.usize(1, 2), rng.usize(1, 2));
+            let same = rng.one_in(2);
+            let (oh, ow) = if same { (h * stride.0, w * stride.1) } else { ((h - 1) * stride.0 + k, (w - 1) * stride.1 + k) };
+            let x_scale = rng.scale(0.05);
+            let x = T::ints(xt, &[1, h, w, in_c], q(x_scale, rng.zp(xt)), &rng.ints(xt, h * w * in_c));
+            let per_channel = xt != DType::U8 && rng.one_in(2);
+            let wq = if per_channel {
+                qc((0..out_c).map(|_| rng.scale(0.02)).collect(), 0)
+            } else {
+                q(rng.scale(0.02), if xt == DType::U8 { rng.zp(xt) } else { 0 })
+            };
+            let weights = T::ints(wt, &[out_c, k, k, in_c], wq, &rng.ints(wt, out_c * k * k * in_c)).constant();
+            let sizes = T::ints(DType::I32, &[4], None, &[1, oh as i32, ow as i32, out_c as i32]).constant();
+            let bias = if xt == DType::I16 {
+                T::i64s(&[out_c], &(0..out_c).map(|_| i64::from(rng.int(-50_000, 50_000))).collect::<Vec<_>>())
+            } else {
+                T::ints(DType::I32, &[out_c], None, &(0..out_c).map(|_| rng.int(-3000, 3000)).collect::<Vec<_>>()).constant()
+            };
+            let with_bias = !rng.one_in(3);
+            let o = out(xt, q(x_scale * 0.02 * rng.scale(6.0), rng.zp(xt)));
+            let padding = if same { Padding::Same } else { Padding::Valid };
+            let params = OpParams::TransposeConv { padding, stride, activation: [Activation::None, Activation::Relu][case % 2] };
+            let n = mismatches(B::TRANSPOSE_CONV, &params, &[Some(&sizes), Some(&weights), Some(&x), with_bias.then_some(&bias)], &o);
+            assert_eq!(n, 0, "case {case}: TRANSPOSE_CONV {xt:?} {h}x{w}x{in_c} -> {oh}x{ow}x{out_c}: {n} mismatching outputs");
         }
     }
 

@@ -18,7 +18,7 @@ use crate::ops::{Activation, OpParams, Padding};
 
 /// Symmetric quantization of one row to [-127, 127]: returns the scale
 /// (`max|x| / 127`, or 1 for an all-zero row).
-fn quantize_symmetric(x: &[f32]) -> (Vec<i32>, f32, i32) {
+pub(super) fn quantize_symmetric(x: &[f32]) -> (Vec<i32>, f32, i32) {
     let range = x.iter().fold(0.0f32, |m, &v| m.max(v.abs()));
     if range == 0.0 {
         return (vec![0; x.len()], 1.0, 0);
@@ -30,7 +30,7 @@ fn quantize_symmetric(x: &[f32]) -> (Vec<i32>, f32, i32) {
 /// Asymmetric quantization of one row to [-128, 127] over the range [min(0, lo),
 /// max(0, hi)]: the zero point comes from whichever end gives the smaller error,
 /// rounded onto the grid. Returns (values, scale, zero point).
-fn quantize_asymmetric(x: &[f32]) -> (Vec<i32>, f32, i32) {
+pub(super) fn quantize_asymmetric(x: &[f32]) -> (Vec<i32>, f32, i32) {
     let (lo, hi) = x.iter().fold((0.0f32, 0.0f32), |(l, h), &v| (l.min(v), h.max(v)));
     if lo == hi {
         return (vec![0; x.len()], 1.0, 0);

@@ -8,10 +8,12 @@
 //! are shared with the optimized backend: they *are* the arithmetic being
 //! matched. One file per op family, each ending in its tests.
 
+mod batch_matmul;
 mod conv;
 mod elementwise;
 mod hybrid;
 mod pool;
+mod reduce;
 
 use ferrite_format::schema::BuiltinOperator as B;
 
@@ -40,6 +42,10 @@ pub(crate) fn build(op: &OpContext<'_>) -> Result<Built> {
         B::RELU | B::RELU6 | B::RELU_N1_TO_1 | B::LEAKY_RELU if is_int(op) => elementwise::relu_like(op, B(code)),
         B::ADD | B::SUB | B::MUL | B::PRELU if is_int(op) && op.opt_input(0).is_some_and(|d| d.quant.is_some()) => elementwise::binary(op, B(code)),
         B::AVERAGE_POOL_2D | B::MAX_POOL_2D if is_int(op) => pool::pool(op, B(code) == B::MAX_POOL_2D),
+        B::TRANSPOSE_CONV if op.opt_input(2).is_some_and(|d| is_int_type(d.dtype)) => conv::transpose_conv(op),
+        B::BATCH_MATMUL if is_int(op) || is_hybrid(op) => batch_matmul::batch_matmul(op),
+        B::MEAN if is_int(op) => reduce::mean(op),
+        B::CONCATENATION if is_int(op) => reduce::concatenation(op),
         _ => Err(op.unsupported("no quantized reference kernel for this op")),
     }
 }
