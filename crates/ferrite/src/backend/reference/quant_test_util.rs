@@ -70,6 +70,18 @@ pub(crate) fn run_on(
     inputs: &[Option<&T>],
     output: &TensorInfo,
 ) -> Result<(OutSpec, Vec<u8>)> {
+    run_padded(backend, code, params, inputs, output, None)
+}
+
+/// [`run_on`] with a PAD folded into the op (`OpContext::input_pad`).
+pub(crate) fn run_padded(
+    backend: &dyn Backend,
+    code: BuiltinOperator,
+    params: &OpParams,
+    inputs: &[Option<&T>],
+    output: &TensorInfo,
+    input_pad: Option<[usize; 4]>,
+) -> Result<(OutSpec, Vec<u8>)> {
     let op = Op {
         code: OpCode::Builtin(code.0),
         version: 1,
@@ -101,7 +113,7 @@ pub(crate) fn run_on(
         outputs: vec![output],
         custom_options: &[],
         epilogue: std::cell::Cell::new(None),
-        input_pad: None,
+        input_pad,
     };
     let mut bctx = BackendContext::new(1);
     let mut built = backend.build(&ctx, &mut bctx)?;
@@ -122,8 +134,13 @@ pub(crate) fn run_ref(code: BuiltinOperator, params: &OpParams, inputs: &[Option
 /// differ (element size `elem` bytes); panics when the types or shapes differ or
 /// either backend fails.
 pub(crate) fn mismatches(code: BuiltinOperator, params: &OpParams, inputs: &[Option<&T>], output: &TensorInfo) -> usize {
-    let r = run_on(&ReferenceBackend, code, params, inputs, output);
-    let c = run_on(&CpuBackend, code, params, inputs, output);
+    mismatches_padded(code, params, inputs, output, None)
+}
+
+/// [`mismatches`] with a PAD folded into the op.
+pub(crate) fn mismatches_padded(code: BuiltinOperator, params: &OpParams, inputs: &[Option<&T>], output: &TensorInfo, input_pad: Option<[usize; 4]>) -> usize {
+    let r = run_padded(&ReferenceBackend, code, params, inputs, output, input_pad);
+    let c = run_padded(&CpuBackend, code, params, inputs, output, input_pad);
     let (((rt, rs), rb), ((ct, cs), cb)) = match (r, c) {
         (Ok(r), Ok(c)) => (r, c),
         (r, c) => panic!("reference {:?} / cpu {:?}", r.err(), c.err()),

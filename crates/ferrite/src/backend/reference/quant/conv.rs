@@ -59,14 +59,14 @@ impl Requant {
     /// An int32 accumulator requantized (int8 / uint8).
     fn apply(&self, acc: i32, c: usize) -> i32 {
         let (m, s) = self.at(c);
-        (kq::multiply_by_quantized_multiplier(acc, m, s) + self.out_zp).clamp(self.min, self.max)
+        kq::multiply_by_quantized_multiplier(acc, m, s).saturating_add(self.out_zp).clamp(self.min, self.max)
     }
     /// An int64 accumulator requantized (int16x8) with one of LiteRT's two 64-bit
     /// products (convolutions round the multiplier to 16 bits first, the
     /// fully-connected kernel keeps all 31).
     fn apply64(&self, acc: i64, c: usize, mul: fn(i64, i32, i32) -> i32) -> i32 {
         let (m, s) = self.at(c);
-        (mul(acc, m, s) + self.out_zp).clamp(self.min, self.max)
+        mul(acc, m, s).saturating_add(self.out_zp).clamp(self.min, self.max)
     }
 }
 

@@ -111,14 +111,14 @@ pub(super) fn binary(op: &OpContext<'_>, code: B) -> Result<Built> {
             let lo_exp = pot_exponent(so).unwrap_or(0);
             let (e1, e2) = (pot_exponent(s1).unwrap_or(0) - lo_exp, pot_exponent(s2).unwrap_or(0) - lo_exp);
             // One input at the output's scale, the other finer (LiteRT checks the same).
-            if (e1 != 0 && e2 != 0) || e1 > 0 || e2 > 0 || e1 < -15 || e2 < -15 {
+            if (e1 != 0 && e2 != 0) || e1 > 0 || e2 > 0 || e1 < -30 || e2 < -30 {
                 return Err(op.bad(format!("int16 {} with power-of-two scales needs one input at the output's scale and the other finer", op.op.code.name())));
             }
             let sign = if code == B::SUB { -1 } else { 1 };
             Box::new(move |x, y| {
                 let x = i32::from(f16::rdpot(x as i16, -e1));
                 let y = i32::from(f16::rdpot(y as i16, -e2));
-                (x + sign * y).clamp(-32768, 32767).clamp(lo, hi)
+                x.saturating_add(sign * y).clamp(-32768, 32767).clamp(lo, hi)
             })
         }
         B::ADD | B::SUB => {
@@ -131,13 +131,13 @@ pub(super) fn binary(op: &OpContext<'_>, code: B) -> Result<Built> {
             Box::new(move |x, y| {
                 let x = mbqm((x - z1) << left_shift, m1.0, m1.1);
                 let y = mbqm((y - z2) << left_shift, m2.0, m2.1);
-                (mbqm(x + sign * y, mo.0, mo.1) + zo).clamp(lo, hi)
+                mbqm(x.wrapping_add(sign * y), mo.0, mo.1).saturating_add(zo).clamp(lo, hi)
             })
         }
         B::MUL => {
             // LiteRT multiplies and divides the float scales in single precision.
             let (m, e) = quantize_multiplier(f64::from(s1 * s2 / so));
-            Box::new(move |x, y| (mbqm((x - z1).wrapping_mul(y - z2), m, e) + zo).clamp(lo, hi))
+            Box::new(move |x, y| mbqm((x - z1).wrapping_mul(y - z2), m, e).saturating_add(zo).clamp(lo, hi))
         }
         B::PRELU => {
             let (m1, e1) = quantize_multiplier(f64::from(s1 / so));
@@ -145,7 +145,7 @@ pub(super) fn binary(op: &OpContext<'_>, code: B) -> Result<Built> {
             Box::new(move |x, alpha| {
                 let x = x - z1;
                 let v = if x >= 0 { mbqm(x, m1, e1) } else { mbqm(x.wrapping_mul(alpha - z2), m2, e2) };
-                (v + zo).clamp(lo, hi)
+                v.saturating_add(zo).clamp(lo, hi)
             })
         }
         _ => return Err(op.unsupported(format!("quantized {}", op.op.code.name()))),
@@ -198,7 +198,7 @@ pub(super) fn relu_like(op: &OpContext<'_>, code: B) -> Result<Built> {
         kernel: map_kernel(dtype, n, move |v| {
             let d = v - in_zp;
             let (m, s) = if d >= 0 { identity } else { negative };
-            (mbqm(d, m, s) + out_zp).clamp(lo, hi)
+            mbqm(d, m, s).saturating_add(out_zp).clamp(lo, hi)
         }),
     })
 }
@@ -238,7 +238,7 @@ pub(super) fn quantize(op: &OpContext<'_>) -> Result<Built> {
             let (m, s) = quantize_multiplier(f64::from(in_scale) / f64::from(out_scale));
             Box::new(move |ins, outs| {
                 let x = read_ints(from, arg(ins, 0)?, n, "input")?;
-                let q: Vec<i32> = x.iter().map(|&v| (mbqm(v - in_zp, m, s) + out_zp).clamp(lo, hi)).collect();
+                let q: Vec<i32> = x.iter().map(|&v| mbqm(v - in_zp, m, s).saturating_add(out_zp).clamp(lo, hi)).collect();
                 write_ints(to, &q, outs[0])
             })
         }
@@ -263,7 +263,7 @@ pub(super) fn dequantize(op: &OpContext<'_>) -> Result<Built> {
         return Err(op.bad("DEQUANTIZE scale is not finite"));
     }
     // Elements per step of the quantized dimension.
-    let inner: usize = x.shape.get(q.axis + 1..).map_or(1, |s| s.iter().product());
+    let inner: usize = x.shape.get(q.axis.saturating_add(1)..).map_or(1, |s| s.iter().product());
     let n = elements(op, &x.shape)?;
     let dtype = x.dtype;
     Ok(Built {

@@ -96,9 +96,6 @@ pub(super) fn build(op: &OpContext<'_>, code: B) -> Result<Built> {
             (*activation, total / in_n, shape, None)
         }
         (B::CONV_2D | B::DEPTHWISE_CONV_2D, params) => {
-            if op.input_pad.is_some() {
-                return Err(op.unsupported("folded PAD before a hybrid convolution"));
-            }
             let depthwise = code == B::DEPTHWISE_CONV_2D;
             let (padding, stride, dilation, act) = match params {
                 OpParams::Conv2D { padding, stride, dilation, activation } if !depthwise => (*padding, *stride, *dilation, *activation),
@@ -113,8 +110,21 @@ pub(super) fn build(op: &OpContext<'_>, code: B) -> Result<Built> {
                 return Err(op.bad(format!("filter {:?} does not match input {:?}", w.shape, x.shape)));
             }
             let same = padding == Padding::Same;
-            let (out_h, pad_top) = out_and_pad(op, in_h, k_h, stride.0, dilation.0, same)?;
-            let (out_w, pad_left) = out_and_pad(op, in_w, k_w, stride.1, dilation.1, same)?;
+            let ((out_h, pad_top), (out_w, pad_left)) = match op.input_pad {
+                // A zero PAD folded into this VALID convolution by the compiler: VALID
+                // over the padded extent, the padding as leading offsets. The padded
+                // zeros would quantize to the row's zero point exactly and contribute
+                // nothing, like the taps skipped here.
+                Some([top, bottom, left, right]) if !same => {
+                    let padded =
+                        |n: usize, a: usize, b: usize| n.checked_add(a).and_then(|v| v.checked_add(b)).ok_or_else(|| op.bad("folded padding overflows"));
+                    let (oh, _) = out_and_pad(op, padded(in_h, top, bottom)?, k_h, stride.0, dilation.0, false)?;
+                    let (ow, _) = out_and_pad(op, padded(in_w, left, right)?, k_w, stride.1, dilation.1, false)?;
+                    ((oh, top), (ow, left))
+                }
+                Some(_) => return Err(op.unsupported("folded PAD before a SAME convolution")),
+                None => (out_and_pad(op, in_h, k_h, stride.0, dilation.0, same)?, out_and_pad(op, in_w, k_w, stride.1, dilation.1, same)?),
+            };
             let depth_multiplier = if depthwise { out_c / in_c } else { 0 };
             let g = Window { in_h, in_w, in_c, k_h, k_w, out_w, stride, dilation, pad: (pad_top, pad_left), depth_multiplier };
             (act, batch, vec![batch, out_h, out_w, out_c], Some(g))
@@ -220,7 +230,7 @@ pub(super) fn build(op: &OpContext<'_>, code: B) -> Result<Built> {
 mod tests {
     use ferrite_format::schema::BuiltinOperator as B;
 
-    use super::super::super::quant_test_util::{mismatches, out, q, qc, run_ref, Rng, T};
+    use super::super::super::quant_test_util::{mismatches_padded, out, q, qc, run_ref, Rng, T};
     use crate::model::DType;
     use crate::ops::{Activation, OpParams, Padding};
 
@@ -278,8 +288,12 @@ mod tests {
             let w = T::ints(DType::I8, &w_shape, wq, &w_values).constant();
             let b = T::f32s(&[out_c], &(0..out_c).map(|_| rng.f32(-1.0, 1.0)).collect::<Vec<_>>()).constant();
             let with_bias = case % 7 != 0;
-            let n = mismatches(code, &params, &[Some(&x), Some(&w), with_bias.then_some(&b)], &out(DType::F32, None));
-            assert_eq!(n, 0, "case {case}: {code:?}: {n} mismatching outputs (input {x_shape:?}, weights {w_shape:?}, per channel {per_channel})");
+            // Some VALID convolutions with a PAD folded in front, as the compiler folds them.
+            let folded =
+                matches!(params, OpParams::Conv2D { padding: Padding::Valid, .. } | OpParams::DepthwiseConv2D { padding: Padding::Valid, .. }) && rng.one_in(2);
+            let pad = folded.then(|| [rng.usize(0, 2), rng.usize(0, 2), rng.usize(0, 2), rng.usize(0, 2)]);
+            let n = mismatches_padded(code, &params, &[Some(&x), Some(&w), with_bias.then_some(&b)], &out(DType::F32, None), pad);
+            assert_eq!(n, 0, "case {case}: {code:?}: {n} mismatching outputs (input {x_shape:?}, weights {w_shape:?}, per channel {per_channel}, pad {pad:?})");
         }
     }
 }
