@@ -90,26 +90,11 @@ pub(crate) fn run_padded(
         params: params.clone(),
         custom_options: None,
     };
-    let descs = inputs
-        .iter()
-        .enumerate()
-        .map(|(i, t)| {
-            t.map(|t| InputDesc {
-                tensor: i,
-                dtype: t.dtype,
-                shape: t.shape.clone(),
-                value: t.constant.then_some(&t.data[..]),
-                constant: t.constant,
-                quant: t.quant.as_ref(),
-                sparsity: None,
-            })
-        })
-        .collect();
     let ctx = OpContext {
         subgraph: 0,
         op_index: 0,
         op: &op,
-        inputs: descs,
+        inputs: descs(inputs),
         outputs: vec![output],
         custom_options: &[],
         epilogue: std::cell::Cell::new(None),
@@ -123,6 +108,51 @@ pub(crate) fn run_padded(
     let ins: Vec<Option<&[u8]>> = inputs.iter().map(|t| t.map(|t| &t.data[..])).collect();
     (built.kernel)(&ins, &mut [&mut o[..]])?;
     Ok(((dtype, shape), o))
+}
+
+/// Input descriptions of test tensors (tensor index = position).
+fn descs<'a>(inputs: &[Option<&'a T>]) -> Vec<Option<InputDesc<'a>>> {
+    inputs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            t.map(|t| InputDesc {
+                tensor: i,
+                dtype: t.dtype,
+                shape: t.shape.clone(),
+                value: t.constant.then_some(&t.data[..]),
+                constant: t.constant,
+                quant: t.quant.as_ref(),
+                sparsity: None,
+            })
+        })
+        .collect()
+}
+
+/// Builds the op on the reference backend without running it: the planned
+/// output's byte size, or None when the build fails.
+pub(crate) fn build_only(code: BuiltinOperator, params: &OpParams, inputs: &[Option<&T>], output: &TensorInfo) -> Option<usize> {
+    let op = Op {
+        code: OpCode::Builtin(code.0),
+        version: 1,
+        inputs: (0..inputs.len()).map(|i| inputs[i].map(|_| i)).collect(),
+        outputs: vec![inputs.len()],
+        params: params.clone(),
+        custom_options: None,
+    };
+    let ctx = OpContext {
+        subgraph: 0,
+        op_index: 0,
+        op: &op,
+        inputs: descs(inputs),
+        outputs: vec![output],
+        custom_options: &[],
+        epilogue: std::cell::Cell::new(None),
+        input_pad: None,
+    };
+    let built = ReferenceBackend.build(&ctx, &mut BackendContext::new(1)).ok()?;
+    let (dtype, shape) = &built.outputs[0];
+    shape.iter().try_fold(dtype.size().unwrap_or(1), |a, &d| a.checked_mul(d))
 }
 
 /// Runs the op on the reference backend.

@@ -191,7 +191,152 @@ fn out_and_pad(op: &OpContext<'_>, input: usize, filter: usize, stride: usize, d
 
 #[cfg(test)]
 mod tests {
+    use super::super::quant_test_util::{out, run_ref, Rng, T};
     use super::*;
+    use crate::ops::{OpParams, Padding};
+
+    /// A mostly plausible tensor of type `base` and rank `rank`, each property
+    /// corrupted now and then: another type or rank, empty dims, quantization that
+    /// is NaN, zero, negative, out of range or of the wrong length, data too short.
+    fn hostile_tensor(rng: &mut Rng, base: DType, rank: usize) -> T {
+        let dtype = if rng.one_in(10) { [DType::I8, DType::U8, DType::I16, DType::F32, DType::I32, DType::I64][rng.usize(0, 5)] } else { base };
+        let rank = if rng.one_in(10) { rng.usize(0, 5) } else { rank };
+        let shape: Vec<usize> = (0..rank).map(|_| if rng.one_in(15) { 0 } else { rng.usize(1, 4) }).collect();
+        let quant = if rng.one_in(6) {
+            let scales = [f32::NAN, 0.0, -1.0, f32::INFINITY, 1e-30, 0.5, 3e30];
+            let zps = [-1000i64, 0, 5, 70000, -128, 255];
+            (!rng.one_in(4)).then(|| Quantization {
+                scale: (0..rng.usize(1, 3)).map(|_| scales[rng.usize(0, scales.len() - 1)]).collect(),
+                zero_point: (0..rng.usize(0, 3)).map(|_| zps[rng.usize(0, zps.len() - 1)]).collect(),
+                axis: rng.usize(0, 4),
+            })
+        } else {
+            let zp = if matches!(dtype, DType::I8 | DType::U8) && rng.one_in(2) { i64::from(rng.int(0, 100)) } else { 0 };
+            Some(Quantization { scale: vec![rng.scale(0.05)], zero_point: vec![zp], axis: 0 })
+        };
+        let n = shape.iter().product::<usize>() * dtype.size().unwrap_or(1);
+        let len = if rng.one_in(10) { rng.usize(0, n + 3) } else { n };
+        let data = if dtype == DType::I32 {
+            // Integer operands (axes, output shapes) small, sometimes negative.
+            (0..len / 4).flat_map(|_| rng.int(-2, 6).to_le_bytes()).collect()
+        } else {
+            (0..len).map(|_| rng.next() as u8).collect()
+        };
+        T { dtype, shape, quant, data, constant: !rng.one_in(6) }
+    }
+
+    /// Plausible input types and ranks of `code` for activations of type `base`.
+    fn hostile_inputs(rng: &mut Rng, code: B, base: DType) -> Vec<(DType, usize)> {
+        let weights = if base == DType::U8 { DType::U8 } else { DType::I8 };
+        let bias = match base {
+            DType::I16 => DType::I64,
+            DType::F32 => DType::F32,
+            _ => DType::I32,
+        };
+        match code {
+            B::CONV_2D | B::DEPTHWISE_CONV_2D => vec![(base, 4), (weights, 4), (bias, 1)],
+            B::FULLY_CONNECTED => vec![(base, rng.usize(1, 3)), (weights, 2), (bias, 1)],
+            B::TRANSPOSE_CONV => vec![(DType::I32, 1), (weights, 4), (base, 4), (bias, 1)],
+            B::BATCH_MATMUL => vec![(base, rng.usize(2, 4)), (if base == DType::F32 { DType::I8 } else { base }, rng.usize(2, 4))],
+            B::MEAN => vec![(base, rng.usize(1, 4)), (DType::I32, 1)],
+            B::ADD | B::SUB | B::MUL => vec![(base, rng.usize(0, 4)), (base, rng.usize(0, 4))],
+            B::PRELU => vec![(base, rng.usize(1, 4)), (if base == DType::I16 { DType::I8 } else { base }, rng.usize(0, 4))],
+            B::CONCATENATION => (0..rng.usize(1, 3)).map(|_| (base, 3)).collect(),
+            B::AVERAGE_POOL_2D | B::MAX_POOL_2D => vec![(base, 4)],
+            _ => vec![(base, rng.usize(0, 4))],
+        }
+    }
+
+    fn hostile_params(rng: &mut Rng, code: B) -> OpParams {
+        let act = [Activation::None, Activation::Relu, Activation::Relu6, Activation::ReluN1To1, Activation::Tanh][rng.usize(0, 4)];
+        let padding = if rng.one_in(2) { Padding::Same } else { Padding::Valid };
+        let pair = |rng: &mut Rng, lo: usize| (rng.usize(lo, 3), rng.usize(lo, 3));
+        match code {
+            B::CONV_2D => OpParams::Conv2D { padding, stride: pair(rng, 0), dilation: pair(rng, 0), activation: act },
+            B::DEPTHWISE_CONV_2D => {
+                OpParams::DepthwiseConv2D { padding, stride: pair(rng, 0), dilation: pair(rng, 0), depth_multiplier: rng.int(-1, 3), activation: act }
+            }
+            B::FULLY_CONNECTED => {
+                OpParams::FullyConnected { activation: act, keep_num_dims: rng.one_in(2), shuffled_weights: false, asymmetric_quantize_inputs: rng.one_in(2) }
+            }
+            B::AVERAGE_POOL_2D | B::MAX_POOL_2D => OpParams::Pool2D { padding, stride: pair(rng, 0), filter: pair(rng, 0), activation: act },
+            B::ADD | B::SUB | B::MUL => OpParams::Binary { activation: act, pot_scale_int16: rng.one_in(2) },
+            B::SOFTMAX => OpParams::Softmax { beta: [1.0, f32::NAN, -2.0, 1e30][rng.usize(0, 3)] },
+            B::LEAKY_RELU => OpParams::LeakyRelu { alpha: [0.1, f32::NAN, -3.0, 1e30][rng.usize(0, 3)] },
+            B::MEAN => OpParams::Reducer { keep_dims: rng.one_in(2) },
+            B::CONCATENATION => OpParams::Concatenation { axis: rng.int(-5, 5), activation: act },
+            B::TRANSPOSE_CONV => OpParams::TransposeConv { padding, stride: pair(rng, 0), activation: act },
+            B::BATCH_MATMUL => OpParams::BatchMatMul { adj_x: rng.one_in(2), adj_y: rng.one_in(2), asymmetric_quantize_inputs: rng.one_in(2) },
+            _ => OpParams::None,
+        }
+    }
+
+    /// Hostile models must give errors, never panics: random types, shapes,
+    /// parameters and buffers through every quantized op, built and (when the
+    /// build succeeds and the output is small) run.
+    #[test]
+    fn hostile_inputs_never_panic() {
+        let codes = [
+            B::CONV_2D,
+            B::DEPTHWISE_CONV_2D,
+            B::FULLY_CONNECTED,
+            B::HARD_SWISH,
+            B::LOGISTIC,
+            B::TANH,
+            B::QUANTIZE,
+            B::DEQUANTIZE,
+            B::SOFTMAX,
+            B::RELU,
+            B::RELU6,
+            B::RELU_N1_TO_1,
+            B::LEAKY_RELU,
+            B::ADD,
+            B::SUB,
+            B::MUL,
+            B::PRELU,
+            B::AVERAGE_POOL_2D,
+            B::MAX_POOL_2D,
+            B::TRANSPOSE_CONV,
+            B::BATCH_MATMUL,
+            B::MEAN,
+            B::CONCATENATION,
+        ];
+        let mut rng = Rng::new(1234);
+        let (mut built, mut ran) = (0, 0);
+        for case in 0..20_000 {
+            let code = codes[case % codes.len()];
+            let base = [DType::I8, DType::U8, DType::I16, DType::F32][rng.usize(0, 3)];
+            let inputs: Vec<T> = hostile_inputs(&mut rng, code, base).into_iter().map(|(d, r)| hostile_tensor(&mut rng, d, r)).collect();
+            let present: Vec<Option<&T>> = inputs.iter().map(|t| (!rng.one_in(12)).then_some(t)).collect();
+            let out_type = if matches!(code, B::DEQUANTIZE) || (base == DType::F32 && code != B::QUANTIZE) {
+                DType::F32
+            } else if code == B::QUANTIZE && base == DType::F32 {
+                DType::I8
+            } else {
+                base
+            };
+            let o = hostile_tensor(&mut rng, out_type, 0);
+            let params = hostile_params(&mut rng, code);
+            match run_ref_bounded(code, &params, &present, &out(o.dtype, o.quant.clone())) {
+                Some(true) => ran += 1,
+                Some(false) => built += 1,
+                None => {}
+            }
+        }
+        eprintln!("hostile inputs: {ran} ran to completion, {built} built without completing");
+        assert!(ran > 2000, "only {built} built, {ran} ran");
+    }
+
+    /// Builds on the reference backend and runs when the planned output is small:
+    /// Some(true) ran to completion, Some(false) built but failed or was skipped,
+    /// None failed to build.
+    fn run_ref_bounded(code: B, params: &OpParams, inputs: &[Option<&T>], output: &crate::model::TensorInfo) -> Option<bool> {
+        let probe = super::super::quant_test_util::build_only(code, params, inputs, output)?;
+        if probe > 1 << 20 {
+            return Some(false);
+        }
+        Some(run_ref(code, params, inputs, output).is_ok())
+    }
 
     #[test]
     fn activation_ranges() {
