@@ -514,6 +514,42 @@ mod tests {
     }
 
     #[test]
+    fn mul_and_int16_shift_add_by_hand() {
+        // int8 (3 - 1) * 0.5 = 1.0 times 4 * 0.25 = 1.0 is 1.0: 8 at scale 0.125.
+        let a = T::ints(DType::I8, &[1], q(0.5, 1), &[3]);
+        let b = T::ints(DType::I8, &[1], q(0.25, 0), &[4]);
+        let (_, r) = run_ref(B::MUL, &binary_params(Activation::None, false), &[Some(&a), Some(&b)], &out(DType::I8, q(0.125, 0))).expect("mul");
+        assert_eq!(r, vec![8u8]);
+        // int16 power-of-two scales: 100 at 2^-10 plus 100 at 2^-12 (25 at 2^-10) = 125.
+        let a = T::ints(DType::I16, &[1], q(2f32.powi(-10), 0), &[100]);
+        let b = T::ints(DType::I16, &[1], q(2f32.powi(-12), 0), &[100]);
+        let (_, r) = run_ref(B::ADD, &binary_params(Activation::None, true), &[Some(&a), Some(&b)], &out(DType::I16, q(2f32.powi(-10), 0))).expect("add");
+        assert_eq!(r, 125i16.to_le_bytes().to_vec());
+    }
+
+    #[test]
+    fn unary_by_hand() {
+        // int16 LOGISTIC(0) = 0.5 = 16384 in Q0.15; TANH(0) = 0.
+        let x = T::ints(DType::I16, &[2], q(2f32.powi(-12), 0), &[0, 0]);
+        let (_, r) = run_ref(B::LOGISTIC, &OpParams::None, &[Some(&x)], &out(DType::I16, q(1.0 / 32768.0, 0))).expect("logistic");
+        assert_eq!(r, [16384i16.to_le_bytes(), 16384i16.to_le_bytes()].concat());
+        let (_, r) = run_ref(B::TANH, &OpParams::None, &[Some(&x)], &out(DType::I16, q(1.0 / 32768.0, 0))).expect("tanh");
+        assert_eq!(r, vec![0u8; 4]);
+        // DEQUANTIZE int8 -3 at scale 0.5, zero point -1: -1.0.
+        let x = T::ints(DType::I8, &[1], q(0.5, -1), &[-3]);
+        let (spec, r) = run_ref(B::DEQUANTIZE, &OpParams::None, &[Some(&x)], &out(DType::F32, None)).expect("dequantize");
+        assert_eq!((spec, r), ((DType::F32, vec![1]), (-1.0f32).to_le_bytes().to_vec()));
+        // QUANTIZE 0.3 at scale 0.2, zero point 10: round(1.5) = 2 (half away from zero), 12.
+        let x = T::f32s(&[1], &[0.3]);
+        let (_, r) = run_ref(B::QUANTIZE, &OpParams::None, &[Some(&x)], &out(DType::U8, q(0.2, 10))).expect("quantize");
+        assert_eq!(r, vec![12u8]);
+        // LEAKY_RELU int8 -10 with alpha 0.5 at equal scales: -5; 7 stays 7.
+        let x = T::ints(DType::I8, &[2], q(0.1, 0), &[-10, 7]);
+        let (_, r) = run_ref(B::LEAKY_RELU, &OpParams::LeakyRelu { alpha: 0.5 }, &[Some(&x)], &out(DType::I8, q(0.1, 0))).expect("leaky relu");
+        assert_eq!(r, vec![(-5i8) as u8, 7]);
+    }
+
+    #[test]
     fn binary_ops_match_cpu() {
         let mut rng = Rng::new(21);
         let shapes: [(&[usize], &[usize]); 4] = [(&[2, 3, 4], &[2, 3, 4]), (&[2, 3, 4], &[4]), (&[2, 1, 4], &[3, 1]), (&[1], &[3, 2])];
