@@ -46,9 +46,12 @@ pub(crate) fn build(op: &OpContext<'_>) -> Result<Built> {
         B::BATCH_MATMUL if is_int(op) || is_hybrid(op) => batch_matmul::batch_matmul(op),
         B::MEAN if is_int(op) => reduce::mean(op),
         B::CONCATENATION if is_int(op) => reduce::concatenation(op),
-        _ => Err(op.unsupported("no quantized reference kernel for this op")),
+        _ => Err(op.unsupported(FALL_THROUGH)),
     }
 }
+
+/// Why an op is left to the float half of the backend.
+const FALL_THROUGH: &str = "no quantized reference kernel for this op";
 
 /// Float activations with int8 weights (dynamic-range quantization).
 fn is_hybrid(op: &OpContext<'_>) -> bool {
@@ -195,6 +198,33 @@ mod tests {
     use super::*;
     use crate::ops::{OpParams, Padding};
 
+    /// Every op with a quantized reference kernel.
+    const HOSTILE_CODES: [B; 23] = [
+        B::CONV_2D,
+        B::DEPTHWISE_CONV_2D,
+        B::FULLY_CONNECTED,
+        B::HARD_SWISH,
+        B::LOGISTIC,
+        B::TANH,
+        B::QUANTIZE,
+        B::DEQUANTIZE,
+        B::SOFTMAX,
+        B::RELU,
+        B::RELU6,
+        B::RELU_N1_TO_1,
+        B::LEAKY_RELU,
+        B::ADD,
+        B::SUB,
+        B::MUL,
+        B::PRELU,
+        B::AVERAGE_POOL_2D,
+        B::MAX_POOL_2D,
+        B::TRANSPOSE_CONV,
+        B::BATCH_MATMUL,
+        B::MEAN,
+        B::CONCATENATION,
+    ];
+
     /// A mostly plausible tensor of type `base` and rank `rank`, each property
     /// corrupted now and then: another type or rank, empty dims, quantization that
     /// is NaN, zero, negative, out of range or of the wrong length, data too short.
@@ -276,31 +306,7 @@ mod tests {
     /// build succeeds and the output is small) run.
     #[test]
     fn hostile_inputs_never_panic() {
-        let codes = [
-            B::CONV_2D,
-            B::DEPTHWISE_CONV_2D,
-            B::FULLY_CONNECTED,
-            B::HARD_SWISH,
-            B::LOGISTIC,
-            B::TANH,
-            B::QUANTIZE,
-            B::DEQUANTIZE,
-            B::SOFTMAX,
-            B::RELU,
-            B::RELU6,
-            B::RELU_N1_TO_1,
-            B::LEAKY_RELU,
-            B::ADD,
-            B::SUB,
-            B::MUL,
-            B::PRELU,
-            B::AVERAGE_POOL_2D,
-            B::MAX_POOL_2D,
-            B::TRANSPOSE_CONV,
-            B::BATCH_MATMUL,
-            B::MEAN,
-            B::CONCATENATION,
-        ];
+        let codes = HOSTILE_CODES;
         let mut rng = Rng::new(1234);
         let (mut built, mut ran) = (0, 0);
         for case in 0..20_000 {
@@ -325,6 +331,101 @@ mod tests {
         }
         eprintln!("hostile inputs: {ran} ran to completion, {built} built without completing");
         assert!(ran > 2000, "only {built} built, {ran} ran");
+    }
+
+    /// The reference backend takes the ops the CPU backend takes: over plausible and
+    /// hostile random cases, an op the CPU backend builds is built here too (unless
+    /// its parameters are invalid, which this backend checks more strictly), and an
+    /// op the CPU backend reports unsupported is not built here.
+    #[test]
+    fn refusals_follow_the_cpu_backend() {
+        use crate::backend::{cpu::CpuBackend, Backend, BackendContext, OpContext};
+        use crate::error::Error;
+        use crate::model::{Op, OpCode};
+        let mut rng = Rng::new(4321);
+        let (mut both, mut cpu_only, mut ref_only, mut cpu_panics) = (0, Vec::new(), Vec::new(), 0);
+        for case in 0..6000 {
+            let code = HOSTILE_CODES[case % HOSTILE_CODES.len()];
+            let base = [DType::I8, DType::U8, DType::I16, DType::F32][rng.usize(0, 3)];
+            let inputs: Vec<T> = hostile_inputs(&mut rng, code, base).into_iter().map(|(d, r)| loader_valid(hostile_tensor(&mut rng, d, r))).collect();
+            let out_type = if matches!(code, B::DEQUANTIZE) || (base == DType::F32 && code != B::QUANTIZE) {
+                DType::F32
+            } else if code == B::QUANTIZE && base == DType::F32 {
+                DType::I8
+            } else {
+                base
+            };
+            let o = loader_valid(hostile_tensor(&mut rng, out_type, 0));
+            let output = out(o.dtype, o.quant.clone());
+            let params = hostile_params(&mut rng, code);
+            let op = Op {
+                code: OpCode::Builtin(code.0),
+                version: 1,
+                inputs: (0..inputs.len()).map(Some).collect(),
+                outputs: vec![inputs.len()],
+                params,
+                custom_options: None,
+            };
+            let descs: Vec<_> = inputs
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    Some(crate::backend::InputDesc {
+                        tensor: i,
+                        dtype: t.dtype,
+                        shape: t.shape.clone(),
+                        value: t.constant.then_some(&t.data[..]),
+                        constant: t.constant,
+                        quant: t.quant.as_ref(),
+                        sparsity: None,
+                    })
+                })
+                .collect();
+            let ctx = OpContext {
+                subgraph: 0,
+                op_index: 0,
+                op: &op,
+                inputs: descs,
+                outputs: vec![&output],
+                custom_options: &[],
+                epilogue: std::cell::Cell::new(None),
+                input_pad: None,
+            };
+            if !crate::backend::reference::is_quantized(&ctx) {
+                continue;
+            }
+            let r = build(&ctx);
+            let c = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| CpuBackend.build(&ctx, &mut BackendContext::new(1)).map(|_| ())));
+            let Ok(c) = c else {
+                cpu_panics += 1;
+                continue;
+            };
+            match (&r, &c) {
+                (Ok(_), Ok(_)) => both += 1,
+                // Not an integer op (a float input): the float half's business.
+                (Err(Error::Unsupported(m)), Ok(_)) if m.ends_with(FALL_THROUGH) => {}
+                (Err(Error::Unsupported(m)), Ok(_)) => ref_only.push(format!("{code:?}: {m}")),
+                (Ok(_), Err(Error::Unsupported(m))) => cpu_only.push(format!("{code:?}: {m}")),
+                _ => {}
+            }
+        }
+        eprintln!("refusals: {both} built by both; {cpu_panics} CPU panics; reference refuses what CPU builds: {ref_only:#?}; reference builds what CPU refuses: {cpu_only:#?}");
+        assert!(ref_only.is_empty() && cpu_only.is_empty(), "{ref_only:#?}\n{cpu_only:#?}");
+    }
+
+    /// The tensor with quantization the model loader would accept: as many zero
+    /// points as scales, inside the type's range, a quantized dimension inside the
+    /// rank (scales may still be NaN, zero or negative).
+    fn loader_valid(mut t: T) -> T {
+        let (lo, hi) = int_range(t.dtype);
+        let rank = t.shape.len();
+        let typed = is_int_type(t.dtype);
+        if let Some(q) = t.quant.as_mut() {
+            let zp = q.zero_point.first().copied().unwrap_or(0);
+            q.zero_point = vec![if typed { zp.clamp(i64::from(lo), i64::from(hi)) } else { zp }; q.scale.len()];
+            q.axis = q.axis.min(rank.max(1) - 1);
+        }
+        t
     }
 
     /// Builds on the reference backend and runs when the planned output is small:
