@@ -45,6 +45,7 @@ fn operand_batch(batch: &[usize], shape: &[usize], flat: usize) -> usize {
     index
 }
 
+/// The shapes of a BATCH_MATMUL, checked.
 fn geometry(op: &OpContext<'_>, adj_x: bool, adj_y: bool) -> Result<Geometry> {
     let (a, b) = (&op.input(0)?.shape, &op.input(1)?.shape);
     let (ra, rb) = (a.len(), b.len());
@@ -74,6 +75,7 @@ fn geometry(op: &OpContext<'_>, adj_x: bool, adj_y: bool) -> Result<Geometry> {
     Ok(Geometry { m, k: ka, n, batches, out_shape })
 }
 
+/// BATCH_MATMUL of int8 or int16 operands, or hybrid (float by int8).
 pub(super) fn batch_matmul(op: &OpContext<'_>) -> Result<Built> {
     let OpParams::BatchMatMul { adj_x, adj_y, asymmetric_quantize_inputs } = op.op.params else { return Err(op.bad("missing BatchMatMul options")) };
     let (a, b) = (op.input(0)?, op.input(1)?);

@@ -69,6 +69,7 @@ struct Window {
     depth_multiplier: usize,
 }
 
+/// A hybrid FULLY_CONNECTED, CONV_2D or DEPTHWISE_CONV_2D (`code`).
 pub(super) fn build(op: &OpContext<'_>, code: B) -> Result<Built> {
     let (x, w) = (op.input(0)?, op.input(1)?);
     let out = op.outputs.first().ok_or_else(|| op.bad("missing output"))?;

@@ -7,6 +7,15 @@
 //! (`quantize_multiplier`, `multiply_by_quantized_multiplier`, the 16-bit helpers)
 //! are shared with the optimized backend: they *are* the arithmetic being
 //! matched. One file per op family, each ending in its tests.
+//!
+//! "LiteRT's kernels" means the numerics its builtin kernels produce whichever
+//! kernel variant runs: int8 / uint8 LOGISTIC, TANH and SOFTMAX through the float
+//! tables LiteRT's prepare fills (its reference and generic kernels both read
+//! them), and multipliers formed in the precision its prepare forms them (double
+//! for convolutions' per-channel scales, single for the RELU family's and for
+//! per-tensor fully-connected scale products). The tests compare every kernel bit
+//! for bit with the CPU backend and count the few cases where the two forms of a
+//! multiplier differ.
 
 mod batch_matmul;
 mod conv;

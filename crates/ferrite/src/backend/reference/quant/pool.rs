@@ -9,6 +9,7 @@ use crate::backend::{arg, Built, OpContext};
 use crate::error::{Error, Result};
 use crate::ops::{OpParams, Padding};
 
+/// AVERAGE_POOL_2D (`max` false) or MAX_POOL_2D over an NHWC input.
 pub(super) fn pool(op: &OpContext<'_>, max: bool) -> Result<Built> {
     let OpParams::Pool2D { padding, stride, filter, activation } = op.op.params else { return Err(op.bad("missing Pool2D options")) };
     let x = op.input(0)?;

@@ -27,8 +27,8 @@ fn axis(op: &OpContext<'_>, a: i64, rank: usize) -> Result<usize> {
     Ok(v as usize)
 }
 
-/// Output multi-index strides of a flat input index: the output offset of input
-/// element `flat` of `shape` when the dims in `reduced` collapse.
+/// The output offset that input element `flat` of `shape` contributes to when the
+/// dims flagged in `reduced` collapse.
 fn reduced_offset(shape: &[usize], reduced: &[bool], flat: usize) -> usize {
     let (mut rest, mut offset, mut stride) = (flat, 0, 1);
     for d in (0..shape.len()).rev() {
@@ -42,6 +42,7 @@ fn reduced_offset(shape: &[usize], reduced: &[bool], flat: usize) -> usize {
     offset
 }
 
+/// MEAN over the constant axes of input 1 (`keep_dims` keeps them as 1s).
 pub(super) fn mean(op: &OpContext<'_>) -> Result<Built> {
     let x = op.input(0)?;
     let dtype = x.dtype;
@@ -90,6 +91,7 @@ pub(super) fn mean(op: &OpContext<'_>) -> Result<Built> {
     })
 }
 
+/// CONCATENATION along the op's axis, under LiteRT's rules for integer inputs.
 pub(super) fn concatenation(op: &OpContext<'_>) -> Result<Built> {
     let OpParams::Concatenation { axis: a, activation } = op.op.params else { return Err(op.bad("missing Concatenation options")) };
     let inputs: Vec<_> = op.inputs.iter().map(|i| i.as_ref().ok_or_else(|| op.bad("missing input"))).collect::<Result<_>>()?;
