@@ -550,6 +550,17 @@ mod tests {
     }
 
     #[test]
+    fn invalid_scales_are_model_errors() {
+        // A negative output scale (which the model loader accepts) would turn RELU6's
+        // range upside down; it is refused when the op is built.
+        let x = T::ints(DType::I8, &[4], q(0.5, 0), &[1, -3, 5, 100]);
+        for scale in [-0.5, 0.0, f32::NAN, f32::INFINITY] {
+            let r = run_ref(B::RELU6, &OpParams::None, &[Some(&x)], &out(DType::I8, q(scale, 0)));
+            assert!(matches!(r, Err(crate::error::Error::InvalidModel(_))), "scale {scale}: {:?}", r.err());
+        }
+    }
+
+    #[test]
     fn binary_ops_match_cpu() {
         let mut rng = Rng::new(21);
         let shapes: [(&[usize], &[usize]); 4] = [(&[2, 3, 4], &[2, 3, 4]), (&[2, 3, 4], &[4]), (&[2, 1, 4], &[3, 1]), (&[1], &[3, 2])];
