@@ -12,6 +12,8 @@
 
 mod float;
 mod quant;
+#[cfg(test)]
+mod quant_test_util;
 
 use super::{Backend, BackendContext, Built, OpContext};
 use crate::error::{Error, Result};
@@ -42,7 +44,7 @@ impl Backend for ReferenceBackend {
 
 /// True when the op computes on quantized integers or mixes float activations
 /// with quantized weights (hybrid): the integer kernels' business.
-fn is_quantized(op: &OpContext<'_>) -> bool {
+pub(crate) fn is_quantized(op: &OpContext<'_>) -> bool {
     let quantized = |d: DType| matches!(d, DType::I8 | DType::U8 | DType::I16);
     let input_q = op.inputs.iter().flatten().any(|d| quantized(d.dtype) && d.quant.is_some());
     let output_q = op.outputs.iter().any(|t| quantized(t.dtype) && t.quant.is_some());
