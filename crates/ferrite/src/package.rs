@@ -133,20 +133,20 @@ impl Package {
     }
 
     fn check(&self, d: IoDesc, input: bool, what: &str) -> Result<()> {
-        let m = self.models.get(d.model).ok_or_else(|| Error::InvalidModel(format!("MANIFEST: {what} names model {} of {}", d.model, self.models.len()).into()))?;
-        let g =
-            m.subgraphs.get(d.subgraph).ok_or_else(|| Error::InvalidModel(format!("MANIFEST: {what} names subgraph {} of model {}", d.subgraph, d.model).into()))?;
+        let m =
+            self.models.get(d.model).ok_or_else(|| Error::InvalidModel(format!("MANIFEST: {what} names model {} of {}", d.model, self.models.len()).into()))?;
+        let g = m
+            .subgraphs
+            .get(d.subgraph)
+            .ok_or_else(|| Error::InvalidModel(format!("MANIFEST: {what} names subgraph {} of model {}", d.subgraph, d.model).into()))?;
         if d.subgraph != 0 {
             return Err(Error::Unsupported(format!("MANIFEST: {what} uses subgraph {}; packages run subgraph 0 of each model", d.subgraph).into()));
         }
         let n = if input { g.inputs.len() } else { g.outputs.len() };
         if d.index >= n {
-            return Err(Error::InvalidModel(format!(
-                "MANIFEST: {what} names {} {} of model {} which has {n}",
-                if input { "input" } else { "output" },
-                d.index,
-                d.model
-            ).into()));
+            return Err(Error::InvalidModel(
+                format!("MANIFEST: {what} names {} {} of model {} which has {n}", if input { "input" } else { "output" }, d.index, d.model).into(),
+            ));
         }
         Ok(())
     }
@@ -168,9 +168,9 @@ impl Package {
                 let d = IoDesc { model: mi, subgraph: 0, index };
                 let feeds = self.inputs.iter().filter(|&&x| x == d).count() + self.edges.iter().filter(|e| e.1 == d).count();
                 if feeds != 1 {
-                    return Err(Error::InvalidModel(format!(
-                        "MANIFEST: input {index} of model {mi} is fed {feeds} times (needs exactly one package input or edge)"
-                    ).into()));
+                    return Err(Error::InvalidModel(
+                        format!("MANIFEST: input {index} of model {mi} is fed {feeds} times (needs exactly one package input or edge)").into(),
+                    ));
                 }
             }
         }
@@ -288,21 +288,18 @@ impl PackageSession {
                     let produced = self.sessions[model].outputs()[out].clone();
                     let want = self.sessions[m].inputs()[index].clone();
                     if produced.dtype != want.dtype {
-                        return Err(Error::InvalidModel(format!(
-                            "edge {model}:0:{out} -> {m}:0:{index}: {} feeds a {} input",
-                            produced.dtype.name(),
-                            want.dtype.name()
-                        ).into()));
+                        return Err(Error::InvalidModel(
+                            format!("edge {model}:0:{out} -> {m}:0:{index}: {} feeds a {} input", produced.dtype.name(), want.dtype.name()).into(),
+                        ));
                     }
                     let (pn, wn): (usize, usize) = (produced.shape.iter().product(), want.shape.iter().product());
                     if pn != wn {
                         if produced.shape.len() == want.shape.len() {
                             self.sessions[m].resize_input(index, &produced.shape)?;
                         } else {
-                            return Err(Error::InvalidModel(format!(
-                                "edge {model}:0:{out} -> {m}:0:{index}: shape {:?} cannot feed {:?}",
-                                produced.shape, want.shape
-                            ).into()));
+                            return Err(Error::InvalidModel(
+                                format!("edge {model}:0:{out} -> {m}:0:{index}: shape {:?} cannot feed {:?}", produced.shape, want.shape).into(),
+                            ));
                         }
                     }
                 }

@@ -283,7 +283,8 @@ impl Session {
     /// reuses a cached plan for shapes seen before); runs with the same shapes then reuse
     /// that plan and allocate nothing.
     pub fn resize_input(&mut self, i: usize, shape: &[usize]) -> Result<()> {
-        let cur = self.input_shapes.get_mut(i).ok_or_else(|| Error::InvalidArgument(format!("input {i} does not exist ({} inputs)", self.inputs.len()).into()))?;
+        let cur =
+            self.input_shapes.get_mut(i).ok_or_else(|| Error::InvalidArgument(format!("input {i} does not exist ({} inputs)", self.inputs.len()).into()))?;
         if cur.as_slice() == shape {
             return Ok(());
         }
@@ -427,13 +428,9 @@ impl Session {
         };
         if data.len() != len {
             let d = self.desc(&self.inputs[i].0, t, Some(i));
-            return Err(Error::InvalidArgument(format!(
-                "input {i} ('{}') is {} {:?} = {len} bytes, got {} bytes",
-                d.name,
-                d.dtype.name(),
-                d.shape,
-                data.len()
-            ).into()));
+            return Err(Error::InvalidArgument(
+                format!("input {i} ('{}') is {} {:?} = {len} bytes, got {} bytes", d.name, d.dtype.name(), d.shape, data.len()).into(),
+            ));
         }
         bytemuck::cast_slice_mut::<u64, u8>(&mut self.arena)[offset..offset + len].copy_from_slice(data);
         self.pending_input_bytes += len;
@@ -477,13 +474,10 @@ impl Session {
         self.require(State::Prepared, "run_with")?;
         self.ensure_plan()?;
         if inputs.len() != self.inputs.len() || outputs.len() != self.outputs.len() {
-            return Err(Error::InvalidArgument(format!(
-                "run_with got {} inputs and {} outputs; the model has {} and {}",
-                inputs.len(),
-                outputs.len(),
-                self.inputs.len(),
-                self.outputs.len()
-            ).into()));
+            return Err(Error::InvalidArgument(
+                format!("run_with got {} inputs and {} outputs; the model has {} and {}", inputs.len(), outputs.len(), self.inputs.len(), self.outputs.len())
+                    .into(),
+            ));
         }
         let c = self.compiled.as_mut().ok_or_else(|| Error::InvalidState("session is not prepared".into()))?;
         let check = |what: &str, k: usize, t: usize, got: usize| -> Result<()> {
@@ -518,7 +512,8 @@ impl Session {
         if !self.ran {
             return Err(Error::InvalidState("output() needs a completed run()".into()));
         }
-        let (_, t) = *self.outputs.get(i).ok_or_else(|| Error::InvalidArgument(format!("output {i} does not exist ({} outputs)", self.outputs.len()).into()))?;
+        let (_, t) =
+            *self.outputs.get(i).ok_or_else(|| Error::InvalidArgument(format!("output {i} does not exist ({} outputs)", self.outputs.len()).into()))?;
         let c = self.compiled.as_ref().ok_or_else(|| Error::InvalidState("session is not prepared".into()))?;
         if let Some(v) = c.dynamic.as_ref().and_then(|d| d.values[t].as_ref()) {
             return Ok(TensorData { dtype: v.dtype, shape: &v.shape, bytes: v.data.bytes() });
@@ -535,7 +530,8 @@ impl Session {
 
     /// Dtype and shape of output `i` under the active plan.
     pub fn output_slot(&self, i: usize) -> Result<(DType, &[usize])> {
-        let (_, t) = *self.outputs.get(i).ok_or_else(|| Error::InvalidArgument(format!("output {i} does not exist ({} outputs)", self.outputs.len()).into()))?;
+        let (_, t) =
+            *self.outputs.get(i).ok_or_else(|| Error::InvalidArgument(format!("output {i} does not exist ({} outputs)", self.outputs.len()).into()))?;
         let c = self.compiled.as_ref().ok_or_else(|| Error::InvalidState("session is not prepared".into()))?;
         if let Some(v) = c.dynamic.as_ref().and_then(|d| d.values[t].as_ref()) {
             return Ok((v.dtype, &v.shape));

@@ -69,8 +69,9 @@ pub fn parse_op_backends(s: &str) -> Result<Vec<(OpSelector, String)>> {
 
 /// Parses one `OP=backend` override.
 pub fn parse_op_backend(item: &str) -> Result<(OpSelector, String)> {
-    let (op, backend) =
-        item.split_once('=').ok_or_else(|| Error::InvalidArgument(format!("op backend '{item}' is not OP=BACKEND (e.g. CONV_2D=cpu or 17=reference)").into()))?;
+    let (op, backend) = item
+        .split_once('=')
+        .ok_or_else(|| Error::InvalidArgument(format!("op backend '{item}' is not OP=BACKEND (e.g. CONV_2D=cpu or 17=reference)").into()))?;
     let (op, backend) = (op.trim(), backend.trim());
     check_name(backend)?;
     let selector = match op.parse::<usize>() {

@@ -395,12 +395,15 @@ fn compile_at(
                 let s = model.subgraphs.get(sub).ok_or_else(|| Error::InvalidModel(format!("subgraph {sg} op {oi}: subgraph {sub} does not exist").into()))?;
                 // Children run on the parent's buffers: their signatures must match exactly.
                 if s.inputs.len() != shapes.len() || s.outputs.len() != n_out {
-                    return Err(Error::InvalidModel(format!(
-                        "subgraph {sg} op {oi}: subgraph {sub} takes {} inputs and gives {} outputs, the op passes {} and expects {n_out}",
-                        s.inputs.len(),
-                        s.outputs.len(),
-                        shapes.len()
-                    ).into()));
+                    return Err(Error::InvalidModel(
+                        format!(
+                            "subgraph {sg} op {oi}: subgraph {sub} takes {} inputs and gives {} outputs, the op passes {} and expects {n_out}",
+                            s.inputs.len(),
+                            s.outputs.len(),
+                            shapes.len()
+                        )
+                        .into(),
+                    ));
                 }
                 compile_at(model, sub, shapes, consts, backends, custom, ctx, limits, depth + 1).map(Child::new)
             };

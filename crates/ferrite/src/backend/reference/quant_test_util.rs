@@ -1,7 +1,7 @@
 //! Test helpers for the quantized reference kernels: tensors with quantization,
 //! one-op contexts, running an op on a backend, and a tiny deterministic PRNG.
 
-use ferrite_format::schema::BuiltinOperator;
+use ferrite_format::ops::BuiltinOp;
 
 use crate::backend::cpu::CpuBackend;
 use crate::backend::reference::ReferenceBackend;
@@ -63,43 +63,28 @@ pub(crate) fn out(dtype: DType, quant: Option<Quantization>) -> TensorInfo {
 }
 
 /// Builds the op on `backend` and runs it once: (output spec, output bytes).
-pub(crate) fn run_on(
-    backend: &dyn Backend,
-    code: BuiltinOperator,
-    params: &OpParams,
-    inputs: &[Option<&T>],
-    output: &TensorInfo,
-) -> Result<(OutSpec, Vec<u8>)> {
+pub(crate) fn run_on(backend: &dyn Backend, code: BuiltinOp, params: &OpParams, inputs: &[Option<&T>], output: &TensorInfo) -> Result<(OutSpec, Vec<u8>)> {
     run_padded(backend, code, params, inputs, output, None)
 }
 
 /// [`run_on`] with a PAD folded into the op (`OpContext::input_pad`).
 pub(crate) fn run_padded(
     backend: &dyn Backend,
-    code: BuiltinOperator,
+    code: BuiltinOp,
     params: &OpParams,
     inputs: &[Option<&T>],
     output: &TensorInfo,
     input_pad: Option<[usize; 4]>,
 ) -> Result<(OutSpec, Vec<u8>)> {
     let op = Op {
-        code: OpCode::Builtin(code.0),
+        code: OpCode::Builtin(code),
         version: 1,
         inputs: (0..inputs.len()).map(|i| inputs[i].map(|_| i)).collect(),
         outputs: vec![inputs.len()],
         params: params.clone(),
         custom_options: None,
     };
-    let ctx = OpContext {
-        subgraph: 0,
-        op_index: 0,
-        op: &op,
-        inputs: descs(inputs),
-        outputs: vec![output],
-        custom_options: &[],
-        epilogue: std::cell::Cell::new(None),
-        input_pad,
-    };
+    let ctx = OpContext { subgraph: 0, op_index: 0, op: &op, inputs: descs(inputs), outputs: vec![output], custom_options: &[], epilogue: None, input_pad };
     let mut bctx = BackendContext::new(1);
     let mut built = backend.build(&ctx, &mut bctx)?;
     let (dtype, shape) = built.outputs[0].clone();
@@ -131,44 +116,36 @@ fn descs<'a>(inputs: &[Option<&'a T>]) -> Vec<Option<InputDesc<'a>>> {
 
 /// Builds the op on the reference backend without running it: the planned
 /// output's byte size, or None when the build fails.
-pub(crate) fn build_only(code: BuiltinOperator, params: &OpParams, inputs: &[Option<&T>], output: &TensorInfo) -> Option<usize> {
+pub(crate) fn build_only(code: BuiltinOp, params: &OpParams, inputs: &[Option<&T>], output: &TensorInfo) -> Option<usize> {
     let op = Op {
-        code: OpCode::Builtin(code.0),
+        code: OpCode::Builtin(code),
         version: 1,
         inputs: (0..inputs.len()).map(|i| inputs[i].map(|_| i)).collect(),
         outputs: vec![inputs.len()],
         params: params.clone(),
         custom_options: None,
     };
-    let ctx = OpContext {
-        subgraph: 0,
-        op_index: 0,
-        op: &op,
-        inputs: descs(inputs),
-        outputs: vec![output],
-        custom_options: &[],
-        epilogue: std::cell::Cell::new(None),
-        input_pad: None,
-    };
+    let ctx =
+        OpContext { subgraph: 0, op_index: 0, op: &op, inputs: descs(inputs), outputs: vec![output], custom_options: &[], epilogue: None, input_pad: None };
     let built = ReferenceBackend.build(&ctx, &mut BackendContext::new(1)).ok()?;
     let (dtype, shape) = &built.outputs[0];
     shape.iter().try_fold(dtype.size().unwrap_or(1), |a, &d| a.checked_mul(d))
 }
 
 /// Runs the op on the reference backend.
-pub(crate) fn run_ref(code: BuiltinOperator, params: &OpParams, inputs: &[Option<&T>], output: &TensorInfo) -> Result<(OutSpec, Vec<u8>)> {
+pub(crate) fn run_ref(code: BuiltinOp, params: &OpParams, inputs: &[Option<&T>], output: &TensorInfo) -> Result<(OutSpec, Vec<u8>)> {
     run_on(&ReferenceBackend, code, params, inputs, output)
 }
 
 /// Runs the op on both backends and returns the number of output elements that
 /// differ (element size `elem` bytes); panics when the types or shapes differ or
 /// either backend fails.
-pub(crate) fn mismatches(code: BuiltinOperator, params: &OpParams, inputs: &[Option<&T>], output: &TensorInfo) -> usize {
+pub(crate) fn mismatches(code: BuiltinOp, params: &OpParams, inputs: &[Option<&T>], output: &TensorInfo) -> usize {
     mismatches_padded(code, params, inputs, output, None)
 }
 
 /// [`mismatches`] with a PAD folded into the op.
-pub(crate) fn mismatches_padded(code: BuiltinOperator, params: &OpParams, inputs: &[Option<&T>], output: &TensorInfo, input_pad: Option<[usize; 4]>) -> usize {
+pub(crate) fn mismatches_padded(code: BuiltinOp, params: &OpParams, inputs: &[Option<&T>], output: &TensorInfo, input_pad: Option<[usize; 4]>) -> usize {
     let r = run_padded(&ReferenceBackend, code, params, inputs, output, input_pad);
     let c = run_padded(&CpuBackend, code, params, inputs, output, input_pad);
     let (((rt, rs), rb), ((ct, cs), cb)) = match (r, c) {

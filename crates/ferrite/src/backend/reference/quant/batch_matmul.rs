@@ -160,7 +160,7 @@ pub(super) fn batch_matmul(op: &OpContext<'_>) -> Result<Built> {
 
 #[cfg(test)]
 mod tests {
-    use ferrite_format::schema::BuiltinOperator as B;
+    use ferrite_format::ops::BuiltinOp as B;
 
     use super::super::super::quant_test_util::{mismatches, out, q, qc, run_ref, Rng, T};
     use crate::model::DType;

@@ -361,7 +361,7 @@ pub(super) fn transpose_conv(op: &OpContext<'_>) -> Result<Built> {
 
 #[cfg(test)]
 mod tests {
-    use ferrite_format::schema::BuiltinOperator as B;
+    use ferrite_format::ops::BuiltinOp as B;
 
     use ferrite_kernels::quant::quantize_multiplier;
 

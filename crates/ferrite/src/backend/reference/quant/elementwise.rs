@@ -2,7 +2,7 @@
 //! broadcasting, the RELU family and LEAKY_RELU, QUANTIZE, DEQUANTIZE, LOGISTIC /
 //! TANH, HARD_SWISH and SOFTMAX.
 
-use ferrite_format::schema::BuiltinOperator as B;
+use ferrite_format::ops::BuiltinOp as B;
 use ferrite_kernels::fixed16 as f16;
 use ferrite_kernels::quant::{multiply_by_quantized_multiplier as mbqm, quantize_multiplier};
 
@@ -491,7 +491,7 @@ fn softmax_i16(op: &OpContext<'_>) -> Result<Built> {
 
 #[cfg(test)]
 mod tests {
-    use ferrite_format::schema::BuiltinOperator as B;
+    use ferrite_format::ops::BuiltinOp as B;
     use ferrite_kernels::quant::quantize_multiplier;
 
     use super::super::super::quant_test_util::{mismatches, out, q, run_ref, Rng, T};

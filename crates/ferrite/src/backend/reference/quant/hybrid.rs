@@ -8,7 +8,7 @@
 //! 2. integer sums `acc = sum (q - row_zp) * w` over the taps inside the input;
 //! 3. `out = act(bias[c] + acc * (row_scale * w_scale[c]))` in single precision.
 
-use ferrite_format::schema::BuiltinOperator as B;
+use ferrite_format::ops::BuiltinOp as B;
 
 use super::{elements, out_and_pad, read_f32, write_f32};
 use crate::backend::{arg, typed, Built, OpContext};
@@ -229,7 +229,7 @@ pub(super) fn build(op: &OpContext<'_>, code: B) -> Result<Built> {
 
 #[cfg(test)]
 mod tests {
-    use ferrite_format::schema::BuiltinOperator as B;
+    use ferrite_format::ops::BuiltinOp as B;
 
     use super::super::super::quant_test_util::{mismatches_padded, out, q, qc, run_ref, Rng, T};
     use crate::model::DType;

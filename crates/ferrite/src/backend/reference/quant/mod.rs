@@ -24,7 +24,7 @@ mod hybrid;
 mod pool;
 mod reduce;
 
-use ferrite_format::schema::BuiltinOperator as B;
+use ferrite_format::ops::BuiltinOp as B;
 
 use crate::backend::{Built, OpContext};
 use crate::error::{Error, Result};
@@ -37,20 +37,20 @@ use crate::ops::Activation;
 /// same ops and produce the same output types and shapes.
 pub(crate) fn build(op: &OpContext<'_>) -> Result<Built> {
     let OpCode::Builtin(code) = op.op.code else {
-        return Err(op.unsupported("custom op"));
+        return Err(op.unsupported("no reference kernel for this op"));
     };
-    match B(code) {
-        B::CONV_2D | B::DEPTHWISE_CONV_2D | B::FULLY_CONNECTED if is_hybrid(op) => hybrid::build(op, B(code)),
+    match code {
+        B::CONV_2D | B::DEPTHWISE_CONV_2D | B::FULLY_CONNECTED if is_hybrid(op) => hybrid::build(op, code),
         B::FULLY_CONNECTED if is_int(op) => conv::fully_connected(op),
-        B::CONV_2D | B::DEPTHWISE_CONV_2D if is_int(op) => conv::conv(op, B(code) == B::DEPTHWISE_CONV_2D),
+        B::CONV_2D | B::DEPTHWISE_CONV_2D if is_int(op) => conv::conv(op, code == B::DEPTHWISE_CONV_2D),
         B::HARD_SWISH if is_int(op) => elementwise::hard_swish(op),
-        B::LOGISTIC | B::TANH if is_int(op) => elementwise::logistic_tanh(op, B(code) == B::TANH),
+        B::LOGISTIC | B::TANH if is_int(op) => elementwise::logistic_tanh(op, code == B::TANH),
         B::QUANTIZE => elementwise::quantize(op),
         B::DEQUANTIZE if is_int(op) => elementwise::dequantize(op),
         B::SOFTMAX if is_int(op) => elementwise::softmax(op),
-        B::RELU | B::RELU6 | B::RELU_N1_TO_1 | B::LEAKY_RELU if is_int(op) => elementwise::relu_like(op, B(code)),
-        B::ADD | B::SUB | B::MUL | B::PRELU if is_int(op) && op.opt_input(0).is_some_and(|d| d.quant.is_some()) => elementwise::binary(op, B(code)),
-        B::AVERAGE_POOL_2D | B::MAX_POOL_2D if is_int(op) => pool::pool(op, B(code) == B::MAX_POOL_2D),
+        B::RELU | B::RELU6 | B::RELU_N1_TO_1 | B::LEAKY_RELU if is_int(op) => elementwise::relu_like(op, code),
+        B::ADD | B::SUB | B::MUL | B::PRELU if is_int(op) && op.opt_input(0).is_some_and(|d| d.quant.is_some()) => elementwise::binary(op, code),
+        B::AVERAGE_POOL_2D | B::MAX_POOL_2D if is_int(op) => pool::pool(op, code == B::MAX_POOL_2D),
         B::TRANSPOSE_CONV if op.opt_input(2).is_some_and(|d| is_int_type(d.dtype)) => conv::transpose_conv(op),
         B::BATCH_MATMUL if is_int(op) || is_hybrid(op) => batch_matmul::batch_matmul(op),
         B::MEAN if is_int(op) => reduce::mean(op),
@@ -131,7 +131,7 @@ fn elements(op: &OpContext<'_>, shape: &[usize]) -> Result<usize> {
 
 /// A run-time error for buffers that do not match the planned shapes.
 fn short(what: &str) -> Error {
-    Error::Runtime(format!("reference kernel: {what} buffer does not match its planned shape"))
+    Error::Runtime(format!("reference kernel: {what} buffer does not match its planned shape").into())
 }
 
 /// Reads `n` little-endian int8 / uint8 / int16 elements as `i32`.
@@ -368,7 +368,7 @@ mod tests {
             let output = out(o.dtype, o.quant.clone());
             let params = hostile_params(&mut rng, code);
             let op = Op {
-                code: OpCode::Builtin(code.0),
+                code: OpCode::Builtin(code),
                 version: 1,
                 inputs: (0..inputs.len()).map(Some).collect(),
                 outputs: vec![inputs.len()],
@@ -390,16 +390,8 @@ mod tests {
                     })
                 })
                 .collect();
-            let ctx = OpContext {
-                subgraph: 0,
-                op_index: 0,
-                op: &op,
-                inputs: descs,
-                outputs: vec![&output],
-                custom_options: &[],
-                epilogue: std::cell::Cell::new(None),
-                input_pad: None,
-            };
+            let ctx =
+                OpContext { subgraph: 0, op_index: 0, op: &op, inputs: descs, outputs: vec![&output], custom_options: &[], epilogue: None, input_pad: None };
             if !crate::backend::reference::is_quantized(&ctx) {
                 continue;
             }
@@ -412,7 +404,7 @@ mod tests {
             match (&r, &c) {
                 (Ok(_), Ok(_)) => both += 1,
                 // Not an integer op (a float input): the float half's business.
-                (Err(Error::Unsupported(m)), Ok(_)) if m.ends_with(FALL_THROUGH) => {}
+                (Err(Error::Unsupported(m)), Ok(_)) if m.message.ends_with(FALL_THROUGH) => {}
                 (Err(Error::Unsupported(m)), Ok(_)) => ref_only.push(format!("{code:?}: {m}")),
                 (Ok(_), Err(Error::Unsupported(m))) => cpu_only.push(format!("{code:?}: {m}")),
                 _ => {}

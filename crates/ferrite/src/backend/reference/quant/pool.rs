@@ -69,7 +69,7 @@ pub(super) fn pool(op: &OpContext<'_>, max: bool) -> Result<Built> {
 
 #[cfg(test)]
 mod tests {
-    use ferrite_format::schema::BuiltinOperator as B;
+    use ferrite_format::ops::BuiltinOp as B;
 
     use super::super::super::quant_test_util::{mismatches, out, q, run_ref, Rng, T};
     use crate::model::DType;
