@@ -855,3 +855,260 @@ pub(crate) fn dequantize_f16(op: &OpContext<'_>) -> Result<Built> {
         }),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::float_test_util::*;
+    use crate::model::{DType, Quantization};
+    use crate::ops::{Activation, OpParams};
+    use ferrite_format::schema::BuiltinOperator as B;
+
+    fn seq(n: usize) -> Vec<f32> {
+        (0..n).map(|v| v as f32).collect()
+    }
+
+    #[test]
+    fn hand_computed_movement() {
+        // Transpose of a 2x3 matrix.
+        let t = TestOp::new(B::TRANSPOSE, OpParams::None, vec![f32_input(&[2, 3], &seq(6)), i32_const(&[2], &[1, 0])], 1);
+        assert_eq!(t.reference_f32(), (vec![3, 2], vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]));
+        // PADV2 with a value, one row before and one column after.
+        let t = TestOp::new(B::PADV2, OpParams::None, vec![f32_input(&[1, 2], &[1.0, 2.0]), i32_const(&[2, 2], &[1, 0, 0, 1]), f32_input(&[], &[9.0])], 1);
+        assert_eq!(t.reference_f32(), (vec![2, 3], vec![9.0, 9.0, 9.0, 1.0, 2.0, 9.0]));
+        // Strided slice backwards with stride -2 and a shrunk leading axis.
+        let params = OpParams::StridedSlice { begin_mask: 0, end_mask: 2, ellipsis_mask: 0, new_axis_mask: 0, shrink_axis_mask: 1, offset: false };
+        let t = TestOp::new(
+            B::STRIDED_SLICE,
+            params,
+            vec![f32_input(&[2, 5], &seq(10)), i32_const(&[2], &[1, -1]), i32_const(&[2], &[2, 0]), i32_const(&[2], &[1, -2])],
+            1,
+        );
+        assert_eq!(t.reference_f32(), (vec![3], vec![9.0, 7.0, 5.0]));
+        // Gather along axis 1 with batch_dims 1: row b picks its own columns.
+        let idx = raw_input(DType::I32, &[2, 2], bytemuck::cast_slice(&[2i32, 0, 1, 1]).to_vec());
+        let t = TestOp::new(B::GATHER, OpParams::Gather { axis: 1, batch_dims: 1 }, vec![f32_input(&[2, 3], &seq(6)), idx], 1);
+        assert_eq!(t.reference_f32(), (vec![2, 2], vec![2.0, 0.0, 4.0, 4.0]));
+        // An out-of-range index is a run-time error.
+        let idx = raw_input(DType::I32, &[1], bytemuck::cast_slice(&[3i32]).to_vec());
+        let t = TestOp::new(B::GATHER, OpParams::Gather { axis: 0, batch_dims: 0 }, vec![f32_input(&[3], &seq(3)), idx], 1);
+        assert!(t.reference().is_err());
+        // Depth to space of one pixel with 4 channels.
+        let t = TestOp::new(B::DEPTH_TO_SPACE, OpParams::BlockSize(2), vec![f32_input(&[1, 1, 1, 4], &seq(4))], 1);
+        assert_eq!(t.reference_f32(), (vec![1, 2, 2, 1], seq(4)));
+        // Bilinear 2 -> 4 with half-pixel centres: [0, 1] becomes [0, .25, .75, 1].
+        let t = TestOp::new(
+            B::RESIZE_BILINEAR,
+            OpParams::Resize { align_corners: false, half_pixel_centers: true },
+            vec![f32_input(&[1, 1, 2, 1], &[0.0, 1.0]), i32_const(&[2], &[1, 4])],
+            1,
+        );
+        assert_eq!(t.reference_f32().1, vec![0.0, 0.25, 0.75, 1.0]);
+        // Concatenation with a fused RELU.
+        let t = TestOp::new(
+            B::CONCATENATION,
+            OpParams::Concatenation { axis: -1, activation: Activation::Relu },
+            vec![f32_input(&[2, 1], &[-1.0, 2.0]), f32_input(&[2, 2], &[3.0, -4.0, 5.0, 6.0])],
+            1,
+        );
+        assert_eq!(t.reference_f32(), (vec![2, 3], vec![0.0, 3.0, 0.0, 2.0, 5.0, 6.0]));
+        // CAST narrows integers by keeping the low bits, as a C cast does.
+        let t = TestOp::typed(B::CAST, OpParams::None, vec![raw_input(DType::I32, &[2], bytemuck::cast_slice(&[300i32, -1]).to_vec())], vec![DType::U8]);
+        assert_eq!(t.reference().unwrap()[0].2, vec![44, 255]);
+    }
+
+    fn int8_quant(scale: f32, zero_point: i64) -> Option<Quantization> {
+        Some(Quantization { scale: vec![scale], zero_point: vec![zero_point], axis: 0 })
+    }
+
+    #[test]
+    fn quantized_movement_needs_matching_quantization() {
+        let mut x = raw_input(DType::I8, &[1, 2], vec![1, 2]);
+        if let Some(x) = x.as_mut() {
+            x.quant = int8_quant(0.5, -3);
+        }
+        let mut t = TestOp::typed(B::PAD, OpParams::None, vec![x, i32_const(&[2, 2], &[0, 0, 1, 1])], vec![DType::I8]);
+        t.outputs[0].quant = int8_quant(0.5, -3);
+        // Padded with the zero point -3.
+        assert_eq!(t.reference().unwrap()[0].2, vec![(-3i8) as u8, 1, 2, (-3i8) as u8]);
+        t.outputs[0].quant = int8_quant(0.25, -3);
+        assert!(matches!(t.reference(), Err(crate::error::Error::Unsupported(_))));
+    }
+
+    /// Random data of `n` elements of a random element size, with its dtype.
+    fn random_data(r: &mut Rng, n: usize) -> (DType, Vec<u8>) {
+        let dtype = [DType::F32, DType::I8, DType::I16, DType::I64, DType::Bool][r.below(5)];
+        let size = dtype.size().unwrap_or(1);
+        let bytes = (0..n * size).map(|_| if dtype == DType::Bool { (r.next() & 1) as u8 } else { r.next() as u8 }).collect();
+        (dtype, bytes)
+    }
+
+    fn random_shape(r: &mut Rng, rank: usize, max: usize) -> Vec<usize> {
+        (0..rank).map(|_| r.range(1, max)).collect()
+    }
+
+    /// Both backends succeed with equal outputs.
+    fn same(t: &TestOp, what: &str) {
+        t.compare_with_cpu(0.0, what);
+    }
+
+    /// Both backends agree: equal outputs (true), or both refuse (false).
+    fn agree(t: &TestOp, what: &str) -> bool {
+        match (t.reference(), t.cpu()) {
+            (Ok(_), Ok(_)) => {
+                t.compare_with_cpu(0.0, what);
+                true
+            }
+            (Err(_), Err(_)) => false,
+            (a, b) => panic!("{what}: reference {:?} but cpu {:?}", a.map(|_| ()), b.map(|_| ())),
+        }
+    }
+
+    #[test]
+    fn random_movement_matches_cpu() {
+        let mut r = Rng::new(0x0dd_ba11);
+        let mut strided_ran = 0;
+        for case in 0..200 {
+            let rank = r.range(1, 4);
+            let shape = random_shape(&mut r, rank, 4);
+            let n: usize = shape.iter().product();
+            let (dtype, data) = random_data(&mut r, n);
+            let x = || raw_input(dtype, &shape, data.clone());
+            let ty = vec![dtype];
+            // Transpose by a random permutation.
+            let mut perm: Vec<i32> = (0..rank as i32).collect();
+            for i in (1..rank).rev() {
+                perm.swap(i, r.below(i + 1));
+            }
+            same(&TestOp::typed(B::TRANSPOSE, OpParams::None, vec![x(), i32_const(&[rank], &perm)], ty.clone()), "transpose");
+            // Pad, tile, slice.
+            let pads: Vec<i32> = (0..2 * rank).map(|_| r.below(3) as i32).collect();
+            same(&TestOp::typed(B::PAD, OpParams::None, vec![x(), i32_const(&[rank, 2], &pads)], ty.clone()), "pad");
+            let mult: Vec<i32> = (0..rank).map(|_| r.range(1, 3) as i32).collect();
+            same(&TestOp::typed(B::TILE, OpParams::None, vec![x(), i32_const(&[rank], &mult)], ty.clone()), "tile");
+            let target: Vec<i32> =
+                [r.range(1, 3) as i32].into_iter().chain(shape.iter().map(|&d| if d == 1 { r.range(1, 3) as i32 } else { d as i32 })).collect();
+            same(&TestOp::typed(B::BROADCAST_TO, OpParams::None, vec![x(), i32_const(&[rank + 1], &target)], ty.clone()), "broadcast_to");
+            let begin: Vec<i32> = shape.iter().map(|&d| r.below(d) as i32).collect();
+            let size: Vec<i32> = shape.iter().zip(&begin).map(|(&d, &b)| if r.coin() { -1 } else { r.range(0, d - b as usize) as i32 }).collect();
+            same(&TestOp::typed(B::SLICE, OpParams::None, vec![x(), i32_const(&[rank], &begin), i32_const(&[rank], &size)], ty.clone()), "slice");
+            // Strided slice with random masks, positions and strides.
+            let m = r.range(1, rank + 1);
+            let mask = |r: &mut Rng| (r.next() as i32) & ((1 << m) - 1);
+            let ellipsis = if r.below(4) == 0 { 1 << r.below(m) } else { 0 };
+            let params = OpParams::StridedSlice {
+                begin_mask: mask(&mut r),
+                end_mask: mask(&mut r),
+                ellipsis_mask: ellipsis,
+                new_axis_mask: if r.below(3) == 0 { mask(&mut r) } else { 0 },
+                shrink_axis_mask: if r.below(3) == 0 { mask(&mut r) } else { 0 },
+                offset: r.below(4) == 0,
+            };
+            let pos = |r: &mut Rng| r.below(13) as i32 - 6;
+            let (b, e): (Vec<i32>, Vec<i32>) = (0..m).map(|_| (pos(&mut r), pos(&mut r))).unzip();
+            let s: Vec<i32> = (0..m).map(|_| [1, 2, 3, -1, -2][r.below(5)]).collect();
+            let t = TestOp::typed(B::STRIDED_SLICE, params.clone(), vec![x(), i32_const(&[m], &b), i32_const(&[m], &e), i32_const(&[m], &s)], ty.clone());
+            strided_ran += usize::from(agree(&t, &format!("strided slice {case} {shape:?} {params:?} {b:?} {e:?} {s:?}")));
+            // Gather with batch dims.
+            let ax = r.below(rank);
+            let bd = r.below(ax + 1);
+            let mut ishape = shape[..bd].to_vec();
+            let extra = r.below(3);
+            ishape.extend(random_shape(&mut r, extra, 3));
+            let idx: Vec<i32> = (0..ishape.iter().product()).map(|_| r.below(shape[ax]) as i32).collect();
+            let t = TestOp::typed(
+                B::GATHER,
+                OpParams::Gather { axis: ax as i32, batch_dims: bd as i32 },
+                vec![x(), raw_input(DType::I32, &ishape, bytemuck::cast_slice(&idx).to_vec())],
+                ty.clone(),
+            );
+            same(&t, "gather");
+            // Concatenation / pack of two, split / split_v / unpack.
+            let ax = r.below(rank);
+            let mut other = shape.clone();
+            other[ax] = r.range(1, 3);
+            let (_, data2) = random_data(&mut r, other.iter().product::<usize>() * dtype.size().unwrap_or(1) / dtype.size().unwrap_or(1));
+            let data2 = data2.into_iter().cycle().take(other.iter().product::<usize>() * dtype.size().unwrap_or(1)).collect();
+            let t = TestOp::typed(
+                B::CONCATENATION,
+                OpParams::Concatenation { axis: ax as i32 - if r.coin() { rank as i32 } else { 0 }, activation: Activation::None },
+                vec![x(), raw_input(dtype, &other, data2)],
+                ty.clone(),
+            );
+            same(&t, "concatenation");
+            let pack_axis = r.below(rank + 1) as i32;
+            same(&TestOp::typed(B::PACK, OpParams::Pack { values_count: 2, axis: pack_axis }, vec![x(), x()], ty.clone()), "pack");
+            same(&TestOp::typed(B::UNPACK, OpParams::Unpack { num: shape[ax] as i32, axis: ax as i32 }, vec![x()], vec![dtype; shape[ax]]), "unpack");
+            let pieces = if shape[ax].is_multiple_of(2) { 2 } else { 1 };
+            same(&TestOp::typed(B::SPLIT, OpParams::Split { num_splits: pieces }, vec![i32_const(&[], &[ax as i32]), x()], vec![dtype; pieces]), "split");
+            let first = r.below(shape[ax] + 1) as i32;
+            let t = TestOp::typed(
+                B::SPLIT_V,
+                OpParams::Split { num_splits: 2 },
+                vec![x(), i32_const(&[2], &[first, -1]), i32_const(&[], &[ax as i32])],
+                vec![dtype; 2],
+            );
+            same(&t, "split_v");
+            // Reshape / squeeze / expand_dims, shape, zeros_like.
+            same(&TestOp::typed(B::RESHAPE, OpParams::Reshape { new_shape: None }, vec![x(), i32_const(&[2], &[-1, shape[0] as i32])], ty.clone()), "reshape");
+            same(&TestOp::typed(B::SQUEEZE, OpParams::Squeeze { dims: vec![] }, vec![x()], ty.clone()), "squeeze");
+            same(&TestOp::typed(B::EXPAND_DIMS, OpParams::None, vec![x(), i32_const(&[], &[-1])], ty.clone()), "expand_dims");
+            same(&TestOp::typed(B::SHAPE, OpParams::OutType(2), vec![x()], vec![DType::I32]), "shape");
+            same(&TestOp::typed(B::ZEROS_LIKE, OpParams::None, vec![x()], ty.clone()), "zeros_like");
+        }
+        // Most random specs are valid; the rest must be refused by both.
+        assert!(strided_ran > 120, "only {strided_ran} of 200 strided slices were valid");
+    }
+
+    #[test]
+    fn random_images_match_cpu() {
+        let mut r = Rng::new(0x1a6e_5eed);
+        let mut worst = 0.0f64;
+        for case in 0..120 {
+            let (n, h, w, c) = (r.range(1, 2), r.range(1, 5), r.range(1, 5), r.range(1, 3));
+            let x = r.floats(n * h * w * c);
+            let (oh, ow) = (r.range(1, 9) as i32, r.range(1, 9) as i32);
+            let align_corners = r.coin();
+            // LiteRT rejects align_corners together with half-pixel centres.
+            let half_pixel_centers = !align_corners && r.coin();
+            let params = OpParams::Resize { align_corners, half_pixel_centers };
+            let code = if case % 2 == 0 { B::RESIZE_BILINEAR } else { B::RESIZE_NEAREST_NEIGHBOR };
+            let t = TestOp::new(code, params.clone(), vec![f32_input(&[n, h, w, c], &x), i32_const(&[2], &[oh, ow])], 1);
+            worst = worst.max(t.compare_with_cpu(1e-5, &format!("{code:?} {params:?} {h}x{w} -> {oh}x{ow}")));
+            let b = r.range(1, 2);
+            let t = TestOp::new(B::SPACE_TO_DEPTH, OpParams::BlockSize(b), vec![f32_input(&[n, h * b, w * b, c], &r.floats(n * h * w * c * b * b))], 1);
+            t.compare_with_cpu(0.0, "space_to_depth");
+            let t = TestOp::new(B::DEPTH_TO_SPACE, OpParams::BlockSize(b), vec![f32_input(&[n, h, w, c * b * b], &r.floats(n * h * w * c * b * b))], 1);
+            t.compare_with_cpu(0.0, "depth_to_space");
+        }
+        eprintln!("random resizes: worst relative error {worst:e}");
+    }
+
+    #[test]
+    fn conversions_match_cpu() {
+        let mut r = Rng::new(0xca57);
+        // Values every type holds exactly, so saturating and wrapping casts agree.
+        let v: Vec<f32> = (0..64).map(|_| (r.unit() * 100.0).trunc()).map(|v| if v < 0.0 { -v } else { v }).collect();
+        let types = [DType::F32, DType::I32, DType::I64, DType::I16, DType::U8, DType::I8, DType::Bool, DType::F16];
+        for &from in &types {
+            let bytes: Vec<u8> = match from {
+                DType::F32 => bytemuck::cast_slice(&v).to_vec(),
+                DType::I32 => v.iter().flat_map(|&x| (x as i32).to_le_bytes()).collect(),
+                DType::I64 => v.iter().flat_map(|&x| (x as i64).to_le_bytes()).collect(),
+                DType::I16 => v.iter().flat_map(|&x| (x as i16).to_le_bytes()).collect(),
+                DType::U8 | DType::I8 => v.iter().map(|&x| x as u8).collect(),
+                DType::Bool => v.iter().map(|&x| u8::from(x != 0.0)).collect(),
+                _ => v.iter().flat_map(|&x| half::f16::from_f32(x).to_le_bytes()).collect(),
+            };
+            for &to in &types {
+                let t = TestOp::typed(B::CAST, OpParams::None, vec![raw_input(from, &[v.len()], bytes.clone())], vec![to]);
+                t.compare_with_cpu(0.0, &format!("cast {from:?} -> {to:?}"));
+            }
+            if from == DType::F16 {
+                let t = TestOp::new(B::DEQUANTIZE, OpParams::None, vec![raw_input(from, &[v.len()], bytes.clone())], 1);
+                t.compare_with_cpu(0.0, "dequantize f16");
+            }
+        }
+        let t = TestOp::typed(B::FILL, OpParams::None, vec![i32_const(&[2], &[2, 3]), raw_input(DType::I16, &[], vec![7, 1])], vec![DType::I16]);
+        t.compare_with_cpu(0.0, "fill");
+    }
+}
