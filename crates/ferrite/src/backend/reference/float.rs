@@ -117,6 +117,7 @@ pub(crate) fn build(op: &OpContext<'_>) -> Result<Built> {
         B::ZEROS_LIKE => movement::zeros_like(op),
         B::CAST => movement::cast(op),
         B::DEQUANTIZE => movement::dequantize_f16(op),
+        B::DENSIFY => movement::densify(op),
         _ => Err(op.unsupported("no reference kernel for this op")),
     }
 }

@@ -301,8 +301,8 @@ pub(crate) fn slice(op: &OpContext<'_>) -> Result<Built> {
     let mut sizes = Vec::new();
     for d in 0..shape.len() {
         let dim = shape[d] as i64;
-        let size = if s[d] == -1 { dim - b[d] } else { s[d] };
-        if b[d] < 0 || size < 0 || b[d] + size > dim {
+        let size = if s[d] == -1 { dim.saturating_sub(b[d]) } else { s[d] };
+        if b[d] < 0 || size < 0 || b[d].checked_add(size).is_none_or(|e| e > dim) {
             return Err(op.bad(format!("slice of begin {} size {} does not fit dimension {dim}", b[d], s[d])));
         }
         begin.push(b[d] as usize);
@@ -411,8 +411,10 @@ pub(crate) fn strided_slice(op: &OpContext<'_>) -> Result<Built> {
             wrap(e).clamp(lo, hi)
         };
         let span = if s > 0 { stop - start } else { start - stop };
-        let step = s.unsigned_abs() as i64;
-        counts.push(if span > 0 { ((span + step - 1) / step) as usize } else { 0 });
+        // Elements start, start + s, ... before stop: ceil(span / |s|), written so
+        // that no stride (even i64::MIN) overflows.
+        let step = s.unsigned_abs();
+        counts.push(if span > 0 { ((span as u64 - 1) / step + 1) as usize } else { 0 });
         starts.push(start);
         steps.push(s);
     }
@@ -856,6 +858,127 @@ pub(crate) fn dequantize_f16(op: &OpContext<'_>) -> Result<Built> {
     })
 }
 
+/// Expands a sparse constant (TACO-style levels: dense, or CSR segments and
+/// indices) into `dst`, its dense row-major form. Levels are visited in the
+/// file's traversal order; the values are stored in the order their leaves are
+/// reached. Level `l < rank` indexes original dimension `traversal_order[l]`;
+/// a block level (value rank + b) indexes within block b of original dimension
+/// `block_map[b]`, whose size is that level's dense size.
+fn densify_into(shape: &[usize], es: usize, sp: &crate::model::Sparsity, src: &[u8], dst: &mut [u8]) -> std::result::Result<(), String> {
+    use crate::model::SparseDim;
+    let rank = shape.len();
+    let levels = sp.traversal_order.len();
+    let is_perm = |v: &[usize], base: usize| {
+        let mut seen = vec![false; v.len()];
+        v.iter().all(|&t| t.checked_sub(base).filter(|&i| i < seen.len()).is_some_and(|i| !std::mem::replace(&mut seen[i], true)))
+    };
+    if levels < rank
+        || sp.dims.len() != levels
+        || sp.block_map.len() != levels - rank
+        || !is_perm(&sp.traversal_order[..rank], 0)
+        || !is_perm(&sp.traversal_order[rank..], rank)
+        || sp.block_map.iter().any(|&d| d >= rank)
+    {
+        return Err("traversal order, block map and level metadata do not fit the tensor's rank".into());
+    }
+    // Block b's size: the dense size of the level that traverses it.
+    let mut block_size = vec![0usize; levels - rank];
+    for (level, &t) in sp.traversal_order.iter().enumerate().skip(rank) {
+        match sp.dims[level] {
+            SparseDim::Dense(size) => block_size[t - rank] = size,
+            _ => return Err("a block level must be dense".into()),
+        }
+    }
+    struct Walk<'a> {
+        shape: &'a [usize],
+        sp: &'a crate::model::Sparsity,
+        block_size: &'a [usize],
+        es: usize,
+        src: &'a [u8],
+    }
+    /// Visits the children of position `pos` at `level`; `index[l]` holds the
+    /// coordinate chosen at each level above.
+    fn visit(
+        w: &Walk<'_>,
+        level: usize,
+        pos: usize,
+        index: &mut [usize],
+        next: &mut usize,
+        budget: &mut usize,
+        dst: &mut [u8],
+    ) -> std::result::Result<(), String> {
+        // Bounds the work a hostile description can ask for (each call is a node).
+        *budget = budget.checked_sub(1).ok_or("sparse description requires too much work")?;
+        let rank = w.shape.len();
+        if level == index.len() {
+            let mut coord = vec![0usize; rank];
+            for l in 0..rank {
+                coord[w.sp.traversal_order[l]] = index[l];
+            }
+            for (&t, &i) in w.sp.traversal_order[rank..].iter().zip(&index[rank..]) {
+                let b = t - rank;
+                let d = w.sp.block_map[b];
+                coord[d] = coord[d].checked_mul(w.block_size[b]).and_then(|v| v.checked_add(i)).ok_or("sparse index overflows")?;
+            }
+            let mut flat = 0usize;
+            for (d, (&c, &size)) in coord.iter().zip(w.shape).enumerate() {
+                if c >= size {
+                    return Err(format!("sparse index {c} outside dimension {d} of size {size}"));
+                }
+                flat = flat * size + c;
+            }
+            let v = w.src.get(*next * w.es..(*next + 1) * w.es).ok_or("sparse values are too few")?;
+            dst.get_mut(flat * w.es..(flat + 1) * w.es).ok_or("dense buffer too short")?.copy_from_slice(v);
+            *next += 1;
+            return Ok(());
+        }
+        match &w.sp.dims[level] {
+            crate::model::SparseDim::Dense(size) => {
+                for i in 0..*size {
+                    index[level] = i;
+                    let child = pos.checked_mul(*size).and_then(|p| p.checked_add(i)).ok_or("sparse position overflows")?;
+                    visit(w, level + 1, child, index, next, budget, dst)?;
+                }
+            }
+            crate::model::SparseDim::Csr { segments, indices } => {
+                let (from, to) = (segments.get(pos).copied(), pos.checked_add(1).and_then(|p| segments.get(p)).copied());
+                let (Some(from), Some(to)) = (from, to) else { return Err("sparse segment out of range".into()) };
+                if from > to || to > indices.len() {
+                    return Err("sparse segments are unordered or exceed the indices".into());
+                }
+                for (k, &i) in indices.iter().enumerate().take(to).skip(from) {
+                    index[level] = i;
+                    visit(w, level + 1, k, index, next, budget, dst)?;
+                }
+            }
+        }
+        Ok(())
+    }
+    let numel: usize = shape.iter().product();
+    let mut budget = numel.saturating_mul(levels + 1).saturating_add(1 << 16);
+    let w = Walk { shape, sp, block_size: &block_size, es, src };
+    dst.fill(0);
+    visit(&w, 0, 0, &mut vec![0; levels], &mut 0, &mut budget, dst)
+}
+
+/// DENSIFY: the dense form of a sparse constant (zeros where nothing is stored).
+pub(crate) fn densify(op: &OpContext<'_>) -> Result<Built> {
+    let x = op.input(0)?;
+    let sp = x.sparsity.ok_or_else(|| op.bad("DENSIFY input is not sparse"))?.clone();
+    let src = x.value.ok_or_else(|| op.unsupported("DENSIFY of a tensor computed at run time"))?.to_vec();
+    same_quantization(op, 0)?;
+    let es = elem_size(op, x.dtype)?;
+    let shape = x.shape.clone();
+    let n = count(op, &shape, es)?;
+    let at = op.at();
+    Ok(Built {
+        outputs: vec![(x.dtype, x.shape.clone())],
+        kernel: Box::new(move |_, outs| {
+            densify_into(&shape, es, &sp, &src, output::<u8>(outs, 0, n * es)?).map_err(|m| crate::error::Error::InvalidModel(format!("{at}: {m}")))
+        }),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::super::float_test_util::*;
@@ -914,6 +1037,53 @@ mod tests {
         // CAST narrows integers by keeping the low bits, as a C cast does.
         let t = TestOp::typed(B::CAST, OpParams::None, vec![raw_input(DType::I32, &[2], bytemuck::cast_slice(&[300i32, -1]).to_vec())], vec![DType::U8]);
         assert_eq!(t.reference().unwrap()[0].2, vec![44, 255]);
+    }
+
+    #[test]
+    fn densify_csr_and_blocks() {
+        use crate::model::{SparseDim, Sparsity};
+        // A 3x4 matrix, rows dense, columns CSR: row 0 has (0, 1.0), row 2 has (1, 2.0), (3, 3.0).
+        let csr = Sparsity {
+            traversal_order: vec![0, 1],
+            block_map: vec![],
+            dims: vec![SparseDim::Dense(3), SparseDim::Csr { segments: vec![0, 1, 1, 3], indices: vec![0, 1, 3] }],
+        };
+        // The same matrix as 1x2 blocks: block columns CSR (row 0: block 0; row 2:
+        // blocks 0 and 1), then a dense level within each block.
+        let blocked = Sparsity {
+            traversal_order: vec![0, 1, 2],
+            block_map: vec![1],
+            dims: vec![SparseDim::Dense(3), SparseDim::Csr { segments: vec![0, 1, 1, 3], indices: vec![0, 0, 1] }, SparseDim::Dense(2)],
+        };
+        let want = [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0, 0.0, 3.0];
+        for (sp, values) in [(csr, vec![1.0f32, 2.0, 3.0]), (blocked, vec![1.0, 0.0, 0.0, 2.0, 0.0, 3.0])] {
+            let mut x = f32_const(&[3, 4], &values);
+            if let Some(x) = x.as_mut() {
+                x.shape = vec![3, 4];
+            }
+            let t = TestOp::new(B::DENSIFY, OpParams::None, vec![x], 1);
+            let ctx = t.context(None);
+            let ctx = crate::backend::OpContext {
+                inputs: ctx.inputs.into_iter().map(|d| d.map(|d| crate::backend::InputDesc { sparsity: Some(&sp), ..d })).collect(),
+                ..ctx
+            };
+            let mut built = super::densify(&ctx).unwrap();
+            let mut out = vec![0u8; 48];
+            (built.kernel)(&[], &mut [&mut out[..]]).unwrap();
+            assert_eq!(f32s(&out), want);
+            let mut cpu = crate::backend::Backend::build(&crate::backend::cpu::CpuBackend, &ctx, &mut crate::backend::BackendContext::new(1)).unwrap();
+            let mut out_cpu = vec![0u8; 48];
+            (cpu.kernel)(&[], &mut [&mut out_cpu[..]]).unwrap();
+            assert_eq!(out, out_cpu);
+        }
+        // A CSR index past the dimension is a model error, not a panic.
+        let bad = Sparsity {
+            traversal_order: vec![0, 1],
+            block_map: vec![],
+            dims: vec![SparseDim::Dense(1), SparseDim::Csr { segments: vec![0, 1], indices: vec![9] }],
+        };
+        let mut dst = vec![0u8; 16];
+        assert!(super::densify_into(&[1, 4], 4, &bad, &[0; 4], &mut dst).is_err());
     }
 
     fn int8_quant(scale: f32, zero_point: i64) -> Option<Quantization> {
