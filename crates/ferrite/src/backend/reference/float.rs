@@ -272,7 +272,127 @@ fn same_quantization(op: &OpContext<'_>, i: usize) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::float_test_util::*;
     use super::*;
+    use crate::ops::{OpParams, Padding};
+
+    /// Parameters of the right family for `code`, with hostile values mixed in.
+    fn hostile_params(code: B, r: &mut Rng) -> OpParams {
+        let big = |r: &mut Rng| [1, 2, 3, 1 << 20, usize::MAX >> 1][r.below(5)];
+        let int = |r: &mut Rng| [0, 1, -1, 2, -3, 5, i32::MAX, i32::MIN][r.below(8)];
+        let padding = if r.coin() { Padding::Same } else { Padding::Valid };
+        let act = [Activation::None, Activation::Relu, Activation::Tanh][r.below(3)];
+        match code {
+            B::CONV_2D => OpParams::Conv2D { padding, stride: (big(r), big(r)), dilation: (big(r), big(r)), activation: act },
+            B::DEPTHWISE_CONV_2D => {
+                OpParams::DepthwiseConv2D { padding, stride: (big(r), big(r)), dilation: (big(r), big(r)), depth_multiplier: int(r), activation: act }
+            }
+            B::AVERAGE_POOL_2D | B::MAX_POOL_2D => OpParams::Pool2D { padding, stride: (big(r), big(r)), filter: (big(r), big(r)), activation: act },
+            B::FULLY_CONNECTED => {
+                OpParams::FullyConnected { activation: act, keep_num_dims: r.coin(), shuffled_weights: false, asymmetric_quantize_inputs: false }
+            }
+            B::TRANSPOSE_CONV => OpParams::TransposeConv { padding, stride: (big(r), big(r)), activation: act },
+            B::BATCH_MATMUL => OpParams::BatchMatMul { adj_x: r.coin(), adj_y: r.coin(), asymmetric_quantize_inputs: false },
+            B::CONCATENATION => OpParams::Concatenation { axis: int(r), activation: act },
+            B::PACK => OpParams::Pack { values_count: int(r), axis: int(r) },
+            B::UNPACK => OpParams::Unpack { num: int(r), axis: int(r) },
+            B::SPLIT | B::SPLIT_V => OpParams::Split { num_splits: big(r) },
+            B::GATHER => OpParams::Gather { axis: int(r), batch_dims: int(r) },
+            B::SQUEEZE => OpParams::Squeeze { dims: vec![int(r)] },
+            B::STRIDED_SLICE => OpParams::StridedSlice {
+                begin_mask: int(r),
+                end_mask: int(r),
+                ellipsis_mask: int(r),
+                new_axis_mask: int(r),
+                shrink_axis_mask: int(r),
+                offset: r.coin(),
+            },
+            B::DEPTH_TO_SPACE | B::SPACE_TO_DEPTH => OpParams::BlockSize(big(r)),
+            B::RESIZE_BILINEAR | B::RESIZE_NEAREST_NEIGHBOR => OpParams::Resize { align_corners: r.coin(), half_pixel_centers: r.coin() },
+            B::MEAN | B::SUM | B::REDUCE_MAX | B::REDUCE_MIN | B::REDUCE_PROD => OpParams::Reducer { keep_dims: r.coin() },
+            B::ADD | B::SUB | B::MUL | B::DIV => OpParams::Binary { activation: act, pot_scale_int16: true },
+            B::ARG_MAX | B::ARG_MIN | B::SHAPE => OpParams::OutType(if r.coin() { 2 } else { 4 }),
+            _ => OpParams::None,
+        }
+    }
+
+    #[test]
+    fn hostile_ops_never_panic() {
+        let codes = [
+            B::CONV_2D,
+            B::DEPTHWISE_CONV_2D,
+            B::AVERAGE_POOL_2D,
+            B::MAX_POOL_2D,
+            B::FULLY_CONNECTED,
+            B::TRANSPOSE_CONV,
+            B::BATCH_MATMUL,
+            B::SOFTMAX,
+            B::ADD,
+            B::FLOOR_DIV,
+            B::PRELU,
+            B::LESS,
+            B::LOGICAL_AND,
+            B::LOGICAL_NOT,
+            B::SELECT,
+            B::SELECT_V2,
+            B::TANH,
+            B::MEAN,
+            B::REDUCE_MAX,
+            B::ARG_MAX,
+            B::RESHAPE,
+            B::SQUEEZE,
+            B::EXPAND_DIMS,
+            B::CONCATENATION,
+            B::PACK,
+            B::UNPACK,
+            B::SPLIT,
+            B::SPLIT_V,
+            B::SLICE,
+            B::STRIDED_SLICE,
+            B::TRANSPOSE,
+            B::PAD,
+            B::PADV2,
+            B::GATHER,
+            B::TILE,
+            B::BROADCAST_TO,
+            B::DEPTH_TO_SPACE,
+            B::SPACE_TO_DEPTH,
+            B::RESIZE_BILINEAR,
+            B::RESIZE_NEAREST_NEIGHBOR,
+            B::SHAPE,
+            B::FILL,
+            B::ZEROS_LIKE,
+            B::CAST,
+            B::DEQUANTIZE,
+        ];
+        let mut r = Rng::new(0xbad_f00d);
+        let mut built = 0;
+        for case in 0..6000 {
+            let code = codes[case % codes.len()];
+            let params = hostile_params(code, &mut r);
+            let n_in = r.range(0, 4);
+            let inputs = (0..n_in)
+                .map(|_| {
+                    if r.below(8) == 0 {
+                        return None;
+                    }
+                    let rank = r.range(0, 5);
+                    let shape: Vec<usize> = (0..rank).map(|_| [0, 1, 1, 2, 3, 4, 7, 1 << 31][r.below(8)]).collect();
+                    let dtype = [DType::F32, DType::I32, DType::I64, DType::Bool, DType::I8, DType::F16][r.below(6)];
+                    let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).unwrap_or(usize::MAX).min(64);
+                    // Sometimes fewer bytes than the shape needs.
+                    let bytes = n * dtype.size().unwrap_or(1) - if n > 0 && r.below(4) == 0 { 1 } else { 0 };
+                    let data: Vec<u8> = (0..bytes).map(|_| [0u8, 1, 2, 0xff, 0x80, 7][r.below(6)]).collect();
+                    Some(TestInput { dtype, shape, data, constant: r.coin(), quant: None })
+                })
+                .collect();
+            let outs = vec![[DType::F32, DType::I32, DType::Bool][r.below(3)]; r.range(1, 3)];
+            let t = TestOp::typed(code, params, inputs, outs);
+            // Any Ok or Err is fine; a panic fails the test.
+            built += usize::from(t.reference().is_ok());
+        }
+        eprintln!("hostile ops: {built} of 6000 built and ran");
+    }
 
     #[test]
     fn broadcast_rules() {

@@ -257,6 +257,10 @@ pub(crate) fn unpack(op: &OpContext<'_>) -> Result<Built> {
     let x = op.input(0)?;
     let OpParams::Unpack { axis: a, .. } = op.op.params else { return Err(op.bad("missing Unpack options")) };
     let ax = axis(op, i64::from(a), x.shape.len())?;
+    // Checked before sizing anything by the (file-given) dimension.
+    if x.shape[ax] != op.outputs.len() {
+        return Err(op.bad(format!("{} pieces but {} outputs", x.shape[ax], op.outputs.len())));
+    }
     split_pieces(op, 0, ax, vec![1; x.shape[ax]], true)
 }
 
