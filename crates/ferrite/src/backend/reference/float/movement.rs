@@ -1106,6 +1106,28 @@ mod tests {
         assert_eq!(t.reference().unwrap()[0].2, vec![(-3i8) as u8, 1, 2, (-3i8) as u8]);
         t.outputs[0].quant = int8_quant(0.25, -3);
         assert!(matches!(t.reference(), Err(crate::error::Error::Unsupported(_))));
+        // Concatenation: every input must share the output's parameters.
+        let q = |v: Vec<u8>, scale: f32| {
+            let mut x = raw_input(DType::I8, &[v.len()], v);
+            if let Some(x) = x.as_mut() {
+                x.quant = int8_quant(scale, 0);
+            }
+            x
+        };
+        let mut t = TestOp::typed(
+            B::CONCATENATION,
+            OpParams::Concatenation { axis: 0, activation: Activation::None },
+            vec![q(vec![1, 2], 0.5), q(vec![3], 0.5)],
+            vec![DType::I8],
+        );
+        t.outputs[0].quant = int8_quant(0.5, 0);
+        assert_eq!(t.reference().unwrap()[0].2, vec![1, 2, 3]);
+        t.inputs[1] = q(vec![3], 0.125);
+        assert!(matches!(t.reference(), Err(crate::error::Error::Unsupported(_))));
+        // Through the backend's dispatch (quantized half first, then these kernels).
+        let mut t = TestOp::typed(B::TRANSPOSE, OpParams::None, vec![q(vec![1, 2, 3, 4], 0.5), i32_const(&[1], &[0])], vec![DType::I8]);
+        t.outputs[0].quant = int8_quant(0.5, 0);
+        assert_eq!(t.reference().unwrap()[0].2, vec![1, 2, 3, 4]);
     }
 
     /// Random data of `n` elements of a random element size, with its dtype.

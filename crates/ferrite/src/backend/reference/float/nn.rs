@@ -510,6 +510,22 @@ mod tests {
     }
 
     #[test]
+    fn never_takes_the_epilogue_slot() {
+        // The compiler runs the following activations as their own ops when the slot
+        // stays filled; a reference kernel must never fold them in.
+        let t = TestOp::new(
+            B::CONV_2D,
+            conv_params(Padding::Valid, (1, 1), (1, 1), Activation::None),
+            vec![f32_input(&[1, 1, 1, 1], &[1.0]), f32_const(&[1, 1, 1, 1], &[1.0]), None],
+            1,
+        );
+        let ctx = t.context(None);
+        ctx.epilogue.set(Some(Default::default()));
+        crate::backend::Backend::build(&crate::backend::reference::ReferenceBackend, &ctx, &mut crate::backend::BackendContext::new(1)).unwrap();
+        assert!(ctx.epilogue.take().is_some());
+    }
+
+    #[test]
     fn depthwise_and_pool_hand_computed() {
         // Two channels, multiplier 2: output channel o reads input channel o / 2.
         let x = [1.0, 10.0, 2.0, 20.0];
