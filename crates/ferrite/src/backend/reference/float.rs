@@ -170,8 +170,7 @@ fn clamp_bounds(a: Activation) -> (f32, f32) {
     }
 }
 
-/// Applies clamp bounds (max then min, so NaN stays NaN as in LiteRT's
-/// `ActivationFunctionWithMinMax`).
+/// Applies clamp bounds; a NaN passes through unchanged.
 fn clamp(v: f32, (lo, hi): (f32, f32)) -> f32 {
     if v < lo {
         lo

@@ -825,7 +825,14 @@ pub(crate) fn cast(op: &OpContext<'_>) -> Result<Built> {
                     Scalar::Int(_) => int,
                 };
                 match to {
-                    DType::F32 => o.copy_from_slice(&(float as f32).to_le_bytes()),
+                    // Integers round to float32 once (not through f64 first).
+                    DType::F32 => o.copy_from_slice(
+                        &match v {
+                            Scalar::Int(i) => i as f32,
+                            Scalar::Float(f) => f as f32,
+                        }
+                        .to_le_bytes(),
+                    ),
                     DType::F64 => o.copy_from_slice(&float.to_le_bytes()),
                     DType::F16 => o.copy_from_slice(&half::f16::from_f64(float).to_le_bytes()),
                     DType::Bool => o[0] = u8::from(float != 0.0),

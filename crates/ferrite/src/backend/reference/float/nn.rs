@@ -329,7 +329,7 @@ pub(crate) fn transpose_conv(op: &OpContext<'_>) -> Result<Built> {
         kernel: Box::new(move |ins, outs| {
             let x = input::<f32>(ins, 2, n_in)?;
             let wt = input::<f32>(ins, 1, n_w)?;
-            let bias = if has_bias && ins.get(3).copied().flatten().is_some() { Some(input::<f32>(ins, 3, oc)?) } else { None };
+            let bias = if has_bias { Some(input::<f32>(ins, 3, oc)?) } else { None };
             let out = output::<f32>(outs, 0, n_out)?;
             // Input position landing on output position `o` through tap `k`.
             let source =
