@@ -1186,6 +1186,16 @@ mod tests {
             // Pad, tile, slice.
             let pads: Vec<i32> = (0..2 * rank).map(|_| r.below(3) as i32).collect();
             same(&TestOp::typed(B::PAD, OpParams::None, vec![x(), i32_const(&[rank, 2], &pads)], ty.clone()), "pad");
+            let (_, value) = random_data(&mut r, 1);
+            let value = value.into_iter().cycle().take(dtype.size().unwrap_or(1)).collect();
+            let t = TestOp::typed(B::PADV2, OpParams::None, vec![x(), i32_const(&[rank, 2], &pads), raw_input(dtype, &[], value)], ty.clone());
+            same(&t, "padv2");
+            if rank == 4 {
+                let params = OpParams::Resize { align_corners: r.coin(), half_pixel_centers: false };
+                let t =
+                    TestOp::typed(B::RESIZE_NEAREST_NEIGHBOR, params, vec![x(), i32_const(&[2], &[r.range(1, 7) as i32, r.range(1, 7) as i32])], ty.clone());
+                same(&t, "resize nearest");
+            }
             let mult: Vec<i32> = (0..rank).map(|_| r.range(1, 3) as i32).collect();
             same(&TestOp::typed(B::TILE, OpParams::None, vec![x(), i32_const(&[rank], &mult)], ty.clone()), "tile");
             let target: Vec<i32> =
@@ -1217,13 +1227,14 @@ mod tests {
             let mut ishape = shape[..bd].to_vec();
             let extra = r.below(3);
             ishape.extend(random_shape(&mut r, extra, 3));
-            let idx: Vec<i32> = (0..ishape.iter().product()).map(|_| r.below(shape[ax]) as i32).collect();
-            let t = TestOp::typed(
-                B::GATHER,
-                OpParams::Gather { axis: ax as i32, batch_dims: bd as i32 },
-                vec![x(), raw_input(DType::I32, &ishape, bytemuck::cast_slice(&idx).to_vec())],
-                ty.clone(),
-            );
+            let idx: Vec<i64> = (0..ishape.iter().product()).map(|_| r.below(shape[ax]) as i64).collect();
+            // int32 or int64 indices.
+            let indices = if r.coin() {
+                raw_input(DType::I64, &ishape, bytemuck::cast_slice(&idx).to_vec())
+            } else {
+                raw_input(DType::I32, &ishape, idx.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect())
+            };
+            let t = TestOp::typed(B::GATHER, OpParams::Gather { axis: ax as i32, batch_dims: bd as i32 }, vec![x(), indices], ty.clone());
             same(&t, "gather");
             // Concatenation / pack of two, split / split_v / unpack.
             let ax = r.below(rank);
