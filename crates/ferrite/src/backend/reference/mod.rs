@@ -11,6 +11,8 @@
 //! session gives it to the next backend in its list.
 
 mod float;
+#[cfg(test)]
+mod float_test_util;
 mod quant;
 #[cfg(test)]
 mod quant_test_util;

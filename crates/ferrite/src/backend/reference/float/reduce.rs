@@ -1,0 +1,183 @@
+//! Reductions (MEAN, SUM, REDUCE_MAX/MIN/PROD) of float32, and ARG_MAX / ARG_MIN.
+
+use super::{axis, count, input, output, ravel, unravel};
+use crate::backend::{Built, OpContext};
+use crate::error::Result;
+use crate::model::DType;
+use crate::ops::OpParams;
+
+/// What a reduction computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reduction {
+    Mean,
+    Sum,
+    Max,
+    Min,
+    Prod,
+}
+
+/// MEAN / SUM / REDUCE_MAX / REDUCE_MIN / REDUCE_PROD of float32 over the
+/// constant axes of input 1 (negative axes count from the end; an axis named
+/// twice reduces once). keep_dims keeps reduced dimensions as size 1.
+pub(crate) fn reduce(op: &OpContext<'_>, kind: Reduction) -> Result<Built> {
+    super::require_f32(op, &[0])?;
+    let shape = op.input(0)?.shape.clone();
+    let keep = matches!(op.op.params, OpParams::Reducer { keep_dims: true });
+    let mut reduced = vec![false; shape.len()];
+    for a in op.const_ints(1)? {
+        let d = axis(op, a, shape.len())?;
+        reduced[d] = true;
+    }
+    let out_shape: Vec<usize> = if keep {
+        shape.iter().zip(&reduced).map(|(&s, &r)| if r { 1 } else { s }).collect()
+    } else {
+        shape.iter().zip(&reduced).filter(|(_, &r)| !r).map(|(&s, _)| s).collect()
+    };
+    // The input's shape with reduced dimensions collapsed to 1: output index space.
+    let collapsed: Vec<usize> = shape.iter().zip(&reduced).map(|(&s, &r)| if r { 1 } else { s }).collect();
+    let (n_in, n_out) = (count(op, &shape, 4)?, count(op, &out_shape, 4)?);
+    let taps: usize = shape.iter().zip(&reduced).filter(|(_, &r)| r).map(|(&s, _)| s).product();
+    Ok(Built {
+        outputs: vec![(DType::F32, out_shape)],
+        kernel: Box::new(move |ins, outs| {
+            let x = input::<f32>(ins, 0, n_in)?;
+            let out = output::<f32>(outs, 0, n_out)?;
+            // Sums and products in f64; max / min start where LiteRT starts them.
+            let init = match kind {
+                Reduction::Mean | Reduction::Sum => 0.0,
+                Reduction::Prod => 1.0,
+                Reduction::Max => f64::from(f32::MIN),
+                Reduction::Min => f64::from(f32::MAX),
+            };
+            let mut acc = vec![init; n_out];
+            let mut index = vec![0usize; shape.len()];
+            for (i, &v) in x.iter().enumerate() {
+                // Output element: the input's multi-index with reduced dimensions zeroed.
+                unravel(i, &shape, &mut index);
+                for (d, r) in reduced.iter().enumerate() {
+                    if *r {
+                        index[d] = 0;
+                    }
+                }
+                let a = &mut acc[ravel(&index, &collapsed)];
+                let v = f64::from(v);
+                *a = match kind {
+                    Reduction::Mean | Reduction::Sum => *a + v,
+                    Reduction::Prod => *a * v,
+                    Reduction::Max => a.max(v),
+                    Reduction::Min => a.min(v),
+                };
+            }
+            for (o, a) in out.iter_mut().zip(acc) {
+                *o = if kind == Reduction::Mean { (a / taps as f64) as f32 } else { a as f32 };
+            }
+            Ok(())
+        }),
+    })
+}
+
+/// ARG_MAX / ARG_MIN along the constant axis of input 1: the index of the first
+/// largest (smallest) element; int32 or int64 output as the options ask.
+pub(crate) fn arg_extreme(op: &OpContext<'_>, want_max: bool) -> Result<Built> {
+    let x = op.input(0)?;
+    let shape = x.shape.clone();
+    let a = axis(op, *op.const_ints(1)?.first().ok_or_else(|| op.bad("empty axis"))?, shape.len())?;
+    let dtype = x.dtype;
+    if !matches!(dtype, DType::F32 | DType::I32 | DType::I8 | DType::U8) {
+        return Err(op.unsupported(format!("ARG_MAX/ARG_MIN of {}", dtype.name())));
+    }
+    let mut out_shape = shape.clone();
+    out_shape.remove(a);
+    let wide = !matches!(op.op.params, OpParams::OutType(2));
+    let n_in = count(op, &shape, 4)?;
+    let n_out = count(op, &out_shape, 8)?;
+    let (outer, len, inner): (usize, usize, usize) = (shape[..a].iter().product(), shape[a], shape[a + 1..].iter().product());
+    Ok(Built {
+        outputs: vec![(if wide { DType::I64 } else { DType::I32 }, out_shape)],
+        kernel: Box::new(move |ins, outs| {
+            // Every element as f64 (exact for all four input types), so one loop serves.
+            let values: Vec<f64> = match dtype {
+                DType::F32 => input::<f32>(ins, 0, n_in)?.iter().map(|&v| f64::from(v)).collect(),
+                DType::I32 => input::<i32>(ins, 0, n_in)?.iter().map(|&v| f64::from(v)).collect(),
+                DType::I8 => input::<i8>(ins, 0, n_in)?.iter().map(|&v| f64::from(v)).collect(),
+                _ => input::<u8>(ins, 0, n_in)?.iter().map(|&v| f64::from(v)).collect(),
+            };
+            let mut best = vec![0i64; n_out];
+            for o in 0..outer {
+                for i in 0..inner {
+                    let mut bi = 0;
+                    for k in 1..len {
+                        let (v, b) = (values[(o * len + k) * inner + i], values[(o * len + bi) * inner + i]);
+                        if (want_max && v > b) || (!want_max && v < b) {
+                            bi = k;
+                        }
+                    }
+                    best[o * inner + i] = bi as i64;
+                }
+            }
+            if wide {
+                output::<i64>(outs, 0, n_out)?.copy_from_slice(&best);
+            } else {
+                for (o, &b) in output::<i32>(outs, 0, n_out)?.iter_mut().zip(&best) {
+                    *o = b as i32;
+                }
+            }
+            Ok(())
+        }),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::float_test_util::*;
+    use crate::model::DType;
+    use crate::ops::OpParams;
+    use ferrite_format::schema::BuiltinOperator as B;
+
+    #[test]
+    fn hand_computed() {
+        let x = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let t = TestOp::new(B::SUM, OpParams::Reducer { keep_dims: true }, vec![f32_input(&[2, 3], &x), i32_const(&[2], &[-1, 1])], 1);
+        assert_eq!(t.reference_f32(), (vec![2, 1], vec![6.0, 15.0]));
+        let t = TestOp::new(B::MEAN, OpParams::Reducer { keep_dims: false }, vec![f32_input(&[2, 3], &x), i32_const(&[1], &[0])], 1);
+        assert_eq!(t.reference_f32(), (vec![3], vec![2.5, 3.5, 4.5]));
+        let t = TestOp::new(B::REDUCE_PROD, OpParams::Reducer { keep_dims: false }, vec![f32_input(&[2, 3], &x), i32_const(&[2], &[0, 1])], 1);
+        assert_eq!(t.reference_f32(), (vec![], vec![720.0]));
+        let t = TestOp::typed(
+            B::ARG_MAX,
+            OpParams::OutType(2),
+            vec![f32_input(&[2, 3], &[1.0, 3.0, 3.0, 0.0, -1.0, 5.0]), i32_const(&[1], &[1])],
+            vec![DType::I32],
+        );
+        assert_eq!(t.reference().unwrap()[0].2, bytemuck::cast_slice::<i32, u8>(&[1, 2]));
+        // An axis beyond the rank is a model error.
+        let t = TestOp::new(B::SUM, OpParams::Reducer { keep_dims: false }, vec![f32_input(&[2], &[1.0, 2.0]), i32_const(&[1], &[3])], 1);
+        assert!(t.reference().is_err());
+    }
+
+    #[test]
+    fn random_reductions_match_cpu() {
+        let mut r = Rng::new(0x4ed0_ce55);
+        let mut worst = 0.0f64;
+        let codes = [B::MEAN, B::SUM, B::REDUCE_MAX, B::REDUCE_MIN, B::REDUCE_PROD];
+        for case in 0..150 {
+            let rank = r.range(1, 4);
+            let shape: Vec<usize> = (0..rank).map(|_| r.range(1, 5)).collect();
+            let n = shape.iter().product();
+            let axes: Vec<i32> = (0..r.range(1, 3)).map(|_| r.below(2 * rank) as i32 - rank as i32).collect();
+            let code = codes[case % codes.len()];
+            let x: Vec<f32> = r.floats(n).iter().map(|v| if code == B::REDUCE_PROD { 1.0 + v * 0.5 } else { *v }).collect();
+            let t = TestOp::new(code, OpParams::Reducer { keep_dims: r.coin() }, vec![f32_input(&shape, &x), i32_const(&[axes.len()], &axes)], 1);
+            worst = worst.max(t.compare_with_cpu(1e-5, &format!("{code:?} {shape:?} {axes:?}")));
+            let code = if r.coin() { B::ARG_MAX } else { B::ARG_MIN };
+            let a = r.below(rank) as i32;
+            let out = if r.coin() { DType::I32 } else { DType::I64 };
+            let params = OpParams::OutType(if out == DType::I32 { 2 } else { 4 });
+            // Few distinct values, so ties (first index wins) happen.
+            let x: Vec<f32> = x.iter().map(|v| (v * 3.0).round()).collect();
+            let t = TestOp::typed(code, params, vec![f32_input(&shape, &x), i32_const(&[1], &[a])], vec![out]);
+            t.compare_with_cpu(0.0, &format!("{code:?}"));
+        }
+        eprintln!("random reductions: worst relative error {worst:e}");
+    }
+}
