@@ -17,7 +17,7 @@ mod movement;
 mod nn;
 mod reduce;
 
-use ferrite_format::schema::BuiltinOperator as B;
+use ferrite_format::ops::BuiltinOp as B;
 
 use crate::backend::{arg, typed, typed_mut, Built, OpContext};
 use crate::error::{Error, Result};
@@ -29,7 +29,7 @@ pub(crate) fn build(op: &OpContext<'_>) -> Result<Built> {
     let OpCode::Builtin(code) = op.op.code else {
         return Err(op.unsupported("custom op: no reference kernel"));
     };
-    match B(code) {
+    match code {
         B::CONV_2D => nn::conv2d(op),
         B::DEPTHWISE_CONV_2D => nn::depthwise(op),
         B::FULLY_CONNECTED => nn::fully_connected(op),
@@ -124,7 +124,7 @@ pub(crate) fn build(op: &OpContext<'_>) -> Result<Built> {
 
 /// A run-time error for buffers that do not match the shapes planned at build.
 fn runtime(msg: impl Into<String>) -> Error {
-    Error::Runtime(msg.into())
+    Error::Runtime(msg.into().into())
 }
 
 /// The first `n` elements of kernel input `i`, or an error when it holds fewer.

@@ -56,15 +56,15 @@ pub(crate) fn out_info(dtype: DType, quant: Option<Quantization>) -> TensorInfo 
 
 impl TestOp {
     /// Builtin op `code` with these inputs and `n_out` float32 outputs.
-    pub fn new(code: ferrite_format::schema::BuiltinOperator, params: OpParams, inputs: Vec<Option<TestInput>>, n_out: usize) -> Self {
+    pub fn new(code: ferrite_format::ops::BuiltinOp, params: OpParams, inputs: Vec<Option<TestInput>>, n_out: usize) -> Self {
         Self::typed(code, params, inputs, vec![DType::F32; n_out])
     }
 
     /// Builtin op `code` with these inputs and outputs declared of these types.
-    pub fn typed(code: ferrite_format::schema::BuiltinOperator, params: OpParams, inputs: Vec<Option<TestInput>>, out_types: Vec<DType>) -> Self {
+    pub fn typed(code: ferrite_format::ops::BuiltinOp, params: OpParams, inputs: Vec<Option<TestInput>>, out_types: Vec<DType>) -> Self {
         let n_in = inputs.len();
         let op = Op {
-            code: OpCode::Builtin(code.0),
+            code: OpCode::Builtin(code),
             version: 1,
             inputs: (0..n_in).map(|i| inputs[i].as_ref().map(|_| i)).collect(),
             outputs: (n_in..n_in + out_types.len()).collect(),
@@ -98,7 +98,7 @@ impl TestOp {
                 .collect(),
             outputs: self.outputs.iter().collect(),
             custom_options: &[],
-            epilogue: std::cell::Cell::new(None),
+            epilogue: None,
             input_pad,
         }
     }

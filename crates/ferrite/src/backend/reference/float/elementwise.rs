@@ -480,7 +480,7 @@ pub(crate) fn unary(op: &OpContext<'_>, kind: UnaryOp) -> Result<Built> {
 mod tests {
     use super::super::super::float_test_util::*;
     use super::*;
-    use ferrite_format::schema::BuiltinOperator as B;
+    use ferrite_format::ops::BuiltinOp as B;
 
     fn binary_params(activation: Activation) -> OpParams {
         OpParams::Binary { activation, pot_scale_int16: true }

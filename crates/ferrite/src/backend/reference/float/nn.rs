@@ -445,7 +445,7 @@ pub(crate) fn softmax(op: &OpContext<'_>, log: bool) -> Result<Built> {
 mod tests {
     use super::super::super::float_test_util::*;
     use crate::ops::{Activation, OpParams, Padding};
-    use ferrite_format::schema::BuiltinOperator as B;
+    use ferrite_format::ops::BuiltinOp as B;
 
     fn conv_params(padding: Padding, stride: (usize, usize), dilation: (usize, usize), activation: Activation) -> OpParams {
         OpParams::Conv2D { padding, stride, dilation, activation }
@@ -510,19 +510,22 @@ mod tests {
     }
 
     #[test]
-    fn never_takes_the_epilogue_slot() {
-        // The compiler runs the following activations as their own ops when the slot
-        // stays filled; a reference kernel must never fold them in.
+    fn never_applies_epilogues() {
+        // The compiler folds following activations into a kernel only when its
+        // backend declares it applies them; a reference kernel never folds them in.
         let t = TestOp::new(
             B::CONV_2D,
             conv_params(Padding::Valid, (1, 1), (1, 1), Activation::None),
             vec![f32_input(&[1, 1, 1, 1], &[1.0]), f32_const(&[1, 1, 1, 1], &[1.0]), None],
             1,
         );
-        let ctx = t.context(None);
-        ctx.epilogue.set(Some(Default::default()));
-        crate::backend::Backend::build(&crate::backend::reference::ReferenceBackend, &ctx, &mut crate::backend::BackendContext::new(1)).unwrap();
-        assert!(ctx.epilogue.take().is_some());
+        let mut ctx = t.context(None);
+        ctx.epilogue = Some(Default::default());
+        use crate::backend::Backend;
+        let reference = crate::backend::reference::ReferenceBackend;
+        reference.build(&ctx, &mut crate::backend::BackendContext::new(1)).unwrap();
+        assert!(!reference.applies_epilogues(&ctx));
+        assert!(crate::backend::cpu::CpuBackend.applies_epilogues(&ctx));
     }
 
     #[test]

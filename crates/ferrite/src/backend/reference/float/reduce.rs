@@ -132,7 +132,7 @@ mod tests {
     use super::super::super::float_test_util::*;
     use crate::model::DType;
     use crate::ops::OpParams;
-    use ferrite_format::schema::BuiltinOperator as B;
+    use ferrite_format::ops::BuiltinOp as B;
 
     #[test]
     fn hand_computed() {
