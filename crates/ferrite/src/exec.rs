@@ -259,9 +259,7 @@ fn run_dynamic_tail(g: &mut CompiledGraph, model: &Model, arena: &[u8], env: &mu
                 outs.push((t, DynValue { dtype, shape, data: AlignedBytes::zeroed(n) }));
             }
             let mut out_views: Vec<&mut [u8]> = outs.iter_mut().map(|(_, v)| v.data.bytes_mut()).collect();
-            kernel(&views, &mut out_views).map_err(|e| match e {
-                e => e.located(octx.location()),
-            })?;
+            kernel(&views, &mut out_views).map_err(|e| e.located(octx.location()))?;
         }
         for (t, v) in outs {
             tail.values[t] = Some(v);
