@@ -66,9 +66,11 @@ def backend_counts(binary, model):
     flags = backend_flags(binary, model)
     if not flags:
         return None
+    if model.name in DYNAMIC_SIZES:
+        flags += ["--shape", ",".join(map(str, DYNAMIC_SIZES[model.name]))]
     r = subprocess.run([binary, "inspect", "--json", str(model)] + flags, capture_output=True, text=True)
     if r.returncode != 0:
-        return {"inspect failed": 1}, 0
+        raise RuntimeError("ferrite inspect --backends failed: " + r.stderr.strip())
     doc = json.loads(r.stdout)
     return doc["ops_per_backend"], len(doc["crossings"])
 
@@ -225,7 +227,12 @@ def cmd_models(args):
                 continue
         unit = " LSB over " + str(STREAM_STEPS) + " steps" if integer else ""
         print(f"{'ok  ' if ok else 'FAIL'} {m.name}: worst error {err:.3e}{unit} (tolerance {tol:g})")
-        summary = backend_summary(args.ferrite, m)
+        try:
+            summary = backend_summary(args.ferrite, m)
+        except Exception as e:  # noqa: BLE001 - an inspect failure fails the case
+            print(f"FAIL {m.name}: {e}")
+            ok = False
+            summary = ""
         if summary:
             print(f"     {m.name}: {summary}")
         row = {"model": m.name, "package": m.relative_to(args.corpus).parts[0], "worst_error": err, "ok": ok, "integer": integer}
@@ -314,7 +321,11 @@ def cmd_ops(args):
                 failed += 1
                 continue
             worst_by_op[case["op"]] = max(worst_by_op.get(case["op"], 0.0), err)
-            counts = backend_counts(args.ferrite, model)
+            try:
+                counts = backend_counts(args.ferrite, model)
+            except Exception as e:  # noqa: BLE001 - an inspect failure fails the case
+                print(f"FAIL {case['file']}: {e}")
+                ok, counts = False, None
             if counts is not None:
                 # Which backend ran the case's ops (a case runs on the first backend that has the kernel).
                 tally = ran_on.setdefault(case["op"], {})

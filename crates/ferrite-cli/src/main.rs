@@ -112,6 +112,9 @@ enum Cmd {
         /// runs and which tensors cross between backends.
         #[command(flatten)]
         backends: BackendArgs,
+        /// Input shape for that prepare, e.g. `--shape 1,16000`; repeat once per input.
+        #[arg(long = "shape")]
+        shapes: Vec<String>,
     },
     /// List the builtin ops ferrite implements: arity and element types, from the op table.
     Ops {
@@ -167,12 +170,12 @@ enum Cmd {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
-        Cmd::Inspect { model, json, memory, backends } => model_files(&model).and_then(|files| {
+        Cmd::Inspect { model, json, memory, backends, shapes } => model_files(&model).and_then(|files| {
             files.iter().try_for_each(|f| {
                 if memory {
                     inspect_memory(f, json)
                 } else if backends.given() {
-                    inspect_backends(f, json, &backends)
+                    inspect_backends(f, json, &backends, &shapes)
                 } else {
                     inspect(f, json)
                 }
@@ -290,6 +293,11 @@ fn inspect(path: &Path, as_json: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// Parses a `--shape` value: `1,16000`.
+fn parse_shape(spec: &str) -> Result<Vec<usize>, String> {
+    spec.split(',').map(|d| d.trim().parse::<usize>().map_err(|_| format!("--shape '{spec}': '{d}' is not a dimension"))).collect()
+}
+
 /// Prints the op table: every builtin ferrite implements, its arity and element types.
 fn list_ops(as_json: bool) {
     let arity = |a: ferrite::model::Arity| if a.max == usize::MAX { json!({"min": a.min, "max": null}) } else { json!({"min": a.min, "max": a.max}) };
@@ -310,9 +318,12 @@ fn list_ops(as_json: bool) {
 
 /// Prepares the model with the given backends and prints where each op runs and
 /// the tensors that cross from one backend to another.
-fn inspect_backends(path: &Path, as_json: bool, backends: &BackendArgs) -> Result<(), String> {
+fn inspect_backends(path: &Path, as_json: bool, backends: &BackendArgs, shapes: &[String]) -> Result<(), String> {
     let model = Arc::new(Model::from_file(path).map_err(|e| e.to_string())?);
     let mut s = Session::with_options(model.clone(), backends.options(1)?).map_err(|e| e.to_string())?;
+    for (k, spec) in shapes.iter().enumerate() {
+        s.resize_input(k, &parse_shape(spec)?).map_err(|e| e.to_string())?;
+    }
     s.prepare().map_err(|e| e.to_string())?;
     let assignments = s.op_assignments().map_err(|e| e.to_string())?;
     let crossings = s.backend_crossings().map_err(|e| e.to_string())?;
@@ -592,11 +603,7 @@ fn bench(
     let mut s = open_session(path, threads, backends)?;
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
     for (k, spec) in shapes.iter().enumerate() {
-        let dims = spec
-            .split(',')
-            .map(|d| d.trim().parse::<usize>().map_err(|_| format!("--shape '{spec}': '{d}' is not a dimension")))
-            .collect::<Result<Vec<_>, _>>()?;
-        s.resize_input(k, &dims).map_err(|e| e.to_string())?;
+        s.resize_input(k, &parse_shape(spec)?).map_err(|e| e.to_string())?;
     }
     let t1 = Instant::now();
     s.prepare().map_err(|e| e.to_string())?;
