@@ -591,6 +591,7 @@ fn compile_at(
             custom_options: model.custom_options(op),
             epilogue: std::cell::Cell::new(offered.as_ref().map(|(_, slot)| slot.clone())),
             input_pad,
+            max_bytes: limits.max_arena_bytes,
         };
         ctx.take_packed_by_build();
         let built = match build_op(&octx, backends, custom, ctx) {
@@ -860,6 +861,9 @@ fn build_op(octx: &OpContext<'_>, backends: &[&dyn Backend], custom: &CustomOpRe
             Some(c) => c.build(octx)?,
             None => return Err(octx.unsupported(format!("custom op '{name}' is not registered"))),
         },
+        // Builders index their first declared output. Stop-gap until the op table's
+        // arity check (run at load) covers it: refuse an op that declares none.
+        OpCode::Builtin(_) if op.outputs.is_empty() => return Err(octx.bad("op declares no outputs")),
         OpCode::Builtin(_) => {
             let mut last = None;
             let mut found = None;
@@ -1291,6 +1295,7 @@ fn run_dynamic_tail(g: &mut CompiledGraph, model: &Model, arena: &[u8], env: &mu
                 custom_options: model.custom_options(op),
                 epilogue: std::cell::Cell::new(None),
                 input_pad: None,
+                max_bytes: env.limits.max_arena_bytes,
             };
             let Built { outputs, mut kernel } = build_op(&octx, env.backends, env.custom, env.ctx)?;
             for (&t, (dtype, shape)) in op.outputs.iter().zip(outputs) {

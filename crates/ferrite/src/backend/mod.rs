@@ -6,8 +6,8 @@
 //! prepacked weights) lives in a [`BackendContext`] the session owns.
 
 pub mod cpu;
-pub mod reference;
 pub(crate) mod custom_builtin;
+pub mod reference;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -63,6 +63,9 @@ pub struct OpContext<'a> {
     /// Explicit zero padding (top, bottom, left, right) of input 0 folded in from a
     /// PAD op before this VALID convolution: input 0 is the PAD's input.
     pub(crate) input_pad: Option<[usize; 4]>,
+    /// The session's memory limit (`SessionOptions::max_arena_bytes`): the most any
+    /// one buffer a builder sizes from file data may take.
+    pub(crate) max_bytes: usize,
 }
 
 /// The element-wise ops fused into a kernel, set once when the compiler has
@@ -123,14 +126,14 @@ impl<'a> OpContext<'a> {
     }
     /// Element count of a shape a kernel sizes memory by at prepare (scratch, output
     /// shapes read from constants), checked before anything is allocated: a hostile
-    /// file must not make `prepare` attempt an absurd allocation. The cap, 2^32 bytes at
-    /// `elem` bytes per element, is above any arena the session limit admits by default.
+    /// file must not make `prepare` attempt an absurd allocation. The cap is the
+    /// session's memory limit, at `elem` bytes per element.
     pub fn checked_elements(&self, dims: &[usize], elem: usize) -> Result<usize> {
-        const CAP_BYTES: usize = 1 << 32;
+        let cap = self.max_bytes;
         dims.iter()
             .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-            .filter(|&n| n.checked_mul(elem).is_some_and(|b| b <= CAP_BYTES))
-            .ok_or_else(|| Error::ResourceLimit(format!("{}: shape {dims:?} needs more than {CAP_BYTES} bytes", self.at())))
+            .filter(|&n| n.checked_mul(elem).is_some_and(|b| b <= cap))
+            .ok_or_else(|| Error::ResourceLimit(format!("{}: shape {dims:?} needs more than the session limit of {cap} bytes", self.at())))
     }
     /// Required input `i`.
     pub fn input(&self, i: usize) -> Result<&InputDesc<'a>> {

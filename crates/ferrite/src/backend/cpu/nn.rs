@@ -378,7 +378,12 @@ pub(crate) fn batch_matmul(op: &OpContext<'_>) -> Result<Built> {
         .ok_or_else(|| op.bad(format!("batch dims of {a:?} and {b:?} do not broadcast")))?;
     let mut out_shape = batch.clone();
     out_shape.extend([m, n]);
-    let nb: usize = batch.iter().product();
+    // Batch index tables (8 bytes per batch) and transpose scratch are sized from
+    // file shapes: bounded by the session limit before anything is allocated.
+    let nb = op.checked_elements(&batch, 8)?;
+    op.checked_elements(&out_shape, 4)?;
+    op.checked_elements(&[m, ka], 4)?;
+    op.checked_elements(&[ka, n], 4)?;
     let bstr = |s: &[usize]| -> Vec<usize> {
         // Flat batch index -> operand batch index, honouring broadcast.
         let sh = &s[..s.len() - 2];
