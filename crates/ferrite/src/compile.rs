@@ -405,7 +405,8 @@ fn compile_at(
             .collect();
         // Control flow and resource variables are run by the executor itself.
         if let OpCode::Builtin(code) = op.code {
-            let child = |ctx: &mut BackendContext, sub: usize, shapes: &[Vec<usize>], consts: &[Option<Loc>], n_out: usize| -> Result<Child> {
+            let child = |ctx: &mut BackendContext, sub: usize, operands: &[Option<usize>], consts: &[Option<Loc>], n_out: usize| -> Result<Child> {
+                let shapes: Vec<Vec<usize>> = operands.iter().map(|t| t.map(|t| tensors[t].shape.clone()).unwrap_or_default()).collect();
                 let s = model.subgraphs.get(sub).ok_or_else(|| Error::InvalidModel(format!("subgraph {sg} op {oi}: subgraph {sub} does not exist")))?;
                 // Children run on the parent's buffers: their signatures must match exactly.
                 if s.inputs.len() != shapes.len() || s.outputs.len() != n_out {
@@ -416,18 +417,27 @@ fn compile_at(
                         shapes.len()
                     )));
                 }
-                compile_at(model, sub, shapes, consts, backends, custom, ctx, limits, depth + 1).map(Child::new)
+                // The child reads the parent's bytes as its own input types.
+                for (k, (&t, &i)) in operands.iter().zip(&s.inputs).enumerate() {
+                    if let Some(t) = t.filter(|&t| tensors[t].dtype != s.tensors[i].dtype) {
+                        return Err(Error::InvalidModel(format!(
+                            "subgraph {sg} op {oi}: operand {k} is {} but subgraph {sub} input {k} is {}",
+                            tensors[t].dtype.name(),
+                            s.tensors[i].dtype.name()
+                        )));
+                    }
+                }
+                compile_at(model, sub, &shapes, consts, backends, custom, ctx, limits, depth + 1).map(Child::new)
             };
-            let shapes_of = |ts: &[Option<usize>]| ts.iter().map(|t| t.map(|t| tensors[t].shape.clone()).unwrap_or_default()).collect::<Vec<_>>();
             let at = || format!("subgraph {sg} op {oi} ({})", op.code.name());
             let work = match (ferrite_format::schema::BuiltinOperator(code), &op.params) {
                 (ferrite_format::schema::BuiltinOperator::IF, crate::ops::OpParams::If { then_subgraph, else_subgraph }) => {
-                    let shapes = shapes_of(&op.inputs[1.min(op.inputs.len())..]);
+                    let shapes = &op.inputs[1.min(op.inputs.len())..];
                     let n = op.outputs.len();
                     // Constant operands reach the branches as constants (IF passes them
                     // unchanged, unlike WHILE's loop-carried values).
                     let consts = held.get(1..).unwrap_or(&[]);
-                    let (then, otherwise) = (child(ctx, *then_subgraph, &shapes, consts, n)?, child(ctx, *else_subgraph, &shapes, consts, n)?);
+                    let (then, otherwise) = (child(ctx, *then_subgraph, shapes, consts, n)?, child(ctx, *else_subgraph, shapes, consts, n)?);
                     let outs = |c: &Child| c.graph.output_specs(model);
                     if outs(&then) != outs(&otherwise) || outs(&then).len() != op.outputs.len() {
                         return Err(Error::Unsupported(format!("{}: branches produce different outputs", at())));
@@ -439,8 +449,7 @@ fn compile_at(
                     Some(Work::If { then: Box::new(then), otherwise: Box::new(otherwise) })
                 }
                 (ferrite_format::schema::BuiltinOperator::WHILE, crate::ops::OpParams::While { cond_subgraph, body_subgraph }) => {
-                    let shapes = shapes_of(&op.inputs);
-                    let (cond, body) = (child(ctx, *cond_subgraph, &shapes, &[], 1)?, child(ctx, *body_subgraph, &shapes, &[], op.inputs.len())?);
+                    let (cond, body) = (child(ctx, *cond_subgraph, &op.inputs, &[], 1)?, child(ctx, *body_subgraph, &op.inputs, &[], op.inputs.len())?);
                     let vars: Vec<(DType, Vec<usize>)> = op
                         .inputs
                         .iter()
@@ -898,6 +907,13 @@ fn build_op(octx: &OpContext<'_>, backends: &[&dyn Backend], custom: &CustomOpRe
     }
     if let Some((_, s)) = built.outputs.iter().find(|(_, s)| s.len() > ferrite_kernels::MAX_DIMS) {
         return Err(octx.unsupported(format!("output rank {} exceeds {}", s.len(), ferrite_kernels::MAX_DIMS)));
+    }
+    // Zero dims aside, shapes stay within the session limit: kernels loop over the
+    // other dims of an empty tensor ([0, 2^20, 2^20] holds nothing but is a hang).
+    let fits = |s: &[usize]| s.iter().try_fold(1usize, |a, &d| a.checked_mul(d.max(1))).is_some_and(|n| n <= octx.max_bytes);
+    let shapes = octx.inputs.iter().flatten().map(|d| &d.shape[..]).chain(built.outputs.iter().map(|(_, s)| &s[..]));
+    if let Some(s) = shapes.into_iter().find(|s| !fits(s)) {
+        return Err(Error::ResourceLimit(format!("{}: shape {s:?} exceeds the session limit of {} bytes", octx.at(), octx.max_bytes)));
     }
     Ok(built)
 }

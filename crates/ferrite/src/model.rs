@@ -493,6 +493,9 @@ fn parse_tensor(kind: FileKind, si: usize, ti: usize, t: Table<'_>, buffers: &[O
         return Err(invalid(format!("{} ('{name}'): rank {} exceeds {MAX_RANK}", at(), raw_shape.len())));
     }
     let mut numel: u64 = 1;
+    // Product of the non-zero dims: an empty tensor with huge other dims ([0, 2^31,
+    // 2^31]) holds nothing, but kernels loop over those dims.
+    let mut extent: u64 = 1;
     let mut shape = Vec::with_capacity(raw_shape.len());
     for &d in &raw_shape {
         // -1 in `shape` appears in some converter output for dynamic dims; treat it as 1 until resized.
@@ -501,9 +504,10 @@ fn parse_tensor(kind: FileKind, si: usize, ti: usize, t: Table<'_>, buffers: &[O
             return Err(invalid(format!("{} ('{name}'): negative dimension {d} in shape {raw_shape:?}", at())));
         }
         numel = numel.saturating_mul(d as u64);
+        extent = extent.saturating_mul((d as u64).max(1));
         shape.push(d as usize);
     }
-    if numel > MAX_ELEMENTS {
+    if numel > MAX_ELEMENTS || extent > MAX_ELEMENTS {
         return Err(invalid(format!("{} ('{name}'): shape {raw_shape:?} has too many elements", at())));
     }
     let sig = t.vec_of::<i32>(fb::Tensor::VT_SHAPE_SIGNATURE)?;

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use structure_gen::{exercise, generate, Outcome};
 
 /// Models per run in CI and by default.
-const DEFAULT_MODELS: u64 = 20_000;
+const DEFAULT_MODELS: u64 = 50_000;
 /// A single tiny model taking this long is a hang for the fuzzer's purposes.
 const SLOW: Duration = Duration::from_secs(3);
 
@@ -83,9 +83,14 @@ fn hostile_models_never_panic() {
     let mut failures: Vec<String> = Vec::new();
     // FERRITE_FUZZ_STATS=1: counts of error messages (digits blanked), to see what the generator reaches.
     let stats = std::env::var("FERRITE_FUZZ_STATS").is_ok();
+    // FERRITE_FUZZ_TRACE=1: each seed before it runs, to find a model that hangs or aborts.
+    let trace = std::env::var("FERRITE_FUZZ_TRACE").is_ok();
     let mut seen: std::collections::HashMap<String, usize> = Default::default();
     for seed in first..first + count {
         CURRENT_SEED.store(seed, Ordering::Relaxed);
+        if trace {
+            eprintln!("seed {seed}");
+        }
         let (bytes, desc) = generate(seed);
         let t = Instant::now();
         let r = exercise(bytes, seed);

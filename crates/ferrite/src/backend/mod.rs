@@ -147,6 +147,12 @@ impl<'a> OpContext<'a> {
     pub fn const_ints(&self, i: usize) -> Result<Vec<i64>> {
         let d = self.input(i)?;
         let v = d.value.ok_or_else(|| Error::DataDependent(format!("{}: input {i} is computed at run time", self.at())))?;
+        // These are shape-like parameters (axes, shapes, paddings, begin/end, sizes):
+        // a few values each. A huge one is hostile, and messages print the values.
+        const MAX_VALUES: usize = 4096;
+        if v.len() > MAX_VALUES * 8 || d.shape.iter().product::<usize>() > MAX_VALUES {
+            return Err(self.bad(format!("input {i} (shape {:?}) holds more than {MAX_VALUES} parameter values", d.shape)));
+        }
         Ok(match d.dtype {
             DType::I32 => v.chunks_exact(4).map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect(),
             DType::I64 => v.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect(),

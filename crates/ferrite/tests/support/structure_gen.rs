@@ -832,7 +832,10 @@ fn install_quiet_hook() {
             let msg =
                 info.payload().downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| info.payload().downcast_ref::<String>().cloned()).unwrap_or_default();
             let at = info.location().map(|l| format!("{}:{}", l.file(), l.line())).unwrap_or_default();
-            LAST_PANIC.with(|p| *p.borrow_mut() = format!("{msg} at {at}"));
+            // FERRITE_FUZZ_BACKTRACE=1 adds where the panic came from.
+            let trace =
+                if std::env::var_os("FERRITE_FUZZ_BACKTRACE").is_some() { format!("\n{}", std::backtrace::Backtrace::force_capture()) } else { String::new() };
+            LAST_PANIC.with(|p| *p.borrow_mut() = format!("{msg} at {at}{trace}"));
         }));
     });
 }

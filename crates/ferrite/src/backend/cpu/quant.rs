@@ -150,9 +150,7 @@ pub(crate) fn conv(op: &OpContext<'_>, depthwise: bool, ctx: &mut crate::backend
     if (!depthwise && w.shape[3] != in_c) || (depthwise && (w.shape[0] != 1 || in_c == 0 || out_c % in_c != 0)) {
         return Err(op.bad(format!("filter {:?} does not match input {:?}", w.shape, x.shape)));
     }
-    if op.opt_input(2).is_some_and(|b| b.shape.iter().product::<usize>() != out_c) {
-        return Err(op.bad("bias size does not match the output channels"));
-    }
+    check_bias(op, out_c, x.dtype)?;
     let (in_scale, in_zp) = per_tensor(op, x.quant, "input")?;
     let wq = w.quant.ok_or_else(|| op.bad("filter has no quantization parameters"))?;
     if wq.scale.len() != 1 && wq.scale.len() != out_c {
@@ -241,6 +239,19 @@ pub(crate) fn conv(op: &OpContext<'_>, depthwise: bool, ctx: &mut crate::backend
     })
 }
 
+/// The optional bias (input 2) of an integer convolution or fully-connected layer:
+/// one value per output channel, int32 (int64 for int16 activations), as the
+/// kernels read it.
+fn check_bias(op: &OpContext<'_>, channels: usize, activations: DType) -> Result<()> {
+    let Some(b) = op.opt_input(2) else { return Ok(()) };
+    let want = if activations == DType::I16 { DType::I64 } else { DType::I32 };
+    let n = b.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    if b.dtype != want || n != Some(channels) {
+        return Err(op.bad(format!("bias is {} {:?}; {channels} {} values (one per output channel) are needed", b.dtype.name(), b.shape, want.name())));
+    }
+    Ok(())
+}
+
 pub(crate) fn fully_connected(op: &OpContext<'_>) -> Result<Built> {
     let kind = int_types(op)?;
     let OpParams::FullyConnected { activation, keep_num_dims, .. } = op.op.params else { return Err(op.bad("missing FullyConnected options")) };
@@ -249,11 +260,14 @@ pub(crate) fn fully_connected(op: &OpContext<'_>) -> Result<Built> {
         return Err(op.bad("weights must be 2-D"));
     }
     let (out_n, in_n) = (w.shape[0], w.shape[1]);
-    let total: usize = x.shape.iter().product();
+    // Sizes the uint8 path's input scratch: bounded before anything is allocated.
+    let total = op.checked_elements(&x.shape, 1)?;
     if in_n == 0 || !total.is_multiple_of(in_n) {
         return Err(op.bad(format!("input {:?} is not a multiple of {in_n}", x.shape)));
     }
     let batch = total / in_n;
+    // The kernels read one bias per output row.
+    check_bias(op, out_n, x.dtype)?;
     let (in_scale, in_zp) = per_tensor(op, x.quant, "input")?;
     let wq = w.quant.ok_or_else(|| op.bad("weights have no quantization parameters"))?;
     if wq.scale.len() != 1 && wq.scale.len() != out_n {
@@ -977,11 +991,11 @@ pub(crate) fn hybrid(op: &OpContext<'_>, code: ferrite_format::schema::BuiltinOp
     };
     let clamp = super::clamp_of(op, act)?;
     let out_c = *out_shape.last().unwrap_or(&1);
-    let out_len: usize = out_shape.iter().product();
+    let out_len = op.checked_elements(&out_shape, 4)?;
     if w_scales.len() != 1 && w_scales.len() != out_c {
         return Err(op.bad(format!("{} weight scales for {out_c} channels", w_scales.len())));
     }
-    let in_len: usize = x.shape.iter().product();
+    let in_len = op.checked_elements(&x.shape, 4)?;
     // LiteRT quantizes each batch asymmetrically for per-channel hybrid convolution
     // (and depthwise), and for fully-connected when its option asks; symmetrically
     // otherwise.

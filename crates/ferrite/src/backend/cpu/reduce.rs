@@ -66,6 +66,10 @@ fn mean_int(op: &OpContext<'_>) -> Result<Built> {
     let (s_out, z_out) = q(op.outputs[0].quant.as_ref(), "output")?;
     let shape = x.shape.clone();
     let (out, flags) = reduced_shape(op, &shape)?;
+    // The accumulators are sized by the output: bounded (and the products below
+    // cannot overflow) before anything is allocated.
+    op.checked_elements(&shape, 1)?;
+    op.checked_elements(&out, 8)?;
     let count: usize = shape.iter().zip(&flags).filter(|(_, &f)| f).map(|(&s, _)| s).product();
     // Where each input dim moves the output index (0 along reduced dims).
     let mut out_stride = vec![0usize; shape.len()];
