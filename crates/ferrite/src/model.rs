@@ -528,6 +528,12 @@ fn parse_tensor(kind: FileKind, si: usize, ti: usize, t: Table<'_>, buffers: &[O
                 if zero_point.len() != scale.len() && !zero_point.is_empty() {
                     return Err(invalid(format!("{} ('{name}'): {} scales but {} zero points", at(), scale.len(), zero_point.len())));
                 }
+                // Kernels divide by scales and derive fixed-point multipliers and clamp
+                // ranges from them: zero, negative, denormal, NaN and infinite scales have
+                // no meaning and must not reach them.
+                if let Some((k, bad)) = scale.iter().enumerate().find(|(_, s)| !(s.is_normal() && **s > 0.0)) {
+                    return Err(invalid(format!("{} ('{name}'): quantization scale {k} is {bad:e}; scales must be finite, positive and normal", at())));
+                }
                 let zero_point = if zero_point.is_empty() { vec![0; scale.len()] } else { zero_point };
                 // Kernels do 32-bit arithmetic on (value - zero point): a zero point
                 // outside the element type's range is invalid, as LiteRT's kernels also

@@ -33,13 +33,18 @@ pub(crate) fn int_range(dtype: DType) -> (i32, i32) {
 /// The fused activation's range in the output's quantized domain, as LiteRT computes it.
 pub(crate) fn activation_range(act: Activation, scale: f32, zp: i32, dtype: DType) -> (i32, i32) {
     let (qmin, qmax) = int_range(dtype);
-    let q = |f: f32| zp + (f / scale).round() as i32;
-    match act {
+    // Saturating: an extreme scale or zero point must give a range, not overflow
+    // (`as` saturates a huge quotient; the addition must too).
+    let q = |f: f32| zp.saturating_add((f / scale).round() as i32);
+    let (lo, hi) = match act {
         Activation::Relu => (qmin.max(q(0.0)), qmax),
         Activation::Relu6 => (qmin.max(q(0.0)), qmax.min(q(6.0))),
         Activation::ReluN1To1 => (qmin.max(q(-1.0)), qmax.min(q(1.0))),
         _ => (qmin, qmax),
-    }
+    };
+    // Callers clamp to the range, which panics on an inverted one (a zero point at the
+    // edge of the type's range): collapse it instead.
+    (lo.min(qmax), hi.max(lo.min(qmax)))
 }
 
 /// Requantization for accumulators of `in_scale * w_scale[c]` onto the output.
@@ -926,7 +931,7 @@ pub(crate) fn relu_like(op: &OpContext<'_>, code: ferrite_format::schema::Builti
             for i in 0..n {
                 let d = load_int(dtype, input, i) - in_zp;
                 let (m, s) = if leaky && d < 0 { (m_a, s_a) } else { (m_id, s_id) };
-                store_int(dtype, outs[0], i, (kq::multiply_by_quantized_multiplier(d, m, s) + out_zp).clamp(lo, hi));
+                store_int(dtype, outs[0], i, kq::multiply_by_quantized_multiplier(d, m, s).saturating_add(out_zp).clamp(lo, hi));
             }
             Ok(())
         }),
@@ -950,8 +955,12 @@ pub(crate) fn hybrid(op: &OpContext<'_>, code: ferrite_format::schema::BuiltinOp
     let has_bias = op.opt_input(2).is_some();
     let (act, batch, out_shape, q): (Activation, usize, Vec<usize>, Option<QConv>) = match (code, &op.op.params) {
         (B::FULLY_CONNECTED, OpParams::FullyConnected { activation, keep_num_dims, .. }) => {
-            let in_n = *w.shape.get(1).ok_or_else(|| op.bad("weights must be 2-D"))?;
-            let total: usize = x.shape.iter().product();
+            // The kernel reads out_n rows of in_n weights.
+            if w.shape.len() != 2 {
+                return Err(op.bad(format!("weights must be 2-D, got {:?}", w.shape)));
+            }
+            let in_n = w.shape[1];
+            let total = op.checked_elements(&x.shape, 4)?;
             if in_n == 0 || !total.is_multiple_of(in_n) {
                 return Err(op.bad(format!("input {:?} is not a multiple of {in_n}", x.shape)));
             }
@@ -991,6 +1000,10 @@ pub(crate) fn hybrid(op: &OpContext<'_>, code: ferrite_format::schema::BuiltinOp
     };
     let clamp = super::clamp_of(op, act)?;
     let out_c = *out_shape.last().unwrap_or(&1);
+    // One float bias per output channel, as the kernel reads it.
+    if let Some(b) = op.opt_input(2).filter(|b| b.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)) != Some(out_c)) {
+        return Err(op.bad(format!("bias {:?} does not have one value per output channel ({out_c})", b.shape)));
+    }
     let out_len = op.checked_elements(&out_shape, 4)?;
     if w_scales.len() != 1 && w_scales.len() != out_c {
         return Err(op.bad(format!("{} weight scales for {out_c} channels", w_scales.len())));
