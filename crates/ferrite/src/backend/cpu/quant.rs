@@ -172,6 +172,9 @@ pub(crate) fn conv(op: &OpContext<'_>, depthwise: bool, ctx: &mut crate::backend
         rq: requant(op, in_scale, &wq.scale, act)?,
     };
     let out_shape = vec![g.batch, g.out_h, g.out_w, out_c];
+    // Accumulators and the uint8 input copy are sized from file shapes: bounded first.
+    op.checked_elements(&out_shape, 4)?;
+    op.checked_elements(&x.shape, 1)?;
     if kind == IntKind::I16x8 {
         let bias = int16x8_setup(op, q.in_zp, q.w_zp, &q.rq)?;
         let acc = Mutex::new(vec![0i64; out_c]);
@@ -680,7 +683,8 @@ pub(crate) fn pool(op: &OpContext<'_>, max: bool) -> Result<Built> {
     let (lo, hi) = activation_range(activation, so, zo, dtype);
     let g = window(op, &x.shape, filter, stride, (1, 1), padding)?;
     let c = x.shape[3];
-    let acc = Mutex::new(vec![0i32; c]);
+    // The per-channel accumulators are sized by the file's channel count: bounded first.
+    let acc = Mutex::new(vec![0i32; op.checked_elements(&[c], 4)?]);
     Ok(Built {
         outputs: vec![(dtype, vec![g.batch, g.out_h, g.out_w, c])],
         kernel: Box::new(move |ins, outs| {
