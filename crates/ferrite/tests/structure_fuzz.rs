@@ -81,6 +81,7 @@ fn hostile_models_never_panic() {
     let start = Instant::now();
     let (mut loaded, mut prepared, mut ran) = (0u64, 0u64, 0u64);
     let mut failures: Vec<String> = Vec::new();
+    let mut reported = 0;
     // FERRITE_FUZZ_STATS=1: counts of error messages (digits blanked), to see what the generator reaches.
     let stats = std::env::var("FERRITE_FUZZ_STATS").is_ok();
     // FERRITE_FUZZ_TRACE=1: each seed before it runs, to find a model that hangs or aborts.
@@ -112,6 +113,11 @@ fn hostile_models_never_panic() {
                 }
             }
             Err(panic) => failures.push(format!("seed {seed}: panicked: {panic}\n{desc}")),
+        }
+        if failures.len() > reported {
+            // Reported as found too: a later abort must not lose it.
+            eprintln!("{}", failures[reported]);
+            reported += 1;
         }
         if failures.len() >= 20 {
             break;

@@ -70,6 +70,9 @@ enum Weights {
 /// GEMM packing of conv / FC weights `[n][taps][k]`; `merged_kw > 1` merges that
 /// many filter columns into each tap (taps = kh, k = kw * in_c).
 fn gemm_weights(op: &OpContext<'_>, ctx: &mut BackendContext, n: usize, taps: usize, k: usize, merged_kw: usize) -> Result<Weights> {
+    // Packings (and run-time weights' zeroed staging) are sized from the shapes:
+    // bounded by the session limit first.
+    op.checked_elements(&[n, taps, k], 4)?;
     let isa = Isa::for_channels(n);
     let (w, bias) = (op.input(1)?, op.opt_input(2));
     let pack = |w: &[f32], b: Option<&[f32]>| {
@@ -268,6 +271,9 @@ pub(crate) fn fully_connected(op: &OpContext<'_>, ctx: &mut BackendContext) -> R
         let mut s = x.clone();
         if let Some(l) = s.last_mut() {
             *l = out_n;
+        } else {
+            // A rank-0 input is one row: the output is that row's out_n values.
+            s = vec![out_n];
         }
         s
     } else {

@@ -295,6 +295,9 @@ pub(crate) fn fully_connected(op: &OpContext<'_>) -> Result<Built> {
         let mut s = x.shape.clone();
         if let Some(l) = s.last_mut() {
             *l = out_n;
+        } else {
+            // A rank-0 input is one row: the output is that row's out_n values.
+            s = vec![out_n];
         }
         s
     } else {
@@ -973,6 +976,9 @@ pub(crate) fn hybrid(op: &OpContext<'_>, code: ferrite_format::schema::BuiltinOp
                 let mut s = x.shape.clone();
                 if let Some(l) = s.last_mut() {
                     *l = out_n;
+                } else {
+                    // A rank-0 input is one row: the output is that row's out_n values.
+                    s = vec![out_n];
                 }
                 s
             } else {
