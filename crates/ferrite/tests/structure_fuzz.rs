@@ -122,12 +122,12 @@ fn hostile_models_never_panic() {
         if failures.len() >= 20 {
             break;
         }
-        if count >= 100_000 && (seed - first + 1) % 100_000 == 0 {
+        if count >= 100_000 && (seed - first + 1).is_multiple_of(100_000) {
             eprintln!("structure_fuzz: {} models in {:?}, {} failures", seed - first + 1, start.elapsed(), failures.len());
         }
     }
     let mut seen: Vec<_> = seen.into_iter().collect();
-    seen.sort_by(|a, b| b.1.cmp(&a.1));
+    seen.sort_by_key(|e| std::cmp::Reverse(e.1));
     for (msg, n) in seen.iter().take(60) {
         println!("{n:8} {msg}");
     }

@@ -25,6 +25,9 @@ use structure_gen::{exercise, Outcome};
 
 type Q = Option<(Vec<f32>, Vec<i64>, i32)>;
 
+/// One single-op case: op, tensors, op inputs, op outputs, options.
+type Case = (B, Vec<TensorSpec>, Vec<i32>, Vec<i32>, Options);
+
 fn q(scale: f32, zp: i64) -> Q {
     Some((vec![scale], vec![zp], 0))
 }
@@ -101,7 +104,7 @@ fn axis_on_a_scalar() {
     let x = || act("x", T::FLOAT32, &[], None);
     let y = |n: &str| act(n, T::FLOAT32, &[], None);
     let zero = |n: &str| TensorSpec::const_i32(n, &[1], &[0]);
-    let cases: Vec<(B, Vec<TensorSpec>, Vec<i32>, Vec<i32>, Options)> = vec![
+    let cases: Vec<Case> = vec![
         (B::UNPACK, vec![x(), y("y")], vec![0], vec![1], Options::Unpack { num: 1, axis: 0 }),
         (B::SPLIT, vec![zero("axis"), x(), y("y")], vec![0, 1], vec![2], Options::Split { num_splits: 1 }),
         (B::SPLIT_V, vec![x(), TensorSpec::const_i32("sizes", &[1], &[1]), zero("axis"), y("y")], vec![0, 1, 2], vec![3], Options::Split { num_splits: 1 }),
