@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use structure_gen::{exercise, generate, Outcome};
 
 /// Models per run in CI and by default.
-const DEFAULT_MODELS: u64 = 50_000;
+const DEFAULT_MODELS: u64 = 100_000;
 /// A single tiny model taking this long is a hang for the fuzzer's purposes.
 const SLOW: Duration = Duration::from_secs(3);
 

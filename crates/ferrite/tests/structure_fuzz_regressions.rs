@@ -368,3 +368,20 @@ fn convolution_weights_sized_by_file_shapes() {
     );
     expect_error("CONV_2D with 2^32 run-time weights", bytes, &["resource limit"]);
 }
+
+/// Fuzz seed 1843399: a FULLY_CONNECTED whose weights are a tensor nothing writes
+/// (zeros, so a constant) of 32 MiB: the packing pads the one output channel to a
+/// whole panel, 16 times that, past the session limit unchecked.
+#[test]
+fn weight_packing_padded_past_the_limit() {
+    let k = 1 << 23;
+    let mut m = ModelSpec::default();
+    let x = m.add_tensor(act("x", T::FLOAT32, &[1, k], None));
+    let w = m.add_tensor(act("w", T::FLOAT32, &[1, k], None));
+    let y = m.add_tensor(act("y", T::FLOAT32, &[1, 1], None));
+    let fc = Options::FullyConnected { activation: Activation::NONE, keep_num_dims: false, asymmetric_quantize_inputs: false };
+    m.add_op(OpCode::Builtin(B::FULLY_CONNECTED), &[x, w], &[y], fc);
+    m.inputs = vec![x];
+    m.outputs = vec![y];
+    expect_error("FULLY_CONNECTED packing 16 x 32 MiB", m.to_bytes(), &["resource limit", "op 0"]);
+}

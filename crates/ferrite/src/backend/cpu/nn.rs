@@ -70,10 +70,10 @@ enum Weights {
 /// GEMM packing of conv / FC weights `[n][taps][k]`; `merged_kw > 1` merges that
 /// many filter columns into each tap (taps = kh, k = kw * in_c).
 fn gemm_weights(op: &OpContext<'_>, ctx: &mut BackendContext, n: usize, taps: usize, k: usize, merged_kw: usize) -> Result<Weights> {
-    // Packings (and run-time weights' zeroed staging) are sized from the shapes:
-    // bounded by the session limit first.
-    op.checked_elements(&[n, taps, k], 4)?;
+    // Packings (and run-time weights' zeroed staging) are sized from the shapes,
+    // output channels padded to whole panels: bounded by the session limit first.
     let isa = Isa::for_channels(n);
+    op.checked_elements(&[n.div_ceil(isa.nr()) * isa.nr(), taps, k], 4)?;
     let (w, bias) = (op.input(1)?, op.opt_input(2));
     let pack = |w: &[f32], b: Option<&[f32]>| {
         if merged_kw > 1 {
