@@ -12,67 +12,15 @@
 #[path = "support/structure_gen.rs"]
 mod structure_gen;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::io::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use structure_gen::{exercise, generate, Outcome};
+use structure_gen::{exercise, generate, Outcome, CURRENT_SEED};
 
 /// Models per run in CI and by default.
 const DEFAULT_MODELS: u64 = 100_000;
 /// A single tiny model taking this long is a hang for the fuzzer's purposes.
 const SLOW: Duration = Duration::from_secs(3);
-
-/// No single allocation may exceed this while a fuzzed model runs: the session limit
-/// is 64 MiB, so anything near this size was sized by unchecked file data.
-const ALLOCATION_CAP: usize = 256 << 20;
-
-/// The seed being run, for the report of an allocation over the cap.
-static CURRENT_SEED: AtomicU64 = AtomicU64::new(u64::MAX);
-
-/// The system allocator, refusing (with the seed, then an abort) any allocation over
-/// [`ALLOCATION_CAP`]. An absurd allocation would otherwise abort the test binary
-/// without saying which model asked for it, or succeed lazily and go unnoticed.
-struct Capped;
-
-impl Capped {
-    fn check(size: usize) {
-        if size > ALLOCATION_CAP {
-            // Formatting integers into stderr does not allocate.
-            let _ = writeln!(
-                std::io::stderr(),
-                "structure_fuzz: seed {} asked for an allocation of {size} bytes (cap {ALLOCATION_CAP})",
-                CURRENT_SEED.load(Ordering::Relaxed)
-            );
-            // The capture's own allocations are small and pass the check.
-            let _ = writeln!(std::io::stderr(), "{}", std::backtrace::Backtrace::force_capture());
-            std::process::abort();
-        }
-    }
-}
-
-// SAFETY: forwards to `System` unchanged; only the size check is added.
-unsafe impl GlobalAlloc for Capped {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        Self::check(layout.size());
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        Self::check(layout.size());
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        Self::check(new_size);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Capped = Capped;
 
 #[test]
 fn hostile_models_never_panic() {

@@ -385,3 +385,19 @@ fn weight_packing_padded_past_the_limit() {
     m.outputs = vec![y];
     expect_error("FULLY_CONNECTED packing 16 x 32 MiB", m.to_bytes(), &["resource limit", "op 0"]);
 }
+
+/// Fuzz seed 2323950: a FULLY_CONNECTED with no output channels (weights [0, 2^31])
+/// packed nothing but still allocated a row of 2^31 zeros.
+#[test]
+fn weight_packing_without_output_channels() {
+    let k = i32::MAX;
+    let fc = Options::FullyConnected { activation: Activation::NONE, keep_num_dims: false, asymmetric_quantize_inputs: false };
+    let bytes = one_op(
+        vec![act("x", T::FLOAT32, &[0, k], None), constant("w", T::FLOAT32, &[0, k], vec![], None), act("y", T::FLOAT32, &[], None)],
+        B::FULLY_CONNECTED,
+        &[0, 1],
+        &[2],
+        fc,
+    );
+    expect_error("FULLY_CONNECTED of weights [0, 2^31]", bytes, &["resource limit", "op 0"]);
+}

@@ -15,7 +15,10 @@
 
 #![allow(dead_code)]
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use ferrite::{Model, Session, SessionOptions};
@@ -25,6 +28,56 @@ use ferrite_format::writer::{Activation, BuiltinOperator as B, ModelSpec, OpCode
 /// Arena limit of every fuzzed session: legitimate-but-huge models end in a
 /// resource-limit error instead of an allocation.
 pub const MAX_ARENA_BYTES: usize = 64 << 20;
+
+/// No single allocation may exceed this while a fuzzed model runs: the session limit
+/// is 64 MiB, so anything near this size was sized by unchecked file data.
+const ALLOCATION_CAP: usize = 256 << 20;
+
+/// The seed being run (u64::MAX outside the fuzzer), for the report of an allocation over the cap.
+pub static CURRENT_SEED: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// The system allocator, refusing (with the seed, then an abort) any allocation over
+/// [`ALLOCATION_CAP`]. An absurd allocation would otherwise abort the test binary
+/// without saying which model asked for it, or succeed lazily and go unnoticed.
+struct Capped;
+
+impl Capped {
+    fn check(size: usize) {
+        if size > ALLOCATION_CAP {
+            // Formatting integers into stderr does not allocate.
+            let _ = writeln!(
+                std::io::stderr(),
+                "structure_fuzz: seed {} asked for an allocation of {size} bytes (cap {ALLOCATION_CAP})",
+                CURRENT_SEED.load(Ordering::Relaxed)
+            );
+            // The capture's own allocations are small and pass the check.
+            let _ = writeln!(std::io::stderr(), "{}", std::backtrace::Backtrace::force_capture());
+            std::process::abort();
+        }
+    }
+}
+
+// SAFETY: forwards to `System` unchanged; only the size check is added.
+unsafe impl GlobalAlloc for Capped {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        Self::check(layout.size());
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        Self::check(layout.size());
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        Self::check(new_size);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Capped = Capped;
 
 /// xorshift64* PRNG: small, seedable, no dependency.
 pub struct Rng(u64);
@@ -235,19 +288,12 @@ fn shape(rng: &mut Rng) -> Vec<i32> {
 }
 
 fn scale(rng: &mut Rng) -> f32 {
-    match rng.below(100) {
-        0..=84 => [0.5f32, 0.1, 0.02, 0.0039, 1.0, 0.25][rng.below(6)],
-        85 => 0.0,
-        86 => f32::NAN,
-        87 => f32::INFINITY,
-        88 => -0.5,
-        89 => 1e-40, // denormal
-        90 => 1e-30,
-        91 => 1e30,
-        92 => f32::MAX,
-        93 => f32::MIN_POSITIVE,
-        94 => f32::NEG_INFINITY,
-        _ => 1e-9,
+    // Invalid scales end at load, so they are rarer than extreme valid ones, which
+    // reach the kernels' range and multiplier arithmetic.
+    match rng.below(200) {
+        0..=169 => [0.5f32, 0.1, 0.02, 0.0039, 1.0, 0.25][rng.below(6)],
+        170..=189 => *rng.pick(&[1e-30, 1e30, f32::MAX, f32::MIN_POSITIVE, 1e-9, 1e9, 3e-5]),
+        _ => *rng.pick(&[0.0, f32::NAN, f32::INFINITY, -0.5, 1e-40, f32::NEG_INFINITY]),
     }
 }
 
@@ -594,7 +640,13 @@ fn child_graph(rng: &mut Rng, k: usize) -> ModelSpec {
 pub fn generate(seed: u64) -> (Vec<u8>, String) {
     let mut rng = Rng::new(seed);
     let rng = &mut rng;
-    let n_ops = rng.range(1, 4) as usize;
+    // Short chains most often: one failing op ends the whole model at prepare.
+    let n_ops = match rng.below(10) {
+        0..=3 => 1,
+        4..=6 => 2,
+        7 | 8 => 3,
+        _ => 4,
+    };
     let ops: Vec<(B, usize, usize)> = (0..n_ops).map(|_| *rng.pick(OPS)).collect();
     // Subgraphs for control flow to call (some of their indices are made wrong in `options`).
     let calls = ops.iter().any(|o| matches!(o.0, B::IF | B::WHILE | B::CALL_ONCE));

@@ -71,9 +71,10 @@ enum Weights {
 /// many filter columns into each tap (taps = kh, k = kw * in_c).
 fn gemm_weights(op: &OpContext<'_>, ctx: &mut BackendContext, n: usize, taps: usize, k: usize, merged_kw: usize) -> Result<Weights> {
     // Packings (and run-time weights' zeroed staging) are sized from the shapes,
-    // output channels padded to whole panels: bounded by the session limit first.
+    // output channels padded to whole panels, plus a row of k zeros even when there
+    // are no output channels: bounded by the session limit first.
     let isa = Isa::for_channels(n);
-    op.checked_elements(&[n.div_ceil(isa.nr()) * isa.nr(), taps, k], 4)?;
+    op.checked_elements(&[(n.div_ceil(isa.nr()) * isa.nr()).max(1), taps.max(1), k.max(1)], 4)?;
     let (w, bias) = (op.input(1)?, op.opt_input(2));
     let pack = |w: &[f32], b: Option<&[f32]>| {
         if merged_kw > 1 {
