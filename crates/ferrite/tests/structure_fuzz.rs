@@ -3,10 +3,20 @@
 //! `Ok` or `Err` is acceptable; a panic, or a model taking seconds, fails the test
 //! with its seed and a description of the model.
 //!
-//! CI (`CI=true`) runs a bounded count (well under a minute in release on two
-//! cores); by hand, `FERRITE_FUZZ_MODELS=N` runs N models starting at seed
-//! `FERRITE_FUZZ_SEED` (default 0), e.g.
-//! `FERRITE_FUZZ_MODELS=1000000 cargo test --release -p ferrite --test structure_fuzz -- --nocapture`.
+//! Aborts and hangs: the support module's global allocator refuses (reporting the
+//! seed, then aborting) any single allocation over 256 MiB, four times the session
+//! limit, so an allocation sized by unchecked file data cannot pass unnoticed; a
+//! model taking over 3 s counts as a hang (`FERRITE_FUZZ_TRACE=1` prints each seed
+//! before it runs, to find one that never returns). Generated WHILE loops stop after
+//! three iterations (see the support module), far below MAX_WHILE_ITERATIONS.
+//!
+//! CI (`CI=true`) and a plain `cargo test` run the same bounded count, 100,000
+//! models (about 15 s in release on this two-core machine); by hand,
+//! `FERRITE_FUZZ_MODELS=N` runs N models starting at seed `FERRITE_FUZZ_SEED`
+//! (default 0), e.g.
+//! `FERRITE_FUZZ_MODELS=1000000 cargo test --release -p ferrite --test structure_fuzz -- --nocapture`;
+//! `FERRITE_FUZZ_STATS=1` counts the errors the models end in, `FERRITE_FUZZ_BACKTRACE=1`
+//! adds a backtrace to each panic reported.
 //! Every failure found is kept as a case in structure_fuzz_regressions.rs.
 
 #[path = "support/structure_gen.rs"]
