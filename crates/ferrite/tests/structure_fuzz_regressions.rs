@@ -401,3 +401,19 @@ fn weight_packing_without_output_channels() {
     );
     expect_error("FULLY_CONNECTED of weights [0, 2^31]", bytes, &["resource limit", "op 0"]);
 }
+
+/// Fuzz seed 87803 (with resized inputs): a float convolution's scratch (a padded
+/// input row per filter row) was sized from the geometry before any check: 64 filter
+/// rows over a 2^21-wide input is 4 GiB.
+#[test]
+fn convolution_scratch_sized_by_the_geometry() {
+    let w: Vec<f32> = vec![0.5; 64 * 2 * 8];
+    let bytes = one_op(
+        vec![act("x", T::FLOAT32, &[1, 1, 1 << 21, 8], None), TensorSpec::const_f32("w", &[1, 64, 2, 8], &w), act("y", T::FLOAT32, &[], None)],
+        B::CONV_2D,
+        &[0, 1],
+        &[2],
+        Options::Conv2D { padding: Padding::SAME, stride: (1, 1), dilation: (1, 1), activation: Activation::NONE },
+    );
+    expect_error("CONV_2D scratch of 64 rows x 2^21 x 8", bytes, &["resource limit", "op 0"]);
+}

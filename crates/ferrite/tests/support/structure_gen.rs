@@ -594,7 +594,12 @@ impl Graph {
     fn fresh(&mut self, rng: &mut Rng, name: &str) -> (i32, T, Vec<i32>) {
         let t = dtype(rng);
         let s = shape(rng);
-        let spec = tensor(rng, name.to_string(), t, s.clone());
+        let mut spec = tensor(rng, name.to_string(), t, s.clone());
+        if rng.pct(15) {
+            // Dims unknown until run time: `exercise` resizes them, which sends ops down
+            // the run-time (data-dependent) build path too.
+            spec.shape_signature = Some(s.iter().map(|&d| if rng.pct(50) { -1 } else { d }).collect());
+        }
         let i = self.spec.add_tensor(spec);
         (i, t, s)
     }
@@ -824,10 +829,29 @@ pub fn exercise(bytes: Vec<u8>, seed: u64) -> Result<Outcome, String> {
             Ok(s) => s,
             Err(e) => return Outcome::Prepare(e.to_string()),
         };
+        let mut rng = Rng::new(seed ^ 0x5eed);
+        // Inputs with unknown dims get new sizes: small, zero or huge.
+        for (k, d) in s.inputs().iter().enumerate() {
+            if d.shape_signature.iter().any(|&v| v < 0) {
+                let shape: Vec<usize> = d
+                    .shape_signature
+                    .iter()
+                    .map(|&v| match (v, rng.below(20)) {
+                        (v, _) if v >= 0 => v as usize,
+                        (_, 0) => 0,
+                        (_, 1) => 1 << 20,
+                        (_, 2) => usize::MAX / 2,
+                        _ => 1 + rng.below(6),
+                    })
+                    .collect();
+                if let Err(e) = s.resize_input(k, &shape) {
+                    return Outcome::Prepare(e.to_string());
+                }
+            }
+        }
         if let Err(e) = s.prepare() {
             return Outcome::Prepare(e.to_string());
         }
-        let mut rng = Rng::new(seed ^ 0x5eed);
         for (k, d) in s.inputs().iter().enumerate() {
             // Prepare planned the arena within the limit, so these sizes are bounded.
             let n = d.shape.iter().product::<usize>() * d.dtype.size().unwrap_or(1);

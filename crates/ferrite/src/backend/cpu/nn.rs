@@ -126,6 +126,15 @@ pub(crate) fn conv2d(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Bui
     let merged_kw = if ic <= 8 && kw > 1 && g.dil_w == 1 { kw } else { 1 };
     let mut weights = if merged_kw > 1 { gemm_weights(op, ctx, oc, kh, kw * ic, merged_kw)? } else { gemm_weights(op, ctx, oc, kh * kw, ic, 1)? };
     let pool = ctx.pool();
+    // The scratch holds a pointer per output column and tap and, with merged rows,
+    // one padded input row per tap: sized from the geometry, so bounded first (an
+    // over-estimate of the kernels' exact sizes; the row-tile width is under 64).
+    let taps = if merged_kw > 1 { kh } else { kh * kw };
+    op.checked_elements(&[g.out_w.saturating_add(64), taps.max(1)], 8)?;
+    if merged_kw > 1 {
+        let width = (g.pad_left.saturating_add(g.in_w)).max(g.out_w.saturating_mul(g.stride_w).saturating_add(g.k_w.saturating_mul(g.dil_w)));
+        op.checked_elements(&[kh, width, ic], 4)?;
+    }
     // Scratch per thread, sized once here so runs do not allocate.
     let template = match &weights {
         Weights::Cached(p) => p,
