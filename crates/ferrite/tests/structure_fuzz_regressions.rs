@@ -417,3 +417,17 @@ fn convolution_scratch_sized_by_the_geometry() {
     );
     expect_error("CONV_2D scratch of 64 rows x 2^21 x 8", bytes, &["resource limit", "op 0"]);
 }
+
+/// Fuzz seed 2474884: a hybrid depthwise convolution of an empty batch read the first
+/// batch's input zero point.
+#[test]
+fn hybrid_convolution_of_an_empty_batch() {
+    let bytes = one_op(
+        vec![act("x", T::FLOAT32, &[0, 4, 2, 3], None), constant("w", T::INT8, &[1, 3, 3, 3], vec![1; 27], q(0.25, 0)), act("y", T::FLOAT32, &[], None)],
+        B::DEPTHWISE_CONV_2D,
+        &[0, 1],
+        &[2],
+        Options::DepthwiseConv2D { padding: Padding::SAME, stride: (2, 1), dilation: (3, 1), depth_multiplier: 1, activation: Activation::NONE },
+    );
+    expect_no_panic("hybrid DEPTHWISE_CONV_2D of batch 0", bytes);
+}

@@ -1046,6 +1046,10 @@ pub(crate) fn hybrid(op: &OpContext<'_>, code: ferrite_format::schema::BuiltinOp
             let out = typed_mut::<f32>(outs[0])?;
             let mut guard = scratch.lock().unwrap_or_else(|e| e.into_inner());
             let (qx, acc, row_scale, row_zp) = &mut *guard;
+            if batch == 0 {
+                // An empty batch has no rows (and no row zero points) to work on.
+                return Ok(());
+            }
             let row = in_len / batch.max(1);
             for (b, (sf, zp)) in row_scale.iter_mut().zip(row_zp.iter_mut()).enumerate() {
                 let (src, dst) = (&input[b * row..(b + 1) * row], &mut qx[b * row..(b + 1) * row]);
