@@ -698,6 +698,8 @@ pub fn generate(seed: u64) -> (Vec<u8>, String) {
         }
         let x_index = if matches!(op, B::SPLIT) {
             1
+        } else if op == B::WHILE {
+            usize::MAX // every loop variable is a constant (below)
         } else if op == B::TRANSPOSE_CONV {
             2
         } else {
@@ -722,13 +724,15 @@ pub fn generate(seed: u64) -> (Vec<u8>, String) {
                     }
                 }
                 g.spec.add_tensor(spec)
+            } else if matches!(op, B::WHILE) {
+                // Loop variables start at 0 so `x < 3` stops after three iterations: a
+                // run-time start value could make the loop run MAX_WHILE_ITERATIONS
+                // (10^7, seconds) times, which the executor allows by design.
+                g.spec.add_tensor(TensorSpec::const_i32(&name, &[], &[0]))
             } else if rng.pct(50) {
                 rng.pick(&g.pool).0
             } else if matches!(op, B::IF) && k == 0 {
                 g.spec.add_tensor(TensorSpec { data: Some(vec![rng.below(2) as u8]), ..TensorSpec::activation(&name, T::BOOL, &[]) })
-            } else if matches!(op, B::WHILE) {
-                // Loop variables start at 0 so `x < 3` stops after three iterations.
-                g.spec.add_tensor(TensorSpec::const_i32(&name, &[], &[0]))
             } else {
                 // A same-shaped operand (broadcast-compatible) or a fresh one.
                 let (t, s) = if rng.pct(60) { (x.1, x.2.clone()) } else { (dtype(rng), shape(rng)) };
