@@ -609,10 +609,17 @@ impl Graph {
 /// a one-op body, or a loop condition `x < 3`.
 fn child_graph(rng: &mut Rng, k: usize) -> ModelSpec {
     let mut g = ModelSpec::default();
-    let t = if rng.pct(70) { T::INT32 } else { dtype(rng) };
+    let kind = (k + rng.below(3)) % 4;
+    let t = match rng.below(10) {
+        // A pass-through of int32 would be a WHILE body that never moves the
+        // counter, a 10^7-iteration loop: pass-throughs carry other types.
+        _ if kind == 0 => *rng.pick(&[T::FLOAT32, T::INT8, T::BOOL, T::INT64]),
+        0..=6 => T::INT32,
+        _ => dtype(rng),
+    };
     let x = g.add_tensor(TensorSpec::activation("x", t, &[]));
     g.inputs = vec![x];
-    match (k + rng.below(3)) % 4 {
+    match kind {
         0 => g.outputs = vec![x],
         1 => {
             // Loop condition x < 3.
