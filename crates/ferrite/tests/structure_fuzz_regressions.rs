@@ -431,3 +431,22 @@ fn hybrid_convolution_of_an_empty_batch() {
     );
     expect_no_panic("hybrid DEPTHWISE_CONV_2D of batch 0", bytes);
 }
+
+/// Recursive control flow (an IF whose branches are the graph holding it) is refused
+/// at a fixed depth; with several such ops per graph the work must not grow as
+/// (ops x branches)^depth.
+#[test]
+fn recursive_control_flow_is_bounded() {
+    let t = std::time::Instant::now();
+    let mut m = ModelSpec::default();
+    let c = m.add_tensor(constant("c", T::BOOL, &[], vec![1], None));
+    let x = m.add_tensor(act("x", T::FLOAT32, &[2], None));
+    let y = m.add_tensor(act("y", T::FLOAT32, &[2], None));
+    let z = m.add_tensor(act("z", T::FLOAT32, &[2], None));
+    m.add_op(OpCode::Builtin(B::IF), &[c, x], &[y], Options::If { then_subgraph: 0, else_subgraph: 0 });
+    m.add_op(OpCode::Builtin(B::IF), &[c, y], &[z], Options::If { then_subgraph: 0, else_subgraph: 0 });
+    m.inputs = vec![x];
+    m.outputs = vec![z];
+    expect_error("two IFs recursing into their own graph", m.to_bytes(), &["recursive"]);
+    assert!(t.elapsed().as_secs() < 5, "recursive IFs took {:?}", t.elapsed());
+}
