@@ -908,9 +908,10 @@ fn build_op(octx: &OpContext<'_>, backends: &[&dyn Backend], custom: &CustomOpRe
     if let Some((_, s)) = built.outputs.iter().find(|(_, s)| s.len() > ferrite_kernels::MAX_DIMS) {
         return Err(octx.unsupported(format!("output rank {} exceeds {}", s.len(), ferrite_kernels::MAX_DIMS)));
     }
-    // Zero dims aside, shapes stay within the session limit: kernels loop over the
-    // other dims of an empty tensor ([0, 2^20, 2^20] holds nothing but is a hang).
-    let fits = |s: &[usize]| s.iter().try_fold(1usize, |a, &d| a.checked_mul(d.max(1))).is_some_and(|n| n <= octx.max_bytes);
+    // An empty tensor's other dims stay within the session limit, as if its zero dims
+    // were 1: kernels loop over them ([0, 2^20, 2^20] holds nothing but is a hang).
+    // Other shapes are sized against the limit where they are planned.
+    let fits = |s: &[usize]| !s.contains(&0) || s.iter().try_fold(1usize, |a, &d| a.checked_mul(d.max(1))).is_some_and(|n| n <= octx.max_bytes);
     let shapes = octx.inputs.iter().flatten().map(|d| &d.shape[..]).chain(built.outputs.iter().map(|(_, s)| &s[..]));
     if let Some(s) = shapes.into_iter().find(|s| !fits(s)) {
         return Err(Error::ResourceLimit(format!("{}: shape {s:?} exceeds the session limit of {} bytes", octx.at(), octx.max_bytes)));
