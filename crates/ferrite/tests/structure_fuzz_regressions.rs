@@ -15,6 +15,16 @@
 //! - an error message printing a 4M-value run-time TRANSPOSE perm (119263)
 //! - SPLIT of an empty tensor with huge other dims: a 2^40-step loop (119827)
 //! - RELU of uint8 with an extreme (but valid) scale: clamp(min > max) (161474)
+//! - FULLY_CONNECTED keep_num_dims of a rank-0 input wrote past its output (1080717)
+//! - float convolution / FULLY_CONNECTED weight staging and panel-padded packing, and
+//!   a packing's zero row with no output channels, sized past the limit (1196732,
+//!   1843399, 2323950)
+//! - float convolution scratch sized by a resized input's width (87803, after inputs
+//!   with unknown dims were resized)
+//! - hybrid convolution of an empty batch (2474884)
+//!
+//! Seeds are of the generator at the commit that found them; the generator has
+//! changed since, so the cases are rebuilt here by hand.
 
 #[path = "support/structure_gen.rs"]
 mod structure_gen;
