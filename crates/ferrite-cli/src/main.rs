@@ -527,9 +527,8 @@ fn run(path: &Path, inputs: &[PathBuf], out_dir: &Path, threads: usize, seed: u6
         return Err(format!("model has {} inputs but {} -i files were given", descs.len(), inputs.len()));
     }
     let n_steps = steps.unwrap_or(1).max(1);
-    // Per input: the bytes of every step, back to back.
-    let mut data = Vec::new();
-    let mut rng = Rng(seed);
+    // Per input: the bytes of every step, back to back (`None`: random, made after prepare).
+    let mut data: Vec<Option<Vec<u8>>> = Vec::new();
     for (k, d) in descs.iter().enumerate() {
         if let Some(p) = inputs.get(k) {
             let a = npy::read(&std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?).map_err(|e| format!("{}: {e}", p.display()))?;
@@ -547,12 +546,37 @@ fn run(path: &Path, inputs: &[PathBuf], out_dir: &Path, threads: usize, seed: u6
             if shape != d.shape {
                 s.resize_input(k, &shape).map_err(|e| e.to_string())?;
             }
-            data.push(a.data);
+            data.push(Some(a.data));
         } else {
-            data.push(random_bytes(d.dtype, d.shape.iter().product::<usize>() * n_steps, &mut rng)?);
+            data.push(None);
         }
     }
     s.prepare().map_err(|e| e.to_string())?;
+    // Random inputs are sized only now: prepare has checked the declared shapes against
+    // the session's memory limit, and the steps' total is checked against it too (a
+    // hostile file must not make the CLI allocate whatever its shapes say).
+    let limit = SessionOptions::default().max_arena_bytes;
+    let descs = s.inputs();
+    let mut rng = Rng(seed);
+    let data: Vec<Vec<u8>> = data
+        .into_iter()
+        .zip(&descs)
+        .enumerate()
+        .map(|(k, (given, d))| match given {
+            Some(b) => Ok(b),
+            None => {
+                let n = d
+                    .shape
+                    .iter()
+                    .try_fold(n_steps, |a, &x| a.checked_mul(x))
+                    .filter(|&n| n.checked_mul(d.dtype.size().unwrap_or(1)).is_some_and(|b| b <= limit))
+                    .ok_or_else(|| {
+                        format!("input {k} ('{}'): {} {:?} x {n_steps} steps exceeds the memory limit of {limit} bytes", d.name, d.dtype.name(), d.shape)
+                    })?;
+                random_bytes(d.dtype, n, &mut rng)
+            }
+        })
+        .collect::<Result<_, String>>()?;
     let mut stacked: Vec<(DType, Vec<usize>, Vec<u8>)> = Vec::new();
     for step in 0..n_steps {
         for (k, d) in data.iter().enumerate() {

@@ -17,6 +17,17 @@ fn err(e: ferrite::Error) -> PyErr {
     }
 }
 
+/// Runs one entry point, turning a panic into a RuntimeError. Hostile model files
+/// must give errors, and ferrite reports them as such; this is the last line of
+/// defence for a bug that panics anyway: pyo3 would raise `PanicException`, a
+/// BaseException that `except Exception` does not catch.
+fn contain<T>(what: &str, f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        let msg = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default();
+        Err(PyRuntimeError::new_err(format!("internal error in {what}: {msg}")))
+    })
+}
+
 fn dtype_name(d: DType) -> &'static str {
     match d {
         DType::F32 => "float32",
@@ -61,47 +72,54 @@ impl NativeSession {
     #[new]
     #[pyo3(signature = (path=None, content=None, threads=1))]
     fn new(path: Option<String>, content: Option<Vec<u8>>, threads: usize) -> PyResult<Self> {
-        let model = match (path, content) {
-            (Some(p), None) => Model::from_file(p).map_err(err)?,
-            (None, Some(c)) => Model::from_bytes(Arc::new(c)).map_err(err)?,
-            _ => return Err(PyValueError::new_err("give exactly one of model_path and model_content")),
-        };
-        let options = SessionOptions { threads: threads.max(1), ..SessionOptions::default().with_env_backends().map_err(err)? };
-        Ok(NativeSession { session: Mutex::new(Session::with_options(Arc::new(model), options).map_err(err)?) })
+        contain("loading the model", || {
+            let model = match (path, content) {
+                (Some(p), None) => Model::from_file(p).map_err(err)?,
+                (None, Some(c)) => Model::from_bytes(Arc::new(c)).map_err(err)?,
+                _ => return Err(PyValueError::new_err("give exactly one of model_path and model_content")),
+            };
+            let options = SessionOptions { threads: threads.max(1), ..SessionOptions::default().with_env_backends().map_err(err)? };
+            Ok(NativeSession { session: Mutex::new(Session::with_options(Arc::new(model), options).map_err(err)?) })
+        })
     }
 
-    fn inputs(&self) -> Vec<Detail> {
-        let s = self.lock();
-        s.inputs().iter().map(|d| detail(&s, d, d.shape.clone())).collect()
+    fn inputs(&self) -> PyResult<Vec<Detail>> {
+        contain("inputs", || {
+            let s = self.lock();
+            Ok(s.inputs().iter().map(|d| detail(&s, d, d.shape.clone())).collect())
+        })
     }
 
     /// Outputs with the shapes of the last run where there was one.
-    fn outputs(&self) -> Vec<Detail> {
-        let s = self.lock();
-        s.outputs()
-            .iter()
-            .enumerate()
-            .map(|(i, d)| {
-                let shape = s.output(i).map(|o| o.shape.to_vec()).or_else(|_| s.output_slot(i).map(|(_, sh)| sh.to_vec())).unwrap_or_else(|_| d.shape.clone());
-                detail(&s, d, shape)
-            })
-            .collect()
+    fn outputs(&self) -> PyResult<Vec<Detail>> {
+        contain("outputs", || {
+            let s = self.lock();
+            Ok(s.outputs()
+                .iter()
+                .enumerate()
+                .map(|(i, d)| {
+                    let shape =
+                        s.output(i).map(|o| o.shape.to_vec()).or_else(|_| s.output_slot(i).map(|(_, sh)| sh.to_vec())).unwrap_or_else(|_| d.shape.clone());
+                    detail(&s, d, shape)
+                })
+                .collect())
+        })
     }
 
-    fn signatures(&self) -> Vec<String> {
-        self.lock().signatures()
+    fn signatures(&self) -> PyResult<Vec<String>> {
+        contain("signatures", || Ok(self.lock().signatures()))
     }
 
     fn select_signature(&mut self, key: &str) -> PyResult<()> {
-        self.lock().select_signature(key).map_err(err)
+        contain("select_signature", || self.lock().select_signature(key).map_err(err))
     }
 
     fn resize_input(&mut self, index: usize, shape: Vec<usize>) -> PyResult<()> {
-        self.lock().resize_input(index, &shape).map_err(err)
+        contain("resize_input", || self.lock().resize_input(index, &shape).map_err(err))
     }
 
     fn prepare(&mut self) -> PyResult<()> {
-        self.lock().prepare().map_err(err)
+        contain("prepare", || self.lock().prepare().map_err(err))
     }
 
     /// Input `index` from any contiguous byte buffer (a numpy array viewed as uint8).
@@ -112,19 +130,21 @@ impl NativeSession {
         // SAFETY: the buffer is C-contiguous u8 memory held by `data` (the export
         // stays alive for this call) and is only read.
         let bytes = unsafe { std::slice::from_raw_parts(data.buf_ptr().cast::<u8>(), data.len_bytes()) };
-        self.lock().set_input(index, bytes).map_err(err)
+        contain("set_input", || self.lock().set_input(index, bytes).map_err(err))
     }
 
     fn run(&mut self, py: Python<'_>) -> PyResult<()> {
         // Inference does not touch Python objects: let other Python threads run.
-        py.allow_threads(|| self.lock().run()).map_err(err)
+        py.allow_threads(|| contain("run", || self.lock().run().map_err(err)))
     }
 
     /// (dtype, shape, bytes) of output `index` of the last run.
     fn output<'py>(&self, py: Python<'py>, index: usize) -> PyResult<(&'static str, Vec<usize>, Bound<'py, PyBytes>)> {
-        let s = self.lock();
-        let o = s.output(index).map_err(err)?;
-        Ok((dtype_name(o.dtype), o.shape.to_vec(), PyBytes::new(py, o.bytes)))
+        contain("output", || {
+            let s = self.lock();
+            let o = s.output(index).map_err(err)?;
+            Ok((dtype_name(o.dtype), o.shape.to_vec(), PyBytes::new(py, o.bytes)))
+        })
     }
 }
 

@@ -252,6 +252,7 @@ fn run_dynamic_tail(g: &mut CompiledGraph, model: &Model, arena: &[u8], env: &mu
                 custom_options: model.custom_options(op),
                 epilogue: None,
                 input_pad: None,
+                max_bytes: env.limits.max_arena_bytes,
             };
             let (Built { outputs, mut kernel }, _, _) = build_op(&octx, env.backends, env.custom, env.ctx)?;
             for (&t, (dtype, shape)) in op.outputs.iter().zip(outputs) {

@@ -490,6 +490,9 @@ fn parse_tensor(kind: FileKind, t: Table<'_>, buffers: &[Option<Range<usize>>]) 
         return Err(invalid(format!("'{name}': rank {} exceeds {MAX_RANK}", raw_shape.len())));
     }
     let mut numel: u64 = 1;
+    // Product of the non-zero dims: an empty tensor with huge other dims ([0, 2^31,
+    // 2^31]) holds nothing, but kernels loop over those dims.
+    let mut extent: u64 = 1;
     let mut shape = Vec::with_capacity(raw_shape.len());
     for &d in &raw_shape {
         // -1 in `shape` appears in some converter output for dynamic dims; treat it as 1 until resized.
@@ -498,9 +501,10 @@ fn parse_tensor(kind: FileKind, t: Table<'_>, buffers: &[Option<Range<usize>>]) 
             return Err(invalid(format!("'{name}': negative dimension {d} in shape {raw_shape:?}")));
         }
         numel = numel.saturating_mul(d as u64);
+        extent = extent.saturating_mul((d as u64).max(1));
         shape.push(d as usize);
     }
-    if numel > MAX_ELEMENTS {
+    if numel > MAX_ELEMENTS || extent > MAX_ELEMENTS {
         return Err(invalid(format!("'{name}': shape {raw_shape:?} has too many elements")));
     }
     let sig = t.vec_of::<i32>(fb::Tensor::VT_SHAPE_SIGNATURE)?;
@@ -520,6 +524,12 @@ fn parse_tensor(kind: FileKind, t: Table<'_>, buffers: &[Option<Range<usize>>]) 
                 }
                 if zero_point.len() != scale.len() && !zero_point.is_empty() {
                     return Err(invalid(format!("'{name}': {} scales but {} zero points", scale.len(), zero_point.len())));
+                }
+                // Kernels divide by scales and derive fixed-point multipliers and clamp
+                // ranges from them: zero, negative, denormal, NaN and infinite scales have
+                // no meaning and must not reach them.
+                if let Some((k, bad)) = scale.iter().enumerate().find(|(_, s)| !(s.is_normal() && **s > 0.0)) {
+                    return Err(invalid(format!("'{name}': quantization scale {k} is {bad:e}; scales must be finite, positive and normal")));
                 }
                 let zero_point = if zero_point.is_empty() { vec![0; scale.len()] } else { zero_point };
                 // Kernels do 32-bit arithmetic on (value - zero point): a zero point

@@ -64,6 +64,9 @@ pub struct OpContext<'a> {
     /// Explicit zero padding (top, bottom, left, right) of input 0 folded in from a
     /// PAD op before this VALID convolution: input 0 is the PAD's input.
     pub(crate) input_pad: Option<[usize; 4]>,
+    /// The session's memory limit (`SessionOptions::max_arena_bytes`): the most any
+    /// one buffer a builder sizes from file data may take.
+    pub(crate) max_bytes: usize,
 }
 
 /// The element-wise ops fused into a kernel, set once when the compiler has
@@ -128,14 +131,14 @@ impl<'a> OpContext<'a> {
     }
     /// Element count of a shape a kernel sizes memory by at prepare (scratch, output
     /// shapes read from constants), checked before anything is allocated: a hostile
-    /// file must not make `prepare` attempt an absurd allocation. The cap, 2^32 bytes at
-    /// `elem` bytes per element, is above any arena the session limit admits by default.
+    /// file must not make `prepare` attempt an absurd allocation. The cap is the
+    /// session's memory limit, at `elem` bytes per element.
     pub fn checked_elements(&self, dims: &[usize], elem: usize) -> Result<usize> {
-        const CAP_BYTES: usize = 1 << 32;
+        let cap = self.max_bytes;
         dims.iter()
             .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-            .filter(|&n| n.checked_mul(elem).is_some_and(|b| b <= CAP_BYTES))
-            .ok_or_else(|| Error::ResourceLimit(Detail::at(self.location(), format!("shape {dims:?} needs more than {CAP_BYTES} bytes"))))
+            .filter(|&n| n.checked_mul(elem).is_some_and(|b| b <= cap))
+            .ok_or_else(|| Error::ResourceLimit(Detail::at(self.location(), format!("shape {dims:?} needs more than the session limit of {cap} bytes"))))
     }
     /// Required input `i`.
     pub fn input(&self, i: usize) -> Result<&InputDesc<'a>> {
@@ -149,6 +152,12 @@ impl<'a> OpContext<'a> {
     pub fn const_ints(&self, i: usize) -> Result<Vec<i64>> {
         let d = self.input(i)?;
         let v = d.value.ok_or_else(|| Error::DataDependent(Detail::at(self.location(), format!("input {i} is computed at run time"))))?;
+        // These are shape-like parameters (axes, shapes, paddings, begin/end, sizes):
+        // a few values each. A huge one is hostile, and messages print the values.
+        const MAX_VALUES: usize = 4096;
+        if v.len() > MAX_VALUES * 8 || d.shape.iter().product::<usize>() > MAX_VALUES {
+            return Err(self.bad(format!("input {i} (shape {:?}) holds more than {MAX_VALUES} parameter values", d.shape)));
+        }
         Ok(match d.dtype {
             DType::I32 => v.chunks_exact(4).map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect(),
             DType::I64 => v.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect(),

@@ -391,7 +391,8 @@ fn compile_at(
             .collect();
         // Control flow and resource variables are run by the executor itself.
         if let OpCode::Builtin(code) = op.code {
-            let child = |ctx: &mut BackendContext, sub: usize, shapes: &[Vec<usize>], consts: &[Option<Loc>], n_out: usize| -> Result<Child> {
+            let child = |ctx: &mut BackendContext, sub: usize, operands: &[Option<usize>], consts: &[Option<Loc>], n_out: usize| -> Result<Child> {
+                let shapes: Vec<Vec<usize>> = operands.iter().map(|t| t.map(|t| tensors[t].shape.clone()).unwrap_or_default()).collect();
                 let s = model.subgraphs.get(sub).ok_or_else(|| Error::InvalidModel(format!("subgraph {sg} op {oi}: subgraph {sub} does not exist").into()))?;
                 // Children run on the parent's buffers: their signatures must match exactly.
                 if s.inputs.len() != shapes.len() || s.outputs.len() != n_out {
@@ -405,18 +406,30 @@ fn compile_at(
                         .into(),
                     ));
                 }
-                compile_at(model, sub, shapes, consts, backends, custom, ctx, limits, depth + 1).map(Child::new)
+                // The child reads the parent's bytes as its own input types.
+                for (k, (&t, &i)) in operands.iter().zip(&s.inputs).enumerate() {
+                    if let Some(t) = t.filter(|&t| tensors[t].dtype != s.tensors[i].dtype) {
+                        return Err(Error::InvalidModel(
+                            format!(
+                                "subgraph {sg} op {oi}: operand {k} is {} but subgraph {sub} input {k} is {}",
+                                tensors[t].dtype.name(),
+                                s.tensors[i].dtype.name()
+                            )
+                            .into(),
+                        ));
+                    }
+                }
+                compile_at(model, sub, &shapes, consts, backends, custom, ctx, limits, depth + 1).map(Child::new)
             };
-            let shapes_of = |ts: &[Option<usize>]| ts.iter().map(|t| t.map(|t| tensors[t].shape.clone()).unwrap_or_default()).collect::<Vec<_>>();
             let at = || format!("subgraph {sg} op {oi} ({})", op.code.name());
             let work = match (code, &op.params) {
                 (B::IF, crate::ops::OpParams::If { then_subgraph, else_subgraph }) => {
-                    let shapes = shapes_of(&op.inputs[1.min(op.inputs.len())..]);
+                    let shapes = &op.inputs[1.min(op.inputs.len())..];
                     let n = op.outputs.len();
                     // Constant operands reach the branches as constants (IF passes them
                     // unchanged, unlike WHILE's loop-carried values).
                     let consts = held.get(1..).unwrap_or(&[]);
-                    let (then, otherwise) = (child(ctx, *then_subgraph, &shapes, consts, n)?, child(ctx, *else_subgraph, &shapes, consts, n)?);
+                    let (then, otherwise) = (child(ctx, *then_subgraph, shapes, consts, n)?, child(ctx, *else_subgraph, shapes, consts, n)?);
                     let outs = |c: &Child| c.graph.output_specs(model);
                     if outs(&then) != outs(&otherwise) || outs(&then).len() != op.outputs.len() {
                         return Err(Error::Unsupported(format!("{}: branches produce different outputs", at()).into()));
@@ -428,8 +441,7 @@ fn compile_at(
                     Some(Work::If { then: Box::new(then), otherwise: Box::new(otherwise) })
                 }
                 (B::WHILE, crate::ops::OpParams::While { cond_subgraph, body_subgraph }) => {
-                    let shapes = shapes_of(&op.inputs);
-                    let (cond, body) = (child(ctx, *cond_subgraph, &shapes, &[], 1)?, child(ctx, *body_subgraph, &shapes, &[], op.inputs.len())?);
+                    let (cond, body) = (child(ctx, *cond_subgraph, &op.inputs, &[], 1)?, child(ctx, *body_subgraph, &op.inputs, &[], op.inputs.len())?);
                     let vars: Vec<(DType, Vec<usize>)> = op
                         .inputs
                         .iter()
@@ -584,6 +596,7 @@ fn compile_at(
             custom_options: model.custom_options(op),
             epilogue: offered.as_ref().map(|(_, slot)| slot.clone()),
             input_pad,
+            max_bytes: limits.max_arena_bytes,
         };
         ctx.take_packed_by_build();
         let built = match build_op(&octx, backends, custom, ctx) {
@@ -868,6 +881,14 @@ pub(crate) fn build_op(octx: &OpContext<'_>, backends: &Backends, custom: &Custo
     }
     if let Some((_, s)) = built.outputs.iter().find(|(_, s)| s.len() > ferrite_kernels::MAX_DIMS) {
         return Err(octx.unsupported(format!("output rank {} exceeds {}", s.len(), ferrite_kernels::MAX_DIMS)));
+    }
+    // An empty tensor's other dims stay within the session limit, as if its zero dims
+    // were 1: kernels loop over them ([0, 2^20, 2^20] holds nothing but is a hang).
+    // Other shapes are sized against the limit where they are planned.
+    let fits = |s: &[usize]| !s.contains(&0) || s.iter().try_fold(1usize, |a, &d| a.checked_mul(d.max(1))).is_some_and(|n| n <= octx.max_bytes);
+    let shapes = octx.inputs.iter().flatten().map(|d| &d.shape[..]).chain(built.outputs.iter().map(|(_, s)| &s[..]));
+    if let Some(s) = shapes.into_iter().find(|s| !fits(s)) {
+        return Err(Error::ResourceLimit(Detail::at(octx.location(), format!("shape {s:?} exceeds the session limit of {} bytes", octx.max_bytes))));
     }
     Ok((built, ran, applies_epilogues))
 }

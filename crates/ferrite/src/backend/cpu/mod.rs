@@ -159,7 +159,8 @@ pub(crate) fn require_f32(op: &OpContext<'_>, inputs: &[usize]) -> Result<()> {
 pub(crate) fn axis(op: &OpContext<'_>, a: i64, rank: usize) -> Result<usize> {
     let r = rank as i64;
     let v = if a < 0 { a + r } else { a };
-    if v < 0 || v >= r.max(1) {
+    // A rank-0 tensor has no axis: accepting 0 there made callers index an empty shape.
+    if v < 0 || v >= r {
         return Err(op.bad(format!("axis {a} out of range for rank {rank}")));
     }
     Ok(v as usize)

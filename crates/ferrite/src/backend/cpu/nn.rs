@@ -70,7 +70,11 @@ enum Weights {
 /// GEMM packing of conv / FC weights `[n][taps][k]`; `merged_kw > 1` merges that
 /// many filter columns into each tap (taps = kh, k = kw * in_c).
 fn gemm_weights(op: &OpContext<'_>, ctx: &mut BackendContext, n: usize, taps: usize, k: usize, merged_kw: usize) -> Result<Weights> {
+    // Packings (and run-time weights' zeroed staging) are sized from the shapes,
+    // output channels padded to whole panels, plus a row of k zeros even when there
+    // are no output channels: bounded by the session limit first.
     let isa = Isa::for_channels(n);
+    op.checked_elements(&[(n.div_ceil(isa.nr()) * isa.nr()).max(1), taps.max(1), k.max(1)], 4)?;
     let (w, bias) = (op.input(1)?, op.opt_input(2));
     let pack = |w: &[f32], b: Option<&[f32]>| {
         if merged_kw > 1 {
@@ -122,6 +126,15 @@ pub(crate) fn conv2d(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Bui
     let merged_kw = if ic <= 8 && kw > 1 && g.dil_w == 1 { kw } else { 1 };
     let mut weights = if merged_kw > 1 { gemm_weights(op, ctx, oc, kh, kw * ic, merged_kw)? } else { gemm_weights(op, ctx, oc, kh * kw, ic, 1)? };
     let pool = ctx.pool();
+    // The scratch holds a pointer per output column and tap and, with merged rows,
+    // one padded input row per tap: sized from the geometry, so bounded first (an
+    // over-estimate of the kernels' exact sizes; the row-tile width is under 64).
+    let taps = if merged_kw > 1 { kh } else { kh * kw };
+    op.checked_elements(&[g.out_w.saturating_add(64), taps.max(1)], 8)?;
+    if merged_kw > 1 {
+        let width = (g.pad_left.saturating_add(g.in_w)).max(g.out_w.saturating_mul(g.stride_w).saturating_add(g.k_w.saturating_mul(g.dil_w)));
+        op.checked_elements(&[kh, width, ic], 4)?;
+    }
     // Scratch per thread, sized once here so runs do not allocate.
     let template = match &weights {
         Weights::Cached(p) => p,
@@ -268,6 +281,9 @@ pub(crate) fn fully_connected(op: &OpContext<'_>, ctx: &mut BackendContext) -> R
         let mut s = x.clone();
         if let Some(l) = s.last_mut() {
             *l = out_n;
+        } else {
+            // A rank-0 input is one row: the output is that row's out_n values.
+            s = vec![out_n];
         }
         s
     } else {
@@ -378,7 +394,12 @@ pub(crate) fn batch_matmul(op: &OpContext<'_>) -> Result<Built> {
         .ok_or_else(|| op.bad(format!("batch dims of {a:?} and {b:?} do not broadcast")))?;
     let mut out_shape = batch.clone();
     out_shape.extend([m, n]);
-    let nb: usize = batch.iter().product();
+    // Batch index tables (8 bytes per batch) and transpose scratch are sized from
+    // file shapes: bounded by the session limit before anything is allocated.
+    let nb = op.checked_elements(&batch, 8)?;
+    op.checked_elements(&out_shape, 4)?;
+    op.checked_elements(&[m, ka], 4)?;
+    op.checked_elements(&[ka, n], 4)?;
     let bstr = |s: &[usize]| -> Vec<usize> {
         // Flat batch index -> operand batch index, honouring broadcast.
         let sh = &s[..s.len() - 2];

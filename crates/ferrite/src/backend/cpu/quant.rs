@@ -33,13 +33,18 @@ pub(crate) fn int_range(dtype: DType) -> (i32, i32) {
 /// The fused activation's range in the output's quantized domain, as LiteRT computes it.
 pub(crate) fn activation_range(act: Activation, scale: f32, zp: i32, dtype: DType) -> (i32, i32) {
     let (qmin, qmax) = int_range(dtype);
-    let q = |f: f32| zp + (f / scale).round() as i32;
-    match act {
+    // Saturating: an extreme scale or zero point must give a range, not overflow
+    // (`as` saturates a huge quotient; the addition must too).
+    let q = |f: f32| zp.saturating_add((f / scale).round() as i32);
+    let (lo, hi) = match act {
         Activation::Relu => (qmin.max(q(0.0)), qmax),
         Activation::Relu6 => (qmin.max(q(0.0)), qmax.min(q(6.0))),
         Activation::ReluN1To1 => (qmin.max(q(-1.0)), qmax.min(q(1.0))),
         _ => (qmin, qmax),
-    }
+    };
+    // Callers clamp to the range, which panics on an inverted one (a zero point at the
+    // edge of the type's range): collapse it instead.
+    (lo.min(qmax), hi.max(lo.min(qmax)))
 }
 
 /// Requantization for accumulators of `in_scale * w_scale[c]` onto the output.
@@ -150,9 +155,7 @@ pub(crate) fn conv(op: &OpContext<'_>, depthwise: bool, ctx: &mut crate::backend
     if (!depthwise && w.shape[3] != in_c) || (depthwise && (w.shape[0] != 1 || in_c == 0 || out_c % in_c != 0)) {
         return Err(op.bad(format!("filter {:?} does not match input {:?}", w.shape, x.shape)));
     }
-    if op.opt_input(2).is_some_and(|b| b.shape.iter().product::<usize>() != out_c) {
-        return Err(op.bad("bias size does not match the output channels"));
-    }
+    check_bias(op, out_c, x.dtype)?;
     let (in_scale, in_zp) = per_tensor(op, x.quant, "input")?;
     let wq = w.quant.ok_or_else(|| op.bad("filter has no quantization parameters"))?;
     if wq.scale.len() != 1 && wq.scale.len() != out_c {
@@ -169,6 +172,9 @@ pub(crate) fn conv(op: &OpContext<'_>, depthwise: bool, ctx: &mut crate::backend
         rq: requant(op, in_scale, &wq.scale, act)?,
     };
     let out_shape = vec![g.batch, g.out_h, g.out_w, out_c];
+    // Accumulators and the uint8 input copy are sized from file shapes: bounded first.
+    op.checked_elements(&out_shape, 4)?;
+    op.checked_elements(&x.shape, 1)?;
     if kind == IntKind::I16x8 {
         let bias = int16x8_setup(op, q.in_zp, q.w_zp, &q.rq)?;
         let acc = Mutex::new(vec![0i64; out_c]);
@@ -241,6 +247,19 @@ pub(crate) fn conv(op: &OpContext<'_>, depthwise: bool, ctx: &mut crate::backend
     })
 }
 
+/// The optional bias (input 2) of an integer convolution or fully-connected layer:
+/// one value per output channel, int32 (int64 for int16 activations), as the
+/// kernels read it.
+fn check_bias(op: &OpContext<'_>, channels: usize, activations: DType) -> Result<()> {
+    let Some(b) = op.opt_input(2) else { return Ok(()) };
+    let want = if activations == DType::I16 { DType::I64 } else { DType::I32 };
+    let n = b.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    if b.dtype != want || n != Some(channels) {
+        return Err(op.bad(format!("bias is {} {:?}; {channels} {} values (one per output channel) are needed", b.dtype.name(), b.shape, want.name())));
+    }
+    Ok(())
+}
+
 pub(crate) fn fully_connected(op: &OpContext<'_>) -> Result<Built> {
     let kind = int_types(op)?;
     let OpParams::FullyConnected { activation, keep_num_dims, .. } = op.op.params else { return Err(op.bad("missing FullyConnected options")) };
@@ -249,11 +268,14 @@ pub(crate) fn fully_connected(op: &OpContext<'_>) -> Result<Built> {
         return Err(op.bad("weights must be 2-D"));
     }
     let (out_n, in_n) = (w.shape[0], w.shape[1]);
-    let total: usize = x.shape.iter().product();
+    // Sizes the uint8 path's input scratch: bounded before anything is allocated.
+    let total = op.checked_elements(&x.shape, 1)?;
     if in_n == 0 || !total.is_multiple_of(in_n) {
         return Err(op.bad(format!("input {:?} is not a multiple of {in_n}", x.shape)));
     }
     let batch = total / in_n;
+    // The kernels read one bias per output row.
+    check_bias(op, out_n, x.dtype)?;
     let (in_scale, in_zp) = per_tensor(op, x.quant, "input")?;
     let wq = w.quant.ok_or_else(|| op.bad("weights have no quantization parameters"))?;
     if wq.scale.len() != 1 && wq.scale.len() != out_n {
@@ -273,6 +295,9 @@ pub(crate) fn fully_connected(op: &OpContext<'_>) -> Result<Built> {
         let mut s = x.shape.clone();
         if let Some(l) = s.last_mut() {
             *l = out_n;
+        } else {
+            // A rank-0 input is one row: the output is that row's out_n values.
+            s = vec![out_n];
         }
         s
     } else {
@@ -661,7 +686,8 @@ pub(crate) fn pool(op: &OpContext<'_>, max: bool) -> Result<Built> {
     let (lo, hi) = activation_range(activation, so, zo, dtype);
     let g = window(op, &x.shape, filter, stride, (1, 1), padding)?;
     let c = x.shape[3];
-    let acc = Mutex::new(vec![0i32; c]);
+    // The per-channel accumulators are sized by the file's channel count: bounded first.
+    let acc = Mutex::new(vec![0i32; op.checked_elements(&[c], 4)?]);
     Ok(Built {
         outputs: vec![(dtype, vec![g.batch, g.out_h, g.out_w, c])],
         kernel: Box::new(move |ins, outs| {
@@ -912,7 +938,7 @@ pub(crate) fn relu_like(op: &OpContext<'_>, code: ferrite_format::ops::BuiltinOp
             for i in 0..n {
                 let d = load_int(dtype, input, i) - in_zp;
                 let (m, s) = if leaky && d < 0 { (m_a, s_a) } else { (m_id, s_id) };
-                store_int(dtype, outs[0], i, (kq::multiply_by_quantized_multiplier(d, m, s) + out_zp).clamp(lo, hi));
+                store_int(dtype, outs[0], i, kq::multiply_by_quantized_multiplier(d, m, s).saturating_add(out_zp).clamp(lo, hi));
             }
             Ok(())
         }),
@@ -936,8 +962,12 @@ pub(crate) fn hybrid(op: &OpContext<'_>, code: ferrite_format::ops::BuiltinOp) -
     let has_bias = op.opt_input(2).is_some();
     let (act, batch, out_shape, q): (Activation, usize, Vec<usize>, Option<QConv>) = match (code, &op.op.params) {
         (B::FULLY_CONNECTED, OpParams::FullyConnected { activation, keep_num_dims, .. }) => {
-            let in_n = *w.shape.get(1).ok_or_else(|| op.bad("weights must be 2-D"))?;
-            let total: usize = x.shape.iter().product();
+            // The kernel reads out_n rows of in_n weights.
+            if w.shape.len() != 2 {
+                return Err(op.bad(format!("weights must be 2-D, got {:?}", w.shape)));
+            }
+            let in_n = w.shape[1];
+            let total = op.checked_elements(&x.shape, 4)?;
             if in_n == 0 || !total.is_multiple_of(in_n) {
                 return Err(op.bad(format!("input {:?} is not a multiple of {in_n}", x.shape)));
             }
@@ -946,6 +976,9 @@ pub(crate) fn hybrid(op: &OpContext<'_>, code: ferrite_format::ops::BuiltinOp) -
                 let mut s = x.shape.clone();
                 if let Some(l) = s.last_mut() {
                     *l = out_n;
+                } else {
+                    // A rank-0 input is one row: the output is that row's out_n values.
+                    s = vec![out_n];
                 }
                 s
             } else {
@@ -977,11 +1010,15 @@ pub(crate) fn hybrid(op: &OpContext<'_>, code: ferrite_format::ops::BuiltinOp) -
     };
     let clamp = super::clamp_of(op, act)?;
     let out_c = *out_shape.last().unwrap_or(&1);
-    let out_len: usize = out_shape.iter().product();
+    // One float bias per output channel, as the kernel reads it.
+    if let Some(b) = op.opt_input(2).filter(|b| b.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)) != Some(out_c)) {
+        return Err(op.bad(format!("bias {:?} does not have one value per output channel ({out_c})", b.shape)));
+    }
+    let out_len = op.checked_elements(&out_shape, 4)?;
     if w_scales.len() != 1 && w_scales.len() != out_c {
         return Err(op.bad(format!("{} weight scales for {out_c} channels", w_scales.len())));
     }
-    let in_len: usize = x.shape.iter().product();
+    let in_len = op.checked_elements(&x.shape, 4)?;
     // LiteRT quantizes each batch asymmetrically for per-channel hybrid convolution
     // (and depthwise), and for fully-connected when its option asks; symmetrically
     // otherwise.
@@ -1009,6 +1046,10 @@ pub(crate) fn hybrid(op: &OpContext<'_>, code: ferrite_format::ops::BuiltinOp) -
             let out = typed_mut::<f32>(outs[0])?;
             let mut guard = scratch.lock().unwrap_or_else(|e| e.into_inner());
             let (qx, acc, row_scale, row_zp) = &mut *guard;
+            if batch == 0 {
+                // An empty batch has no rows (and no row zero points) to work on.
+                return Ok(());
+            }
             let row = in_len / batch.max(1);
             for (b, (sf, zp)) in row_scale.iter_mut().zip(row_zp.iter_mut()).enumerate() {
                 let (src, dst) = (&input[b * row..(b + 1) * row], &mut qx[b * row..(b + 1) * row]);

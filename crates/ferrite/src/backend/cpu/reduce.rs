@@ -37,6 +37,10 @@ fn reduced_shape(op: &OpContext<'_>, shape: &[usize]) -> Result<(Vec<usize>, Vec
     let keep = matches!(op.op.params, OpParams::Reducer { keep_dims: true });
     let mut flags = vec![false; shape.len()];
     for a in op.const_ints(1)? {
+        // A scalar reduces to itself; LiteRT accepts axis 0 / -1 there.
+        if shape.is_empty() && (a == 0 || a == -1) {
+            continue;
+        }
         flags[axis(op, a, shape.len())?] = true;
     }
     let out = if keep {
@@ -62,6 +66,10 @@ fn mean_int(op: &OpContext<'_>) -> Result<Built> {
     let (s_out, z_out) = q(op.outputs[0].quant.as_ref(), "output")?;
     let shape = x.shape.clone();
     let (out, flags) = reduced_shape(op, &shape)?;
+    // The accumulators are sized by the output: bounded (and the products below
+    // cannot overflow) before anything is allocated.
+    op.checked_elements(&shape, 1)?;
+    op.checked_elements(&out, 8)?;
     let count: usize = shape.iter().zip(&flags).filter(|(_, &f)| f).map(|(&s, _)| s).product();
     // Where each input dim moves the output index (0 along reduced dims).
     let mut out_stride = vec![0usize; shape.len()];
@@ -119,12 +127,16 @@ pub(crate) fn arg_minmax(op: &OpContext<'_>, want_max: bool) -> Result<Built> {
     let x = op.input(0)?;
     let a = axis(op, *op.const_ints(1)?.first().ok_or_else(|| op.bad("empty axis"))?, x.shape.len())?;
     let shape = x.shape.clone();
+    // The kernel reads the first element of each reduced run: an empty axis has none.
+    if shape[a] == 0 {
+        return Err(op.bad(format!("{} over axis {a} of size 0", op.op.code.name())));
+    }
     let mut out = shape.clone();
     out.remove(a);
     let wide = !matches!(op.op.params, OpParams::OutType(2));
     let dtype = x.dtype;
     // Sized once here so runs do not allocate.
-    let mut scratch = vec![0i64; out.iter().product()];
+    let mut scratch = vec![0i64; op.checked_elements(&out, 8)?];
     Ok(Built {
         outputs: vec![(if wide { DType::I64 } else { DType::I32 }, out)],
         kernel: Box::new(move |ins, outs| {

@@ -215,6 +215,10 @@ pub(crate) fn split(op: &OpContext<'_>, code: B) -> Result<Built> {
             let x = op.input(0)?;
             let OpParams::Unpack { axis: a, .. } = op.op.params else { return Err(op.bad("missing Unpack options")) };
             let a = axis(op, i64::from(a), x.shape.len())?;
+            // Checked before the piece list is sized by the file's dimension.
+            if x.shape[a] != op.outputs.len() {
+                return Err(op.bad(format!("UNPACK of dim {a} (size {}) into {} outputs", x.shape[a], op.outputs.len())));
+            }
             (x, a, vec![1; x.shape[a]])
         }
         B::SPLIT => {
@@ -267,6 +271,9 @@ pub(crate) fn split(op: &OpContext<'_>, code: B) -> Result<Built> {
             outputs,
             kernel: Box::new(move |ins, outs| {
                 let x = typed::<T>(arg(ins, usize::from(code == B::SPLIT))?)?;
+                if x.is_empty() {
+                    return Ok(());
+                }
                 let mut start = 0;
                 for (k, &s) in sizes.iter().enumerate() {
                     let o = typed_mut::<T>(outs[k])?;

@@ -100,6 +100,7 @@ impl TestOp {
             custom_options: &[],
             epilogue: None,
             input_pad,
+            max_bytes: 1 << 30,
         }
     }
 

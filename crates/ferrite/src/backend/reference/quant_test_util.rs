@@ -84,7 +84,17 @@ pub(crate) fn run_padded(
         params: params.clone(),
         custom_options: None,
     };
-    let ctx = OpContext { subgraph: 0, op_index: 0, op: &op, inputs: descs(inputs), outputs: vec![output], custom_options: &[], epilogue: None, input_pad };
+    let ctx = OpContext {
+        subgraph: 0,
+        op_index: 0,
+        op: &op,
+        inputs: descs(inputs),
+        outputs: vec![output],
+        custom_options: &[],
+        epilogue: None,
+        input_pad,
+        max_bytes: 1 << 30,
+    };
     let mut bctx = BackendContext::new(1);
     let mut built = backend.build(&ctx, &mut bctx)?;
     let (dtype, shape) = built.outputs[0].clone();
@@ -125,8 +135,17 @@ pub(crate) fn build_only(code: BuiltinOp, params: &OpParams, inputs: &[Option<&T
         params: params.clone(),
         custom_options: None,
     };
-    let ctx =
-        OpContext { subgraph: 0, op_index: 0, op: &op, inputs: descs(inputs), outputs: vec![output], custom_options: &[], epilogue: None, input_pad: None };
+    let ctx = OpContext {
+        subgraph: 0,
+        op_index: 0,
+        op: &op,
+        inputs: descs(inputs),
+        outputs: vec![output],
+        custom_options: &[],
+        epilogue: None,
+        input_pad: None,
+        max_bytes: 1 << 30,
+    };
     let built = ReferenceBackend.build(&ctx, &mut BackendContext::new(1)).ok()?;
     let (dtype, shape) = &built.outputs[0];
     shape.iter().try_fold(dtype.size().unwrap_or(1), |a, &d| a.checked_mul(d))

@@ -390,8 +390,17 @@ mod tests {
                     })
                 })
                 .collect();
-            let ctx =
-                OpContext { subgraph: 0, op_index: 0, op: &op, inputs: descs, outputs: vec![&output], custom_options: &[], epilogue: None, input_pad: None };
+            let ctx = OpContext {
+                subgraph: 0,
+                op_index: 0,
+                op: &op,
+                inputs: descs,
+                outputs: vec![&output],
+                custom_options: &[],
+                epilogue: None,
+                input_pad: None,
+                max_bytes: 1 << 30,
+            };
             if !crate::backend::reference::is_quantized(&ctx) {
                 continue;
             }
