@@ -61,17 +61,21 @@ impl Capped {
 unsafe impl GlobalAlloc for Capped {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         Self::check(layout.size());
+        // SAFETY: the caller's contract for this call is the one `System` requires.
         unsafe { System.alloc(layout) }
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         Self::check(layout.size());
+        // SAFETY: the caller's contract for this call is the one `System` requires.
         unsafe { System.alloc_zeroed(layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         Self::check(new_size);
+        // SAFETY: the caller's contract for this call is the one `System` requires.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's contract for this call is the one `System` requires.
         unsafe { System.dealloc(ptr, layout) }
     }
 }
