@@ -274,9 +274,36 @@ pub fn symmetric_quantize(x: &[f32], out: &mut [i8]) -> f32 {
     range / 127.0
 }
 
+/// How an accumulator is scaled by a quantized multiplier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rounding {
+    /// TFLite's two roundings: a rounding doubling high multiply, then a rounding
+    /// shift ([`multiply_by_quantized_multiplier`]).
+    Double,
+    /// One rounding of the exact product, half up
+    /// ([`multiply_by_quantized_multiplier_i64_full`]): LiteRT 2.3.0's uint8
+    /// fully-connected layers (measured: the two differ where the double rounding
+    /// meets an exact half).
+    Single,
+}
+
+impl Requant {
+    /// [`Requant::apply`] with the given rounding.
+    #[inline(always)]
+    pub fn apply_rounded(&self, acc: i32, c: usize, rounding: Rounding) -> i32 {
+        match rounding {
+            Rounding::Double => self.apply(acc, c),
+            Rounding::Single => {
+                let i = if self.multiplier.len() == 1 { 0 } else { c };
+                (multiply_by_quantized_multiplier_i64_full(i64::from(acc), self.multiplier[i], self.shift[i]) + self.out_zp).clamp(self.min, self.max)
+            }
+        }
+    }
+}
+
 simd_fn! {
     /// Integer fully-connected: `out[b, o] = requant(bias[o] + sum_i (x - in_zp) * (w[o, i] - w_zp))`.
-    pub fn fully_connected_i8(input: &[i8], w: &[i8], bias: Option<&[i32]>, batch: usize, in_n: usize, out_n: usize, in_zp: i32, w_zp: i32, rq: &Requant, out: &mut [i8]) {
+    pub fn fully_connected_i8(input: &[i8], w: &[i8], bias: Option<&[i32]>, batch: usize, in_n: usize, out_n: usize, in_zp: i32, w_zp: i32, rq: &Requant, rounding: Rounding, out: &mut [i8]) {
         for b in 0..batch {
             let x = &input[b * in_n..][..in_n];
             for o in 0..out_n {
@@ -285,7 +312,7 @@ simd_fn! {
                 for (&xv, &wv) in x.iter().zip(wr) {
                     s += (i32::from(xv) - in_zp) * (i32::from(wv) - w_zp);
                 }
-                out[b * out_n + o] = rq.apply(s, o) as i8;
+                out[b * out_n + o] = rq.apply_rounded(s, o, rounding) as i8;
             }
         }
     }

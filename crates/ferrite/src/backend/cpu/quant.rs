@@ -319,9 +319,23 @@ pub(crate) fn fully_connected(op: &OpContext<'_>) -> Result<Built> {
         kernel: Box::new(move |ins, outs| {
             let bias = if has_bias { Some(typed::<i32>(arg(ins, 2)?)?) } else { None };
             match &flipped {
-                None => kq::fully_connected_i8(typed(arg(ins, 0)?)?, typed(arg(ins, 1)?)?, bias, batch, in_n, out_n, in_zp, w_zp, &rq, typed_mut(outs[0])?),
+                None => kq::fully_connected_i8(
+                    typed(arg(ins, 0)?)?,
+                    typed(arg(ins, 1)?)?,
+                    bias,
+                    batch,
+                    in_n,
+                    out_n,
+                    in_zp,
+                    w_zp,
+                    &rq,
+                    kq::Rounding::Double,
+                    typed_mut(outs[0])?,
+                ),
                 Some(u) => {
-                    kq::fully_connected_i8(&u.input(arg(ins, 0)?), &u.weights, bias, batch, in_n, out_n, in_zp, w_zp, &rq, typed_mut(outs[0])?);
+                    // LiteRT rounds uint8 fully-connected products once (measured against 2.3.0).
+                    let r = kq::Rounding::Single;
+                    kq::fully_connected_i8(&u.input(arg(ins, 0)?), &u.weights, bias, batch, in_n, out_n, in_zp, w_zp, &rq, r, typed_mut(outs[0])?);
                     outs[0].iter_mut().for_each(|b| *b ^= 0x80);
                 }
             }

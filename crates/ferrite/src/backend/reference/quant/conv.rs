@@ -270,7 +270,9 @@ pub(super) fn fully_connected(op: &OpContext<'_>) -> Result<Built> {
                     for i in 0..in_n {
                         acc += i64::from((input[b * in_n + i] - p.x_zp) * (weights[o * in_n + i] - p.w_zp));
                     }
-                    out[b * out_n + o] = if kind == Kind::I16x8 {
+                    // LiteRT's int16x8 and uint8 fully-connected layers round the
+                    // product once (measured against 2.3.0); int8 rounds twice.
+                    out[b * out_n + o] = if kind == Kind::I16x8 || xdt == DType::U8 {
                         p.rq.apply64(acc.wrapping_add(bias[o]), o, kq::multiply_by_quantized_multiplier_i64_full)
                     } else {
                         p.rq.apply((acc as i32).wrapping_add(bias[o] as i32), o)
