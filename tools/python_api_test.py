@@ -78,6 +78,25 @@ def compare_details(a, b, what):
             raise AssertionError(f"{what}: ferrite lacks keys {sorted(set(x) - set(y))}")
 
 
+def check_error_location():
+    """An op that cannot run on the resized input raises a RuntimeError (an Exception)
+    that says which op: attributes subgraph, op_index, op_name."""
+    demo = Path(__file__).resolve().parent.parent / "models" / "demo.tflite"
+    it = ferrite.Interpreter(model_path=str(demo))
+    d = it.get_input_details()[0]
+    # One channel more than the first convolution's weights take.
+    it.resize_tensor_input(d["index"], [1, 32, 32, int(d["shape"][-1]) + 1])
+    try:
+        it.allocate_tensors()
+    except Exception as e:  # noqa: BLE001 - the point: a plain Exception
+        where = (getattr(e, "subgraph", None), getattr(e, "op_index", None), getattr(e, "op_name", None))
+        ok = isinstance(e, RuntimeError) and where == (0, 0, "CONV_2D")
+        print(f"{'ok  ' if ok else 'FAIL'} error location: {type(e).__name__} at {where}: {e}")
+        return ok
+    print("FAIL error location: giving the demo input an extra channel did not fail")
+    return False
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--corpus", required=True)
@@ -122,6 +141,9 @@ def main():
         except Exception as e:  # noqa: BLE001
             print(f"FAIL {path.name}: {e}")
             failed += 1
+    ok = check_error_location()
+    passed += ok
+    failed += not ok
     print(f"python api: {passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
 

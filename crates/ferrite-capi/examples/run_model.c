@@ -15,8 +15,11 @@
     do {                                                                            \
         enum FerriteStatus st_ = (call);                                            \
         if (st_ != FERRITE_STATUS_OK) {                                             \
-            fprintf(stderr, "%s:%d: %s -> %d: %s\n", __FILE__, __LINE__, #call,     \
-                    (int)st_, ferrite_session_last_error(s));                       \
+            int32_t sg_ = -1, op_ = -1, t_ = -1;                                    \
+            ferrite_session_last_error_location(s, &sg_, &op_, &t_);               \
+            fprintf(stderr, "%s:%d: %s -> %d: %s (subgraph %d op %d tensor %d)\n", \
+                    __FILE__, __LINE__, #call, (int)st_,                            \
+                    ferrite_session_last_error(s), sg_, op_, t_);                   \
             return 1;                                                               \
         }                                                                           \
     } while (0)
@@ -61,6 +64,10 @@ static int run(struct FerriteSession *s, int threads) {
     /* Running before prepare is a state error, not a crash. */
     EXPECT(ferrite_session_run(s) == FERRITE_STATUS_INVALID_STATE);
     EXPECT(strlen(ferrite_session_last_error(s)) > 0);
+    /* A state error concerns no part of the model: no location. */
+    int32_t where_op = 7;
+    EXPECT(ferrite_session_last_error_location(s, NULL, &where_op, NULL) == FERRITE_STATUS_OK);
+    EXPECT(where_op == -1);
     CHECK(ferrite_session_prepare(s));
     EXPECT(ferrite_session_set_num_threads(s, 2) == FERRITE_STATUS_INVALID_STATE);
 

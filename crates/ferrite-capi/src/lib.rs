@@ -95,6 +95,8 @@ pub struct FerriteSession {
     input_names: Vec<CString>,
     output_names: Vec<CString>,
     last_error: CString,
+    /// Where in the model the last error arose, when it concerns part of it.
+    last_location: Option<ferrite::error::Location>,
 }
 
 /// A caller-owned model buffer, used in place.
@@ -173,6 +175,7 @@ impl FerriteSession {
             input_names: Vec::new(),
             output_names: Vec::new(),
             last_error: CString::default(),
+            last_location: None,
         };
         s.refresh_io();
         s
@@ -188,7 +191,15 @@ impl FerriteSession {
 
     fn fail(&mut self, status: FerriteStatus, msg: &str) -> FerriteStatus {
         self.last_error = c_string(msg);
+        self.last_location = None;
         status
+    }
+
+    /// Records a runtime error: its message, and where in the model it arose.
+    fn fail_error(&mut self, e: &Error) -> FerriteStatus {
+        let st = self.fail(status_of(e), &e.to_string());
+        self.last_location = e.location().cloned();
+        st
     }
 
     /// OK, or INVALID_ARGUMENT with `r`'s message recorded.
@@ -202,10 +213,7 @@ impl FerriteSession {
     fn check(&mut self, r: Result<(), Error>) -> FerriteStatus {
         match r {
             Ok(()) => FerriteStatus::Ok,
-            Err(e) => {
-                let st = status_of(&e);
-                self.fail(st, &e.to_string())
-            }
+            Err(e) => self.fail_error(&e),
         }
     }
 
@@ -238,10 +246,7 @@ impl FerriteSession {
             let Some((p, cap)) = self.outputs[i] else { continue };
             let data = match self.session.output(i) {
                 Ok(d) => d.bytes,
-                Err(e) => {
-                    let st = status_of(&e);
-                    return self.fail(st, &e.to_string());
-                }
+                Err(e) => return self.fail_error(&e),
             };
             if data.len() > cap {
                 let msg = format!("output {i} needs {} bytes, the bound buffer has {cap}", data.len());
@@ -373,6 +378,27 @@ pub unsafe extern "C" fn ferrite_session_last_error(s: *const FerriteSession) ->
     }
 }
 
+/// Where in the model the session's last failed call went wrong: the subgraph, op
+/// and tensor indices, each -1 where unknown or not applicable (all -1 after a
+/// failure that concerns no part of the model). Any output pointer may be NULL.
+///
+/// # Safety
+/// `s` is NULL or a live session; each non-null pointer is writable.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_session_last_error_location(s: *const FerriteSession, subgraph: *mut i32, op: *mut i32, tensor: *mut i32) -> FerriteStatus {
+    // SAFETY: a non-null `s` is a live session (caller contract).
+    let Some(s) = (unsafe { s.as_ref() }) else { return FerriteStatus::NullArgument };
+    let l = s.last_location.clone().unwrap_or_default();
+    let index = |v: Option<usize>| v.and_then(|v| i32::try_from(v).ok()).unwrap_or(-1);
+    for (ptr, v) in [(subgraph, l.subgraph), (op, l.op), (tensor, l.tensor)] {
+        // SAFETY: non-null output pointers are writable (caller contract).
+        if let Some(p) = unsafe { ptr.as_mut() } {
+            *p = index(v);
+        }
+    }
+    FerriteStatus::Ok
+}
+
 /// Sets the number of worker threads. Only before the first resize or prepare.
 ///
 /// # Safety
@@ -395,7 +421,7 @@ pub unsafe extern "C" fn ferrite_session_set_num_threads(s: *mut FerriteSession,
                     s.session = new;
                     FerriteStatus::Ok
                 }
-                Err(e) => s.fail(status_of(&e), &e.to_string()),
+                Err(e) => s.fail_error(&e),
             }
         })
     }
@@ -518,7 +544,7 @@ pub unsafe extern "C" fn ferrite_session_index_by_name(s: *mut FerriteSession, n
                     *index = i;
                     FerriteStatus::Ok
                 }
-                Err(e) => s.fail(status_of(&e), &e.to_string()),
+                Err(e) => s.fail_error(&e),
             }
         })
     }
@@ -633,7 +659,7 @@ pub unsafe extern "C" fn ferrite_session_output_data(s: *mut FerriteSession, ind
                     *bytes = n;
                     FerriteStatus::Ok
                 }
-                Err(e) => s.fail(status_of(&e), &e.to_string()),
+                Err(e) => s.fail_error(&e),
             }
         })
     }

@@ -10,11 +10,28 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
+/// The Python exception for a ferrite error: `ValueError` for a bad argument,
+/// `RuntimeError` otherwise, with ferrite's message. Where the error concerns part
+/// of the model, the exception also carries `subgraph`, `op_index`, `op_name` and
+/// `tensor_index` attributes (None where unknown), so a caller can find the op
+/// without parsing the message.
 fn err(e: ferrite::Error) -> PyErr {
-    match e {
+    let location = e.location().cloned();
+    let py_err = match e {
         ferrite::Error::InvalidArgument(_) => PyValueError::new_err(e.to_string()),
         _ => PyRuntimeError::new_err(e.to_string()),
-    }
+    };
+    Python::with_gil(|py| {
+        let value = py_err.value(py);
+        let l = location.unwrap_or_default();
+        // Attribute assignment on a fresh exception object cannot fail in practice;
+        // if it did, the exception still carries the message.
+        let _ = value.setattr("subgraph", l.subgraph);
+        let _ = value.setattr("op_index", l.op);
+        let _ = value.setattr("op_name", l.op_name);
+        let _ = value.setattr("tensor_index", l.tensor);
+    });
+    py_err
 }
 
 /// Runs one entry point, turning a panic into a RuntimeError. Hostile model files

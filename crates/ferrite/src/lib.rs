@@ -29,7 +29,7 @@ pub mod session;
 pub mod variables;
 
 pub use backend::{CustomOp, CustomOpRegistry};
-pub use error::{Error, Result};
+pub use error::{Detail, Error, Location, Result};
 pub use model::{DType, Model};
 pub use package::{Package, PackageSession};
 pub use session::{PlanStats, RunStats, Session, SessionOptions, TensorData, TensorDesc};

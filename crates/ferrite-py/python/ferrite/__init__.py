@@ -52,7 +52,8 @@ class Interpreter:
 
     Tensors are addressed by the ``index`` of their details, as in LiteRT. Errors
     from the runtime are raised as ``ValueError`` (bad arguments) or
-    ``RuntimeError`` with ferrite's message.
+    ``RuntimeError`` with ferrite's message; errors about part of the model also
+    carry ``subgraph``, ``op_index``, ``op_name`` and ``tensor_index`` attributes.
     """
 
     def __init__(self, model_path=None, model_content=None, num_threads=None, **_ignored):
