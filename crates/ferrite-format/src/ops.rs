@@ -252,6 +252,7 @@ op_table! {
     PADV2:                   NONE,                        3..=3, 1..=1, ANY;
     GATHER:                  GatherOptions,               2..=2, 1..=1, ANY;
     TILE:                    NONE,                        2..=2, 1..=1, ANY;
+    REVERSE_V2:              NONE,                        2..=2, 1..=1, ANY;
     BROADCAST_TO:            NONE,                        2..=2, 1..=1, ANY;
     DEPTH_TO_SPACE:          DepthToSpaceOptions,         1..=1, 1..=1, ANY;
     SPACE_TO_DEPTH:          SpaceToDepthOptions,         1..=1, 1..=1, ANY;

@@ -1,5 +1,5 @@
 //! Data movement, generic over the element type: transpose, pad, concat,
-//! slices, gather, tile, depth/space rearrangements.
+//! slices, gather, tile, reverse, depth/space rearrangements.
 
 use crate::strides;
 
@@ -231,9 +231,65 @@ pub fn space_to_depth<T: Copy>(input: &[T], n: usize, h: usize, w: usize, c: usi
     }
 }
 
+/// Reverses the dimensions marked in `flip` (one flag per dimension of `shape`):
+/// `out[i0, .., ik, ..] = input[i0, .., n_k - 1 - ik, ..]` for every flipped `k`.
+/// The run of trailing dimensions that are not flipped is moved as one block.
+pub fn reverse<T: Copy>(input: &[T], shape: &[usize], flip: &[bool], out: &mut [T]) {
+    let r = shape.len().min(flip.len());
+    // Dimensions after the last flipped one are contiguous and keep their order.
+    let last = flip[..r].iter().rposition(|&f| f);
+    let Some(last) = last else {
+        out.copy_from_slice(&input[..out.len()]);
+        return;
+    };
+    let block: usize = shape[last + 1..r].iter().product();
+    let st = strides(&shape[..=last]);
+    let outer: usize = shape[..=last].iter().product();
+    let mut idx = [0usize; crate::MAX_DIMS];
+    for o in 0..outer {
+        let src: usize = (0..=last).map(|d| if flip[d] { shape[d] - 1 - idx[d] } else { idx[d] } * st[d]).sum();
+        out[o * block..(o + 1) * block].copy_from_slice(&input[src * block..(src + 1) * block]);
+        for d in (0..=last).rev() {
+            idx[d] += 1;
+            if idx[d] < shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `reverse` against its definition, index by index, on every subset of axes.
+    #[test]
+    fn reverse_matches_definition() {
+        let shape = [2usize, 3, 1, 4];
+        let n: usize = shape.iter().product();
+        let input: Vec<u32> = (0..n as u32).collect();
+        for mask in 0u32..16 {
+            let flip: Vec<bool> = (0..4).map(|d| mask >> d & 1 == 1).collect();
+            let mut out = vec![0u32; n];
+            reverse(&input, &shape, &flip, &mut out);
+            for (o, &v) in out.iter().enumerate() {
+                // Unflatten `o`, flip the marked coordinates, flatten again.
+                let (mut rest, mut src, mut stride) = (o, 0, 1);
+                let mut coords = [0usize; 4];
+                for d in (0..4).rev() {
+                    coords[d] = rest % shape[d];
+                    rest /= shape[d];
+                }
+                for d in (0..4).rev() {
+                    let c = if flip[d] { shape[d] - 1 - coords[d] } else { coords[d] };
+                    src += c * stride;
+                    stride *= shape[d];
+                }
+                assert_eq!(v, input[src], "mask {mask:04b} output {o}");
+            }
+        }
+    }
 
     #[test]
     fn transpose_2d() {

@@ -360,6 +360,21 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             single(B::TRANSPOSE, &[x, p], o, Options::Empty(BuiltinOptions::TransposeOptions), &mut m);
             ranges.push(fr);
         }
+        "REVERSE_V2" => {
+            // One axis or a run of adjacent ones (LiteRT takes no other sets), some
+            // written negative.
+            let rank = r.u(1, 5);
+            let s = r.shape(rank, 1, 4);
+            let first = r.u(0, rank - 1);
+            let last = r.u(first, rank - 1);
+            let axes: Vec<i32> = (first as i32..=last as i32).collect();
+            let axes: Vec<i32> = axes.into_iter().map(|a| if r.u(0, 1) == 1 { a - rank as i32 } else { a }).collect();
+            let x = f32in(&mut m, "x", &s);
+            let a = m.add_tensor(TensorSpec::const_i32("axes", &[axes.len() as i32], &axes));
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            single(B::REVERSE_V2, &[x, a], o, Options::Empty(BuiltinOptions::ReverseV2Options), &mut m);
+            ranges.push(fr);
+        }
         "PAD" | "PADV2" => {
             let rank = r.u(1, 4);
             let s = r.shape(rank, 1, 4);
@@ -1400,6 +1415,7 @@ const OPS: &[&str] = &[
     "SLICE",
     "STRIDED_SLICE",
     "TRANSPOSE",
+    "REVERSE_V2",
     "PAD",
     "PADV2",
     "GATHER",

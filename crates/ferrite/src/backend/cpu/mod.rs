@@ -103,6 +103,7 @@ fn build_builtin(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> 
         B::UNPACK | B::SPLIT | B::SPLIT_V => shape::split(op, code),
         B::SLICE | B::STRIDED_SLICE => shape::slice(op, code == B::STRIDED_SLICE),
         B::TRANSPOSE => shape::transpose(op),
+        B::REVERSE_V2 => shape::reverse(op),
         B::PAD | B::PADV2 => shape::pad(op),
         B::GATHER => shape::gather(op),
         B::TILE | B::BROADCAST_TO => shape::tile(op, code == B::BROADCAST_TO),

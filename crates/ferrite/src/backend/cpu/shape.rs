@@ -437,6 +437,31 @@ pub(crate) fn slice(op: &OpContext<'_>, strided: bool) -> Result<Built> {
     })
 }
 
+/// REVERSE_V2: input 1 lists the axes to reverse (negative counts from the end;
+/// a repeated axis is reversed once, as in LiteRT).
+pub(crate) fn reverse(op: &OpContext<'_>) -> Result<Built> {
+    let x = op.input(0)?;
+    let r = x.shape.len();
+    let mut flip = vec![false; r];
+    for a in op.const_ints(1)? {
+        flip[super::axis(op, a, r)?] = true;
+    }
+    let (shape, dtype) = (x.shape.clone(), x.dtype);
+    by_size!(op, dtype, T => {
+        Ok(Built {
+            outputs: vec![(dtype, shape.clone())],
+            kernel: Box::new(move |ins, outs| {
+                let (input, out) = (typed::<T>(arg(ins, 0)?)?, typed_mut::<T>(outs[0])?);
+                if input.len() != out.len() {
+                    return Err(super::runtime("REVERSE_V2 buffers do not match the planned shape"));
+                }
+                movement::reverse(input, &shape, &flip, out);
+                Ok(())
+            }),
+        })
+    })
+}
+
 pub(crate) fn transpose(op: &OpContext<'_>) -> Result<Built> {
     let x = op.input(0)?;
     let perm = op.const_ints(1)?;

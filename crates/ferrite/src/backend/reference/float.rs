@@ -104,6 +104,7 @@ pub(crate) fn build(op: &OpContext<'_>) -> Result<Built> {
         B::SLICE => movement::slice(op),
         B::STRIDED_SLICE => movement::strided_slice(op),
         B::TRANSPOSE => movement::transpose(op),
+        B::REVERSE_V2 => movement::reverse(op),
         B::PAD | B::PADV2 => movement::pad(op),
         B::GATHER => movement::gather(op),
         B::TILE => movement::tile(op, false),

@@ -474,6 +474,26 @@ pub(crate) fn transpose(op: &OpContext<'_>) -> Result<Built> {
     })
 }
 
+/// REVERSE_V2: output index `i` reads input index `i` with every listed axis `d`
+/// mirrored (`n_d - 1 - i_d`); axes may be negative, a repeated axis counts once.
+pub(crate) fn reverse(op: &OpContext<'_>) -> Result<Built> {
+    let x = op.input(0)?;
+    let rank = x.shape.len();
+    let mut flip = vec![false; rank];
+    for a in op.const_ints(1)? {
+        let d = if a < 0 { a + rank as i64 } else { a };
+        match usize::try_from(d).ok().filter(|&d| d < rank) {
+            Some(d) => flip[d] = true,
+            None => return Err(op.bad(format!("axis {a} out of range for rank {rank}"))),
+        }
+    }
+    let shape = x.shape.clone();
+    remap(op, x, shape.clone(), move |idx| {
+        let src: Vec<usize> = idx.iter().enumerate().map(|(d, &i)| if flip[d] { shape[d] - 1 - i } else { i }).collect();
+        ravel(&src, &shape)
+    })
+}
+
 /// PAD / PADV2: paddings [rank, 2] (before, after) of input 1; the fill value is
 /// PADV2's input 2, else the zero point of a quantized tensor, else zero.
 pub(crate) fn pad(op: &OpContext<'_>) -> Result<Built> {
