@@ -22,6 +22,7 @@
 //! - float convolution scratch sized by a resized input's width (87803, after inputs
 //!   with unknown dims were resized)
 //! - hybrid convolution of an empty batch (2474884)
+//! - resize coordinate tables sized by the target of an empty image batch (2585526)
 //!
 //! Seeds are of the generator at the commit that found them; the generator has
 //! changed since, so the cases are rebuilt here by hand.
@@ -459,4 +460,25 @@ fn recursive_control_flow_is_bounded() {
     m.outputs = vec![z];
     expect_error("two IFs recursing into their own graph", m.to_bytes(), &["recursive"]);
     assert!(t.elapsed().as_secs() < 5, "recursive IFs took {:?}", t.elapsed());
+}
+
+/// Fuzz seed 2585526: a resize of an empty batch to 2^31 x 2^31 passed the output size
+/// check (zero elements) and built coordinate tables of 2^31 entries each.
+#[test]
+fn resize_tables_sized_by_the_target() {
+    for op in [B::RESIZE_NEAREST_NEIGHBOR, B::RESIZE_BILINEAR] {
+        let opts = if op == B::RESIZE_BILINEAR {
+            Options::Resize { align_corners: false, half_pixel_centers: false }
+        } else {
+            Options::ResizeNearest { align_corners: false, half_pixel_centers: false }
+        };
+        let bytes = one_op(
+            vec![act("x", T::FLOAT32, &[0, 2, 2, 1], None), TensorSpec::const_i32("size", &[2], &[i32::MAX, i32::MAX]), act("y", T::FLOAT32, &[], None)],
+            op,
+            &[0, 1],
+            &[2],
+            opts,
+        );
+        expect_error(&format!("{op:?} of an empty batch to 2^31 x 2^31"), bytes, &["resource limit", "op 0"]);
+    }
 }

@@ -627,6 +627,10 @@ pub(crate) fn resize(op: &OpContext<'_>, bilinear: bool, pool: Option<std::sync:
     let (oh, ow) = (size[0] as usize, size[1] as usize);
     // The target size comes from the file: bound it before the tables are built.
     op.checked_elements(&[s[0], oh, ow, s[3]], x.dtype.size().unwrap_or(4))?;
+    // The coordinate tables are sized by the target alone (an empty batch or channel
+    // count leaves the output empty but not the tables): bounded too, at up to 24
+    // bytes per entry.
+    op.checked_elements(&[oh.saturating_add(ow)], 24)?;
     if s[1] == 0 || s[2] == 0 {
         return Err(op.bad(format!("cannot resize an empty image {s:?}")));
     }
