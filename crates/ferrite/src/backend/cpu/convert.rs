@@ -1,8 +1,23 @@
-//! Type conversions: DEQUANTIZE (fp16 and affine int), DENSIFY, CAST.
+//! Type conversion: QUANTIZE, DEQUANTIZE, CAST, DENSIFY.
 
-use crate::backend::{arg, typed, typed_mut, Built, OpContext};
+use ferrite_format::ops::BuiltinOp as B;
+use ferrite_kernels::quant::{self as kq};
+
+use super::quant::*;
+use crate::backend::{arg, typed, typed_mut, BackendContext, Built, OpContext};
 use crate::error::{Error, Result};
 use crate::model::{DType, SparseDim, Sparsity};
+
+/// The conversion family's builders.
+pub(super) fn build(code: B, op: &OpContext<'_>, _ctx: &mut BackendContext) -> Option<Result<Built>> {
+    Some(match code {
+        B::QUANTIZE => quantize(op),
+        B::DEQUANTIZE => dequantize(op),
+        B::DENSIFY => densify(op),
+        B::CAST => cast(op),
+        _ => return None,
+    })
+}
 
 pub(crate) fn dequantize(op: &OpContext<'_>) -> Result<Built> {
     let x = op.input(0)?;
@@ -47,6 +62,46 @@ pub(crate) fn dequantize(op: &OpContext<'_>) -> Result<Built> {
             Ok(())
         }),
     })
+}
+
+/// QUANTIZE: float to integer (round half away from zero), or integer to integer
+/// through a fixed-point multiplier.
+pub(crate) fn quantize(op: &OpContext<'_>) -> Result<Built> {
+    let x = op.input(0)?;
+    let to = op.outputs[0].dtype;
+    let (out_scale, out_zp) = per_tensor(op, op.outputs[0].quant.as_ref(), "output")?;
+    if !matches!(to, DType::I8 | DType::U8 | DType::I16) {
+        return Err(op.unsupported(format!("QUANTIZE to {}", to.name())));
+    }
+    let (lo, hi) = int_range(to);
+    let from = x.dtype;
+    let store = move |o: &mut [u8], i: usize, v: i32| store_int(to, o, i, v);
+    let n: usize = x.shape.iter().product();
+    let kernel: crate::backend::KernelFn = match from {
+        DType::F32 => Box::new(move |ins, outs| {
+            let x = typed::<f32>(arg(ins, 0)?)?;
+            match to {
+                DType::I8 => kq::quantize_f32_i8(x, out_scale, out_zp, typed_mut(outs[0])?),
+                DType::U8 => kq::quantize_f32_u8(x, out_scale, out_zp, outs[0]),
+                _ => kq::quantize_f32_i16(x, out_scale, out_zp, typed_mut(outs[0])?),
+            }
+            Ok(())
+        }),
+        DType::I8 | DType::U8 | DType::I16 => {
+            let (in_scale, in_zp) = per_tensor(op, x.quant, "input")?;
+            let (m, s) = kq::quantize_multiplier(f64::from(in_scale) / f64::from(out_scale));
+            Box::new(move |ins, outs| {
+                let src = arg(ins, 0)?;
+                for i in 0..n {
+                    let v = load_int(from, src, i);
+                    store(outs[0], i, (kq::multiply_by_quantized_multiplier(v - in_zp, m, s) + out_zp).clamp(lo, hi));
+                }
+                Ok(())
+            })
+        }
+        t => return Err(op.unsupported(format!("QUANTIZE from {}", t.name()))),
+    };
+    Ok(Built { outputs: vec![(to, x.shape.clone())], kernel })
 }
 
 /// Expands a sparse constant into its dense form, validating every index.

@@ -1,14 +1,31 @@
-//! Element-wise ops: broadcasting binary arithmetic, comparisons, logic,
-//! select, and unary float activations.
+//! Element-wise binary ops with broadcasting (float, int32/int64, and quantized
+//! ADD/SUB/MUL/PRELU), comparisons, logic and select.
 
 use ferrite_format::ops::BuiltinOp as B;
-use ferrite_kernels::elementwise::{self as kel, broadcast_shape, Binary, Unary};
+use ferrite_kernels::elementwise::{self as kel, broadcast_shape, Binary};
+use ferrite_kernels::fixed16 as f16;
+use ferrite_kernels::quant::{self as kq};
 
-use super::{clamp_of, require_f32, runtime};
-use crate::backend::{arg, typed, typed_mut, Built, OpContext};
+use super::quant::*;
+use super::{clamp_of, is_int, runtime};
+use crate::backend::{arg, typed, typed_mut, BackendContext, Built, OpContext};
 use crate::error::Result;
 use crate::model::DType;
 use crate::ops::{Activation, OpParams};
+
+/// The element-wise family's builders.
+pub(super) fn build(code: B, op: &OpContext<'_>, ctx: &mut BackendContext) -> Option<Result<Built>> {
+    Some(match code {
+        B::ADD | B::SUB | B::MUL | B::PRELU if is_int(op) && op.opt_input(0).is_some_and(|d| d.quant.is_some()) => binary_int(op, code),
+        B::ADD | B::SUB | B::MUL | B::DIV | B::MAXIMUM | B::MINIMUM | B::SQUARED_DIFFERENCE | B::POW | B::FLOOR_DIV | B::FLOOR_MOD | B::PRELU => {
+            binary(op, code, ctx.pool())
+        }
+        B::LESS | B::LESS_EQUAL | B::GREATER | B::GREATER_EQUAL | B::EQUAL | B::NOT_EQUAL => compare(op, code),
+        B::LOGICAL_AND | B::LOGICAL_OR | B::LOGICAL_NOT => logical(op, code),
+        B::SELECT | B::SELECT_V2 => select(op),
+        _ => return None,
+    })
+}
 
 fn broadcast(op: &OpContext<'_>, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
     broadcast_shape(a, b).ok_or_else(|| op.bad(format!("shapes {a:?} and {b:?} do not broadcast")))
@@ -130,6 +147,124 @@ pub(crate) fn binary(op: &OpContext<'_>, code: B, pool: Option<std::sync::Arc<fe
     Ok(Built { outputs: vec![(dtype, out)], kernel })
 }
 
+/// ADD / SUB / MUL (int8, uint8, int16) and PRELU (int8, uint8, and int16 with an
+/// int8 alpha) with broadcasting, as LiteRT's builtin kernels: ADD and SUB shift
+/// both inputs left (20 bits, 15 for int16), rescale them to twice the larger input
+/// scale, combine, and rescale to the output; MUL rescales the product; PRELU
+/// rescales x or x * alpha.
+pub(crate) fn binary_int(op: &OpContext<'_>, code: ferrite_format::ops::BuiltinOp) -> Result<Built> {
+    use ferrite_format::ops::BuiltinOp as B;
+    let (a, b) = (op.input(0)?, op.input(1)?);
+    let dtype = a.dtype;
+    // LiteRT's int16 PRELU reads its alpha as int8 (the int16x8 scheme).
+    let alpha16x8 = code == B::PRELU && dtype == DType::I16;
+    let b_type = if alpha16x8 { DType::I8 } else { dtype };
+    if !matches!(dtype, DType::I8 | DType::U8 | DType::I16) || b.dtype != b_type || op.outputs[0].dtype != dtype {
+        return Err(op.unsupported(format!("quantized {} of {} and {}", op.op.code.name(), a.dtype.name(), b.dtype.name())));
+    }
+    let (s1, z1) = per_tensor(op, a.quant, "input 0")?;
+    let (s2, z2) = per_tensor(op, b.quant, "input 1")?;
+    let (so, zo) = per_tensor(op, op.outputs[0].quant.as_ref(), "output")?;
+    let (act, pot_scale_int16) = match op.op.params {
+        OpParams::Binary { activation, pot_scale_int16 } => (activation, pot_scale_int16),
+        _ => (Activation::None, false),
+    };
+    let (lo, hi) = activation_range(act, so, zo, dtype);
+    let (sa, sb) = (a.shape.clone(), b.shape.clone());
+    let out = ferrite_kernels::elementwise::broadcast_shape(&sa, &sb).ok_or_else(|| op.bad(format!("shapes {sa:?} and {sb:?} do not broadcast")))?;
+    let os = out.clone();
+    let pot_exponent = |s: f32| {
+        let l = f64::from(s).log2();
+        ((l - l.round()).abs() < 1e-3).then_some(l.round() as i32)
+    };
+    let pot = (pot_exponent(s1), pot_exponent(s2), pot_exponent(so));
+    // Set for the general ADD / SUB: equal shapes then take a vectorized loop.
+    let mut add_sub = None;
+    let f: Box<dyn Fn(i32, i32) -> i32 + Send + Sync> = match (code, pot) {
+        (B::ADD | B::SUB, (Some(l1), Some(l2), Some(lo_exp))) if dtype == DType::I16 && pot_scale_int16 => {
+            // LiteRT's shift-only int16 path: every scale a power of two, one input
+            // already at the output's scale, the other shifted right onto it
+            // (rounding), then a saturating add or subtract in Q0.15.
+            if z1 != 0 || z2 != 0 || zo != 0 {
+                return Err(op.bad("int16 ADD / SUB require zero points of 0"));
+            }
+            let (e1, e2) = (l1 - lo_exp, l2 - lo_exp);
+            if (e1 != 0 && e2 != 0) || e1 > 0 || e2 > 0 {
+                return Err(op.bad(format!("int16 {} with power-of-two scales needs one input at the output's scale and the other finer", op.op.code.name())));
+            }
+            let sign = if code == B::SUB { -1 } else { 1 };
+            Box::new(move |x, y| {
+                let (x, y) = (i32::from(f16::rdpot(x as i16, -e1)), i32::from(f16::rdpot(y as i16, -e2)));
+                (x + sign * y).clamp(-32768, 32767).clamp(lo, hi)
+            })
+        }
+        (B::ADD | B::SUB, _) => {
+            // LiteRT's general int16 path (scales not all powers of two) keeps 15 bits
+            // of headroom instead of 20 so the shifted int16 values fit in int32.
+            let left_shift = if dtype == DType::I16 { 15 } else { 20 };
+            let twice_max = 2.0 * f64::from(s1.max(s2));
+            let p = kq::AddSub {
+                zp: (z1, z2),
+                out_zp: zo,
+                left_shift,
+                scale: (kq::Scale::new(f64::from(s1) / twice_max), kq::Scale::new(f64::from(s2) / twice_max)),
+                out_scale: kq::Scale::new(twice_max / (f64::from(1u32 << left_shift) * f64::from(so))),
+                sign: if code == B::SUB { -1 } else { 1 },
+                min: lo,
+                max: hi,
+            };
+            add_sub = Some(p);
+            Box::new(move |x, y| p.apply(x, y))
+        }
+        (B::PRELU, _) => {
+            // x >= 0: x rescaled to the output; else x * alpha rescaled. Multipliers
+            // in single precision, as LiteRT's prepare forms them.
+            let (m1, e1) = kq::quantize_multiplier(f64::from(s1 / so));
+            let (m2, e2) = kq::quantize_multiplier(f64::from(s1 * s2 / so));
+            Box::new(move |x, a| {
+                let x = x - z1;
+                let v = if x >= 0 { kq::multiply_by_quantized_multiplier(x, m1, e1) } else { kq::multiply_by_quantized_multiplier(x * (a - z2), m2, e2) };
+                (v + zo).clamp(lo, hi)
+            })
+        }
+        (B::MUL, _) => {
+            // LiteRT forms this multiplier in single precision (float scales multiplied
+            // and divided as floats); the double-precision value differs in its last
+            // bits and, on near-ties, in the output's last bit.
+            let (m, e) = kq::quantize_multiplier(f64::from(s1 * s2 / so));
+            Box::new(move |x, y| (kq::multiply_by_quantized_multiplier((x - z1) * (y - z2), m, e) + zo).clamp(lo, hi))
+        }
+        _ => return Err(op.unsupported(format!("quantized {}", op.op.code.name()))),
+    };
+    let signed = dtype == DType::I8;
+    Ok(Built {
+        outputs: vec![(dtype, out)],
+        kernel: Box::new(move |ins, outs| {
+            if let Some(p) = add_sub.as_ref().filter(|_| sa == sb) {
+                match dtype {
+                    DType::I8 => kq::add_sub_i8(typed(arg(ins, 0)?)?, typed(arg(ins, 1)?)?, p, typed_mut(outs[0])?),
+                    DType::U8 => kq::add_sub_u8(arg(ins, 0)?, arg(ins, 1)?, p, outs[0]),
+                    _ => kq::add_sub_i16(typed(arg(ins, 0)?)?, typed(arg(ins, 1)?)?, p, typed_mut(outs[0])?),
+                }
+                return Ok(());
+            }
+            if alpha16x8 {
+                let (x, y) = (typed::<i16>(arg(ins, 0)?)?, typed::<i8>(arg(ins, 1)?)?);
+                ferrite_kernels::elementwise::binary(x, &sa, y, &sb, typed_mut::<i16>(outs[0])?, &os, |x, y| f(i32::from(x), i32::from(y)) as i16);
+                return Ok(());
+            }
+            if dtype == DType::I16 {
+                let (x, y) = (typed::<i16>(arg(ins, 0)?)?, typed::<i16>(arg(ins, 1)?)?);
+                ferrite_kernels::elementwise::binary(x, &sa, y, &sb, typed_mut::<i16>(outs[0])?, &os, |x, y| f(i32::from(x), i32::from(y)) as i16);
+                return Ok(());
+            }
+            let widen = |v: u8| if signed { i32::from(v as i8) } else { i32::from(v) };
+            ferrite_kernels::elementwise::binary(arg(ins, 0)?, &sa, arg(ins, 1)?, &sb, outs[0], &os, |x, y| f(widen(x), widen(y)) as u8);
+            Ok(())
+        }),
+    })
+}
+
 pub(crate) fn compare(op: &OpContext<'_>, code: B) -> Result<Built> {
     let (a, b) = (op.input(0)?, op.input(1)?);
     if a.dtype != b.dtype {
@@ -227,67 +362,5 @@ pub(crate) fn select(op: &OpContext<'_>) -> Result<Built> {
                 Ok(())
             }),
         })
-    })
-}
-
-pub(crate) fn unary(op: &OpContext<'_>, code: B) -> Result<Built> {
-    let x = op.input(0)?;
-    let shape = x.shape.clone();
-    if x.dtype == DType::I32 && matches!(code, B::ABS | B::NEG | B::SQUARE | B::RELU | B::SIGN) {
-        let f: fn(i32) -> i32 = match code {
-            B::ABS => i32::wrapping_abs,
-            B::NEG => i32::wrapping_neg,
-            B::SQUARE => |v| v.wrapping_mul(v),
-            B::RELU => |v| v.max(0),
-            _ => i32::signum,
-        };
-        return Ok(Built {
-            outputs: vec![(DType::I32, shape)],
-            kernel: Box::new(move |ins, outs| {
-                for (o, &i) in typed_mut::<i32>(outs[0])?.iter_mut().zip(typed::<i32>(arg(ins, 0)?)?) {
-                    *o = f(i);
-                }
-                Ok(())
-            }),
-        });
-    }
-    require_f32(op, &[0])?;
-    let alpha = match op.op.params {
-        OpParams::LeakyRelu { alpha } => alpha,
-        _ => 0.0,
-    };
-    let approximate = matches!(op.op.params, OpParams::Gelu { approximate: true });
-    let kind = match code {
-        B::ABS => Unary::Abs,
-        B::NEG => Unary::Neg,
-        B::EXP => Unary::Exp,
-        B::LOG => Unary::Log,
-        B::SQRT => Unary::Sqrt,
-        B::RSQRT => Unary::Rsqrt,
-        B::SQUARE => Unary::Square,
-        B::TANH => Unary::Tanh,
-        B::LOGISTIC => Unary::Logistic,
-        B::RELU => Unary::Relu,
-        B::RELU6 => Unary::Relu6,
-        B::RELU_N1_TO_1 => Unary::ReluN1To1,
-        B::RELU_0_TO_1 => Unary::Relu0To1,
-        B::HARD_SWISH => Unary::HardSwish,
-        B::LEAKY_RELU => Unary::LeakyRelu(alpha),
-        B::ELU => Unary::Elu,
-        B::FLOOR => Unary::Floor,
-        B::CEIL => Unary::Ceil,
-        B::ROUND => Unary::Round,
-        B::SIN => Unary::Sin,
-        B::COS => Unary::Cos,
-        B::GELU => Unary::Gelu(approximate),
-        B::SIGN => Unary::Sign,
-        _ => return Err(op.unsupported("unary op")),
-    };
-    Ok(Built {
-        outputs: vec![(DType::F32, shape)],
-        kernel: Box::new(move |ins, outs| {
-            kel::unary_f32(kind, typed::<f32>(arg(ins, 0)?)?, typed_mut::<f32>(outs[0])?);
-            Ok(())
-        }),
     })
 }

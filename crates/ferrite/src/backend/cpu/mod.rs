@@ -1,13 +1,20 @@
-//! The CPU backend: float32 kernels from `ferrite-kernels`, plus data movement
-//! for every element type.
+//! The CPU backend: the optimized kernels of `ferrite-kernels`, one file per op
+//! family, each holding its float, int8, uint8, int16x8 and hybrid builders side
+//! by side and its own dispatch (`build`); `quant` holds the integer helpers the
+//! families share.
 
+mod activation;
+mod conv;
 mod convert;
-pub(crate) use nn::transpose_conv_built;
 mod elementwise;
-mod nn;
+mod linear;
+mod movement;
+mod pool;
 mod quant;
 mod reduce;
-mod shape;
+mod softmax;
+
+pub(crate) use conv::transpose_conv_built;
 
 use ferrite_format::ops::BuiltinOp as B;
 use ferrite_kernels::Clamp;
@@ -44,91 +51,29 @@ fn build_builtin(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> 
         OpCode::Other(_) => return Err(op.unsupported("ferrite has no kernel for this builtin op yet")),
         OpCode::Custom(_) => return Err(op.unsupported("custom op without a registered implementation")),
     };
-    match code {
-        B::CONV_2D | B::DEPTHWISE_CONV_2D | B::FULLY_CONNECTED if is_hybrid(op) => quant::hybrid(op, code),
-        B::CONV_2D | B::DEPTHWISE_CONV_2D | B::FULLY_CONNECTED if is_int(op) => match code {
-            B::FULLY_CONNECTED => quant::fully_connected(op),
-            c => quant::conv(op, c == B::DEPTHWISE_CONV_2D, ctx),
-        },
-        B::HARD_SWISH if is_int(op) => quant::hard_swish(op),
-        B::TRANSPOSE_CONV if op.opt_input(2).is_some_and(|d| matches!(d.dtype, DType::I8 | DType::U8 | DType::I16)) => quant::transpose_conv(op),
-        B::LOGISTIC | B::TANH if is_int(op) && op.outputs[0].dtype == DType::I16 => quant::logistic_tanh_i16(op, code == B::TANH),
-        B::LOGISTIC if is_int(op) => quant::table(op, ferrite_kernels::elementwise::logistic),
-        B::TANH if is_int(op) => quant::table(op, f32::tanh),
-        B::QUANTIZE => quant::quantize(op),
-        B::SOFTMAX if is_int(op) => quant::softmax(op),
-        B::RELU | B::RELU6 | B::RELU_N1_TO_1 | B::LEAKY_RELU if is_int(op) => quant::relu_like(op, code),
-        B::ADD | B::SUB | B::MUL | B::PRELU if is_int(op) && op.opt_input(0).is_some_and(|d| d.quant.is_some()) => quant::binary(op, code),
-        B::AVERAGE_POOL_2D | B::MAX_POOL_2D if is_int(op) => quant::pool(op, code == B::MAX_POOL_2D),
-        B::CONV_2D => nn::conv2d(op, ctx),
-        B::DEPTHWISE_CONV_2D => nn::depthwise(op, ctx),
-        B::AVERAGE_POOL_2D | B::MAX_POOL_2D => nn::pool(op, ctx, code == B::MAX_POOL_2D),
-        B::FULLY_CONNECTED => nn::fully_connected(op, ctx),
-        B::TRANSPOSE_CONV => nn::transpose_conv(op),
-        B::BATCH_MATMUL => nn::batch_matmul(op),
-        B::SOFTMAX | B::LOG_SOFTMAX => nn::softmax(op, code == B::LOG_SOFTMAX),
-
-        B::ADD | B::SUB | B::MUL | B::DIV | B::MAXIMUM | B::MINIMUM | B::SQUARED_DIFFERENCE | B::POW | B::FLOOR_DIV | B::FLOOR_MOD | B::PRELU => {
-            elementwise::binary(op, code, ctx.pool())
+    // Each op belongs to one family; the family picks the builder for its types.
+    for family in FAMILIES {
+        if let Some(built) = family(code, op, ctx) {
+            return built;
         }
-        B::LESS | B::LESS_EQUAL | B::GREATER | B::GREATER_EQUAL | B::EQUAL | B::NOT_EQUAL => elementwise::compare(op, code),
-        B::LOGICAL_AND | B::LOGICAL_OR | B::LOGICAL_NOT => elementwise::logical(op, code),
-        B::SELECT | B::SELECT_V2 => elementwise::select(op),
-        B::ABS
-        | B::NEG
-        | B::EXP
-        | B::LOG
-        | B::SQRT
-        | B::RSQRT
-        | B::SQUARE
-        | B::TANH
-        | B::LOGISTIC
-        | B::RELU
-        | B::RELU6
-        | B::RELU_N1_TO_1
-        | B::RELU_0_TO_1
-        | B::HARD_SWISH
-        | B::LEAKY_RELU
-        | B::ELU
-        | B::FLOOR
-        | B::CEIL
-        | B::ROUND
-        | B::SIN
-        | B::COS
-        | B::GELU
-        | B::SIGN => elementwise::unary(op, code),
-
-        B::RESHAPE | B::SQUEEZE | B::EXPAND_DIMS => shape::reshape_like(op, code),
-        B::CONCATENATION | B::PACK => shape::concat(op, code == B::PACK),
-        B::UNPACK | B::SPLIT | B::SPLIT_V => shape::split(op, code),
-        B::SLICE | B::STRIDED_SLICE => shape::slice(op, code == B::STRIDED_SLICE),
-        B::TRANSPOSE => shape::transpose(op),
-        B::REVERSE_V2 => shape::reverse(op),
-        B::PAD | B::PADV2 => shape::pad(op),
-        B::GATHER => shape::gather(op),
-        B::TILE | B::BROADCAST_TO => shape::tile(op, code == B::BROADCAST_TO),
-        B::DEPTH_TO_SPACE | B::SPACE_TO_DEPTH => shape::depth_space(op, code == B::DEPTH_TO_SPACE),
-        B::RESIZE_BILINEAR | B::RESIZE_NEAREST_NEIGHBOR => shape::resize(op, code == B::RESIZE_BILINEAR, ctx.pool()),
-        B::SHAPE => shape::shape(op),
-        B::FILL | B::ZEROS_LIKE => shape::fill(op, code == B::ZEROS_LIKE),
-
-        B::MEAN | B::SUM | B::REDUCE_MAX | B::REDUCE_MIN | B::REDUCE_PROD => reduce::reduce(op, code),
-        B::ARG_MAX | B::ARG_MIN => reduce::arg_minmax(op, code == B::ARG_MAX),
-
-        B::DEQUANTIZE => convert::dequantize(op),
-        B::DENSIFY => convert::densify(op),
-        B::CAST => convert::cast(op),
-        _ => Err(op.unsupported("no CPU kernel for this op yet")),
     }
+    Err(op.unsupported("no CPU kernel for this op yet"))
 }
 
+/// A family's dispatch: `None` when the op is not one of its ops.
+type Family = fn(B, &OpContext<'_>, &mut BackendContext) -> Option<Result<Built>>;
+
+/// The op families, each with its own dispatch.
+const FAMILIES: [Family; 9] =
+    [conv::build, linear::build, pool::build, softmax::build, activation::build, elementwise::build, reduce::build, movement::build, convert::build];
+
 /// True for float activations with int8 weights (dynamic-range quantization).
-fn is_hybrid(op: &OpContext<'_>) -> bool {
+pub(crate) fn is_hybrid(op: &OpContext<'_>) -> bool {
     op.opt_input(0).is_some_and(|d| d.dtype == DType::F32) && op.opt_input(1).is_some_and(|d| d.dtype == DType::I8)
 }
 
 /// True when the op's first input holds quantized integers.
-fn is_int(op: &OpContext<'_>) -> bool {
+pub(crate) fn is_int(op: &OpContext<'_>) -> bool {
     op.opt_input(0).is_some_and(|d| matches!(d.dtype, DType::I8 | DType::U8 | DType::I16))
 }
 

@@ -9,6 +9,15 @@ use crate::error::Result;
 use crate::model::DType;
 use crate::ops::OpParams;
 
+/// The reduction family's builders.
+pub(super) fn build(code: B, op: &OpContext<'_>, _ctx: &mut crate::backend::BackendContext) -> Option<Result<Built>> {
+    Some(match code {
+        B::MEAN | B::SUM | B::REDUCE_MAX | B::REDUCE_MIN | B::REDUCE_PROD => reduce(op, code),
+        B::ARG_MAX | B::ARG_MIN => arg_minmax(op, code == B::ARG_MAX),
+        _ => return None,
+    })
+}
+
 pub(crate) fn reduce(op: &OpContext<'_>, code: B) -> Result<Built> {
     if code == B::MEAN && matches!(op.input(0)?.dtype, DType::I8 | DType::U8 | DType::I16) {
         return mean_int(op);

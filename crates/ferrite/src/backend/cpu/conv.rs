@@ -1,20 +1,36 @@
-//! Convolutions, pooling, fully-connected, matmul, softmax.
+//! Convolutions: CONV_2D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV — float (implicit GEMM on
+//! prepacked panels, fused epilogues), int8 / uint8 / int16x8 (the int8 GEMM and exact
+//! requantization), and hybrid (float activations, int8 weights) side by side.
 
+use std::sync::{Arc, Mutex};
+
+use ferrite_format::ops::BuiltinOp as B;
 use ferrite_kernels::conv::{self, out_size_and_pad, Window};
-use std::sync::Arc;
-
 use ferrite_kernels::igemm::{self, Isa, Packed};
-use ferrite_kernels::{gemm, pool as kpool, softmax as ksoftmax, Clamp};
+use ferrite_kernels::quant::{self as kq, QConv};
+use ferrite_kernels::{qgemm, Clamp};
 
-use std::sync::Mutex;
-
-use super::{clamp_of, for_row_chunks, for_row_chunks_aligned, require_f32, rows_with_epilogue};
+use super::quant::*;
+use super::{clamp_of, for_row_chunks, for_row_chunks_aligned, is_hybrid, is_int, require_f32, rows_with_epilogue};
 use crate::backend::{arg, typed, typed_mut, BackendContext, Built, OpContext, PackKey, Packing};
 use crate::error::Result;
 use crate::model::DType;
 use crate::ops::{OpParams, Padding};
 
-fn rank4<'s>(op: &OpContext<'_>, shape: &'s [usize], what: &str) -> Result<&'s [usize]> {
+/// The convolution family's builders, by op and element types.
+pub(super) fn build(code: B, op: &OpContext<'_>, ctx: &mut BackendContext) -> Option<Result<Built>> {
+    Some(match code {
+        B::CONV_2D | B::DEPTHWISE_CONV_2D if is_hybrid(op) => super::linear::hybrid(op, code),
+        B::CONV_2D | B::DEPTHWISE_CONV_2D if is_int(op) => conv_int(op, code == B::DEPTHWISE_CONV_2D, ctx),
+        B::CONV_2D => conv2d(op, ctx),
+        B::DEPTHWISE_CONV_2D => depthwise(op, ctx),
+        B::TRANSPOSE_CONV if op.opt_input(2).is_some_and(|d| matches!(d.dtype, DType::I8 | DType::U8 | DType::I16)) => transpose_conv_int(op),
+        B::TRANSPOSE_CONV => transpose_conv(op),
+        _ => return None,
+    })
+}
+
+pub(super) fn rank4<'s>(op: &OpContext<'_>, shape: &'s [usize], what: &str) -> Result<&'s [usize]> {
     if shape.len() != 4 {
         return Err(op.bad(format!("{what} must be 4-D, got {shape:?}")));
     }
@@ -51,7 +67,7 @@ pub(crate) fn window(op: &OpContext<'_>, input: &[usize], k: (usize, usize), str
     })
 }
 
-fn check_bias(op: &OpContext<'_>, i: usize, n: usize) -> Result<()> {
+pub(super) fn check_bias(op: &OpContext<'_>, i: usize, n: usize) -> Result<()> {
     if let Some(b) = op.opt_input(i) {
         if b.shape.iter().product::<usize>() != n {
             return Err(op.bad(format!("bias has shape {:?}, expected {n} elements", b.shape)));
@@ -62,14 +78,14 @@ fn check_bias(op: &OpContext<'_>, i: usize, n: usize) -> Result<()> {
 
 /// Weights (and bias) as GEMM panels: from the session cache when constant,
 /// otherwise a private copy repacked on every run.
-enum Weights {
+pub(super) enum Weights {
     Cached(Arc<Packed>),
     PerRun(Packed),
 }
 
 /// GEMM packing of conv / FC weights `[n][taps][k]`; `merged_kw > 1` merges that
 /// many filter columns into each tap (taps = kh, k = kw * in_c).
-fn gemm_weights(op: &OpContext<'_>, ctx: &mut BackendContext, n: usize, taps: usize, k: usize, merged_kw: usize) -> Result<Weights> {
+pub(super) fn gemm_weights(op: &OpContext<'_>, ctx: &mut BackendContext, n: usize, taps: usize, k: usize, merged_kw: usize) -> Result<Weights> {
     // Packings (and run-time weights' zeroed staging) are sized from the shapes,
     // output channels padded to whole panels, plus a row of k zeros even when there
     // are no output channels: bounded by the session limit first.
@@ -96,7 +112,7 @@ fn gemm_weights(op: &OpContext<'_>, ctx: &mut BackendContext, n: usize, taps: us
 
 impl Weights {
     /// The packing to use for this run, repacking run-time weights first.
-    fn get(&mut self, ins: &[Option<&[u8]>], has_bias: bool) -> Result<&Packed> {
+    pub(super) fn get(&mut self, ins: &[Option<&[u8]>], has_bias: bool) -> Result<&Packed> {
         match self {
             Weights::Cached(p) => Ok(p),
             Weights::PerRun(p) => {
@@ -228,81 +244,6 @@ pub(crate) fn depthwise(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<
     })
 }
 
-pub(crate) fn pool(op: &OpContext<'_>, ctx: &mut BackendContext, max: bool) -> Result<Built> {
-    let OpParams::Pool2D { padding, stride, filter, activation } = op.op.params else { return Err(op.bad("missing Pool2D options")) };
-    require_f32(op, &[0])?;
-    let x = rank4(op, &op.input(0)?.shape, "input")?.to_vec();
-    let clamp = clamp_of(op, activation)?;
-    let g = window(op, &x, filter, stride, (1, 1), padding)?;
-    let c = x[3];
-    let pool = ctx.pool();
-    let rows = g.batch * g.out_h;
-    // One compare or add per window position and channel: the work measure that
-    // decides whether the rows are worth splitting over the pool.
-    let flops = rows * g.out_w * c * g.k_h * g.k_w;
-    Ok(Built {
-        outputs: vec![(DType::F32, vec![g.batch, g.out_h, g.out_w, c])],
-        kernel: Box::new(move |ins, outs| {
-            let i = typed::<f32>(arg(ins, 0)?)?;
-            for_row_chunks(pool.as_deref(), flops, typed_mut::<f32>(outs[0])?, rows, g.out_w * c, &|_, r, o| {
-                if max {
-                    kpool::max_pool(i, c, &g, clamp, o, r)
-                } else {
-                    kpool::average_pool(i, c, &g, clamp, o, r)
-                }
-                true
-            })
-        }),
-    })
-}
-
-pub(crate) fn fully_connected(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> {
-    let OpParams::FullyConnected { activation, keep_num_dims, shuffled_weights, .. } = op.op.params else {
-        return Err(op.bad("missing FullyConnected options"));
-    };
-    if shuffled_weights {
-        return Err(op.unsupported("shuffled weights format"));
-    }
-    require_f32(op, &[0, 1, 2])?;
-    let x = op.input(0)?.shape.clone();
-    let w = op.input(1)?.shape.clone();
-    if w.len() != 2 {
-        return Err(op.bad(format!("weights must be 2-D, got {w:?}")));
-    }
-    let (out_n, in_n) = (w[0], w[1]);
-    let total: usize = x.iter().product();
-    if in_n == 0 || !total.is_multiple_of(in_n) {
-        return Err(op.bad(format!("input {x:?} is not a multiple of the weights' input size {in_n}")));
-    }
-    let batch = total / in_n;
-    check_bias(op, 2, out_n)?;
-    let clamp = clamp_of(op, activation)?;
-    let out_shape = if keep_num_dims {
-        let mut s = x.clone();
-        if let Some(l) = s.last_mut() {
-            *l = out_n;
-        } else {
-            // A rank-0 input is one row: the output is that row's out_n values.
-            s = vec![out_n];
-        }
-        s
-    } else {
-        vec![batch, out_n]
-    };
-    let has_bias = op.opt_input(2).is_some();
-    let mut weights = gemm_weights(op, ctx, out_n, 1, in_n, 1)?;
-    Ok(Built {
-        outputs: vec![(DType::F32, out_shape)],
-        kernel: Box::new(move |ins, outs| {
-            let pk = weights.get(ins, has_bias)?;
-            if !igemm::fully_connected(typed::<f32>(arg(ins, 0)?)?, batch, pk, clamp, typed_mut::<f32>(outs[0])?) {
-                return Err(crate::error::Error::Runtime("fully-connected buffers do not match the planned shapes".into()));
-            }
-            Ok(())
-        }),
-    })
-}
-
 /// Shared by TRANSPOSE_CONV and MediaPipe's Convolution2DTransposeBias.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn transpose_conv_built(
@@ -369,187 +310,215 @@ pub(crate) fn transpose_conv(op: &OpContext<'_>) -> Result<Built> {
     transpose_conv_built(op, &x, &w, out_shape[1] as usize, out_shape[2] as usize, stride, padding, clamp, 2, 1, Some(3))
 }
 
-pub(crate) fn batch_matmul(op: &OpContext<'_>) -> Result<Built> {
-    let OpParams::BatchMatMul { adj_x, adj_y, .. } = op.op.params else { return Err(op.bad("missing BatchMatMul options")) };
-    let int_type = op.input(0)?.dtype;
-    let int8 = matches!(int_type, DType::I8 | DType::I16);
-    let hybrid = int_type == DType::F32 && op.input(1)?.dtype == DType::I8;
-    if !int8 && !hybrid {
-        require_f32(op, &[0, 1])?;
-    } else if int8 && (op.input(1)?.dtype != int_type || op.outputs[0].dtype != int_type) {
-        return Err(op.unsupported(format!("{} BATCH_MATMUL needs {0} operands and output", int_type.name())));
+pub(crate) fn conv_int(op: &OpContext<'_>, depthwise: bool, ctx: &mut crate::backend::BackendContext) -> Result<Built> {
+    let kind = int_types(op)?;
+    let (x, w) = (op.input(0)?, op.input(1)?);
+    let (padding, stride, dilation, act) = match op.op.params {
+        OpParams::Conv2D { padding, stride, dilation, activation } if !depthwise => (padding, stride, dilation, activation),
+        OpParams::DepthwiseConv2D { padding, stride, dilation, activation, .. } if depthwise => (padding, stride, dilation, activation),
+        _ => return Err(op.bad("missing convolution options")),
+    };
+    if x.shape.len() != 4 || w.shape.len() != 4 {
+        return Err(op.bad("input and filter must be 4-D"));
     }
-    let a = op.input(0)?.shape.clone();
-    let b = op.input(1)?.shape.clone();
-    if a.len() < 2 || b.len() < 2 {
-        return Err(op.bad(format!("operands must be at least 2-D, got {a:?} and {b:?}")));
+    let (in_c, kh, kw) = (x.shape[3], w.shape[1], w.shape[2]);
+    let out_c = if depthwise { w.shape[3] } else { w.shape[0] };
+    if (!depthwise && w.shape[3] != in_c) || (depthwise && (w.shape[0] != 1 || in_c == 0 || out_c % in_c != 0)) {
+        return Err(op.bad(format!("filter {:?} does not match input {:?}", w.shape, x.shape)));
     }
-    let (ra, rb) = (a.len(), b.len());
-    let (m, ka) = if adj_x { (a[ra - 1], a[ra - 2]) } else { (a[ra - 2], a[ra - 1]) };
-    let (kb, n) = if adj_y { (b[rb - 1], b[rb - 2]) } else { (b[rb - 2], b[rb - 1]) };
-    if ka != kb {
-        return Err(op.bad(format!("inner dimensions differ: {a:?} x {b:?}")));
+    check_int_bias(op, out_c, x.dtype)?;
+    let (in_scale, in_zp) = per_tensor(op, x.quant, "input")?;
+    let wq = w.quant.ok_or_else(|| op.bad("filter has no quantization parameters"))?;
+    if wq.scale.len() != 1 && wq.scale.len() != out_c {
+        return Err(op.bad(format!("{} filter scales for {out_c} channels", wq.scale.len())));
     }
-    let batch = ferrite_kernels::elementwise::broadcast_shape(&a[..ra - 2], &b[..rb - 2])
-        .ok_or_else(|| op.bad(format!("batch dims of {a:?} and {b:?} do not broadcast")))?;
-    let mut out_shape = batch.clone();
-    out_shape.extend([m, n]);
-    // Batch index tables (8 bytes per batch) and transpose scratch are sized from
-    // file shapes: bounded by the session limit before anything is allocated.
-    let nb = op.checked_elements(&batch, 8)?;
+    let g = window(op, &x.shape, (kh, kw), stride, dilation, padding)?;
+    let mut q = QConv {
+        g,
+        in_c,
+        out_c,
+        depth_multiplier: if depthwise { out_c / in_c } else { 0 },
+        in_zp,
+        w_zp: wq.zero_point[0] as i32,
+        rq: requant(op, in_scale, &wq.scale, act)?,
+    };
+    let out_shape = vec![g.batch, g.out_h, g.out_w, out_c];
+    // Accumulators and the uint8 input copy are sized from file shapes: bounded first.
     op.checked_elements(&out_shape, 4)?;
-    op.checked_elements(&[m, ka], 4)?;
-    op.checked_elements(&[ka, n], 4)?;
-    let bstr = |s: &[usize]| -> Vec<usize> {
-        // Flat batch index -> operand batch index, honouring broadcast.
-        let sh = &s[..s.len() - 2];
-        (0..nb)
-            .map(|flat| {
-                let mut rem = flat;
-                let mut idx = 0;
-                let mut mul = 1;
-                for d in (0..batch.len()).rev() {
-                    let i = rem % batch[d];
-                    rem /= batch[d];
-                    if d + sh.len() >= batch.len() {
-                        let sd = d + sh.len() - batch.len();
-                        idx += if sh[sd] == 1 { 0 } else { i } * mul;
-                        mul *= sh[sd];
-                    }
-                }
-                idx
-            })
-            .collect()
-    };
-    let (ia, ib) = (bstr(&a), bstr(&b));
-    let k = ka;
-    if int8 {
-        return batch_matmul_int(op, (m, k, n), (adj_x, adj_y), ia, ib, out_shape);
-    }
-    if hybrid {
-        return super::quant::batch_matmul_hybrid(op, (m, k, n), (adj_x, adj_y), ia, ib, out_shape);
-    }
-    // Transpose scratch, sized once here so runs do not allocate.
-    let mut ta = vec![0.0f32; if adj_x { m * k } else { 0 }];
-    let mut tb = vec![0.0f32; if adj_y { k * n } else { 0 }];
-    Ok(Built {
-        outputs: vec![(DType::F32, out_shape)],
-        kernel: Box::new(move |ins, outs| {
-            let (av, bv) = (typed::<f32>(arg(ins, 0)?)?, typed::<f32>(arg(ins, 1)?)?);
-            let out = typed_mut::<f32>(outs[0])?;
-            for p in 0..nb {
-                let asl = &av[ia[p] * m * k..][..m * k];
-                let bsl = &bv[ib[p] * k * n..][..k * n];
-                let asl = if adj_x {
-                    ferrite_kernels::movement::transpose(asl, &[k, m], &[1, 0], &mut ta);
-                    &ta[..]
-                } else {
-                    asl
-                };
-                let bsl = if adj_y {
-                    ferrite_kernels::movement::transpose(bsl, &[n, k], &[1, 0], &mut tb);
-                    &tb[..]
-                } else {
-                    bsl
-                };
-                gemm::matmul(asl, bsl, m, k, n, &mut out[p * m * n..][..m * n]);
-            }
-            Ok(())
-        }),
-    })
-}
-
-pub(crate) fn softmax(op: &OpContext<'_>, log: bool) -> Result<Built> {
-    require_f32(op, &[0])?;
-    let beta = match op.op.params {
-        OpParams::Softmax { beta } => beta,
-        _ => 1.0,
-    };
-    let s = op.input(0)?.shape.clone();
-    let n = *s.last().ok_or_else(|| op.bad("softmax of a scalar"))?;
-    Ok(Built {
-        outputs: vec![(DType::F32, s)],
-        kernel: Box::new(move |ins, outs| {
-            if n == 0 {
-                return Ok(());
-            }
-            if log {
-                ksoftmax::log_softmax(typed(arg(ins, 0)?)?, n, typed_mut(outs[0])?)
-            } else {
-                ksoftmax::softmax(typed(arg(ins, 0)?)?, n, beta, typed_mut(outs[0])?)
-            }
-            Ok(())
-        }),
-    })
-}
-
-/// int8 / int16 BATCH_MATMUL as LiteRT: zero-point-corrected integer dot products
-/// rescaled by a multiplier formed in single precision (as its prepare does); int16
-/// (zero points 0) sums in 64 bits and rescales with the 16-bit reduced multiplier,
-/// like the int16x8 convolutions (measured: the full one is off by 1 LSB at times).
-fn batch_matmul_int(
-    op: &OpContext<'_>,
-    (m, k, n): (usize, usize, usize),
-    (adj_x, adj_y): (bool, bool),
-    ia: Vec<usize>,
-    ib: Vec<usize>,
-    out_shape: Vec<usize>,
-) -> Result<Built> {
-    let q = |t: Option<&crate::model::Quantization>, what: &str| {
-        t.map(|q| (q.scale[0], q.zero_point[0] as i32)).ok_or_else(|| op.bad(format!("quantized BATCH_MATMUL {what} has no quantization parameters")))
-    };
-    let dtype = op.input(0)?.dtype;
-    let (sa, za) = q(op.input(0)?.quant, "input 0")?;
-    let (sb, zb) = q(op.input(1)?.quant, "input 1")?;
-    let (so, zo) = q(op.outputs[0].quant.as_ref(), "output")?;
-    let (mult, shift) = ferrite_kernels::quant::quantize_multiplier(f64::from(sa * sb / so));
-    if dtype == DType::I16 {
-        if za != 0 || zb != 0 || zo != 0 {
-            return Err(op.bad("int16 BATCH_MATMUL requires zero points of 0"));
-        }
+    op.checked_elements(&x.shape, 1)?;
+    if kind == IntKind::I16x8 {
+        let bias = int16x8_setup(op, q.in_zp, q.w_zp, &q.rq)?;
+        let acc = Mutex::new(vec![0i64; out_c]);
         return Ok(Built {
             outputs: vec![(DType::I16, out_shape)],
             kernel: Box::new(move |ins, outs| {
-                let (av, bv) = (typed::<i16>(arg(ins, 0)?)?, typed::<i16>(arg(ins, 1)?)?);
-                let out = typed_mut::<i16>(outs[0])?;
-                for (p, (&pa, &pb)) in ia.iter().zip(&ib).enumerate() {
-                    let (asl, bsl) = (&av[pa * m * k..][..m * k], &bv[pb * k * n..][..k * n]);
-                    for i in 0..m {
-                        for j in 0..n {
-                            let mut acc = 0i64;
-                            for kk in 0..k {
-                                let x = asl[if adj_x { kk * m + i } else { i * k + kk }];
-                                let y = bsl[if adj_y { j * k + kk } else { kk * n + j }];
-                                acc += i64::from(i32::from(x) * i32::from(y));
-                            }
-                            let v = ferrite_kernels::quant::multiply_by_quantized_multiplier_i64(acc, mult, shift);
-                            out[(p * m + i) * n + j] = v.clamp(-32768, 32767) as i16;
-                        }
-                    }
+                let mut acc = acc.lock().unwrap_or_else(|e| e.into_inner());
+                kq::conv_i16(typed(arg(ins, 0)?)?, typed(arg(ins, 1)?)?, bias.as_deref(), &q, typed_mut(outs[0])?, &mut acc);
+                Ok(())
+            }),
+        });
+    }
+    if kind == IntKind::I8 && depthwise && q.depth_multiplier == 1 && q.w_zp == 0 && w.constant {
+        // Channel multiplier 1: taps as flat multiply-adds along output rows.
+        let bytes = w.value.ok_or_else(|| op.bad("constant weights without data"))?;
+        let dw = Mutex::new(qgemm::Depthwise::new(typed::<i8>(bytes)?, &q));
+        let has_bias = op.opt_input(2).is_some();
+        return Ok(Built {
+            outputs: vec![(DType::I8, out_shape)],
+            kernel: Box::new(move |ins, outs| {
+                let bias = if has_bias { Some(typed::<i32>(arg(ins, 2)?)?) } else { None };
+                let mut dw = dw.lock().unwrap_or_else(|e| e.into_inner());
+                qgemm::depthwise_i8(arg(ins, 0)?, &mut dw, bias, &q, typed_mut(outs[0])?);
+                Ok(())
+            }),
+        });
+    }
+    if kind == IntKind::I8 && !depthwise && q.w_zp == 0 && w.constant {
+        // The common int8 case: weights packed once for the int8 GEMM.
+        let bytes = w.value.ok_or_else(|| op.bad("constant weights without data"))?;
+        let key = crate::backend::PackKey { subgraph: op.subgraph, tensor: w.tensor, with: None, packing: crate::backend::Packing::QGemm };
+        let k = kh * kw * in_c;
+        let pk = ctx.packed(key, || Ok(qgemm::QPacked::new(typed::<i8>(bytes)?, out_c, k)))?;
+        let scratch = Mutex::new(qgemm::ConvScratch::new(&pk, &q.rq));
+        let has_bias = op.opt_input(2).is_some();
+        return Ok(Built {
+            outputs: vec![(DType::I8, out_shape)],
+            kernel: Box::new(move |ins, outs| {
+                let bias = if has_bias { Some(typed::<i32>(arg(ins, 2)?)?) } else { None };
+                let mut s = scratch.lock().unwrap_or_else(|e| e.into_inner());
+                qgemm::conv_i8(arg(ins, 0)?, &pk, bias, &q, typed_mut(outs[0])?, &mut s);
+                Ok(())
+            }),
+        });
+    }
+    let flipped = if kind == IntKind::U8 {
+        q.in_zp -= 128;
+        q.w_zp -= 128;
+        shift_requant(&mut q.rq);
+        Some(Unsigned::new(op, x.shape.iter().product())?)
+    } else {
+        None
+    };
+    let has_bias = op.opt_input(2).is_some();
+    let acc = Mutex::new(vec![0i32; g.batch * g.out_h * g.out_w * out_c]);
+    Ok(Built {
+        outputs: vec![(x.dtype, out_shape)],
+        kernel: Box::new(move |ins, outs| {
+            let bias = if has_bias { Some(typed::<i32>(arg(ins, 2)?)?) } else { None };
+            let mut acc = acc.lock().unwrap_or_else(|e| e.into_inner());
+            match &flipped {
+                None => kq::conv_i8(typed(arg(ins, 0)?)?, typed(arg(ins, 1)?)?, bias, &q, typed_mut(outs[0])?, &mut acc),
+                Some(u) => {
+                    kq::conv_i8(&u.input(arg(ins, 0)?), &u.weights, bias, &q, typed_mut(outs[0])?, &mut acc);
+                    outs[0].iter_mut().for_each(|b| *b ^= 0x80);
+                }
+            }
+            Ok(())
+        }),
+    })
+}
+
+/// TRANSPOSE_CONV on int8 (per-channel int8 weights, int32 bias), uint8 (uint8
+/// weights with a zero point, run through the int8 kernel shifted by 128) or
+/// int16x8 (int64 bias, 64-bit sums): integer scatter of the zero-point-corrected
+/// input, bias, per-channel requantization.
+pub(crate) fn transpose_conv_int(op: &OpContext<'_>) -> Result<Built> {
+    let OpParams::TransposeConv { padding, stride, activation } = op.op.params else { return Err(op.bad("missing TransposeConv options")) };
+    let (w, x) = (op.input(1)?, op.input(2)?);
+    let bias_type = op.opt_input(3).map(|b| b.dtype);
+    let kind = match (x.dtype, w.dtype, op.outputs[0].dtype, bias_type) {
+        (DType::I8, DType::I8, DType::I8, None | Some(DType::I32)) => IntKind::I8,
+        (DType::U8, DType::U8, DType::U8, None | Some(DType::I32)) => IntKind::U8,
+        (DType::I16, DType::I8, DType::I16, None | Some(DType::I64)) => IntKind::I16x8,
+        _ => {
+            return Err(op.unsupported(format!(
+                "quantized TRANSPOSE_CONV of {} with {} weights (int8, uint8, and int16 with int8 weights and int64 bias, are implemented)",
+                x.dtype.name(),
+                w.dtype.name()
+            )))
+        }
+    };
+    let out_shape = op.const_ints(0)?;
+    if x.shape.len() != 4 || w.shape.len() != 4 || out_shape.len() != 4 || out_shape.iter().any(|&d| d <= 0) {
+        return Err(op.bad(format!("TRANSPOSE_CONV of {:?} with filter {:?} to {out_shape:?}", x.shape, w.shape)));
+    }
+    let (oc, kh, kw, ic) = (w.shape[0], w.shape[1], w.shape[2], w.shape[3]);
+    let (out_h, out_w) = (out_shape[1] as usize, out_shape[2] as usize);
+    if ic != x.shape[3] || out_shape[0] as usize != x.shape[0] || out_shape[3] as usize != oc || stride.0 == 0 || stride.1 == 0 {
+        return Err(op.bad(format!("output_shape {out_shape:?} does not match input {:?} / filter {:?}", x.shape, w.shape)));
+    }
+    if op.opt_input(3).is_some_and(|b| b.shape.iter().product::<usize>() != oc) {
+        return Err(op.bad("bias size does not match the output channels"));
+    }
+    let (in_scale, in_zp) = per_tensor(op, x.quant, "input")?;
+    let wq = w.quant.ok_or_else(|| op.bad("filter has no quantization parameters"))?;
+    if wq.scale.len() != 1 && wq.scale.len() != oc {
+        return Err(op.bad(format!("{} filter scales for {oc} channels", wq.scale.len())));
+    }
+    let mut rq = requant(op, in_scale, &wq.scale, activation)?;
+    // Padding is that of the forward convolution mapping the output onto the input.
+    let same = padding == crate::ops::Padding::Same;
+    let pad = |o: usize, k: usize, s: usize, i: usize| if same { (((i.max(1) - 1) * s + k).saturating_sub(o)) / 2 } else { 0 };
+    let g = ferrite_kernels::conv::Window {
+        batch: x.shape[0],
+        in_h: out_h,
+        in_w: out_w,
+        out_h: x.shape[1],
+        out_w: x.shape[2],
+        k_h: kh,
+        k_w: kw,
+        stride_h: stride.0,
+        stride_w: stride.1,
+        dil_h: 1,
+        dil_w: 1,
+        pad_top: pad(out_h, kh, stride.0, x.shape[1]),
+        pad_left: pad(out_w, kw, stride.1, x.shape[2]),
+    };
+    let n_out = op.checked_elements(&[g.batch, out_h, out_w, oc], 8)?;
+    if kind == IntKind::I16x8 {
+        let bias = int16x8_setup_at(op, 3, in_zp, wq.zero_point[0] as i32, &rq)?;
+        let acc = Mutex::new(vec![0i64; n_out]);
+        return Ok(Built {
+            outputs: vec![(DType::I16, vec![g.batch, out_h, out_w, oc])],
+            kernel: Box::new(move |ins, outs| {
+                let mut acc = acc.lock().unwrap_or_else(|e| e.into_inner());
+                kq::transpose_conv_acc_i16(typed(arg(ins, 2)?)?, ic, typed(arg(ins, 1)?)?, oc, &g, &mut acc);
+                for (i, (o, &a)) in typed_mut::<i16>(outs[0])?.iter_mut().zip(acc.iter()).enumerate() {
+                    let c = i % oc;
+                    *o = kq::requant_i64(&rq, a.wrapping_add(bias.as_ref().map_or(0, |b| b[c])), c, kq::multiply_by_quantized_multiplier_i64);
                 }
                 Ok(())
             }),
         });
     }
+    let (mut in_zp, mut w_zp) = (in_zp, wq.zero_point[0] as i32);
+    let flipped = if kind == IntKind::U8 {
+        in_zp -= 128;
+        w_zp -= 128;
+        shift_requant(&mut rq);
+        Some(Unsigned::new(op, x.shape.iter().product())?)
+    } else {
+        if w_zp != 0 {
+            return Err(op.bad("int8 TRANSPOSE_CONV weights must have zero point 0"));
+        }
+        None
+    };
+    let has_bias = op.opt_input(3).is_some();
+    let acc = Mutex::new(vec![0i32; n_out]);
     Ok(Built {
-        outputs: vec![(DType::I8, out_shape)],
+        outputs: vec![(x.dtype, vec![g.batch, out_h, out_w, oc])],
         kernel: Box::new(move |ins, outs| {
-            let (av, bv) = (typed::<i8>(arg(ins, 0)?)?, typed::<i8>(arg(ins, 1)?)?);
-            let out = typed_mut::<i8>(outs[0])?;
-            for (p, (&pa, &pb)) in ia.iter().zip(&ib).enumerate() {
-                let (asl, bsl) = (&av[pa * m * k..][..m * k], &bv[pb * k * n..][..k * n]);
-                for i in 0..m {
-                    for j in 0..n {
-                        let mut acc = 0i32;
-                        for kk in 0..k {
-                            let x = asl[if adj_x { kk * m + i } else { i * k + kk }];
-                            let y = bsl[if adj_y { j * k + kk } else { kk * n + j }];
-                            acc += (i32::from(x) - za) * (i32::from(y) - zb);
-                        }
-                        let v = ferrite_kernels::quant::multiply_by_quantized_multiplier(acc, mult, shift) + zo;
-                        out[(p * m + i) * n + j] = v.clamp(-128, 127) as i8;
-                    }
-                }
+            let bias = if has_bias { Some(typed::<i32>(arg(ins, 3)?)?) } else { None };
+            let mut acc = acc.lock().unwrap_or_else(|e| e.into_inner());
+            match &flipped {
+                None => kq::transpose_conv_acc_i8(typed(arg(ins, 2)?)?, ic, typed(arg(ins, 1)?)?, oc, &g, in_zp, w_zp, &mut acc),
+                Some(u) => kq::transpose_conv_acc_i8(&u.input(arg(ins, 2)?), ic, &u.weights, oc, &g, in_zp, w_zp, &mut acc),
+            }
+            // The uint8 results flip back from the int8 domain.
+            let flip = if flipped.is_some() { 0x80 } else { 0 };
+            for (i, (o, &a)) in outs[0].iter_mut().zip(acc.iter()).enumerate() {
+                let c = i % oc;
+                *o = (rq.apply(a.wrapping_add(bias.map_or(0, |b| b[c])), c) as i8 as u8) ^ flip;
             }
             Ok(())
         }),

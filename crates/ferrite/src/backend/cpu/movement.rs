@@ -1,14 +1,34 @@
-//! Shape and data-movement ops. They only move elements, so one implementation
-//! per element size serves every dtype.
+//! Shape and data movement for every element type: reshape-like ops, concat,
+//! split, slices, transpose, reverse, pad, gather, tile, depth/space, resize, shape, fill.
 
 use ferrite_format::ops::BuiltinOp as B;
 use ferrite_kernels::{movement, resize as kresize};
 
 use super::{axis, by_size, require_f32};
-use crate::backend::{arg, typed, typed_mut, Built, KernelFn, OpContext};
+use crate::backend::{arg, typed, typed_mut, BackendContext, Built, KernelFn, OpContext};
 use crate::error::Result;
 use crate::model::DType;
 use crate::ops::OpParams;
+
+/// The data-movement family's builders (any element type).
+pub(super) fn build(code: B, op: &OpContext<'_>, ctx: &mut BackendContext) -> Option<Result<Built>> {
+    Some(match code {
+        B::RESHAPE | B::SQUEEZE | B::EXPAND_DIMS => reshape_like(op, code),
+        B::CONCATENATION | B::PACK => concat(op, code == B::PACK),
+        B::UNPACK | B::SPLIT | B::SPLIT_V => split(op, code),
+        B::SLICE | B::STRIDED_SLICE => slice(op, code == B::STRIDED_SLICE),
+        B::TRANSPOSE => transpose(op),
+        B::REVERSE_V2 => reverse(op),
+        B::PAD | B::PADV2 => pad(op),
+        B::GATHER => gather(op),
+        B::TILE | B::BROADCAST_TO => tile(op, code == B::BROADCAST_TO),
+        B::DEPTH_TO_SPACE | B::SPACE_TO_DEPTH => depth_space(op, code == B::DEPTH_TO_SPACE),
+        B::RESIZE_BILINEAR | B::RESIZE_NEAREST_NEIGHBOR => resize(op, code == B::RESIZE_BILINEAR, ctx.pool()),
+        B::SHAPE => shape(op),
+        B::FILL | B::ZEROS_LIKE => fill(op, code == B::ZEROS_LIKE),
+        _ => return None,
+    })
+}
 
 fn copy_kernel() -> KernelFn {
     Box::new(|ins, outs| {
