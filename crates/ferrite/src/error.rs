@@ -148,26 +148,22 @@ impl Error {
         self.detail().and_then(|d| d.location.as_ref())
     }
 
-    /// The same error located at `location`, unless it already has a location.
-    pub fn located(mut self, location: Location) -> Error {
-        if let Some(d) = self.detail_mut() {
-            if d.location.is_none() {
-                d.location = Some(location);
-            }
+    /// The same error located at `location`, unless it already has a location
+    /// (I/O and format errors are returned unchanged).
+    pub fn located(self, location: Location) -> Error {
+        if self.location().is_some() {
+            return self;
         }
-        self
-    }
-
-    fn detail_mut(&mut self) -> Option<&mut Detail> {
+        let at = |d: Detail| Detail { location: Some(location), ..d };
         match self {
-            Error::InvalidModel(d)
-            | Error::Unsupported(d)
-            | Error::InvalidArgument(d)
-            | Error::InvalidState(d)
-            | Error::ResourceLimit(d)
-            | Error::DataDependent(d)
-            | Error::Runtime(d) => Some(d),
-            Error::Format(_) | Error::Io { .. } => None,
+            Error::InvalidModel(d) => Error::InvalidModel(at(d)),
+            Error::Unsupported(d) => Error::Unsupported(at(d)),
+            Error::InvalidArgument(d) => Error::InvalidArgument(at(d)),
+            Error::InvalidState(d) => Error::InvalidState(at(d)),
+            Error::ResourceLimit(d) => Error::ResourceLimit(at(d)),
+            Error::DataDependent(d) => Error::DataDependent(at(d)),
+            Error::Runtime(d) => Error::Runtime(at(d)),
+            e @ (Error::Format(_) | Error::Io { .. }) => e,
         }
     }
 }
