@@ -277,6 +277,10 @@ pub(crate) fn fully_connected(op: &OpContext<'_>, ctx: &mut BackendContext) -> R
     let batch = total / in_n;
     check_bias(op, 2, out_n)?;
     let clamp = clamp_of(op, activation)?;
+    // keep_num_dims keeps the input's leading dims: its last dim must be the rows' length.
+    if keep_num_dims && x.last().is_some_and(|&l| l != in_n) {
+        return Err(op.bad(format!("keep_num_dims needs the input's last dim {x:?} to be {in_n}")));
+    }
     let out_shape = if keep_num_dims {
         let mut s = x.clone();
         if let Some(l) = s.last_mut() {
