@@ -23,6 +23,8 @@
 //!   with unknown dims were resized)
 //! - hybrid convolution of an empty batch (2474884)
 //! - resize coordinate tables sized by the target of an empty image batch (2585526)
+//! - FULLY_CONNECTED keep_num_dims with an input whose last dim is not the row length
+//!   (5677705, 5910835, 6887340)
 //!
 //! Seeds are of the generator at the commit that found them; the generator has
 //! changed since, so the cases are rebuilt here by hand.
@@ -481,4 +483,36 @@ fn resize_tables_sized_by_the_target() {
         );
         expect_error(&format!("{op:?} of an empty batch to 2^31 x 2^31"), bytes, &["resource limit", "op 0"]);
     }
+}
+
+/// Fuzz seeds 5677705, 5910835, 6887340: FULLY_CONNECTED with keep_num_dims on an
+/// input whose last dim is not the weights' row length declared an output smaller
+/// than batch x out_n and the kernels wrote past it (int8, hybrid).
+#[test]
+fn fully_connected_keep_num_dims_needs_matching_rows() {
+    let keep = Options::FullyConnected { activation: Activation::NONE, keep_num_dims: true, asymmetric_quantize_inputs: false };
+    let int8 = one_op(
+        vec![act("x", T::INT8, &[2, 3], q(0.25, 0)), constant("w", T::INT8, &[3, 2], vec![1; 6], q(0.02, 0)), act("y", T::INT8, &[2, 3], q(0.5, 43))],
+        B::FULLY_CONNECTED,
+        &[0, 1, -1],
+        &[2],
+        keep.clone(),
+    );
+    expect_error("int8 FULLY_CONNECTED keep_num_dims [2, 3] x [3, 2]", int8, &["op 0", "keep_num_dims"]);
+    let hybrid = one_op(
+        vec![act("x", T::FLOAT32, &[2, 3], None), constant("w", T::INT8, &[3, 2], vec![1; 6], q(0.02, 0)), act("y", T::FLOAT32, &[2, 3], None)],
+        B::FULLY_CONNECTED,
+        &[0, 1, -1],
+        &[2],
+        keep.clone(),
+    );
+    expect_error("hybrid FULLY_CONNECTED keep_num_dims [2, 3] x [3, 2]", hybrid, &["op 0", "keep_num_dims"]);
+    let float = one_op(
+        vec![act("x", T::FLOAT32, &[2, 3], None), TensorSpec::const_f32("w", &[3, 2], &[1.0; 6]), act("y", T::FLOAT32, &[2, 3], None)],
+        B::FULLY_CONNECTED,
+        &[0, 1, -1],
+        &[2],
+        keep,
+    );
+    expect_error("float FULLY_CONNECTED keep_num_dims [2, 3] x [3, 2]", float, &["op 0", "keep_num_dims"]);
 }

@@ -48,6 +48,10 @@ pub(crate) fn fully_connected(op: &OpContext<'_>, ctx: &mut BackendContext) -> R
     let batch = total / in_n;
     super::conv::check_bias(op, 2, out_n)?;
     let clamp = clamp_of(op, activation)?;
+    // keep_num_dims keeps the input's leading dims: its last dim must be the rows' length.
+    if keep_num_dims && x.last().is_some_and(|&l| l != in_n) {
+        return Err(op.bad(format!("keep_num_dims needs the input's last dim {x:?} to be {in_n}")));
+    }
     let out_shape = if keep_num_dims {
         let mut s = x.clone();
         if let Some(l) = s.last_mut() {
@@ -268,6 +272,10 @@ pub(crate) fn fully_connected_int(op: &OpContext<'_>) -> Result<Built> {
     } else {
         None
     };
+    // keep_num_dims keeps the input's leading dims: its last dim must be the rows' length.
+    if keep_num_dims && x.shape.last().is_some_and(|&l| l != in_n) {
+        return Err(op.bad(format!("keep_num_dims needs the input's last dim {:?} to be {in_n}", x.shape)));
+    }
     let out_shape = if keep_num_dims {
         let mut s = x.shape.clone();
         if let Some(l) = s.last_mut() {
@@ -348,6 +356,10 @@ pub(crate) fn hybrid(op: &OpContext<'_>, code: ferrite_format::ops::BuiltinOp) -
                 return Err(op.bad(format!("input {:?} is not a multiple of {in_n}", x.shape)));
             }
             let out_n = w.shape[0];
+            // keep_num_dims keeps the input's leading dims: its last dim must be the rows' length.
+            if *keep_num_dims && x.shape.last().is_some_and(|&l| l != in_n) {
+                return Err(op.bad(format!("keep_num_dims needs the input's last dim {:?} to be {in_n}", x.shape)));
+            }
             let shape = if *keep_num_dims {
                 let mut s = x.shape.clone();
                 if let Some(l) = s.last_mut() {
