@@ -61,7 +61,7 @@ impl Window {
     /// Whether every index computed from this window with `c` channels (input
     /// offsets of any output pixel and tap, plus a few vectors of slack) fits in
     /// `usize`, so range checks written in plain arithmetic cannot wrap around.
-    pub(crate) fn indices_fit(&self, c: usize) -> bool {
+    pub fn indices_fit(&self, c: usize) -> bool {
         let extent = |out: usize, stride: usize, k: usize, dil: usize, pad: usize, input: usize| {
             out.checked_mul(stride)?.checked_add(k.checked_mul(dil)?)?.checked_add(pad)?.checked_add(input)?.checked_add(1)
         };

@@ -25,6 +25,8 @@
 //! - resize coordinate tables sized by the target of an empty image batch (2585526)
 //! - FULLY_CONNECTED keep_num_dims with an input whose last dim is not the row length
 //!   (5677705, 5910835, 6887340)
+//! - DEPTHWISE_CONV_2D with a stride of 2^31 - 1: the kernel's index-range check
+//!   panicked (10290777, on the merged op table and kernel API)
 //!
 //! Seeds are of the generator at the commit that found them; the generator has
 //! changed since, so the cases are rebuilt here by hand.
@@ -85,9 +87,8 @@ fn expect_no_panic(what: &str, bytes: Vec<u8>) -> Outcome {
     exercise(bytes, 1).unwrap_or_else(|p| panic!("{what}: panicked: {p}"))
 }
 
-/// Known crash 1: builders indexed their first output. Until the op table's arity
-/// check lands, `build_op` refuses an op without outputs; either way it is an error
-/// naming the op.
+/// Known crash 1: builders indexed their first output. The op table's arity check
+/// refuses an op without outputs at load, naming the op.
 #[test]
 fn ops_without_outputs() {
     let cases: Vec<(B, Vec<TensorSpec>, Vec<i32>, Options)> = vec![
@@ -515,4 +516,20 @@ fn fully_connected_keep_num_dims_needs_matching_rows() {
         keep,
     );
     expect_error("float FULLY_CONNECTED keep_num_dims [2, 3] x [3, 2]", float, &["op 0", "keep_num_dims"]);
+}
+
+/// Fuzz seed 10290777: a float depthwise convolution with a stride of 2^31 - 1 (one
+/// output pixel under SAME padding) reached the kernel, whose index-range check then
+/// panicked; the builder now refuses the geometry.
+#[test]
+fn depthwise_with_a_huge_stride() {
+    let w: Vec<f32> = vec![0.5; 3 * 3 * 4];
+    let bytes = one_op(
+        vec![act("x", T::FLOAT32, &[1, 3, 3, 4], None), TensorSpec::const_f32("w", &[1, 3, 3, 4], &w), act("y", T::FLOAT32, &[], None)],
+        B::DEPTHWISE_CONV_2D,
+        &[0, 1],
+        &[2],
+        Options::DepthwiseConv2D { padding: Padding::SAME, stride: (i32::MAX, i32::MAX), dilation: (1, 3), depth_multiplier: 1, activation: Activation::NONE },
+    );
+    expect_error("DEPTHWISE_CONV_2D stride 2^31 - 1", bytes, &["op 0", "DEPTHWISE_CONV_2D", "out of range"]);
 }

@@ -198,6 +198,11 @@ pub(crate) fn depthwise(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<
     check_bias(op, 2, oc)?;
     let clamp = clamp_of(op, activation)?;
     let g = window(op, &x, (kh, kw), stride, dilation, padding)?;
+    // The kernel refuses (panics on) a window whose input offsets could wrap
+    // around: a huge stride or dilation is a model error here.
+    if !g.indices_fit(oc) {
+        return Err(op.bad(format!("stride {stride:?} and dilation {dilation:?} put input offsets out of range")));
+    }
     let ic = x[3];
     let has_bias = op.opt_input(2).is_some();
     let pool = ctx.pool();
