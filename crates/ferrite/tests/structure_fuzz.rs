@@ -29,12 +29,20 @@ use structure_gen::{exercise, generate, Outcome, CURRENT_SEED};
 
 /// Models per run in CI and by default.
 const DEFAULT_MODELS: u64 = 100_000;
+/// Under instruction emulation (`FERRITE_EMULATED`, set by scripts/aarch64.sh, where
+/// qemu runs each model tens of times slower), the run is a smoke check of the
+/// other architecture's kernels on hostile input: fewer models, a longer hang limit.
+const EMULATED_MODELS: u64 = 1_000;
 /// A single tiny model taking this long is a hang for the fuzzer's purposes.
 const SLOW: Duration = Duration::from_secs(3);
+const SLOW_EMULATED: Duration = Duration::from_secs(60);
 
 #[test]
 fn hostile_models_never_panic() {
-    let count = std::env::var("FERRITE_FUZZ_MODELS").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_MODELS);
+    let emulated = std::env::var("FERRITE_EMULATED").is_ok();
+    let default_models = if emulated { EMULATED_MODELS } else { DEFAULT_MODELS };
+    let slow = if emulated { SLOW_EMULATED } else { SLOW };
+    let count = std::env::var("FERRITE_FUZZ_MODELS").ok().and_then(|v| v.parse().ok()).unwrap_or(default_models);
     let first: u64 = std::env::var("FERRITE_FUZZ_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     let start = Instant::now();
     let (mut loaded, mut prepared, mut ran) = (0u64, 0u64, 0u64);
@@ -66,7 +74,7 @@ fn hostile_models_never_panic() {
                     Outcome::Prepare(_) => loaded += 1,
                     Outcome::Load(_) => {}
                 }
-                if took > SLOW {
+                if took > slow {
                     failures.push(format!("seed {seed}: took {took:?}\n{desc}"));
                 }
             }
