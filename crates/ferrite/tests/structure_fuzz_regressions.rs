@@ -27,6 +27,8 @@
 //!   (5677705, 5910835, 6887340)
 //! - DEPTHWISE_CONV_2D with a stride of 2^31 - 1: the kernel's index-range check
 //!   panicked (10290777, on the merged op table and kernel API)
+//! - int16 MAX_POOL_2D with a 2^31-row SAME window: every output read the whole
+//!   65,536-row input, 419 s of work (10369336)
 //!
 //! Seeds are of the generator at the commit that found them; the generator has
 //! changed since, so the cases are rebuilt here by hand.
@@ -532,4 +534,19 @@ fn depthwise_with_a_huge_stride() {
         Options::DepthwiseConv2D { padding: Padding::SAME, stride: (i32::MAX, i32::MAX), dilation: (1, 3), depth_multiplier: 1, activation: Activation::NONE },
     );
     expect_error("DEPTHWISE_CONV_2D stride 2^31 - 1", bytes, &["op 0", "DEPTHWISE_CONV_2D", "out of range"]);
+}
+
+/// Fuzz seed 10369336: a pooling window of 2^31 - 1 rows under SAME padding made
+/// every output pixel visit the whole input (minutes of work on a 64 MiB tensor);
+/// window ops now bound the input pixels their outputs visit.
+#[test]
+fn pooling_window_larger_than_the_input() {
+    let bytes = one_op(
+        vec![act("x", T::INT16, &[1, 65536, 3, 2], q(0.5, 0)), act("y", T::INT16, &[], q(0.5, 0))],
+        B::MAX_POOL_2D,
+        &[0],
+        &[1],
+        Options::Pool2D { padding: Padding::SAME, stride: (2, 2), filter: (i32::MAX, 3), activation: Activation::NONE },
+    );
+    expect_error("MAX_POOL_2D window of 2^31 - 1 rows", bytes, &["resource limit", "op 0", "MAX_POOL_2D"]);
 }

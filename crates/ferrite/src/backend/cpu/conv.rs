@@ -13,7 +13,7 @@ use ferrite_kernels::{qgemm, Clamp};
 use super::quant::*;
 use super::{clamp_of, for_row_chunks, for_row_chunks_aligned, is_hybrid, is_int, require_f32, rows_with_epilogue};
 use crate::backend::{arg, typed, typed_mut, BackendContext, Built, OpContext, PackKey, Packing};
-use crate::error::Result;
+use crate::error::{Detail, Error, Result};
 use crate::model::DType;
 use crate::ops::{OpParams, Padding};
 
@@ -50,6 +50,19 @@ pub(crate) fn window(op: &OpContext<'_>, input: &[usize], k: (usize, usize), str
         ),
         _ => (out_size_and_pad(input[1], k.0, stride.0, dil.0, same).ok_or_else(fit)?, out_size_and_pad(input[2], k.1, stride.1, dil.1, same).ok_or_else(fit)?),
     };
+    // Each output pixel visits the window's taps inside the input: a window larger
+    // than the input (a hostile filter of 2^31 rows under SAME padding) makes every
+    // output read the whole input. Bound that work, before any channel, so such a
+    // model is an error and not minutes of arithmetic.
+    const MAX_TAP_VISITS: u128 = 1 << 32;
+    let taps = |k: usize, d: usize, n: usize| (k.saturating_sub(1).saturating_mul(d).saturating_add(1)).min(n.max(1)) as u128;
+    let visits = input[0] as u128 * oh as u128 * ow as u128 * taps(k.0, dil.0, input[1]) * taps(k.1, dil.1, input[2]);
+    if visits > MAX_TAP_VISITS {
+        return Err(Error::ResourceLimit(Detail::at(
+            op.location(),
+            format!("window {k:?} over input {input:?} visits {visits} input pixels (more than {MAX_TAP_VISITS})"),
+        )));
+    }
     Ok(Window {
         batch: input[0],
         in_h: input[1],
