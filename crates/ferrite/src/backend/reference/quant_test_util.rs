@@ -76,25 +76,8 @@ pub(crate) fn run_padded(
     output: &TensorInfo,
     input_pad: Option<[usize; 4]>,
 ) -> Result<(OutSpec, Vec<u8>)> {
-    let op = Op {
-        code: OpCode::Builtin(code),
-        version: 1,
-        inputs: (0..inputs.len()).map(|i| inputs[i].map(|_| i)).collect(),
-        outputs: vec![inputs.len()],
-        params: params.clone(),
-        custom_options: None,
-    };
-    let ctx = OpContext {
-        subgraph: 0,
-        op_index: 0,
-        op: &op,
-        inputs: descs(inputs),
-        outputs: vec![output],
-        custom_options: &[],
-        epilogue: None,
-        input_pad,
-        max_bytes: 1 << 30,
-    };
+    let op = test_op(code, params, inputs);
+    let ctx = context(&op, inputs, output, input_pad);
     let mut bctx = BackendContext::new(1);
     let mut built = backend.build(&ctx, &mut bctx)?;
     let (dtype, shape) = built.outputs[0].clone();
@@ -103,6 +86,24 @@ pub(crate) fn run_padded(
     let ins: Vec<Option<&[u8]>> = inputs.iter().map(|t| t.map(|t| &t.data[..])).collect();
     (built.kernel)(&ins, &mut [&mut o[..]])?;
     Ok(((dtype, shape), o))
+}
+
+/// The op under test: inputs are tensors 0.. (absent ones omitted), the output the
+/// tensor after them.
+fn test_op(code: BuiltinOp, params: &OpParams, inputs: &[Option<&T>]) -> Op {
+    Op {
+        code: OpCode::Builtin(code),
+        version: 1,
+        inputs: inputs.iter().enumerate().map(|(i, t)| t.map(|_| i)).collect(),
+        outputs: vec![inputs.len()],
+        params: params.clone(),
+        custom_options: None,
+    }
+}
+
+/// What a backend sees of `op` with these test tensors.
+fn context<'a>(op: &'a Op, inputs: &[Option<&'a T>], output: &'a TensorInfo, input_pad: Option<[usize; 4]>) -> OpContext<'a> {
+    OpContext { subgraph: 0, op_index: 0, op, inputs: descs(inputs), outputs: vec![output], custom_options: &[], epilogue: None, input_pad, max_bytes: 1 << 30 }
 }
 
 /// Input descriptions of test tensors (tensor index = position).
@@ -127,25 +128,8 @@ fn descs<'a>(inputs: &[Option<&'a T>]) -> Vec<Option<InputDesc<'a>>> {
 /// Builds the op on the reference backend without running it: the planned
 /// output's byte size, or None when the build fails.
 pub(crate) fn build_only(code: BuiltinOp, params: &OpParams, inputs: &[Option<&T>], output: &TensorInfo) -> Option<usize> {
-    let op = Op {
-        code: OpCode::Builtin(code),
-        version: 1,
-        inputs: (0..inputs.len()).map(|i| inputs[i].map(|_| i)).collect(),
-        outputs: vec![inputs.len()],
-        params: params.clone(),
-        custom_options: None,
-    };
-    let ctx = OpContext {
-        subgraph: 0,
-        op_index: 0,
-        op: &op,
-        inputs: descs(inputs),
-        outputs: vec![output],
-        custom_options: &[],
-        epilogue: None,
-        input_pad: None,
-        max_bytes: 1 << 30,
-    };
+    let op = test_op(code, params, inputs);
+    let ctx = context(&op, inputs, output, None);
     let built = ReferenceBackend.build(&ctx, &mut BackendContext::new(1)).ok()?;
     let (dtype, shape) = &built.outputs[0];
     shape.iter().try_fold(dtype.size().unwrap_or(1), |a, &d| a.checked_mul(d))
