@@ -15,6 +15,7 @@ which must be <= 1e-3 for whole models and <= 1e-5 for single ops. Integer and
 bool outputs must match exactly. Every case prints its worst error.
 """
 import argparse
+import functools
 import json
 import pathlib
 import re
@@ -44,6 +45,13 @@ SKIP = {
 BACKEND_ARGS = {"backends": None, "op_backends": [], "alternate": None}
 
 
+@functools.lru_cache(maxsize=None)
+def main_op_count(binary, model):
+    """Ops in the model's main subgraph (asked once per model: runs and reports share it)."""
+    r = subprocess.run([binary, "inspect", "--json", model], capture_output=True, text=True, check=True)
+    return len(json.loads(r.stdout)["subgraphs"][0]["ops"])
+
+
 def backend_flags(binary, model):
     """The `ferrite run` flags choosing backends for `model` (empty when none were asked for)."""
     flags = []
@@ -53,8 +61,7 @@ def backend_flags(binary, model):
         flags += ["--op-backend", ob]
     if BACKEND_ARGS["alternate"]:
         a, b = BACKEND_ARGS["alternate"].split(",")
-        r = subprocess.run([binary, "inspect", "--json", str(model)], capture_output=True, text=True, check=True)
-        n = len(json.loads(r.stdout)["subgraphs"][0]["ops"])
+        n = main_op_count(binary, str(model))
         flags += ["--backends", f"{a},{b}"]
         for i in range(n):
             flags += ["--op-backend", f"{i}={a if i % 2 == 0 else b}"]

@@ -328,9 +328,9 @@ fn inspect_backends(path: &Path, as_json: bool, backends: &BackendArgs, shapes: 
     let assignments = s.op_assignments().map_err(|e| e.to_string())?;
     let crossings = s.backend_crossings().map_err(|e| e.to_string())?;
     let name = |sg: usize, oi: usize| model.subgraphs[sg].ops[oi].code.name();
-    let mut per_backend: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut per_backend: std::collections::BTreeMap<&str, usize> = Default::default();
     for (_, _, r) in &assignments {
-        *per_backend.entry(r.describe().split(' ').next().unwrap_or("").to_string()).or_default() += 1;
+        *per_backend.entry(r.kind()).or_default() += 1;
     }
     if as_json {
         let ops: Vec<Value> =

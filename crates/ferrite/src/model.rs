@@ -442,10 +442,11 @@ fn parse_subgraph(data: &[u8], kind: FileKind, si: usize, sg: Table<'_>, buffers
     for (oi, o) in sg.tables(fb::SubGraph::VT_OPERATORS)?.iter().enumerate() {
         let o = o?;
         let ci = o.scalar::<u32>(fb::Operator::VT_OPCODE_INDEX, 0)? as i64;
-        // The op's name when its code resolves, for the error location.
-        let name = usize::try_from(ci).ok().and_then(|c| codes.get(c)).map(|(c, _)| c.name());
-        let loc = Location { subgraph: Some(si), op: Some(oi), op_name: name, tensor: None };
-        ops.push(parse_op(data, o, n, codes).map_err(|e| e.located(loc))?);
+        ops.push(parse_op(data, o, n, codes).map_err(|e| {
+            // The op's name when its code resolves, for the error location.
+            let op_name = usize::try_from(ci).ok().and_then(|c| codes.get(c)).map(|(c, _)| c.name());
+            e.located(Location { subgraph: Some(si), op: Some(oi), op_name, tensor: None })
+        })?);
     }
     let sg = Subgraph { name, tensors, ops, inputs, outputs };
     check_dataflow(si, &sg)?;

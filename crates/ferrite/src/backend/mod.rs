@@ -117,6 +117,15 @@ impl<'a> OpContext<'a> {
     pub fn at(&self) -> String {
         format!("subgraph {} op {} ({})", self.subgraph, self.op_index, self.op.code.name())
     }
+    /// True for float activations with int8 weights (dynamic-range quantization):
+    /// the hybrid kernels' business.
+    pub fn is_hybrid(&self) -> bool {
+        self.opt_input(0).is_some_and(|d| d.dtype == DType::F32) && self.opt_input(1).is_some_and(|d| d.dtype == DType::I8)
+    }
+    /// True when the op's first input holds quantized integers (int8, uint8, int16).
+    pub fn is_int(&self) -> bool {
+        self.opt_input(0).is_some_and(|d| matches!(d.dtype, DType::I8 | DType::U8 | DType::I16))
+    }
     /// This op's place in the model, for errors.
     pub fn location(&self) -> Location {
         Location::op(self.subgraph, self.op_index, self.op.code.name())

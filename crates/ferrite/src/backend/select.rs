@@ -100,7 +100,10 @@ fn make(name: &str) -> Result<Box<dyn Backend>> {
 
 /// A session's backends in order of preference, and its per-op overrides.
 pub struct Backends {
+    /// The listed backends (`cpu` last), then those only overrides name.
     list: Vec<Box<dyn Backend>>,
+    /// How many of `list` unpinned ops try, in order.
+    listed: usize,
     overrides: Vec<(OpSelector, usize)>,
     /// The session's subgraph, which op-index overrides refer to.
     main: usize,
@@ -118,7 +121,6 @@ impl Backends {
     pub fn new(names: &[String], overrides: &[(OpSelector, String)]) -> Result<Backends> {
         let mut order: Vec<&str> = Vec::new();
         for n in names {
-            check_name(n)?;
             if !order.contains(&n.as_str()) {
                 order.push(n);
             }
@@ -130,6 +132,7 @@ impl Backends {
         for n in &order {
             list.push(make(n)?);
         }
+        let listed = list.len();
         let mut resolved = Vec::with_capacity(overrides.len());
         for (sel, name) in overrides {
             let i = match list.iter().position(|b| b.name() == name) {
@@ -142,12 +145,7 @@ impl Backends {
             };
             resolved.push((sel.clone(), i));
         }
-        Ok(Backends { list, overrides: resolved, main: 0 })
-    }
-
-    /// The CPU backend alone.
-    pub fn cpu_only() -> Backends {
-        Backends { list: vec![Box::new(CpuBackend)], overrides: Vec::new(), main: 0 }
+        Ok(Backends { list, listed, overrides: resolved, main: 0 })
     }
 
     /// Names of the listed backends, in order (override-only backends last).
@@ -170,14 +168,8 @@ impl Backends {
     pub fn candidates(&self, subgraph: usize, op_index: usize, op: &Op) -> Candidates {
         match self.overrides.iter().rev().find(|(sel, _)| sel.matches(subgraph, self.main, op_index, op)) {
             Some(&(_, i)) => Candidates::Pinned(i),
-            None => Candidates::List(self.list.len() - self.override_only()),
+            None => Candidates::List(self.listed),
         }
-    }
-
-    /// How many backends at the end of `list` are there only for overrides.
-    fn override_only(&self) -> usize {
-        let listed = self.list.iter().position(|b| b.name() == "cpu").map_or(self.list.len(), |i| i + 1);
-        self.list.len() - listed
     }
 }
 

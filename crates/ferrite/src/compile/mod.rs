@@ -203,6 +203,20 @@ pub enum OpRun {
 }
 
 impl OpRun {
+    /// One word for tallies: the backend's name, or how the op runs
+    /// (`custom`, `executor`, `folded`, `alias`, `fused`, `dynamic`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            OpRun::Backend(b) => b,
+            OpRun::Custom => "custom",
+            OpRun::Executor => "executor",
+            OpRun::Folded => "folded",
+            OpRun::Alias => "alias",
+            OpRun::Fused { .. } => "fused",
+            OpRun::Dynamic => "dynamic",
+        }
+    }
+
     /// Short text for reports: the backend's name, or how the op runs.
     pub fn describe(&self) -> String {
         match self {

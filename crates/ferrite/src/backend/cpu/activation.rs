@@ -7,7 +7,7 @@ use ferrite_kernels::fixed16 as f16;
 use ferrite_kernels::quant::{self as kq};
 
 use super::quant::*;
-use super::{is_int, require_f32};
+use super::require_f32;
 use crate::backend::{arg, typed, typed_mut, BackendContext, Built, OpContext};
 use crate::error::Result;
 use crate::model::DType;
@@ -16,11 +16,11 @@ use crate::ops::{Activation, OpParams};
 /// The activation family's builders: integer variants first, float otherwise.
 pub(super) fn build(code: B, op: &OpContext<'_>, _ctx: &mut BackendContext) -> Option<Result<Built>> {
     Some(match code {
-        B::HARD_SWISH if is_int(op) => hard_swish(op),
-        B::LOGISTIC | B::TANH if is_int(op) && op.outputs.first().is_some_and(|o| o.dtype == DType::I16) => logistic_tanh_i16(op, code == B::TANH),
-        B::LOGISTIC if is_int(op) => table(op, ferrite_kernels::elementwise::logistic),
-        B::TANH if is_int(op) => table(op, f32::tanh),
-        B::RELU | B::RELU6 | B::RELU_N1_TO_1 | B::LEAKY_RELU if is_int(op) => relu_like(op, code),
+        B::HARD_SWISH if op.is_int() => hard_swish(op),
+        B::LOGISTIC | B::TANH if op.is_int() && op.outputs.first().is_some_and(|o| o.dtype == DType::I16) => logistic_tanh_i16(op, code == B::TANH),
+        B::LOGISTIC if op.is_int() => table(op, ferrite_kernels::elementwise::logistic),
+        B::TANH if op.is_int() => table(op, f32::tanh),
+        B::RELU | B::RELU6 | B::RELU_N1_TO_1 | B::LEAKY_RELU if op.is_int() => relu_like(op, code),
         B::ABS
         | B::NEG
         | B::EXP

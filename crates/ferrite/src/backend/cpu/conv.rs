@@ -11,7 +11,7 @@ use ferrite_kernels::quant::{self as kq, QConv};
 use ferrite_kernels::{qgemm, Clamp};
 
 use super::quant::*;
-use super::{clamp_of, for_row_chunks, for_row_chunks_aligned, is_hybrid, is_int, require_f32, rows_with_epilogue};
+use super::{clamp_of, for_row_chunks, for_row_chunks_aligned, require_f32, rows_with_epilogue};
 use crate::backend::{arg, typed, typed_mut, BackendContext, Built, OpContext, PackKey, Packing};
 use crate::error::{Detail, Error, Result};
 use crate::model::DType;
@@ -20,8 +20,8 @@ use crate::ops::{OpParams, Padding};
 /// The convolution family's builders, by op and element types.
 pub(super) fn build(code: B, op: &OpContext<'_>, ctx: &mut BackendContext) -> Option<Result<Built>> {
     Some(match code {
-        B::CONV_2D | B::DEPTHWISE_CONV_2D if is_hybrid(op) => super::linear::hybrid(op, code),
-        B::CONV_2D | B::DEPTHWISE_CONV_2D if is_int(op) => conv_int(op, code == B::DEPTHWISE_CONV_2D, ctx),
+        B::CONV_2D | B::DEPTHWISE_CONV_2D if op.is_hybrid() => super::linear::hybrid(op, code),
+        B::CONV_2D | B::DEPTHWISE_CONV_2D if op.is_int() => conv_int(op, code == B::DEPTHWISE_CONV_2D, ctx),
         B::CONV_2D => conv2d(op, ctx),
         B::DEPTHWISE_CONV_2D => depthwise(op, ctx),
         B::TRANSPOSE_CONV if op.opt_input(2).is_some_and(|d| matches!(d.dtype, DType::I8 | DType::U8 | DType::I16)) => transpose_conv_int(op),

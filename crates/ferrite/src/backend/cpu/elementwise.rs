@@ -7,7 +7,7 @@ use ferrite_kernels::fixed16 as f16;
 use ferrite_kernels::quant::{self as kq};
 
 use super::quant::*;
-use super::{clamp_of, is_int, runtime};
+use super::{clamp_of, runtime};
 use crate::backend::{arg, typed, typed_mut, BackendContext, Built, OpContext};
 use crate::error::Result;
 use crate::model::DType;
@@ -16,7 +16,7 @@ use crate::ops::{Activation, OpParams};
 /// The element-wise family's builders.
 pub(super) fn build(code: B, op: &OpContext<'_>, ctx: &mut BackendContext) -> Option<Result<Built>> {
     Some(match code {
-        B::ADD | B::SUB | B::MUL | B::PRELU if is_int(op) && op.opt_input(0).is_some_and(|d| d.quant.is_some()) => binary_int(op, code),
+        B::ADD | B::SUB | B::MUL | B::PRELU if op.is_int() && op.opt_input(0).is_some_and(|d| d.quant.is_some()) => binary_int(op, code),
         B::ADD | B::SUB | B::MUL | B::DIV | B::MAXIMUM | B::MINIMUM | B::SQUARED_DIFFERENCE | B::POW | B::FLOOR_DIV | B::FLOOR_MOD | B::PRELU => {
             binary(op, code, ctx.pool())
         }

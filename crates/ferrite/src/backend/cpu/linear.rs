@@ -10,7 +10,7 @@ use ferrite_kernels::quant::{self as kq, QConv, Requant};
 
 use super::conv::{gemm_weights, window};
 use super::quant::*;
-use super::{clamp_of, is_hybrid, is_int, require_f32};
+use super::{clamp_of, require_f32};
 use crate::backend::{arg, typed, typed_mut, BackendContext, Built, OpContext};
 use crate::error::Result;
 use crate::model::DType;
@@ -19,8 +19,8 @@ use crate::ops::{Activation, OpParams};
 /// The fully-connected / matmul family's builders, by op and element types.
 pub(super) fn build(code: B, op: &OpContext<'_>, ctx: &mut BackendContext) -> Option<Result<Built>> {
     Some(match code {
-        B::FULLY_CONNECTED if is_hybrid(op) => hybrid(op, code),
-        B::FULLY_CONNECTED if is_int(op) => fully_connected_int(op),
+        B::FULLY_CONNECTED if op.is_hybrid() => hybrid(op, code),
+        B::FULLY_CONNECTED if op.is_int() => fully_connected_int(op),
         B::FULLY_CONNECTED => fully_connected(op, ctx),
         B::BATCH_MATMUL => batch_matmul(op),
         _ => return None,

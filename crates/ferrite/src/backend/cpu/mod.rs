@@ -41,7 +41,7 @@ impl Backend for CpuBackend {
     /// CONV_2D and DEPTHWISE_CONV_2D there when they are neither integer nor hybrid)
     /// apply epilogues block by block while their output is in cache.
     fn applies_epilogues(&self, op: &OpContext<'_>) -> bool {
-        matches!(op.op.code, OpCode::Builtin(B::CONV_2D | B::DEPTHWISE_CONV_2D)) && !is_hybrid(op) && !is_int(op)
+        matches!(op.op.code, OpCode::Builtin(B::CONV_2D | B::DEPTHWISE_CONV_2D)) && !op.is_hybrid() && !op.is_int()
     }
 }
 
@@ -66,16 +66,6 @@ type Family = fn(B, &OpContext<'_>, &mut BackendContext) -> Option<Result<Built>
 /// The op families, each with its own dispatch.
 const FAMILIES: [Family; 9] =
     [conv::build, linear::build, pool::build, softmax::build, activation::build, elementwise::build, reduce::build, movement::build, convert::build];
-
-/// True for float activations with int8 weights (dynamic-range quantization).
-pub(crate) fn is_hybrid(op: &OpContext<'_>) -> bool {
-    op.opt_input(0).is_some_and(|d| d.dtype == DType::F32) && op.opt_input(1).is_some_and(|d| d.dtype == DType::I8)
-}
-
-/// True when the op's first input holds quantized integers.
-pub(crate) fn is_int(op: &OpContext<'_>) -> bool {
-    op.opt_input(0).is_some_and(|d| matches!(d.dtype, DType::I8 | DType::U8 | DType::I16))
-}
 
 /// Clamp range of a fused activation. LiteRT's builtin kernels turn a fused TANH or
 /// SIGN_BIT into an unbounded range (they are not applied), and LiteRT is the

@@ -7,7 +7,7 @@ use ferrite_kernels::pool as kpool;
 
 use super::conv::{rank4, window};
 use super::quant::*;
-use super::{clamp_of, for_row_chunks, is_int, require_f32};
+use super::{clamp_of, for_row_chunks, require_f32};
 use crate::backend::{arg, typed, typed_mut, BackendContext, Built, OpContext};
 use crate::error::Result;
 use crate::model::DType;
@@ -16,7 +16,7 @@ use crate::ops::OpParams;
 /// The pooling family's builders.
 pub(super) fn build(code: B, op: &OpContext<'_>, ctx: &mut BackendContext) -> Option<Result<Built>> {
     Some(match code {
-        B::AVERAGE_POOL_2D | B::MAX_POOL_2D if is_int(op) => pool_int(op, code == B::MAX_POOL_2D),
+        B::AVERAGE_POOL_2D | B::MAX_POOL_2D if op.is_int() => pool_int(op, code == B::MAX_POOL_2D),
         B::AVERAGE_POOL_2D | B::MAX_POOL_2D => pool(op, ctx, code == B::MAX_POOL_2D),
         _ => return None,
     })

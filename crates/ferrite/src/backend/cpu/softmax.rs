@@ -6,7 +6,7 @@ use ferrite_kernels::quant::{self as kq};
 use ferrite_kernels::softmax as ksoftmax;
 
 use super::quant::*;
-use super::{is_int, require_f32};
+use super::require_f32;
 use crate::backend::{arg, typed, typed_mut, BackendContext, Built, OpContext};
 use crate::error::Result;
 use crate::model::DType;
@@ -15,7 +15,7 @@ use crate::ops::OpParams;
 /// The softmax family's builders.
 pub(super) fn build(code: B, op: &OpContext<'_>, _ctx: &mut BackendContext) -> Option<Result<Built>> {
     Some(match code {
-        B::SOFTMAX if is_int(op) => softmax_int(op),
+        B::SOFTMAX if op.is_int() => softmax_int(op),
         B::SOFTMAX | B::LOG_SOFTMAX => softmax(op, code == B::LOG_SOFTMAX),
         _ => return None,
     })

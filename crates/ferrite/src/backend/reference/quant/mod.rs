@@ -40,37 +40,27 @@ pub(crate) fn build(op: &OpContext<'_>) -> Result<Built> {
         return Err(op.unsupported("no reference kernel for this op"));
     };
     match code {
-        B::CONV_2D | B::DEPTHWISE_CONV_2D | B::FULLY_CONNECTED if is_hybrid(op) => hybrid::build(op, code),
-        B::FULLY_CONNECTED if is_int(op) => conv::fully_connected(op),
-        B::CONV_2D | B::DEPTHWISE_CONV_2D if is_int(op) => conv::conv(op, code == B::DEPTHWISE_CONV_2D),
-        B::HARD_SWISH if is_int(op) => elementwise::hard_swish(op),
-        B::LOGISTIC | B::TANH if is_int(op) => elementwise::logistic_tanh(op, code == B::TANH),
+        B::CONV_2D | B::DEPTHWISE_CONV_2D | B::FULLY_CONNECTED if op.is_hybrid() => hybrid::build(op, code),
+        B::FULLY_CONNECTED if op.is_int() => conv::fully_connected(op),
+        B::CONV_2D | B::DEPTHWISE_CONV_2D if op.is_int() => conv::conv(op, code == B::DEPTHWISE_CONV_2D),
+        B::HARD_SWISH if op.is_int() => elementwise::hard_swish(op),
+        B::LOGISTIC | B::TANH if op.is_int() => elementwise::logistic_tanh(op, code == B::TANH),
         B::QUANTIZE => elementwise::quantize(op),
-        B::DEQUANTIZE if is_int(op) => elementwise::dequantize(op),
-        B::SOFTMAX if is_int(op) => elementwise::softmax(op),
-        B::RELU | B::RELU6 | B::RELU_N1_TO_1 | B::LEAKY_RELU if is_int(op) => elementwise::relu_like(op, code),
-        B::ADD | B::SUB | B::MUL | B::PRELU if is_int(op) && op.opt_input(0).is_some_and(|d| d.quant.is_some()) => elementwise::binary(op, code),
-        B::AVERAGE_POOL_2D | B::MAX_POOL_2D if is_int(op) => pool::pool(op, code == B::MAX_POOL_2D),
+        B::DEQUANTIZE if op.is_int() => elementwise::dequantize(op),
+        B::SOFTMAX if op.is_int() => elementwise::softmax(op),
+        B::RELU | B::RELU6 | B::RELU_N1_TO_1 | B::LEAKY_RELU if op.is_int() => elementwise::relu_like(op, code),
+        B::ADD | B::SUB | B::MUL | B::PRELU if op.is_int() && op.opt_input(0).is_some_and(|d| d.quant.is_some()) => elementwise::binary(op, code),
+        B::AVERAGE_POOL_2D | B::MAX_POOL_2D if op.is_int() => pool::pool(op, code == B::MAX_POOL_2D),
         B::TRANSPOSE_CONV if op.opt_input(2).is_some_and(|d| is_int_type(d.dtype)) => conv::transpose_conv(op),
-        B::BATCH_MATMUL if is_int(op) || is_hybrid(op) => batch_matmul::batch_matmul(op),
-        B::MEAN if is_int(op) => reduce::mean(op),
-        B::CONCATENATION if is_int(op) => reduce::concatenation(op),
+        B::BATCH_MATMUL if op.is_int() || op.is_hybrid() => batch_matmul::batch_matmul(op),
+        B::MEAN if op.is_int() => reduce::mean(op),
+        B::CONCATENATION if op.is_int() => reduce::concatenation(op),
         _ => Err(op.unsupported(FALL_THROUGH)),
     }
 }
 
 /// Why an op is left to the float half of the backend.
 const FALL_THROUGH: &str = "no quantized reference kernel for this op";
-
-/// Float activations with int8 weights (dynamic-range quantization).
-fn is_hybrid(op: &OpContext<'_>) -> bool {
-    op.opt_input(0).is_some_and(|d| d.dtype == DType::F32) && op.opt_input(1).is_some_and(|d| d.dtype == DType::I8)
-}
-
-/// The first input holds quantized integers.
-fn is_int(op: &OpContext<'_>) -> bool {
-    op.opt_input(0).is_some_and(|d| is_int_type(d.dtype))
-}
 
 /// int8, uint8 or int16.
 fn is_int_type(d: DType) -> bool {
