@@ -15,7 +15,7 @@ use std::ffi::{c_char, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use ferrite::model::ModelBytes;
+use ferrite::ModelBytes;
 use ferrite::{DType, Error, Model, Session, SessionOptions};
 
 /// Result of every call.
@@ -96,7 +96,7 @@ pub struct FerriteSession {
     output_names: Vec<CString>,
     last_error: CString,
     /// Where in the model the last error arose, when it concerns part of it.
-    last_location: Option<ferrite::error::Location>,
+    last_location: Option<ferrite::Location>,
 }
 
 /// A caller-owned model buffer, used in place.

@@ -52,10 +52,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Parser, Subcommand};
-use ferrite::backend::select::{parse_backend_list, parse_op_backend};
+use ferrite::is_package;
 use ferrite::model::BuiltinOp;
 use ferrite::model::{Model, Subgraph, TensorInfo};
-use ferrite::package::is_package;
+use ferrite::{parse_backend_list, parse_op_backend};
 use ferrite::{DType, PackageSession, Session, SessionOptions, TensorData, TensorDesc};
 use serde_json::{json, Value};
 
@@ -237,7 +237,7 @@ fn describe(t: &Value) -> String {
 fn inspect(path: &Path, as_json: bool) -> Result<(), String> {
     let model = Model::from_file(path).map_err(|e| e.to_string())?;
     let mut subgraphs = Vec::new();
-    for (si, g) in model.subgraphs.iter().enumerate() {
+    for (si, g) in model.subgraphs().iter().enumerate() {
         let ops: Vec<Value> = g
             .ops
             .iter()
@@ -258,13 +258,13 @@ fn inspect(path: &Path, as_json: bool) -> Result<(), String> {
             "ops": ops,
         }));
     }
-    let sigs: Vec<Value> = model.signatures.iter().map(|s| json!({"key": s.key, "subgraph": s.subgraph, "inputs": s.inputs, "outputs": s.outputs})).collect();
-    let doc = json!({"file": path.display().to_string(), "format": model.kind.name(), "version": model.version, "description": model.description, "subgraphs": subgraphs, "signatures": sigs});
+    let sigs: Vec<Value> = model.signatures().iter().map(|s| json!({"key": s.key, "subgraph": s.subgraph, "inputs": s.inputs, "outputs": s.outputs})).collect();
+    let doc = json!({"file": path.display().to_string(), "format": model.kind().name(), "version": model.version(), "description": model.description(), "subgraphs": subgraphs, "signatures": sigs});
     if as_json {
         outln!("{doc}");
         return Ok(());
     }
-    outln!("{} ({} v{}) {}", path.display(), model.kind.name(), model.version, model.description);
+    outln!("{} ({} v{}) {}", path.display(), model.kind().name(), model.version(), model.description());
     for s in &sigs {
         outln!("signature '{}' -> subgraph {}", s["key"].as_str().unwrap_or(""), s["subgraph"]);
     }
@@ -327,7 +327,7 @@ fn inspect_backends(path: &Path, as_json: bool, backends: &BackendArgs, shapes: 
     s.prepare().map_err(|e| e.to_string())?;
     let assignments = s.op_assignments().map_err(|e| e.to_string())?;
     let crossings = s.backend_crossings().map_err(|e| e.to_string())?;
-    let name = |sg: usize, oi: usize| model.subgraphs[sg].ops[oi].code.name();
+    let name = |sg: usize, oi: usize| model.subgraphs()[sg].ops[oi].code.name();
     let mut per_backend: std::collections::BTreeMap<&str, usize> = Default::default();
     for (_, _, r) in &assignments {
         *per_backend.entry(r.kind()).or_default() += 1;
@@ -338,7 +338,7 @@ fn inspect_backends(path: &Path, as_json: bool, backends: &BackendArgs, shapes: 
         let cr: Vec<Value> = crossings
             .iter()
             .map(|c| {
-                json!({"subgraph": c.subgraph, "tensor": c.tensor, "name": model.subgraphs[c.subgraph].tensors[c.tensor].name,
+                json!({"subgraph": c.subgraph, "tensor": c.tensor, "name": model.subgraphs()[c.subgraph].tensors[c.tensor].name,
                             "from_op": c.from.0, "from": c.from.1, "to_op": c.to.0, "to": c.to.1, "transfer": c.transfer})
             })
             .collect();
@@ -351,7 +351,7 @@ fn inspect_backends(path: &Path, as_json: bool, backends: &BackendArgs, shapes: 
     }
     outln!("crossings: {}", crossings.len());
     for c in &crossings {
-        let t = &model.subgraphs[c.subgraph].tensors[c.tensor];
+        let t = &model.subgraphs()[c.subgraph].tensors[c.tensor];
         outln!("  subgraph {} tensor {} '{}': op {} ({}) -> op {} ({}), {}", c.subgraph, c.tensor, t.name, c.from.0, c.from.1, c.to.0, c.to.1, c.transfer);
     }
     let summary: Vec<String> = per_backend.iter().map(|(k, v)| format!("{k}: {v}")).collect();
@@ -363,7 +363,7 @@ fn inspect_backends(path: &Path, as_json: bool, backends: &BackendArgs, shapes: 
 fn inspect_memory(path: &Path, as_json: bool) -> Result<(), String> {
     let model = Arc::new(Model::from_file(path).map_err(|e| e.to_string())?);
     let mut rows = Vec::new();
-    for (si, g) in model.subgraphs.iter().enumerate() {
+    for (si, g) in model.subgraphs().iter().enumerate() {
         let mut s = Session::with_options(model.clone(), SessionOptions::default()).map_err(|e| e.to_string())?;
         let row = match s.select_subgraph(si).and_then(|_| s.prepare()) {
             Ok(()) => {

@@ -70,7 +70,7 @@ struct NativeSession {
 }
 
 fn detail(s: &Session, d: &ferrite::TensorDesc, shape: Vec<usize>) -> Detail {
-    let info = &s.model().subgraphs[s.subgraph_index()].tensors[d.tensor];
+    let info = &s.model().subgraphs()[s.subgraph_index()].tensors[d.tensor];
     let (scales, zps, axis) = info.quant.as_ref().map_or((vec![], vec![], 0), |q| (q.scale.clone(), q.zero_point.clone(), q.axis));
     (d.name.clone(), d.tensor, dtype_name(d.dtype), shape, d.shape_signature.clone(), scales, zps, axis)
 }

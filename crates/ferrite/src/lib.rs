@@ -1,9 +1,7 @@
 //! ferrite: an on-device neural-network runtime for TensorFlow Lite and circle models.
 //!
-//! The pipeline, one module per stage:
-//! bytes -> [`model`] (IR, validated) -> [`compile`] (shape inference, kernel
-//! selection through a [`backend::Backend`], constant folding, [`memory`] plan)
-//! -> [`session`] (bind inputs, run, read outputs).
+//! Load a model, optionally resize inputs, prepare (compile and plan), bind
+//! inputs, run, read outputs — all through [`Session`]:
 //!
 //! ```no_run
 //! let mut s = ferrite::Session::from_file("model.tflite")?;
@@ -14,22 +12,40 @@
 //! let y = s.output(0)?.to_f32()?;
 //! # Ok::<(), ferrite::Error>(())
 //! ```
+//!
+//! The public surface, by purpose:
+//! - running models: [`Session`], [`SessionOptions`], [`TensorDesc`], [`TensorData`],
+//!   multi-model packages ([`Package`], [`PackageSession`]);
+//! - choosing backends: [`SessionOptions::backends`] and per-op overrides
+//!   ([`OpSelector`], [`parse_op_backends`]); what prepare chose: [`OpRun`], [`Crossing`];
+//! - errors: [`Error`] with a [`Location`] in the model;
+//! - reading a model's structure: [`model`] (subgraphs, tensors, ops, the op table);
+//! - extending the runtime with custom ops and backends: [`ext`].
+//!
+//! Internally the pipeline is: bytes -> model (IR, validated) -> compile (shape
+//! inference, passes, backend assignment, memory plan) -> session (bind, run);
+//! docs/architecture.md names the module that owns each step.
 
 #![warn(missing_docs)]
 
-pub mod backend;
-pub mod compile;
-pub mod error;
-pub mod exec;
-pub mod memory;
-pub mod model;
-pub mod ops;
-pub mod package;
-pub mod session;
-pub mod variables;
+// The pipeline's stages are private: what a user programs against is re-exported
+// below, so the inside can be rearranged without breaking anyone.
+mod backend;
+mod compile;
+mod error;
+mod exec;
+mod memory;
+mod ops;
+mod package;
+mod session;
+mod variables;
 
-pub use backend::{CustomOp, CustomOpRegistry};
+pub mod ext;
+pub mod model;
+
+pub use backend::select::{parse_backend_list, parse_op_backend, parse_op_backends, OpSelector, BACKEND_NAMES};
+pub use compile::{Crossing, OpRun};
 pub use error::{Detail, Error, Location, Result};
-pub use model::{DType, Model};
-pub use package::{Package, PackageSession};
-pub use session::{PlanStats, RunStats, Session, SessionOptions, TensorData, TensorDesc};
+pub use model::{DType, Model, ModelBytes};
+pub use package::{is_package, IoDesc, Package, PackageSession};
+pub use session::{PlanStats, RunStats, Session, SessionOptions, TensorData, TensorDesc, PLAN_CACHE_SIZE};

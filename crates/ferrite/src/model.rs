@@ -10,11 +10,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 use ferrite_format::schema as fb;
-use ferrite_format::{FileKind, Table};
+use ferrite_format::Table;
 
 use crate::error::{invalid, Error, Location, Result};
-use crate::ops::{parse_params, OpParams};
+use crate::ops::parse_params;
+pub use crate::ops::{Activation, OpParams, Padding};
 pub use ferrite_format::ops::{markdown_table as op_table_markdown, Arity, BuiltinOp, Types, MANY};
+pub use ferrite_format::FileKind;
 
 /// Largest tensor rank accepted from a file.
 pub const MAX_RANK: usize = 16;
@@ -281,18 +283,17 @@ impl AsRef<[u8]> for Mapped {
 }
 
 /// A loaded model: the IR plus the bytes its constants live in.
+///
+/// Read-only outside the crate (accessors, no public fields): every index in it
+/// was validated at load, and sessions rely on that, so a caller must not be able
+/// to edit a loaded model into one that would make them index out of bounds.
 pub struct Model {
     bytes: ModelBytes,
-    /// File flavour.
-    pub kind: FileKind,
-    /// Schema version field.
-    pub version: u32,
-    /// Description string.
-    pub description: String,
-    /// Subgraphs; 0 is the entry point.
-    pub subgraphs: Vec<Subgraph>,
-    /// Signatures.
-    pub signatures: Vec<Signature>,
+    pub(crate) kind: FileKind,
+    pub(crate) version: u32,
+    pub(crate) description: String,
+    pub(crate) subgraphs: Vec<Subgraph>,
+    pub(crate) signatures: Vec<Signature>,
 }
 
 impl std::fmt::Debug for Model {
@@ -317,6 +318,31 @@ impl Model {
     pub fn from_bytes(bytes: ModelBytes) -> Result<Model> {
         let (kind, version, description, subgraphs, signatures) = parse((*bytes).as_ref())?;
         Ok(Model { bytes, kind, version, description, subgraphs, signatures })
+    }
+
+    /// File flavour (TensorFlow Lite or circle).
+    pub fn kind(&self) -> FileKind {
+        self.kind
+    }
+
+    /// The schema version field.
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// The description string.
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+
+    /// Subgraphs; 0 is the entry point.
+    pub fn subgraphs(&self) -> &[Subgraph] {
+        &self.subgraphs
+    }
+
+    /// Signatures (named entry points).
+    pub fn signatures(&self) -> &[Signature] {
+        &self.signatures
     }
 
     /// The whole model file.

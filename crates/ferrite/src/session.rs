@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::backend::select::{self, Backends, OpSelector};
-use crate::backend::{BackendContext, CustomOp, CustomOpRegistry};
+use crate::backend::{Backend, BackendContext, CustomOp, CustomOpRegistry};
 use crate::compile::{self, CompiledGraph, Limits, Loc};
 use crate::error::{Error, Result};
 use crate::model::{DType, Model, ModelBytes};
@@ -23,6 +23,9 @@ pub struct SessionOptions {
     pub backends: Vec<String>,
     /// Ops pinned to one backend, by type or by op index in the session's subgraph.
     pub op_backends: Vec<(OpSelector, String)>,
+    /// Backends the application provides (see [`crate::ext`]); each is used where
+    /// [`backends`](Self::backends) or [`op_backends`](Self::op_backends) names it.
+    pub custom_backends: Vec<Arc<dyn Backend>>,
 }
 
 impl Default for SessionOptions {
@@ -34,6 +37,7 @@ impl Default for SessionOptions {
             custom_ops: CustomOpRegistry::with_builtins(),
             backends: vec!["cpu".into()],
             op_backends: Vec::new(),
+            custom_backends: Vec::new(),
         }
     }
 }
@@ -176,7 +180,7 @@ impl Session {
         let (inputs, outputs) = (named(&g.inputs), named(&g.outputs));
         let input_shapes = g.inputs.iter().map(|&t| g.tensors[t].shape.clone()).collect();
         let ctx = BackendContext::new(options.threads);
-        let backends = Backends::new(&options.backends, &options.op_backends)?;
+        let backends = Backends::new(&options.backends, &options.op_backends, &options.custom_backends)?;
         Ok(Session {
             model,
             options,

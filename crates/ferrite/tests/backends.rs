@@ -6,13 +6,16 @@
 //! - A model run on `cpu`, on `reference` (falling back to `cpu` op by op), and split
 //!   op by op between the two gives the same results; the session reports where each
 //!   op ran and which tensors cross between backends.
+//! - A backend the application writes (the `ext` module) takes the ops it supports
+//!   and leaves the rest to the next backend of the list.
 
 use std::sync::Arc;
 
-use ferrite::backend::select::{parse_op_backends, OpSelector};
-use ferrite::compile::OpRun;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use ferrite::ext::{arg, typed, typed_mut, Backend, BackendContext, Built, OpContext};
 use ferrite::model::{BuiltinOp, Model, MANY};
-use ferrite::{Error, Session, SessionOptions};
+use ferrite::{parse_op_backends, DType, Error, OpRun, OpSelector, Session, SessionOptions};
 use ferrite_format::schema::TensorType;
 use ferrite_format::writer::{ModelSpec, OpCode, Options, TensorSpec};
 
@@ -132,4 +135,94 @@ fn pinned_op_runs_where_it_is_pinned_or_fails_saying_so() {
     let bad =
         Session::with_options(Arc::new(Model::from_file(demo_path()).unwrap()), SessionOptions { backends: vec!["tpu".into()], ..SessionOptions::default() });
     assert!(matches!(bad, Err(Error::InvalidArgument(m)) if m.message.contains("unknown backend 'tpu'")));
+}
+
+/// An application's backend: float ABS only, counting the kernels it built.
+struct AbsOnly {
+    built: AtomicUsize,
+}
+
+impl Backend for AbsOnly {
+    fn name(&self) -> &'static str {
+        "abs-only"
+    }
+
+    fn build(&self, op: &OpContext<'_>, _ctx: &mut BackendContext) -> ferrite::Result<Built> {
+        let x = op.input(0)?;
+        if op.op.code.builtin() != Some(BuiltinOp::ABS) || x.dtype != DType::F32 {
+            return Err(op.unsupported("abs-only runs float ABS"));
+        }
+        self.built.fetch_add(1, Ordering::Relaxed);
+        Ok(Built {
+            outputs: vec![(DType::F32, x.shape.clone())],
+            kernel: Box::new(|ins, outs| {
+                let x = typed::<f32>(arg(ins, 0)?)?;
+                let y = typed_mut::<f32>(&mut *outs[0])?;
+                // Negated on purpose: a result that only this kernel gives shows it ran.
+                y.iter_mut().zip(x).for_each(|(y, x)| *y = -x.abs());
+                Ok(())
+            }),
+        })
+    }
+}
+
+/// x -> ABS -> ADD(·, x) -> y.
+fn abs_add_model() -> Vec<u8> {
+    let mut m = ModelSpec::default();
+    let x = m.add_tensor(TensorSpec::activation("x", TensorType::FLOAT32, &[2, 3]));
+    let a = m.add_tensor(TensorSpec::activation("a", TensorType::FLOAT32, &[2, 3]));
+    let y = m.add_tensor(TensorSpec::activation("y", TensorType::FLOAT32, &[2, 3]));
+    m.add_op(OpCode::Builtin(BuiltinOp::ABS.operator()), &[x], &[a], Options::None);
+    m.add_op(OpCode::Builtin(BuiltinOp::ADD.operator()), &[a, x], &[y], Options::Binary { activation: ferrite_format::writer::Activation::NONE });
+    m.inputs = vec![x];
+    m.outputs = vec![y];
+    m.to_bytes()
+}
+
+#[test]
+fn an_application_backend_takes_its_ops_and_leaves_the_rest() {
+    let model = Arc::new(Model::from_bytes(Arc::new(abs_add_model())).unwrap());
+    let backend = Arc::new(AbsOnly { built: AtomicUsize::new(0) });
+    let x = [-1.5f32, 2.0, -0.25, 0.0, 3.0, -4.0];
+    // One backend value serves two sessions; each session keeps its own state.
+    for _ in 0..2 {
+        let options = SessionOptions { backends: vec!["abs-only".into(), "cpu".into()], custom_backends: vec![backend.clone()], ..SessionOptions::default() };
+        let mut s = Session::with_options(model.clone(), options).unwrap();
+        s.prepare().unwrap();
+        s.set_input_f32(0, &x).unwrap();
+        s.run().unwrap();
+        let y = s.output(0).unwrap().to_f32().unwrap();
+        let want: Vec<f32> = x.iter().map(|v| v - v.abs()).collect();
+        assert_eq!(y, want);
+        let runs: Vec<OpRun> = s.op_assignments().unwrap().into_iter().map(|(_, _, r)| r).collect();
+        assert_eq!(runs, [OpRun::Backend("abs-only"), OpRun::Backend("cpu")]);
+        let crossings = s.backend_crossings().unwrap();
+        assert_eq!(crossings.len(), 1, "{crossings:?}");
+        assert_eq!((crossings[0].from.1, crossings[0].to.1), ("abs-only", "cpu"));
+        assert_eq!(s.backend_names(), ["abs-only", "cpu"]);
+    }
+    assert_eq!(backend.built.load(Ordering::Relaxed), 2);
+
+    // Pinning an op the backend refuses fails at prepare, naming the op.
+    let options =
+        SessionOptions { op_backends: parse_op_backends("ADD=abs-only").unwrap(), custom_backends: vec![backend.clone()], ..SessionOptions::default() };
+    let err = Session::with_options(model.clone(), options).unwrap().prepare().unwrap_err();
+    assert!(err.to_string().contains("ADD"), "{err}");
+
+    // Names are checked against the built-ins and the application's backends.
+    let unknown = SessionOptions { backends: vec!["gpu".into()], custom_backends: vec![backend.clone()], ..SessionOptions::default() };
+    let err = Session::with_options(model.clone(), unknown).unwrap_err().to_string();
+    assert!(err.contains("'gpu'") && err.contains("abs-only"), "{err}");
+    // A backend may not take a built-in's name: `cpu` stays the complete fallback.
+    struct Impostor;
+    impl Backend for Impostor {
+        fn name(&self) -> &'static str {
+            "cpu"
+        }
+        fn build(&self, op: &OpContext<'_>, _: &mut BackendContext) -> ferrite::Result<Built> {
+            Err(op.unsupported("nothing"))
+        }
+    }
+    let clash = SessionOptions { custom_backends: vec![Arc::new(Impostor)], ..SessionOptions::default() };
+    assert!(matches!(Session::with_options(model, clash), Err(Error::InvalidArgument(_))));
 }

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use ferrite::backend::{arg, typed, typed_mut, Built, OpContext};
-use ferrite::{CustomOp, DType, Error, Model, Session, SessionOptions};
+use ferrite::ext::{arg, typed, typed_mut, Built, CustomOp, OpContext};
+use ferrite::{DType, Error, Model, Session, SessionOptions};
 use ferrite_format::schema::TensorType;
 use ferrite_format::writer::{Activation, BuiltinOperator as B, ModelSpec, OpCode, Options, TensorSpec};
 
@@ -77,7 +77,7 @@ fn circle_identifier_is_recognised_and_runs() {
     let mut bytes = small_model().to_bytes();
     bytes[4..8].copy_from_slice(b"CIR0");
     let m = Model::from_bytes(Arc::new(bytes.clone())).unwrap();
-    assert_eq!(m.kind, ferrite_format::FileKind::Circle);
+    assert_eq!(m.kind(), ferrite_format::FileKind::Circle);
     assert_eq!(run(bytes, &X), expected(&X));
 }
 
@@ -87,7 +87,7 @@ fn buffers_stored_after_the_flatbuffer_are_used() {
     let external = small_model().to_bytes_external();
     assert_ne!(inline, external);
     let m = Model::from_bytes(Arc::new(external.clone())).unwrap();
-    let w = &m.subgraphs[0].tensors[1];
+    let w = &m.subgraphs()[0].tensors[1];
     assert!(w.data.as_ref().unwrap().start >= 16, "constant lives in the trailing region");
     assert_eq!(run(external, &X), expected(&X));
 }

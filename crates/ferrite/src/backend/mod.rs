@@ -5,10 +5,10 @@
 //! backend implements the same trait. Per-session state (thread count,
 //! prepacked weights) lives in a [`BackendContext`] the session owns.
 
-pub mod cpu;
+pub(crate) mod cpu;
 pub(crate) mod custom_builtin;
-pub mod reference;
-pub mod select;
+pub(crate) mod reference;
+pub(crate) mod select;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -285,7 +285,7 @@ impl BackendContext {
 }
 
 /// A source of kernels.
-pub trait Backend: Send {
+pub trait Backend: Send + Sync {
     /// Backend name for reports.
     fn name(&self) -> &'static str;
     /// Builds the op, or returns [`Error::Unsupported`] so another backend may try.
@@ -302,6 +302,12 @@ pub trait Backend: Send {
     /// the kernel; the default, `false`, runs them as steps of their own.
     fn applies_epilogues(&self, _op: &OpContext<'_>) -> bool {
         false
+    }
+}
+
+impl std::fmt::Debug for dyn Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Backend({})", self.name())
     }
 }
 

@@ -13,6 +13,7 @@ use super::reference::ReferenceBackend;
 use super::Backend;
 use crate::error::{Error, Result};
 use crate::model::Op;
+use std::sync::Arc;
 
 /// Names of the backends this build has, in the order `ferrite devices` lists them.
 pub const BACKEND_NAMES: &[&str] = &["cpu", "reference"];
@@ -52,11 +53,12 @@ impl OpSelector {
     }
 }
 
-/// Parses a comma- or semicolon-separated backend list (`reference,cpu`).
+/// Parses a comma- or semicolon-separated backend list (`reference,cpu`). Names
+/// are checked when a session is created, which knows the custom backends too.
 pub fn parse_backend_list(s: &str) -> Result<Vec<String>> {
     let names: Vec<String> = s.split([',', ';']).map(str::trim).filter(|n| !n.is_empty()).map(str::to_string).collect();
-    for n in &names {
-        check_name(n)?;
+    if names.is_empty() {
+        return Err(Error::InvalidArgument(format!("backend list '{s}' names no backend").into()));
     }
     Ok(names)
 }
@@ -73,7 +75,9 @@ pub fn parse_op_backend(item: &str) -> Result<(OpSelector, String)> {
         .split_once('=')
         .ok_or_else(|| Error::InvalidArgument(format!("op backend '{item}' is not OP=BACKEND (e.g. CONV_2D=cpu or 17=reference)").into()))?;
     let (op, backend) = (op.trim(), backend.trim());
-    check_name(backend)?;
+    if backend.is_empty() {
+        return Err(Error::InvalidArgument(format!("op backend '{item}' names no backend").into()));
+    }
     let selector = match op.parse::<usize>() {
         Ok(i) => OpSelector::Index(i),
         Err(_) if !op.is_empty() => OpSelector::Type(op.to_string()),
@@ -82,26 +86,26 @@ pub fn parse_op_backend(item: &str) -> Result<(OpSelector, String)> {
     Ok((selector, backend.to_string()))
 }
 
-fn check_name(n: &str) -> Result<()> {
-    if BACKEND_NAMES.contains(&n) {
-        Ok(())
-    } else {
-        Err(Error::InvalidArgument(format!("unknown backend '{n}' (this build has: {})", BACKEND_NAMES.join(", ")).into()))
-    }
-}
-
-fn make(name: &str) -> Result<Box<dyn Backend>> {
-    check_name(name)?;
+/// Finds backend `name` among the built-ins and `custom`.
+fn make(name: &str, custom: &[Arc<dyn Backend>]) -> Result<Arc<dyn Backend>> {
     Ok(match name {
-        "reference" => Box::new(ReferenceBackend),
-        _ => Box::new(CpuBackend),
+        "cpu" => Arc::new(CpuBackend),
+        "reference" => Arc::new(ReferenceBackend),
+        _ => {
+            if let Some(b) = custom.iter().find(|b| b.name() == name) {
+                return Ok(b.clone());
+            }
+            let mut known: Vec<&str> = BACKEND_NAMES.to_vec();
+            known.extend(custom.iter().map(|b| b.name()));
+            return Err(Error::InvalidArgument(format!("unknown backend '{name}' (this session has: {})", known.join(", ")).into()));
+        }
     })
 }
 
 /// A session's backends in order of preference, and its per-op overrides.
 pub struct Backends {
     /// The listed backends (`cpu` last), then those only overrides name.
-    list: Vec<Box<dyn Backend>>,
+    list: Vec<Arc<dyn Backend>>,
     /// How many of `list` unpinned ops try, in order.
     listed: usize,
     overrides: Vec<(OpSelector, usize)>,
@@ -117,8 +121,13 @@ impl std::fmt::Debug for Backends {
 
 impl Backends {
     /// Builds the list from names (duplicates dropped, `cpu` appended when absent)
-    /// and resolves the overrides' backend names.
-    pub fn new(names: &[String], overrides: &[(OpSelector, String)]) -> Result<Backends> {
+    /// and resolves the overrides' backend names, among the built-in backends and `custom`.
+    pub fn new(names: &[String], overrides: &[(OpSelector, String)], custom: &[Arc<dyn Backend>]) -> Result<Backends> {
+        // A custom backend may not take a built-in's name: `cpu` must stay the
+        // complete kernel set every op falls back to.
+        if let Some(b) = custom.iter().find(|b| BACKEND_NAMES.contains(&b.name())) {
+            return Err(Error::InvalidArgument(format!("custom backend '{}' has the name of a built-in backend", b.name()).into()));
+        }
         let mut order: Vec<&str> = Vec::new();
         for n in names {
             if !order.contains(&n.as_str()) {
@@ -130,7 +139,7 @@ impl Backends {
         }
         let mut list = Vec::with_capacity(order.len() + overrides.len());
         for n in &order {
-            list.push(make(n)?);
+            list.push(make(n, custom)?);
         }
         let listed = list.len();
         let mut resolved = Vec::with_capacity(overrides.len());
@@ -139,7 +148,7 @@ impl Backends {
                 Some(i) => i,
                 // An override may name a backend outside the list: it runs only the ops pinned to it.
                 None => {
-                    list.push(make(name)?);
+                    list.push(make(name, custom)?);
                     list.len() - 1
                 }
             };
@@ -194,11 +203,11 @@ mod tests {
 
     #[test]
     fn cpu_is_always_last_and_names_are_checked() {
-        let b = Backends::new(&["reference".into()], &[]).unwrap();
+        let b = Backends::new(&["reference".into()], &[], &[]).unwrap();
         assert_eq!(b.names(), ["reference", "cpu"]);
-        let b = Backends::new(&["cpu".into(), "reference".into(), "cpu".into()], &[]).unwrap();
+        let b = Backends::new(&["cpu".into(), "reference".into(), "cpu".into()], &[], &[]).unwrap();
         assert_eq!(b.names(), ["cpu", "reference"]);
-        assert!(matches!(Backends::new(&["gpu0".into()], &[]), Err(Error::InvalidArgument(_))));
+        assert!(matches!(Backends::new(&["gpu0".into()], &[], &[]), Err(Error::InvalidArgument(_))));
         assert_eq!(parse_backend_list(" reference ; cpu ").unwrap(), ["reference", "cpu"]);
     }
 
@@ -206,7 +215,7 @@ mod tests {
     fn overrides_pin_ops_by_type_and_index() {
         let ov = parse_op_backends("CONV_2D=reference, 3=reference;ADD=cpu").unwrap();
         assert_eq!(ov[1], (OpSelector::Index(3), "reference".into()));
-        let b = Backends::new(&["cpu".into()], &ov).unwrap();
+        let b = Backends::new(&["cpu".into()], &ov, &[]).unwrap();
         // reference is only there for the overrides: unpinned ops use the list (cpu).
         assert_eq!(b.names(), ["cpu", "reference"]);
         assert_eq!(b.candidates(0, 0, &op(BuiltinOp::CONV_2D)), Candidates::Pinned(1));
@@ -216,6 +225,10 @@ mod tests {
         assert_eq!(b.candidates(0, 4, &op(BuiltinOp::ADD)), Candidates::Pinned(0));
         assert!(parse_op_backend("CONV_2D").is_err());
         assert!(parse_op_backend("=cpu").is_err());
-        assert!(parse_op_backend("CONV_2D=tpu").is_err());
+        assert!(parse_op_backend("CONV_2D=").is_err());
+        assert!(parse_backend_list(" ; ").is_err());
+        // A name is checked against the session's backends, custom ones included.
+        let tpu = parse_op_backends("CONV_2D=tpu").unwrap();
+        assert!(matches!(Backends::new(&["cpu".into()], &tpu, &[]), Err(Error::InvalidArgument(_))));
     }
 }
