@@ -451,6 +451,46 @@ impl Session {
         self.set_input(i, bytemuck::cast_slice(data))
     }
 
+    /// Makes the session runnable for the current input shapes: prepares it the first
+    /// time; after [`resize_input`](Self::resize_input), switches to the plan for the new
+    /// shapes (compiled once, or taken from the plan cache). Does nothing when nothing
+    /// changed, so a caller may use it as an idempotent "allocate" step (the TFLite C
+    /// API's `AllocateTensors`). Buffers from [`input_buffer_mut`](Self::input_buffer_mut)
+    /// and [`output_buffer_mut`](Self::output_buffer_mut) stay where they are until a
+    /// later call switches the plan.
+    pub fn ensure_prepared(&mut self) -> Result<()> {
+        match self.state {
+            State::Loaded => self.prepare(),
+            State::Prepared => self.ensure_plan(),
+        }
+    }
+
+    /// The live memory of input `i` under the active plan: the bytes the next
+    /// [`run`](Self::run) reads, so writing them sets the input without a copy. The
+    /// memory stays in place until the plan switches (see
+    /// [`ensure_prepared`](Self::ensure_prepared)). Fails before `prepare`, and for an
+    /// input that no op reads (it has no memory).
+    pub fn input_buffer_mut(&mut self, i: usize) -> Result<&mut [u8]> {
+        self.require(State::Prepared, "input_buffer_mut")?;
+        self.ensure_plan()?;
+        let (_, t) = *self.inputs.get(i).ok_or_else(|| Error::InvalidArgument(format!("input {i} does not exist ({} inputs)", self.inputs.len()).into()))?;
+        let (offset, len) = self.slot(t)?;
+        Ok(&mut bytemuck::cast_slice_mut::<u64, u8>(&mut self.arena)[offset..offset + len])
+    }
+
+    /// The memory where the next [`run`](Self::run) writes output `i`, when the plan
+    /// keeps it in the arena (it stays in place like an input's). Fails before
+    /// `prepare`, and for outputs whose memory is only known after a run (data-dependent
+    /// shapes) or that are constants; read those with [`output`](Self::output).
+    pub fn output_buffer_mut(&mut self, i: usize) -> Result<&mut [u8]> {
+        self.require(State::Prepared, "output_buffer_mut")?;
+        self.ensure_plan()?;
+        let (_, t) =
+            *self.outputs.get(i).ok_or_else(|| Error::InvalidArgument(format!("output {i} does not exist ({} outputs)", self.outputs.len()).into()))?;
+        let (offset, len) = self.slot(t)?;
+        Ok(&mut bytemuck::cast_slice_mut::<u64, u8>(&mut self.arena)[offset..offset + len])
+    }
+
     /// Runs the model on the current inputs.
     pub fn run(&mut self) -> Result<()> {
         self.require(State::Prepared, "run")?;

@@ -108,6 +108,42 @@ fn resize_before_and_after_prepare() {
     assert!(s.resize_input(0, &[6]).is_err(), "rank changes are refused");
 }
 
+fn f32_bytes(x: &[f32]) -> Vec<u8> {
+    x.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+#[test]
+fn live_buffers_are_where_runs_read_and_write() {
+    let mut s = Session::from_bytes(Arc::new(small_model().to_bytes())).unwrap();
+    assert!(matches!(s.input_buffer_mut(0), Err(Error::InvalidState(_))));
+    s.ensure_prepared().unwrap();
+    s.ensure_prepared().unwrap();
+    assert_eq!(s.plan_stats().compiles, 1, "nothing changed: no second compile");
+
+    // Inputs written in place are what the run reads, and they stay for the next run.
+    let input = s.input_buffer_mut(0).unwrap();
+    input.copy_from_slice(&f32_bytes(&X));
+    let in_ptr = input.as_ptr();
+    let out_ptr = s.output_buffer_mut(0).unwrap().as_ptr();
+    for _ in 0..2 {
+        s.run().unwrap();
+        let out = s.output(0).unwrap();
+        assert_eq!(out.bytes.as_ptr(), out_ptr, "the output is where output_buffer_mut said");
+        assert_eq!(out.to_f32().unwrap(), expected(&X));
+    }
+    assert_eq!(s.input_buffer_mut(0).unwrap().as_ptr(), in_ptr, "no plan change: the input did not move");
+
+    // A resize takes effect at ensure_prepared; the buffers then have the new sizes.
+    s.resize_input(0, &[1, 3]).unwrap();
+    s.ensure_prepared().unwrap();
+    s.input_buffer_mut(0).unwrap().copy_from_slice(&f32_bytes(&X[..3]));
+    assert_eq!(s.output_buffer_mut(0).unwrap().len(), 12);
+    s.run().unwrap();
+    assert_eq!(s.output(0).unwrap().to_f32().unwrap(), expected(&X[..3]));
+    assert!(matches!(s.input_buffer_mut(1), Err(Error::InvalidArgument(_))));
+    assert!(matches!(s.output_buffer_mut(1), Err(Error::InvalidArgument(_))));
+}
+
 struct Double;
 impl CustomOp for Double {
     fn build(&self, op: &OpContext<'_>) -> ferrite::Result<Built> {
