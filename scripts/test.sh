@@ -34,8 +34,9 @@ cargo clippy --release --workspace --all-targets --locked -- -D warnings
 echo "== build"
 cargo build --release --workspace --locked
 
-echo "== rust tests (unit, corruption over the corpus, API)"
-FERRITE_CORPUS="$CACHE/models" cargo test --release --workspace --locked
+echo "== rust tests (unit, corruption over the corpus, API; the C API library against LiteRT's)"
+FERRITE_CORPUS="$CACHE/models" FERRITE_TFLITE_C_REFERENCE="$CACHE/lib/pymicro-wakeword-2.5.0/libtensorflowlite_c.so" \
+  cargo test --release --workspace --locked
 
 echo "== aarch64: cross-compiled kernels and runtime under qemu (NEON, dot product)"
 scripts/aarch64.sh
@@ -56,3 +57,12 @@ echo "== conformance: models split op by op between reference and cpu (every ten
 echo "== python package: one script against LiteRT's Interpreter and ferrite's"
 "$CACHE/venv/bin/python" -m pip install -q --disable-pip-version-check ./crates/ferrite-py
 "$CACHE/venv/bin/python" tools/python_api_test.py --corpus "$CACHE/models"
+
+echo "== real application: pymicro-wakeword (ctypes on the C API) on its bundled LiteRT library and on ferrite's"
+if ! command -v espeak-ng >/dev/null || ! command -v sox >/dev/null; then
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+  $SUDO apt-get update -q
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q espeak-ng sox
+fi
+"$CACHE/venv/bin/python" tools/app_microwakeword.py --cache "$CACHE" --lib target/release/libtensorflowlite_c.so

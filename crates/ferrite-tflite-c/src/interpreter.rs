@@ -228,20 +228,13 @@ impl Exec {
         let make = |d: &TensorDesc| {
             let info = &g.tensors[d.tensor];
             let params = match &info.quant {
-                Some(q) if q.scale.len() == 1 => TfLiteQuantizationParams {
-                    scale: q.scale[0],
-                    zero_point: q.zero_point.first().and_then(|&z| i32::try_from(z).ok()).unwrap_or(0),
-                },
+                Some(q) if q.scale.len() == 1 => {
+                    TfLiteQuantizationParams { scale: q.scale[0], zero_point: q.zero_point.first().and_then(|&z| i32::try_from(z).ok()).unwrap_or(0) }
+                }
                 _ => TfLiteQuantizationParams::default(),
             };
-            let meta = TensorMeta {
-                name: &info.name,
-                dtype: d.dtype,
-                shape: &d.shape,
-                shape_signature: &d.shape_signature,
-                params,
-                is_variable: info.is_variable,
-            };
+            let meta =
+                TensorMeta { name: &info.name, dtype: d.dtype, shape: &d.shape, shape_signature: &d.shape_signature, params, is_variable: info.is_variable };
             TensorBox::new(&meta, reporter)
         };
         let inputs = session.inputs().iter().map(make).collect();

@@ -107,7 +107,10 @@ pub unsafe extern "C" fn TfLiteInterpreterGetSignatureKey(interpreter: *const Tf
 /// # Safety
 /// `interpreter` is NULL or a live interpreter; `signature_key` NULL or NUL-terminated.
 #[no_mangle]
-pub unsafe extern "C" fn TfLiteInterpreterGetSignatureRunner(interpreter: *const TfLiteInterpreter, signature_key: *const c_char) -> *mut TfLiteSignatureRunner {
+pub unsafe extern "C" fn TfLiteInterpreterGetSignatureRunner(
+    interpreter: *const TfLiteInterpreter,
+    signature_key: *const c_char,
+) -> *mut TfLiteSignatureRunner {
     // SAFETY: forwarded caller contract.
     let Some(it) = (unsafe { self::interpreter(interpreter) }) else { return ptr::null_mut() };
     // SAFETY: forwarded caller contract.
@@ -177,7 +180,10 @@ pub unsafe extern "C" fn TfLiteSignatureRunnerGetInputTensor(signature_runner: *
 /// # Safety
 /// `signature_runner` is NULL or a live runner; `output_name` NULL or NUL-terminated.
 #[no_mangle]
-pub unsafe extern "C" fn TfLiteSignatureRunnerGetOutputTensor(signature_runner: *const TfLiteSignatureRunner, output_name: *const c_char) -> *const TfLiteTensor {
+pub unsafe extern "C" fn TfLiteSignatureRunnerGetOutputTensor(
+    signature_runner: *const TfLiteSignatureRunner,
+    output_name: *const c_char,
+) -> *const TfLiteTensor {
     // SAFETY: forwarded caller contract.
     unsafe { runner(signature_runner) }.map_or(ptr::null(), |r| tensor_named(&r.output_names, &r.exec.outputs, output_name).cast_const())
 }

@@ -353,19 +353,20 @@ pub unsafe extern "C" fn TfLiteTensorQuantizationParams(t: *const TfLiteTensor) 
     unsafe { tensor(t) }.map_or_else(TfLiteQuantizationParams::default, |t| t.params)
 }
 
-/// Checks a copy between the tensor and a caller buffer of `size` bytes.
+/// Checks a copy between the tensor and a caller buffer of `size` bytes. The message
+/// is only built on failure: copies are per-invoke calls.
 fn check_copy(t: &TfLiteTensor, buffer: *const c_void, size: usize, what: &str) -> Result<(), String> {
+    if size == t.bytes && (size == 0 || (!t.data.is_null() && !buffer.is_null())) {
+        return Ok(());
+    }
     let name = t.own.name.to_string_lossy();
-    if size != t.bytes {
-        return Err(format!("{what}: tensor '{name}' holds {} bytes, the buffer has {size}", t.bytes));
-    }
-    if size > 0 && t.data.is_null() {
-        return Err(format!("{what}: tensor '{name}' has no memory yet: call TfLiteInterpreterAllocateTensors first (and after every resize)"));
-    }
-    if size > 0 && buffer.is_null() {
-        return Err(format!("{what}: the buffer is NULL"));
-    }
-    Ok(())
+    Err(if size != t.bytes {
+        format!("{what}: tensor '{name}' holds {} bytes, the buffer has {size}", t.bytes)
+    } else if t.data.is_null() {
+        format!("{what}: tensor '{name}' has no memory yet: call TfLiteInterpreterAllocateTensors first (and after every resize)")
+    } else {
+        format!("{what}: the buffer is NULL")
+    })
 }
 
 /// Copies `input_data_size` bytes into the tensor; the size must equal its byte size.
