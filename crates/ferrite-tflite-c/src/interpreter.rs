@@ -217,13 +217,13 @@ pub(crate) struct Exec {
 }
 
 impl Exec {
-    /// Wraps a session, preparing it at once so that a model with unsupported ops fails
-    /// at interpreter creation, as LiteRT's does. Other prepare errors (say, a shape
-    /// that only works after the app's resize) wait for AllocateTensors.
-    pub(crate) fn new(model: &Model, mut session: Session, reporter: Reporter) -> Result<Exec, Error> {
-        if let Err(e @ Error::Unsupported(_)) = session.prepare() {
-            return Err(e);
-        }
+    /// Wraps a session, preparing it at once: the common create-then-allocate sequence
+    /// compiles once. A failure is not an error yet: as in LiteRT, a model whose ops
+    /// cannot be prepared still gets an interpreter, and AllocateTensors reports why
+    /// (the placeholder shapes of resizable inputs may also only work after a resize).
+    pub(crate) fn new(model: &Model, mut session: Session, reporter: Reporter) -> Exec {
+        // Ignored on purpose: the session stays unprepared and AllocateTensors retries.
+        let _ = session.prepare();
         let g = &model.subgraphs[session.subgraph_index()];
         let make = |d: &TensorDesc| {
             let info = &g.tensors[d.tensor];
@@ -239,17 +239,24 @@ impl Exec {
         };
         let inputs = session.inputs().iter().map(make).collect();
         let outputs = session.outputs().iter().map(make).collect();
-        Ok(Exec { session, inputs, outputs, allocated: false, reporter })
+        Exec { session, inputs, outputs, allocated: false, reporter }
     }
 
-    /// OK, or ERROR with the message reported.
+    /// OK, or an error status with the message reported: `kTfLiteUnresolvedOps` when a
+    /// custom op has no implementation (LiteRT's answer from AllocateTensors), else
+    /// `kTfLiteError`.
     pub(crate) fn status(&self, r: Result<(), Error>) -> TfLiteStatus {
-        match r {
-            Ok(()) => TfLiteStatus::Ok,
-            Err(e) => {
-                self.reporter.report(&e.to_string());
-                TfLiteStatus::Error
-            }
+        let Err(e) = r else { return TfLiteStatus::Ok };
+        self.reporter.report(&e.to_string());
+        let unresolved_custom_op = matches!(&e, Error::Unsupported(_))
+            && e.location().and_then(|l| Some((l.subgraph?, l.op?))).is_some_and(|(g, op)| {
+                let ops = self.session.model().subgraphs.get(g).map(|g| &g.ops[..]).unwrap_or_default();
+                ops.get(op).is_some_and(|op| op.code.builtin().is_none())
+            });
+        if unresolved_custom_op {
+            TfLiteStatus::UnresolvedOps
+        } else {
+            TfLiteStatus::Error
         }
     }
 
@@ -357,7 +364,7 @@ impl TfLiteInterpreter {
         let mut session_options = SessionOptions::default().with_env_backends()?;
         session_options.threads = usize::try_from(options.threads).ok().filter(|&n| n >= 1).unwrap_or(1);
         let session = Session::with_options(model.clone(), session_options.clone())?;
-        let main = Exec::new(&model, session, options.reporter)?;
+        let main = Exec::new(&model, session, options.reporter);
         let index = |d: &TensorDesc| c_int::try_from(d.tensor).unwrap_or(-1);
         let input_indices = main.session.inputs().iter().map(index).collect();
         let output_indices = main.session.outputs().iter().map(index).collect();
@@ -381,8 +388,9 @@ pub(crate) unsafe fn interpreter<'a>(p: *const TfLiteInterpreter) -> Option<&'a 
 
 /// A new interpreter for `model` (which may be deleted afterwards), with
 /// `optional_options` (NULL: defaults; they may be deleted afterwards too). NULL on
-/// failure, reported to the options' error reporter: a NULL model, or a model with ops
-/// ferrite does not implement.
+/// failure, reported to the options' error reporter (a NULL model, a bad
+/// `FERRITE_BACKENDS`). Ops that cannot be prepared are reported by
+/// TfLiteInterpreterAllocateTensors, as LiteRT does.
 ///
 /// # Safety
 /// `model` is NULL or a live model; `optional_options` NULL or live options.

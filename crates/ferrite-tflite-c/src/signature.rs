@@ -39,7 +39,7 @@ impl TfLiteInterpreter {
             let key = self.model().signatures[k].key.clone();
             let mut session = Session::with_options(self.model().clone(), self.session_options.clone())?;
             session.select_signature(&key)?;
-            let exec = Exec::new(self.model(), session, self.main.reporter)?;
+            let exec = Exec::new(self.model(), session, self.main.reporter);
             let input_names = c_names(exec.session.inputs().into_iter().map(|d| d.name));
             let output_names = c_names(exec.session.outputs().into_iter().map(|d| d.name));
             self.runners[k] = Some(Box::new(Runner { exec, input_names, output_names }));

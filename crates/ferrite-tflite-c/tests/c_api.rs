@@ -4,7 +4,8 @@
 //! library itself is not instrumented).
 //!
 //! - always: the API contract and error paths on the demo model and on models written
-//!   here (a signature with a resizable dim; a resource-variable accumulator);
+//!   here (a signature with a resizable dim; a resource-variable accumulator; an op no
+//!   runtime has);
 //! - with `FERRITE_CORPUS`: a float, an int8 and a streaming int8 corpus model, whose
 //!   outputs through the C API must equal ferrite's Rust API on the same inputs, bit
 //!   for bit;
@@ -22,20 +23,17 @@ use ferrite::{DType, Model, Session, SessionOptions};
 use ferrite_format::schema::TensorType;
 use ferrite_format::writer::{Activation, BuiltinOperator as B, ModelSpec, OpCode, Options, TensorSpec};
 
-/// `target/<profile>`: the test binary lives in `target/<profile>/deps`.
-fn profile_dir() -> PathBuf {
+/// The library built with this test: `cargo test` leaves the fresh cdylib next to the
+/// test binary in `target/<profile>/deps` (only `cargo build` copies it up a level).
+fn library() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    exe.parent().and_then(Path::parent).expect("target/<profile>/deps layout").to_path_buf()
+    let lib = exe.parent().expect("test binary directory").join("libtensorflowlite_c.so");
+    assert!(lib.exists(), "{} missing: cargo builds it with the tests", lib.display());
+    lib
 }
 
 fn crate_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn library() -> PathBuf {
-    let lib = profile_dir().join("libtensorflowlite_c.so");
-    assert!(lib.exists(), "{} missing: build ferrite-tflite-c first (cargo build --release)", lib.display());
-    lib
 }
 
 fn reference_library() -> Option<PathBuf> {
@@ -127,19 +125,42 @@ fn accumulator_model() -> Vec<u8> {
     m.to_bytes()
 }
 
-/// Writes the generated models; returns (demo, signature, accumulator) paths.
-fn contract_models(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
-    let demo = crate_dir().join("../../models/demo.tflite");
-    let (sig, acc) = (dir.join("signature.tflite"), dir.join("accumulator.tflite"));
-    std::fs::write(&sig, signature_model()).unwrap();
-    std::fs::write(&acc, accumulator_model()).unwrap();
-    (demo, sig, acc)
+/// A custom op no runtime knows: interpreter creation must fail.
+fn unknown_op_model() -> Vec<u8> {
+    let mut m = ModelSpec::default();
+    let x = m.add_tensor(TensorSpec::activation("x", TensorType::FLOAT32, &[4]));
+    let y = m.add_tensor(TensorSpec::activation("y", TensorType::FLOAT32, &[4]));
+    m.add_op(OpCode::Custom("NoSuchOp".into()), &[x], &[y], Options::None);
+    m.inputs = vec![x];
+    m.outputs = vec![y];
+    m.to_bytes()
 }
 
-fn contract(exe: &Path, lib_dir: &Path, models: &(PathBuf, PathBuf, PathBuf), leaks: bool) -> String {
+/// The models of the contract checks: the demo model and those written here.
+struct ContractModels {
+    demo: PathBuf,
+    signature: PathBuf,
+    accumulator: PathBuf,
+    unknown_op: PathBuf,
+}
+
+fn contract_models(dir: &Path) -> ContractModels {
+    let m = ContractModels {
+        demo: crate_dir().join("../../models/demo.tflite"),
+        signature: dir.join("signature.tflite"),
+        accumulator: dir.join("accumulator.tflite"),
+        unknown_op: dir.join("unknown_op.tflite"),
+    };
+    std::fs::write(&m.signature, signature_model()).unwrap();
+    std::fs::write(&m.accumulator, accumulator_model()).unwrap();
+    std::fs::write(&m.unknown_op, unknown_op_model()).unwrap();
+    m
+}
+
+fn contract(exe: &Path, lib_dir: &Path, models: &ContractModels, leaks: bool) -> String {
     let s = |p: &Path| p.to_str().unwrap().to_string();
-    let mut out = run(exe, lib_dir, &["errors", &s(&models.0), &s(&models.1)], leaks);
-    out += &run(exe, lib_dir, &["reset", &s(&models.2)], leaks);
+    let mut out = run(exe, lib_dir, &["errors", &s(&models.demo), &s(&models.signature), &s(&models.unknown_op)], leaks);
+    out += &run(exe, lib_dir, &["reset", &s(&models.accumulator)], leaks);
     out
 }
 

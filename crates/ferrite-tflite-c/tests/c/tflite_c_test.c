@@ -4,7 +4,7 @@
  * (ferrite refuses what LiteRT leaves undefined) run only on ferrite's, recognised by
  * its TfLiteVersion.
  *
- *   tflite_c_test errors DEMO_MODEL SIGNATURE_MODEL   API contract and error paths
+ *   tflite_c_test errors DEMO SIGNATURE UNKNOWN_OP     API contract and error paths
  *   tflite_c_test reset ACCUMULATOR_MODEL             what ResetVariableTensors resets
  *   tflite_c_test run MODEL DUMP_FILE INVOKES         seeded inputs -> outputs, dumped
  *   tflite_c_test bench MODEL ITERATIONS              per-call overheads
@@ -115,7 +115,7 @@ static void check_layout(const TfLiteTensor *t) {
     EXPECT(t->params.scale == q.scale && t->params.zero_point == q.zero_point);
 }
 
-static void errors(const char *demo_path, const char *sig_path) {
+static void errors(const char *demo_path, const char *sig_path, const char *unknown_op_path) {
     printf("library %s\n", TfLiteVersion());
     const char *v = TfLiteVersion();
     EXPECT(v != NULL && v[0] >= '0' && v[0] <= '9' && strchr(v, '.') != NULL);
@@ -131,6 +131,25 @@ static void errors(const char *demo_path, const char *sig_path) {
     EXPECT(TfLiteModelCreateWithErrorReporter(junk, sizeof junk, capture_reporter, &model_errors) == NULL);
     EXPECT(model_errors.calls > 0 && strlen(model_errors.last) > 0);
     printf("bad model reported: %s\n", model_errors.last);
+
+    /* A model with an op the runtime lacks: it loads and gets an interpreter, and
+     * AllocateTensors answers kTfLiteUnresolvedOps with a report. */
+    TfLiteModel *unknown = TfLiteModelCreateFromFile(unknown_op_path);
+    REQUIRE(unknown != NULL);
+    struct capture create_errors = {0};
+    TfLiteInterpreterOptions *reporting = TfLiteInterpreterOptionsCreate();
+    TfLiteInterpreterOptionsSetErrorReporter(reporting, capture_reporter, &create_errors);
+    TfLiteInterpreterOptions *copy = TfLiteInterpreterOptionsCopy(reporting);
+    TfLiteInterpreterOptionsDelete(reporting);
+    TfLiteInterpreter *unresolved = TfLiteInterpreterCreate(unknown, copy);
+    REQUIRE(unresolved != NULL);
+    EXPECT(TfLiteInterpreterAllocateTensors(unresolved) == kTfLiteUnresolvedOps);
+    EXPECT(create_errors.calls > 0);
+    printf("unknown op reported: %s\n", create_errors.last);
+    EXPECT(TfLiteInterpreterInvoke(unresolved) == kTfLiteError);
+    TfLiteInterpreterDelete(unresolved);
+    TfLiteInterpreterOptionsDelete(copy);
+    TfLiteModelDelete(unknown);
 
     /* The model from caller bytes, used in place: the buffer outlives the interpreter. */
     size_t len = 0;
@@ -526,8 +545,8 @@ static void bench(const char *path, int iters) {
 }
 
 int main(int argc, char **argv) {
-    if (argc >= 4 && strcmp(argv[1], "errors") == 0) {
-        errors(argv[2], argv[3]);
+    if (argc >= 5 && strcmp(argv[1], "errors") == 0) {
+        errors(argv[2], argv[3], argv[4]);
     } else if (argc >= 3 && strcmp(argv[1], "reset") == 0) {
         reset(argv[2]);
     } else if (argc >= 5 && strcmp(argv[1], "run") == 0) {
@@ -535,7 +554,7 @@ int main(int argc, char **argv) {
     } else if (argc >= 4 && strcmp(argv[1], "bench") == 0) {
         bench(argv[2], atoi(argv[3]));
     } else {
-        fprintf(stderr, "usage: %s errors DEMO SIG | reset ACC | run MODEL DUMP N | bench MODEL N\n", argv[0]);
+        fprintf(stderr, "usage: %s errors DEMO SIG UNKNOWN_OP | reset ACC | run MODEL DUMP N | bench MODEL N\n", argv[0]);
         return 2;
     }
     if (failures) {

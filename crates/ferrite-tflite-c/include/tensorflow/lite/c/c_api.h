@@ -104,7 +104,8 @@ TFL_CAPI_EXPORT extern void TfLiteInterpreterOptionsSetErrorReporter(
 
 /* A new interpreter for `model` with `optional_options` (NULL: defaults). The model and
  * the options may be deleted once it exists. NULL on failure, reported to the options'
- * reporter (a NULL model, or ops ferrite does not implement). Call
+ * reporter. Ops that cannot run are reported by TfLiteInterpreterAllocateTensors
+ * (kTfLiteUnresolvedOps for a custom op nobody implements), as in LiteRT. Call
  * TfLiteInterpreterAllocateTensors before touching tensor data or invoking. */
 TFL_CAPI_EXPORT extern TfLiteInterpreter *TfLiteInterpreterCreate(
     const TfLiteModel *model, const TfLiteInterpreterOptions *optional_options);
@@ -141,8 +142,8 @@ TFL_CAPI_EXPORT extern TfLiteStatus TfLiteInterpreterResizeInputTensor(TfLiteInt
                                                                        const int *input_dims,
                                                                        int32_t input_dims_size);
 
-/* Plans memory for the current input shapes and points the tensors at it. Cheap when
- * nothing was resized since the last call. */
+/* Prepares the ops and plans memory for the current input shapes, and points the
+ * tensors at it. Cheap when nothing was resized since the last call. */
 TFL_CAPI_EXPORT extern TfLiteStatus TfLiteInterpreterAllocateTensors(TfLiteInterpreter *interpreter);
 
 /* Runs the model on the inputs' current contents. kTfLiteError before

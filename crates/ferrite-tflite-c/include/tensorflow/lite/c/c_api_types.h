@@ -20,9 +20,9 @@ extern "C" {
 #endif
 #endif
 
-/* What a call returns. Only kTfLiteOk and kTfLiteError come from ferrite (it applies no
- * delegates and has no cancellation); the other values are listed so that code
- * switching on them compiles. */
+/* What a call returns. ferrite answers kTfLiteOk, kTfLiteError, and
+ * kTfLiteUnresolvedOps (AllocateTensors on a model with an unknown custom op); it
+ * applies no delegates and has no cancellation, so the other values never come back. */
 typedef enum TfLiteStatus {
     kTfLiteOk = 0,
     kTfLiteError = 1,
