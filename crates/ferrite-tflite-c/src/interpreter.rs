@@ -316,18 +316,20 @@ impl Exec {
     pub(crate) fn resize(&mut self, i: usize, dims: &[c_int], strict: bool) -> Result<(), Error> {
         let n = self.inputs.len();
         let t = self.inputs.get(i).ok_or_else(|| Error::InvalidArgument(format!("input {i} does not exist ({n} inputs)").into()))?.get();
-        let name = t.name_ptr();
-        // SAFETY: the tensor's own NUL-terminated name, alive as long as the tensor.
-        let name = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
+        // Built only for a message: a resize to the current shape runs per frame in some apps.
+        let name = || {
+            // SAFETY: the tensor's own NUL-terminated name, alive as long as the tensor.
+            unsafe { CStr::from_ptr(t.name_ptr()) }.to_string_lossy().into_owned()
+        };
         if let Some(&d) = dims.iter().find(|&&d| d < 0) {
-            return Err(Error::InvalidArgument(format!("cannot resize input '{name}' to {dims:?}: dimension {d} is negative").into()));
+            return Err(Error::InvalidArgument(format!("cannot resize input '{}' to {dims:?}: dimension {d} is negative", name()).into()));
         }
         if strict {
             let sig = t.shape_signature();
             let fixed_changed = sig.len() != dims.len() || sig.iter().zip(dims).any(|(&s, &d)| s != -1 && s != d);
             if fixed_changed {
                 return Err(Error::InvalidArgument(
-                    format!("cannot resize input '{name}' from signature {sig:?} to {dims:?}: only dimensions marked -1 may change").into(),
+                    format!("cannot resize input '{}' from signature {sig:?} to {dims:?}: only dimensions marked -1 may change", name()).into(),
                 ));
             }
         }
@@ -550,7 +552,7 @@ pub unsafe extern "C" fn TfLiteInterpreterResizeInputTensor(
     input_dims_size: i32,
 ) -> TfLiteStatus {
     // SAFETY: forwarded caller contract; `input_dims` is read by `dims_arg` under its own.
-    unsafe { with_main(interpreter, |e| e.resize(index_arg(input_index)?, &dims_arg(input_dims, input_dims_size)?, false)) }
+    unsafe { with_main(interpreter, |e| e.resize(index_arg(input_index)?, dims_arg(input_dims, input_dims_size)?, false)) }
 }
 
 /// A C index argument as `usize` (negative: an error).
@@ -558,20 +560,20 @@ pub(crate) fn index_arg(i: i32) -> Result<usize, Error> {
     usize::try_from(i).map_err(|_| Error::InvalidArgument(format!("index {i} is negative").into()))
 }
 
-/// The dims argument of a resize, copied.
+/// The dims argument of a resize (read during the call only).
 ///
 /// # Safety
-/// `dims` is NULL or points to `size` ints.
-pub(crate) unsafe fn dims_arg(dims: *const c_int, size: i32) -> Result<Vec<c_int>, Error> {
+/// `dims` is NULL or points to `size` ints that stay valid for `'a`.
+pub(crate) unsafe fn dims_arg<'a>(dims: *const c_int, size: i32) -> Result<&'a [c_int], Error> {
     let n = usize::try_from(size).map_err(|_| Error::InvalidArgument(format!("dims size {size} is negative").into()))?;
     if n == 0 {
-        return Ok(Vec::new());
+        return Ok(&[]);
     }
     if dims.is_null() {
         return Err(Error::InvalidArgument("the dims array is NULL".into()));
     }
     // SAFETY: `dims` points to `n` ints (caller contract).
-    Ok(unsafe { std::slice::from_raw_parts(dims, n) }.to_vec())
+    Ok(unsafe { std::slice::from_raw_parts(dims, n) })
 }
 
 /// Plans memory for the current input shapes and points every tensor at it. Cheap

@@ -219,7 +219,7 @@ pub unsafe extern "C" fn TfLiteSignatureRunnerResizeInputTensor(
     unsafe {
         with_runner(signature_runner, |r| {
             let i = position(&r.input_names, input_name).ok_or_else(|| Error::InvalidArgument("no signature input by that name".into()))?;
-            r.exec.resize(i, &dims_arg(input_dims, input_dims_size)?, true)
+            r.exec.resize(i, dims_arg(input_dims, input_dims_size)?, true)
         })
     }
 }
