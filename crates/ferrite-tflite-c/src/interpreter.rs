@@ -4,7 +4,7 @@ use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::ptr;
 use std::sync::Arc;
 
-use ferrite::{Error, Model, Session, SessionOptions, TensorDesc};
+use ferrite::{Error, Model, ModelBytes, Session, SessionOptions, TensorDesc};
 
 use crate::report::{Reporter, TfLiteErrorReporter};
 use crate::signature::Runner;
@@ -61,7 +61,7 @@ unsafe fn create_from_buffer(data: *const c_void, size: usize, reporter: Reporte
         return ptr::null_mut();
     }
     guard(reporter, ptr::null_mut(), || {
-        let bytes: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(CallerBytes { ptr: data.cast(), len: size });
+        let bytes: ModelBytes = Arc::new(CallerBytes { ptr: data.cast(), len: size });
         model_box(Model::from_bytes(bytes), reporter)
     })
 }
@@ -224,7 +224,7 @@ impl Exec {
     pub(crate) fn new(model: &Model, mut session: Session, reporter: Reporter) -> Exec {
         // Ignored on purpose: the session stays unprepared and AllocateTensors retries.
         let _ = session.prepare();
-        let g = &model.subgraphs[session.subgraph_index()];
+        let g = &model.subgraphs()[session.subgraph_index()];
         let make = |d: &TensorDesc| {
             let info = &g.tensors[d.tensor];
             let params = match &info.quant {
@@ -250,7 +250,7 @@ impl Exec {
         self.reporter.report(&e.to_string());
         let unresolved_custom_op = matches!(&e, Error::Unsupported(_))
             && e.location().and_then(|l| Some((l.subgraph?, l.op?))).is_some_and(|(g, op)| {
-                let ops = self.session.model().subgraphs.get(g).map(|g| &g.ops[..]).unwrap_or_default();
+                let ops = self.session.model().subgraphs().get(g).map(|g| &g.ops[..]).unwrap_or_default();
                 ops.get(op).is_some_and(|op| op.code.builtin().is_none())
             });
         if unresolved_custom_op {
@@ -370,8 +370,8 @@ impl TfLiteInterpreter {
         let index = |d: &TensorDesc| c_int::try_from(d.tensor).unwrap_or(-1);
         let input_indices = main.session.inputs().iter().map(index).collect();
         let output_indices = main.session.outputs().iter().map(index).collect();
-        let signature_keys = model.signatures.iter().map(|s| CString::new(s.key.replace('\0', " ")).unwrap_or_default()).collect();
-        let runners = model.signatures.iter().map(|_| None).collect();
+        let signature_keys = model.signatures().iter().map(|s| CString::new(s.key.replace('\0', " ")).unwrap_or_default()).collect();
+        let runners = model.signatures().iter().map(|_| None).collect();
         Ok(TfLiteInterpreter { model, session_options, main, input_indices, output_indices, signature_keys, runners })
     }
 

@@ -36,7 +36,7 @@ impl TfLiteInterpreter {
     /// The runner of signature `k`, made on first use.
     fn runner(&mut self, k: usize) -> Result<&mut Runner, Error> {
         if self.runners[k].is_none() {
-            let key = self.model().signatures[k].key.clone();
+            let key = self.model().signatures()[k].key.clone();
             let mut session = Session::with_options(self.model().clone(), self.session_options.clone())?;
             session.select_signature(&key)?;
             let exec = Exec::new(self.model(), session, self.main.reporter);
