@@ -206,3 +206,103 @@ pub(super) fn crossings(g: &Subgraph, sg: usize, assignment: &[OpRun]) -> Vec<Cr
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::fusion::tests::{op, tensor};
+    use super::super::test_util::{compile_on, LIMITS};
+    use super::*;
+    use crate::backend::select::OpSelector;
+    use crate::backend::Backend;
+    use crate::model::{BuiltinOp as B, DType};
+    use crate::ops::OpParams;
+    use ferrite_format::writer::{BuiltinOperator as W, ModelSpec, OpCode as WOp, Options, TensorSpec, TensorType};
+
+    /// A backend with kernels for `ops` only; they produce the declared outputs.
+    struct Only {
+        name: &'static str,
+        ops: &'static [B],
+    }
+
+    impl Backend for Only {
+        fn name(&self) -> &'static str {
+            self.name
+        }
+        fn build(&self, op: &OpContext<'_>, _ctx: &mut BackendContext) -> Result<Built> {
+            if !op.op.code.builtin().is_some_and(|b| self.ops.contains(&b)) {
+                return Err(op.unsupported(format!("{} has no kernel", self.name)));
+            }
+            Ok(Built { outputs: op.outputs.iter().map(|t| (t.dtype, t.shape.clone())).collect(), kernel: Box::new(|_, _| Ok(())) })
+        }
+    }
+
+    fn backends(list: &[(&'static str, &'static [B])], pins: Vec<(OpSelector, usize)>) -> Backends {
+        Backends::from_backends(list.iter().map(|&(name, ops)| Box::new(Only { name, ops }) as Box<dyn Backend>).collect(), pins)
+    }
+
+    /// x -RELU-> a -NEG-> b -RELU-> y, all float [4].
+    fn chain() -> ModelSpec {
+        let mut m = ModelSpec::default();
+        let t: Vec<i32> = ["x", "a", "b", "y"].iter().map(|n| m.add_tensor(TensorSpec::activation(n, TensorType::FLOAT32, &[4]))).collect();
+        m.add_op(WOp::Builtin(W::RELU), &[t[0]], &[t[1]], Options::None);
+        m.add_op(WOp::Builtin(W::NEG), &[t[1]], &[t[2]], Options::None);
+        m.add_op(WOp::Builtin(W::RELU), &[t[2]], &[t[3]], Options::None);
+        (m.inputs, m.outputs) = (vec![t[0]], vec![t[3]]);
+        m
+    }
+
+    const FIRST: (&str, &[B]) = ("first", &[B::RELU]);
+    const SECOND: (&str, &[B]) = ("second", &[B::RELU, B::NEG]);
+
+    #[test]
+    fn each_op_goes_to_the_first_backend_that_builds_it_and_crossings_are_recorded() {
+        let (model, cg) = compile_on(&chain(), &backends(&[FIRST, SECOND], vec![]), LIMITS).unwrap();
+        assert_eq!(cg.assignment, [OpRun::Backend("first"), OpRun::Backend("second"), OpRun::Backend("first")]);
+        let crossings: Vec<_> = cg.crossings(&model).into_iter().map(|c| (c.tensor, c.from, c.to)).collect();
+        assert_eq!(crossings, [(1, (0, "first"), (1, "second")), (2, (1, "second"), (2, "first"))]);
+        // In the other order the second backend takes every op: nothing crosses.
+        let (model, cg) = compile_on(&chain(), &backends(&[SECOND, FIRST], vec![]), LIMITS).unwrap();
+        assert_eq!(cg.assignment, [OpRun::Backend("second"); 3]);
+        assert!(cg.crossings(&model).is_empty());
+    }
+
+    #[test]
+    fn an_override_pins_an_op_or_fails_saying_so() {
+        let pin_last_relu = vec![(OpSelector::Index(2), 1)];
+        let (_, cg) = compile_on(&chain(), &backends(&[FIRST, SECOND], pin_last_relu), LIMITS).unwrap();
+        assert_eq!(cg.assignment[2], OpRun::Backend("second"));
+        let pin_neg = vec![(OpSelector::Type("NEG".into()), 0)];
+        let err = compile_on(&chain(), &backends(&[FIRST, SECOND], pin_neg), LIMITS).map(|_| ()).unwrap_err();
+        assert!(matches!(err, Error::Unsupported(_)), "{err}");
+        assert!(err.to_string().contains("pinned to the first backend"), "{err}");
+        // No backend builds NEG: the last refusal is the error.
+        let err = compile_on(&chain(), &backends(&[FIRST], vec![]), LIMITS).map(|_| ()).unwrap_err();
+        assert!(err.to_string().contains("first has no kernel"), "{err}");
+    }
+
+    #[test]
+    fn crossings_follow_aliases_and_fusions_to_the_kernel_computing_the_tensor() {
+        // x -RELU-> a -RESHAPE-> b -RELU-> c -RELU-> y.
+        let g = Subgraph {
+            name: String::new(),
+            tensors: (0..5).map(|_| tensor(DType::F32, &[4])).collect(),
+            ops: vec![
+                op(B::RELU, &[0], &[1], OpParams::None),
+                op(B::RESHAPE, &[1], &[2], OpParams::Reshape { new_shape: None }),
+                op(B::RELU, &[2], &[3], OpParams::None),
+                op(B::RELU, &[3], &[4], OpParams::None),
+            ],
+            inputs: vec![0],
+            outputs: vec![4],
+        };
+        let run = |a: [OpRun; 4]| crossings(&g, 0, &a).into_iter().map(|c| (c.tensor, c.from, c.to)).collect::<Vec<_>>();
+        let (r, c) = (OpRun::Backend("reference"), OpRun::Backend("cpu"));
+        // The RESHAPE's output comes from the RELU before it, on reference.
+        assert_eq!(run([r, OpRun::Alias, c, c]), [(2, (1, "reference"), (2, "cpu"))]);
+        // Op 2 fused into op 0's kernel: c is computed on reference.
+        assert_eq!(run([r, OpRun::Alias, OpRun::Fused { into: 0 }, c]), [(3, (2, "reference"), (3, "cpu"))]);
+        assert!(run([c, OpRun::Alias, c, c]).is_empty());
+        // A folded producer hands over a constant: no crossing there.
+        assert_eq!(run([OpRun::Folded, OpRun::Alias, c, r]), [(3, (2, "cpu"), (3, "reference"))]);
+    }
+}

@@ -139,3 +139,143 @@ fn child(
     }
     compile_at(env, sub, &shapes, consts, ctx, depth + 1).map(Child::new)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_util::compile_cpu;
+    use super::super::CompiledGraph;
+    use super::*;
+    use ferrite_format::writer::{Activation, BuiltinOperator as W, ModelSpec, OpCode as WOp, Options, TensorSpec, TensorType};
+
+    /// A graph of one unary op: x ([2, 3] float) -> y (of `out_shape`).
+    fn unary(code: W, out_shape: &[i32]) -> ModelSpec {
+        let mut g = ModelSpec::default();
+        let x = g.add_tensor(TensorSpec::activation("x", TensorType::FLOAT32, &[2, 3]));
+        let y = g.add_tensor(TensorSpec::activation("y", TensorType::FLOAT32, out_shape));
+        if code == W::RESHAPE {
+            let s = g.add_tensor(TensorSpec::const_i32("shape", &[1], &[6]));
+            g.add_op(WOp::Builtin(code), &[x, s], &[y], Options::None);
+        } else {
+            g.add_op(WOp::Builtin(code), &[x], &[y], Options::None);
+        }
+        g.inputs = vec![x];
+        g.outputs = vec![y];
+        g
+    }
+
+    /// IF(c, x or a constant) -> y with branches `then` (subgraph 1) and `otherwise` (2).
+    fn if_model(then: ModelSpec, otherwise: ModelSpec, constant_operand: bool) -> ModelSpec {
+        let mut m = ModelSpec::default();
+        let c = m.add_tensor(TensorSpec::activation("c", TensorType::BOOL, &[1]));
+        let x = if constant_operand {
+            m.add_tensor(TensorSpec::const_f32("k", &[2, 3], &[-1.0, 2.0, -3.0, 4.0, -5.0, 6.0]))
+        } else {
+            m.add_tensor(TensorSpec::activation("x", TensorType::FLOAT32, &[2, 3]))
+        };
+        let y = m.add_tensor(TensorSpec::activation("y", TensorType::FLOAT32, &[1]));
+        m.add_op(WOp::Builtin(W::IF), &[c, x], &[y], Options::If { then_subgraph: 1, else_subgraph: 2 });
+        m.inputs = if constant_operand { vec![c] } else { vec![c, x] };
+        m.outputs = vec![y];
+        m.subgraphs = vec![then, otherwise];
+        m
+    }
+
+    fn children(cg: &CompiledGraph) -> Vec<&CompiledGraph> {
+        cg.steps.iter().flat_map(|s| s.children()).collect()
+    }
+
+    #[test]
+    fn if_becomes_an_executor_step_with_both_branches_compiled() {
+        let (_, cg) = compile_cpu(&if_model(unary(W::RELU, &[2, 3]), unary(W::NEG, &[2, 3]), false)).unwrap();
+        assert_eq!(cg.assignment, [OpRun::Executor]);
+        assert!(matches!(cg.steps[0].work, Work::If { .. }));
+        let kids = children(&cg);
+        assert_eq!(kids.iter().map(|k| k.subgraph).collect::<Vec<_>>(), [1, 2]);
+        assert!(kids.iter().all(|k| k.assignment == [OpRun::Backend("cpu")] && k.steps.len() == 1));
+        // The output takes the branches' shape, not the one the file declares.
+        assert_eq!(cg.tensors[2].shape, [2, 3]);
+        assert!(cg.assignments().contains(&(2, 0, OpRun::Backend("cpu"))));
+    }
+
+    #[test]
+    fn constant_operands_reach_the_branches_as_constants() {
+        let (_, cg) = compile_cpu(&if_model(unary(W::RELU, &[2, 3]), unary(W::NEG, &[2, 3]), true)).unwrap();
+        // Each branch's op reads only a constant, so it is folded there.
+        assert!(children(&cg).iter().all(|k| k.assignment == [OpRun::Folded]));
+    }
+
+    #[test]
+    fn branches_must_agree_and_recursion_stops() {
+        let err = compile_cpu(&if_model(unary(W::RELU, &[2, 3]), unary(W::RESHAPE, &[6]), false)).map(|_| ()).unwrap_err();
+        assert!(err.to_string().contains("branches produce different outputs"), "{err}");
+        // The then-branch is the main graph itself.
+        let mut m = if_model(unary(W::RELU, &[2, 3]), unary(W::NEG, &[2, 3]), false);
+        m.ops[0].options = Options::If { then_subgraph: 0, else_subgraph: 2 };
+        let err = compile_cpu(&m).map(|_| ()).unwrap_err();
+        assert!(err.to_string().contains("takes 2 inputs"), "{err}");
+        // A branch that calls itself (its condition, written by nothing, reads as false).
+        let mut looping = unary(W::RELU, &[2, 3]);
+        let c = looping.add_tensor(TensorSpec::activation("c", TensorType::BOOL, &[1]));
+        let z = looping.add_tensor(TensorSpec::activation("z", TensorType::FLOAT32, &[2, 3]));
+        looping.add_op(WOp::Builtin(W::IF), &[c, 0], &[z], Options::If { then_subgraph: 1, else_subgraph: 1 });
+        looping.outputs = vec![z];
+        let err = compile_cpu(&if_model(looping, unary(W::NEG, &[2, 3]), false)).map(|_| ()).unwrap_err();
+        assert!(err.to_string().contains("nested deeper than"), "{err}");
+    }
+
+    #[test]
+    fn while_compiles_its_condition_and_body_for_the_loop_variables() {
+        // i := i + 1 while i < 10.
+        let mut m = ModelSpec::default();
+        let i = m.add_tensor(TensorSpec::activation("i", TensorType::FLOAT32, &[1]));
+        let o = m.add_tensor(TensorSpec::activation("o", TensorType::FLOAT32, &[1]));
+        m.add_op(WOp::Builtin(W::WHILE), &[i], &[o], Options::While { cond_subgraph: 1, body_subgraph: 2 });
+        m.inputs = vec![i];
+        m.outputs = vec![o];
+        let mut cond = ModelSpec::default();
+        let ci = cond.add_tensor(TensorSpec::activation("i", TensorType::FLOAT32, &[1]));
+        let ten = cond.add_tensor(TensorSpec::const_f32("ten", &[1], &[10.0]));
+        let cb = cond.add_tensor(TensorSpec::activation("b", TensorType::BOOL, &[1]));
+        cond.add_op(WOp::Builtin(W::LESS), &[ci, ten], &[cb], Options::None);
+        (cond.inputs, cond.outputs) = (vec![ci], vec![cb]);
+        let mut body = ModelSpec::default();
+        let bi = body.add_tensor(TensorSpec::activation("i", TensorType::FLOAT32, &[1]));
+        let one = body.add_tensor(TensorSpec::const_f32("one", &[1], &[1.0]));
+        let bo = body.add_tensor(TensorSpec::activation("o", TensorType::FLOAT32, &[1]));
+        body.add_op(WOp::Builtin(W::ADD), &[bi, one], &[bo], Options::Binary { activation: Activation::NONE });
+        (body.inputs, body.outputs) = (vec![bi], vec![bo]);
+        m.subgraphs = vec![cond, body];
+        let (_, cg) = compile_cpu(&m).unwrap();
+        assert!(matches!(&cg.steps[0].work, Work::While { next, .. } if next.len() == 1 && next[0].bytes().len() == 4));
+        assert_eq!(children(&cg).iter().map(|k| k.subgraph).collect::<Vec<_>>(), [1, 2]);
+
+        // A body that gives back a loop variable of another type is refused.
+        let mut cast = ModelSpec::default();
+        let bi = cast.add_tensor(TensorSpec::activation("i", TensorType::FLOAT32, &[1]));
+        let bo = cast.add_tensor(TensorSpec::activation("o", TensorType::INT32, &[1]));
+        cast.add_op(WOp::Builtin(W::CAST), &[bi], &[bo], Options::None);
+        (cast.inputs, cast.outputs) = (vec![bi], vec![bo]);
+        m.subgraphs[1] = cast;
+        let err = compile_cpu(&m).map(|_| ()).unwrap_err();
+        assert!(err.to_string().contains("loop variables change shape"), "{err}");
+    }
+
+    #[test]
+    fn a_variable_handle_is_a_constant_and_other_ops_are_left_alone() {
+        let mut m = ModelSpec::default();
+        let h = m.add_tensor(TensorSpec::activation("h", TensorType::RESOURCE, &[]));
+        let v = m.add_tensor(TensorSpec::activation("v", TensorType::FLOAT32, &[2]));
+        let y = m.add_tensor(TensorSpec::activation("y", TensorType::FLOAT32, &[2]));
+        m.add_op(WOp::Builtin(W::VAR_HANDLE), &[], &[h], Options::VarHandle { container: String::new(), shared_name: "state".into() });
+        m.add_op(WOp::Builtin(W::READ_VARIABLE), &[h], &[v], Options::None);
+        m.add_op(WOp::Builtin(W::RELU), &[v], &[y], Options::None);
+        m.outputs = vec![y];
+        let (_, cg) = compile_cpu(&m).unwrap();
+        assert_eq!(cg.assignment, [OpRun::Executor, OpRun::Executor, OpRun::Backend("cpu")]);
+        // No step for the handle: its output is the variable's id.
+        assert_eq!(cg.steps.iter().map(|s| s.op).collect::<Vec<_>>(), [1, 2]);
+        assert!(matches!(cg.steps[0].work, Work::ReadVariable));
+        assert!(matches!(&cg.tensors[0].loc, Loc::Owned(b) if b.bytes().len() == 4));
+        assert_eq!(cg.tensors[0].dtype, DType::Resource);
+    }
+}

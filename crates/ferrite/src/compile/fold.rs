@@ -83,3 +83,81 @@ pub(super) fn release_unread_constants(g: &Subgraph, steps: &[Step], tensors: &m
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_util::{compile_cpu, compile_on, owned_f32};
+    use super::*;
+    use crate::backend::select::Backends;
+    use ferrite_format::writer::{Activation, BuiltinOperator as W, ModelSpec, OpCode as WOp, Options, TensorSpec, TensorType};
+
+    const ADD: Options = Options::Binary { activation: Activation::NONE };
+
+    /// k1 + k2 -> s; (NEG s -> t when `negate`); x * (t or s) -> y, x the input.
+    fn constant_subgraph(negate: bool) -> ModelSpec {
+        let mut m = ModelSpec::default();
+        let x = m.add_tensor(TensorSpec::activation("x", TensorType::FLOAT32, &[3]));
+        let k1 = m.add_tensor(TensorSpec::const_f32("k1", &[3], &[1.0, 2.0, 3.0]));
+        let k2 = m.add_tensor(TensorSpec::const_f32("k2", &[3], &[10.0, 20.0, 30.0]));
+        let s = m.add_tensor(TensorSpec::activation("s", TensorType::FLOAT32, &[3]));
+        let y = m.add_tensor(TensorSpec::activation("y", TensorType::FLOAT32, &[3]));
+        m.add_op(WOp::Builtin(W::ADD), &[k1, k2], &[s], ADD);
+        let mut factor = s;
+        if negate {
+            factor = m.add_tensor(TensorSpec::activation("t", TensorType::FLOAT32, &[3]));
+            m.add_op(WOp::Builtin(W::NEG), &[s], &[factor], Options::None);
+        }
+        m.add_op(WOp::Builtin(W::MUL), &[x, factor], &[y], ADD);
+        m.inputs = vec![x];
+        m.outputs = vec![y];
+        m
+    }
+
+    #[test]
+    fn a_constant_op_is_evaluated_once_at_prepare() {
+        let (_, cg) = compile_cpu(&constant_subgraph(false)).unwrap();
+        assert_eq!(cg.folded_ops, 1);
+        assert_eq!(cg.assignment, [OpRun::Folded, OpRun::Backend("cpu")]);
+        // Only the MUL, which reads x, is left to run.
+        assert_eq!(cg.steps.iter().map(|s| s.op).collect::<Vec<_>>(), [1]);
+        assert_eq!(owned_f32(&cg.tensors[3].loc), Some(vec![11.0, 22.0, 33.0]));
+    }
+
+    #[test]
+    fn a_constant_chain_folds_and_frees_what_only_folded_ops_read() {
+        let (_, cg) = compile_cpu(&constant_subgraph(true)).unwrap();
+        assert_eq!(cg.folded_ops, 2);
+        assert_eq!(owned_f32(&cg.tensors[5].loc), Some(vec![-11.0, -22.0, -33.0]));
+        // s was read only by the folded NEG: freed once the NEG ran.
+        assert!(matches!(cg.tensors[3].loc, Loc::None), "{:?}", cg.tensors[3].loc);
+        // The model's own constants are never freed.
+        assert!(matches!(cg.tensors[1].loc, Loc::Model(_)));
+    }
+
+    #[test]
+    fn shape_folds_without_constant_inputs() {
+        let mut m = ModelSpec::default();
+        let x = m.add_tensor(TensorSpec::activation("x", TensorType::FLOAT32, &[2, 5]));
+        let s = m.add_tensor(TensorSpec::activation("s", TensorType::INT32, &[2]));
+        m.add_op(WOp::Builtin(W::SHAPE), &[x], &[s], Options::None);
+        m.inputs = vec![x];
+        m.outputs = vec![s];
+        let (_, cg) = compile_cpu(&m).unwrap();
+        assert_eq!(cg.assignment, [OpRun::Folded]);
+        let Loc::Owned(b) = &cg.tensors[1].loc else { panic!("SHAPE not folded: {:?}", cg.tensors[1].loc) };
+        assert_eq!(b.bytes(), [2i32.to_le_bytes(), 5i32.to_le_bytes()].concat());
+    }
+
+    #[test]
+    fn a_folded_constant_is_sized_against_the_session_limit() {
+        let mut m = constant_subgraph(false);
+        // k1 + k2 of 1,000 floats each: 4,000 bytes over a 2,000-byte limit.
+        m.tensors[1] = TensorSpec::const_f32("k1", &[1000], &[1.0; 1000]);
+        m.tensors[2] = TensorSpec::const_f32("k2", &[1000], &[2.0; 1000]);
+        m.tensors[3].shape = vec![1000];
+        let backends = Backends::new(&[], &[]).unwrap();
+        let err = compile_on(&m, &backends, super::super::Limits { max_arena_bytes: 2000 }).map(|_| ()).unwrap_err();
+        assert!(matches!(err, Error::ResourceLimit(_)), "{err}");
+        assert!(err.to_string().contains("subgraph 0 op 0 (ADD)"), "{err}");
+    }
+}

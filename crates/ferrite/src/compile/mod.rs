@@ -30,6 +30,8 @@ mod control_flow;
 mod fold;
 mod fusion;
 mod plan;
+#[cfg(test)]
+mod test_util;
 
 pub(crate) use assign::build_op;
 use fusion::PendingEpilogue;
