@@ -5,6 +5,7 @@
 //! by training export. The writer is deliberately explicit: every tensor and op
 //! is described by value, nothing is inferred.
 
+use crate::ops::BuiltinOp;
 use crate::schema as fb;
 use flatbuffers::{FlatBufferBuilder, UnionWIPOffset, WIPOffset};
 
@@ -51,10 +52,13 @@ impl TensorSpec {
     }
 }
 
-/// Builtin options of an op, for the ops the writer can express.
+/// Builtin options of an op, for the ops the writer can express. A variant is
+/// written as the options table of the op it is given to, which must be one the
+/// variant fits (see [`ModelSpec::to_bytes`]).
 #[derive(Debug, Clone, PartialEq)]
 #[allow(missing_docs)]
 pub enum Options {
+    /// No options table: the reader takes the format's defaults. Fits every op.
     None,
     Conv2D {
         padding: Padding,
@@ -88,7 +92,7 @@ pub enum Options {
         axis: i32,
         activation: Activation,
     },
-    /// ADD, SUB, MUL, DIV share the shape of their options.
+    /// ADD, SUB, MUL, DIV: the fused activation (ADD / SUB keep the default `pot_scale_int16`).
     Binary {
         activation: Activation,
     },
@@ -108,6 +112,7 @@ pub enum Options {
         align_corners: bool,
         half_pixel_centers: bool,
     },
+    /// DEPTH_TO_SPACE / SPACE_TO_DEPTH.
     BlockSize(i32),
     Gather {
         axis: i32,
@@ -119,6 +124,7 @@ pub enum Options {
     Squeeze {
         dims: Vec<i32>,
     },
+    /// SPLIT / SPLIT_V.
     Split {
         num_splits: i32,
     },
@@ -130,10 +136,7 @@ pub enum Options {
         shrink_axis_mask: i32,
         offset: bool,
     },
-    Cast {
-        input: TensorType,
-        output: TensorType,
-    },
+    /// ARG_MAX / ARG_MIN.
     ArgMinMax {
         output_type: TensorType,
     },
@@ -162,7 +165,11 @@ pub enum Options {
         /// Hybrid kernels quantize each input row with its own zero point.
         asymmetric_quantize_inputs: bool,
     },
-    /// Options-less ops whose files carry an empty options table of this union type.
+    Gelu {
+        approximate: bool,
+    },
+    /// An options table of this type with every field at its default. Fits an op
+    /// whose options table is this type.
     Empty(fb::BuiltinOptions),
     If {
         then_subgraph: i32,
@@ -178,6 +185,98 @@ pub enum Options {
     VarHandle {
         container: String,
         shared_name: String,
+    },
+    /// These options written as they are, whatever the op reads: a table of the
+    /// inner variant's own type (the first it fits; `Empty`'s given type), never
+    /// checked against the op table. For tests of how readers treat a file whose
+    /// options are of the wrong type.
+    Unchecked(Box<Options>),
+}
+
+impl Options {
+    /// The options tables these options can be written as.
+    fn tables(&self) -> &'static [fb::BuiltinOptions] {
+        use fb::BuiltinOptions as T;
+        match self {
+            Options::None | Options::Empty(_) | Options::Unchecked(_) => &[],
+            Options::Conv2D { .. } => &[T::Conv2DOptions],
+            Options::DepthwiseConv2D { .. } => &[T::DepthwiseConv2DOptions],
+            Options::Pool2D { .. } => &[T::Pool2DOptions],
+            Options::FullyConnected { .. } => &[T::FullyConnectedOptions],
+            Options::Softmax { .. } => &[T::SoftmaxOptions],
+            Options::Concatenation { .. } => &[T::ConcatenationOptions],
+            Options::Binary { .. } => &[T::AddOptions, T::SubOptions, T::MulOptions, T::DivOptions],
+            Options::AddSub { .. } => &[T::AddOptions, T::SubOptions],
+            Options::Reshape { .. } => &[T::ReshapeOptions],
+            Options::Resize { .. } => &[T::ResizeBilinearOptions],
+            Options::ResizeNearest { .. } => &[T::ResizeNearestNeighborOptions],
+            Options::BlockSize(_) => &[T::SpaceToDepthOptions, T::DepthToSpaceOptions],
+            Options::Gather { .. } => &[T::GatherOptions],
+            Options::Reducer { .. } => &[T::ReducerOptions],
+            Options::Squeeze { .. } => &[T::SqueezeOptions],
+            Options::Split { .. } => &[T::SplitOptions, T::SplitVOptions],
+            Options::StridedSlice { .. } => &[T::StridedSliceOptions],
+            Options::ArgMinMax { .. } => &[T::ArgMaxOptions, T::ArgMinOptions],
+            Options::TransposeConv { .. } => &[T::TransposeConvOptions],
+            Options::Shape { .. } => &[T::ShapeOptions],
+            Options::Pack { .. } => &[T::PackOptions],
+            Options::Unpack { .. } => &[T::UnpackOptions],
+            Options::LeakyRelu { .. } => &[T::LeakyReluOptions],
+            Options::BatchMatMul { .. } => &[T::BatchMatMulOptions],
+            Options::Gelu { .. } => &[T::GeluOptions],
+            Options::If { .. } => &[T::IfOptions],
+            Options::While { .. } => &[T::WhileOptions],
+            Options::CallOnce { .. } => &[T::CallOnceOptions],
+            Options::VarHandle { .. } => &[T::VarHandleOptions],
+        }
+    }
+
+    /// The table written for an op that reads `expected` (`NONE` for custom ops and
+    /// builtins without an op-table line), or `None` when these options fit no
+    /// table of it. `Ok(NONE)` means no table is written.
+    fn table_for(&self, expected: fb::BuiltinOptions) -> Option<fb::BuiltinOptions> {
+        use fb::BuiltinOptions as T;
+        match self {
+            Options::None => Some(T::NONE),
+            Options::Empty(t) => (*t == expected && expected != T::NONE).then_some(expected),
+            Options::Unchecked(inner) => Some(inner.own_table()),
+            o => o.tables().contains(&expected).then_some(expected),
+        }
+    }
+
+    /// The table these options are written as when nothing chooses among the ones
+    /// they fit.
+    fn own_table(&self) -> fb::BuiltinOptions {
+        match self {
+            Options::Empty(t) => *t,
+            Options::Unchecked(inner) => inner.own_table(),
+            o => o.tables().first().copied().unwrap_or(fb::BuiltinOptions::NONE),
+        }
+    }
+
+    /// The variant's name, for errors.
+    fn kind(&self) -> String {
+        let debug = format!("{self:?}");
+        debug.split([' ', '(', '{']).next().unwrap_or_default().to_string()
+    }
+}
+
+/// Why a model could not be written.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum WriteError {
+    /// An op was given options that fit no options table it reads.
+    #[error("subgraph {subgraph} op {op} ({name}): {given} options do not fit its options table ({expected})")]
+    OptionsMismatch {
+        /// Subgraph index (0 is the main graph, then `ModelSpec::subgraphs` in order).
+        subgraph: usize,
+        /// Op index in the subgraph.
+        op: usize,
+        /// The op's name.
+        name: String,
+        /// The `Options` variant given.
+        given: String,
+        /// The options table the op table names for the op (`NONE`: the op reads none).
+        expected: &'static str,
     },
 }
 
@@ -238,32 +337,69 @@ impl ModelSpec {
     }
 
     /// Serializes the model to `.tflite` bytes, constants inline.
-    pub fn to_bytes(&self) -> Vec<u8> {
+    ///
+    /// Fails when an op's options fit no options table the op reads (its op-table
+    /// line's; none for custom ops and builtins without a line), except
+    /// [`Options::None`] and [`Options::Unchecked`].
+    pub fn to_bytes(&self) -> Result<Vec<u8>, WriteError> {
         self.build(None)
     }
 
     /// Serializes with every constant stored after the flatbuffer and referenced by
-    /// `offset`/`size` (the layout converters use for models over 2 GiB).
-    pub fn to_bytes_external(&self) -> Vec<u8> {
+    /// `offset`/`size` (the layout converters use for models over 2 GiB). Fails as
+    /// [`ModelSpec::to_bytes`] does.
+    pub fn to_bytes_external(&self) -> Result<Vec<u8>, WriteError> {
         // The u64 fields are always present, so the flatbuffer's length does not depend on
         // their values: build once to learn it, then again with the real offsets.
-        let probe = self.build(Some(0));
+        let probe = self.build(Some(0))?;
         let base = probe.len().div_ceil(16) * 16;
-        let mut out = self.build(Some(base as u64));
+        let mut out = self.build(Some(base as u64))?;
         out.resize(base, 0);
         for d in std::iter::once(self).chain(self.subgraphs.iter()).flat_map(|g| &g.tensors).filter_map(|t| t.data.as_ref()) {
             out.extend_from_slice(d);
             out.resize(out.len().div_ceil(16) * 16, 0);
         }
-        out
+        Ok(out)
     }
 
-    fn build(&self, external_base: Option<u64>) -> Vec<u8> {
+    /// The options table each op of each graph is written with, or the first op
+    /// whose options fit none of its op's.
+    fn option_tables(graphs: &[&ModelSpec]) -> Result<Vec<Vec<fb::BuiltinOptions>>, WriteError> {
+        graphs
+            .iter()
+            .enumerate()
+            .map(|(gi, g)| {
+                g.ops
+                    .iter()
+                    .enumerate()
+                    .map(|(oi, op)| {
+                        let (expected, name) = match &op.code {
+                            OpCode::Builtin(code) => match BuiltinOp::from_code(code.0) {
+                                Some(b) => (b.options(), b.name().to_string()),
+                                None => (fb::BuiltinOptions::NONE, code.variant_name().map_or_else(|| format!("BUILTIN_{}", code.0), str::to_string)),
+                            },
+                            OpCode::Custom(name) => (fb::BuiltinOptions::NONE, name.clone()),
+                        };
+                        op.options.table_for(expected).ok_or_else(|| WriteError::OptionsMismatch {
+                            subgraph: gi,
+                            op: oi,
+                            name,
+                            given: op.options.kind(),
+                            expected: expected.variant_name().unwrap_or("?"),
+                        })
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn build(&self, external_base: Option<u64>) -> Result<Vec<u8>, WriteError> {
         let mut external_base = external_base;
+        let graphs: Vec<&ModelSpec> = std::iter::once(self).chain(self.subgraphs.iter()).collect();
+        let option_tables = Self::option_tables(&graphs)?;
         let mut b = FlatBufferBuilder::with_capacity(1024);
         b.force_defaults(external_base.is_some());
 
-        let graphs: Vec<&ModelSpec> = std::iter::once(self).chain(self.subgraphs.iter()).collect();
         // Buffer 0 is the format's empty sentinel; each constant gets its own buffer.
         let mut buffers = vec![fb::Buffer::create(&mut b, &fb::BufferArgs::default())];
         let mut tensor_buffers: Vec<Vec<u32>> = Vec::with_capacity(graphs.len());
@@ -346,14 +482,10 @@ impl ModelSpec {
                 ));
             }
             let mut ops = Vec::with_capacity(g.ops.len());
-            for op in &g.ops {
+            for (op, &options_type) in g.ops.iter().zip(&option_tables[gi]) {
                 let inputs = b.create_vector(&op.inputs);
                 let outputs = b.create_vector(&op.outputs);
-                let (options_type, options) = write_options(&mut b, &op.options);
-                let options_type = match &op.code {
-                    OpCode::Builtin(code) if options.is_some() => options_type_for(*code, options_type),
-                    _ => options_type,
-                };
+                let options = write_options(&mut b, options_type, &op.options);
                 let custom_options = op.custom_options.as_ref().map(|c| b.create_vector(c));
                 ops.push(fb::Operator::create(
                     &mut b,
@@ -405,7 +537,7 @@ impl ModelSpec {
             },
         );
         b.finish(model, Some("TFL3"));
-        b.finished_data().to_vec()
+        Ok(b.finished_data().to_vec())
     }
 }
 
@@ -425,199 +557,238 @@ fn tensor_maps<'b>(
     b.create_vector(&v)
 }
 
-fn write_options(b: &mut FlatBufferBuilder, o: &Options) -> (fb::BuiltinOptions, Option<WIPOffset<UnionWIPOffset>>) {
+/// Writes `o` as an options table of type `table` (one the options fit, chosen by
+/// `Options::table_for`); nothing for `NONE`.
+fn write_options(b: &mut FlatBufferBuilder, table: fb::BuiltinOptions, o: &Options) -> Option<WIPOffset<UnionWIPOffset>> {
     use fb::BuiltinOptions as T;
-    let (t, off) = match o {
-        Options::None => return (T::NONE, None),
-        Options::Conv2D { padding, stride, dilation, activation } => (
-            T::Conv2DOptions,
-            fb::Conv2DOptions::create(
-                b,
-                &fb::Conv2DOptionsArgs {
-                    padding: *padding,
-                    stride_w: stride.1,
-                    stride_h: stride.0,
-                    fused_activation_function: *activation,
-                    dilation_w_factor: dilation.1,
-                    dilation_h_factor: dilation.0,
-                    ..Default::default()
-                },
-            )
-            .as_union_value(),
-        ),
-        Options::DepthwiseConv2D { padding, stride, dilation, depth_multiplier, activation } => (
-            T::DepthwiseConv2DOptions,
-            fb::DepthwiseConv2DOptions::create(
-                b,
-                &fb::DepthwiseConv2DOptionsArgs {
-                    padding: *padding,
-                    stride_w: stride.1,
-                    stride_h: stride.0,
-                    depth_multiplier: *depth_multiplier,
-                    fused_activation_function: *activation,
-                    dilation_w_factor: dilation.1,
-                    dilation_h_factor: dilation.0,
-                },
-            )
-            .as_union_value(),
-        ),
-        Options::Pool2D { padding, stride, filter, activation } => (
-            T::Pool2DOptions,
-            fb::Pool2DOptions::create(
-                b,
-                &fb::Pool2DOptionsArgs {
-                    padding: *padding,
-                    stride_w: stride.1,
-                    stride_h: stride.0,
-                    filter_width: filter.1,
-                    filter_height: filter.0,
-                    fused_activation_function: *activation,
-                },
-            )
-            .as_union_value(),
-        ),
-        Options::FullyConnected { activation, keep_num_dims, asymmetric_quantize_inputs } => (
-            T::FullyConnectedOptions,
-            fb::FullyConnectedOptions::create(
-                b,
-                &fb::FullyConnectedOptionsArgs {
-                    fused_activation_function: *activation,
-                    keep_num_dims: *keep_num_dims,
-                    asymmetric_quantize_inputs: *asymmetric_quantize_inputs,
-                    ..Default::default()
-                },
-            )
-            .as_union_value(),
-        ),
-        Options::Softmax { beta } => (T::SoftmaxOptions, fb::SoftmaxOptions::create(b, &fb::SoftmaxOptionsArgs { beta: *beta }).as_union_value()),
-        Options::Concatenation { axis, activation } => (
-            T::ConcatenationOptions,
-            fb::ConcatenationOptions::create(b, &fb::ConcatenationOptionsArgs { axis: *axis, fused_activation_function: *activation }).as_union_value(),
-        ),
-        // The four binary ops share one layout; the union type is fixed up by the caller's op code below.
-        Options::Binary { activation } => {
-            (T::AddOptions, fb::AddOptions::create(b, &fb::AddOptionsArgs { fused_activation_function: *activation, pot_scale_int16: true }).as_union_value())
+    if table == T::NONE {
+        return None;
+    }
+    Some(match o {
+        Options::None => return None,
+        Options::Unchecked(inner) => return write_options(b, table, inner),
+        Options::Conv2D { padding, stride, dilation, activation } => fb::Conv2DOptions::create(
+            b,
+            &fb::Conv2DOptionsArgs {
+                padding: *padding,
+                stride_w: stride.1,
+                stride_h: stride.0,
+                fused_activation_function: *activation,
+                dilation_w_factor: dilation.1,
+                dilation_h_factor: dilation.0,
+                ..Default::default()
+            },
+        )
+        .as_union_value(),
+        Options::DepthwiseConv2D { padding, stride, dilation, depth_multiplier, activation } => fb::DepthwiseConv2DOptions::create(
+            b,
+            &fb::DepthwiseConv2DOptionsArgs {
+                padding: *padding,
+                stride_w: stride.1,
+                stride_h: stride.0,
+                depth_multiplier: *depth_multiplier,
+                fused_activation_function: *activation,
+                dilation_w_factor: dilation.1,
+                dilation_h_factor: dilation.0,
+            },
+        )
+        .as_union_value(),
+        Options::Pool2D { padding, stride, filter, activation } => fb::Pool2DOptions::create(
+            b,
+            &fb::Pool2DOptionsArgs {
+                padding: *padding,
+                stride_w: stride.1,
+                stride_h: stride.0,
+                filter_width: filter.1,
+                filter_height: filter.0,
+                fused_activation_function: *activation,
+            },
+        )
+        .as_union_value(),
+        Options::FullyConnected { activation, keep_num_dims, asymmetric_quantize_inputs } => fb::FullyConnectedOptions::create(
+            b,
+            &fb::FullyConnectedOptionsArgs {
+                fused_activation_function: *activation,
+                keep_num_dims: *keep_num_dims,
+                asymmetric_quantize_inputs: *asymmetric_quantize_inputs,
+                ..Default::default()
+            },
+        )
+        .as_union_value(),
+        Options::Softmax { beta } => fb::SoftmaxOptions::create(b, &fb::SoftmaxOptionsArgs { beta: *beta }).as_union_value(),
+        Options::Concatenation { axis, activation } => {
+            fb::ConcatenationOptions::create(b, &fb::ConcatenationOptionsArgs { axis: *axis, fused_activation_function: *activation }).as_union_value()
         }
-        Options::AddSub { activation, pot_scale_int16 } => (
-            T::AddOptions,
-            fb::AddOptions::create(b, &fb::AddOptionsArgs { fused_activation_function: *activation, pot_scale_int16: *pot_scale_int16 }).as_union_value(),
-        ),
+        // ADD and SUB default pot_scale_int16 to true, as the schema does.
+        Options::Binary { activation } => binary_options(b, table, *activation, true),
+        Options::AddSub { activation, pot_scale_int16 } => binary_options(b, table, *activation, *pot_scale_int16),
         Options::Reshape { new_shape } => {
             let s = b.create_vector(new_shape);
-            (T::ReshapeOptions, fb::ReshapeOptions::create(b, &fb::ReshapeOptionsArgs { new_shape: Some(s) }).as_union_value())
+            fb::ReshapeOptions::create(b, &fb::ReshapeOptionsArgs { new_shape: Some(s) }).as_union_value()
         }
-        Options::Resize { align_corners, half_pixel_centers } => (
-            T::ResizeBilinearOptions,
+        Options::Resize { align_corners, half_pixel_centers } => {
             fb::ResizeBilinearOptions::create(b, &fb::ResizeBilinearOptionsArgs { align_corners: *align_corners, half_pixel_centers: *half_pixel_centers })
-                .as_union_value(),
-        ),
-        Options::ResizeNearest { align_corners, half_pixel_centers } => (
-            T::ResizeNearestNeighborOptions,
-            fb::ResizeNearestNeighborOptions::create(
-                b,
-                &fb::ResizeNearestNeighborOptionsArgs { align_corners: *align_corners, half_pixel_centers: *half_pixel_centers },
-            )
-            .as_union_value(),
-        ),
-        Options::BlockSize(n) => (T::SpaceToDepthOptions, fb::SpaceToDepthOptions::create(b, &fb::SpaceToDepthOptionsArgs { block_size: *n }).as_union_value()),
-        Options::Gather { axis, batch_dims } => {
-            (T::GatherOptions, fb::GatherOptions::create(b, &fb::GatherOptionsArgs { axis: *axis, batch_dims: *batch_dims }).as_union_value())
+                .as_union_value()
         }
-        Options::Reducer { keep_dims } => {
-            (T::ReducerOptions, fb::ReducerOptions::create(b, &fb::ReducerOptionsArgs { keep_dims: *keep_dims }).as_union_value())
-        }
+        Options::ResizeNearest { align_corners, half_pixel_centers } => fb::ResizeNearestNeighborOptions::create(
+            b,
+            &fb::ResizeNearestNeighborOptionsArgs { align_corners: *align_corners, half_pixel_centers: *half_pixel_centers },
+        )
+        .as_union_value(),
+        Options::BlockSize(n) => match table {
+            T::DepthToSpaceOptions => fb::DepthToSpaceOptions::create(b, &fb::DepthToSpaceOptionsArgs { block_size: *n }).as_union_value(),
+            _ => fb::SpaceToDepthOptions::create(b, &fb::SpaceToDepthOptionsArgs { block_size: *n }).as_union_value(),
+        },
+        Options::Gather { axis, batch_dims } => fb::GatherOptions::create(b, &fb::GatherOptionsArgs { axis: *axis, batch_dims: *batch_dims }).as_union_value(),
+        Options::Reducer { keep_dims } => fb::ReducerOptions::create(b, &fb::ReducerOptionsArgs { keep_dims: *keep_dims }).as_union_value(),
         Options::Squeeze { dims } => {
             let d = b.create_vector(dims);
-            (T::SqueezeOptions, fb::SqueezeOptions::create(b, &fb::SqueezeOptionsArgs { squeeze_dims: Some(d) }).as_union_value())
+            fb::SqueezeOptions::create(b, &fb::SqueezeOptionsArgs { squeeze_dims: Some(d) }).as_union_value()
         }
-        Options::Split { num_splits } => (T::SplitOptions, fb::SplitOptions::create(b, &fb::SplitOptionsArgs { num_splits: *num_splits }).as_union_value()),
-        Options::StridedSlice { begin_mask, end_mask, ellipsis_mask, new_axis_mask, shrink_axis_mask, offset } => (
-            T::StridedSliceOptions,
-            fb::StridedSliceOptions::create(
-                b,
-                &fb::StridedSliceOptionsArgs {
-                    begin_mask: *begin_mask,
-                    end_mask: *end_mask,
-                    ellipsis_mask: *ellipsis_mask,
-                    new_axis_mask: *new_axis_mask,
-                    shrink_axis_mask: *shrink_axis_mask,
-                    offset: *offset,
-                },
-            )
-            .as_union_value(),
-        ),
-        Options::Cast { input, output } => {
-            (T::CastOptions, fb::CastOptions::create(b, &fb::CastOptionsArgs { in_data_type: *input, out_data_type: *output }).as_union_value())
+        Options::Split { num_splits } => match table {
+            T::SplitVOptions => fb::SplitVOptions::create(b, &fb::SplitVOptionsArgs { num_splits: *num_splits }).as_union_value(),
+            _ => fb::SplitOptions::create(b, &fb::SplitOptionsArgs { num_splits: *num_splits }).as_union_value(),
+        },
+        Options::StridedSlice { begin_mask, end_mask, ellipsis_mask, new_axis_mask, shrink_axis_mask, offset } => fb::StridedSliceOptions::create(
+            b,
+            &fb::StridedSliceOptionsArgs {
+                begin_mask: *begin_mask,
+                end_mask: *end_mask,
+                ellipsis_mask: *ellipsis_mask,
+                new_axis_mask: *new_axis_mask,
+                shrink_axis_mask: *shrink_axis_mask,
+                offset: *offset,
+            },
+        )
+        .as_union_value(),
+        Options::ArgMinMax { output_type } => match table {
+            T::ArgMinOptions => fb::ArgMinOptions::create(b, &fb::ArgMinOptionsArgs { output_type: *output_type }).as_union_value(),
+            _ => fb::ArgMaxOptions::create(b, &fb::ArgMaxOptionsArgs { output_type: *output_type }).as_union_value(),
+        },
+        Options::TransposeConv { padding, stride, activation } => fb::TransposeConvOptions::create(
+            b,
+            &fb::TransposeConvOptionsArgs {
+                padding: *padding,
+                stride_w: stride.1,
+                stride_h: stride.0,
+                fused_activation_function: *activation,
+                ..Default::default()
+            },
+        )
+        .as_union_value(),
+        Options::Shape { out_type } => fb::ShapeOptions::create(b, &fb::ShapeOptionsArgs { out_type: *out_type }).as_union_value(),
+        Options::Pack { values_count, axis } => fb::PackOptions::create(b, &fb::PackOptionsArgs { values_count: *values_count, axis: *axis }).as_union_value(),
+        Options::Unpack { num, axis } => fb::UnpackOptions::create(b, &fb::UnpackOptionsArgs { num: *num, axis: *axis }).as_union_value(),
+        Options::LeakyRelu { alpha } => fb::LeakyReluOptions::create(b, &fb::LeakyReluOptionsArgs { alpha: *alpha }).as_union_value(),
+        Options::BatchMatMul { adj_x, adj_y, asymmetric_quantize_inputs } => fb::BatchMatMulOptions::create(
+            b,
+            &fb::BatchMatMulOptionsArgs { adj_x: *adj_x, adj_y: *adj_y, asymmetric_quantize_inputs: *asymmetric_quantize_inputs },
+        )
+        .as_union_value(),
+        Options::Gelu { approximate } => fb::GeluOptions::create(b, &fb::GeluOptionsArgs { approximate: *approximate }).as_union_value(),
+        Options::If { then_subgraph, else_subgraph } => {
+            fb::IfOptions::create(b, &fb::IfOptionsArgs { then_subgraph_index: *then_subgraph, else_subgraph_index: *else_subgraph }).as_union_value()
         }
-        Options::ArgMinMax { output_type } => {
-            (T::ArgMaxOptions, fb::ArgMaxOptions::create(b, &fb::ArgMaxOptionsArgs { output_type: *output_type }).as_union_value())
+        Options::While { cond_subgraph, body_subgraph } => {
+            fb::WhileOptions::create(b, &fb::WhileOptionsArgs { cond_subgraph_index: *cond_subgraph, body_subgraph_index: *body_subgraph }).as_union_value()
         }
-        Options::TransposeConv { padding, stride, activation } => (
-            T::TransposeConvOptions,
-            fb::TransposeConvOptions::create(
-                b,
-                &fb::TransposeConvOptionsArgs {
-                    padding: *padding,
-                    stride_w: stride.1,
-                    stride_h: stride.0,
-                    fused_activation_function: *activation,
-                    ..Default::default()
-                },
-            )
-            .as_union_value(),
-        ),
-        Options::Shape { out_type } => (T::ShapeOptions, fb::ShapeOptions::create(b, &fb::ShapeOptionsArgs { out_type: *out_type }).as_union_value()),
-        Options::Pack { values_count, axis } => {
-            (T::PackOptions, fb::PackOptions::create(b, &fb::PackOptionsArgs { values_count: *values_count, axis: *axis }).as_union_value())
-        }
-        Options::Unpack { num, axis } => (T::UnpackOptions, fb::UnpackOptions::create(b, &fb::UnpackOptionsArgs { num: *num, axis: *axis }).as_union_value()),
-        Options::LeakyRelu { alpha } => (T::LeakyReluOptions, fb::LeakyReluOptions::create(b, &fb::LeakyReluOptionsArgs { alpha: *alpha }).as_union_value()),
-        Options::BatchMatMul { adj_x, adj_y, asymmetric_quantize_inputs } => (
-            T::BatchMatMulOptions,
-            fb::BatchMatMulOptions::create(
-                b,
-                &fb::BatchMatMulOptionsArgs { adj_x: *adj_x, adj_y: *adj_y, asymmetric_quantize_inputs: *asymmetric_quantize_inputs },
-            )
-            .as_union_value(),
-        ),
-        Options::If { then_subgraph, else_subgraph } => (
-            T::IfOptions,
-            fb::IfOptions::create(b, &fb::IfOptionsArgs { then_subgraph_index: *then_subgraph, else_subgraph_index: *else_subgraph }).as_union_value(),
-        ),
-        Options::While { cond_subgraph, body_subgraph } => (
-            T::WhileOptions,
-            fb::WhileOptions::create(b, &fb::WhileOptionsArgs { cond_subgraph_index: *cond_subgraph, body_subgraph_index: *body_subgraph }).as_union_value(),
-        ),
         Options::CallOnce { init_subgraph } => {
-            (T::CallOnceOptions, fb::CallOnceOptions::create(b, &fb::CallOnceOptionsArgs { init_subgraph_index: *init_subgraph }).as_union_value())
+            fb::CallOnceOptions::create(b, &fb::CallOnceOptionsArgs { init_subgraph_index: *init_subgraph }).as_union_value()
         }
         Options::VarHandle { container, shared_name } => {
             let c = b.create_string(container);
             let n = b.create_string(shared_name);
-            (T::VarHandleOptions, fb::VarHandleOptions::create(b, &fb::VarHandleOptionsArgs { container: Some(c), shared_name: Some(n) }).as_union_value())
+            fb::VarHandleOptions::create(b, &fb::VarHandleOptionsArgs { container: Some(c), shared_name: Some(n) }).as_union_value()
         }
-        Options::Empty(t) => {
-            // Every options-less table is an empty table; one layout serves them all.
+        Options::Empty(_) => {
+            // An empty table reads as every field's default, whatever its type.
             let start = b.start_table();
-            (*t, b.end_table(start).as_union_value())
+            b.end_table(start).as_union_value()
         }
-    };
-    (t, Some(off))
+    })
 }
 
-/// The union type id that LiteRT expects for the options of `op`, where the
-/// writer's shared layouts (binary ops, block size, arg min/max, split)
-/// cover several union members.
-pub fn options_type_for(op: BuiltinOperator, written: fb::BuiltinOptions) -> fb::BuiltinOptions {
+/// The options table of a binary op (ADD, SUB, MUL, DIV): `pot_scale_int16` exists
+/// in ADD's and SUB's only.
+fn binary_options(b: &mut FlatBufferBuilder, table: fb::BuiltinOptions, activation: Activation, pot_scale_int16: bool) -> WIPOffset<UnionWIPOffset> {
     use fb::BuiltinOptions as T;
-    use BuiltinOperator as B;
-    match op {
-        B::SUB => T::SubOptions,
-        B::MUL => T::MulOptions,
-        B::DIV => T::DivOptions,
-        B::DEPTH_TO_SPACE => T::DepthToSpaceOptions,
-        B::ARG_MIN => T::ArgMinOptions,
-        B::SPLIT_V => T::SplitVOptions,
-        _ => written,
+    match table {
+        T::SubOptions => fb::SubOptions::create(b, &fb::SubOptionsArgs { fused_activation_function: activation, pot_scale_int16 }).as_union_value(),
+        T::MulOptions => fb::MulOptions::create(b, &fb::MulOptionsArgs { fused_activation_function: activation }).as_union_value(),
+        T::DivOptions => fb::DivOptions::create(b, &fb::DivOptionsArgs { fused_activation_function: activation }).as_union_value(),
+        _ => fb::AddOptions::create(b, &fb::AddOptionsArgs { fused_activation_function: activation, pot_scale_int16 }).as_union_value(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fb::BuiltinOptions as T;
+
+    /// A one-op model: a float input, an output, and `op` between them.
+    fn one_op(code: OpCode, options: Options) -> ModelSpec {
+        let mut m = ModelSpec::default();
+        let x = m.add_tensor(TensorSpec::activation("x", TensorType::FLOAT32, &[1, 4]));
+        let y = m.add_tensor(TensorSpec::activation("y", TensorType::FLOAT32, &[1, 4]));
+        m.add_op(code, &[x], &[y], options);
+        m.inputs = vec![x];
+        m.outputs = vec![y];
+        m
+    }
+
+    /// The options union type written for op 0 of the main graph, and whether a table is there.
+    fn written(bytes: &[u8]) -> (u8, bool) {
+        let (_, root) = crate::open(bytes).unwrap();
+        let sg = root.tables(fb::Model::VT_SUBGRAPHS).unwrap().get(0).unwrap();
+        let op = sg.tables(fb::SubGraph::VT_OPERATORS).unwrap().get(0).unwrap();
+        (op.scalar::<u8>(fb::Operator::VT_BUILTIN_OPTIONS_TYPE, 0).unwrap(), op.table(fb::Operator::VT_BUILTIN_OPTIONS).unwrap().is_some())
+    }
+
+    fn builtin(op: BuiltinOperator) -> OpCode {
+        OpCode::Builtin(op)
+    }
+
+    #[test]
+    fn shared_options_take_the_op_tables_type() {
+        let act = Activation::RELU;
+        for (op, options, table) in [
+            (BuiltinOperator::ADD, Options::Binary { activation: act }, T::AddOptions),
+            (BuiltinOperator::SUB, Options::Binary { activation: act }, T::SubOptions),
+            (BuiltinOperator::MUL, Options::Binary { activation: act }, T::MulOptions),
+            (BuiltinOperator::DIV, Options::Binary { activation: act }, T::DivOptions),
+            (BuiltinOperator::SUB, Options::AddSub { activation: act, pot_scale_int16: false }, T::SubOptions),
+            (BuiltinOperator::DEPTH_TO_SPACE, Options::BlockSize(2), T::DepthToSpaceOptions),
+            (BuiltinOperator::SPACE_TO_DEPTH, Options::BlockSize(2), T::SpaceToDepthOptions),
+            (BuiltinOperator::ARG_MIN, Options::ArgMinMax { output_type: TensorType::INT32 }, T::ArgMinOptions),
+            (BuiltinOperator::ARG_MAX, Options::ArgMinMax { output_type: TensorType::INT32 }, T::ArgMaxOptions),
+            (BuiltinOperator::SPLIT_V, Options::Split { num_splits: 2 }, T::SplitVOptions),
+            (BuiltinOperator::GELU, Options::Empty(T::GeluOptions), T::GeluOptions),
+        ] {
+            assert_eq!(written(&one_op(builtin(op), options).to_bytes().unwrap()), (table.0, true), "{op:?}");
+        }
+        // No options: no table, for any op.
+        assert_eq!(written(&one_op(builtin(BuiltinOperator::CONV_2D), Options::None).to_bytes().unwrap()), (0, false));
+    }
+
+    #[test]
+    fn options_of_another_table_are_an_error_unless_unchecked() {
+        let conv = Options::Conv2D { padding: Padding::SAME, stride: (1, 1), dilation: (1, 1), activation: Activation::NONE };
+        let err = one_op(builtin(BuiltinOperator::ADD), conv.clone()).to_bytes().unwrap_err();
+        assert_eq!(err.to_string(), "subgraph 0 op 0 (ADD): Conv2D options do not fit its options table (AddOptions)");
+        let mul = Options::AddSub { activation: Activation::NONE, pot_scale_int16: false };
+        assert!(one_op(builtin(BuiltinOperator::MUL), mul).to_bytes_external().is_err());
+        // An op that reads no options, a custom op, and an empty table of another type.
+        assert!(one_op(builtin(BuiltinOperator::TRANSPOSE), Options::Empty(T::TransposeOptions)).to_bytes().is_err());
+        assert!(one_op(OpCode::Custom("MyOp".into()), Options::Softmax { beta: 1.0 }).to_bytes().is_err());
+        assert!(one_op(builtin(BuiltinOperator::SOFTMAX), Options::Empty(T::GeluOptions)).to_bytes().is_err());
+        // In a later subgraph, the error names it.
+        let mut m = one_op(builtin(BuiltinOperator::RELU), Options::None);
+        m.subgraphs.push(one_op(builtin(BuiltinOperator::RELU), Options::LeakyRelu { alpha: 0.1 }));
+        assert!(matches!(m.to_bytes(), Err(WriteError::OptionsMismatch { subgraph: 1, op: 0, .. })));
+        // Unchecked: the inner options' own table, whatever the op.
+        let bytes = one_op(builtin(BuiltinOperator::ADD), Options::Unchecked(Box::new(conv))).to_bytes().unwrap();
+        assert_eq!(written(&bytes), (T::Conv2DOptions.0, true));
+        let bytes = one_op(builtin(BuiltinOperator::ADD), Options::Unchecked(Box::new(Options::Empty(T(77))))).to_bytes().unwrap();
+        assert_eq!(written(&bytes), (77, true));
     }
 }

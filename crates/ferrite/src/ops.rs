@@ -329,3 +329,125 @@ pub fn parse_params(op: BuiltinOp, opt_type: u8, options: Option<Table<'_>>) -> 
         _ => OpParams::None,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Model;
+    use fb::BuiltinOptions as T;
+    use ferrite_format::writer::{Activation as A, ModelSpec, OpCode, Options, Padding as P, TensorSpec, TensorType};
+
+    /// Ops of the op table whose options the writer cannot express yet, and why.
+    /// Empty: the writer covers every options table the runtime reads. An op added
+    /// with a new options table goes here, or gets its `Options` variant and a pair
+    /// in `representative` below.
+    const NOT_WRITTEN: &[(BuiltinOp, &str)] = &[];
+
+    /// For an options table: writer options with every field off its default, and
+    /// the parameters the runtime must parse from them.
+    fn representative(table: T) -> Option<(Options, OpParams)> {
+        let act = Activation::Relu6;
+        Some(match table {
+            T::Conv2DOptions => (
+                Options::Conv2D { padding: P::VALID, stride: (2, 3), dilation: (3, 2), activation: A::RELU6 },
+                OpParams::Conv2D { padding: Padding::Valid, stride: (2, 3), dilation: (3, 2), activation: act },
+            ),
+            T::DepthwiseConv2DOptions => (
+                Options::DepthwiseConv2D { padding: P::VALID, stride: (2, 3), dilation: (3, 2), depth_multiplier: 4, activation: A::RELU },
+                OpParams::DepthwiseConv2D { padding: Padding::Valid, stride: (2, 3), dilation: (3, 2), depth_multiplier: 4, activation: Activation::Relu },
+            ),
+            T::TransposeConvOptions => (
+                Options::TransposeConv { padding: P::VALID, stride: (2, 3), activation: A::RELU_N1_TO_1 },
+                OpParams::TransposeConv { padding: Padding::Valid, stride: (2, 3), activation: Activation::ReluN1To1 },
+            ),
+            T::Pool2DOptions => (
+                Options::Pool2D { padding: P::VALID, stride: (2, 3), filter: (4, 5), activation: A::TANH },
+                OpParams::Pool2D { padding: Padding::Valid, stride: (2, 3), filter: (4, 5), activation: Activation::Tanh },
+            ),
+            T::FullyConnectedOptions => (
+                Options::FullyConnected { activation: A::RELU6, keep_num_dims: true, asymmetric_quantize_inputs: true },
+                OpParams::FullyConnected { activation: act, keep_num_dims: true, shuffled_weights: false, asymmetric_quantize_inputs: true },
+            ),
+            T::BatchMatMulOptions => (
+                Options::BatchMatMul { adj_x: true, adj_y: true, asymmetric_quantize_inputs: true },
+                OpParams::BatchMatMul { adj_x: true, adj_y: true, asymmetric_quantize_inputs: true },
+            ),
+            T::AddOptions | T::SubOptions => {
+                (Options::AddSub { activation: A::RELU6, pot_scale_int16: false }, OpParams::Binary { activation: act, pot_scale_int16: false })
+            }
+            // MUL and DIV have no pot_scale_int16: the runtime reads it as false.
+            T::MulOptions | T::DivOptions => (Options::Binary { activation: A::RELU6 }, OpParams::Binary { activation: act, pot_scale_int16: false }),
+            T::LeakyReluOptions => (Options::LeakyRelu { alpha: 0.25 }, OpParams::LeakyRelu { alpha: 0.25 }),
+            T::GeluOptions => (Options::Gelu { approximate: true }, OpParams::Gelu { approximate: true }),
+            T::SoftmaxOptions => (Options::Softmax { beta: 0.5 }, OpParams::Softmax { beta: 0.5 }),
+            T::ReducerOptions => (Options::Reducer { keep_dims: true }, OpParams::Reducer { keep_dims: true }),
+            // The schema's default output type is INT64.
+            T::ArgMaxOptions | T::ArgMinOptions => (Options::ArgMinMax { output_type: TensorType::INT32 }, OpParams::OutType(TensorType::INT32.0)),
+            T::ReshapeOptions => (Options::Reshape { new_shape: vec![2, -1, 3] }, OpParams::Reshape { new_shape: Some(vec![2, -1, 3]) }),
+            T::SqueezeOptions => (Options::Squeeze { dims: vec![0, -2] }, OpParams::Squeeze { dims: vec![0, -2] }),
+            T::ConcatenationOptions => (Options::Concatenation { axis: -2, activation: A::RELU6 }, OpParams::Concatenation { axis: -2, activation: act }),
+            T::PackOptions => (Options::Pack { values_count: 3, axis: -1 }, OpParams::Pack { values_count: 3, axis: -1 }),
+            T::UnpackOptions => (Options::Unpack { num: 3, axis: -1 }, OpParams::Unpack { num: 3, axis: -1 }),
+            T::SplitOptions | T::SplitVOptions => (Options::Split { num_splits: 3 }, OpParams::Split { num_splits: 3 }),
+            T::StridedSliceOptions => (
+                Options::StridedSlice { begin_mask: 1, end_mask: 2, ellipsis_mask: 4, new_axis_mask: 8, shrink_axis_mask: 16, offset: true },
+                OpParams::StridedSlice { begin_mask: 1, end_mask: 2, ellipsis_mask: 4, new_axis_mask: 8, shrink_axis_mask: 16, offset: true },
+            ),
+            T::GatherOptions => (Options::Gather { axis: -1, batch_dims: 1 }, OpParams::Gather { axis: -1, batch_dims: 1 }),
+            T::DepthToSpaceOptions | T::SpaceToDepthOptions => (Options::BlockSize(3), OpParams::BlockSize(3)),
+            T::ResizeBilinearOptions => {
+                (Options::Resize { align_corners: true, half_pixel_centers: true }, OpParams::Resize { align_corners: true, half_pixel_centers: true })
+            }
+            T::ResizeNearestNeighborOptions => {
+                (Options::ResizeNearest { align_corners: true, half_pixel_centers: true }, OpParams::Resize { align_corners: true, half_pixel_centers: true })
+            }
+            // The schema's default output type is INT32.
+            T::ShapeOptions => (Options::Shape { out_type: TensorType::INT64 }, OpParams::OutType(TensorType::INT64.0)),
+            T::IfOptions => (Options::If { then_subgraph: 2, else_subgraph: 3 }, OpParams::If { then_subgraph: 2, else_subgraph: 3 }),
+            T::WhileOptions => (Options::While { cond_subgraph: 2, body_subgraph: 3 }, OpParams::While { cond_subgraph: 2, body_subgraph: 3 }),
+            T::CallOnceOptions => (Options::CallOnce { init_subgraph: 2 }, OpParams::CallOnce { init_subgraph: 2 }),
+            T::VarHandleOptions => {
+                (Options::VarHandle { container: "c".into(), shared_name: "v".into() }, OpParams::VarHandle { container: "c".into(), shared_name: "v".into() })
+            }
+            _ => return None,
+        })
+    }
+
+    /// A model holding `op` alone, with its fewest inputs and outputs (float32 [2, 3]).
+    fn one_op(op: BuiltinOp, options: Options) -> ModelSpec {
+        let mut m = ModelSpec::default();
+        let tensor = |m: &mut ModelSpec, name: String| m.add_tensor(TensorSpec::activation(&name, TensorType::FLOAT32, &[2, 3]));
+        let inputs: Vec<i32> = (0..op.inputs().min).map(|k| tensor(&mut m, format!("in{k}"))).collect();
+        let outputs: Vec<i32> = (0..op.outputs().min).map(|k| tensor(&mut m, format!("out{k}"))).collect();
+        m.add_op(OpCode::Builtin(op.operator()), &inputs, &outputs, options);
+        m.inputs = inputs;
+        m.outputs = outputs;
+        m
+    }
+
+    /// The writer's options and the runtime's parser cannot drift apart: for every op
+    /// of the op table that reads options, the writer writes them as the op's table
+    /// and the runtime parses back exactly the parameters written.
+    #[test]
+    fn writer_options_round_trip_through_the_parser_for_every_table_op() {
+        let mut checked = 0;
+        for &op in BuiltinOp::ALL.iter().filter(|op| op.options() != T::NONE) {
+            let unwritten = NOT_WRITTEN.iter().any(|(o, _)| *o == op);
+            let Some((options, want)) = representative(op.options()) else {
+                assert!(unwritten, "{op}: the writer has no options for {:?}; add them (or list the op in NOT_WRITTEN)", op.options().variant_name());
+                continue;
+            };
+            assert!(!unwritten, "{op} is in NOT_WRITTEN but the writer expresses its options: drop it from the list");
+            // Defaults would pass without the table being read at all.
+            let defaults = parse_params(op, op.options().0, None).unwrap_or(OpParams::None);
+            assert_ne!(want, defaults, "{op}: the representative options are the defaults");
+            for bytes in [one_op(op, options.clone()).to_bytes(), one_op(op, options).to_bytes_external()] {
+                let bytes = bytes.unwrap_or_else(|e| panic!("{op}: {e}"));
+                let model = Model::from_bytes(std::sync::Arc::new(bytes)).unwrap_or_else(|e| panic!("{op}: {e}"));
+                assert_eq!(model.subgraphs[0].ops[0].params, want, "{op}");
+            }
+            checked += 1;
+        }
+        assert!(checked >= 30, "only {checked} ops read options");
+    }
+}

@@ -29,7 +29,7 @@ fn single_op(op: BuiltinOp, n_in: usize, n_out: usize, omit: usize) -> Vec<u8> {
     m.add_op(OpCode::Builtin(op.operator()), &ins, &outs, Options::None);
     m.inputs = ins.iter().copied().filter(|&i| i >= 0).collect();
     m.outputs = outs;
-    m.to_bytes()
+    m.to_bytes().unwrap()
 }
 
 fn load_error(bytes: Vec<u8>) -> Option<String> {

@@ -28,7 +28,7 @@ fn accumulator(z: &[f32]) -> Vec<u8> {
     init.add_op(OpCode::Builtin(B::VAR_HANDLE), &[], &[ih], Options::VarHandle { container: String::new(), shared_name: "acc".into() });
     init.add_op(OpCode::Builtin(B::ASSIGN_VARIABLE), &[ih, iz], &[], Options::None);
     m.subgraphs.push(init);
-    m.to_bytes()
+    m.to_bytes().unwrap()
 }
 
 #[test]
@@ -75,7 +75,7 @@ fn recursive_control_flow_is_an_error() {
     sub.inputs = vec![sx];
     sub.outputs = vec![sy];
     m.subgraphs.push(sub);
-    let mut s = Session::from_bytes(Arc::new(m.to_bytes())).unwrap();
+    let mut s = Session::from_bytes(Arc::new(m.to_bytes().unwrap())).unwrap();
     let e = s.prepare().unwrap_err().to_string();
     assert!(e.contains("nested deeper"), "{e}");
 }

@@ -166,7 +166,7 @@ fn absurd_constant_output_sizes_are_refused() {
         m.add_op(OpCode::Builtin(B::RESIZE_BILINEAR), &[x, size], &[y], Options::Resize { align_corners: false, half_pixel_centers: false });
         m.inputs = vec![x];
         m.outputs = vec![y];
-        m.to_bytes()
+        m.to_bytes().unwrap()
     };
     let transpose_conv = {
         let mut m = ModelSpec::default();
@@ -179,7 +179,7 @@ fn absurd_constant_output_sizes_are_refused() {
         m.add_op(OpCode::Builtin(B::TRANSPOSE_CONV), &[os, w, x], &[y], opts);
         m.inputs = vec![x];
         m.outputs = vec![y];
-        m.to_bytes()
+        m.to_bytes().unwrap()
     };
     for (what, bytes) in [("RESIZE_BILINEAR", resize), ("TRANSPOSE_CONV", transpose_conv)] {
         let mut s = Session::from_bytes(Arc::new(bytes)).expect(what);
@@ -201,7 +201,7 @@ fn out_of_range_zero_points_are_refused() {
         m.add_op(OpCode::Builtin(B::RELU), &[x], &[y], Options::None);
         m.inputs = vec![x];
         m.outputs = vec![y];
-        let e = Session::from_bytes(Arc::new(m.to_bytes())).expect_err("zero point out of range").to_string();
+        let e = Session::from_bytes(Arc::new(m.to_bytes().unwrap())).expect_err("zero point out of range").to_string();
         assert!(e.contains("zero point") && e.contains("'x'"), "{e}");
     }
 }

@@ -21,7 +21,7 @@ fn model() -> Vec<u8> {
     m.add_op(OpCode::Builtin(B::ADD), &[rs, one], &[y], Options::Binary { activation: Activation::NONE });
     m.inputs = vec![x, s];
     m.outputs = vec![y];
-    m.to_bytes()
+    m.to_bytes().unwrap()
 }
 
 #[test]

@@ -41,7 +41,7 @@ fn model(late_residual: bool, also_output: bool) -> Vec<u8> {
     m.add_op(OpCode::Builtin(B::PRELU), &[sum, alpha], &[out], Options::None);
     m.inputs = vec![x];
     m.outputs = if also_output { vec![out, y] } else { vec![out] };
-    m.to_bytes()
+    m.to_bytes().unwrap()
 }
 
 /// The model's arithmetic, written out directly.
@@ -106,7 +106,7 @@ fn activation_model(also_output: bool) -> Vec<u8> {
     m.add_op(OpCode::Builtin(B::RELU6), &[h], &[out], Options::None);
     m.inputs = vec![x];
     m.outputs = if also_output { vec![out, y] } else { vec![out] };
-    m.to_bytes()
+    m.to_bytes().unwrap()
 }
 
 #[test]

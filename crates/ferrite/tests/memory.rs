@@ -158,7 +158,7 @@ fn dynamic_model() -> Vec<u8> {
     m.add_op(OpCode::Builtin(B::ADD), &[xw, b], &[y], Options::Binary { activation: Activation::RELU });
     m.inputs = vec![x];
     m.outputs = vec![y];
-    m.to_bytes()
+    m.to_bytes().unwrap()
 }
 
 fn expected(x: &[f32]) -> Vec<f32> {

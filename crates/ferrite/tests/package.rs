@@ -27,7 +27,7 @@ fn affine(k: f32, c: f32) -> Vec<u8> {
     m.add_op(OpCode::Builtin(B::ADD), &[t, ct], &[y], Options::Binary { activation: Activation::RELU });
     m.inputs = vec![x];
     m.outputs = vec![y];
-    m.to_bytes()
+    m.to_bytes().unwrap()
 }
 
 fn write_pkg(dir: &Path, manifest: &str, models: &[(&str, &[u8])]) {

@@ -40,12 +40,12 @@ const X: [f32; 6] = [1.0, 2.0, -3.0, 0.5, -0.5, 4.0];
 
 #[test]
 fn runs_and_matches_hand_computation() {
-    assert_eq!(run(small_model().to_bytes(), &X), expected(&X));
+    assert_eq!(run(small_model().to_bytes().unwrap(), &X), expected(&X));
 }
 
 #[test]
 fn calls_in_the_wrong_state_are_errors() {
-    let mut s = Session::from_bytes(Arc::new(small_model().to_bytes())).unwrap();
+    let mut s = Session::from_bytes(Arc::new(small_model().to_bytes().unwrap())).unwrap();
     assert!(matches!(s.set_input_f32(0, &X), Err(Error::InvalidState(_))));
     assert!(matches!(s.run(), Err(Error::InvalidState(_))));
     s.prepare().unwrap();
@@ -61,7 +61,7 @@ fn calls_in_the_wrong_state_are_errors() {
 
 #[test]
 fn names_and_signatures() {
-    let mut s = Session::from_bytes(Arc::new(small_model().to_bytes())).unwrap();
+    let mut s = Session::from_bytes(Arc::new(small_model().to_bytes().unwrap())).unwrap();
     assert_eq!(s.signatures(), vec!["serve".to_string()]);
     assert!(s.select_signature("nope").is_err());
     s.select_signature("serve").unwrap();
@@ -74,7 +74,7 @@ fn names_and_signatures() {
 
 #[test]
 fn circle_identifier_is_recognised_and_runs() {
-    let mut bytes = small_model().to_bytes();
+    let mut bytes = small_model().to_bytes().unwrap();
     bytes[4..8].copy_from_slice(b"CIR0");
     let m = Model::from_bytes(Arc::new(bytes.clone())).unwrap();
     assert_eq!(m.kind(), ferrite_format::FileKind::Circle);
@@ -83,8 +83,8 @@ fn circle_identifier_is_recognised_and_runs() {
 
 #[test]
 fn buffers_stored_after_the_flatbuffer_are_used() {
-    let inline = small_model().to_bytes();
-    let external = small_model().to_bytes_external();
+    let inline = small_model().to_bytes().unwrap();
+    let external = small_model().to_bytes_external().unwrap();
     assert_ne!(inline, external);
     let m = Model::from_bytes(Arc::new(external.clone())).unwrap();
     let w = &m.subgraphs()[0].tensors[1];
@@ -94,7 +94,7 @@ fn buffers_stored_after_the_flatbuffer_are_used() {
 
 #[test]
 fn resize_before_and_after_prepare() {
-    let mut s = Session::from_bytes(Arc::new(small_model().to_bytes())).unwrap();
+    let mut s = Session::from_bytes(Arc::new(small_model().to_bytes().unwrap())).unwrap();
     s.resize_input(0, &[1, 3]).unwrap();
     s.prepare().unwrap();
     s.set_input_f32(0, &X[..3]).unwrap();
@@ -168,7 +168,7 @@ fn custom_ops_are_registered_by_name() {
     m.add_op(OpCode::Custom("MyDouble".into()), &[x], &[y], Options::None);
     m.inputs = vec![x];
     m.outputs = vec![y];
-    let model = Arc::new(Model::from_bytes(Arc::new(m.to_bytes())).unwrap());
+    let model = Arc::new(Model::from_bytes(Arc::new(m.to_bytes().unwrap())).unwrap());
     let mut s = Session::with_options(model.clone(), SessionOptions::default()).unwrap();
     let e = s.prepare().unwrap_err();
     assert!(e.to_string().contains("MyDouble"), "{e}");
@@ -183,7 +183,7 @@ fn custom_ops_are_registered_by_name() {
 #[test]
 fn session_survives_the_thread_that_created_it() {
     let s = std::thread::spawn(|| {
-        let mut s = Session::from_bytes(Arc::new(small_model().to_bytes())).unwrap();
+        let mut s = Session::from_bytes(Arc::new(small_model().to_bytes().unwrap())).unwrap();
         s.prepare().unwrap();
         s.set_input_f32(0, &X).unwrap();
         s.run().unwrap();
@@ -243,5 +243,5 @@ fn shared_prepare_time_constant_survives_packing() {
     let x: Vec<f32> = (0..8).map(|v| v as f32).collect();
     // y1 = x * [2, 3] + [1, 2]; y2 = y1 (identity 1x1) + [1, 2]
     let want: Vec<f32> = x.iter().enumerate().map(|(i, v)| if i % 2 == 0 { v * 2.0 + 2.0 } else { v * 3.0 + 4.0 }).collect();
-    assert_eq!(run(m.to_bytes(), &x), want);
+    assert_eq!(run(m.to_bytes().unwrap(), &x), want);
 }

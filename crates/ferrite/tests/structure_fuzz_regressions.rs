@@ -68,7 +68,7 @@ fn one_op(tensors: Vec<TensorSpec>, op: B, inputs: &[i32], outputs: &[i32], opti
     m.add_op(OpCode::Builtin(op), inputs, outputs, options);
     m.inputs = inputs.iter().copied().filter(|&i| i >= 0 && m.tensors[i as usize].data.is_none()).collect();
     m.outputs = if outputs.is_empty() { inputs.iter().copied().filter(|&i| i >= 0).take(1).collect() } else { outputs.to_vec() };
-    m.to_bytes()
+    m.to_bytes().unwrap()
 }
 
 /// Runs the model (load, prepare, random inputs, run) and requires an error whose
@@ -330,7 +330,7 @@ fn control_flow_operand_types() {
     sub.inputs = vec![a];
     sub.outputs = vec![b];
     m.subgraphs.push(sub);
-    expect_error("IF with an int8 operand for an int32 input", m.to_bytes(), &["op 0", "operand 0 is int8", "subgraph 1 input 0 is int32"]);
+    expect_error("IF with an int8 operand for an int32 input", m.to_bytes().unwrap(), &["op 0", "operand 0 is int8", "subgraph 1 input 0 is int32"]);
 }
 
 /// Fuzz seed 119263: a run-time TRANSPOSE perm of 4M values went into the error
@@ -399,7 +399,7 @@ fn weight_packing_padded_past_the_limit() {
     m.add_op(OpCode::Builtin(B::FULLY_CONNECTED), &[x, w], &[y], fc);
     m.inputs = vec![x];
     m.outputs = vec![y];
-    expect_error("FULLY_CONNECTED packing 16 x 32 MiB", m.to_bytes(), &["resource limit", "op 0"]);
+    expect_error("FULLY_CONNECTED packing 16 x 32 MiB", m.to_bytes().unwrap(), &["resource limit", "op 0"]);
 }
 
 /// Fuzz seed 2323950: a FULLY_CONNECTED with no output channels (weights [0, 2^31])
@@ -463,7 +463,7 @@ fn recursive_control_flow_is_bounded() {
     m.add_op(OpCode::Builtin(B::IF), &[c, y], &[z], Options::If { then_subgraph: 0, else_subgraph: 0 });
     m.inputs = vec![x];
     m.outputs = vec![z];
-    expect_error("two IFs recursing into their own graph", m.to_bytes(), &["recursive"]);
+    expect_error("two IFs recursing into their own graph", m.to_bytes().unwrap(), &["recursive"]);
     assert!(t.elapsed().as_secs() < 5, "recursive IFs took {:?}", t.elapsed());
 }
 

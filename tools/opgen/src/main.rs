@@ -6,7 +6,7 @@
 //!   ferrite-opgen ops OUTDIR [--seed S] [--per-op K]   (writes OUTDIR/manifest.json)
 //!   ferrite-opgen demo OUT.tflite
 
-use ferrite_format::schema::{BuiltinOptions, TensorType};
+use ferrite_format::schema::TensorType;
 use ferrite_format::writer::{Activation, BuiltinOperator as B, ModelSpec, OpCode, Options, Padding, TensorSpec};
 use serde_json::{json, Value};
 
@@ -249,7 +249,7 @@ fn gen(op: &str, r: &mut Rng) -> Case {
                 "SQUEEZE" => single(B::SQUEEZE, &[x], o, Options::Squeeze { dims: vec![1] }, &mut m),
                 _ => {
                     let a = m.add_tensor(TensorSpec::const_i32("axis", &[1], &[r.int(-5, 4) as i32]));
-                    single(B::EXPAND_DIMS, &[x, a], o, Options::Empty(BuiltinOptions::ExpandDimsOptions), &mut m);
+                    single(B::EXPAND_DIMS, &[x, a], o, Options::None, &mut m);
                 }
             }
             ranges.push(fr);
@@ -323,7 +323,7 @@ fn gen(op: &str, r: &mut Rng) -> Case {
                 let size: Vec<i32> = s.iter().zip(&begin).map(|(&d, &b)| if r.coin() { -1 } else { r.int(1, i64::from(d - b)) as i32 }).collect();
                 let bt = m.add_tensor(TensorSpec::const_i32("begin", &[rank as i32], &begin));
                 let st = m.add_tensor(TensorSpec::const_i32("size", &[rank as i32], &size));
-                single(B::SLICE, &[x, bt, st], o, Options::Empty(BuiltinOptions::SliceOptions), &mut m);
+                single(B::SLICE, &[x, bt, st], o, Options::None, &mut m);
             } else {
                 let begin: Vec<i32> = s.iter().map(|&d| r.int(-i64::from(d), i64::from(d) - 1) as i32).collect();
                 let end: Vec<i32> = s.iter().map(|&d| r.int(-i64::from(d), i64::from(d)) as i32).collect();
@@ -357,7 +357,7 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             let x = f32in(&mut m, "x", &s);
             let p = m.add_tensor(TensorSpec::const_i32("perm", &[rank as i32], &perm));
             let o = out(&mut m, TensorType::FLOAT32, &[]);
-            single(B::TRANSPOSE, &[x, p], o, Options::Empty(BuiltinOptions::TransposeOptions), &mut m);
+            single(B::TRANSPOSE, &[x, p], o, Options::None, &mut m);
             ranges.push(fr);
         }
         "REVERSE_V2" => {
@@ -372,7 +372,7 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             let x = f32in(&mut m, "x", &s);
             let a = m.add_tensor(TensorSpec::const_i32("axes", &[axes.len() as i32], &axes));
             let o = out(&mut m, TensorType::FLOAT32, &[]);
-            single(B::REVERSE_V2, &[x, a], o, Options::Empty(BuiltinOptions::ReverseV2Options), &mut m);
+            single(B::REVERSE_V2, &[x, a], o, Options::None, &mut m);
             ranges.push(fr);
         }
         "PAD" | "PADV2" => {
@@ -384,9 +384,9 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             let o = out(&mut m, TensorType::FLOAT32, &[]);
             if op == "PADV2" {
                 let v = m.add_tensor(TensorSpec::const_f32("value", &[], &[r.f(-1.0, 1.0)]));
-                single(B::PADV2, &[x, p, v], o, Options::Empty(BuiltinOptions::PadV2Options), &mut m);
+                single(B::PADV2, &[x, p, v], o, Options::None, &mut m);
             } else {
-                single(B::PAD, &[x, p], o, Options::Empty(BuiltinOptions::PadOptions), &mut m);
+                single(B::PAD, &[x, p], o, Options::None, &mut m);
             }
             ranges.push(fr);
         }
@@ -409,7 +409,7 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             let x = f32in(&mut m, "x", &s);
             let mt = m.add_tensor(TensorSpec::const_i32("multiples", &[rank as i32], &mult));
             let o = out(&mut m, TensorType::FLOAT32, &[]);
-            single(B::TILE, &[x, mt], o, Options::Empty(BuiltinOptions::TileOptions), &mut m);
+            single(B::TILE, &[x, mt], o, Options::None, &mut m);
             ranges.push(fr);
         }
         "DEPTH_TO_SPACE" | "SPACE_TO_DEPTH" => {
@@ -656,7 +656,7 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             };
             let x = f32in(&mut m, "x", &s);
             let o = out(&mut m, TensorType::INT32, &s);
-            single(B::CAST, &[x], o, Options::Cast { input: TensorType::FLOAT32, output: TensorType::INT32 }, &mut m);
+            single(B::CAST, &[x], o, Options::None, &mut m);
             ranges.push((-20.0, 20.0));
         }
         "SHAPE" | "ZEROS_LIKE" => {
@@ -976,7 +976,7 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             let (dtype, zp) = if r.coin() { (TensorType::INT8, r.int(-20, 20)) } else { (TensorType::UINT8, r.int(100, 150)) };
             let o = m.add_tensor(TensorSpec { quant: Some((vec![r.f(0.01, 0.1)], vec![zp], 0)), ..TensorSpec::activation("y", dtype, &shape) });
             m.outputs.push(o);
-            single(B::QUANTIZE, &[x], o, Options::Empty(BuiltinOptions::QuantizeOptions), &mut m);
+            single(B::QUANTIZE, &[x], o, Options::None, &mut m);
         }
         "ADD_INT16" | "SUB_INT16" | "MUL_INT16" | "AVERAGE_POOL_2D_INT16" | "MAX_POOL_2D_INT16" | "SOFTMAX_INT16" => {
             // int16 activations with zero points 0, as the converter's 16x8 mode makes them.
@@ -1573,7 +1573,7 @@ const OPS: &[&str] = &[
 const REFUSED: &[&str] = &["HARD_SWISH_INT16", "BATCH_MATMUL_UINT8"];
 
 /// A small float CNN, built with the writer: conv -> depthwise -> pool -> FC -> softmax.
-fn demo() -> Vec<u8> {
+fn demo() -> Result<Vec<u8>, String> {
     let mut r = Rng(7);
     let mut m = ModelSpec { description: "ferrite demo: tiny image classifier".into(), ..Default::default() };
     let x = f32in(&mut m, "image", &[1, 32, 32, 3]);
@@ -1617,7 +1617,7 @@ fn demo() -> Vec<u8> {
     let s = m.add_tensor(TensorSpec::activation("probabilities", TensorType::FLOAT32, &[1, 10]));
     m.add_op(OpCode::Builtin(B::SOFTMAX), &[f], &[s], Options::Softmax { beta: 1.0 });
     m.outputs.push(s);
-    m.to_bytes()
+    m.to_bytes().map_err(|e| e.to_string())
 }
 
 fn main() -> Result<(), String> {
@@ -1625,7 +1625,7 @@ fn main() -> Result<(), String> {
     match args.get(1).map(String::as_str) {
         Some("demo") => {
             let path = args.get(2).ok_or("usage: ferrite-opgen demo OUT.tflite")?;
-            std::fs::write(path, demo()).map_err(|e| e.to_string())
+            std::fs::write(path, demo()?).map_err(|e| e.to_string())
         }
         Some("ops") => {
             let dir = std::path::PathBuf::from(args.get(2).ok_or("usage: ferrite-opgen ops OUTDIR [--seed S] [--per-op K]")?);
@@ -1638,7 +1638,8 @@ fn main() -> Result<(), String> {
                     let mut r = Rng(seed.wrapping_mul(1_000_003).wrapping_add((oi as u64) << 20 | k));
                     let case = gen(op, &mut r);
                     let file = format!("{}_{k}.tflite", op.to_lowercase());
-                    std::fs::write(dir.join(&file), case.spec.to_bytes()).map_err(|e| e.to_string())?;
+                    let bytes = case.spec.to_bytes().map_err(|e| format!("{file}: {e}"))?;
+                    std::fs::write(dir.join(&file), bytes).map_err(|e| e.to_string())?;
                     let fixed: serde_json::Map<String, Value> = case.fixed.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
                     entries.push(json!({
                         "file": file,
@@ -1689,5 +1690,19 @@ mod tests {
         for case in ["IF", "WHILE", "VARIABLES"] {
             assert!(super::OPS.contains(&case));
         }
+    }
+    /// Every case (two seeds each) and the demo model write: their options fit
+    /// each op's options table, which the writer checks.
+    #[test]
+    fn every_case_writes() {
+        for (oi, op) in super::OPS.iter().enumerate() {
+            for seed in [1u64, 2] {
+                let case = super::gen(op, &mut super::Rng(seed.wrapping_mul(1_000_003).wrapping_add((oi as u64) << 20)));
+                if let Err(e) = case.spec.to_bytes() {
+                    panic!("{op}: {e}");
+                }
+            }
+        }
+        assert!(super::demo().is_ok());
     }
 }

@@ -157,6 +157,13 @@ impl Backends {
         Ok(Backends { list, listed, overrides: resolved, main: 0 })
     }
 
+    /// The given backends, in order, with overrides pinning ops to backend indices:
+    /// for tests of the assignment with backends made for them.
+    #[cfg(test)]
+    pub(crate) fn from_backends(list: Vec<Box<dyn Backend>>, overrides: Vec<(OpSelector, usize)>) -> Backends {
+        Backends { listed: list.len(), list, overrides, main: 0 }
+    }
+
     /// Names of the listed backends, in order (override-only backends last).
     pub fn names(&self) -> Vec<&'static str> {
         self.list.iter().map(|b| b.name()).collect()

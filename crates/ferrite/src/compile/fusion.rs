@@ -3,8 +3,116 @@
 //! element-wise epilogues (activations, PRELU, a residual ADD) applied by the
 //! convolution producing their input while its output is in cache.
 
-use super::{Loc, Step, TensorSlot};
+use super::{Compilation, Loc, OpRun, Step, TensorSlot};
+use crate::backend::EpilogueSlot;
 use crate::model::{BuiltinOp as B, DType, Model, OpCode};
+
+/// A PAD op folded into its reader: the reader takes the PAD's input with this
+/// explicit padding.
+pub(super) struct FoldedPad {
+    /// The PAD's output, which no step computes.
+    output: usize,
+    /// The PAD's input.
+    input: usize,
+    /// (top, bottom, left, right).
+    pads: [usize; 4],
+}
+
+/// Folds PAD op `oi` into its reader when [`foldable_pad`] allows: its output gets
+/// the padded shape but no memory, and the reader is built on the PAD's input.
+/// `held` is where the op's inputs are.
+pub(super) fn fold_pad(c: &mut Compilation<'_>, oi: usize, held: &[Option<Loc>]) -> bool {
+    let g = c.g;
+    let op = &g.ops[oi];
+    let Some(pads) = foldable_pad(g, oi, &c.tensors, &c.readers_of, |k| if k == 1 { c.value(held, 1) } else { None }) else {
+        return false;
+    };
+    let (Some(&Some(src)), Some(&dst)) = (op.inputs.first(), op.outputs.first()) else { return false };
+    c.tensors[dst].dtype = c.tensors[src].dtype;
+    c.tensors[dst].shape = c.tensors[src]
+        .shape
+        .iter()
+        .enumerate()
+        .map(|(d, &n)| match d {
+            1 => n + pads[0] + pads[1],
+            2 => n + pads[2] + pads[3],
+            _ => n,
+        })
+        .collect();
+    c.folded_pads.push(FoldedPad { output: dst, input: src, pads });
+    c.fused_ops += 1;
+    c.assignment[oi] = OpRun::Fused { into: g.ops.iter().skip(oi + 1).position(|o| o.inputs.contains(&Some(dst))).map_or(oi, |j| oi + 1 + j) };
+    true
+}
+
+/// For a reader of a folded PAD: the PAD's input, which the reader takes as its
+/// input 0, and the padding to apply to it.
+pub(super) fn padded_input(c: &Compilation<'_>, oi: usize) -> Option<(usize, [usize; 4])> {
+    let t = c.g.ops[oi].inputs.first().copied().flatten()?;
+    c.folded_pads.iter().find(|p| p.output == t).map(|p| (p.input, p.pads))
+}
+
+/// Folds op `oi` into the kernel of a pending epilogue waiting for it, the first
+/// one it qualifies for, and keeps that chain going to its own reader; the other
+/// chains waiting for it stop here. True when folded.
+pub(super) fn fold_into_producer(c: &mut Compilation<'_>, model: &Model, oi: usize) -> bool {
+    let g = c.g;
+    let op = &g.ops[oi];
+    let mut folded = false;
+    while let Some(p) = c.pending_epilogues.iter().position(|e| e.reader == oi) {
+        let ok = !folded && fold_epilogue(model, g, oi, &c.tensors, &c.producer_of, c.pending_epilogues[p].step, &mut c.pending_epilogues[p], &mut c.steps);
+        match (ok, op.outputs.first()) {
+            (true, Some(&dst)) => {
+                folded = true;
+                let e = &mut c.pending_epilogues[p];
+                c.tensors[dst].dtype = c.tensors[e.tensor].dtype;
+                c.tensors[dst].shape = c.tensors[e.tensor].shape.clone();
+                c.alias_of[dst] = c.alias_of[e.tensor];
+                c.fused_ops += 1;
+                c.assignment[oi] = OpRun::Fused { into: c.steps[e.step].op };
+                match epilogue_reader(g, oi, dst, &c.readers_of) {
+                    Some(next) => (e.reader, e.tensor) = (next, dst),
+                    None => {
+                        let e = c.pending_epilogues.swap_remove(p);
+                        let _ = e.slot.set(e.ops);
+                    }
+                }
+            }
+            _ => {
+                let e = c.pending_epilogues.swap_remove(p);
+                let _ = e.slot.set(e.ops);
+            }
+        }
+    }
+    folded
+}
+
+/// The epilogue slot offered to convolution `oi`'s kernel, with the op that may
+/// fold into it: its output's only reader when that qualifies.
+pub(super) fn offer_epilogue(c: &Compilation<'_>, oi: usize) -> Option<(usize, EpilogueSlot)> {
+    let op = &c.g.ops[oi];
+    if !matches!(op.code, OpCode::Builtin(B::CONV_2D | B::DEPTHWISE_CONV_2D)) {
+        return None;
+    }
+    let &out = op.outputs.first()?;
+    epilogue_reader(c.g, oi, out, &c.readers_of).map(|j| (j, EpilogueSlot::default()))
+}
+
+/// Kernel `oi` (about to become the next step) took the offered slot and applies
+/// epilogues: its output's reader is folded in when the driver reaches it, if it
+/// qualifies.
+pub(super) fn await_epilogue(c: &mut Compilation<'_>, oi: usize, offered: Option<(usize, EpilogueSlot)>) {
+    if let (Some((reader, slot)), Some(&tensor)) = (offered, c.g.ops[oi].outputs.first()) {
+        c.pending_epilogues.push(PendingEpilogue { reader, tensor, step: c.steps.len(), slot, ops: Vec::new() });
+    }
+}
+
+/// Hands every kernel still waiting the epilogue gathered so far.
+pub(super) fn close_epilogues(c: &mut Compilation<'_>) {
+    for e in c.pending_epilogues.drain(..) {
+        let _ = e.slot.set(e.ops);
+    }
+}
 
 /// Whether PAD op `oi` folds into its reader: a float tensor padded with zeros in
 /// height and width only, by constant amounts, read by exactly one op, a float
@@ -53,7 +161,7 @@ pub(super) struct PendingEpilogue {
     pub(super) tensor: usize,
     /// The kernel's step.
     pub(super) step: usize,
-    pub(super) slot: crate::backend::EpilogueSlot,
+    pub(super) slot: EpilogueSlot,
     pub(super) ops: Vec<crate::backend::Epilogue>,
 }
 

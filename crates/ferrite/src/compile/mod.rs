@@ -1,19 +1,40 @@
-//! Compilation: shape inference and kernel selection per op (through the
-//! backends), constant folding, then the static memory plan.
+//! Compilation of a subgraph for a session's input shapes and backends, as named
+//! passes, one file each, run op by op by the driver ([`compile`]):
+//!
+//! 1. `control_flow.rs`: IF, WHILE and CALL_ONCE become executor steps holding their
+//!    compiled child subgraphs; resource variables are the executor's too.
+//! 2. `fusion.rs`: a zero PAD runs inside the VALID convolution reading it, and
+//!    element-wise epilogues inside the convolution producing their input.
+//! 3. `assign.rs`: the first backend of the session's list that builds the op (or
+//!    the one an override pins it to) gives its kernel and output shapes.
+//! 4. `alias.rs`: shape-only ops (RESHAPE, SQUEEZE, EXPAND_DIMS) share their input's memory.
+//! 5. `fold.rs`: ops whose inputs are all constant run once, at prepare.
+//! 6. `plan.rs`: the static memory plan over the remaining steps, and each step's
+//!    input and output locations.
+//!
+//! Ops whose output shapes depend on run-time values, and every op after them, form
+//! the dynamic tail the executor builds and runs at run time.
 
 use std::sync::Arc;
 
-use crate::backend::select::{Backends, Candidates};
-use crate::backend::{BackendContext, Built, CustomOpRegistry, InputDesc, KernelFn, OpContext};
-use crate::error::{Detail, Error, Result};
+use crate::backend::select::Backends;
+use crate::backend::{BackendContext, CustomOpRegistry, KernelFn};
+use crate::error::{Error, Result};
 use crate::memory::MemoryPlan;
-use crate::model::{BuiltinOp as B, DType, Model, OpCode};
+use crate::model::{DType, Model, Subgraph};
 use smallvec::SmallVec;
 
+mod alias;
+mod assign;
+mod control_flow;
+mod fold;
 mod fusion;
 mod plan;
+#[cfg(test)]
+mod test_util;
 
-use fusion::{epilogue_reader, fold_epilogue, foldable_pad, PendingEpilogue};
+pub(crate) use assign::build_op;
+use fusion::PendingEpilogue;
 
 /// Owned, 8-byte aligned bytes (folded constants, realigned constants).
 #[derive(Debug, Clone)]
@@ -278,441 +299,71 @@ pub fn compile(
     ctx: &mut BackendContext,
     limits: Limits,
 ) -> Result<CompiledGraph> {
-    compile_at(model, sg, input_shapes, &[], backends, custom, ctx, limits, 0)
+    compile_at(&Env { model, backends, custom, limits }, sg, input_shapes, &[], ctx, 0)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What every pass of one compilation reads: the model and the session's choices.
+struct Env<'a> {
+    model: &'a Model,
+    backends: &'a Backends,
+    custom: &'a CustomOpRegistry,
+    limits: Limits,
+}
+
+/// The driver: the passes, in order, over each op of the subgraph. Shapes flow from
+/// op to op (a kernel's build infers its outputs), so each op goes through every pass
+/// before the next op starts; an op a pass takes (lowers, fuses, aliases, folds) goes
+/// no further. Then the memory plan, over the steps that remain.
 fn compile_at(
-    model: &Model,
+    env: &Env<'_>,
     sg: usize,
     input_shapes: &[Vec<usize>],
     const_inputs: &[Option<Loc>],
-    backends: &Backends,
-    custom: &CustomOpRegistry,
     ctx: &mut BackendContext,
-    limits: Limits,
     depth: usize,
 ) -> Result<CompiledGraph> {
     if depth > MAX_NESTING {
         return Err(Error::Unsupported(format!("control flow nested deeper than {MAX_NESTING} (or recursive) at subgraph {sg}").into()));
     }
-    let g = model.subgraphs.get(sg).ok_or_else(|| Error::InvalidModel(format!("subgraph {sg} does not exist").into()))?;
-    let bytes = model.bytes();
-    let mut tensors: Vec<TensorSlot> = g
-        .tensors
-        .iter()
-        .map(|t| {
-            let loc = match &t.data {
-                None => Loc::None,
-                // Kernels view constants as typed slices; realign the rare misaligned one.
-                Some(r) if !(bytes.as_ptr() as usize + r.start).is_multiple_of(t.dtype.size().unwrap_or(1).min(8)) => {
-                    Loc::Owned(Arc::new(AlignedBytes::from_slice(&bytes[r.clone()])))
-                }
-                Some(r) => Loc::Model(r.clone()),
-            };
-            TensorSlot { dtype: t.dtype, shape: t.shape.clone(), loc }
-        })
-        .collect();
-    for (k, &t) in g.inputs.iter().enumerate() {
-        if let Some(s) = input_shapes.get(k) {
-            tensors[t].shape = s.clone();
-        }
-        // A branch input the parent passes from a constant is that constant here, so
-        // kernels pack it once at prepare instead of treating it as run-time data.
-        if let Some(Some(loc @ (Loc::Model(_) | Loc::Owned(_)))) = const_inputs.get(k) {
-            tensors[t].loc = loc.clone();
-        }
-    }
-
-    // Tensors that are read but never written (nor inputs) read as zeros, as in LiteRT.
-    let mut produced = vec![false; tensors.len()];
-    for &t in g.inputs.iter().chain(g.ops.iter().flat_map(|o| o.outputs.iter())) {
-        produced[t] = true;
-    }
-    for op in &g.ops {
-        for &t in op.inputs.iter().flatten() {
-            if !produced[t] && matches!(tensors[t].loc, Loc::None) {
-                let n = bytes_of(tensors[t].dtype, &tensors[t].shape, &limits, || format!("subgraph {sg} tensor {t}"))?;
-                tensors[t].loc = Loc::Owned(Arc::new(AlignedBytes::zeroed(n)));
-            }
-        }
-    }
-
-    let mut steps = Vec::with_capacity(g.ops.len());
-    let mut folded_ops = 0;
-    let mut aliased_ops = 0;
-    let mut fused_ops = 0;
-    // PAD ops folded into their reader: (PAD output, PAD input, [top, bottom, left, right]).
-    let mut folded_pads: Vec<(usize, usize, [usize; 4])> = Vec::new();
-    // Kernels that took an epilogue slot, waiting for their output's reader.
-    let mut pending_epilogues: Vec<PendingEpilogue> = Vec::new();
-    // The op producing each tensor (usize::MAX for inputs and constants).
-    let mut producer_of = vec![usize::MAX; tensors.len()];
-    for (oi, op) in g.ops.iter().enumerate() {
-        for &t in &op.outputs {
-            producer_of[t] = oi;
-        }
-    }
-    // How many ops read each tensor, and whether it leaves the subgraph.
-    let mut readers_of = vec![0usize; tensors.len()];
-    for op in &g.ops {
-        for &t in op.inputs.iter().flatten() {
-            readers_of[t] += 1;
-        }
-    }
-    for &t in &g.outputs {
-        readers_of[t] += 1;
-    }
+    let g = env.model.subgraphs.get(sg).ok_or_else(|| Error::InvalidModel(format!("subgraph {sg} does not exist").into()))?;
+    let mut c = Compilation::new(g, sg, env.model.bytes(), input_shapes, const_inputs, env.limits)?;
     let mut dynamic_from: Option<usize> = None;
-    // Where each op runs, for `inspect --backends` and the crossing report.
-    let mut assignment = vec![OpRun::Dynamic; g.ops.len()];
-    // Last op reading each tensor, and whether a step reads it at run time, so
-    // prepare-time constants can be freed as soon as nothing needs them.
-    let mut read_at_run = vec![false; tensors.len()];
-    let mut last_reader = vec![0usize; tensors.len()];
-    for (oi, op) in g.ops.iter().enumerate() {
-        for &t in op.inputs.iter().flatten() {
-            last_reader[t] = oi;
-        }
-    }
-    // alias_of[t] = the tensor whose memory `t` shares (itself when not an alias).
-    let mut alias_of: Vec<usize> = (0..tensors.len()).collect();
-    for (oi, op) in g.ops.iter().enumerate() {
-        // Snapshot constant sources so descriptors do not borrow `tensors`, which this loop updates.
-        let held: Vec<Option<Loc>> = op.inputs.iter().map(|i| i.map(|t| tensors[t].loc.clone())).collect();
-        let value_of = |k: usize| -> Option<&[u8]> {
-            match held.get(k)?.as_ref()? {
-                Loc::Model(r) => bytes.get(r.clone()),
-                Loc::Owned(b) => Some(b.bytes()),
-                _ => None,
-            }
-        };
-        let inputs: Vec<Option<InputDesc<'_>>> = op
-            .inputs
-            .iter()
-            .enumerate()
-            .map(|(k, i)| {
-                i.map(|t| InputDesc {
-                    tensor: t,
-                    dtype: tensors[t].dtype,
-                    shape: tensors[t].shape.clone(),
-                    value: value_of(k),
-                    constant: value_of(k).is_some(),
-                    quant: g.tensors[t].quant.as_ref(),
-                    sparsity: g.tensors[t].sparsity.as_ref(),
-                })
-            })
-            .collect();
-        // Control flow and resource variables are run by the executor itself.
-        if let OpCode::Builtin(code) = op.code {
-            let child = |ctx: &mut BackendContext, sub: usize, operands: &[Option<usize>], consts: &[Option<Loc>], n_out: usize| -> Result<Child> {
-                let shapes: Vec<Vec<usize>> = operands.iter().map(|t| t.map(|t| tensors[t].shape.clone()).unwrap_or_default()).collect();
-                let s = model.subgraphs.get(sub).ok_or_else(|| Error::InvalidModel(format!("subgraph {sg} op {oi}: subgraph {sub} does not exist").into()))?;
-                // Children run on the parent's buffers: their signatures must match exactly.
-                if s.inputs.len() != shapes.len() || s.outputs.len() != n_out {
-                    return Err(Error::InvalidModel(
-                        format!(
-                            "subgraph {sg} op {oi}: subgraph {sub} takes {} inputs and gives {} outputs, the op passes {} and expects {n_out}",
-                            s.inputs.len(),
-                            s.outputs.len(),
-                            shapes.len()
-                        )
-                        .into(),
-                    ));
-                }
-                // The child reads the parent's bytes as its own input types.
-                for (k, (&t, &i)) in operands.iter().zip(&s.inputs).enumerate() {
-                    if let Some(t) = t.filter(|&t| tensors[t].dtype != s.tensors[i].dtype) {
-                        return Err(Error::InvalidModel(
-                            format!(
-                                "subgraph {sg} op {oi}: operand {k} is {} but subgraph {sub} input {k} is {}",
-                                tensors[t].dtype.name(),
-                                s.tensors[i].dtype.name()
-                            )
-                            .into(),
-                        ));
-                    }
-                }
-                compile_at(model, sub, &shapes, consts, backends, custom, ctx, limits, depth + 1).map(Child::new)
-            };
-            let at = || format!("subgraph {sg} op {oi} ({})", op.code.name());
-            let work = match (code, &op.params) {
-                (B::IF, crate::ops::OpParams::If { then_subgraph, else_subgraph }) => {
-                    let shapes = &op.inputs[1.min(op.inputs.len())..];
-                    let n = op.outputs.len();
-                    // Constant operands reach the branches as constants (IF passes them
-                    // unchanged, unlike WHILE's loop-carried values).
-                    let consts = held.get(1..).unwrap_or(&[]);
-                    let (then, otherwise) = (child(ctx, *then_subgraph, shapes, consts, n)?, child(ctx, *else_subgraph, shapes, consts, n)?);
-                    let outs = |c: &Child| c.graph.output_specs(model);
-                    if outs(&then) != outs(&otherwise) || outs(&then).len() != op.outputs.len() {
-                        return Err(Error::Unsupported(format!("{}: branches produce different outputs", at()).into()));
-                    }
-                    for (&t, (dtype, shape)) in op.outputs.iter().zip(outs(&then)) {
-                        tensors[t].dtype = dtype;
-                        tensors[t].shape = shape;
-                    }
-                    Some(Work::If { then: Box::new(then), otherwise: Box::new(otherwise) })
-                }
-                (B::WHILE, crate::ops::OpParams::While { cond_subgraph, body_subgraph }) => {
-                    let (cond, body) = (child(ctx, *cond_subgraph, &op.inputs, &[], 1)?, child(ctx, *body_subgraph, &op.inputs, &[], op.inputs.len())?);
-                    let vars: Vec<(DType, Vec<usize>)> = op
-                        .inputs
-                        .iter()
-                        .map(|t| {
-                            t.map(|t| (tensors[t].dtype, tensors[t].shape.clone()))
-                                .ok_or_else(|| Error::InvalidModel(format!("{}: missing loop variable", at()).into()))
-                        })
-                        .collect::<Result<_>>()?;
-                    if body.graph.output_specs(model) != vars || op.outputs.len() != vars.len() {
-                        return Err(Error::Unsupported(format!("{}: loop variables change shape (dynamic loop shapes are not supported yet)", at()).into()));
-                    }
-                    if !matches!(cond.graph.output_specs(model).first(), Some((DType::Bool, s)) if s.iter().product::<usize>() == 1) {
-                        return Err(Error::InvalidModel(format!("{}: condition subgraph must produce one bool", at()).into()));
-                    }
-                    let mut next = Vec::with_capacity(vars.len());
-                    for (&t, (dtype, shape)) in op.outputs.iter().zip(&vars) {
-                        tensors[t].dtype = *dtype;
-                        tensors[t].shape = shape.clone();
-                        next.push(AlignedBytes::zeroed(bytes_of(*dtype, shape, &limits, at)?));
-                    }
-                    Some(Work::While { cond: Box::new(cond), body: Box::new(body), next, flag: AlignedBytes::zeroed(1) })
-                }
-                (B::CALL_ONCE, crate::ops::OpParams::CallOnce { init_subgraph }) => {
-                    Some(Work::CallOnce { init: Box::new(child(ctx, *init_subgraph, &[], &[], 0)?), ran_at: None })
-                }
-                (B::VAR_HANDLE, crate::ops::OpParams::VarHandle { container, shared_name }) => {
-                    // The handle is a constant: the variable's id in the session.
-                    let id = ctx.variables.id(&format!("{container}/{shared_name}"));
-                    let t = *op.outputs.first().ok_or_else(|| Error::InvalidModel(format!("{}: no output", at()).into()))?;
-                    tensors[t].dtype = DType::Resource;
-                    tensors[t].shape = vec![];
-                    tensors[t].loc = Loc::Owned(Arc::new(AlignedBytes::from_slice(&(id as i32).to_le_bytes())));
-                    assignment[oi] = OpRun::Executor;
-                    continue;
-                }
-                (B::READ_VARIABLE, _) => {
-                    let t = *op.outputs.first().ok_or_else(|| Error::InvalidModel(format!("{}: no output", at()).into()))?;
-                    if g.tensors[t].shape_signature.iter().any(|&d| d < 0) {
-                        return Err(Error::Unsupported(format!("{}: variable of unknown shape", at()).into()));
-                    }
-                    Some(Work::ReadVariable)
-                }
-                (B::ASSIGN_VARIABLE, _) => Some(Work::AssignVariable),
-                _ => None,
-            };
-            if let Some(work) = work {
-                steps.push(Step {
-                    op: oi,
-                    work,
-                    inputs: SmallVec::new(),
-                    prepacked: SmallVec::new(),
-                    outputs: SmallVec::new(),
-                    extra: SmallVec::new(),
-                    substituted: SmallVec::new(),
-                });
-                assignment[oi] = OpRun::Executor;
-                continue;
-            }
-        }
-        // An op whose producer's kernel took an epilogue slot: fold it into the first
-        // such kernel it qualifies for, keeping the chain going to its own reader;
-        // the others stop here.
-        // A zero PAD of height and width read only by a float VALID convolution runs
-        // inside it: the convolution reads the PAD's input with explicit padding.
-        if let Some(pads) = foldable_pad(g, oi, &tensors, &readers_of, |t| {
-            held.get(1)
-                .and_then(|l| match l.as_ref()? {
-                    Loc::Model(r) => bytes.get(r.clone()),
-                    Loc::Owned(b) => Some(b.bytes()),
-                    _ => None,
-                })
-                .filter(|_| t == 1)
-        }) {
-            if let (Some(&Some(src)), Some(&dst)) = (op.inputs.first(), op.outputs.first()) {
-                tensors[dst].dtype = tensors[src].dtype;
-                tensors[dst].shape = tensors[src]
-                    .shape
-                    .iter()
-                    .enumerate()
-                    .map(|(d, &n)| {
-                        if d == 1 {
-                            n + pads[0] + pads[1]
-                        } else if d == 2 {
-                            n + pads[2] + pads[3]
-                        } else {
-                            n
-                        }
-                    })
-                    .collect();
-                folded_pads.push((dst, src, pads));
-                fused_ops += 1;
-                assignment[oi] = OpRun::Fused { into: g.ops.iter().skip(oi + 1).position(|o| o.inputs.contains(&Some(dst))).map_or(oi, |j| oi + 1 + j) };
-                continue;
-            }
-        }
-        let mut folded = false;
-        while let Some(p) = pending_epilogues.iter().position(|e| e.reader == oi) {
-            let ok = !folded && fold_epilogue(model, g, oi, &tensors, &producer_of, pending_epilogues[p].step, &mut pending_epilogues[p], &mut steps);
-            match (ok, op.outputs.first()) {
-                (true, Some(&dst)) => {
-                    folded = true;
-                    let e = &mut pending_epilogues[p];
-                    tensors[dst].dtype = tensors[e.tensor].dtype;
-                    tensors[dst].shape = tensors[e.tensor].shape.clone();
-                    alias_of[dst] = alias_of[e.tensor];
-                    fused_ops += 1;
-                    assignment[oi] = OpRun::Fused { into: steps[e.step].op };
-                    match epilogue_reader(g, oi, dst, &readers_of) {
-                        Some(next) => (e.reader, e.tensor) = (next, dst),
-                        None => {
-                            let e = pending_epilogues.swap_remove(p);
-                            let _ = e.slot.set(e.ops);
-                        }
-                    }
-                }
-                _ => {
-                    let e = pending_epilogues.swap_remove(p);
-                    let _ = e.slot.set(e.ops);
-                }
-            }
-        }
-        if folded {
+    for oi in 0..g.ops.len() {
+        let held = c.held_inputs(oi);
+        // IF / WHILE / CALL_ONCE (children compiled here) and variables: executor steps.
+        if control_flow::lower(&mut c, env, ctx, oi, &held, depth)? {
             continue;
         }
-        // A reader of a folded PAD: input 0 becomes the PAD's input, padded explicitly.
-        let mut inputs = inputs;
-        let mut input_pad = None;
-        let mut substituted: SmallVec<[(usize, usize); 1]> = SmallVec::new();
-        if let Some(&(_, src, pads)) = op.inputs.first().copied().flatten().and_then(|t| folded_pads.iter().find(|p| p.0 == t)) {
-            if let Some(Some(d)) = inputs.get_mut(0) {
-                d.tensor = src;
-                d.shape = tensors[src].shape.clone();
-                d.value = None;
-                d.constant = false;
-                input_pad = Some(pads);
-                substituted.push((0, src));
-            }
+        // A zero PAD into the VALID convolution reading it; an element-wise op into
+        // the convolution producing its input.
+        if fusion::fold_pad(&mut c, oi, &held) || fusion::fold_into_producer(&mut c, env.model, oi) {
+            continue;
         }
-        let all_const = inputs.iter().flatten().all(|d| d.value.is_some());
-        let offered = op
-            .outputs
-            .first()
-            .filter(|_| matches!(op.code, OpCode::Builtin(B::CONV_2D | B::DEPTHWISE_CONV_2D)))
-            .and_then(|&out| epilogue_reader(g, oi, out, &readers_of))
-            .map(|j| (j, crate::backend::EpilogueSlot::default()));
-        let octx = OpContext {
-            subgraph: sg,
-            op_index: oi,
-            op,
-            inputs,
-            outputs: op.outputs.iter().map(|&o| &g.tensors[o]).collect(),
-            custom_options: model.custom_options(op),
-            epilogue: offered.as_ref().map(|(_, slot)| slot.clone()),
-            input_pad,
-            max_bytes: limits.max_arena_bytes,
+        // The first backend that builds the op; its build infers the output shapes.
+        // An op whose shapes depend on run-time values starts the dynamic tail.
+        let pad = fusion::padded_input(&c, oi);
+        let offered = fusion::offer_epilogue(&c, oi);
+        let Some(mut built) = assign::assign(&mut c, env, ctx, oi, &held, pad, offered.as_ref().map(|o| &o.1))? else {
+            dynamic_from = Some(oi);
+            break;
         };
-        ctx.take_packed_by_build();
-        let built = match build_op(&octx, backends, custom, ctx) {
-            Err(Error::DataDependent(_)) => {
-                dynamic_from = Some(oi);
-                break;
-            }
-            r => r?,
-        };
-        let (Built { outputs, mut kernel }, ran, applies_epilogues) = built;
-        assignment[oi] = ran;
-        for (&t, (dtype, shape)) in op.outputs.iter().zip(outputs) {
-            tensors[t].dtype = dtype;
-            tensors[t].shape = shape;
+        // A shape-only op moves no data: its output shares its input's memory.
+        if alias::alias(&mut c, oi) {
+            continue;
         }
-        // A shape-only op moves no data: its output shares the input's memory (or constant).
-        if is_shape_only(op) {
-            if let (Some(&Some(src)), Some(&dst)) = (op.inputs.first(), op.outputs.first()) {
-                if tensors[src].dtype == tensors[dst].dtype && !g.tensors[dst].is_variable {
-                    match tensors[src].loc.clone() {
-                        loc @ (Loc::Model(_) | Loc::Owned(_)) => tensors[dst].loc = loc,
-                        _ => alias_of[dst] = alias_of[src],
-                    }
-                    aliased_ops += 1;
-                    assignment[oi] = OpRun::Alias;
-                    continue;
-                }
-            }
+        // An op on constants runs once, now.
+        if fold::fold(&mut c, oi, &held, &mut built)? {
+            continue;
         }
-        // SHAPE's result depends only on static shapes; ops on constants need running once only.
-        let foldable = (all_const || op.code == OpCode::Builtin(B::SHAPE)) && !op.outputs.iter().any(|&o| g.tensors[o].is_variable);
-        if foldable {
-            let ins: Vec<Option<&[u8]>> = (0..op.inputs.len()).map(value_of).collect();
-            let mut outs: Vec<AlignedBytes> = op
-                .outputs
-                .iter()
-                .map(|&t| Ok(AlignedBytes::zeroed(bytes_of(tensors[t].dtype, &tensors[t].shape, &limits, || octx.at())?)))
-                .collect::<Result<_>>()?;
-            {
-                let mut views: Vec<&mut [u8]> = outs.iter_mut().map(|o| o.bytes_mut()).collect();
-                kernel(&ins, &mut views).map_err(|e| Error::InvalidModel(Detail::at(octx.location(), format!("evaluating constant op: {e}"))))?;
-            }
-            for (&t, o) in op.outputs.iter().zip(outs) {
-                tensors[t].loc = Loc::Owned(Arc::new(o));
-            }
-            folded_ops += 1;
-            assignment[oi] = OpRun::Folded;
-            release_consumed(&mut tensors, g, oi, &last_reader, &read_at_run, |_| true);
-        } else {
-            let packed = ctx.take_packed_by_build();
-            let prepacked: SmallVec<[usize; 2]> =
-                op.inputs.iter().enumerate().filter(|(_, i)| i.is_some_and(|t| packed.contains(&t))).map(|(k, _)| k).collect();
-            for (k, i) in op.inputs.iter().enumerate() {
-                if let (Some(t), false) = (i, prepacked.contains(&k)) {
-                    read_at_run[*t] = true;
-                }
-            }
-            release_consumed(&mut tensors, g, oi, &last_reader, &read_at_run, |k| prepacked.contains(&k));
-            // The kernel took the slot: its reader is folded in when reached, if it qualifies.
-            if let (Some((reader, slot)), true, Some(&tensor)) = (offered, applies_epilogues, op.outputs.first()) {
-                pending_epilogues.push(PendingEpilogue { reader, tensor, step: steps.len(), slot, ops: Vec::new() });
-            }
-            steps.push(Step {
-                op: oi,
-                work: Work::Kernel(kernel),
-                inputs: SmallVec::new(),
-                prepacked,
-                outputs: SmallVec::new(),
-                extra: SmallVec::new(),
-                substituted,
-            });
-        }
+        c.kernel_step(oi, built, offered, ctx);
     }
+    fusion::close_epilogues(&mut c);
 
-    for e in pending_epilogues.drain(..) {
-        let _ = e.slot.set(e.ops);
-    }
-
-    let plan = plan::plan_memory(g, sg, &steps, &mut tensors, &alias_of, dynamic_from, &limits)?;
+    let Compilation { mut tensors, mut steps, alias_of, assignment, folded_ops, aliased_ops, fused_ops, .. } = c;
+    let plan = plan::plan_memory(g, sg, &steps, &mut tensors, &alias_of, dynamic_from, &env.limits)?;
     let out_plans = plan::resolve_io(g, sg, &mut steps, &tensors, &alias_of)?;
-    // Release constants made at prepare (folded, dequantized, realigned) that nothing
-    // reads at run time any more: their consumers were folded too, or keep a packing.
     if dynamic_from.is_none() {
-        let mut keep = vec![false; tensors.len()];
-        for st in &steps {
-            for (k, i) in g.ops[st.op].inputs.iter().enumerate() {
-                if let (Some(t), Some(_)) = (i, &st.inputs[k]) {
-                    keep[st.substituted.iter().find(|s| s.0 == k).map_or(*t, |s| s.1)] = true;
-                }
-            }
-            for &t in &st.extra {
-                keep[t] = true;
-            }
-        }
-        for &t in g.outputs.iter().chain(&g.inputs) {
-            keep[t] = true;
-        }
-        for (t, slot) in tensors.iter_mut().enumerate() {
-            if matches!(slot.loc, Loc::Owned(_)) && !keep[t] {
-                slot.loc = Loc::None;
-            }
-        }
+        fold::release_unread_constants(g, &steps, &mut tensors);
     }
     let dynamic = dynamic_from.map(|first_op| {
         let mut last_use = vec![usize::MAX; tensors.len()];
@@ -726,25 +377,160 @@ fn compile_at(
     Ok(CompiledGraph { subgraph: sg, tensors, steps, plan, folded_ops, aliased_ops, fused_ops, out_plans, dynamic, assignment })
 }
 
-/// Frees prepare-time constants (folded, dequantized) right after their last reader
-/// is built, when that reader does not need them at run time (`unneeded(input
-/// position)`: a folded op, or a kernel holding a packing) and no step built earlier
-/// reads them at run time either. Keeps peak memory
-/// during prepare near one layer's worth of converted weights.
-fn release_consumed(
-    tensors: &mut [TensorSlot],
-    g: &crate::model::Subgraph,
-    oi: usize,
-    last_reader: &[usize],
-    read_at_run: &[bool],
-    unneeded: impl Fn(usize) -> bool,
-) {
-    for (k, i) in g.ops[oi].inputs.iter().enumerate() {
-        if let Some(t) = *i {
-            if last_reader[t] == oi && !read_at_run[t] && unneeded(k) && matches!(tensors[t].loc, Loc::Owned(_)) && !g.outputs.contains(&t) {
-                tensors[t].loc = Loc::None;
+/// One subgraph's compilation in progress: what the passes read and update as
+/// they go through its ops in order.
+struct Compilation<'m> {
+    g: &'m Subgraph,
+    sg: usize,
+    /// The model's bytes, where constants live.
+    bytes: &'m [u8],
+    limits: Limits,
+    /// Each tensor's dtype, shape and location as resolved so far.
+    tensors: Vec<TensorSlot>,
+    steps: Vec<Step>,
+    /// alias_of[t] = the tensor whose memory `t` shares (itself when not an alias).
+    alias_of: Vec<usize>,
+    /// Where each op runs, for `inspect --backends` and the crossing report.
+    assignment: Vec<OpRun>,
+    folded_ops: usize,
+    aliased_ops: usize,
+    fused_ops: usize,
+    /// The op producing each tensor (usize::MAX for inputs and constants).
+    producer_of: Vec<usize>,
+    /// How many ops read each tensor, plus one when it leaves the subgraph.
+    readers_of: Vec<usize>,
+    /// Last op reading each tensor, and whether a step reads it at run time, so
+    /// prepare-time constants can be freed as soon as nothing needs them.
+    last_reader: Vec<usize>,
+    read_at_run: Vec<bool>,
+    /// PAD ops folded into their reader.
+    folded_pads: Vec<fusion::FoldedPad>,
+    /// Kernels that took an epilogue slot, waiting for their output's reader.
+    pending_epilogues: Vec<PendingEpilogue>,
+}
+
+impl<'m> Compilation<'m> {
+    /// The starting state: constants where the model keeps them (realigned when
+    /// kernels could not view them in place), the given input shapes, and the
+    /// constants a parent passes for inputs.
+    fn new(g: &'m Subgraph, sg: usize, bytes: &'m [u8], input_shapes: &[Vec<usize>], const_inputs: &[Option<Loc>], limits: Limits) -> Result<Self> {
+        let mut tensors: Vec<TensorSlot> = g
+            .tensors
+            .iter()
+            .map(|t| {
+                let loc = match &t.data {
+                    None => Loc::None,
+                    // Kernels view constants as typed slices; realign the rare misaligned one.
+                    Some(r) if !(bytes.as_ptr() as usize + r.start).is_multiple_of(t.dtype.size().unwrap_or(1).min(8)) => {
+                        Loc::Owned(Arc::new(AlignedBytes::from_slice(&bytes[r.clone()])))
+                    }
+                    Some(r) => Loc::Model(r.clone()),
+                };
+                TensorSlot { dtype: t.dtype, shape: t.shape.clone(), loc }
+            })
+            .collect();
+        for (k, &t) in g.inputs.iter().enumerate() {
+            if let Some(s) = input_shapes.get(k) {
+                tensors[t].shape = s.clone();
+            }
+            // A branch input the parent passes from a constant is that constant here, so
+            // kernels pack it once at prepare instead of treating it as run-time data.
+            if let Some(Some(loc @ (Loc::Model(_) | Loc::Owned(_)))) = const_inputs.get(k) {
+                tensors[t].loc = loc.clone();
             }
         }
+
+        // Tensors that are read but never written (nor inputs) read as zeros, as in LiteRT.
+        let mut produced = vec![false; tensors.len()];
+        for &t in g.inputs.iter().chain(g.ops.iter().flat_map(|o| o.outputs.iter())) {
+            produced[t] = true;
+        }
+        for op in &g.ops {
+            for &t in op.inputs.iter().flatten() {
+                if !produced[t] && matches!(tensors[t].loc, Loc::None) {
+                    let n = bytes_of(tensors[t].dtype, &tensors[t].shape, &limits, || format!("subgraph {sg} tensor {t}"))?;
+                    tensors[t].loc = Loc::Owned(Arc::new(AlignedBytes::zeroed(n)));
+                }
+            }
+        }
+
+        let n = tensors.len();
+        let mut producer_of = vec![usize::MAX; n];
+        let mut readers_of = vec![0usize; n];
+        let mut last_reader = vec![0usize; n];
+        for (oi, op) in g.ops.iter().enumerate() {
+            for &t in &op.outputs {
+                producer_of[t] = oi;
+            }
+            for &t in op.inputs.iter().flatten() {
+                readers_of[t] += 1;
+                last_reader[t] = oi;
+            }
+        }
+        for &t in &g.outputs {
+            readers_of[t] += 1;
+        }
+        Ok(Compilation {
+            g,
+            sg,
+            bytes,
+            limits,
+            tensors,
+            steps: Vec::with_capacity(g.ops.len()),
+            alias_of: (0..n).collect(),
+            assignment: vec![OpRun::Dynamic; g.ops.len()],
+            folded_ops: 0,
+            aliased_ops: 0,
+            fused_ops: 0,
+            producer_of,
+            readers_of,
+            last_reader,
+            read_at_run: vec![false; n],
+            folded_pads: Vec::new(),
+            pending_epilogues: Vec::new(),
+        })
+    }
+
+    /// Where op `oi`'s inputs are now (None for omitted ones): a snapshot, so the
+    /// passes can read constant values while they update `tensors`.
+    fn held_inputs(&self, oi: usize) -> Vec<Option<Loc>> {
+        self.g.ops[oi].inputs.iter().map(|i| i.map(|t| self.tensors[t].loc.clone())).collect()
+    }
+
+    /// The value of input `k` of an op, from `held`, when it is known at prepare.
+    fn value<'a>(&'a self, held: &'a [Option<Loc>], k: usize) -> Option<&'a [u8]> {
+        match held.get(k)?.as_ref()? {
+            Loc::Model(r) => self.bytes.get(r.clone()),
+            Loc::Owned(b) => Some(b.bytes()),
+            _ => None,
+        }
+    }
+
+    /// Op `oi` as a step running its kernel. Inputs the kernel keeps a packing of
+    /// are not read at run time, and constants made at prepare that nothing reads
+    /// any more are freed.
+    fn kernel_step(&mut self, oi: usize, built: assign::Assigned, offered: Option<(usize, crate::backend::EpilogueSlot)>, ctx: &mut BackendContext) {
+        let op = &self.g.ops[oi];
+        let packed = ctx.take_packed_by_build();
+        let prepacked: SmallVec<[usize; 2]> = op.inputs.iter().enumerate().filter(|(_, i)| i.is_some_and(|t| packed.contains(&t))).map(|(k, _)| k).collect();
+        for (k, i) in op.inputs.iter().enumerate() {
+            if let (Some(t), false) = (i, prepacked.contains(&k)) {
+                self.read_at_run[*t] = true;
+            }
+        }
+        fold::release_consumed(self, oi, |k| prepacked.contains(&k));
+        if built.applies_epilogues {
+            fusion::await_epilogue(self, oi, offered);
+        }
+        self.steps.push(Step {
+            op: oi,
+            work: Work::Kernel(built.kernel),
+            inputs: SmallVec::new(),
+            prepacked,
+            outputs: SmallVec::new(),
+            extra: SmallVec::new(),
+            substituted: built.substituted,
+        });
     }
 }
 
@@ -782,49 +568,7 @@ impl CompiledGraph {
     /// The tensors passed between ops of different backends, in this subgraph and
     /// the subgraphs it calls.
     pub fn crossings(&self, model: &Model) -> Vec<Crossing> {
-        let g = &model.subgraphs[self.subgraph];
-        let mut producer = vec![usize::MAX; g.tensors.len()];
-        for (oi, op) in g.ops.iter().enumerate() {
-            for &t in &op.outputs {
-                producer[t] = oi;
-            }
-        }
-        // The backend whose kernel computes op `oi`'s outputs (following fusions and aliases).
-        let resolve = |mut oi: usize| -> Option<&'static str> {
-            for _ in 0..g.ops.len() + 1 {
-                match self.assignment.get(oi)? {
-                    OpRun::Backend(b) => return Some(b),
-                    OpRun::Custom => return Some("custom"),
-                    OpRun::Executor => return Some("executor"),
-                    OpRun::Fused { into } if *into != oi => oi = *into,
-                    OpRun::Alias => {
-                        let src = g.ops[oi].inputs.first().copied().flatten()?;
-                        oi = *producer.get(src).filter(|&&p| p != usize::MAX)?;
-                    }
-                    _ => return None,
-                }
-            }
-            None
-        };
-        let mut out: Vec<Crossing> = Vec::new();
-        for (oi, op) in g.ops.iter().enumerate() {
-            if !matches!(self.assignment[oi], OpRun::Backend(_) | OpRun::Custom) {
-                continue;
-            }
-            let Some(to) = resolve(oi) else { continue };
-            for &t in op.inputs.iter().flatten() {
-                let p = producer[t];
-                if p == usize::MAX {
-                    continue;
-                }
-                match resolve(p) {
-                    Some(from) if from != to && !out.iter().any(|c| c.tensor == t && c.to.1 == to) => {
-                        out.push(Crossing { subgraph: self.subgraph, tensor: t, from: (p, from), to: (oi, to), transfer: "in place (host memory)" })
-                    }
-                    _ => {}
-                }
-            }
-        }
+        let mut out = assign::crossings(&model.subgraphs[self.subgraph], self.subgraph, &self.assignment);
         for step in &self.steps {
             for child in step.children() {
                 out.extend(child.crossings(model).into_iter().filter(|c| !out.contains(c)).collect::<Vec<_>>());
@@ -837,76 +581,4 @@ impl CompiledGraph {
     fn output_specs(&self, model: &Model) -> Vec<(DType, Vec<usize>)> {
         model.subgraphs[self.subgraph].outputs.iter().map(|&t| (self.tensors[t].dtype, self.tensors[t].shape.clone())).collect()
     }
-}
-
-/// Builds one op through the custom-op registry or the backends, and checks what
-/// the kernel says it produces against the model.
-pub(crate) fn build_op(octx: &OpContext<'_>, backends: &Backends, custom: &CustomOpRegistry, ctx: &mut BackendContext) -> Result<(Built, OpRun, bool)> {
-    let op = octx.op;
-    let (built, ran, applies_epilogues) = match &op.code {
-        OpCode::Custom(name) => match custom.get(name) {
-            Some(c) => (c.build(octx)?, OpRun::Custom, false),
-            None => return Err(octx.unsupported(format!("custom op '{name}' is not registered"))),
-        },
-        OpCode::Other(_) => return Err(octx.unsupported("ferrite has no kernel for this builtin op yet")),
-        OpCode::Builtin(_) => match backends.candidates(octx.subgraph, octx.op_index, op) {
-            Candidates::Pinned(i) => {
-                let b = backends.get(i).ok_or_else(|| octx.unsupported("no backend"))?;
-                match b.build(octx, ctx) {
-                    Ok(built) => (built, OpRun::Backend(b.name()), b.applies_epilogues(octx)),
-                    Err(Error::Unsupported(m)) => {
-                        return Err(Error::Unsupported(format!("{m} (the op is pinned to the {} backend by an op-backend override)", b.name()).into()))
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-            Candidates::List(n) => {
-                let mut last = None;
-                let mut found = None;
-                for b in (0..n).filter_map(|i| backends.get(i)) {
-                    match b.build(octx, ctx) {
-                        Ok(built) => {
-                            found = Some((built, OpRun::Backend(b.name()), b.applies_epilogues(octx)));
-                            break;
-                        }
-                        Err(Error::Unsupported(m)) => last = Some(Error::Unsupported(m)),
-                        Err(e) => return Err(e),
-                    }
-                }
-                match found {
-                    Some(f) => f,
-                    None => return Err(last.unwrap_or_else(|| octx.unsupported("no backend"))),
-                }
-            }
-        },
-    };
-    if built.outputs.len() != op.outputs.len() {
-        return Err(octx.bad(format!("kernel produces {} outputs, the model lists {}", built.outputs.len(), op.outputs.len())));
-    }
-    for (k, (dtype, _)) in built.outputs.iter().enumerate() {
-        let declared = octx.outputs[k].dtype;
-        if *dtype != declared {
-            return Err(octx.unsupported(format!(
-                "output {k} is declared {} but this kernel computes {} (quantized kernels are not implemented yet)",
-                declared.name(),
-                dtype.name()
-            )));
-        }
-    }
-    if let Some((_, s)) = built.outputs.iter().find(|(_, s)| s.len() > ferrite_kernels::MAX_DIMS) {
-        return Err(octx.unsupported(format!("output rank {} exceeds {}", s.len(), ferrite_kernels::MAX_DIMS)));
-    }
-    // An empty tensor's other dims stay within the session limit, as if its zero dims
-    // were 1: kernels loop over them ([0, 2^20, 2^20] holds nothing but is a hang).
-    // Other shapes are sized against the limit where they are planned.
-    let fits = |s: &[usize]| !s.contains(&0) || s.iter().try_fold(1usize, |a, &d| a.checked_mul(d.max(1))).is_some_and(|n| n <= octx.max_bytes);
-    let shapes = octx.inputs.iter().flatten().map(|d| &d.shape[..]).chain(built.outputs.iter().map(|(_, s)| &s[..]));
-    if let Some(s) = shapes.into_iter().find(|s| !fits(s)) {
-        return Err(Error::ResourceLimit(Detail::at(octx.location(), format!("shape {s:?} exceeds the session limit of {} bytes", octx.max_bytes))));
-    }
-    Ok((built, ran, applies_epilogues))
-}
-
-fn is_shape_only(op: &crate::model::Op) -> bool {
-    matches!(op.code, OpCode::Builtin(B::RESHAPE | B::SQUEEZE | B::EXPAND_DIMS))
 }
