@@ -98,7 +98,7 @@ fn signature_model() -> Vec<u8> {
     m.add_op(OpCode::Builtin(B::ADD), &[xw, b], &[y], Options::Binary { activation: Activation::RELU });
     m.inputs = vec![x];
     m.outputs = vec![y];
-    m.to_bytes()
+    m.to_bytes().unwrap()
 }
 
 /// state := state + x, the state a resource variable set to z = [1, -2, 0.5] by
@@ -122,7 +122,7 @@ fn accumulator_model() -> Vec<u8> {
     init.add_op(OpCode::Builtin(B::VAR_HANDLE), &[], &[ih], Options::VarHandle { container: String::new(), shared_name: "acc".into() });
     init.add_op(OpCode::Builtin(B::ASSIGN_VARIABLE), &[ih, iz], &[], Options::None);
     m.subgraphs.push(init);
-    m.to_bytes()
+    m.to_bytes().unwrap()
 }
 
 /// A custom op no runtime knows: interpreter creation must fail.
@@ -133,7 +133,7 @@ fn unknown_op_model() -> Vec<u8> {
     m.add_op(OpCode::Custom("NoSuchOp".into()), &[x], &[y], Options::None);
     m.inputs = vec![x];
     m.outputs = vec![y];
-    m.to_bytes()
+    m.to_bytes().unwrap()
 }
 
 /// The models of the contract checks: the demo model and those written here.

@@ -176,7 +176,7 @@ fn abs_add_model() -> Vec<u8> {
     m.add_op(OpCode::Builtin(BuiltinOp::ADD.operator()), &[a, x], &[y], Options::Binary { activation: ferrite_format::writer::Activation::NONE });
     m.inputs = vec![x];
     m.outputs = vec![y];
-    m.to_bytes()
+    m.to_bytes().unwrap()
 }
 
 #[test]

@@ -114,7 +114,7 @@ fn f32_bytes(x: &[f32]) -> Vec<u8> {
 
 #[test]
 fn live_buffers_are_where_runs_read_and_write() {
-    let mut s = Session::from_bytes(Arc::new(small_model().to_bytes())).unwrap();
+    let mut s = Session::from_bytes(Arc::new(small_model().to_bytes().unwrap())).unwrap();
     assert!(matches!(s.input_buffer_mut(0), Err(Error::InvalidState(_))));
     s.ensure_prepared().unwrap();
     s.ensure_prepared().unwrap();

@@ -160,7 +160,7 @@ impl Backends {
     /// The given backends, in order, with overrides pinning ops to backend indices:
     /// for tests of the assignment with backends made for them.
     #[cfg(test)]
-    pub(crate) fn from_backends(list: Vec<Box<dyn Backend>>, overrides: Vec<(OpSelector, usize)>) -> Backends {
+    pub(crate) fn from_backends(list: Vec<Arc<dyn Backend>>, overrides: Vec<(OpSelector, usize)>) -> Backends {
         Backends { listed: list.len(), list, overrides, main: 0 }
     }
 

@@ -237,7 +237,7 @@ mod tests {
     }
 
     fn backends(list: &[(&'static str, &'static [B])], pins: Vec<(OpSelector, usize)>) -> Backends {
-        Backends::from_backends(list.iter().map(|&(name, ops)| Box::new(Only { name, ops }) as Box<dyn Backend>).collect(), pins)
+        Backends::from_backends(list.iter().map(|&(name, ops)| std::sync::Arc::new(Only { name, ops }) as std::sync::Arc<dyn Backend>).collect(), pins)
     }
 
     /// x -RELU-> a -NEG-> b -RELU-> y, all float [4].

@@ -27,7 +27,7 @@ pub(super) fn compile_on(spec: &ModelSpec, backends: &Backends, limits: Limits) 
 
 /// Subgraph 0 of `spec` compiled on the CPU backend.
 pub(super) fn compile_cpu(spec: &ModelSpec) -> Result<(Model, CompiledGraph)> {
-    compile_on(spec, &Backends::new(&[], &[]).expect("the cpu backend exists"), LIMITS)
+    compile_on(spec, &Backends::new(&[], &[], &[]).expect("the cpu backend exists"), LIMITS)
 }
 
 /// The starting state of a compilation of `g`, whose constants live in `bytes`,
