@@ -826,7 +826,7 @@ pub fn transpose_conv_i16(
 }
 
 #[cfg(test)]
-mod moved_kernel_tests {
+mod definition_tests {
     use super::*;
     use crate::testutil::{mbqm_ref, multiplier, Rng};
     use crate::Clamp;
@@ -1104,5 +1104,286 @@ mod moved_kernel_tests {
                 assert_eq!(i64::from(gv), want, "round {round} {g:?} element {i}");
             }
         }
+    }
+
+    /// A random forward window: strides, dilations, padding, and output sizes
+    /// that reach past the input (taps there are skipped).
+    fn conv_geometry(rng: &mut Rng) -> crate::conv::Window {
+        let (k_h, k_w) = (rng.size(1, 3), rng.size(1, 3));
+        let (dil_h, dil_w) = (rng.size(1, 2), rng.size(1, 2));
+        let (stride_h, stride_w) = (rng.size(1, 3), rng.size(1, 3));
+        let (in_h, in_w) = (rng.size(1, 7), rng.size(1, 7));
+        let (pad_top, pad_left) = (rng.size(0, k_h - 1), rng.size(0, k_w - 1));
+        crate::conv::Window {
+            batch: rng.size(1, 2),
+            in_h,
+            in_w,
+            out_h: rng.size(1, (in_h + pad_top) / stride_h + 1),
+            out_w: rng.size(1, (in_w + pad_left) / stride_w + 1),
+            k_h,
+            k_w,
+            stride_h,
+            stride_w,
+            dil_h,
+            dil_w,
+            pad_top,
+            pad_left,
+        }
+    }
+
+    /// Convolution sums by the definition: each output (pixel, channel) sums
+    /// `(x - in_zp) * (w - w_zp)` over the taps that land inside the input; regular
+    /// (OHWI weights, `multiplier` 0) or depthwise (1HW(C*M) weights, output channel
+    /// `o` reading input channel `o / multiplier`).
+    #[allow(clippy::too_many_arguments)]
+    fn conv_sums(g: &crate::conv::Window, in_c: usize, out_c: usize, multiplier: usize, x: &[i64], w: &[i64], in_zp: i64, w_zp: i64) -> Vec<i64> {
+        let mut out = Vec::with_capacity(g.batch * g.out_h * g.out_w * out_c);
+        for n in 0..g.batch {
+            for oy in 0..g.out_h {
+                for ox in 0..g.out_w {
+                    for o in 0..out_c {
+                        let mut s = 0i64;
+                        for ky in 0..g.k_h {
+                            for kx in 0..g.k_w {
+                                let iy = (oy * g.stride_h + ky * g.dil_h) as i64 - g.pad_top as i64;
+                                let ix = (ox * g.stride_w + kx * g.dil_w) as i64 - g.pad_left as i64;
+                                if iy < 0 || ix < 0 || iy >= g.in_h as i64 || ix >= g.in_w as i64 {
+                                    continue;
+                                }
+                                let px = ((n * g.in_h + iy as usize) * g.in_w + ix as usize) * in_c;
+                                match o.checked_div(multiplier) {
+                                    None => {
+                                        for ic in 0..in_c {
+                                            s += (x[px + ic] - in_zp) * (w[((o * g.k_h + ky) * g.k_w + kx) * in_c + ic] - w_zp);
+                                        }
+                                    }
+                                    Some(ic) => s += (x[px + ic] - in_zp) * (w[(ky * g.k_w + kx) * out_c + o] - w_zp),
+                                }
+                            }
+                        }
+                        out.push(s);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// `requant(sum + bias)` by the definition.
+    fn requant_ref(rq: &Requant, sum: i64, c: usize) -> i64 {
+        let i = if rq.multiplier.len() == 1 { 0 } else { c };
+        (i64::from(mbqm_ref(sum as i32, rq.multiplier[i], rq.shift[i])) + i64::from(rq.out_zp)).clamp(i64::from(rq.min), i64::from(rq.max))
+    }
+
+    /// The 64-bit int16x8 rescale by its definition: the multiplier rounded
+    /// (half up) to 15 bits, or kept whole (`full`), then one rounding (half up) of
+    /// the product, narrowed to 32 bits (the full one saturating).
+    fn requant_i64_ref(rq: &Requant, sum: i64, c: usize, full: bool) -> i64 {
+        let i = if rq.multiplier.len() == 1 { 0 } else { c };
+        let (m, total) = if full {
+            (i64::from(rq.multiplier[i]), 31 - rq.shift[i])
+        } else {
+            (((i64::from(rq.multiplier[i]) + (1 << 15)) >> 16).min(32767), 15 - rq.shift[i])
+        };
+        let v = (i128::from(sum) * i128::from(m) + (1i128 << (total - 1))).div_euclid(1i128 << total);
+        let v = if full { v.clamp(i128::from(i32::MIN), i128::from(i32::MAX)) as i32 } else { v as i32 };
+        (i64::from(v) + i64::from(rq.out_zp)).clamp(i64::from(rq.min), i64::from(rq.max))
+    }
+
+    fn random_requant(rng: &mut Rng, channels: usize, range: (i32, i32), out_zp: i32) -> Requant {
+        let w_scales: Vec<f32> = (0..if rng.one_in(2) { 1 } else { channels }).map(|_| rng.scale(-4.0, -1.0)).collect();
+        let mid = (range.0 + range.1) / 2;
+        let clamp =
+            if rng.one_in(2) { range } else { (rng.range(i64::from(range.0), i64::from(mid)) as i32, rng.range(i64::from(mid), i64::from(range.1)) as i32) };
+        Requant::per_channel(rng.scale(-3.0, 0.0), &w_scales, rng.scale(-2.5, 0.0), out_zp, clamp)
+    }
+
+    /// Every int8 convolution kernel against the definition: the direct one (the
+    /// patch path, the per-tap path for receptive fields over 4096 or input zero
+    /// points outside int8, depthwise with multiplier 1 and above), the packed GEMM
+    /// one and the row-tiled depthwise one, at every vector level.
+    #[test]
+    fn int8_convolutions_match_the_definition() {
+        crate::level::each(|_| {
+            let mut rng = Rng::new(118);
+            for round in 0..250 {
+                let g = conv_geometry(&mut rng);
+                let multiplier = [0, 0, 1, 2, 3][rng.size(0, 4)];
+                let in_c = if multiplier == 0 && rng.one_in(25) { 460 } else { rng.dim().min(9) };
+                let out_c = if multiplier == 0 { rng.dim().min(9) } else { in_c * multiplier };
+                let x = rng.ints(g.batch * g.in_h * g.in_w * in_c, -128, 127);
+                let w = rng.ints(if multiplier == 0 { out_c * g.k_h * g.k_w * in_c } else { g.k_h * g.k_w * out_c }, -127, 127);
+                // uint8 arrives shifted into int8 with zero points moved by -128.
+                let in_zp = match rng.bits() % 4 {
+                    0 => 200,
+                    1 => -256,
+                    _ => rng.range(-128, 127),
+                } as i32;
+                let w_zp = if rng.one_in(2) { 0 } else { rng.range(-128, 127) as i32 };
+                let bias: Option<Vec<i32>> = rng.one_in(2).then(|| (0..out_c).map(|_| rng.range(-(1 << 20), 1 << 20) as i32).collect());
+                let out_zp = rng.range(-128, 127) as i32;
+                let rq = random_requant(&mut rng, out_c, (-128, 127), out_zp);
+                let q = QConv { g, in_c, out_c, depth_multiplier: multiplier, in_zp, w_zp, rq };
+                let (xt, wt): (Vec<i8>, Vec<i8>) = (x.iter().map(|&v| v as i8).collect(), w.iter().map(|&v| v as i8).collect());
+                let sums = conv_sums(&g, in_c, out_c, multiplier, &x, &w, i64::from(in_zp), i64::from(w_zp));
+                let want: Vec<i64> =
+                    sums.iter().enumerate().map(|(i, &s)| requant_ref(&q.rq, s + bias.as_ref().map_or(0, |b| i64::from(b[i % out_c])), i % out_c)).collect();
+                let widen = |v: &[i8]| v.iter().map(|&b| i64::from(b)).collect::<Vec<_>>();
+
+                let mut acc = vec![0i32; sums.len()];
+                let mut got = vec![0i8; sums.len()];
+                conv_i8(&xt, &wt, bias.as_deref(), &q, &mut got, &mut acc);
+                assert_eq!(widen(&got), want, "round {round} direct {g:?} in_c {in_c} multiplier {multiplier} in_zp {in_zp} w_zp {w_zp}");
+
+                let bytes: Vec<u8> = xt.iter().map(|&v| v as u8).collect();
+                // The packed and tiled kernels take int8 zero points and weights without one.
+                if w_zp == 0 && i8::try_from(in_zp).is_ok() && multiplier == 0 {
+                    let pk = crate::qgemm::QPacked::new(&wt, out_c, g.k_h * g.k_w * in_c);
+                    let mut s = crate::qgemm::ConvScratch::new(&pk, &q.rq);
+                    let mut got = vec![0i8; sums.len()];
+                    crate::qgemm::conv_i8(&bytes, &pk, bias.as_deref(), &q, &mut got, &mut s);
+                    assert_eq!(widen(&got), want, "round {round} packed {g:?} in_c {in_c}");
+                }
+                if w_zp == 0 && i8::try_from(in_zp).is_ok() && multiplier == 1 {
+                    let mut d = crate::qgemm::Depthwise::new(&wt, &q);
+                    let mut got = vec![0i8; sums.len()];
+                    crate::qgemm::depthwise_i8(&bytes, &mut d, bias.as_deref(), &q, &mut got);
+                    assert_eq!(widen(&got), want, "round {round} tiled depthwise {g:?} in_c {in_c}");
+                }
+            }
+        });
+    }
+
+    #[test]
+    fn int16x8_convolution_matches_the_definition() {
+        let mut rng = Rng::new(119);
+        for round in 0..250 {
+            let g = conv_geometry(&mut rng);
+            let multiplier = [0, 0, 1, 2][rng.size(0, 3)];
+            let in_c = rng.dim().min(9);
+            let out_c = if multiplier == 0 { rng.dim().min(9) } else { in_c * multiplier };
+            let x = rng.ints(g.batch * g.in_h * g.in_w * in_c, -32768, 32767);
+            let w = rng.ints(if multiplier == 0 { out_c * g.k_h * g.k_w * in_c } else { g.k_h * g.k_w * out_c }, -127, 127);
+            let bias: Option<Vec<i64>> = rng.one_in(2).then(|| (0..out_c).map(|_| rng.range(-(1 << 36), 1 << 36)).collect());
+            let mut rq = random_requant(&mut rng, out_c, (-32768, 32767), 0);
+            rq.shift.iter_mut().for_each(|s| *s = (*s).min(7));
+            let q = QConv { g, in_c, out_c, depth_multiplier: multiplier, in_zp: 0, w_zp: 0, rq };
+            let (xt, wt): (Vec<i16>, Vec<i8>) = (x.iter().map(|&v| v as i16).collect(), w.iter().map(|&v| v as i8).collect());
+            let sums = conv_sums(&g, in_c, out_c, multiplier, &x, &w, 0, 0);
+            let mut acc = vec![0i64; out_c];
+            let mut got = vec![0i16; sums.len()];
+            conv_i16(&xt, &wt, bias.as_deref(), &q, &mut got, &mut acc);
+            for (i, (&gv, &s)) in got.iter().zip(&sums).enumerate() {
+                let c = i % out_c;
+                let want = requant_i64_ref(&q.rq, s + bias.as_ref().map_or(0, |b| b[c]), c, false);
+                assert_eq!(i64::from(gv), want, "round {round} {g:?} multiplier {multiplier} element {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn fully_connected_kernels_match_the_definition() {
+        crate::level::each(|_| {
+            let mut rng = Rng::new(120);
+            for round in 0..300 {
+                let (batch, in_n, out_n) = (rng.dim(), if rng.one_in(8) { rng.size(60, 300) } else { rng.dim() }, rng.dim());
+                let w = rng.ints(out_n * in_n, -127, 127);
+                let wt: Vec<i8> = w.iter().map(|&v| v as i8).collect();
+                let dot = |x: &[i64], b: usize, o: usize, in_zp: i64, w_zp: i64| -> i64 {
+                    (0..in_n).map(|i| (x[b * in_n + i] - in_zp) * (w[o * in_n + i] - w_zp)).sum()
+                };
+
+                // int8 (and uint8 shifted into int8), both roundings.
+                let x = rng.ints(batch * in_n, -128, 127);
+                let xt: Vec<i8> = x.iter().map(|&v| v as i8).collect();
+                let (in_zp, w_zp) = (rng.range(-256, 127) as i32, if rng.one_in(2) { 0 } else { rng.range(-128, 127) as i32 });
+                let bias: Option<Vec<i32>> = rng.one_in(2).then(|| (0..out_n).map(|_| rng.range(-(1 << 20), 1 << 20) as i32).collect());
+                let out_zp = rng.range(-128, 127) as i32;
+                let rq = random_requant(&mut rng, out_n, (-128, 127), out_zp);
+                for rounding in [Rounding::Double, Rounding::Single] {
+                    let mut got = vec![0i8; batch * out_n];
+                    fully_connected_i8(&xt, &wt, bias.as_deref(), batch, in_n, out_n, in_zp, w_zp, &rq, rounding, &mut got);
+                    for (i, &gv) in got.iter().enumerate() {
+                        let (b, o) = (i / out_n, i % out_n);
+                        let sum = dot(&x, b, o, i64::from(in_zp), i64::from(w_zp)) + bias.as_ref().map_or(0, |bv| i64::from(bv[o]));
+                        let want = match rounding {
+                            Rounding::Double => requant_ref(&rq, sum, o),
+                            Rounding::Single => requant_i64_ref(&rq, sum, o, true),
+                        };
+                        assert_eq!(i64::from(gv), want, "round {round} {rounding:?} ({b}, {o})");
+                    }
+                }
+
+                // int16x8: 64-bit sums, the full multiplier.
+                let x = rng.ints(batch * in_n, -32768, 32767);
+                let xt: Vec<i16> = x.iter().map(|&v| v as i16).collect();
+                let bias: Option<Vec<i64>> = rng.one_in(2).then(|| (0..out_n).map(|_| rng.range(-(1 << 36), 1 << 36)).collect());
+                let mut rq = random_requant(&mut rng, out_n, (-32768, 32767), 0);
+                rq.shift.iter_mut().for_each(|s| *s = (*s).min(7));
+                let mut got = vec![0i16; batch * out_n];
+                fully_connected_i16(&xt, &wt, bias.as_deref(), batch, in_n, out_n, &rq, &mut got);
+                for (i, &gv) in got.iter().enumerate() {
+                    let (b, o) = (i / out_n, i % out_n);
+                    let sum = dot(&x, b, o, 0, 0) + bias.as_ref().map_or(0, |bv| bv[o]);
+                    assert_eq!(i64::from(gv), requant_i64_ref(&rq, sum, o, true), "round {round} int16 ({b}, {o})");
+                }
+            }
+        });
+    }
+
+    /// The vectorized equal-shape ADD / SUB against the definition: both inputs
+    /// less their zero points, shifted left, rescaled to twice the larger scale,
+    /// combined, rescaled to the output.
+    #[test]
+    fn equal_shape_add_sub_matches_the_definition() {
+        crate::level::each(|_| {
+            let mut rng = Rng::new(121);
+            for round in 0..300 {
+                let kind = rng.size(0, 2);
+                let (lo, hi) = [(-128i64, 127i64), (0, 255), (-32768, 32767)][kind];
+                let int16 = kind == 2;
+                let zp = |rng: &mut Rng| if int16 { 0 } else { rng.range(lo, hi) as i32 };
+                let (s1, s2) = (rng.scale(-3.0, 0.0), rng.scale(-3.0, 0.0));
+                let (z1, z2) = (zp(&mut rng), zp(&mut rng));
+                let (so, zo) = (s1.max(s2) * rng.scale(-0.5, 1.0), zp(&mut rng));
+                let sub = rng.one_in(2);
+                let p = match crate::qelementwise::QBinary::add_sub((s1, z1), (s2, z2), (so, zo), sub, int16, (lo as i32, hi as i32)) {
+                    crate::qelementwise::QBinary::AddSub(p) => p,
+                    _ => unreachable!("add_sub builds AddSub"),
+                };
+                let len = rng.dim() * rng.dim() + rng.size(0, 40);
+                let (a, b) = (rng.ints(len, lo, hi), rng.ints(len, lo, hi));
+                let got: Vec<i64> = match kind {
+                    0 => {
+                        let mut o = vec![0i8; len];
+                        add_sub_i8(&a.iter().map(|&v| v as i8).collect::<Vec<_>>(), &b.iter().map(|&v| v as i8).collect::<Vec<_>>(), &p, &mut o);
+                        o.iter().map(|&v| i64::from(v)).collect()
+                    }
+                    1 => {
+                        let mut o = vec![0u8; len];
+                        add_sub_u8(&a.iter().map(|&v| v as u8).collect::<Vec<_>>(), &b.iter().map(|&v| v as u8).collect::<Vec<_>>(), &p, &mut o);
+                        o.iter().map(|&v| i64::from(v)).collect()
+                    }
+                    _ => {
+                        let mut o = vec![0i16; len];
+                        add_sub_i16(&a.iter().map(|&v| v as i16).collect::<Vec<_>>(), &b.iter().map(|&v| v as i16).collect::<Vec<_>>(), &p, &mut o);
+                        o.iter().map(|&v| i64::from(v)).collect()
+                    }
+                };
+                let left = if int16 { 15 } else { 20 };
+                let twice = 2.0 * f64::from(s1.max(s2));
+                let rescale = |v: i64, real: f64| {
+                    let (m, e) = quantize_multiplier(real);
+                    i64::from(mbqm_ref(v as i32, m, e))
+                };
+                for (i, &g) in got.iter().enumerate() {
+                    let xs = rescale((a[i] - i64::from(z1)) << left, f64::from(s1) / twice);
+                    let ys = rescale((b[i] - i64::from(z2)) << left, f64::from(s2) / twice);
+                    let sum = if sub { xs - ys } else { xs + ys };
+                    let want = (rescale(sum, twice / (f64::from(1u32 << left) * f64::from(so))) + i64::from(zo)).clamp(lo, hi);
+                    assert_eq!(g, want, "round {round} kind {kind} element {i}: {} {}", a[i], b[i]);
+                }
+            }
+        });
     }
 }

@@ -204,4 +204,38 @@ mod tests {
             }
         }
     }
+
+    /// int8 / int16 bilinear resize: the four neighbours weighted in 1/1024ths
+    /// from the integer table, the sum divided by 2^20 rounding half away from zero.
+    #[test]
+    fn bilinear_int_matches_the_definition() {
+        let mut rng = crate::testutil::Rng::new(102);
+        for round in 0..200 {
+            let (n, h, w, c) = (rng.size(1, 2), rng.dim().min(9), rng.dim().min(9), rng.dim().min(5));
+            let (oh, ow) = (rng.dim().min(13), rng.dim().min(13));
+            let (align, half) = [(false, false), (true, false), (false, true)][rng.size(0, 2)];
+            let (ys, xs) = (bilinear_table_q(h, oh, align, half), bilinear_table_q(w, ow, align, half));
+            let wide = rng.one_in(2);
+            let (lo, hi) = if wide { (-32768, 32767) } else { (-128, 127) };
+            let x = rng.ints(n * h * w * c, lo, hi);
+            let got: Vec<i64> = if wide {
+                let mut o = vec![0i16; n * oh * ow * c];
+                resize_bilinear_int(&x.iter().map(|&v| v as i16).collect::<Vec<_>>(), n, h, w, c, &ys, &xs, &mut o);
+                o.iter().map(|&v| i64::from(v)).collect()
+            } else {
+                let mut o = vec![0i8; n * oh * ow * c];
+                resize_bilinear_int(&x.iter().map(|&v| v as i8).collect::<Vec<_>>(), n, h, w, c, &ys, &xs, &mut o);
+                o.iter().map(|&v| i64::from(v)).collect()
+            };
+            for (i, &g) in got.iter().enumerate() {
+                let (k, ox, oy, b) = (i % c, i / c % ow, i / (c * ow) % oh, i / (c * ow * oh));
+                let ((y0, y1, fy), (x0, x1, fx)) = (ys[oy], xs[ox]);
+                let px = |y: usize, xx: usize| x[((b * h + y) * w + xx) * c + k];
+                let v = px(y0, x0) * (1024 - fy) * (1024 - fx) + px(y1, x0) * fy * (1024 - fx) + px(y0, x1) * (1024 - fy) * fx + px(y1, x1) * fy * fx;
+                let want = v.signum() * ((v.abs() + (1 << 19)) >> 20);
+                assert!((lo..=hi).contains(&want), "round {round}: {want} out of range");
+                assert_eq!(g, want, "round {round} ({b}, {oy}, {ox}, {k})");
+            }
+        }
+    }
 }
