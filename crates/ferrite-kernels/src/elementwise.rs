@@ -473,3 +473,217 @@ simd_fn! {
         }
     }
 }
+
+/// Element-wise int32 / int64 binary ops with LiteRT's integer semantics: wrapping
+/// arithmetic, division truncating toward zero, FLOOR_DIV as the floor of the
+/// double-precision quotient, FLOOR_MOD with the divisor's sign, POW by repeated
+/// wrapping multiplication (0 for a negative exponent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntBinary {
+    /// `x + y`.
+    Add,
+    /// `x - y`.
+    Sub,
+    /// `x * y`.
+    Mul,
+    /// `x / y`.
+    Div,
+    /// `max(x, y)`.
+    Max,
+    /// `min(x, y)`.
+    Min,
+    /// `(x - y)^2`.
+    SquaredDifference,
+    /// `floor(x / y)`.
+    FloorDiv,
+    /// `x - floor(x / y) * y`.
+    FloorMod,
+    /// `x^y`.
+    Pow,
+}
+
+impl IntBinary {
+    /// The op on one pair: None for a division by zero.
+    pub fn function(self) -> fn(i64, i64) -> Option<i64> {
+        match self {
+            IntBinary::Add => |x, y| Some(x.wrapping_add(y)),
+            IntBinary::Sub => |x, y| Some(x.wrapping_sub(y)),
+            IntBinary::Mul => |x, y| Some(x.wrapping_mul(y)),
+            IntBinary::Div => |x, y| x.checked_div(y),
+            IntBinary::Max => |x, y| Some(x.max(y)),
+            IntBinary::Min => |x, y| Some(x.min(y)),
+            IntBinary::SquaredDifference => |x, y| Some((x - y).wrapping_mul(x - y)),
+            IntBinary::FloorDiv => |x, y| x.checked_div_euclid(y).map(|_| (x as f64 / y as f64).floor() as i64),
+            IntBinary::FloorMod => |x, y| x.checked_rem(y).map(|r| if r != 0 && ((r < 0) != (y < 0)) { r + y } else { r }),
+            IntBinary::Pow => |x, y| Some(if y < 0 { 0 } else { x.wrapping_pow(y.min(u32::MAX as i64) as u32) }),
+        }
+    }
+}
+
+macro_rules! int_binary {
+    ($name:ident, $t:ty) => {
+        /// [`IntBinary`] with broadcasting, each result clamped to `[lo, hi]` (a
+        /// fused RELU / RELU6) then narrowed. False when a division by zero was met
+        /// (that element is 0).
+        #[allow(clippy::too_many_arguments)]
+        pub fn $name(
+            op: IntBinary,
+            a: &[$t],
+            a_shape: &[usize],
+            b: &[$t],
+            b_shape: &[usize],
+            out: &mut [$t],
+            out_shape: &[usize],
+            (lo, hi): (i64, i64),
+        ) -> bool {
+            let f = op.function();
+            let mut failed = false;
+            binary(a, a_shape, b, b_shape, out, out_shape, |x, y| match f(x as i64, y as i64) {
+                Some(v) => v.clamp(lo, hi) as $t,
+                None => {
+                    failed = true;
+                    0
+                }
+            });
+            !failed
+        }
+    };
+}
+int_binary!(binary_i32, i32);
+int_binary!(binary_i64, i64);
+
+/// Element-wise int32 unary ops: wrapping ABS, NEG and SQUARE, RELU, SIGN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntUnary {
+    /// `|x|` (wrapping at the minimum).
+    Abs,
+    /// `-x` (wrapping).
+    Neg,
+    /// `x * x` (wrapping).
+    Square,
+    /// `max(x, 0)`.
+    Relu,
+    /// -1, 0 or 1.
+    Sign,
+}
+
+/// [`IntUnary`] over a slice.
+pub fn unary_i32(op: IntUnary, x: &[i32], out: &mut [i32]) {
+    let f: fn(i32) -> i32 = match op {
+        IntUnary::Abs => i32::wrapping_abs,
+        IntUnary::Neg => i32::wrapping_neg,
+        IntUnary::Square => |v| v.wrapping_mul(v),
+        IntUnary::Relu => |v| v.max(0),
+        IntUnary::Sign => i32::signum,
+    };
+    for (o, &i) in out.iter_mut().zip(x) {
+        *o = f(i);
+    }
+}
+
+#[cfg(test)]
+mod int_tests {
+    use super::*;
+    use crate::testutil::{broadcast_index, broadcast_shapes, Rng};
+
+    /// The ops from their definitions in 128-bit arithmetic, wrapped to 64 bits.
+    fn reference(op: IntBinary, x: i64, y: i64) -> Option<i64> {
+        let (a, b) = (i128::from(x), i128::from(y));
+        let floor_div = |a: i128, b: i128| a.div_euclid(b) - i128::from(b < 0 && a.rem_euclid(b) != 0);
+        Some(match op {
+            IntBinary::Add => (a + b) as i64,
+            IntBinary::Sub => (a - b) as i64,
+            IntBinary::Mul => (a * b) as i64,
+            IntBinary::Div if b == 0 => return None,
+            IntBinary::Div => (a / b) as i64,
+            IntBinary::Max => x.max(y),
+            IntBinary::Min => x.min(y),
+            IntBinary::SquaredDifference => ((a - b) * (a - b)) as i64,
+            IntBinary::FloorDiv | IntBinary::FloorMod if b == 0 => return None,
+            IntBinary::FloorDiv => floor_div(a, b) as i64,
+            IntBinary::FloorMod => (a - floor_div(a, b) * b) as i64,
+            IntBinary::Pow if y < 0 => 0,
+            IntBinary::Pow => (0..y).fold(1i64, |p, _| p.wrapping_mul(x)),
+        })
+    }
+
+    const OPS: [IntBinary; 10] = [
+        IntBinary::Add,
+        IntBinary::Sub,
+        IntBinary::Mul,
+        IntBinary::Div,
+        IntBinary::Max,
+        IntBinary::Min,
+        IntBinary::SquaredDifference,
+        IntBinary::FloorDiv,
+        IntBinary::FloorMod,
+        IntBinary::Pow,
+    ];
+
+    #[test]
+    fn integer_binary_ops_match_the_definition() {
+        let mut rng = Rng::new(81);
+        for round in 0..600 {
+            let op = OPS[rng.size(0, OPS.len() - 1)];
+            let (sa, sb, os) = broadcast_shapes(&mut rng);
+            // Values where the double-precision FLOOR_DIV is exact (|x| < 2^52),
+            // small ones (and small exponents for POW), and zeros.
+            let wide = rng.one_in(2);
+            let value = |rng: &mut Rng| match rng.bits() % 6 {
+                0 => 0,
+                1 if op != IntBinary::Pow => rng.range(-(1 << 50), 1 << 50),
+                _ => rng.range(-40, 40),
+            };
+            let a: Vec<i64> = (0..sa.iter().product::<usize>()).map(|_| value(&mut rng)).collect();
+            let b: Vec<i64> = (0..sb.iter().product::<usize>()).map(|_| value(&mut rng)).collect();
+            let range = [(i64::MIN, i64::MAX), (0, i64::MAX), (0, 6)][rng.size(0, 2)];
+            let n: usize = os.iter().product();
+            let want: Vec<Option<i64>> =
+                (0..n).map(|i| reference(op, a[broadcast_index(&os, &sa, i)], b[broadcast_index(&os, &sb, i)]).map(|v| v.clamp(range.0, range.1))).collect();
+            let ok = want.iter().all(Option::is_some);
+            if wide {
+                let mut got = vec![7i64; n];
+                assert_eq!(binary_i64(op, &a, &sa, &b, &sb, &mut got, &os, range), ok, "round {round} {op:?}");
+                for (i, (&g, w)) in got.iter().zip(&want).enumerate() {
+                    assert_eq!(g, w.unwrap_or(0), "round {round} {op:?} {sa:?} {sb:?} element {i}");
+                }
+            } else {
+                let (a32, b32): (Vec<i32>, Vec<i32>) = (a.iter().map(|&v| v as i32).collect(), b.iter().map(|&v| v as i32).collect());
+                let want: Vec<Option<i64>> = (0..n)
+                    .map(|i| {
+                        reference(op, i64::from(a32[broadcast_index(&os, &sa, i)]), i64::from(b32[broadcast_index(&os, &sb, i)]))
+                            .map(|v| v.clamp(range.0, range.1))
+                    })
+                    .collect();
+                let ok = want.iter().all(Option::is_some);
+                let mut got = vec![7i32; n];
+                assert_eq!(binary_i32(op, &a32, &sa, &b32, &sb, &mut got, &os, range), ok, "round {round} {op:?}");
+                for (i, (&g, w)) in got.iter().zip(&want).enumerate() {
+                    assert_eq!(g, w.unwrap_or(0) as i32, "round {round} {op:?} {sa:?} {sb:?} element {i}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn integer_unary_ops_match_the_definition() {
+        let mut rng = Rng::new(82);
+        let mut x: Vec<i32> = (0..5000).map(|_| rng.bits() as i32).collect();
+        x.extend([i32::MIN, i32::MIN + 1, -1, 0, 1, i32::MAX, 46341, -46341]);
+        for op in [IntUnary::Abs, IntUnary::Neg, IntUnary::Square, IntUnary::Relu, IntUnary::Sign] {
+            let mut got = vec![0i32; x.len()];
+            unary_i32(op, &x, &mut got);
+            for (&v, &g) in x.iter().zip(&got) {
+                let a = i128::from(v);
+                let want = match op {
+                    IntUnary::Abs => a.abs(),
+                    IntUnary::Neg => -a,
+                    IntUnary::Square => a * a,
+                    IntUnary::Relu => a.max(0),
+                    IntUnary::Sign => a.signum(),
+                } as i32;
+                assert_eq!(g, want, "{op:?} {v}");
+            }
+        }
+    }
+}

@@ -314,3 +314,103 @@ mod tests {
         assert_eq!(narrow(-1_010_580_540), -15420);
     }
 }
+
+/// A 31-bit fixed-point multiplier rounded (half up) to the 15 bits of a Q0.15
+/// one, saturating at the top: how the 16-bit kernels take their multipliers.
+pub fn multiplier_to_q15(m: i32) -> i16 {
+    if m >= i32::MAX - (1 << 15) {
+        i16::MAX
+    } else {
+        ((m + (1 << 15)) >> 16) as i16
+    }
+}
+
+/// A 513-entry Q0.15 table of a function over `[min, max]`, read with linear
+/// interpolation ([`Lut16::lookup`]): each entry is biased by half the error of
+/// linear interpolation at the midpoint of its step, as LiteRT builds its int16
+/// tables, so the interpolated curve straddles the function.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lut16([i16; 513]);
+
+impl Lut16 {
+    /// The table of `f` over `[min, max]`.
+    pub fn new(f: impl Fn(f64) -> f64, min: f64, max: f64) -> Lut16 {
+        let step = (max - min) / 512.0;
+        let mut lut = [0i16; 513];
+        for (i, slot) in lut.iter_mut().enumerate().take(512) {
+            let at = min + i as f64 * step;
+            let sample = (f(at) * 32768.0).round();
+            let interp = ((f(min + (i + 1) as f64 * step) * 32768.0 + sample) / 2.0).round();
+            let mid = (f(at + step / 2.0) * 32768.0).round();
+            let bias = ((interp - mid) / 2.0).round();
+            *slot = (sample - bias).clamp(-32768.0, 32767.0) as i16;
+        }
+        lut[512] = (f(max) * 32768.0).round().clamp(-32768.0, 32767.0) as i16;
+        Lut16(lut)
+    }
+
+    /// The table at `v` (the whole int16 range spanning `[min, max]`): the top 9
+    /// bits pick the step, the low 7 the position inside it (rounded half up).
+    #[inline(always)]
+    pub fn lookup(&self, v: i16) -> i16 {
+        let index = (256 + (i32::from(v) >> 7)) as usize;
+        let offset = i32::from(v) & 0x7f;
+        let (base, slope) = (i32::from(self.0[index]), i32::from(self.0[index + 1]) - i32::from(self.0[index]));
+        (base + ((slope * offset + 64) >> 7)) as i16
+    }
+
+    /// The raw entries.
+    pub fn entries(&self) -> &[i16; 513] {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+mod lut_tests {
+    use super::*;
+    use crate::testutil::Rng;
+
+    #[test]
+    fn multiplier_to_q15_rounds_half_up_and_saturates() {
+        let mut rng = Rng::new(41);
+        for _ in 0..100_000 {
+            let m = rng.range(0, i64::from(i32::MAX));
+            let want = ((m + (1 << 15)) / (1 << 16)).min(32767);
+            assert_eq!(i64::from(multiplier_to_q15(m as i32)), want, "{m}");
+        }
+        assert_eq!(multiplier_to_q15(i32::MAX), i16::MAX);
+        assert_eq!(multiplier_to_q15(1 << 30), 1 << 14);
+    }
+
+    /// The table from its definition (sample, midpoint, interpolation, bias) for
+    /// random functions and ranges, and the lookup as a linear interpolation at
+    /// 1/128 steps, for every int16 input.
+    #[test]
+    fn table_and_lookup_match_the_definition() {
+        let mut rng = Rng::new(42);
+        for round in 0..20 {
+            let (a, b, c) = (rng.unit() * 3.0, rng.unit() * 2.0 - 1.0, rng.unit());
+            let f = move |x: f64| (a * x).sin() * b + c * x * x - 0.3;
+            let min = -(rng.unit() * 10.0);
+            let max = min + 0.5 + rng.unit() * 10.0;
+            let lut = Lut16::new(f, min, max);
+            let step = (max - min) / 512.0;
+            let q = |x: f64| (f(x) * 32768.0).round();
+            for i in 0..512 {
+                let x = min + i as f64 * step;
+                // The interpolation takes the next sample unrounded.
+                let bias = (((f(min + (i + 1) as f64 * step) * 32768.0 + q(x)) / 2.0).round() - q(x + step / 2.0)) / 2.0;
+                let want = (q(x) - bias.round()).clamp(-32768.0, 32767.0);
+                assert_eq!(f64::from(lut.entries()[i]), want, "round {round} entry {i}");
+            }
+            assert_eq!(f64::from(lut.entries()[512]), q(max).clamp(-32768.0, 32767.0));
+            for v in i16::MIN..=i16::MAX {
+                let pos = i64::from(v) + 32768;
+                let (i, frac) = ((pos / 128) as usize, pos % 128);
+                let (lo, hi) = (i64::from(lut.entries()[i]), i64::from(lut.entries()[i + 1]));
+                let want = lo + ((hi - lo) * frac + 64).div_euclid(128);
+                assert_eq!(i64::from(lut.lookup(v)), want, "round {round} v {v}");
+            }
+        }
+    }
+}

@@ -140,15 +140,21 @@ pub mod conv;
 pub mod elementwise;
 pub mod fixed16;
 pub mod gemm;
+pub mod hybrid;
 pub mod igemm;
 pub mod movement;
 pub mod parallel;
 pub mod pool;
+pub mod qactivation;
+pub mod qelementwise;
 pub mod qgemm;
+pub mod qmatmul;
 pub mod quant;
 pub mod reduce;
 pub mod resize;
 pub mod softmax;
+#[cfg(test)]
+mod testutil;
 
 /// Output clamp applied by a fused activation (`NONE` is an infinite range).
 #[derive(Debug, Clone, Copy, PartialEq)]

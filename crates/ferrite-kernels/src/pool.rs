@@ -191,3 +191,87 @@ simd_fn! {
         pool_int(input, c, g, max, lo, hi, out, acc, |v| v as i16)
     }
 }
+
+#[cfg(test)]
+mod int_tests {
+    use super::*;
+    use crate::testutil::Rng;
+
+    /// Integer pooling against the definition: each output takes the window's
+    /// positions inside the input; the maximum, or the sum divided by their count
+    /// rounded half away from zero (0 for an empty window); clamped.
+    #[test]
+    fn integer_pooling_matches_the_definition() {
+        crate::level::each(|_| {
+            let mut rng = Rng::new(131);
+            for round in 0..300 {
+                let (k_h, k_w) = (rng.size(1, 4), rng.size(1, 4));
+                let (stride_h, stride_w) = (rng.size(1, 3), rng.size(1, 3));
+                let (in_h, in_w, c) = (rng.size(1, 7), rng.size(1, 7), rng.dim().min(19));
+                let (pad_top, pad_left) = (rng.size(0, k_h), rng.size(0, k_w));
+                let g = Window {
+                    batch: rng.size(1, 2),
+                    in_h,
+                    in_w,
+                    out_h: rng.size(1, (in_h + pad_top) / stride_h + 1),
+                    out_w: rng.size(1, (in_w + pad_left) / stride_w + 1),
+                    k_h,
+                    k_w,
+                    stride_h,
+                    stride_w,
+                    dil_h: 1,
+                    dil_w: 1,
+                    pad_top,
+                    pad_left,
+                };
+                let max = rng.one_in(2);
+                let kind = rng.size(0, 2);
+                let (lo, hi) = [(-128i64, 127i64), (0, 255), (-32768, 32767)][kind];
+                let mid = (lo + hi) / 2;
+                let (clo, chi) = if rng.one_in(2) { (lo, hi) } else { (rng.range(lo, mid), rng.range(mid, hi)) };
+                let x = rng.ints(g.batch * in_h * in_w * c, lo, hi);
+                let n = g.batch * g.out_h * g.out_w * c;
+                let mut acc = vec![0i32; c];
+                let got: Vec<i64> = match kind {
+                    0 => {
+                        let mut o = vec![0i8; n];
+                        pool_i8(&x.iter().map(|&v| v as i8).collect::<Vec<_>>(), c, &g, max, clo as i32, chi as i32, &mut o, &mut acc);
+                        o.iter().map(|&v| i64::from(v)).collect()
+                    }
+                    1 => {
+                        let mut o = vec![0u8; n];
+                        pool_u8(&x.iter().map(|&v| v as u8).collect::<Vec<_>>(), c, &g, max, clo as i32, chi as i32, &mut o, &mut acc);
+                        o.iter().map(|&v| i64::from(v)).collect()
+                    }
+                    _ => {
+                        let mut o = vec![0i16; n];
+                        pool_i16(&x.iter().map(|&v| v as i16).collect::<Vec<_>>(), c, &g, max, clo as i32, chi as i32, &mut o, &mut acc);
+                        o.iter().map(|&v| i64::from(v)).collect()
+                    }
+                };
+                for (i, &gv) in got.iter().enumerate() {
+                    let (k, px) = (i % c, i / c);
+                    let (ox, oy, b) = (px % g.out_w, px / g.out_w % g.out_h, px / (g.out_w * g.out_h));
+                    let mut vals = Vec::new();
+                    for ky in 0..k_h {
+                        for kx in 0..k_w {
+                            let (iy, ix) = ((oy * stride_h + ky) as i64 - pad_top as i64, (ox * stride_w + kx) as i64 - pad_left as i64);
+                            if iy >= 0 && ix >= 0 && iy < in_h as i64 && ix < in_w as i64 {
+                                vals.push(x[((b * in_h + iy as usize) * in_w + ix as usize) * c + k]);
+                            }
+                        }
+                    }
+                    let v = if max {
+                        vals.iter().copied().max().unwrap_or(clo)
+                    } else if vals.is_empty() {
+                        0
+                    } else {
+                        let (sum, count) = (vals.iter().sum::<i64>(), vals.len() as i64);
+                        sum.signum() * ((2 * sum.abs() + count) / (2 * count))
+                    };
+                    assert_eq!(gv, v.clamp(clo, chi), "round {round} {g:?} max {max} kind {kind} element {i}");
+                }
+            }
+        });
+    }
+}

@@ -1,5 +1,7 @@
-//! Reductions over a set of axes, and arg-min/max along one axis.
+//! Reductions over a set of axes (float, and integer MEAN), and arg-min/max
+//! along one axis.
 
+use crate::quant::{multiply_by_quantized_multiplier, quantize_multiplier, QuantInt};
 use crate::strides;
 
 /// Reduction kinds.
@@ -135,6 +137,155 @@ pub fn arg_extreme<T: Copy + PartialOrd>(input: &[T], shape: &[usize], axis: usi
             }
             out[o * inner + i] = best as i64;
         }
+    }
+}
+
+/// An integer MEAN as LiteRT computes it: integer sums, the input zero point's
+/// share taken out, and one fixed-point rescale that also divides by the count.
+/// Built once per shape; [`mean_int`] runs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MeanQ {
+    /// Input shape.
+    shape: Vec<usize>,
+    /// How far each input dim moves the output index (0 along reduced dims).
+    out_stride: Vec<usize>,
+    /// Output elements.
+    outputs: usize,
+    /// Input elements averaged into each output.
+    count: usize,
+    /// Input zero point.
+    in_zp: i32,
+    /// Output zero point.
+    out_zp: i32,
+    /// `in_scale / out_scale / count` as a fixed-point multiplier...
+    multiplier: i32,
+    /// ...and its shift.
+    shift: i32,
+}
+
+impl MeanQ {
+    /// MEAN of `shape` over the dims flagged in `reduce`, from `(in_scale, in_zp)`
+    /// to `(out_scale, out_zp)`. The caller bounds the shape (the sums must fit in
+    /// 64 bits; the run's scratch is sized by [`MeanQ::outputs`]).
+    pub fn new(shape: &[usize], reduce: &[bool], (in_scale, in_zp): (f32, i32), (out_scale, out_zp): (f32, i32)) -> MeanQ {
+        let count: usize = shape.iter().zip(reduce).filter(|(_, &f)| f).map(|(&s, _)| s).product();
+        let mut out_stride = vec![0usize; shape.len()];
+        let mut outputs = 1;
+        for d in (0..shape.len()).rev() {
+            if !reduce[d] {
+                out_stride[d] = outputs;
+                outputs *= shape[d];
+            }
+        }
+        // LiteRT folds 1/count into the input/output rescale: the multiplier is
+        // shifted left by floor(log2 count) (bounded so the shift stays in range),
+        // divided by the count, and applied to the zero-point-corrected sum.
+        let (m, e) = quantize_multiplier(f64::from(in_scale) / f64::from(out_scale));
+        let sh = if count == 0 { 0 } else { (count.ilog2() as i32).min(32).min(31 + e).max(0) };
+        let multiplier = if count == 0 { 0 } else { ((i64::from(m) << sh) / count as i64) as i32 };
+        MeanQ { shape: shape.to_vec(), out_stride, outputs, count, in_zp, out_zp, multiplier, shift: e - sh }
+    }
+
+    /// Output elements (the length of [`mean_int`]'s `sums` scratch).
+    pub fn outputs(&self) -> usize {
+        self.outputs
+    }
+
+    /// Input rank (the length of [`mean_int`]'s `index` scratch).
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+}
+
+/// Integer MEAN (see [`MeanQ`]). `sums` holds [`MeanQ::outputs`] accumulators and
+/// `index` [`MeanQ::rank`] counters (scratch, so that runs do not allocate).
+pub fn mean_int<T: QuantInt>(input: &[T], p: &MeanQ, sums: &mut [i64], index: &mut [usize], out: &mut [T]) {
+    sums.fill(0);
+    index.fill(0);
+    let mut o = 0usize;
+    for &v in input {
+        sums[o] += i64::from(v.widen());
+        // Odometer over the input's multi-index, tracking the output offset.
+        for d in (0..p.shape.len()).rev() {
+            index[d] += 1;
+            o += p.out_stride[d];
+            if index[d] < p.shape[d] {
+                break;
+            }
+            o -= p.out_stride[d] * p.shape[d];
+            index[d] = 0;
+        }
+    }
+    for (ov, &sum) in out.iter_mut().zip(sums.iter()) {
+        let centered = sum.wrapping_sub(i64::from(p.in_zp) * p.count as i64) as i32;
+        let v = multiply_by_quantized_multiplier(centered, p.multiplier, p.shift).saturating_add(p.out_zp);
+        *ov = T::narrow(v.clamp(T::MIN, T::MAX));
+    }
+}
+
+#[cfg(test)]
+mod mean_tests {
+    use super::*;
+    use crate::testutil::{mbqm_ref, Rng};
+
+    fn case<T: QuantInt>(rng: &mut Rng, from: fn(i64) -> T) {
+        let (lo, hi) = (i64::from(T::MIN), i64::from(T::MAX));
+        for round in 0..300 {
+            let rank = rng.size(0, 4);
+            let shape: Vec<usize> = (0..rank).map(|_| if rng.one_in(9) { 0 } else { rng.dim().min(12) }).collect();
+            let reduce: Vec<bool> = (0..rank).map(|_| rng.one_in(2)).collect();
+            let in_zp = if rng.one_in(4) { [lo, hi][rng.size(0, 1)] } else { rng.range(lo, hi) } as i32;
+            let out_zp = rng.range(lo, hi) as i32;
+            let (in_scale, out_scale) = (rng.scale(-3.0, 0.0), rng.scale(-3.0, 0.0));
+            let n: usize = shape.iter().product();
+            let x: Vec<i64> = if rng.one_in(4) { vec![[lo, hi][rng.size(0, 1)]; n] } else { rng.ints(n, lo, hi) };
+            let xt: Vec<T> = x.iter().map(|&v| from(v)).collect();
+            let p = MeanQ::new(&shape, &reduce, (in_scale, in_zp), (out_scale, out_zp));
+            let (mut sums, mut index) = (vec![0i64; p.outputs()], vec![0usize; p.rank()]);
+            let mut got = vec![from(0); p.outputs()];
+            mean_int(&xt, &p, &mut sums, &mut index, &mut got);
+
+            // The definition: each output sums the inputs whose kept coordinates
+            // are its own; the sum less count * zero point, times the real
+            // multiplier / count as LiteRT forms it, rounded, plus the zero point.
+            let kept: Vec<usize> = (0..rank).filter(|&d| !reduce[d]).collect();
+            let outputs: usize = kept.iter().map(|&d| shape[d]).product();
+            let count: usize = (0..rank).filter(|&d| reduce[d]).map(|d| shape[d]).product();
+            let mut want_sum = vec![0i64; outputs];
+            for (flat, &v) in x.iter().enumerate() {
+                let mut coords = vec![0usize; rank];
+                let mut rest = flat;
+                for d in (0..rank).rev() {
+                    coords[d] = rest % shape[d];
+                    rest /= shape[d];
+                }
+                let o = kept.iter().fold(0, |o, &d| o * shape[d] + coords[d]);
+                want_sum[o] += v;
+            }
+            let (m, e) = quantize_multiplier(f64::from(in_scale) / f64::from(out_scale));
+            let log2 = if count == 0 { 0 } else { 63 - (count as u64).leading_zeros() as i32 };
+            let left = log2.min(32).min(31 + e).max(0);
+            let mult = if count == 0 { 0 } else { ((i64::from(m) * (1 << left)) / count as i64) as i32 };
+            assert_eq!(got.len(), outputs);
+            for (o, (&g, &s)) in got.iter().zip(&want_sum).enumerate() {
+                let centered = s - i64::from(in_zp) * count as i64;
+                let want = (i64::from(mbqm_ref(centered as i32, mult, e - left)) + i64::from(out_zp)).clamp(lo, hi);
+                assert_eq!(i64::from(g.widen()), want, "round {round} {shape:?} {reduce:?} output {o}");
+                // Within a step of the real mean, where nothing saturates.
+                if count > 0 && want > lo && want < hi {
+                    let real = f64::from(in_scale) * centered as f64 / count as f64 / f64::from(out_scale) + f64::from(out_zp);
+                    assert!((want as f64 - real).abs() <= 1.0, "round {round}: {want} vs {real}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn integer_mean_matches_the_definition() {
+        let mut rng = Rng::new(61);
+        case::<i8>(&mut rng, |v| v as i8);
+        case::<u8>(&mut rng, |v| v as u8);
+        case::<i16>(&mut rng, |v| v as i16);
     }
 }
 

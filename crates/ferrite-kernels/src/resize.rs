@@ -101,6 +101,27 @@ pub fn resize_bilinear(input: &[f32], n: usize, h: usize, w: usize, c: usize, ys
 }
 }
 
+/// Bilinear resize of NHWC uint8 data as LiteRT computes it: its float
+/// formulation on the raw values (tables from [`bilinear_table`]), rounded half up.
+#[allow(clippy::too_many_arguments)]
+pub fn resize_bilinear_u8(input: &[u8], n: usize, h: usize, w: usize, c: usize, ys: &[(f32, usize, usize)], xs: &[(f32, usize, usize)], out: &mut [u8]) {
+    let (oh, ow) = (ys.len(), xs.len());
+    for b in 0..n {
+        for (y, &(fy, y0, y1)) in ys.iter().enumerate() {
+            let dy = fy - y0 as f32;
+            for (x, &(fx, x0, x1)) in xs.iter().enumerate() {
+                let dx = fx - x0 as f32;
+                let at = |yy: usize, xx: usize, k: usize| f32::from(input[((b * h + yy) * w + xx) * c + k]);
+                for k in 0..c {
+                    let v =
+                        at(y0, x0, k) * (1.0 - dy) * (1.0 - dx) + at(y1, x0, k) * dy * (1.0 - dx) + at(y0, x1, k) * (1.0 - dy) * dx + at(y1, x1, k) * dy * dx;
+                    out[((b * oh + y) * ow + x) * c + k] = (v + 0.5) as u8;
+                }
+            }
+        }
+    }
+}
+
 fn nearest(v: usize, in_size: usize, out_size: usize, align_corners: bool, half_pixel: bool) -> usize {
     let s = scale(in_size, out_size, align_corners);
     let off = if half_pixel { 0.5 } else { 0.0 };
@@ -149,5 +170,72 @@ mod tests {
     fn nearest_half_pixel() {
         assert_eq!(nearest_table(2, 4, false, true), vec![0, 0, 1, 1]);
         assert_eq!(nearest_table(3, 2, true, false), vec![0, 2]);
+    }
+
+    /// uint8 bilinear resize: each output the four neighbours weighted by the
+    /// fractional source coordinate (in single precision, in the same order),
+    /// plus a half, truncated; over random sizes (1, odd) and modes.
+    #[test]
+    fn bilinear_u8_matches_the_definition() {
+        let mut rng = crate::testutil::Rng::new(101);
+        for round in 0..200 {
+            let (n, h, w, c) = (rng.size(1, 2), rng.dim().min(9), rng.dim().min(9), rng.dim().min(5));
+            let (oh, ow) = (rng.dim().min(13), rng.dim().min(13));
+            let (align, half) = [(false, false), (true, false), (false, true)][rng.size(0, 2)];
+            let (ys, xs) = (bilinear_table(h, oh, align, half), bilinear_table(w, ow, align, half));
+            let x: Vec<u8> = (0..n * h * w * c).map(|_| if rng.one_in(5) { 255 } else { rng.bits() as u8 }).collect();
+            let mut got = vec![0u8; n * oh * ow * c];
+            resize_bilinear_u8(&x, n, h, w, c, &ys, &xs, &mut got);
+            for b in 0..n {
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        for k in 0..c {
+                            let (fy, y0, y1) = ys[oy];
+                            let (fx, x0, x1) = xs[ox];
+                            let px = |y: usize, xx: usize| f32::from(x[((b * h + y) * w + xx) * c + k]);
+                            let (wy, wx) = (fy - y0 as f32, fx - x0 as f32);
+                            let top = px(y0, x0) * (1.0 - wy) * (1.0 - wx) + px(y1, x0) * wy * (1.0 - wx);
+                            let v = top + px(y0, x1) * (1.0 - wy) * wx + px(y1, x1) * wy * wx;
+                            let want = (v + 0.5).floor().clamp(0.0, 255.0) as u8;
+                            assert_eq!(got[((b * oh + oy) * ow + ox) * c + k], want, "round {round} ({b}, {oy}, {ox}, {k})");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// int8 / int16 bilinear resize: the four neighbours weighted in 1/1024ths
+    /// from the integer table, the sum divided by 2^20 rounding half away from zero.
+    #[test]
+    fn bilinear_int_matches_the_definition() {
+        let mut rng = crate::testutil::Rng::new(102);
+        for round in 0..200 {
+            let (n, h, w, c) = (rng.size(1, 2), rng.dim().min(9), rng.dim().min(9), rng.dim().min(5));
+            let (oh, ow) = (rng.dim().min(13), rng.dim().min(13));
+            let (align, half) = [(false, false), (true, false), (false, true)][rng.size(0, 2)];
+            let (ys, xs) = (bilinear_table_q(h, oh, align, half), bilinear_table_q(w, ow, align, half));
+            let wide = rng.one_in(2);
+            let (lo, hi) = if wide { (-32768, 32767) } else { (-128, 127) };
+            let x = rng.ints(n * h * w * c, lo, hi);
+            let got: Vec<i64> = if wide {
+                let mut o = vec![0i16; n * oh * ow * c];
+                resize_bilinear_int(&x.iter().map(|&v| v as i16).collect::<Vec<_>>(), n, h, w, c, &ys, &xs, &mut o);
+                o.iter().map(|&v| i64::from(v)).collect()
+            } else {
+                let mut o = vec![0i8; n * oh * ow * c];
+                resize_bilinear_int(&x.iter().map(|&v| v as i8).collect::<Vec<_>>(), n, h, w, c, &ys, &xs, &mut o);
+                o.iter().map(|&v| i64::from(v)).collect()
+            };
+            for (i, &g) in got.iter().enumerate() {
+                let (k, ox, oy, b) = (i % c, i / c % ow, i / (c * ow) % oh, i / (c * ow * oh));
+                let ((y0, y1, fy), (x0, x1, fx)) = (ys[oy], xs[ox]);
+                let px = |y: usize, xx: usize| x[((b * h + y) * w + xx) * c + k];
+                let v = px(y0, x0) * (1024 - fy) * (1024 - fx) + px(y1, x0) * fy * (1024 - fx) + px(y0, x1) * (1024 - fy) * fx + px(y1, x1) * fy * fx;
+                let want = v.signum() * ((v.abs() + (1 << 19)) >> 20);
+                assert!((lo..=hi).contains(&want), "round {round}: {want} out of range");
+                assert_eq!(g, want, "round {round} ({b}, {oy}, {ox}, {k})");
+            }
+        }
     }
 }

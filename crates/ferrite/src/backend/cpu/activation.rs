@@ -1,10 +1,10 @@
 //! Activations and unary math: float (vectorized element-wise kernels) and the
-//! integer RELU family, LEAKY_RELU, HARD_SWISH, LOGISTIC and TANH.
+//! integer RELU family, LEAKY_RELU, HARD_SWISH, LOGISTIC and TANH
+//! (`ferrite_kernels::qactivation`).
 
 use ferrite_format::ops::BuiltinOp as B;
-use ferrite_kernels::elementwise::{self as kel, Unary};
-use ferrite_kernels::fixed16 as f16;
-use ferrite_kernels::quant::{self as kq};
+use ferrite_kernels::elementwise::{self as kel, IntUnary, Unary};
+use ferrite_kernels::qactivation::{self as qact, HardSwishQ, LogisticTanh16, Lut8, ReluQ};
 
 use super::quant::*;
 use super::require_f32;
@@ -52,19 +52,17 @@ pub(crate) fn unary(op: &OpContext<'_>, code: B) -> Result<Built> {
     let x = op.input(0)?;
     let shape = x.shape.clone();
     if x.dtype == DType::I32 && matches!(code, B::ABS | B::NEG | B::SQUARE | B::RELU | B::SIGN) {
-        let f: fn(i32) -> i32 = match code {
-            B::ABS => i32::wrapping_abs,
-            B::NEG => i32::wrapping_neg,
-            B::SQUARE => |v| v.wrapping_mul(v),
-            B::RELU => |v| v.max(0),
-            _ => i32::signum,
+        let kind = match code {
+            B::ABS => IntUnary::Abs,
+            B::NEG => IntUnary::Neg,
+            B::SQUARE => IntUnary::Square,
+            B::RELU => IntUnary::Relu,
+            _ => IntUnary::Sign,
         };
         return Ok(Built {
             outputs: vec![(DType::I32, shape)],
             kernel: Box::new(move |ins, outs| {
-                for (o, &i) in typed_mut::<i32>(outs[0])?.iter_mut().zip(typed::<i32>(arg(ins, 0)?)?) {
-                    *o = f(i);
-                }
+                kel::unary_i32(kind, typed(arg(ins, 0)?)?, typed_mut(outs[0])?);
                 Ok(())
             }),
         });
@@ -118,30 +116,21 @@ pub(crate) fn table(op: &OpContext<'_>, f: fn(f32) -> f32) -> Result<Built> {
     if !matches!(dtype, DType::I8 | DType::U8) || op.outputs[0].dtype != dtype {
         return Err(op.unsupported(format!("table kernel for {}", dtype.name())));
     }
-    let (in_scale, in_zp) = per_tensor(op, x.quant, "input")?;
-    let (out_scale, out_zp) = per_tensor(op, op.outputs[0].quant.as_ref(), "output")?;
-    let (lo, hi) = int_range(dtype);
-    let inverse = 1.0 / out_scale;
-    let mut lut = [0u8; 256];
-    for (byte, slot) in lut.iter_mut().enumerate() {
-        let v = if dtype == DType::I8 { i32::from(byte as u8 as i8) } else { byte as i32 };
-        let y = f(in_scale * (v - in_zp) as f32);
-        *slot = (((y * inverse).round() as i32 + out_zp).clamp(lo, hi)) as u8;
-    }
+    let in_q = per_tensor(op, x.quant, "input")?;
+    let out_q = per_tensor(op, op.outputs[0].quant.as_ref(), "output")?;
+    let lut = Lut8::of_real(dtype == DType::I8, f, in_q, out_q);
     Ok(Built {
         outputs: vec![(dtype, x.shape.clone())],
         kernel: Box::new(move |ins, outs| {
-            for (o, &i) in outs[0].iter_mut().zip(arg(ins, 0)?) {
-                *o = lut[usize::from(i)];
-            }
+            lut.apply(arg(ins, 0)?, outs[0]);
             Ok(())
         }),
     })
 }
 
 /// LOGISTIC / TANH on int16 (zero points 0, output scale 2^-15) as LiteRT runs
-/// them: the 16-bit fixed-point functions when the input scale is 2^-12 (or 2^-11
-/// for TANH), otherwise the interpolated sigmoid table after rescaling the input.
+/// them (`LogisticTanh16`: the 16-bit fixed-point functions when the input scale
+/// is 2^-12, or 2^-11 for TANH, otherwise the interpolated sigmoid table).
 pub(crate) fn logistic_tanh_i16(op: &OpContext<'_>, tanh: bool) -> Result<Built> {
     let x = op.input(0)?;
     let (in_scale, in_zp) = per_tensor(op, x.quant, "input")?;
@@ -152,81 +141,40 @@ pub(crate) fn logistic_tanh_i16(op: &OpContext<'_>, tanh: bool) -> Result<Built>
     if (f64::from(out_scale).log2() + 15.0).abs() >= 1e-3 {
         return Err(op.bad(format!("int16 LOGISTIC / TANH require an output scale of 2^-15, not {out_scale}")));
     }
-    let f: Box<dyn Fn(i16) -> i16 + Send + Sync> = match (f16::input_rescale(f64::from(in_scale), tanh), tanh) {
-        (f16::InputRescale::Table(m, s), false) => Box::new(move |v| f16::logistic_table(v, m, s)),
-        (f16::InputRescale::Table(m, s), true) => Box::new(move |v| f16::tanh_table(v, m, s)),
-        (f16::InputRescale::FixedPoint(_), false) => Box::new(f16::logistic_q3),
-        (f16::InputRescale::FixedPoint(shift), true) => Box::new(move |v| f16::tanh_q3(f16::saturating_shl(v, shift))),
-    };
+    let f = LogisticTanh16::new(f64::from(in_scale), tanh);
     Ok(Built {
         outputs: vec![(DType::I16, x.shape.clone())],
         kernel: Box::new(move |ins, outs| {
-            for (o, &v) in typed_mut::<i16>(outs[0])?.iter_mut().zip(typed::<i16>(arg(ins, 0)?)?) {
-                *o = f(v);
-            }
+            f.apply(typed(arg(ins, 0)?)?, typed_mut(outs[0])?);
             Ok(())
         }),
     })
 }
 
-/// HARD_SWISH on int8 / uint8 with LiteRT's 16-bit fixed-point scheme: the input
-/// moved to a scale 128 times finer, a "reluish" factor relu6(x + 3) / 6 in Q0.15,
-/// their product rescaled to the output.
+/// HARD_SWISH on int8 / uint8 with LiteRT's 16-bit fixed-point scheme
+/// (`HardSwishQ`), tabulated: a function of one byte.
 pub(crate) fn hard_swish(op: &OpContext<'_>) -> Result<Built> {
     let x = op.input(0)?;
     let dtype = x.dtype;
     if !matches!(dtype, DType::I8 | DType::U8) || op.outputs[0].dtype != dtype {
         return Err(op.unsupported(format!("quantized HARD_SWISH of {}", dtype.name())));
     }
-    let (in_scale, in_zp) = per_tensor(op, x.quant, "input")?;
-    let (out_scale, out_zp) = per_tensor(op, op.outputs[0].quant.as_ref(), "output")?;
-    // Single-precision scales, as LiteRT's prepare computes them.
-    let hires = in_scale / 128.0;
-    let (om, oe) = kq::quantize_multiplier(f64::from(hires / out_scale));
-    if oe > 0 {
-        return Err(op.unsupported("HARD_SWISH with an output scale below input scale / 128"));
-    }
-    let (rm, re) = kq::quantize_multiplier(f64::from(hires / (3.0 / 32768.0)));
-    let (om, rm) = (multiplier_to_i16(om), multiplier_to_i16(rm));
-    let (lo, hi) = int_range(dtype);
-    let signed = dtype == DType::I8;
-    let f = move |v: i32| -> u8 {
-        let hires_v = ((v - in_zp) * 128) as i16;
-        let pre_out = f16::srdhm(hires_v, om);
-        let mut relu = hires_v;
-        if re > 0 {
-            relu = f16::saturating_shl(relu, re - 1);
-        }
-        relu = f16::srdhm(relu, rm);
-        if re > 0 {
-            relu = f16::saturating_shl(relu, 1);
-        }
-        if re < 0 {
-            relu = f16::rdpot(relu, -re);
-        }
-        let relu = ((i32::from(relu) + (1 << 15)) >> 1) as i16;
-        let out = i32::from(f16::rdpot(f16::sdhm(relu, pre_out), -oe)) + out_zp;
-        out.clamp(lo, hi) as u8
-    };
-    // A function of one byte: tabulated once.
-    let mut lut = [0u8; 256];
-    for (b, slot) in lut.iter_mut().enumerate() {
-        *slot = f(if signed { i32::from(b as u8 as i8) } else { b as i32 });
-    }
+    let in_q = per_tensor(op, x.quant, "input")?;
+    let out_q = per_tensor(op, op.outputs[0].quant.as_ref(), "output")?;
+    let p = HardSwishQ::new(in_q, out_q, int_range(dtype)).ok_or_else(|| op.unsupported("HARD_SWISH with an output scale below input scale / 128"))?;
+    let lut = p.table(dtype == DType::I8);
     Ok(Built {
         outputs: vec![(dtype, x.shape.clone())],
         kernel: Box::new(move |ins, outs| {
-            for (o, &i) in outs[0].iter_mut().zip(arg(ins, 0)?) {
-                *o = lut[usize::from(i)];
-            }
+            lut.apply(arg(ins, 0)?, outs[0]);
             Ok(())
         }),
     })
 }
 
-/// RELU, RELU6, RELU_N1_TO_1 and LEAKY_RELU on int8 / uint8 / int16: (x - in_zp) rescaled
-/// to the output scale (by `alpha` below zero for LEAKY_RELU), clamped to the
-/// activation's quantized range.
+/// RELU, RELU6, RELU_N1_TO_1 and LEAKY_RELU on int8 / uint8 / int16 (`ReluQ`): (x -
+/// in_zp) rescaled to the output scale (by `alpha` below zero for LEAKY_RELU),
+/// clamped to the activation's quantized range.
 pub(crate) fn relu_like(op: &OpContext<'_>, code: ferrite_format::ops::BuiltinOp) -> Result<Built> {
     use ferrite_format::ops::BuiltinOp as B;
     let x = op.input(0)?;
@@ -234,7 +182,7 @@ pub(crate) fn relu_like(op: &OpContext<'_>, code: ferrite_format::ops::BuiltinOp
     if !matches!(dtype, DType::I8 | DType::U8 | DType::I16) || op.outputs[0].dtype != dtype {
         return Err(op.unsupported(format!("quantized {} of {}", op.op.code.name(), dtype.name())));
     }
-    let (in_scale, in_zp) = per_tensor(op, x.quant, "input")?;
+    let in_q = per_tensor(op, x.quant, "input")?;
     let (out_scale, out_zp) = per_tensor(op, op.outputs[0].quant.as_ref(), "output")?;
     let act = match code {
         B::RELU => Activation::Relu,
@@ -242,31 +190,20 @@ pub(crate) fn relu_like(op: &OpContext<'_>, code: ferrite_format::ops::BuiltinOp
         B::RELU_N1_TO_1 => Activation::ReluN1To1,
         _ => Activation::None,
     };
-    let (lo, hi) = activation_range(act, out_scale, out_zp, dtype);
-    let (m_id, s_id) = kq::quantize_multiplier(f64::from(in_scale) / f64::from(out_scale));
+    let range = activation_range(act, out_scale, out_zp, dtype);
     let alpha = match op.op.params {
         OpParams::LeakyRelu { alpha } if code == B::LEAKY_RELU => Some(alpha),
         _ => None,
     };
-    // The negative side's multiplier may be negative; LiteRT folds the sign into it.
-    let (m_a, s_a) = match alpha {
-        Some(a) => {
-            let real = f64::from(in_scale) * f64::from(a) / f64::from(out_scale);
-            let (m, s) = kq::quantize_multiplier(real.abs());
-            (if real < 0.0 { -m } else { m }, s)
-        }
-        None => (m_id, s_id),
-    };
-    let leaky = alpha.is_some();
-    let n: usize = x.shape.iter().product();
+    let p = ReluQ::new(in_q, (out_scale, out_zp), alpha, range);
     Ok(Built {
         outputs: vec![(dtype, x.shape.clone())],
         kernel: Box::new(move |ins, outs| {
-            let input = arg(ins, 0)?;
-            for i in 0..n {
-                let d = load_int(dtype, input, i) - in_zp;
-                let (m, s) = if leaky && d < 0 { (m_a, s_a) } else { (m_id, s_id) };
-                store_int(dtype, outs[0], i, kq::multiply_by_quantized_multiplier(d, m, s).saturating_add(out_zp).clamp(lo, hi));
+            let (input, out) = (arg(ins, 0)?, &mut *outs[0]);
+            match dtype {
+                DType::I8 => qact::relu::<i8>(typed(input)?, &p, typed_mut(out)?),
+                DType::U8 => qact::relu::<u8>(input, &p, out),
+                _ => qact::relu::<i16>(typed(input)?, &p, typed_mut(out)?),
             }
             Ok(())
         }),

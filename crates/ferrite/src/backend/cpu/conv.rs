@@ -412,7 +412,7 @@ pub(crate) fn conv_int(op: &OpContext<'_>, depthwise: bool, ctx: &mut crate::bac
     let flipped = if kind == IntKind::U8 {
         q.in_zp -= 128;
         q.w_zp -= 128;
-        shift_requant(&mut q.rq);
+        q.rq.shift_to_signed();
         Some(Unsigned::new(op, x.shape.iter().product())?)
     } else {
         None
@@ -428,7 +428,7 @@ pub(crate) fn conv_int(op: &OpContext<'_>, depthwise: bool, ctx: &mut crate::bac
                 None => kq::conv_i8(typed(arg(ins, 0)?)?, typed(arg(ins, 1)?)?, bias, &q, typed_mut(outs[0])?, &mut acc),
                 Some(u) => {
                     kq::conv_i8(&u.input(arg(ins, 0)?), &u.weights, bias, &q, typed_mut(outs[0])?, &mut acc);
-                    outs[0].iter_mut().for_each(|b| *b ^= 0x80);
+                    kq::flip_sign_bits(outs[0]);
                 }
             }
             Ok(())
@@ -500,11 +500,7 @@ pub(crate) fn transpose_conv_int(op: &OpContext<'_>) -> Result<Built> {
             outputs: vec![(DType::I16, vec![g.batch, out_h, out_w, oc])],
             kernel: Box::new(move |ins, outs| {
                 let mut acc = acc.lock().unwrap_or_else(|e| e.into_inner());
-                kq::transpose_conv_acc_i16(typed(arg(ins, 2)?)?, ic, typed(arg(ins, 1)?)?, oc, &g, &mut acc);
-                for (i, (o, &a)) in typed_mut::<i16>(outs[0])?.iter_mut().zip(acc.iter()).enumerate() {
-                    let c = i % oc;
-                    *o = kq::requant_i64(&rq, a.wrapping_add(bias.as_ref().map_or(0, |b| b[c])), c, kq::multiply_by_quantized_multiplier_i64);
-                }
+                kq::transpose_conv_i16(typed(arg(ins, 2)?)?, ic, typed(arg(ins, 1)?)?, oc, &g, bias.as_deref(), &rq, &mut acc, typed_mut(outs[0])?);
                 Ok(())
             }),
         });
@@ -513,7 +509,7 @@ pub(crate) fn transpose_conv_int(op: &OpContext<'_>) -> Result<Built> {
     let flipped = if kind == IntKind::U8 {
         in_zp -= 128;
         w_zp -= 128;
-        shift_requant(&mut rq);
+        rq.shift_to_signed();
         Some(Unsigned::new(op, x.shape.iter().product())?)
     } else {
         if w_zp != 0 {
@@ -529,14 +525,12 @@ pub(crate) fn transpose_conv_int(op: &OpContext<'_>) -> Result<Built> {
             let bias = if has_bias { Some(typed::<i32>(arg(ins, 3)?)?) } else { None };
             let mut acc = acc.lock().unwrap_or_else(|e| e.into_inner());
             match &flipped {
-                None => kq::transpose_conv_acc_i8(typed(arg(ins, 2)?)?, ic, typed(arg(ins, 1)?)?, oc, &g, in_zp, w_zp, &mut acc),
-                Some(u) => kq::transpose_conv_acc_i8(&u.input(arg(ins, 2)?), ic, &u.weights, oc, &g, in_zp, w_zp, &mut acc),
-            }
-            // The uint8 results flip back from the int8 domain.
-            let flip = if flipped.is_some() { 0x80 } else { 0 };
-            for (i, (o, &a)) in outs[0].iter_mut().zip(acc.iter()).enumerate() {
-                let c = i % oc;
-                *o = (rq.apply(a.wrapping_add(bias.map_or(0, |b| b[c])), c) as i8 as u8) ^ flip;
+                None => kq::transpose_conv_i8(typed(arg(ins, 2)?)?, ic, typed(arg(ins, 1)?)?, oc, &g, in_zp, w_zp, bias, &rq, &mut acc, typed_mut(outs[0])?),
+                Some(u) => {
+                    kq::transpose_conv_i8(&u.input(arg(ins, 2)?), ic, &u.weights, oc, &g, in_zp, w_zp, bias, &rq, &mut acc, typed_mut(outs[0])?);
+                    // The uint8 results flip back from the int8 domain.
+                    kq::flip_sign_bits(outs[0]);
+                }
             }
             Ok(())
         }),

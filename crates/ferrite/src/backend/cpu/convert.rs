@@ -49,15 +49,12 @@ pub(crate) fn dequantize(op: &OpContext<'_>) -> Result<Built> {
         kernel: Box::new(move |ins, outs| {
             let src = arg(ins, 0)?;
             let out = typed_mut::<f32>(outs[0])?;
-            let deq = |i: usize, v: i64| {
-                let c = if channels > 1 { (i / inner) % channels } else { 0 };
-                q.scale[c] * (v - q.zero_point[c]) as f32
-            };
+            let (scale, zp) = (&q.scale[..], &q.zero_point[..]);
             match dtype {
-                DType::I8 => out.iter_mut().zip(src).enumerate().for_each(|(i, (o, &b))| *o = deq(i, i64::from(b as i8))),
-                DType::U8 => out.iter_mut().zip(src).enumerate().for_each(|(i, (o, &b))| *o = deq(i, i64::from(b))),
-                DType::I16 => out.iter_mut().zip(typed::<i16>(src)?).enumerate().for_each(|(i, (o, &v))| *o = deq(i, i64::from(v))),
-                _ => out.iter_mut().zip(typed::<i32>(src)?).enumerate().for_each(|(i, (o, &v))| *o = deq(i, i64::from(v))),
+                DType::I8 => kq::dequantize(typed::<i8>(src)?, scale, zp, inner, out),
+                DType::U8 => kq::dequantize(src, scale, zp, inner, out),
+                DType::I16 => kq::dequantize(typed::<i16>(src)?, scale, zp, inner, out),
+                _ => kq::dequantize(typed::<i32>(src)?, scale, zp, inner, out),
             }
             Ok(())
         }),
@@ -73,10 +70,7 @@ pub(crate) fn quantize(op: &OpContext<'_>) -> Result<Built> {
     if !matches!(to, DType::I8 | DType::U8 | DType::I16) {
         return Err(op.unsupported(format!("QUANTIZE to {}", to.name())));
     }
-    let (lo, hi) = int_range(to);
     let from = x.dtype;
-    let store = move |o: &mut [u8], i: usize, v: i32| store_int(to, o, i, v);
-    let n: usize = x.shape.iter().product();
     let kernel: crate::backend::KernelFn = match from {
         DType::F32 => Box::new(move |ins, outs| {
             let x = typed::<f32>(arg(ins, 0)?)?;
@@ -91,10 +85,21 @@ pub(crate) fn quantize(op: &OpContext<'_>) -> Result<Built> {
             let (in_scale, in_zp) = per_tensor(op, x.quant, "input")?;
             let (m, s) = kq::quantize_multiplier(f64::from(in_scale) / f64::from(out_scale));
             Box::new(move |ins, outs| {
-                let src = arg(ins, 0)?;
-                for i in 0..n {
-                    let v = load_int(from, src, i);
-                    store(outs[0], i, (kq::multiply_by_quantized_multiplier(v - in_zp, m, s) + out_zp).clamp(lo, hi));
+                let (src, out) = (arg(ins, 0)?, &mut *outs[0]);
+                // Every pair of int8, uint8 and int16 (LiteRT's requantizing QUANTIZE).
+                macro_rules! to {
+                    ($x:expr) => {
+                        match to {
+                            DType::I8 => kq::requantize::<_, i8>($x, in_zp, m, s, out_zp, typed_mut(out)?),
+                            DType::U8 => kq::requantize::<_, u8>($x, in_zp, m, s, out_zp, out),
+                            _ => kq::requantize::<_, i16>($x, in_zp, m, s, out_zp, typed_mut(out)?),
+                        }
+                    };
+                }
+                match from {
+                    DType::I8 => to!(typed::<i8>(src)?),
+                    DType::U8 => to!(src),
+                    _ => to!(typed::<i16>(src)?),
                 }
                 Ok(())
             })

@@ -2,8 +2,8 @@
 //! ADD/SUB/MUL/PRELU), comparisons, logic and select.
 
 use ferrite_format::ops::BuiltinOp as B;
-use ferrite_kernels::elementwise::{self as kel, broadcast_shape, Binary};
-use ferrite_kernels::fixed16 as f16;
+use ferrite_kernels::elementwise::{self as kel, broadcast_shape, Binary, IntBinary};
+use ferrite_kernels::qelementwise::{binary_q, QBinary};
 use ferrite_kernels::quant::{self as kq};
 
 use super::quant::*;
@@ -98,45 +98,32 @@ pub(crate) fn binary(op: &OpContext<'_>, code: B, pool: Option<std::sync::Arc<fe
             if act != Activation::None && act != Activation::Relu && act != Activation::Relu6 {
                 return Err(op.unsupported(format!("fused {} on integers", act.name())));
             }
-            let f: fn(i64, i64) -> Option<i64> = match code {
-                B::ADD => |x, y| Some(x.wrapping_add(y)),
-                B::SUB => |x, y| Some(x.wrapping_sub(y)),
-                B::MUL => |x, y| Some(x.wrapping_mul(y)),
-                B::DIV => |x, y| x.checked_div(y),
-                B::MAXIMUM => |x, y| Some(x.max(y)),
-                B::MINIMUM => |x, y| Some(x.min(y)),
-                B::SQUARED_DIFFERENCE => |x, y| Some((x - y).wrapping_mul(x - y)),
-                B::FLOOR_DIV => |x, y| x.checked_div_euclid(y).map(|_| (x as f64 / y as f64).floor() as i64),
-                B::FLOOR_MOD => |x, y| x.checked_rem(y).map(|r| if r != 0 && ((r < 0) != (y < 0)) { r + y } else { r }),
-                B::POW => |x, y| Some(if y < 0 { 0 } else { x.wrapping_pow(y.min(u32::MAX as i64) as u32) }),
+            let kind = match code {
+                B::ADD => IntBinary::Add,
+                B::SUB => IntBinary::Sub,
+                B::MUL => IntBinary::Mul,
+                B::DIV => IntBinary::Div,
+                B::MAXIMUM => IntBinary::Max,
+                B::MINIMUM => IntBinary::Min,
+                B::SQUARED_DIFFERENCE => IntBinary::SquaredDifference,
+                B::FLOOR_DIV => IntBinary::FloorDiv,
+                B::FLOOR_MOD => IntBinary::FloorMod,
+                B::POW => IntBinary::Pow,
                 _ => return Err(op.unsupported(format!("{} on integers", op.op.code.name()))),
             };
-            let (lo, hi) = match act {
+            let range = match act {
                 Activation::Relu => (0, i64::MAX),
                 Activation::Relu6 => (0, 6),
                 _ => (i64::MIN, i64::MAX),
             };
             let wide = dtype == DType::I64;
             Box::new(move |ins, outs| {
-                let mut failed = false;
-                macro_rules! go {
-                    ($t:ty) => {{
-                        let o = typed_mut::<$t>(outs[0])?;
-                        kel::binary(typed::<$t>(arg(ins, 0)?)?, &sa, typed::<$t>(arg(ins, 1)?)?, &sb, o, &os, |x, y| match f(x as i64, y as i64) {
-                            Some(v) => v.clamp(lo, hi) as $t,
-                            None => {
-                                failed = true;
-                                0
-                            }
-                        });
-                    }};
-                }
-                if wide {
-                    go!(i64)
+                let ok = if wide {
+                    kel::binary_i64(kind, typed(arg(ins, 0)?)?, &sa, typed(arg(ins, 1)?)?, &sb, typed_mut(outs[0])?, &os, range)
                 } else {
-                    go!(i32)
-                }
-                if failed {
+                    kel::binary_i32(kind, typed(arg(ins, 0)?)?, &sa, typed(arg(ins, 1)?)?, &sb, typed_mut(outs[0])?, &os, range)
+                };
+                if !ok {
                     return Err(runtime("integer division by zero"));
                 }
                 Ok(())
@@ -178,13 +165,10 @@ pub(crate) fn binary_int(op: &OpContext<'_>, code: ferrite_format::ops::BuiltinO
         ((l - l.round()).abs() < 1e-3).then_some(l.round() as i32)
     };
     let pot = (pot_exponent(s1), pot_exponent(s2), pot_exponent(so));
-    // Set for the general ADD / SUB: equal shapes then take a vectorized loop.
-    let mut add_sub = None;
-    let f: Box<dyn Fn(i32, i32) -> i32 + Send + Sync> = match (code, pot) {
+    let p = match (code, pot) {
         (B::ADD | B::SUB, (Some(l1), Some(l2), Some(lo_exp))) if dtype == DType::I16 && pot_scale_int16 => {
             // LiteRT's shift-only int16 path: every scale a power of two, one input
-            // already at the output's scale, the other shifted right onto it
-            // (rounding), then a saturating add or subtract in Q0.15.
+            // already at the output's scale, the other shifted right onto it.
             if z1 != 0 || z2 != 0 || zo != 0 {
                 return Err(op.bad("int16 ADD / SUB require zero points of 0"));
             }
@@ -192,74 +176,34 @@ pub(crate) fn binary_int(op: &OpContext<'_>, code: ferrite_format::ops::BuiltinO
             if (e1 != 0 && e2 != 0) || e1 > 0 || e2 > 0 {
                 return Err(op.bad(format!("int16 {} with power-of-two scales needs one input at the output's scale and the other finer", op.op.code.name())));
             }
-            let sign = if code == B::SUB { -1 } else { 1 };
-            Box::new(move |x, y| {
-                let (x, y) = (i32::from(f16::rdpot(x as i16, -e1)), i32::from(f16::rdpot(y as i16, -e2)));
-                (x + sign * y).clamp(-32768, 32767).clamp(lo, hi)
-            })
+            QBinary::PotAddSub { e1, e2, sign: if code == B::SUB { -1 } else { 1 }, min: lo, max: hi }
         }
-        (B::ADD | B::SUB, _) => {
-            // LiteRT's general int16 path (scales not all powers of two) keeps 15 bits
-            // of headroom instead of 20 so the shifted int16 values fit in int32.
-            let left_shift = if dtype == DType::I16 { 15 } else { 20 };
-            let twice_max = 2.0 * f64::from(s1.max(s2));
-            let p = kq::AddSub {
-                zp: (z1, z2),
-                out_zp: zo,
-                left_shift,
-                scale: (kq::Scale::new(f64::from(s1) / twice_max), kq::Scale::new(f64::from(s2) / twice_max)),
-                out_scale: kq::Scale::new(twice_max / (f64::from(1u32 << left_shift) * f64::from(so))),
-                sign: if code == B::SUB { -1 } else { 1 },
-                min: lo,
-                max: hi,
-            };
-            add_sub = Some(p);
-            Box::new(move |x, y| p.apply(x, y))
-        }
-        (B::PRELU, _) => {
-            // x >= 0: x rescaled to the output; else x * alpha rescaled. Multipliers
-            // in single precision, as LiteRT's prepare forms them.
-            let (m1, e1) = kq::quantize_multiplier(f64::from(s1 / so));
-            let (m2, e2) = kq::quantize_multiplier(f64::from(s1 * s2 / so));
-            Box::new(move |x, a| {
-                let x = x - z1;
-                let v = if x >= 0 { kq::multiply_by_quantized_multiplier(x, m1, e1) } else { kq::multiply_by_quantized_multiplier(x * (a - z2), m2, e2) };
-                (v + zo).clamp(lo, hi)
-            })
-        }
-        (B::MUL, _) => {
-            // LiteRT forms this multiplier in single precision (float scales multiplied
-            // and divided as floats); the double-precision value differs in its last
-            // bits and, on near-ties, in the output's last bit.
-            let (m, e) = kq::quantize_multiplier(f64::from(s1 * s2 / so));
-            Box::new(move |x, y| (kq::multiply_by_quantized_multiplier((x - z1) * (y - z2), m, e) + zo).clamp(lo, hi))
-        }
+        (B::ADD | B::SUB, _) => QBinary::add_sub((s1, z1), (s2, z2), (so, zo), code == B::SUB, dtype == DType::I16, (lo, hi)),
+        (B::PRELU, _) => QBinary::prelu((s1, z1), (s2, z2), (so, zo), (lo, hi)),
+        (B::MUL, _) => QBinary::mul((s1, z1), (s2, z2), (so, zo), (lo, hi)),
         _ => return Err(op.unsupported(format!("quantized {}", op.op.code.name()))),
     };
-    let signed = dtype == DType::I8;
     Ok(Built {
         outputs: vec![(dtype, out)],
         kernel: Box::new(move |ins, outs| {
-            if let Some(p) = add_sub.as_ref().filter(|_| sa == sb) {
-                match dtype {
-                    DType::I8 => kq::add_sub_i8(typed(arg(ins, 0)?)?, typed(arg(ins, 1)?)?, p, typed_mut(outs[0])?),
-                    DType::U8 => kq::add_sub_u8(arg(ins, 0)?, arg(ins, 1)?, p, outs[0]),
-                    _ => kq::add_sub_i16(typed(arg(ins, 0)?)?, typed(arg(ins, 1)?)?, p, typed_mut(outs[0])?),
+            let (x, y, o) = (arg(ins, 0)?, arg(ins, 1)?, &mut *outs[0]);
+            // ADD / SUB of equal shapes: the vectorized loops.
+            if let QBinary::AddSub(p) = &p {
+                if sa == sb {
+                    match dtype {
+                        DType::I8 => kq::add_sub_i8(typed(x)?, typed(y)?, p, typed_mut(o)?),
+                        DType::U8 => kq::add_sub_u8(x, y, p, o),
+                        _ => kq::add_sub_i16(typed(x)?, typed(y)?, p, typed_mut(o)?),
+                    }
+                    return Ok(());
                 }
-                return Ok(());
             }
-            if alpha16x8 {
-                let (x, y) = (typed::<i16>(arg(ins, 0)?)?, typed::<i8>(arg(ins, 1)?)?);
-                ferrite_kernels::elementwise::binary(x, &sa, y, &sb, typed_mut::<i16>(outs[0])?, &os, |x, y| f(i32::from(x), i32::from(y)) as i16);
-                return Ok(());
+            match dtype {
+                DType::I8 => binary_q::<i8, i8, i8>(&p, typed(x)?, &sa, typed(y)?, &sb, typed_mut(o)?, &os),
+                DType::U8 => binary_q::<u8, u8, u8>(&p, x, &sa, y, &sb, o, &os),
+                _ if alpha16x8 => binary_q::<i16, i8, i16>(&p, typed(x)?, &sa, typed(y)?, &sb, typed_mut(o)?, &os),
+                _ => binary_q::<i16, i16, i16>(&p, typed(x)?, &sa, typed(y)?, &sb, typed_mut(o)?, &os),
             }
-            if dtype == DType::I16 {
-                let (x, y) = (typed::<i16>(arg(ins, 0)?)?, typed::<i16>(arg(ins, 1)?)?);
-                ferrite_kernels::elementwise::binary(x, &sa, y, &sb, typed_mut::<i16>(outs[0])?, &os, |x, y| f(i32::from(x), i32::from(y)) as i16);
-                return Ok(());
-            }
-            let widen = |v: u8| if signed { i32::from(v as i8) } else { i32::from(v) };
-            ferrite_kernels::elementwise::binary(arg(ins, 0)?, &sa, arg(ins, 1)?, &sb, outs[0], &os, |x, y| f(widen(x), widen(y)) as u8);
             Ok(())
         }),
     })

@@ -5,7 +5,9 @@ use std::sync::Mutex;
 
 use ferrite_format::ops::BuiltinOp as B;
 use ferrite_kernels::gemm;
+use ferrite_kernels::hybrid::{self, HybridMatMul, HybridMatMulScratch};
 use ferrite_kernels::igemm::{self};
+use ferrite_kernels::qmatmul::{self, QMatMul};
 use ferrite_kernels::quant::{self as kq, QConv, Requant};
 
 use super::conv::{gemm_weights, window};
@@ -168,10 +170,8 @@ pub(crate) fn batch_matmul(op: &OpContext<'_>) -> Result<Built> {
     })
 }
 
-/// int8 / int16 BATCH_MATMUL as LiteRT: zero-point-corrected integer dot products
-/// rescaled by a multiplier formed in single precision (as its prepare does); int16
-/// (zero points 0) sums in 64 bits and rescales with the 16-bit reduced multiplier,
-/// like the int16x8 convolutions (measured: the full one is off by 1 LSB at times).
+/// int8 / int16 BATCH_MATMUL as LiteRT (`qmatmul`): zero-point-corrected integer
+/// dot products, one fixed-point rescale; int16 requires zero points of 0.
 fn batch_matmul_int(
     op: &OpContext<'_>,
     (m, k, n): (usize, usize, usize),
@@ -187,7 +187,9 @@ fn batch_matmul_int(
     let (sa, za) = q(op.input(0)?.quant, "input 0")?;
     let (sb, zb) = q(op.input(1)?.quant, "input 1")?;
     let (so, zo) = q(op.outputs[0].quant.as_ref(), "output")?;
-    let (mult, shift) = ferrite_kernels::quant::quantize_multiplier(f64::from(sa * sb / so));
+    // The real multiplier is formed in single precision, as LiteRT's prepare does.
+    let (multiplier, shift) = kq::quantize_multiplier(f64::from(sa * sb / so));
+    let q = QMatMul { m, k, n, adj_x, adj_y, a_zp: za, b_zp: zb, out_zp: zo, multiplier, shift };
     if dtype == DType::I16 {
         if za != 0 || zb != 0 || zo != 0 {
             return Err(op.bad("int16 BATCH_MATMUL requires zero points of 0"));
@@ -195,23 +197,7 @@ fn batch_matmul_int(
         return Ok(Built {
             outputs: vec![(DType::I16, out_shape)],
             kernel: Box::new(move |ins, outs| {
-                let (av, bv) = (typed::<i16>(arg(ins, 0)?)?, typed::<i16>(arg(ins, 1)?)?);
-                let out = typed_mut::<i16>(outs[0])?;
-                for (p, (&pa, &pb)) in ia.iter().zip(&ib).enumerate() {
-                    let (asl, bsl) = (&av[pa * m * k..][..m * k], &bv[pb * k * n..][..k * n]);
-                    for i in 0..m {
-                        for j in 0..n {
-                            let mut acc = 0i64;
-                            for kk in 0..k {
-                                let x = asl[if adj_x { kk * m + i } else { i * k + kk }];
-                                let y = bsl[if adj_y { j * k + kk } else { kk * n + j }];
-                                acc += i64::from(i32::from(x) * i32::from(y));
-                            }
-                            let v = ferrite_kernels::quant::multiply_by_quantized_multiplier_i64(acc, mult, shift);
-                            out[(p * m + i) * n + j] = v.clamp(-32768, 32767) as i16;
-                        }
-                    }
-                }
+                qmatmul::batch_matmul_i16(typed(arg(ins, 0)?)?, typed(arg(ins, 1)?)?, &ia, &ib, &q, typed_mut(outs[0])?);
                 Ok(())
             }),
         });
@@ -219,23 +205,7 @@ fn batch_matmul_int(
     Ok(Built {
         outputs: vec![(DType::I8, out_shape)],
         kernel: Box::new(move |ins, outs| {
-            let (av, bv) = (typed::<i8>(arg(ins, 0)?)?, typed::<i8>(arg(ins, 1)?)?);
-            let out = typed_mut::<i8>(outs[0])?;
-            for (p, (&pa, &pb)) in ia.iter().zip(&ib).enumerate() {
-                let (asl, bsl) = (&av[pa * m * k..][..m * k], &bv[pb * k * n..][..k * n]);
-                for i in 0..m {
-                    for j in 0..n {
-                        let mut acc = 0i32;
-                        for kk in 0..k {
-                            let x = asl[if adj_x { kk * m + i } else { i * k + kk }];
-                            let y = bsl[if adj_y { j * k + kk } else { kk * n + j }];
-                            acc += (i32::from(x) - za) * (i32::from(y) - zb);
-                        }
-                        let v = ferrite_kernels::quant::multiply_by_quantized_multiplier(acc, mult, shift) + zo;
-                        out[(p * m + i) * n + j] = v.clamp(-128, 127) as i8;
-                    }
-                }
-            }
+            qmatmul::batch_matmul_i8(typed(arg(ins, 0)?)?, typed(arg(ins, 1)?)?, &ia, &ib, &q, typed_mut(outs[0])?);
             Ok(())
         }),
     })
@@ -267,7 +237,7 @@ pub(crate) fn fully_connected_int(op: &OpContext<'_>) -> Result<Built> {
     let flipped = if kind == IntKind::U8 {
         in_zp -= 128;
         w_zp -= 128;
-        shift_requant(&mut rq);
+        rq.shift_to_signed();
         Some(Unsigned::new(op, total)?)
     } else {
         None
@@ -321,7 +291,7 @@ pub(crate) fn fully_connected_int(op: &OpContext<'_>) -> Result<Built> {
                     // LiteRT rounds uint8 fully-connected products once (measured against 2.3.0).
                     let r = kq::Rounding::Single;
                     kq::fully_connected_i8(&u.input(arg(ins, 0)?), &u.weights, bias, batch, in_n, out_n, in_zp, w_zp, &rq, r, typed_mut(outs[0])?);
-                    outs[0].iter_mut().for_each(|b| *b ^= 0x80);
+                    kq::flip_sign_bits(outs[0]);
                 }
             }
             Ok(())
@@ -416,10 +386,7 @@ pub(crate) fn hybrid(op: &OpContext<'_>, code: ferrite_format::ops::BuiltinOp) -
     };
     // Weight row sums take the input zero points' share out of fully-connected sums.
     let row_sums: Vec<i32> = match (&q, w.value) {
-        (None, Some(bytes)) if asymmetric => {
-            let in_n = w.shape.get(1).copied().unwrap_or(0);
-            bytes.chunks_exact(in_n.max(1)).map(|r| r.iter().map(|&v| i32::from(v as i8)).sum()).collect()
-        }
+        (None, Some(bytes)) if asymmetric => hybrid::row_sums(typed::<i8>(bytes)?, w.shape.get(1).copied().unwrap_or(0)),
         (None, None) if asymmetric => return Err(op.unsupported("asymmetric hybrid FULLY_CONNECTED with weights computed at run time")),
         _ => vec![],
     };
@@ -439,14 +406,7 @@ pub(crate) fn hybrid(op: &OpContext<'_>, code: ferrite_format::ops::BuiltinOp) -
                 return Ok(());
             }
             let row = in_len / batch.max(1);
-            for (b, (sf, zp)) in row_scale.iter_mut().zip(row_zp.iter_mut()).enumerate() {
-                let (src, dst) = (&input[b * row..(b + 1) * row], &mut qx[b * row..(b + 1) * row]);
-                if asymmetric {
-                    (*sf, *zp) = kq::asymmetric_quantize(src, dst);
-                } else {
-                    *sf = kq::symmetric_quantize(src, dst);
-                }
-            }
+            hybrid::quantize_rows(input, row, asymmetric, qx, row_scale, row_zp);
             match &q {
                 Some(q) => {
                     // One input zero point for the whole convolution, as LiteRT's kernel takes.
@@ -456,40 +416,12 @@ pub(crate) fn hybrid(op: &OpContext<'_>, code: ferrite_format::ops::BuiltinOp) -
                     let q = QConv { in_zp: row_zp[0], ..q.clone() };
                     kq::conv_acc_i8(qx, weights, &q, acc)
                 }
-                None => {
-                    let in_n = row;
-                    for b in 0..batch {
-                        for o in 0..out_c {
-                            let wr = &weights[o * in_n..(o + 1) * in_n];
-                            let dot: i32 = qx[b * in_n..(b + 1) * in_n].iter().zip(wr).map(|(&a, &c)| i32::from(a) * i32::from(c)).sum();
-                            acc[b * out_c + o] = dot - row_sums.get(o).map_or(0, |&s| s * row_zp[b]);
-                        }
-                    }
-                }
+                None => hybrid::fully_connected_acc(qx, weights, batch, row, out_c, &row_sums, row_zp, acc),
             }
-            let per_batch = out_len / batch.max(1);
-            for (i, (o, &a)) in out.iter_mut().zip(acc.iter()).enumerate() {
-                let c = i % out_c;
-                let ws = w_scales[if w_scales.len() == 1 { 0 } else { c }];
-                let scale = row_scale[i / per_batch] * ws;
-                *o = clamp.apply(bias.map_or(0.0, |b| b[c]) + a as f32 * scale);
-            }
+            hybrid::rescale(acc, out_c, out_len / batch.max(1), &w_scales, row_scale, bias, clamp, out);
             Ok(())
         }),
     })
-}
-
-/// Run-time scratch of a hybrid BATCH_MATMUL, sized at prepare.
-struct HybridMatMulScratch {
-    /// Quantized rows of every left matrix.
-    qa: Vec<i8>,
-    /// Scale and zero point of each quantized row.
-    row_scale: Vec<f32>,
-    row_zp: Vec<i32>,
-    /// Column sums of every right matrix.
-    col_sum: Vec<i32>,
-    /// One left row gathered contiguously (for a transposed left operand).
-    row: Vec<f32>,
 }
 
 /// Hybrid BATCH_MATMUL (float left operand, int8 right operand) as LiteRT computes
@@ -519,60 +451,16 @@ pub(crate) fn batch_matmul_hybrid(
     if wq.scale.len() != 1 && wq.scale.len() != n {
         return Err(op.bad(format!("{} weight scales for {n} output columns", wq.scale.len())));
     }
-    let w_scales = wq.scale.clone();
+    let p = HybridMatMul { m, k, n, adj_x, adj_y, asymmetric, w_scales: wq.scale.clone() };
     let (na, nb) = (ia.iter().max().map_or(0, |&v| v + 1), ib.iter().max().map_or(0, |&v| v + 1));
-    let scratch = Mutex::new(HybridMatMulScratch {
-        qa: vec![0; op.checked_elements(&[na, m, k], 1)?],
-        row_scale: vec![0.0; na * m],
-        row_zp: vec![0; na * m],
-        col_sum: vec![0; nb * n],
-        row: vec![0.0; k],
-    });
+    // The quantized left rows are sized from file shapes: bounded first.
+    op.checked_elements(&[na, m, k], 1)?;
+    let scratch = Mutex::new(HybridMatMulScratch::new(&p, na, nb));
     Ok(Built {
         outputs: vec![(DType::F32, out_shape)],
         kernel: Box::new(move |ins, outs| {
-            let (a, b) = (typed::<f32>(arg(ins, 0)?)?, typed::<i8>(arg(ins, 1)?)?);
-            let out = typed_mut::<f32>(outs[0])?;
-            let mut guard = scratch.lock().unwrap_or_else(|e| e.into_inner());
-            let s = &mut *guard;
-            for r in 0..na * m {
-                let (pa, i) = (r / m, r % m);
-                let src = &a[pa * m * k..][..m * k];
-                let row: &[f32] = if adj_x {
-                    for (kk, v) in s.row.iter_mut().enumerate() {
-                        *v = src[kk * m + i];
-                    }
-                    &s.row
-                } else {
-                    &src[i * k..][..k]
-                };
-                let dst = &mut s.qa[r * k..][..k];
-                if asymmetric {
-                    (s.row_scale[r], s.row_zp[r]) = kq::asymmetric_quantize(row, dst);
-                } else {
-                    s.row_scale[r] = kq::symmetric_quantize(row, dst);
-                }
-            }
-            let at = |bm: &[i8], kk: usize, j: usize| i32::from(bm[if adj_y { j * k + kk } else { kk * n + j }]);
-            for pb in 0..nb {
-                let bm = &b[pb * k * n..][..k * n];
-                for j in 0..n {
-                    s.col_sum[pb * n + j] = (0..k).map(|kk| at(bm, kk, j)).sum();
-                }
-            }
-            for (p, (&pa, &pb)) in ia.iter().zip(&ib).enumerate() {
-                let bm = &b[pb * k * n..][..k * n];
-                for i in 0..m {
-                    let r = pa * m + i;
-                    let qa = &s.qa[r * k..][..k];
-                    for j in 0..n {
-                        let dot: i32 = qa.iter().enumerate().map(|(kk, &v)| i32::from(v) * at(bm, kk, j)).sum();
-                        let total = dot - s.row_zp[r] * s.col_sum[pb * n + j];
-                        let ws = w_scales[if w_scales.len() == 1 { 0 } else { j }];
-                        out[(p * m + i) * n + j] = s.row_scale[r] * ws * total as f32;
-                    }
-                }
-            }
+            let mut s = scratch.lock().unwrap_or_else(|e| e.into_inner());
+            hybrid::batch_matmul_hybrid(typed(arg(ins, 0)?)?, typed(arg(ins, 1)?)?, &ia, &ib, &p, &mut s, typed_mut(outs[0])?);
             Ok(())
         }),
     })

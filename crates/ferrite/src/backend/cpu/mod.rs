@@ -1,7 +1,8 @@
 //! The CPU backend: the optimized kernels of `ferrite-kernels`, one file per op
 //! family, each holding its float, int8, uint8, int16x8 and hybrid builders side
-//! by side and its own dispatch (`build`); `quant` holds the integer helpers the
-//! families share.
+//! by side and its own dispatch (`build`); `quant` holds the parameter helpers
+//! the integer builders share. The builders check types and shapes and build
+//! parameters; the arithmetic on tensor data is in `ferrite-kernels`.
 
 mod activation;
 mod conv;
@@ -71,12 +72,17 @@ const FAMILIES: [Family; 9] =
 /// SIGN_BIT into an unbounded range (they are not applied), and LiteRT is the
 /// reference ferrite matches, so they clamp nothing here too (tested in conformance).
 pub(crate) fn clamp_of(_op: &OpContext<'_>, a: Activation) -> Result<Clamp> {
-    Ok(match a {
+    Ok(activation_clamp(a))
+}
+
+/// [`clamp_of`] without an op: the clamp of a fused activation.
+fn activation_clamp(a: Activation) -> Clamp {
+    match a {
         Activation::Relu => Clamp::RELU,
         Activation::Relu6 => Clamp::RELU6,
         Activation::ReluN1To1 => Clamp::RELU_N1_TO_1,
         Activation::None | Activation::Tanh | Activation::SignBit => Clamp::NONE,
-    })
+    }
 }
 
 /// Requires float32 for the listed inputs.

@@ -2,6 +2,7 @@
 //! split, slices, transpose, reverse, pad, gather, tile, depth/space, resize, shape, fill.
 
 use ferrite_format::ops::BuiltinOp as B;
+use ferrite_kernels::quant::RescaleU8;
 use ferrite_kernels::{movement, resize as kresize};
 
 use super::{axis, by_size, require_f32};
@@ -145,7 +146,7 @@ pub(crate) fn concat(op: &OpContext<'_>, pack: bool) -> Result<Built> {
     // LiteRT's rules for integer inputs: int8 must share the output's scale and zero
     // point; int16 must have zero points of 0 and is copied whatever the scales;
     // uint8 inputs quantized differently from the output are requantized.
-    let mut rescale: Option<Vec<Option<(f32, f32)>>> = None;
+    let mut rescale: Option<Vec<Option<RescaleU8>>> = None;
     if matches!(dtype, DType::I8 | DType::U8 | DType::I16) && !pack {
         let out_q = op.outputs[0].quant.as_ref().map(|q| (q.scale.first().copied().unwrap_or(1.0), q.zero_point.first().copied().unwrap_or(0)));
         let in_q: Vec<_> =
@@ -159,14 +160,12 @@ pub(crate) fn concat(op: &OpContext<'_>, pack: bool) -> Result<Built> {
             }
             DType::U8 if in_q.iter().any(|q| *q != out_q) => {
                 let (out_scale, _) = out_q.ok_or_else(|| op.bad("uint8 CONCATENATION output has no quantization parameters"))?;
-                let inverse = 1.0 / out_scale;
+                let out_zp = out_q.map_or(0, |(_, zp)| zp) as i32;
                 rescale = Some(
                     in_q.iter()
                         .map(|q| {
                             let (s, zp) = q.ok_or_else(|| op.bad("uint8 CONCATENATION input has no quantization parameters"))?;
-                            // (scale, bias) in single precision, as LiteRT computes them.
-                            let scale = s * inverse;
-                            Ok((Some((s, zp)) != out_q).then_some((scale, -(zp as f32) * scale)))
+                            Ok((Some((s, zp)) != out_q).then(|| RescaleU8::new(s, zp, out_scale, out_zp)))
                         })
                         .collect::<Result<_>>()?,
                 );
@@ -187,7 +186,6 @@ pub(crate) fn concat(op: &OpContext<'_>, pack: bool) -> Result<Built> {
         _ => ferrite_kernels::Clamp::NONE,
     };
     if let Some(rescale) = rescale {
-        let out_zp = op.outputs[0].quant.as_ref().and_then(|q| q.zero_point.first().copied()).unwrap_or(0) as i32;
         let outer: usize = out[..ax].iter().product();
         let inner: usize = out[ax + 1..].iter().product();
         let sizes: Vec<usize> = shapes.iter().map(|s| s[ax] * inner).collect();
@@ -199,13 +197,9 @@ pub(crate) fn concat(op: &OpContext<'_>, pack: bool) -> Result<Built> {
                     for (i, (&n, r)) in sizes.iter().zip(&rescale).enumerate() {
                         let src = &arg(ins, i)?[k * n..][..n];
                         let dst = &mut outs[0][o..][..n];
-                        match *r {
+                        match r {
                             None => dst.copy_from_slice(src),
-                            Some((scale, bias)) => {
-                                for (d, &v) in dst.iter_mut().zip(src) {
-                                    *d = (((f32::from(v) * scale + bias).round() as i32) + out_zp).clamp(0, 255) as u8;
-                                }
-                            }
+                            Some(r) => r.apply(src, dst),
                         }
                         o += n;
                     }
@@ -676,27 +670,10 @@ pub(crate) fn resize(op: &OpContext<'_>, bilinear: bool, pool: Option<std::sync:
         // uint8 follows LiteRT's float formulation on the raw values, rounded half up.
         let (ys, xs) =
             (kresize::bilinear_table(s[1], oh, align_corners, half_pixel_centers), kresize::bilinear_table(s[2], ow, align_corners, half_pixel_centers));
-        let (n, h, w, c) = (s[0], s[1], s[2], s[3]);
         return Ok(Built {
             outputs: vec![(dtype, out)],
             kernel: Box::new(move |ins, outs| {
-                let (input, o) = (arg(ins, 0)?, &mut *outs[0]);
-                for b in 0..n {
-                    for (y, &(fy, y0, y1)) in ys.iter().enumerate() {
-                        let dy = fy - y0 as f32;
-                        for (x, &(fx, x0, x1)) in xs.iter().enumerate() {
-                            let dx = fx - x0 as f32;
-                            let at = |yy: usize, xx: usize, k: usize| f32::from(input[((b * h + yy) * w + xx) * c + k]);
-                            for k in 0..c {
-                                let v = at(y0, x0, k) * (1.0 - dy) * (1.0 - dx)
-                                    + at(y1, x0, k) * dy * (1.0 - dx)
-                                    + at(y0, x1, k) * (1.0 - dy) * dx
-                                    + at(y1, x1, k) * dy * dx;
-                                o[((b * oh + y) * ow + x) * c + k] = (v + 0.5) as u8;
-                            }
-                        }
-                    }
-                }
+                kresize::resize_bilinear_u8(arg(ins, 0)?, s[0], s[1], s[2], s[3], &ys, &xs, outs[0]);
                 Ok(())
             }),
         });

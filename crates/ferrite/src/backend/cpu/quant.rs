@@ -1,6 +1,7 @@
-//! Integer helpers shared by the families' quantized builders: per-tensor
-//! parameters, activation ranges, requantization setup, the uint8-as-int8 flip,
-//! and element access by dtype.
+//! Parameter helpers shared by the families' quantized builders: per-tensor
+//! parameters, activation ranges and requantization from a tensor's quantization,
+//! type checks, and the uint8-as-int8 scratch. The arithmetic itself is in
+//! `ferrite_kernels::quant`.
 
 use std::sync::Mutex;
 
@@ -26,34 +27,17 @@ pub(super) fn int_range(dtype: DType) -> (i32, i32) {
     }
 }
 
-/// The fused activation's range in the output's quantized domain, as LiteRT computes it.
+/// The fused activation's range in the output's quantized domain, as LiteRT computes it
+/// (a fused TANH or SIGN_BIT clamps nothing, as in `clamp_of`).
 pub(super) fn activation_range(act: Activation, scale: f32, zp: i32, dtype: DType) -> (i32, i32) {
-    let (qmin, qmax) = int_range(dtype);
-    // Saturating: an extreme scale or zero point must give a range, not overflow
-    // (`as` saturates a huge quotient; the addition must too).
-    let q = |f: f32| zp.saturating_add((f / scale).round() as i32);
-    let (lo, hi) = match act {
-        Activation::Relu => (qmin.max(q(0.0)), qmax),
-        Activation::Relu6 => (qmin.max(q(0.0)), qmax.min(q(6.0))),
-        Activation::ReluN1To1 => (qmin.max(q(-1.0)), qmax.min(q(1.0))),
-        _ => (qmin, qmax),
-    };
-    // Callers clamp to the range, which panics on an inverted one (a zero point at the
-    // edge of the type's range): collapse it instead.
-    (lo.min(qmax), hi.max(lo.min(qmax)))
+    kq::activation_range(super::activation_clamp(act), scale, zp, int_range(dtype))
 }
 
 /// Requantization for accumulators of `in_scale * w_scale[c]` onto the output.
 pub(super) fn requant(op: &OpContext<'_>, in_scale: f32, w_scales: &[f32], act: Activation) -> Result<Requant> {
     let (out_scale, out_zp) = per_tensor(op, op.outputs[0].quant.as_ref(), "output")?;
-    let (mut multiplier, mut shift) = (Vec::with_capacity(w_scales.len()), Vec::with_capacity(w_scales.len()));
-    for &ws in w_scales {
-        let (m, s) = kq::quantize_multiplier(f64::from(in_scale) * f64::from(ws) / f64::from(out_scale));
-        multiplier.push(m);
-        shift.push(s);
-    }
-    let (min, max) = activation_range(act, out_scale, out_zp, op.outputs[0].dtype);
-    Ok(Requant { multiplier, shift, out_zp, min, max })
+    let range = activation_range(act, out_scale, out_zp, op.outputs[0].dtype);
+    Ok(Requant::per_channel(in_scale, w_scales, out_scale, out_zp, range))
 }
 
 /// The integer scheme of a convolution or fully-connected op.
@@ -116,23 +100,17 @@ pub(super) struct Unsigned {
 impl Unsigned {
     pub(super) fn new(op: &OpContext<'_>, input_len: usize) -> Result<Unsigned> {
         let w = op.input(1)?.value.ok_or_else(|| op.unsupported("uint8 weights computed at run time"))?;
-        Ok(Unsigned { weights: w.iter().map(|&b| (b ^ 0x80) as i8).collect(), input: Mutex::new(vec![0; input_len]) })
+        let mut weights = vec![0; w.len()];
+        kq::flip_u8_to_i8(w, &mut weights);
+        Ok(Unsigned { weights, input: Mutex::new(vec![0; input_len]) })
     }
 
     /// Flips `src` into the input scratch and returns it.
     pub(super) fn input<'a>(&'a self, src: &[u8]) -> std::sync::MutexGuard<'a, Vec<i8>> {
         let mut input = self.input.lock().unwrap_or_else(|e| e.into_inner());
-        for (d, &s) in input.iter_mut().zip(src) {
-            *d = (s ^ 0x80) as i8;
-        }
+        kq::flip_u8_to_i8(src, &mut input);
         input
     }
-}
-
-pub(super) fn shift_requant(rq: &mut Requant) {
-    rq.out_zp -= 128;
-    rq.min -= 128;
-    rq.max -= 128;
 }
 
 /// The optional bias (input 2) of an integer convolution or fully-connected layer:
@@ -146,32 +124,4 @@ pub(super) fn check_int_bias(op: &OpContext<'_>, channels: usize, activations: D
         return Err(op.bad(format!("bias is {} {:?}; {channels} {} values (one per output channel) are needed", b.dtype.name(), b.shape, want.name())));
     }
     Ok(())
-}
-
-/// Element `i` of an int8, uint8 or int16 (little-endian) buffer.
-#[inline(always)]
-pub(super) fn load_int(dtype: DType, b: &[u8], i: usize) -> i32 {
-    match dtype {
-        DType::I8 => i32::from(b[i] as i8),
-        DType::I16 => i32::from(i16::from_le_bytes([b[2 * i], b[2 * i + 1]])),
-        _ => i32::from(b[i]),
-    }
-}
-
-/// Stores `v` (already clamped to the type's range) as element `i`.
-#[inline(always)]
-pub(super) fn store_int(dtype: DType, b: &mut [u8], i: usize, v: i32) {
-    match dtype {
-        DType::I16 => b[2 * i..2 * i + 2].copy_from_slice(&(v as i16).to_le_bytes()),
-        _ => b[i] = v as u8,
-    }
-}
-
-/// Rounds a 31-bit fixed-point multiplier to 15 bits, saturating at the top.
-pub(super) fn multiplier_to_i16(m: i32) -> i16 {
-    if m >= i32::MAX - (1 << 15) {
-        i16::MAX
-    } else {
-        ((m + (1 << 15)) >> 16) as i16
-    }
 }

@@ -1,7 +1,7 @@
 //! Reductions (MEAN, SUM, REDUCE_*) and ARG_MAX / ARG_MIN.
 
 use ferrite_format::ops::BuiltinOp as B;
-use ferrite_kernels::reduce::{self as kred, Reducer};
+use ferrite_kernels::reduce::{self as kred, MeanQ, Reducer};
 
 use super::{axis, require_f32};
 use crate::backend::{arg, typed, typed_mut, Built, OpContext};
@@ -60,8 +60,9 @@ fn reduced_shape(op: &OpContext<'_>, shape: &[usize]) -> Result<(Vec<usize>, Vec
     Ok((out, flags))
 }
 
-/// MEAN of int8 / uint8 / int16 as LiteRT computes it: integer sums, the zero
-/// point taken out, one fixed-point rescale that also divides by the count.
+/// MEAN of int8 / uint8 / int16 as LiteRT computes it (`kred::MeanQ`: integer
+/// sums, the zero point taken out, one fixed-point rescale that also divides by
+/// the count).
 fn mean_int(op: &OpContext<'_>) -> Result<Built> {
     let x = op.input(0)?;
     let dtype = x.dtype;
@@ -71,61 +72,27 @@ fn mean_int(op: &OpContext<'_>) -> Result<Built> {
     let q = |t: Option<&crate::model::Quantization>, what: &str| {
         t.map(|q| (q.scale[0], q.zero_point[0] as i32)).ok_or_else(|| op.bad(format!("quantized MEAN {what} has no quantization parameters")))
     };
-    let (s_in, z_in) = q(x.quant, "input")?;
-    let (s_out, z_out) = q(op.outputs[0].quant.as_ref(), "output")?;
+    let in_q = q(x.quant, "input")?;
+    let out_q = q(op.outputs[0].quant.as_ref(), "output")?;
     let shape = x.shape.clone();
     let (out, flags) = reduced_shape(op, &shape)?;
-    // The accumulators are sized by the output: bounded (and the products below
-    // cannot overflow) before anything is allocated.
+    // The accumulators are sized by the output: bounded (and the sums cannot
+    // overflow) before anything is allocated.
     op.checked_elements(&shape, 1)?;
     op.checked_elements(&out, 8)?;
-    let count: usize = shape.iter().zip(&flags).filter(|(_, &f)| f).map(|(&s, _)| s).product();
-    // Where each input dim moves the output index (0 along reduced dims).
-    let mut out_stride = vec![0usize; shape.len()];
-    let mut acc = 1;
-    for d in (0..shape.len()).rev() {
-        if !flags[d] {
-            out_stride[d] = acc;
-            acc *= shape[d];
-        }
-    }
-    let n: usize = shape.iter().product();
-    // LiteRT folds 1/count into the input/output rescale: the multiplier is shifted
-    // left by floor(log2 count) (bounded so the shift stays in range), divided by
-    // the count, and applied to the zero-point-corrected sum.
-    let (m, e) = ferrite_kernels::quant::quantize_multiplier(f64::from(s_in) / f64::from(s_out));
-    let sh = if count == 0 { 0 } else { (count.ilog2() as i32).min(32).min(31 + e).max(0) };
-    let mult = if count == 0 { 0 } else { ((i64::from(m) << sh) / count as i64) as i32 };
-    let shift = e - sh;
-    let (lo, hi) = super::quant::int_range(dtype);
+    let p = MeanQ::new(&shape, &flags, in_q, out_q);
     // Scratch sized here so that runs do not allocate.
-    let scratch = std::sync::Mutex::new((vec![0i64; acc], vec![0usize; shape.len()]));
+    let scratch = std::sync::Mutex::new((vec![0i64; p.outputs()], vec![0usize; p.rank()]));
     Ok(Built {
         outputs: vec![(dtype, out)],
         kernel: Box::new(move |ins, outs| {
-            let input = arg(ins, 0)?;
             let mut guard = scratch.lock().unwrap_or_else(|e| e.into_inner());
-            let (sums, idx) = &mut *guard;
-            sums.fill(0);
-            idx.fill(0);
-            let mut o = 0usize;
-            for i in 0..n {
-                sums[o] += i64::from(super::quant::load_int(dtype, input, i));
-                // Odometer over the input's multi-index, tracking the output offset.
-                for d in (0..shape.len()).rev() {
-                    idx[d] += 1;
-                    o += out_stride[d];
-                    if idx[d] < shape[d] {
-                        break;
-                    }
-                    o -= out_stride[d] * shape[d];
-                    idx[d] = 0;
-                }
-            }
-            for (i, &sum) in sums.iter().enumerate() {
-                let centered = sum.wrapping_sub(i64::from(z_in) * count as i64) as i32;
-                let v = ferrite_kernels::quant::multiply_by_quantized_multiplier(centered, mult, shift).saturating_add(z_out);
-                super::quant::store_int(dtype, outs[0], i, v.clamp(lo, hi));
+            let (sums, index) = &mut *guard;
+            let (input, out) = (arg(ins, 0)?, &mut *outs[0]);
+            match dtype {
+                DType::I8 => kred::mean_int::<i8>(typed(input)?, &p, sums, index, typed_mut(out)?),
+                DType::U8 => kred::mean_int::<u8>(input, &p, sums, index, out),
+                _ => kred::mean_int::<i16>(typed(input)?, &p, sums, index, typed_mut(out)?),
             }
             Ok(())
         }),
