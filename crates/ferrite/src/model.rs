@@ -280,7 +280,8 @@ impl AsRef<[u8]> for Mapped {
     }
 }
 
-/// A loaded model: the IR plus the bytes its constants live in.
+/// A loaded model: the IR plus the bytes its constants live in. A clone shares the bytes.
+#[derive(Clone)]
 pub struct Model {
     bytes: ModelBytes,
     /// File flavour.
