@@ -85,28 +85,55 @@ fn detail(info: &ferrite::model::TensorInfo, shape: Vec<usize>) -> Detail {
     (info.name.clone(), dtype_name(info.dtype), shape, info.shape_signature.clone(), scales, zps, axis, sparsity)
 }
 
-/// Borrows the bytes of any C-contiguous buffer-protocol object for one call.
+/// Borrows the bytes of any C-contiguous buffer-protocol object (a numpy array of
+/// any dtype) for one call.
 struct ReadBuffer {
     view: ffi::Py_buffer,
 }
 
 impl ReadBuffer {
     fn get(obj: &Bound<'_, PyAny>) -> PyResult<ReadBuffer> {
+        ReadBuffer::with_flags(obj, ffi::PyBUF_SIMPLE)
+    }
+
+    /// A writable view: the exporter refuses read-only memory.
+    fn get_mut(obj: &Bound<'_, PyAny>) -> PyResult<ReadBuffer> {
+        ReadBuffer::with_flags(obj, ffi::PyBUF_WRITABLE)
+    }
+
+    fn with_flags(obj: &Bound<'_, PyAny>, flags: c_int) -> PyResult<ReadBuffer> {
         let mut view = ffi::Py_buffer::new();
         // SAFETY: `obj` is a live object (the GIL is held); PyBUF_SIMPLE asks for one
-        // contiguous block of bytes, and a failure sets a Python exception.
-        if unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &mut view, ffi::PyBUF_SIMPLE) } != 0 {
+        // contiguous block of bytes (PyBUF_WRITABLE: and writable), and a failure sets a
+        // Python exception.
+        if unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &mut view, flags) } != 0 {
             return Err(PyErr::fetch(obj.py()));
         }
         Ok(ReadBuffer { view })
     }
 
+    fn len(&self) -> usize {
+        usize::try_from(self.view.len).unwrap_or(0)
+    }
+
     fn bytes(&self) -> &[u8] {
-        match usize::try_from(self.view.len) {
+        match self.len() {
             // SAFETY: the exporter guarantees `len` readable bytes at `buf` until the view
             // is released, which happens only when `self` is dropped.
-            Ok(n) if n > 0 && !self.view.buf.is_null() => unsafe { std::slice::from_raw_parts(self.view.buf.cast::<u8>(), n) },
+            n if n > 0 && !self.view.buf.is_null() => unsafe { std::slice::from_raw_parts(self.view.buf.cast::<u8>(), n) },
             _ => &[],
+        }
+    }
+
+    /// The bytes, writable; only for a view taken with [`ReadBuffer::get_mut`].
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        match self.len() {
+            // SAFETY: as in `bytes`; the view was requested writable, and `&mut self`
+            // makes this the only slice over it on the Rust side.
+            n if n > 0 && !self.view.buf.is_null() && self.view.readonly == 0 => unsafe {
+                std::slice::from_raw_parts_mut(self.view.buf.cast::<u8>(), n)
+            },
+            _ => &mut [],
         }
     }
 }
@@ -307,6 +334,22 @@ impl NativeSession {
             }
             dst.copy_from_slice(data.bytes());
             Ok(())
+        })
+    }
+
+    /// Copies tensor `t` into `out` (a fresh C-contiguous numpy array the Python side made
+    /// for the tensor's dtype and shape). Returns false, copying nothing, when the sizes
+    /// differ (a sparse constant's stored values); `get` then gives the shape.
+    fn read_into(&self, t: usize, out: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let mut out = ReadBuffer::get_mut(out)?;
+        contain("read_into", || {
+            let s = self.lock();
+            let d = s.tensor_data(t).map_err(err_as::<PyValueError>)?;
+            if d.bytes.len() != out.len() {
+                return Ok(false);
+            }
+            out.bytes_mut().copy_from_slice(d.bytes);
+            Ok(true)
         })
     }
 

@@ -164,23 +164,39 @@ class _Graph:
     """One native session and what the Python side caches about it: tensor details
     (rebuilt only when shapes may have changed) and the LiteRT-visible state."""
 
-    __slots__ = ("s", "sg", "n", "inputs", "outputs", "ready", "dynamic", "_details", "_meta")
+    __slots__ = ("s", "sg", "n", "inputs", "outputs", "in_pos", "shapes", "ready", "dynamic", "_details", "_meta", "_saved")
 
     def __init__(self, native):
         self.s = native
         self.sg = native.subgraph()
         self.n = native.num_tensors(self.sg)
         self.inputs, self.outputs = native.io()
+        self.in_pos = {t: k for k, t in enumerate(self.inputs)}
+        # The inputs' shapes, as the last resize left them.
+        self.shapes = [tuple(native.describe(self.sg, t)[2]) for t in self.inputs]
         # allocate_tensors ran and no resize changed a shape since (LiteRT's invokable).
         self.ready = False
         self.dynamic = False
+        # tensor -> detail dict, and tensor -> (numpy dtype, shape tuple, name) for the
+        # checks of set_tensor and get_tensor, filled as tensors are asked for.
         self._details = {}
-        # tensor -> (numpy dtype, shape tuple): the checks of set_tensor, cheaply.
         self._meta = {}
+        # Input shapes -> those two dicts, for a model whose shapes all follow from its
+        # input shapes: switching back to shapes seen before rebuilds nothing.
+        self._saved = {}
 
     def changed(self):
-        self._details.clear()
-        self._meta.clear()
+        """Shapes may have changed: take the details of the current input shapes."""
+        if self.ready and not self.dynamic:
+            key = tuple(self.shapes)
+            saved = self._saved.get(key)
+            if saved is None:
+                if len(self._saved) >= 8:
+                    self._saved.clear()
+                saved = self._saved[key] = ({}, {})
+            self._details, self._meta = saved
+        else:
+            self._details, self._meta = {}, {}
 
     def index(self, tensor_index):
         t = operator.index(tensor_index)
@@ -210,15 +226,18 @@ class _Graph:
         self.changed()
 
     def resize(self, t, dims, strict):
-        # The per-frame pattern (resize to the current shape, then allocate) stays in
-        # Python: a same-shape resize passes any strict check and changes nothing.
-        if t in self.inputs and tuple(dims) == self.meta(t)[1]:
-            return
-        if t not in self.inputs:
+        k = self.in_pos.get(t)
+        if k is None:
             if not 0 <= t < self.n:
                 raise RuntimeError(f"tensor_index < context_.tensors_size && tensor_index >= 0 was not true (tensor {t}, {self.n} tensors)")
             raise ValueError(f"tensor {t} is not an input: ferrite resizes inputs only (other shapes follow from them)")
-        if self.s.resize(t, dims, strict):
+        # The per-frame pattern (resize to the current shape, then allocate) stays in
+        # Python: a same-shape resize passes any strict check and changes nothing.
+        dims = tuple(dims)
+        if dims == self.shapes[k]:
+            return
+        if self.s.resize(t, list(dims), strict):
+            self.shapes[k] = dims
             self.ready = False
             self.changed()
 
@@ -236,18 +255,29 @@ class _Graph:
             raise ValueError(f"Cannot set tensor: Dimension mismatch. Got {arr.shape[i]} but expected {shape[i]} for dimension {i} of input {t}.")
         if dtype.kind in "SO":
             raise ValueError(f"Cannot set tensor: ferrite does not set {_type_name(dtype)} tensors")
-        if not arr.flags.c_contiguous:
-            arr = np.ascontiguousarray(arr)
-        self.s.set(t, arr)
+        try:
+            self.s.set(t, arr)
+        except (BufferError, ValueError):
+            # numpy exports only one contiguous block; a transposed or sliced array is
+            # copied into one (checked here, after the fact, to keep the common call short).
+            if arr.flags.c_contiguous:
+                raise
+            self.s.set(t, np.ascontiguousarray(arr))
 
     def get(self, t):
-        dtype = self.meta(t)[0]
+        dtype, shape, _ = self.meta(t)
         if dtype.kind == "O":
-            return np.full(self.meta(t)[1], None, dtype=object)
+            return np.full(shape, None, dtype=object)
+        if dtype.kind != "S":
+            out = np.empty(shape, dtype)
+            if self.s.read_into(t, out):
+                # A scalar comes back as a numpy scalar, as LiteRT returns it.
+                return out if shape else out[()]
+        # Strings, and a sparse constant (its stored values, in one flat dimension).
         shape, data = self.s.get(t)
         if dtype.kind == "S":
             return _strings(data, shape)
-        return np.frombuffer(data, dtype).reshape(shape)
+        return np.frombuffer(data, dtype).reshape(shape).copy()
 
     def view(self, t):
         dtype = self.meta(t)[0]
