@@ -17,6 +17,7 @@ op lists and intermediate tensors are those of the model; ferrite has no delegat
 
 import argparse
 import concurrent.futures
+import gc
 import inspect
 import multiprocessing
 import os
@@ -106,7 +107,8 @@ def same(a, b, path="result"):
             exact = (x == y) | (np.isnan(x) & np.isnan(y))
             finite = np.abs(x[np.isfinite(x)])
             scale = max(1.0, float(np.max(finite, initial=0)))
-            err = float(np.max(np.where(exact, 0, np.abs(x - y)), initial=0)) / scale
+            with np.errstate(invalid="ignore"):  # inf - inf where `exact` already decides
+                err = float(np.max(np.where(exact, 0, np.abs(x - y)), initial=0)) / scale
             return None if err <= 1e-4 else f"{path} values differ by {err:.2e} (relative)"
         if x.dtype.kind == "O":
             return None if x.tolist() == y.tolist() else f"{path} values differ"
@@ -601,6 +603,33 @@ def _(rt, m):
     it = ready(rt, m)
     t = first_constant(it)
     return structure(it.tensor(t)()) if t is not None else "no constant"
+
+
+@case("view-outlives-interpreter")
+def _(rt, m):
+    it = ready(rt, m)
+    feed(it)
+    it.invoke()
+    t = it.get_output_details()[0]["index"]
+    want = it.get_tensor(t)
+    view = it.tensor(t)()
+    del it
+    gc.collect()
+    # The view keeps the runtime's memory alive (and in place) after the interpreter is gone.
+    return [view.copy(), want]
+
+
+@case("get-constant-other-subgraph", roles=("while",))
+def _(rt, m):
+    it = ready(rt, m)
+    feed(it)
+    it.invoke()
+    got = []
+    for sg in range(1, it.num_subgraphs()):
+        for d in it.get_tensor_details(sg):
+            if d["name"].endswith("/y"):  # the loop bound, a constant of the condition
+                got.append(it.get_tensor(d["index"], sg))
+    return got
 
 
 @case("view-bad-index")

@@ -130,9 +130,7 @@ impl ReadBuffer {
         match self.len() {
             // SAFETY: as in `bytes`; the view was requested writable, and `&mut self`
             // makes this the only slice over it on the Rust side.
-            n if n > 0 && !self.view.buf.is_null() && self.view.readonly == 0 => unsafe {
-                std::slice::from_raw_parts_mut(self.view.buf.cast::<u8>(), n)
-            },
+            n if n > 0 && !self.view.buf.is_null() && self.view.readonly == 0 => unsafe { std::slice::from_raw_parts_mut(self.view.buf.cast::<u8>(), n) },
             _ => &mut [],
         }
     }

@@ -160,6 +160,16 @@ def _strings(data, shape):
     return np.array(items, dtype=np.bytes_).reshape(shape)
 
 
+def _from_bytes(data, dtype, shape):
+    """A tensor's bytes as LiteRT returns a tensor: an array, a numpy scalar for a scalar."""
+    if dtype.kind == "S":
+        return _strings(data, shape)
+    if dtype.kind == "O":
+        return np.full(shape, None, dtype=object)
+    out = np.frombuffer(data, dtype).reshape(shape).copy()
+    return out if shape else out[()]
+
+
 class _Graph:
     """One native session and what the Python side caches about it: tensor details
     (rebuilt only when shapes may have changed) and the LiteRT-visible state."""
@@ -275,9 +285,7 @@ class _Graph:
                 return out if shape else out[()]
         # Strings, and a sparse constant (its stored values, in one flat dimension).
         shape, data = self.s.get(t)
-        if dtype.kind == "S":
-            return _strings(data, shape)
-        return np.frombuffer(data, dtype).reshape(shape).copy()
+        return _from_bytes(data, dtype, shape)
 
     def view(self, t):
         dtype = self.meta(t)[0]
@@ -433,7 +441,7 @@ class Interpreter:
             t = operator.index(tensor_index)
             d = self._get_tensor_details(t, subgraph_index)
             shape, data = g.s.get_constant(subgraph_index, t)
-            return np.frombuffer(data, d["dtype"]).reshape(shape)
+            return _from_bytes(data, np.dtype(d["dtype"]), shape)
         return g.get(g.index(tensor_index))
 
     def tensor(self, tensor_index):
