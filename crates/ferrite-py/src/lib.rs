@@ -4,10 +4,12 @@
 //! builds LiteRT's `Interpreter` (numpy arrays, detail dicts, LiteRT's errors) on top.
 //!
 //! Views: [`TensorBuffer`] exports a tensor's memory through the buffer protocol (numpy
-//! wraps it without a copy). Each live buffer object is counted on its session, and
-//! every call that could move or free session memory (allocate, resize, run) is refused
-//! while the count is not zero, so a view never dangles. The buffer object also holds
-//! its session, so dropping the interpreter cannot free memory a view still shows.
+//! wraps it without a copy). Each live buffer object is counted on its session (under the
+//! session's lock), and every call that could move or free session memory, or write it
+//! from another thread (allocate, resize, run), is refused while the count is not zero,
+//! so a view never dangles. The buffer object also holds its session, so dropping the
+//! interpreter cannot free memory a view still shows. As in LiteRT, `set` and `get` stay
+//! allowed while views exist: they copy with the GIL held, as numpy's element access is.
 
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -178,7 +180,12 @@ impl NativeSession {
         match self.views.load(Ordering::SeqCst) {
             0 => Ok(()),
             n => {
-                Err(PyRuntimeError::new_err(format!("{what}: {n} numpy view(s) of this interpreter's tensors from tensor() are still alive; drop them first")))
+                // LiteRT's words, which applications may search for, then ferrite's count.
+                Err(PyRuntimeError::new_err(format!(
+                    "There is at least 1 reference to internal data in the interpreter in the form of a numpy array or slice. \
+                     Be sure to only hold the function returned from tensor() if you are using raw data access. \
+                     ({what}: {n} view(s) alive)"
+                )))
             }
         }
     }
@@ -312,8 +319,12 @@ impl NativeSession {
     /// LiteRT's AllocateTensors; a no-op when nothing changed. Returns whether the plan
     /// changed. Every failure is a RuntimeError, as in LiteRT.
     fn allocate(&self) -> PyResult<bool> {
-        self.no_views("allocate_tensors")?;
-        contain("allocate", || self.lock().allocate_tensors().map_err(err_as::<PyRuntimeError>))
+        contain("allocate", || {
+            // Checked under the lock, which `view` also holds while it counts a new view.
+            let mut s = self.lock();
+            self.no_views("allocate_tensors")?;
+            s.allocate_tensors().map_err(err_as::<PyRuntimeError>)
+        })
     }
 
     /// Whether shapes are computed by runs (their details change per run).
@@ -402,9 +413,15 @@ impl NativeSession {
     }
 
     fn run(&self, py: Python<'_>) -> PyResult<()> {
-        self.no_views("invoke")?;
-        // Inference does not touch Python objects: let other Python threads run.
-        py.allow_threads(|| contain("run", || self.lock().run().map_err(err_as::<PyRuntimeError>)))
+        // Inference does not touch Python objects: let other Python threads run. The view
+        // check is under the lock, so no view can be made between it and the run.
+        py.allow_threads(|| {
+            contain("run", || {
+                let mut s = self.lock();
+                self.no_views("invoke")?;
+                s.run().map_err(err_as::<PyRuntimeError>)
+            })
+        })
     }
 
     /// LiteRT's ResetVariableTensors (variable tensors only, not resource variables).

@@ -221,10 +221,12 @@ class _Graph:
         return d
 
     def meta(self, t):
+        """(numpy dtype, shape, name, whether values are plain numbers) of tensor t."""
         m = self._meta.get(t)
         if m is None:
             d = self.detail(t)
-            m = self._meta[t] = (np.dtype(d["dtype"]), tuple(int(v) for v in d["shape"]), d["name"])
+            dtype = np.dtype(d["dtype"])
+            m = self._meta[t] = (dtype, tuple(int(v) for v in d["shape"]), d["name"], dtype.kind not in "SO")
         return m
 
     def allocate(self):
@@ -252,7 +254,7 @@ class _Graph:
             self.changed()
 
     def set(self, t, value):
-        dtype, shape, name = self.meta(t)
+        dtype, shape, name, _ = self.meta(t)
         arr = value if type(value) is np.ndarray else np.asarray(value)
         if arr.dtype != dtype:
             raise ValueError(
@@ -275,7 +277,7 @@ class _Graph:
             self.s.set(t, np.ascontiguousarray(arr))
 
     def get(self, t):
-        dtype, shape, _ = self.meta(t)
+        dtype, shape, _, _ = self.meta(t)
         if dtype.kind == "O":
             return np.full(shape, None, dtype=object)
         if dtype.kind != "S":
@@ -411,6 +413,13 @@ class Interpreter:
     def set_tensor(self, tensor_index, value):
         """Copies ``value`` (its dtype and shape must be the tensor's) into the tensor."""
         g = self._g
+        # The per-frame call, kept short: a tensor seen before and an array that fits.
+        m = g._meta.get(tensor_index)
+        if m is not None and m[3] and type(value) is np.ndarray and value.dtype == m[0] and value.shape == m[1]:
+            try:
+                return g.s.set(tensor_index, value)
+            except (BufferError, ValueError):
+                pass  # not one contiguous block, or not settable: the full path copies or says why
         g.set(g.index(tensor_index), value)
 
     def resize_tensor_input(self, input_index, tensor_size, strict=False):
@@ -426,14 +435,20 @@ class Interpreter:
         self._g.resize(operator.index(input_index), dims, strict)
 
     def invoke(self):
-        """Runs the model (releasing the GIL while it runs)."""
-        self._ensure_safe()
+        """Runs the model (releasing the GIL while it runs). Raises RuntimeError while a
+        view from ``tensor()`` is alive (the native session checks, under its lock)."""
         self._g.run()
 
     def get_tensor(self, tensor_index, subgraph_index=0):
         """A writable copy of any tensor: inputs, outputs, constants, and intermediates
         (their values after ``invoke`` with ``experimental_preserve_all_tensors=True``)."""
         g = self._g
+        m = g._meta.get(tensor_index)
+        if m is not None and m[3] and subgraph_index == g.sg:
+            # The per-frame call, kept short: a copy straight into a fresh array.
+            out = np.empty(m[1], m[0])
+            if g.s.read_into(tensor_index, out):
+                return out if m[1] else out[()]
         if subgraph_index != g.sg:
             count = g.s.num_subgraphs()
             if not 0 <= subgraph_index < count:
