@@ -187,8 +187,8 @@ class _Graph:
         # allocate_tensors ran and no resize changed a shape since (LiteRT's invokable).
         self.ready = False
         self.dynamic = False
-        # tensor -> detail dict, and tensor -> (numpy dtype, shape tuple, name) for the
-        # checks of set_tensor and get_tensor, filled as tensors are asked for.
+        # tensor -> detail dict, and tensor -> `meta` (dtype, shape, ...) for the checks of
+        # set_tensor and get_tensor, filled as tensors are asked for.
         self._details = {}
         self._meta = {}
         # Input shapes -> those two dicts, for a model whose shapes all follow from its
@@ -248,8 +248,9 @@ class _Graph:
         dims = tuple(dims)
         if dims == self.shapes[k]:
             return
-        if self.s.resize(t, list(dims), strict):
-            self.shapes[k] = dims
+        changed = self.s.resize(t, list(dims), strict)
+        self.shapes[k] = dims
+        if changed:
             self.ready = False
             self.changed()
 
