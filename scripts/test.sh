@@ -54,15 +54,51 @@ echo "== conformance: the reference backend (naive kernels; cpu only where it ha
 echo "== conformance: models split op by op between reference and cpu (every tensor crosses) vs LiteRT"
 "$CACHE/venv/bin/python" tools/conformance.py models --ferrite target/release/ferrite --corpus "$CACHE/models" --alternate reference,cpu
 
+echo "== python package: the abi3 wheel, built with maturin"
+"$CACHE/venv/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.7,<2"
+rm -f target/wheels/ferrite-*.whl
+"$CACHE/venv/bin/maturin" build --release --locked -q -m crates/ferrite-py/Cargo.toml -o target/wheels
+WHEEL=$(ls target/wheels/ferrite-*-abi3-*.whl)
+echo "wheel: $(basename "$WHEEL"), $(( $(stat -c %s "$WHEEL") / 1024 )) KiB"
+"$CACHE/venv/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$WHEEL"
+
 echo "== python package: one script against LiteRT's Interpreter and ferrite's"
-"$CACHE/venv/bin/python" -m pip install -q --disable-pip-version-check ./crates/ferrite-py
 "$CACHE/venv/bin/python" tools/python_api_test.py --corpus "$CACHE/models"
 
-echo "== real application: pymicro-wakeword (ctypes on the C API) on its bundled LiteRT library and on ferrite's"
+echo "== python package: every Interpreter method and error case on both runtimes (differences: docs/python.md)"
+"$CACHE/venv/bin/python" tools/interpreter_probe.py --corpus "$CACHE/models" --timings
+
+echo "== python package: the wheel in a fresh venv, as a user installs it (smoke run, type stubs)"
+rm -rf "$CACHE/wheelvenv"
+python3 -m venv "$CACHE/wheelvenv"
+"$CACHE/wheelvenv/bin/python" -m pip install -q --disable-pip-version-check "$WHEEL" "mypy>=1.18,<2"
+"$CACHE/wheelvenv/bin/python" - models/demo.tflite <<'PY'
+import sys
+import numpy as np
+import ferrite
+from ferrite.interpreter import Interpreter
+assert Interpreter is ferrite.Interpreter and ferrite.__version__
+it = Interpreter(model_path=sys.argv[1])
+it.allocate_tensors()
+d = it.get_input_details()[0]
+it.tensor(d["index"])()[...] = 0.5
+it.invoke()
+p = it.get_tensor(it.get_output_details()[0]["index"])
+assert p.shape == (1, 10) and abs(float(p.sum()) - 1) < 1e-5, p
+print(f"ferrite {ferrite.__version__}: demo model ran in a fresh venv, class {int(p.argmax())}")
+PY
+(cd /tmp && "$CACHE/wheelvenv/bin/python" -m mypy.stubtest --ignore-disjoint-bases ferrite)
+
+echo "== speech synthesis for the application tests (espeak-ng, sox; Debian packages)"
 if ! command -v espeak-ng >/dev/null || ! command -v sox >/dev/null; then
   SUDO=""
   if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
   $SUDO apt-get update -q
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q espeak-ng sox
 fi
+
+echo "== a real application: openWakeWord on ferrite's Interpreter vs LiteRT (synthesized speech)"
+"$CACHE/venv/bin/python" tools/app_openwakeword.py --cache "$CACHE"
+
+echo "== real application: pymicro-wakeword (ctypes on the C API) on its bundled LiteRT library and on ferrite's"
 "$CACHE/venv/bin/python" tools/app_microwakeword.py --cache "$CACHE" --lib target/release/libtensorflowlite_c.so

@@ -53,8 +53,8 @@ def exercise(make, path, seed):
     sigs = it.get_signature_list()
     dynamic = any(-1 in list(d["shape_signature"]) for d in ins)
     if len(sigs) == 1 and not dynamic:
-        # A fresh interpreter: LiteRT's runner shares state (variables, resized shapes)
-        # with the interpreter it came from, ferrite's starts from the model's own.
+        # A fresh interpreter: a runner shares state (variables, resized shapes) with the
+        # interpreter it came from, in both runtimes; this one starts from the model's own.
         runner = make(path).get_signature_runner()
         feed = {}
         for name, d in sorted(runner.get_input_details().items()):

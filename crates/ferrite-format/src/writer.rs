@@ -33,12 +33,14 @@ pub struct TensorSpec {
     pub data: Option<Vec<u8>>,
     /// Per-tensor or per-axis quantization: (scales, zero points, axis).
     pub quant: Option<(Vec<f32>, Vec<i64>, i32)>,
+    /// A variable tensor (state kept across invocations; reset by `ResetVariableTensors`).
+    pub is_variable: bool,
 }
 
 impl TensorSpec {
     /// A non-constant tensor.
     pub fn activation(name: &str, dtype: TensorType, shape: &[i32]) -> Self {
-        TensorSpec { name: name.into(), dtype, shape: shape.to_vec(), shape_signature: None, data: None, quant: None }
+        TensorSpec { name: name.into(), dtype, shape: shape.to_vec(), shape_signature: None, data: None, quant: None, is_variable: false }
     }
     /// A constant float32 tensor.
     pub fn const_f32(name: &str, shape: &[i32], values: &[f32]) -> Self {
@@ -477,6 +479,7 @@ impl ModelSpec {
                         quantization,
                         shape_signature,
                         has_rank: true,
+                        is_variable: t.is_variable,
                         ..Default::default()
                     },
                 ));

@@ -266,19 +266,20 @@ impl Exec {
         if self.allocated {
             return Ok(());
         }
-        self.session.ensure_prepared()?;
-        for (i, t) in self.inputs.iter_mut().enumerate() {
+        self.session.allocate_tensors()?;
+        let (ins, outs) = (self.session.inputs(), self.session.outputs());
+        for (t, d) in self.inputs.iter_mut().zip(&ins) {
             let t = t.get_mut();
-            match self.session.input_buffer_mut(i) {
+            match self.session.tensor_data_mut(d.tensor) {
                 Ok(b) => t.set_data(b.as_mut_ptr(), b.len(), false),
                 // No op reads this input: it gets memory of its own for apps to write.
                 Err(_) => t.use_spare(),
             }
         }
-        for (k, d) in self.session.outputs().iter().enumerate() {
+        for (k, d) in outs.iter().enumerate() {
             let t = self.outputs[k].get_mut();
             t.set_shape(&d.shape);
-            match self.session.output_buffer_mut(k) {
+            match self.session.tensor_data_mut(d.tensor) {
                 Ok(b) => t.set_data(b.as_mut_ptr(), b.len(), false),
                 // Known only after a run (data-dependent shape) or a constant: set by invoke.
                 Err(_) => t.clear_data(),
@@ -538,8 +539,8 @@ unsafe fn with_main(interpreter: *const TfLiteInterpreter, f: impl FnOnce(&mut E
 
 /// Gives input `input_index` the shape `input_dims[0..input_dims_size]` (copied). It
 /// takes effect at the next TfLiteInterpreterAllocateTensors, which must come before
-/// the next invoke; until then the input's data is NULL. ferrite keeps each input's
-/// rank: a resize to another rank is an error.
+/// the next invoke; until then the input's data is NULL. The rank may change, as in
+/// LiteRT (each op checks the ranks it takes when the interpreter is allocated).
 ///
 /// # Safety
 /// `interpreter` is NULL or a live interpreter; `input_dims` is NULL or points to
@@ -598,8 +599,8 @@ pub unsafe extern "C" fn TfLiteInterpreterInvoke(interpreter: *mut TfLiteInterpr
     unsafe { with_main(interpreter, Exec::invoke) }
 }
 
-/// Resets the model's state: its resource variables (streaming state) are forgotten and
-/// their initializers run again at the next invoke.
+/// Resets the model's variable tensors (`is_variable`: zeros, an int8 one its zero
+/// point). Resource variables (VAR_HANDLE) keep their values, as in LiteRT.
 ///
 /// # Safety
 /// `interpreter` is NULL or a live interpreter.
@@ -608,10 +609,10 @@ pub unsafe extern "C" fn TfLiteInterpreterResetVariableTensors(interpreter: *mut
     // SAFETY: forwarded caller contract.
     let Some(it) = (unsafe { self::interpreter(interpreter) }) else { return TfLiteStatus::Error };
     guard(it.main.reporter, TfLiteStatus::Error, || {
-        // Signature runners run sessions of their own: their state is reset too.
-        it.main.session.reset_variables();
+        // Signature runners run sessions of their own: their tensors are reset too.
+        it.main.session.reset_variable_tensors();
         for r in it.runners.iter_mut().flatten() {
-            r.exec.session.reset_variables();
+            r.exec.session.reset_variable_tensors();
         }
         TfLiteStatus::Ok
     })

@@ -282,11 +282,12 @@ impl AsRef<[u8]> for Mapped {
     }
 }
 
-/// A loaded model: the IR plus the bytes its constants live in.
+/// A loaded model: the IR plus the bytes its constants live in. A clone shares the bytes.
 ///
 /// Read-only outside the crate (accessors, no public fields): every index in it
 /// was validated at load, and sessions rely on that, so a caller must not be able
 /// to edit a loaded model into one that would make them index out of bounds.
+#[derive(Clone)]
 pub struct Model {
     bytes: ModelBytes,
     pub(crate) kind: FileKind,

@@ -131,6 +131,32 @@ pub struct Session {
     pending_input_bytes: usize,
     /// Per-step times of the runs since profiling was enabled.
     profile: Option<Vec<(usize, std::time::Duration)>>,
+    /// Every tensor keeps its own memory (see [`Session::set_preserve_all_tensors`]).
+    preserve_all: bool,
+    /// With `preserve_all`, the model compiled and run in place of `model`: the same
+    /// bytes and IR, with every tensor an op produces listed among the subgraph's outputs.
+    keep_all: Option<Arc<Model>>,
+}
+
+/// `model` with every tensor that an op of subgraph `sg` produces listed among the
+/// subgraph's outputs. The memory planner keeps graph outputs alive for the whole run
+/// and never reuses their memory, and fusion leaves tensors that leave the graph alone,
+/// so compiling this model gives every intermediate its own storage.
+fn keeping_all_tensors(model: &Model, sg: usize) -> Model {
+    let mut m = model.clone();
+    if let Some(g) = m.subgraphs.get_mut(sg) {
+        let mut listed = vec![false; g.tensors.len()];
+        for &t in &g.outputs {
+            listed[t] = true;
+        }
+        let produced: Vec<usize> = g.ops.iter().flat_map(|op| op.outputs.iter().copied()).collect();
+        for t in produced {
+            if !std::mem::replace(&mut listed[t], true) {
+                g.outputs.push(t);
+            }
+        }
+    }
+    m
 }
 
 /// Plans kept per session for alternating input shapes (the active one included).
@@ -201,6 +227,8 @@ impl Session {
             last_run: RunStats::default(),
             pending_input_bytes: 0,
             profile: None,
+            preserve_all: false,
+            keep_all: None,
         })
     }
 
@@ -292,11 +320,13 @@ impl Session {
         if cur.as_slice() == shape {
             return Ok(());
         }
-        if cur.len() != shape.len() {
-            return Err(Error::InvalidArgument(format!("input {i}: cannot change rank from {} to {}", cur.len(), shape.len()).into()));
+        if cur.len() == shape.len() {
+            // In place: same rank, so no allocation.
+            cur.copy_from_slice(shape);
+        } else {
+            // A new rank (LiteRT allows it; each op checks the ranks it takes).
+            *cur = shape.to_vec();
         }
-        // In place: same rank, so no allocation.
-        cur.copy_from_slice(shape);
         if self.state == State::Prepared {
             self.dirty = self.input_shapes != self.compiled_shapes;
             self.ran = false;
@@ -312,7 +342,8 @@ impl Session {
 
     fn compile_current(&mut self) -> Result<CompiledGraph> {
         let limits = Limits { max_arena_bytes: self.options.max_arena_bytes };
-        let c = compile::compile(&self.model, self.subgraph, &self.input_shapes, &self.backends, &self.options.custom_ops, &mut self.ctx, limits)?;
+        let model = self.keep_all.as_ref().unwrap_or(&self.model);
+        let c = compile::compile(model, self.subgraph, &self.input_shapes, &self.backends, &self.options.custom_ops, &mut self.ctx, limits)?;
         self.stats.compiles += 1;
         Ok(c)
     }
@@ -335,6 +366,8 @@ impl Session {
         self.state = State::Loaded;
         self.ran = false;
         self.dirty = false;
+        // The subgraph is fixed from here on (selecting one needs the Loaded state).
+        self.keep_all = self.preserve_all.then(|| Arc::new(keeping_all_tensors(&self.model, self.subgraph)));
         let c = self.compile_current()?;
         self.reserve_arena(c.plan.arena_bytes);
         self.compiled = Some(c);
@@ -397,6 +430,133 @@ impl Session {
         self.ctx.variables.reset();
     }
 
+    /// Keeps every tensor of the session's subgraph in memory of its own, so that after
+    /// a run each intermediate holds the value its op computed (LiteRT's
+    /// `experimental_preserve_all_tensors`), readable with [`Session::tensor_data`]. Costs
+    /// memory (tensors share none) and fusion across ops, whose fused-away intermediates
+    /// would never be written. Before `prepare`.
+    pub fn set_preserve_all_tensors(&mut self, on: bool) -> Result<()> {
+        self.require(State::Loaded, "set_preserve_all_tensors")?;
+        self.preserve_all = on;
+        Ok(())
+    }
+
+    /// LiteRT's `AllocateTensors`: prepares a loaded session; after a resize, switches to
+    /// the plan for the new shapes (a cached one, or compiled once); with nothing changed
+    /// it does nothing, so it may be called before every run. Returns whether the plan
+    /// changed (shapes may differ and tensor memory may have moved).
+    pub fn allocate_tensors(&mut self) -> Result<bool> {
+        match self.state {
+            State::Loaded => self.prepare().map(|_| true),
+            State::Prepared if self.dirty => self.ensure_plan().map(|_| true),
+            State::Prepared => Ok(false),
+        }
+    }
+
+    /// Whether the active plan computes some shapes at run time (ops from the first
+    /// data-dependent one on): their tensors' descriptions change with each run.
+    pub fn has_dynamic_shapes(&self) -> bool {
+        self.compiled.as_ref().is_some_and(|c| c.dynamic.is_some())
+    }
+
+    /// Tensors in the session's subgraph; [`Session::tensor_desc`] and
+    /// [`Session::tensor_data`] address them by index, as the model file does.
+    pub fn tensor_count(&self) -> usize {
+        self.model.subgraphs[self.subgraph].tensors.len()
+    }
+
+    fn tensor_info(&self, t: usize) -> Result<&crate::model::TensorInfo> {
+        let ts = &self.model.subgraphs[self.subgraph].tensors;
+        ts.get(t).ok_or_else(|| Error::InvalidArgument(format!("tensor {t} does not exist ({} tensors)", ts.len()).into()))
+    }
+
+    /// Tensor `t` of the session's subgraph (its name in the model, not a signature's
+    /// alias). The shape is an input's as last resized; otherwise the active plan's (for
+    /// shapes computed at run time, the last run's), or the model's before `prepare`.
+    pub fn tensor_desc(&self, t: usize) -> Result<TensorDesc> {
+        let info = self.tensor_info(t)?;
+        let shape = match (self.inputs.iter().position(|x| x.1 == t), &self.compiled) {
+            (Some(k), _) => self.input_shapes[k].clone(),
+            (None, Some(c)) => match c.dynamic.as_ref().and_then(|d| d.values[t].as_ref()) {
+                Some(v) => v.shape.clone(),
+                None => c.tensors[t].shape.clone(),
+            },
+            (None, None) => info.shape.clone(),
+        };
+        Ok(TensorDesc { name: info.name.clone(), tensor: t, dtype: info.dtype, shape, shape_signature: info.shape_signature.clone() })
+    }
+
+    /// The active plan, unless a resize waits for `allocate_tensors` (its memory is stale).
+    fn current_plan(&self) -> Option<&CompiledGraph> {
+        self.compiled.as_ref().filter(|_| !self.dirty)
+    }
+
+    /// The bytes of tensor `t` of the session's subgraph: a constant's at any time; after
+    /// `prepare`, every tensor that has storage — inputs as last set, outputs and
+    /// intermediates as the last run left them (an intermediate's memory is shared with
+    /// others unless [`Session::set_preserve_all_tensors`] is on), zeros before the
+    /// first run. An error for a tensor without storage (unused, computed at run time
+    /// and not yet run, or a folded constant released at prepare) and, but for
+    /// constants, before `prepare` or while a resize waits for `allocate_tensors`.
+    pub fn tensor_data(&self, t: usize) -> Result<TensorData<'_>> {
+        let info = self.tensor_info(t)?;
+        let constant = || self.model.const_data(info).map(|bytes| TensorData { dtype: info.dtype, shape: &info.shape, bytes });
+        let no_data = || Error::InvalidState(format!("tensor {t} ('{}') has no data: allocate tensors (and run) first", info.name).into());
+        let Some(c) = self.current_plan() else { return constant().ok_or_else(no_data) };
+        if let Some(v) = c.dynamic.as_ref().and_then(|d| d.values[t].as_ref()) {
+            return Ok(TensorData { dtype: v.dtype, shape: &v.shape, bytes: v.data.bytes() });
+        }
+        let slot = &c.tensors[t];
+        let bytes: &[u8] = match &slot.loc {
+            Loc::Arena { offset, len } => &bytemuck::cast_slice::<u64, u8>(&self.arena)[*offset..*offset + *len],
+            Loc::Model(r) => self.model.bytes().get(r.clone()).ok_or_else(no_data)?,
+            Loc::Owned(b) => b.bytes(),
+            Loc::None => return constant().ok_or_else(no_data),
+        };
+        Ok(TensorData { dtype: slot.dtype, shape: &slot.shape, bytes })
+    }
+
+    /// Tensor `t`'s memory, writable: an input to fill in place (LiteRT's
+    /// `interpreter.tensor(i)`), an output or intermediate to edit. Constants are refused.
+    /// The memory keeps its address until the session replaces it: `prepare`, or the
+    /// first `allocate_tensors`, `set_input` or `run` after a resize that changes shapes.
+    pub fn tensor_data_mut(&mut self, t: usize) -> Result<&mut [u8]> {
+        let info = self.tensor_info(t)?;
+        let name = info.name.clone();
+        if self.current_plan().is_none() {
+            return Err(Error::InvalidState(format!("tensor {t} ('{name}') has no memory: allocate tensors first").into()));
+        }
+        let Session { compiled, arena, .. } = self;
+        let c = compiled.as_mut().ok_or_else(|| Error::InvalidState("session is not prepared".into()))?;
+        if let Some(v) = c.dynamic.as_mut().and_then(|d| d.values[t].as_mut()) {
+            return Ok(v.data.bytes_mut());
+        }
+        match c.tensors[t].loc {
+            Loc::Arena { offset, len } => Ok(&mut bytemuck::cast_slice_mut::<u64, u8>(arena)[offset..offset + len]),
+            Loc::Model(_) | Loc::Owned(_) => Err(Error::InvalidArgument(format!("tensor {t} ('{name}') is a constant and cannot be written").into())),
+            Loc::None => Err(Error::InvalidState(format!("tensor {t} ('{name}') has no memory (unused, or computed at run time)").into())),
+        }
+    }
+
+    /// LiteRT's `ResetVariableTensors`: each tensor the model marks as variable
+    /// (`is_variable`, the state of LSTM-style ops) that has memory is filled with zeros,
+    /// an int8 one with its zero point. Resource variables (VAR_HANDLE) keep their
+    /// values, as in LiteRT; [`Session::reset_variables`] forgets those.
+    pub fn reset_variable_tensors(&mut self) {
+        let Some(c) = self.compiled.as_ref() else { return };
+        let arena = bytemuck::cast_slice_mut::<u64, u8>(&mut self.arena);
+        for (t, info) in self.model.subgraphs[self.subgraph].tensors.iter().enumerate() {
+            if let (true, Loc::Arena { offset, len }) = (info.is_variable, &c.tensors[t].loc) {
+                let zero_point = match (info.dtype, info.quant.as_ref().and_then(|q| q.zero_point.first())) {
+                    // The zero point's low byte is the int8 value's two's-complement encoding.
+                    (DType::I8, Some(&z)) => z as u8,
+                    _ => 0,
+                };
+                arena[*offset..*offset + *len].fill(zero_point);
+            }
+        }
+    }
+
     /// Compile / cache / arena counters, for tests and reports.
     pub fn plan_stats(&self) -> PlanStats {
         self.stats
@@ -451,46 +611,6 @@ impl Session {
         self.set_input(i, bytemuck::cast_slice(data))
     }
 
-    /// Makes the session runnable for the current input shapes: prepares it the first
-    /// time; after [`resize_input`](Self::resize_input), switches to the plan for the new
-    /// shapes (compiled once, or taken from the plan cache). Does nothing when nothing
-    /// changed, so a caller may use it as an idempotent "allocate" step (the TFLite C
-    /// API's `AllocateTensors`). Buffers from [`input_buffer_mut`](Self::input_buffer_mut)
-    /// and [`output_buffer_mut`](Self::output_buffer_mut) stay where they are until a
-    /// later call switches the plan.
-    pub fn ensure_prepared(&mut self) -> Result<()> {
-        match self.state {
-            State::Loaded => self.prepare(),
-            State::Prepared => self.ensure_plan(),
-        }
-    }
-
-    /// The live memory of input `i` under the active plan: the bytes the next
-    /// [`run`](Self::run) reads, so writing them sets the input without a copy. The
-    /// memory stays in place until the plan switches (see
-    /// [`ensure_prepared`](Self::ensure_prepared)). Fails before `prepare`, and for an
-    /// input that no op reads (it has no memory).
-    pub fn input_buffer_mut(&mut self, i: usize) -> Result<&mut [u8]> {
-        self.require(State::Prepared, "input_buffer_mut")?;
-        self.ensure_plan()?;
-        let (_, t) = *self.inputs.get(i).ok_or_else(|| Error::InvalidArgument(format!("input {i} does not exist ({} inputs)", self.inputs.len()).into()))?;
-        let (offset, len) = self.slot(t)?;
-        Ok(&mut bytemuck::cast_slice_mut::<u64, u8>(&mut self.arena)[offset..offset + len])
-    }
-
-    /// The memory where the next [`run`](Self::run) writes output `i`, when the plan
-    /// keeps it in the arena (it stays in place like an input's). Fails before
-    /// `prepare`, and for outputs whose memory is only known after a run (data-dependent
-    /// shapes) or that are constants; read those with [`output`](Self::output).
-    pub fn output_buffer_mut(&mut self, i: usize) -> Result<&mut [u8]> {
-        self.require(State::Prepared, "output_buffer_mut")?;
-        self.ensure_plan()?;
-        let (_, t) =
-            *self.outputs.get(i).ok_or_else(|| Error::InvalidArgument(format!("output {i} does not exist ({} outputs)", self.outputs.len()).into()))?;
-        let (offset, len) = self.slot(t)?;
-        Ok(&mut bytemuck::cast_slice_mut::<u64, u8>(&mut self.arena)[offset..offset + len])
-    }
-
     /// Runs the model on the current inputs.
     pub fn run(&mut self) -> Result<()> {
         self.require(State::Prepared, "run")?;
@@ -503,7 +623,8 @@ impl Session {
             ctx: &mut self.ctx,
             limits: Limits { max_arena_bytes: self.options.max_arena_bytes },
         };
-        crate::exec::execute(c, &self.model, bytemuck::cast_slice_mut(&mut self.arena), None, &mut env, self.profile.as_mut())?;
+        let model = self.keep_all.as_ref().unwrap_or(&self.model);
+        crate::exec::execute(c, model, bytemuck::cast_slice_mut(&mut self.arena), None, &mut env, self.profile.as_mut())?;
         self.ran = true;
         // Outputs are read in place with `output()`: nothing is copied out.
         self.last_run = RunStats { input_bytes_copied: std::mem::take(&mut self.pending_input_bytes), output_bytes_copied: 0 };
@@ -538,6 +659,9 @@ impl Session {
         for (k, (_, t)) in self.outputs.iter().enumerate() {
             check("output", k, *t, outputs[k].len())?;
         }
+        if self.keep_all.is_some() {
+            return self.run_with_copies(inputs, outputs);
+        }
         self.ran = false;
         let mut env = crate::exec::DynEnv {
             backends: &self.backends,
@@ -548,6 +672,27 @@ impl Session {
         let copied = crate::exec::execute(c, &self.model, bytemuck::cast_slice_mut(&mut self.arena), Some((inputs, outputs)), &mut env, self.profile.as_mut())?;
         self.pending_input_bytes = 0;
         self.last_run = RunStats { input_bytes_copied: 0, output_bytes_copied: copied };
+        Ok(self.last_run)
+    }
+
+    /// `run_with` when every tensor is preserved: the compiled graph lists every
+    /// intermediate among its outputs, so the caller's buffers (the model's outputs
+    /// only) cannot be bound; the run uses the arena and copies at both ends.
+    fn run_with_copies(&mut self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<RunStats> {
+        for (k, data) in inputs.iter().enumerate() {
+            self.set_input(k, data)?;
+        }
+        self.run()?;
+        let mut copied = 0;
+        for (k, out) in outputs.iter_mut().enumerate() {
+            let data = self.output(k)?;
+            if data.bytes.len() != out.len() {
+                return Err(Error::InvalidArgument(format!("output {k} has {} bytes after the run, buffer has {}", data.bytes.len(), out.len()).into()));
+            }
+            out.copy_from_slice(data.bytes);
+            copied += out.len();
+        }
+        self.last_run.output_bytes_copied = copied;
         Ok(self.last_run)
     }
 

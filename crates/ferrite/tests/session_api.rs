@@ -105,7 +105,14 @@ fn resize_before_and_after_prepare() {
     s.run().unwrap();
     assert_eq!(s.output(0).unwrap().shape, &[2, 3]);
     assert_eq!(s.output(0).unwrap().to_f32().unwrap(), expected(&X));
-    assert!(s.resize_input(0, &[6]).is_err(), "rank changes are refused");
+    // A new rank is accepted, as in LiteRT; the ops decide whether they take it.
+    s.resize_input(0, &[3]).unwrap();
+    s.set_input_f32(0, &X[..3]).unwrap();
+    s.run().unwrap();
+    assert_eq!(s.output(0).unwrap().shape, &[3]);
+    assert_eq!(s.output(0).unwrap().to_f32().unwrap(), expected(&X[..3]));
+    s.resize_input(0, &[6]).unwrap();
+    assert!(s.run().is_err(), "MUL cannot broadcast [6] with its [3] weights");
 }
 
 fn f32_bytes(x: &[f32]) -> Vec<u8> {
@@ -115,33 +122,34 @@ fn f32_bytes(x: &[f32]) -> Vec<u8> {
 #[test]
 fn live_buffers_are_where_runs_read_and_write() {
     let mut s = Session::from_bytes(Arc::new(small_model().to_bytes().unwrap())).unwrap();
-    assert!(matches!(s.input_buffer_mut(0), Err(Error::InvalidState(_))));
-    s.ensure_prepared().unwrap();
-    s.ensure_prepared().unwrap();
+    let (x, y) = (s.inputs()[0].tensor, s.outputs()[0].tensor);
+    assert!(matches!(s.tensor_data_mut(x), Err(Error::InvalidState(_))));
+    assert!(s.allocate_tensors().unwrap(), "the first allocation prepares");
+    assert!(!s.allocate_tensors().unwrap(), "nothing changed");
     assert_eq!(s.plan_stats().compiles, 1, "nothing changed: no second compile");
 
     // Inputs written in place are what the run reads, and they stay for the next run.
-    let input = s.input_buffer_mut(0).unwrap();
+    let input = s.tensor_data_mut(x).unwrap();
     input.copy_from_slice(&f32_bytes(&X));
     let in_ptr = input.as_ptr();
-    let out_ptr = s.output_buffer_mut(0).unwrap().as_ptr();
+    let out_ptr = s.tensor_data_mut(y).unwrap().as_ptr();
     for _ in 0..2 {
         s.run().unwrap();
         let out = s.output(0).unwrap();
-        assert_eq!(out.bytes.as_ptr(), out_ptr, "the output is where output_buffer_mut said");
+        assert_eq!(out.bytes.as_ptr(), out_ptr, "the output is where tensor_data_mut said");
         assert_eq!(out.to_f32().unwrap(), expected(&X));
     }
-    assert_eq!(s.input_buffer_mut(0).unwrap().as_ptr(), in_ptr, "no plan change: the input did not move");
+    assert_eq!(s.tensor_data_mut(x).unwrap().as_ptr(), in_ptr, "no plan change: the input did not move");
 
-    // A resize takes effect at ensure_prepared; the buffers then have the new sizes.
+    // A resize takes effect at allocate_tensors; the buffers then have the new sizes.
     s.resize_input(0, &[1, 3]).unwrap();
-    s.ensure_prepared().unwrap();
-    s.input_buffer_mut(0).unwrap().copy_from_slice(&f32_bytes(&X[..3]));
-    assert_eq!(s.output_buffer_mut(0).unwrap().len(), 12);
+    assert!(matches!(s.tensor_data_mut(x), Err(Error::InvalidState(_))), "stale until allocated");
+    assert!(s.allocate_tensors().unwrap());
+    s.tensor_data_mut(x).unwrap().copy_from_slice(&f32_bytes(&X[..3]));
+    assert_eq!(s.tensor_data_mut(y).unwrap().len(), 12);
     s.run().unwrap();
     assert_eq!(s.output(0).unwrap().to_f32().unwrap(), expected(&X[..3]));
-    assert!(matches!(s.input_buffer_mut(1), Err(Error::InvalidArgument(_))));
-    assert!(matches!(s.output_buffer_mut(1), Err(Error::InvalidArgument(_))));
+    assert!(matches!(s.tensor_data_mut(1000), Err(Error::InvalidArgument(_))));
 }
 
 struct Double;
@@ -244,4 +252,118 @@ fn shared_prepare_time_constant_survives_packing() {
     // y1 = x * [2, 3] + [1, 2]; y2 = y1 (identity 1x1) + [1, 2]
     let want: Vec<f32> = x.iter().enumerate().map(|(i, v)| if i % 2 == 0 { v * 2.0 + 2.0 } else { v * 3.0 + 4.0 }).collect();
     assert_eq!(run(m.to_bytes().unwrap(), &x), want);
+}
+
+/// x -> MUL w -> a -> ADD b -> c -> MUL w -> d -> ADD b (relu) -> y: the planner may
+/// give `d` the memory of `a` (their lifetimes do not overlap).
+fn chain_model() -> (ModelSpec, [i32; 3]) {
+    let mut m = ModelSpec::default();
+    let x = m.add_tensor(TensorSpec::activation("x", TensorType::FLOAT32, &[2, 3]));
+    let w = m.add_tensor(TensorSpec::const_f32("w", &[3], &[1.0, -2.0, 0.5]));
+    let b = m.add_tensor(TensorSpec::const_f32("b", &[3], &[0.25, 0.25, 0.25]));
+    let mut t = [0; 3];
+    for (k, slot) in t.iter_mut().enumerate() {
+        *slot = m.add_tensor(TensorSpec::activation(&format!("t{k}"), TensorType::FLOAT32, &[2, 3]));
+    }
+    let y = m.add_tensor(TensorSpec::activation("y", TensorType::FLOAT32, &[2, 3]));
+    let none = Options::Binary { activation: Activation::NONE };
+    m.add_op(OpCode::Builtin(B::MUL), &[x, w], &[t[0]], none.clone());
+    m.add_op(OpCode::Builtin(B::ADD), &[t[0], b], &[t[1]], none.clone());
+    m.add_op(OpCode::Builtin(B::MUL), &[t[1], w], &[t[2]], none);
+    m.add_op(OpCode::Builtin(B::ADD), &[t[2], b], &[y], Options::Binary { activation: Activation::RELU });
+    m.inputs = vec![x];
+    m.outputs = vec![y];
+    (m, t)
+}
+
+#[test]
+fn preserved_tensors_hold_every_intermediate_after_a_run() {
+    let (m, t) = chain_model();
+    let model = Arc::new(Model::from_bytes(Arc::new(m.to_bytes().unwrap())).unwrap());
+    let w = [1.0f32, -2.0, 0.5];
+    let t0: Vec<f32> = X.iter().enumerate().map(|(i, v)| v * w[i % 3]).collect();
+    let t1: Vec<f32> = t0.iter().map(|v| v + 0.25).collect();
+    let t2: Vec<f32> = t1.iter().enumerate().map(|(i, v)| v * w[i % 3]).collect();
+    let y: Vec<f32> = t2.iter().map(|v| (v + 0.25f32).max(0.0)).collect();
+    let mut s = Session::with_options(model.clone(), SessionOptions::default()).unwrap();
+    s.set_preserve_all_tensors(true).unwrap();
+    s.prepare().unwrap();
+    assert!(matches!(s.set_preserve_all_tensors(false), Err(Error::InvalidState(_))), "fixed once prepared");
+    s.set_input_f32(0, &X).unwrap();
+    s.run().unwrap();
+    for (tensor, want) in t.iter().zip([&t0, &t1, &t2]) {
+        let got = s.tensor_data(*tensor as usize).unwrap().to_f32().unwrap();
+        assert_eq!(&got, want, "tensor {tensor}");
+    }
+    assert_eq!(s.output(0).unwrap().to_f32().unwrap(), y);
+    // Bound buffers give the same result (the compiled graph lists more outputs than the model).
+    let mut out = vec![0u8; 24];
+    s.run_with(&[bytemuck_f32(&X).as_slice()], &mut [out.as_mut_slice()]).unwrap();
+    assert_eq!(out, bytemuck_f32(&y));
+    // Every intermediate in memory of its own: the arena holds all five tensors.
+    let (arena, _) = s.arena_stats().unwrap();
+    assert!(arena >= 5 * 64, "arena of {arena} bytes shares memory");
+    let mut plain = Session::with_options(model, SessionOptions::default()).unwrap();
+    plain.prepare().unwrap();
+    assert!(plain.arena_stats().unwrap().0 < arena, "without the option, t0 and t2 share memory");
+}
+
+fn bytemuck_f32(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+#[test]
+fn allocate_tensors_compiles_only_when_shapes_change() {
+    let mut s = Session::from_bytes(Arc::new(small_model().to_bytes().unwrap())).unwrap();
+    assert!(s.allocate_tensors().unwrap(), "first call prepares");
+    assert!(!s.allocate_tensors().unwrap(), "nothing changed");
+    assert_eq!(s.plan_stats().compiles, 1);
+    s.resize_input(0, &[2, 3]).unwrap();
+    assert!(!s.allocate_tensors().unwrap(), "resize to the current shape");
+    s.resize_input(0, &[1, 3]).unwrap();
+    assert!(s.allocate_tensors().unwrap());
+    assert_eq!(s.tensor_desc(4).unwrap().shape, vec![1, 3], "the output follows the new plan");
+    s.resize_input(0, &[2, 3]).unwrap();
+    assert!(s.allocate_tensors().unwrap());
+    let stats = s.plan_stats();
+    assert_eq!((stats.compiles, stats.cache_hits), (2, 1), "the first shape's plan comes from the cache");
+}
+
+#[test]
+fn tensors_by_index_before_and_after_prepare() {
+    let mut s = Session::from_bytes(Arc::new(small_model().to_bytes().unwrap())).unwrap();
+    assert_eq!(s.tensor_count(), 5);
+    assert_eq!(s.tensor_data(1).unwrap().to_f32().unwrap(), vec![1.0, -2.0, 0.5], "constants before prepare");
+    assert!(matches!(s.tensor_data(0), Err(Error::InvalidState(_))), "no memory before prepare");
+    assert!(matches!(s.tensor_data(5), Err(Error::InvalidArgument(_))));
+    assert!(matches!(s.tensor_data_mut(0), Err(Error::InvalidState(_))));
+    s.prepare().unwrap();
+    assert!(matches!(s.tensor_data_mut(1), Err(Error::InvalidArgument(_))), "constants are read-only");
+    assert_eq!(s.tensor_data(0).unwrap().bytes, &[0u8; 24], "inputs read as zeros before they are set");
+    // Filling the input in place is what set_input does.
+    s.tensor_data_mut(0).unwrap().copy_from_slice(&bytemuck_f32(&X));
+    s.run().unwrap();
+    assert_eq!(s.tensor_data(4).unwrap().to_f32().unwrap(), expected(&X));
+    assert_eq!(s.tensor_desc(4).unwrap().name, "y");
+    s.resize_input(0, &[1, 3]).unwrap();
+    assert!(matches!(s.tensor_data(0), Err(Error::InvalidState(_))), "stale memory while a resize waits");
+    assert!(s.tensor_data(1).is_ok(), "constants stay readable");
+    assert_eq!(s.tensor_desc(0).unwrap().shape, vec![1, 3], "an input's shape follows the resize at once");
+}
+
+#[test]
+fn reset_variable_tensors_zeroes_variable_tensors_only() {
+    let (mut m, t) = chain_model();
+    m.tensors[t[0] as usize].is_variable = true;
+    let model = Model::from_bytes(Arc::new(m.to_bytes().unwrap())).unwrap();
+    let mut s = Session::with_options(Arc::new(model), SessionOptions::default()).unwrap();
+    s.set_preserve_all_tensors(true).unwrap();
+    s.prepare().unwrap();
+    s.set_input_f32(0, &X).unwrap();
+    s.run().unwrap();
+    let before = s.tensor_data(t[1] as usize).unwrap().to_f32().unwrap();
+    assert!(s.tensor_data(t[0] as usize).unwrap().to_f32().unwrap().iter().any(|&v| v != 0.0));
+    s.reset_variable_tensors();
+    assert!(s.tensor_data(t[0] as usize).unwrap().to_f32().unwrap().iter().all(|&v| v == 0.0));
+    assert_eq!(s.tensor_data(t[1] as usize).unwrap().to_f32().unwrap(), before, "other tensors keep their values");
 }

@@ -135,8 +135,8 @@ TFL_CAPI_EXPORT extern const TfLiteTensor *TfLiteInterpreterGetOutputTensor(
 
 /* Gives input `input_index` the shape input_dims[0 .. input_dims_size) (copied). It takes
  * effect at the next TfLiteInterpreterAllocateTensors, which must precede the next
- * invoke. A resize to the current shape changes nothing. ferrite keeps each input's
- * rank: changing it is an error. */
+ * invoke. A resize to the current shape changes nothing. The rank may change; the
+ * model's ops check the ranks they take at AllocateTensors. */
 TFL_CAPI_EXPORT extern TfLiteStatus TfLiteInterpreterResizeInputTensor(TfLiteInterpreter *interpreter,
                                                                        int32_t input_index,
                                                                        const int *input_dims,

@@ -10,10 +10,9 @@
 extern "C" {
 #endif
 
-/* Resets the model's state. In ferrite this forgets the resource variables (the state
- * of streaming models) of the interpreter and its signature runners; their
- * initializers run again at the next invoke. (LiteRT zeroes only tensors flagged as
- * variables and keeps resource variables.) */
+/* Resets the tensors the model flags as variables (zeros; an int8 one its zero point),
+ * in the interpreter and its signature runners. Resource variables (the state of
+ * streaming models, VAR_HANDLE) keep their values, as in LiteRT. */
 TFL_CAPI_EXPORT extern TfLiteStatus TfLiteInterpreterResetVariableTensors(TfLiteInterpreter *interpreter);
 
 /* The model's tensor index of input / output `*_index` (-1 when out of range). */

@@ -1,0 +1,23 @@
+from . import interpreter as interpreter
+from .interpreter import Delegate as Delegate
+from .interpreter import Interpreter as Interpreter
+from .interpreter import InterpreterWithCustomOps as InterpreterWithCustomOps
+from .interpreter import OpResolverType as OpResolverType
+from .interpreter import SignatureRunner as SignatureRunner
+from .interpreter import load_delegate as load_delegate
+
+__all__ = [
+    "Delegate",
+    "Interpreter",
+    "InterpreterWithCustomOps",
+    "OpResolverType",
+    "SignatureRunner",
+    "__version__",
+    "install_as",
+    "interpreter",
+    "load_delegate",
+]
+
+__version__: str
+
+def install_as(package: str = "tflite_runtime") -> None: ...
