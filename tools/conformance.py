@@ -305,7 +305,9 @@ def cmd_ops(args):
                 ranges = iter(case["ranges"])
                 for k, d in enumerate(it.get_input_details()):
                     if str(k) in case.get("fixed", {}):
-                        xs.append(np.array(case["fixed"][str(k)], dtype=np.int32))
+                        x = np.array(case["fixed"][str(k)], dtype=np.int32)
+                        # Values listed flat take the input's declared shape (scalars too).
+                        xs.append(x.reshape(list(d["shape"])) if x.size == int(np.prod(d["shape"])) else x)
                         continue
                     if np.dtype(d["dtype"]).kind in "iu":
                         info = np.iinfo(d["dtype"])

@@ -261,6 +261,15 @@ op_table! {
     SHAPE:                   ShapeOptions,                1..=1, 1..=1, ANY;
     FILL:                    NONE,                        2..=2, 1..=1, ANY;
     ZEROS_LIKE:              NONE,                        1..=1, 1..=1, ANY;
+    // Index and set ops (options tables without fields are read as NONE).
+    GATHER_ND:               NONE,                        2..=2, 1..=1, ANY;
+    SCATTER_ND:              NONE,                        3..=3, 1..=1, F32 | I8 | U8 | INT;
+    DYNAMIC_UPDATE_SLICE:    NONE,                        3..=3, 1..=1, ANY;
+    EMBEDDING_LOOKUP:        NONE,                        2..=2, 1..=1, ANY | HYBRID;
+    TOPK_V2:                 NONE,                        2..=2, 2..=2, F32 | I8 | U8 | INT;
+    ONE_HOT:                 OneHotOptions,               4..=4, 1..=1, ANY;
+    RANGE:                   NONE,                        3..=3, 1..=1, F32 | INT;
+    CUMSUM:                  CumsumOptions,               2..=2, 1..=1, F32 | INT;
     // Type conversion.
     CAST:                    NONE,                        1..=1, 1..=1, ANY;
     QUANTIZE:                NONE,                        1..=1, 1..=1, F32 | I8 | U8 | I16;

@@ -170,6 +170,15 @@ pub enum Options {
     Gelu {
         approximate: bool,
     },
+    /// ONE_HOT: the axis the depth dimension is inserted at (negative counts from the end).
+    OneHot {
+        axis: i32,
+    },
+    /// CUMSUM.
+    Cumsum {
+        exclusive: bool,
+        reverse: bool,
+    },
     /// An options table of this type with every field at its default. Fits an op
     /// whose options table is this type.
     Empty(fb::BuiltinOptions),
@@ -226,6 +235,8 @@ impl Options {
             Options::LeakyRelu { .. } => &[T::LeakyReluOptions],
             Options::BatchMatMul { .. } => &[T::BatchMatMulOptions],
             Options::Gelu { .. } => &[T::GeluOptions],
+            Options::OneHot { .. } => &[T::OneHotOptions],
+            Options::Cumsum { .. } => &[T::CumsumOptions],
             Options::If { .. } => &[T::IfOptions],
             Options::While { .. } => &[T::WhileOptions],
             Options::CallOnce { .. } => &[T::CallOnceOptions],
@@ -642,6 +653,10 @@ fn write_options(b: &mut FlatBufferBuilder, table: fb::BuiltinOptions, o: &Optio
             T::DepthToSpaceOptions => fb::DepthToSpaceOptions::create(b, &fb::DepthToSpaceOptionsArgs { block_size: *n }).as_union_value(),
             _ => fb::SpaceToDepthOptions::create(b, &fb::SpaceToDepthOptionsArgs { block_size: *n }).as_union_value(),
         },
+        Options::OneHot { axis } => fb::OneHotOptions::create(b, &fb::OneHotOptionsArgs { axis: *axis }).as_union_value(),
+        Options::Cumsum { exclusive, reverse } => {
+            fb::CumsumOptions::create(b, &fb::CumsumOptionsArgs { exclusive: *exclusive, reverse: *reverse }).as_union_value()
+        }
         Options::Gather { axis, batch_dims } => fb::GatherOptions::create(b, &fb::GatherOptionsArgs { axis: *axis, batch_dims: *batch_dims }).as_union_value(),
         Options::Reducer { keep_dims } => fb::ReducerOptions::create(b, &fb::ReducerOptionsArgs { keep_dims: *keep_dims }).as_union_value(),
         Options::Squeeze { dims } => {

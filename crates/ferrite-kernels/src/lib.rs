@@ -142,6 +142,7 @@ pub mod fixed16;
 pub mod gemm;
 pub mod hybrid;
 pub mod igemm;
+pub mod index;
 pub mod movement;
 pub mod parallel;
 pub mod pool;

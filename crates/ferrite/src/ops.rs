@@ -159,6 +159,14 @@ pub enum OpParams {
     MirrorPad {
         symmetric: bool,
     },
+    /// ONE_HOT: where the depth dimension goes (negative counts from the end).
+    OneHot {
+        axis: i32,
+    },
+    Cumsum {
+        exclusive: bool,
+        reverse: bool,
+    },
     If {
         then_subgraph: usize,
         else_subgraph: usize,
@@ -310,6 +318,12 @@ pub fn parse_params(op: BuiltinOp, opt_type: u8, options: Option<Table<'_>>) -> 
             asymmetric_quantize_inputs: boolf(fb::BatchMatMulOptions::VT_ASYMMETRIC_QUANTIZE_INPUTS, false)?,
         },
         T::GeluOptions => OpParams::Gelu { approximate: boolf(fb::GeluOptions::VT_APPROXIMATE, false)? },
+        // TensorFlow's default axis is -1 and converters write it; a file without the
+        // table gets the schema's 0, as LiteRT's zero-initialized parameters do.
+        T::OneHotOptions => OpParams::OneHot { axis: i32f(fb::OneHotOptions::VT_AXIS, 0)? },
+        T::CumsumOptions => {
+            OpParams::Cumsum { exclusive: boolf(fb::CumsumOptions::VT_EXCLUSIVE, false)?, reverse: boolf(fb::CumsumOptions::VT_REVERSE, false)? }
+        }
         T::MirrorPadOptions => OpParams::MirrorPad { symmetric: i8f(fb::MirrorPadOptions::VT_MODE, 0)? == 1 },
         T::IfOptions => OpParams::If {
             then_subgraph: subgraph_index(i32f(fb::IfOptions::VT_THEN_SUBGRAPH_INDEX, 0)?, "then_subgraph_index")?,
@@ -378,6 +392,8 @@ mod tests {
             // MUL and DIV have no pot_scale_int16: the runtime reads it as false.
             T::MulOptions | T::DivOptions => (Options::Binary { activation: A::RELU6 }, OpParams::Binary { activation: act, pot_scale_int16: false }),
             T::LeakyReluOptions => (Options::LeakyRelu { alpha: 0.25 }, OpParams::LeakyRelu { alpha: 0.25 }),
+            T::OneHotOptions => (Options::OneHot { axis: -1 }, OpParams::OneHot { axis: -1 }),
+            T::CumsumOptions => (Options::Cumsum { exclusive: true, reverse: true }, OpParams::Cumsum { exclusive: true, reverse: true }),
             T::GeluOptions => (Options::Gelu { approximate: true }, OpParams::Gelu { approximate: true }),
             T::SoftmaxOptions => (Options::Softmax { beta: 0.5 }, OpParams::Softmax { beta: 0.5 }),
             T::ReducerOptions => (Options::Reducer { keep_dims: true }, OpParams::Reducer { keep_dims: true }),

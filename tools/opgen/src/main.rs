@@ -402,6 +402,169 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             single(B::GATHER, &[x, it], o, Options::Gather { axis: axis as i32, batch_dims: 0 }, &mut m);
             ranges.push(fr);
         }
+        "GATHER_ND" | "GATHER_ND_I64" => {
+            // Index tuples of 1 to rank coordinates, in range, int32 or int64 constants.
+            let rank = r.u(1, 4);
+            let s = r.shape(rank, 1, 4);
+            let nd = r.u(1, rank);
+            let lead: Vec<i32> = (0..r.u(1, 2)).map(|_| r.u(1, 3) as i32).collect();
+            let n: usize = n_of(&lead);
+            let idx: Vec<i32> = (0..n).flat_map(|_| s[..nd].to_vec()).map(|d| r.int(0, i64::from(d) - 1) as i32).collect();
+            let x = f32in(&mut m, "params", &s);
+            let mut ishape = lead.clone();
+            ishape.push(nd as i32);
+            let it = if op == "GATHER_ND_I64" {
+                let data = idx.iter().flat_map(|&v| i64::from(v).to_le_bytes()).collect();
+                m.add_tensor(TensorSpec { data: Some(data), ..TensorSpec::activation("indices", TensorType::INT64, &ishape) })
+            } else {
+                m.add_tensor(TensorSpec::const_i32("indices", &ishape, &idx))
+            };
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            single(B::GATHER_ND, &[x, it], o, Options::None, &mut m);
+            ranges.push(fr);
+        }
+        "SCATTER_ND" => {
+            // Random tuples (duplicates among them add up) into a constant shape.
+            let rank = r.u(1, 4);
+            let s = r.shape(rank, 1, 4);
+            let nd = r.u(1, rank);
+            let n = r.u(1, 6);
+            let idx: Vec<i32> = (0..n).flat_map(|_| s[..nd].to_vec()).map(|d| r.int(0, i64::from(d) - 1) as i32).collect();
+            let it = m.add_tensor(TensorSpec::const_i32("indices", &[n as i32, nd as i32], &idx));
+            let mut ushape = vec![n as i32];
+            ushape.extend_from_slice(&s[nd..]);
+            let u = f32in(&mut m, "updates", &ushape);
+            let st = m.add_tensor(TensorSpec::const_i32("shape", &[rank as i32], &s));
+            let o = out(&mut m, TensorType::FLOAT32, &s);
+            single(B::SCATTER_ND, &[it, u, st], o, Options::None, &mut m);
+            ranges.push(fr);
+        }
+        "DYNAMIC_UPDATE_SLICE" => {
+            // The start position is a model input (a KV cache's write index), some
+            // starts outside the operand (clamped so the update fits).
+            let rank = r.u(1, 4);
+            let s = r.shape(rank, 1, 5);
+            let us: Vec<i32> = s.iter().map(|&d| r.int(1, i64::from(d)) as i32).collect();
+            let x = f32in(&mut m, "operand", &s);
+            let u = f32in(&mut m, "update", &us);
+            let st = m.add_tensor(TensorSpec::activation("start", TensorType::INT32, &[rank as i32]));
+            m.inputs.push(st);
+            let o = out(&mut m, TensorType::FLOAT32, &s);
+            single(B::DYNAMIC_UPDATE_SLICE, &[x, u, st], o, Options::None, &mut m);
+            ranges.extend([fr, fr]);
+            fixed.push((2, s.iter().map(|&d| r.int(-2, i64::from(d) + 1) as i32).collect()));
+        }
+        "EMBEDDING_LOOKUP" => {
+            let rows = r.u(1, 8) as i32;
+            let rank = r.u(1, 2);
+            let dims = r.shape(rank, 1, 5);
+            let n = r.u(1, 6);
+            let ids = m.add_tensor(TensorSpec::activation("ids", TensorType::INT32, &[n as i32]));
+            m.inputs.push(ids);
+            let mut ts = vec![rows];
+            ts.extend_from_slice(&dims);
+            let t = f32in(&mut m, "table", &ts);
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            single(B::EMBEDDING_LOOKUP, &[ids, t], o, Options::None, &mut m);
+            ranges.push(fr);
+            fixed.push((0, (0..n).map(|_| r.int(0, i64::from(rows) - 1) as i32).collect()));
+        }
+        "EMBEDDING_LOOKUP_HYBRID" | "EMBEDDING_LOOKUP_HYBRID_PER_ROW" => {
+            // A constant int8 table with float32 output (dynamic-range models), one
+            // scale or one per row.
+            let (rows, dim) = (r.u(1, 8), r.u(1, 6));
+            let n = r.u(1, 6);
+            let ids = m.add_tensor(TensorSpec::activation("ids", TensorType::INT32, &[n as i32]));
+            m.inputs.push(ids);
+            let data: Vec<u8> = (0..rows * dim).map(|_| r.int(-127, 127) as i8 as u8).collect();
+            let scales: Vec<f32> = if op.ends_with("PER_ROW") { (0..rows).map(|_| r.f(0.001, 0.1)).collect() } else { vec![r.f(0.001, 0.1)] };
+            let zps = vec![0; scales.len()];
+            let t = m.add_tensor(TensorSpec {
+                data: Some(data),
+                quant: Some((scales, zps, 0)),
+                ..TensorSpec::activation("table", TensorType::INT8, &[rows as i32, dim as i32])
+            });
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            single(B::EMBEDDING_LOOKUP, &[ids, t], o, Options::None, &mut m);
+            fixed.push((0, (0..n).map(|_| r.int(0, rows as i64 - 1) as i32).collect()));
+        }
+        "TOPK_V2" | "TOPK_V2_TIES" | "TOPK_V2_DYNAMIC" => {
+            // TIES: integral inputs, so equal values (ordered by index) are common.
+            // DYNAMIC: k is a model input, so the output shape is known at run time only.
+            let rank = r.u(1, 3);
+            let s = r.shape(rank, 1, 9);
+            let n = s[rank - 1];
+            // LiteRT cannot allocate an empty dynamic output: k >= 1 when k is an input.
+            let kv = r.int(i64::from(op == "TOPK_V2_DYNAMIC"), i64::from(n)) as i32;
+            let x = f32in(&mut m, "x", &s);
+            let kt = if op == "TOPK_V2_DYNAMIC" {
+                let t = m.add_tensor(TensorSpec::activation("k", TensorType::INT32, &[]));
+                m.inputs.push(t);
+                fixed.push((1, vec![kv]));
+                t
+            } else {
+                m.add_tensor(TensorSpec::const_i32("k", &[], &[kv]))
+            };
+            let v = m.add_tensor(TensorSpec::activation("values", TensorType::FLOAT32, &[]));
+            let i = m.add_tensor(TensorSpec::activation("indices", TensorType::INT32, &[]));
+            m.outputs.extend([v, i]);
+            m.add_op(OpCode::Builtin(B::TOPK_V2), &[x, kt], &[v, i], Options::None);
+            ranges.push(if op == "TOPK_V2_TIES" { (-3.0, 3.0) } else { fr });
+        }
+        "ONE_HOT" | "ONE_HOT_DYNAMIC" => {
+            // Indices from -1 to depth (both outside: a row of off values); the axis
+            // anywhere, -1 included. DYNAMIC: the depth is a model input.
+            let rank = r.u(0, 3);
+            let s = r.shape(rank, 1, 4);
+            let depth = r.u(1, 5) as i32;
+            let axis = r.int(-1, rank as i64) as i32;
+            let it = m.add_tensor(TensorSpec::activation("indices", TensorType::INT32, &s));
+            m.inputs.push(it);
+            fixed.push((0, (0..n_of(&s)).map(|_| r.int(-1, i64::from(depth)) as i32).collect()));
+            let dt = if op == "ONE_HOT_DYNAMIC" {
+                let t = m.add_tensor(TensorSpec::activation("depth", TensorType::INT32, &[]));
+                m.inputs.push(t);
+                fixed.push((1, vec![depth]));
+                t
+            } else {
+                m.add_tensor(TensorSpec::const_i32("depth", &[], &[depth]))
+            };
+            let on = m.add_tensor(TensorSpec::const_f32("on", &[], &[r.f(0.5, 2.0)]));
+            let off = m.add_tensor(TensorSpec::const_f32("off", &[], &[r.f(-1.0, 0.0)]));
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            single(B::ONE_HOT, &[it, dt, on, off], o, Options::OneHot { axis }, &mut m);
+        }
+        "RANGE" | "RANGE_FLOAT" => {
+            // Bounds are model inputs: the output's length is known at run time only.
+            if op == "RANGE" {
+                let (start, delta) = (r.int(-10, 10) as i32, r.pick(&[-3, -2, -1, 1, 2, 5]));
+                // At least one element: LiteRT cannot allocate an empty dynamic output.
+                let limit = start + delta * r.int(1, 8) as i32 - if r.coin() { delta.signum() } else { 0 };
+                for (k, (name, v)) in [("start", start), ("limit", limit), ("delta", delta)].into_iter().enumerate() {
+                    let t = m.add_tensor(TensorSpec::activation(name, TensorType::INT32, &[]));
+                    m.inputs.push(t);
+                    fixed.push((k, vec![v]));
+                }
+                let ins = m.inputs.clone();
+                let o = out(&mut m, TensorType::INT32, &[]);
+                single(B::RANGE, &ins, o, Options::None, &mut m);
+            } else {
+                let ins: Vec<i32> = ["start", "limit", "delta"].iter().map(|n| f32in(&mut m, n, &[])).collect();
+                let o = out(&mut m, TensorType::FLOAT32, &[]);
+                single(B::RANGE, &ins, o, Options::None, &mut m);
+                ranges.extend([(-4.0, -1.0), (1.0, 4.0), (0.2, 1.5)]);
+            }
+        }
+        "CUMSUM" => {
+            let rank = r.u(1, 4);
+            let s = r.shape(rank, 1, 6);
+            let axis = r.int(-(rank as i64), rank as i64 - 1) as i32;
+            let x = f32in(&mut m, "x", &s);
+            let a = m.add_tensor(TensorSpec::const_i32("axis", &[], &[axis]));
+            let o = out(&mut m, TensorType::FLOAT32, &s);
+            single(B::CUMSUM, &[x, a], o, Options::Cumsum { exclusive: r.coin(), reverse: r.coin() }, &mut m);
+            ranges.push(fr);
+        }
         "TILE" => {
             let rank = r.u(1, 4);
             let s = r.shape(rank, 1, 3);
@@ -1563,6 +1726,25 @@ const OPS: &[&str] = &[
     "BATCH_MATMUL_HYBRID",
     "BATCH_MATMUL_HYBRID_ASYM",
     "PRELU_INT16",
+    "GATHER_ND",
+    "GATHER_ND_I64",
+    "GATHER_ND_INT8",
+    "SCATTER_ND",
+    "DYNAMIC_UPDATE_SLICE",
+    "DYNAMIC_UPDATE_SLICE_INT8",
+    "EMBEDDING_LOOKUP",
+    "EMBEDDING_LOOKUP_INT8",
+    "EMBEDDING_LOOKUP_HYBRID",
+    "EMBEDDING_LOOKUP_HYBRID_PER_ROW",
+    "TOPK_V2",
+    "TOPK_V2_TIES",
+    "TOPK_V2_DYNAMIC",
+    "TOPK_V2_INT8",
+    "ONE_HOT",
+    "ONE_HOT_DYNAMIC",
+    "RANGE",
+    "RANGE_FLOAT",
+    "CUMSUM",
     // LiteRT has no kernel for these: both runtimes must refuse them.
     "HARD_SWISH_INT16",
     "BATCH_MATMUL_UINT8",
@@ -1646,7 +1828,7 @@ fn main() -> Result<(), String> {
                         "op": op,
                         "ranges": case.ranges,
                         "fixed": fixed,
-                        "integral": matches!(*op, "EQUAL" | "NOT_EQUAL"),
+                        "integral": matches!(*op, "EQUAL" | "NOT_EQUAL" | "TOPK_V2_TIES"),
                         "refused": REFUSED.contains(op),
                     }));
                 }

@@ -8,6 +8,7 @@ mod activation;
 mod conv;
 mod convert;
 mod elementwise;
+mod index;
 mod linear;
 mod movement;
 mod pool;
@@ -65,8 +66,18 @@ fn build_builtin(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> 
 type Family = fn(B, &OpContext<'_>, &mut BackendContext) -> Option<Result<Built>>;
 
 /// The op families, each with its own dispatch.
-const FAMILIES: [Family; 9] =
-    [conv::build, linear::build, pool::build, softmax::build, activation::build, elementwise::build, reduce::build, movement::build, convert::build];
+const FAMILIES: [Family; 10] = [
+    conv::build,
+    linear::build,
+    pool::build,
+    softmax::build,
+    activation::build,
+    elementwise::build,
+    reduce::build,
+    movement::build,
+    index::build,
+    convert::build,
+];
 
 /// Clamp range of a fused activation. LiteRT's builtin kernels turn a fused TANH or
 /// SIGN_BIT into an unbounded range (they are not applied), and LiteRT is the

@@ -1,0 +1,461 @@
+//! Index and set ops: kernels that address elements through index values read
+//! from tensor data (GATHER_ND, SCATTER_ND, EMBEDDING_LOOKUP, DYNAMIC_UPDATE_SLICE)
+//! or that order, count or enumerate elements (TOPK_V2, ONE_HOT, RANGE, CUMSUM).
+//!
+//! Index values come from files and from other ops' outputs, so every one is
+//! checked before it addresses memory: a kernel returns the offending value
+//! (`Err(index)`) rather than reading or writing outside its slices.
+
+use std::cmp::Ordering;
+
+/// Addition as the ops that sum elements define it for their element types:
+/// IEEE addition for floats, two's complement (wrapping) for integers, as
+/// LiteRT's C++ kernels compute it.
+pub trait Accumulate: Copy + Default {
+    /// `self + other`.
+    fn acc(self, other: Self) -> Self;
+}
+
+impl Accumulate for f32 {
+    fn acc(self, other: f32) -> f32 {
+        self + other
+    }
+}
+
+macro_rules! wrapping_acc {
+    ($($t:ty),*) => {$(
+        impl Accumulate for $t {
+            fn acc(self, other: $t) -> $t {
+                self.wrapping_add(other)
+            }
+        }
+    )*};
+}
+wrapping_acc!(i8, u8, i16, i32, i64);
+
+/// A total order for ranking values (TOPK_V2): floats compare as numbers with
+/// -0 equal to +0 (so ties between them fall to the lower index, as between any
+/// equal values) and NaN above everything; integers compare as integers.
+pub trait RankKey: Copy {
+    /// Compares `self` with `other`.
+    fn rank_cmp(&self, other: &Self) -> Ordering;
+}
+
+impl RankKey for f32 {
+    fn rank_cmp(&self, other: &f32) -> Ordering {
+        // Adding +0 turns -0 into +0 and leaves every other value unchanged.
+        (*self + 0.0).total_cmp(&(*other + 0.0))
+    }
+}
+
+macro_rules! ord_rank {
+    ($($t:ty),*) => {$(
+        impl RankKey for $t {
+            fn rank_cmp(&self, other: &$t) -> Ordering {
+                self.cmp(other)
+            }
+        }
+    )*};
+}
+ord_rank!(i8, u8, i16, i32, i64);
+
+/// Row-major strides of `shape`.
+fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1usize; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * shape[d + 1];
+    }
+    s
+}
+
+/// Flat offset of the slice one index tuple of GATHER_ND / SCATTER_ND names: the
+/// tuple addresses the first `tuple.len()` dimensions of `shape`; each coordinate
+/// must lie inside its dimension (a bad one is returned).
+fn tuple_offset<I: Copy + Into<i64>>(tuple: &[I], shape: &[usize], strides: &[usize]) -> Result<usize, i64> {
+    let mut at = 0;
+    for (d, &c) in tuple.iter().enumerate() {
+        let c: i64 = c.into();
+        if c < 0 || c as u64 >= shape[d] as u64 {
+            return Err(c);
+        }
+        at += c as usize * strides[d];
+    }
+    Ok(at)
+}
+
+/// GATHER_ND: `indices` holds `out.len() / slice` tuples of `nd` coordinates
+/// into the leading dimensions of `params` (shape `shape`); tuple `i` copies the
+/// slice of the remaining dimensions (`slice` elements) it names to slice `i`
+/// of `out`. Fails with the first coordinate outside its dimension.
+pub fn gather_nd<T: Copy, I: Copy + Into<i64>>(params: &[T], shape: &[usize], indices: &[I], nd: usize, out: &mut [T]) -> Result<(), i64> {
+    let slice: usize = shape[nd..].iter().product();
+    if slice == 0 {
+        return Ok(());
+    }
+    let st = strides(shape);
+    for (i, o) in out.chunks_exact_mut(slice).enumerate() {
+        let at = tuple_offset(&indices[i * nd..(i + 1) * nd], shape, &st)?;
+        o.copy_from_slice(&params[at..at + slice]);
+    }
+    Ok(())
+}
+
+/// SCATTER_ND: `out` (shape `shape`) is zero except where the tuples of `nd`
+/// coordinates in `indices` name slices; update slice `i` is added to the slice
+/// tuple `i` names, so duplicate tuples sum. Fails with the first coordinate
+/// outside its dimension (`out` is then partly written).
+pub fn scatter_nd<T: Accumulate, I: Copy + Into<i64>>(indices: &[I], nd: usize, updates: &[T], shape: &[usize], out: &mut [T]) -> Result<(), i64> {
+    out.fill(T::default());
+    let slice: usize = shape[nd..].iter().product();
+    if slice == 0 {
+        return Ok(());
+    }
+    let st = strides(shape);
+    for (i, u) in updates.chunks_exact(slice).enumerate() {
+        let at = tuple_offset(&indices[i * nd..(i + 1) * nd], shape, &st)?;
+        for (o, &v) in out[at..at + slice].iter_mut().zip(u) {
+            *o = o.acc(v);
+        }
+    }
+    Ok(())
+}
+
+/// DYNAMIC_UPDATE_SLICE's start position: each start is clamped so the update
+/// lies inside the operand (`0 ..= operand - update` per dimension), as XLA and
+/// LiteRT define it. Requires `update[d] <= operand[d]`.
+pub fn clamp_start<I: Copy + Into<i64>>(start: &[I], operand: &[usize], update: &[usize]) -> Vec<usize> {
+    start.iter().zip(operand.iter().zip(update)).map(|(&s, (&o, &u))| s.into().clamp(0, (o - u) as i64) as usize).collect()
+}
+
+/// DYNAMIC_UPDATE_SLICE: `out` is `operand` (shape `shape`) with the box of shape
+/// `update_shape` at `start` (already clamped, [`clamp_start`]) replaced by `update`.
+pub fn dynamic_update_slice<T: Copy>(operand: &[T], shape: &[usize], update: &[T], update_shape: &[usize], start: &[usize], out: &mut [T]) {
+    out.copy_from_slice(operand);
+    let r = shape.len();
+    if update.is_empty() {
+        return;
+    }
+    if r == 0 {
+        out.copy_from_slice(update);
+        return;
+    }
+    let st = strides(shape);
+    let row = update_shape[r - 1];
+    let mut idx = vec![0usize; r];
+    for u in update.chunks_exact(row) {
+        let at: usize = (0..r).map(|d| (start[d] + idx[d]) * st[d]).sum();
+        out[at..at + row].copy_from_slice(u);
+        // Next row of the update box (the last coordinate stays 0).
+        for d in (0..r - 1).rev() {
+            idx[d] += 1;
+            if idx[d] < update_shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+/// EMBEDDING_LOOKUP with the table's own type: output row `i` is row `ids[i]` of
+/// `table` (rows of `row` elements). Fails with an id outside the table.
+pub fn embedding_lookup<T: Copy>(ids: &[i32], table: &[T], row: usize, out: &mut [T]) -> Result<(), i32> {
+    let rows = table.len().checked_div(row).unwrap_or(0);
+    for (&id, o) in ids.iter().zip(out.chunks_exact_mut(row.max(1))) {
+        if id < 0 || id as usize >= rows {
+            return Err(id);
+        }
+        let at = id as usize * row;
+        o[..row].copy_from_slice(&table[at..at + row]);
+    }
+    Ok(())
+}
+
+/// EMBEDDING_LOOKUP of an int8 table into float32 (dynamic-range models): row
+/// `ids[i]` times its scale, `scales[id]` when there is one per row, else
+/// `scales[0]`. The zero point is not applied: LiteRT's hybrid kernel defines the
+/// op as `value * scale` (the converter quantizes such tables symmetrically).
+pub fn embedding_lookup_dequant(ids: &[i32], table: &[i8], row: usize, scales: &[f32], out: &mut [f32]) -> Result<(), i32> {
+    let rows = table.len().checked_div(row).unwrap_or(0);
+    for (&id, o) in ids.iter().zip(out.chunks_exact_mut(row.max(1))) {
+        if id < 0 || id as usize >= rows {
+            return Err(id);
+        }
+        let scale = if scales.len() > 1 { scales.get(id as usize).copied().ok_or(id)? } else { scales.first().copied().unwrap_or(1.0) };
+        let at = id as usize * row;
+        for (o, &v) in o[..row].iter_mut().zip(&table[at..at + row]) {
+            *o = f32::from(v) * scale;
+        }
+    }
+    Ok(())
+}
+
+/// TOPK_V2: for each row of `n` elements of `input`, the `k` largest values in
+/// decreasing order and their positions in the row; equal values keep their
+/// row order (the lower index first). `values` and `indices` hold `k` per row.
+pub fn top_k<T: RankKey>(input: &[T], n: usize, k: usize, values: &mut [T], indices: &mut [i32]) {
+    if k == 0 || n == 0 {
+        return;
+    }
+    let mut order: Vec<usize> = Vec::with_capacity(n);
+    for ((row, v), ix) in input.chunks_exact(n).zip(values.chunks_exact_mut(k)).zip(indices.chunks_exact_mut(k)) {
+        order.clear();
+        order.extend(0..n);
+        // Larger values first, then lower positions: a total order, so the k
+        // selected and their order do not depend on the selection algorithm.
+        let cmp = |a: &usize, b: &usize| row[*b].rank_cmp(&row[*a]).then(a.cmp(b));
+        if k < n {
+            order.select_nth_unstable_by(k - 1, cmp);
+        }
+        order[..k].sort_unstable_by(cmp);
+        for (j, &p) in order[..k].iter().enumerate() {
+            v[j] = row[p];
+            ix[j] = p as i32;
+        }
+    }
+}
+
+/// ONE_HOT: indices of shape `[outer, inner]` (split where the depth dimension
+/// goes) -> output `[outer, depth, inner]`, `on` where the index equals the depth
+/// position and `off` elsewhere (an index outside `0..depth` gives a row of `off`).
+pub fn one_hot<T: Copy, I: Copy + Into<i64>>(indices: &[I], outer: usize, depth: usize, inner: usize, on: T, off: T, out: &mut [T]) {
+    for o in 0..outer {
+        for d in 0..depth {
+            let dst = &mut out[(o * depth + d) * inner..][..inner];
+            for (x, &ix) in dst.iter_mut().zip(&indices[o * inner..(o + 1) * inner]) {
+                *x = if ix.into() == d as i64 { on } else { off };
+            }
+        }
+    }
+}
+
+/// RANGE's length for integers: `ceil(|limit - start| / |delta|)`, or `None` when
+/// `delta` is 0 or points away from `limit` (LiteRT refuses both).
+pub fn range_len_int(start: i64, limit: i64, delta: i64) -> Option<u64> {
+    if delta == 0 || (start < limit && delta < 0) || (start > limit && delta > 0) {
+        return None;
+    }
+    let span = (i128::from(limit) - i128::from(start)).unsigned_abs();
+    let step = i128::from(delta).unsigned_abs();
+    u64::try_from(span.div_ceil(step)).ok()
+}
+
+/// RANGE's length for floats: `ceil(|(limit - start) / delta|)`, or `None` when
+/// `delta` is 0, points away from `limit`, or a value is not finite.
+pub fn range_len_f32(start: f32, limit: f32, delta: f32) -> Option<u64> {
+    if delta == 0.0 || (start < limit && delta < 0.0) || (start > limit && delta > 0.0) {
+        return None;
+    }
+    let n = ((limit - start) / delta).abs().ceil();
+    (n.is_finite() && n < u64::MAX as f32).then_some(n as u64)
+}
+
+/// RANGE: `out[i]` is `start` plus `delta` added `i` times, accumulated in the
+/// element type as LiteRT's kernel does (for floats this differs from
+/// `start + i * delta` in the last bits).
+pub fn range<T: Accumulate>(start: T, delta: T, out: &mut [T]) {
+    let mut v = start;
+    for o in out {
+        *o = v;
+        v = v.acc(delta);
+    }
+}
+
+/// CUMSUM along the middle dimension of `[outer, len, inner]`: each element is the
+/// sum of the elements before it along that dimension and itself (`exclusive`:
+/// without itself), counted from the end when `reverse`. Sums accumulate in order
+/// in the element type.
+pub fn cumsum<T: Accumulate>(input: &[T], outer: usize, len: usize, inner: usize, exclusive: bool, reverse: bool, out: &mut [T]) {
+    for o in 0..outer {
+        for i in 0..inner {
+            let mut sum = T::default();
+            for step in 0..len {
+                let k = if reverse { len - 1 - step } else { step };
+                let at = (o * len + k) * inner + i;
+                let v = input[at];
+                if exclusive {
+                    out[at] = sum;
+                    sum = sum.acc(v);
+                } else {
+                    sum = sum.acc(v);
+                    out[at] = sum;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::Rng;
+
+    /// Unflattens `flat` over `shape`.
+    fn coords(mut flat: usize, shape: &[usize]) -> Vec<usize> {
+        let mut c = vec![0; shape.len()];
+        for d in (0..shape.len()).rev() {
+            c[d] = flat % shape[d];
+            flat /= shape[d];
+        }
+        c
+    }
+
+    fn flat(c: &[usize], shape: &[usize]) -> usize {
+        c.iter().zip(shape).fold(0, |a, (&i, &s)| a * s + i)
+    }
+
+    fn shape(r: &mut Rng, rank: usize, lo: usize, hi: usize) -> Vec<usize> {
+        (0..rank).map(|_| r.size(lo, hi)).collect()
+    }
+
+    #[test]
+    fn gather_nd_and_scatter_nd_match_definition() {
+        let mut r = Rng::new(11);
+        for _ in 0..200 {
+            let rank = r.size(1, 4);
+            let s = shape(&mut r, rank, 1, 4);
+            let nd = r.size(0, rank);
+            let n = r.size(1, 5);
+            let params: Vec<i32> = (0..s.iter().product::<usize>() as i32).collect();
+            let idx: Vec<i64> = (0..n).flat_map(|_| s[..nd].to_vec()).map(|d| r.size(0, d - 1) as i64).collect();
+            let slice: usize = s[nd..].iter().product();
+            let mut out = vec![0; n * slice];
+            gather_nd(&params, &s, &idx, nd, &mut out).unwrap();
+            // Output element (i, rest) is params at (tuple i, rest).
+            for (e, &v) in out.iter().enumerate() {
+                let (i, rest) = (e / slice, e % slice);
+                let mut c: Vec<usize> = idx[i * nd..(i + 1) * nd].iter().map(|&v| v as usize).collect();
+                c.extend(coords(rest, &s[nd..]));
+                assert_eq!(v, params[flat(&c, &s)]);
+            }
+            // Scatter: each output element sums the updates whose tuple names it.
+            let updates: Vec<i32> = (0..n * slice).map(|_| r.size(0, 100 - 1) as i32).collect();
+            let mut sc = vec![7; params.len()];
+            scatter_nd(&idx, nd, &updates, &s, &mut sc).unwrap();
+            let mut want = vec![0; params.len()];
+            for (e, &u) in updates.iter().enumerate() {
+                let (i, rest) = (e / slice, e % slice);
+                let mut c: Vec<usize> = idx[i * nd..(i + 1) * nd].iter().map(|&v| v as usize).collect();
+                c.extend(coords(rest, &s[nd..]));
+                want[flat(&c, &s)] += u;
+            }
+            assert_eq!(sc, want);
+            // A coordinate one past its dimension (or negative) is refused.
+            if nd > 0 {
+                let mut bad = idx.clone();
+                bad[0] = if r.bits() & 1 == 1 { s[0] as i64 } else { -1 };
+                assert_eq!(gather_nd(&params, &s, &bad, nd, &mut out), Err(bad[0]));
+                assert_eq!(scatter_nd(&bad, nd, &updates, &s, &mut sc), Err(bad[0]));
+            }
+        }
+    }
+
+    #[test]
+    fn dynamic_update_slice_matches_definition() {
+        let mut r = Rng::new(12);
+        for _ in 0..200 {
+            let rank = r.size(0, 4);
+            let s = shape(&mut r, rank, 1, 5);
+            let u: Vec<usize> = s.iter().map(|&d| r.size(0, d)).collect();
+            let start_raw: Vec<i32> = s.iter().map(|&d| r.size(0, 2 * d + 2) as i32 - d as i32).collect();
+            let start = clamp_start(&start_raw, &s, &u);
+            let operand: Vec<u16> = (0..s.iter().product::<usize>() as u16).collect();
+            let update: Vec<u16> = (0..u.iter().product::<usize>() as u16).map(|v| 1000 + v).collect();
+            let mut out = vec![0; operand.len()];
+            dynamic_update_slice(&operand, &s, &update, &u, &start, &mut out);
+            for (e, &v) in out.iter().enumerate() {
+                let c = coords(e, &s);
+                // Clamped into 0 ..= operand - update.
+                let st: Vec<usize> = start_raw.iter().zip(s.iter().zip(&u)).map(|(&b, (&o, &n))| (b.max(0) as usize).min(o - n)).collect();
+                let inside = (0..rank).all(|d| c[d] >= st[d] && c[d] < st[d] + u[d]);
+                if inside && !update.is_empty() {
+                    let uc: Vec<usize> = (0..rank).map(|d| c[d] - st[d]).collect();
+                    assert_eq!(v, update[flat(&uc, &u)]);
+                } else {
+                    assert_eq!(v, operand[e]);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn embedding_lookup_rows_and_scales() {
+        let table: Vec<i8> = vec![1, 2, 3, -4, 5, -6];
+        let mut out = vec![0.0f32; 6];
+        embedding_lookup_dequant(&[2, 0, 1], &table, 2, &[0.5], &mut out).unwrap();
+        assert_eq!(out, [2.5, -3.0, 0.5, 1.0, 1.5, -2.0]);
+        embedding_lookup_dequant(&[2, 0, 1], &table, 2, &[1.0, 2.0, 3.0], &mut out).unwrap();
+        assert_eq!(out, [15.0, -18.0, 1.0, 2.0, 6.0, -8.0]);
+        let mut raw = vec![0i8; 4];
+        embedding_lookup(&[1, 1], &table, 2, &mut raw).unwrap();
+        assert_eq!(raw, [3, -4, 3, -4]);
+        assert_eq!(embedding_lookup(&[3], &table, 2, &mut raw), Err(3));
+        assert_eq!(embedding_lookup_dequant(&[-1], &table, 2, &[1.0], &mut out), Err(-1));
+    }
+
+    #[test]
+    fn top_k_matches_a_full_sort() {
+        let mut r = Rng::new(13);
+        for _ in 0..300 {
+            let n = r.size(1, 12);
+            let rows = r.size(1, 4);
+            let k = r.size(0, n);
+            // Few distinct values, so ties are common.
+            let x: Vec<f32> = (0..n * rows).map(|_| [-1.0, -0.0, 0.0, 2.0, 3.5][r.size(0, 5 - 1)]).collect();
+            let (mut v, mut ix) = (vec![0.0; rows * k], vec![0; rows * k]);
+            top_k(&x, n, k, &mut v, &mut ix);
+            for row in 0..rows {
+                let xs = &x[row * n..(row + 1) * n];
+                let mut want: Vec<usize> = (0..n).collect();
+                // Stable sort by decreasing value: equal values keep index order.
+                want.sort_by(|&a, &b| xs[b].partial_cmp(&xs[a]).unwrap());
+                for j in 0..k {
+                    assert_eq!(ix[row * k + j] as usize, want[j], "{xs:?} k={k}");
+                    assert_eq!(v[row * k + j], xs[want[j]]);
+                }
+            }
+        }
+        let (mut v, mut ix) = (vec![0i8; 2], vec![0; 2]);
+        top_k(&[3i8, -7, 3, 9], 4, 2, &mut v, &mut ix);
+        assert_eq!((v, ix), (vec![9, 3], vec![3, 0]));
+    }
+
+    #[test]
+    fn one_hot_range_and_cumsum() {
+        // indices [2, 3] -> depth 4 at axis 1: [2, 4, 3].
+        let idx = [0i32, 3, -1, 4, 1, 1];
+        let mut out = vec![0i32; 24];
+        one_hot(&idx, 2, 4, 3, 1, 0, &mut out);
+        for o in 0..2 {
+            for d in 0..4 {
+                for i in 0..3 {
+                    assert_eq!(out[(o * 4 + d) * 3 + i], i32::from(idx[o * 3 + i] == d as i32));
+                }
+            }
+        }
+        assert_eq!(range_len_int(3, 18, 4), Some(4));
+        assert_eq!(range_len_int(3, -1, -2), Some(2));
+        assert_eq!(range_len_int(0, 0, 5), Some(0));
+        assert_eq!(range_len_int(0, 5, -1), None);
+        assert_eq!(range_len_int(i64::MIN, i64::MAX, 1), Some(u64::MAX));
+        assert_eq!(range_len_f32(0.0, 1.0, 0.3), Some(4));
+        assert_eq!(range_len_f32(1.0, 1.0, 0.0), None);
+        let mut v = vec![0i32; 4];
+        range(3, 4, &mut v);
+        assert_eq!(v, [3, 7, 11, 15]);
+        // Sequential accumulation in float32.
+        let mut f = vec![0.0f32; 4];
+        range(0.0, 0.1, &mut f);
+        assert_eq!(f, [0.0, 0.1, 0.1 + 0.1, 0.1 + 0.1 + 0.1]);
+        let x = [1, 2, 3, 4, 5, 6];
+        let mut out = [0; 6];
+        for (exclusive, reverse, want) in [
+            (false, false, [1, 2, 4, 6, 9, 12]),
+            (true, false, [0, 0, 1, 2, 4, 6]),
+            (false, true, [9, 12, 8, 10, 5, 6]),
+            (true, true, [8, 10, 5, 6, 0, 0]),
+        ] {
+            cumsum(&x, 1, 3, 2, exclusive, reverse, &mut out);
+            assert_eq!(out, want, "exclusive {exclusive} reverse {reverse}");
+        }
+    }
+}

@@ -1,0 +1,373 @@
+//! Index and set ops: GATHER_ND, SCATTER_ND, DYNAMIC_UPDATE_SLICE, EMBEDDING_LOOKUP,
+//! TOPK_V2, ONE_HOT, RANGE, CUMSUM.
+//!
+//! Index values read from tensor data are checked by the kernels (an index outside
+//! its dimension is a run-time error, as in LiteRT, never an out-of-bounds access).
+//! An output shape that depends on input values (SCATTER_ND's shape, TOPK_V2's k,
+//! ONE_HOT's depth, RANGE's bounds) is read with [`OpContext::const_ints`] or
+//! [`known`]; when the values are computed at run time that yields
+//! `Error::DataDependent`, and the compiler builds the op again when they exist.
+
+use ferrite_format::ops::BuiltinOp as B;
+use ferrite_kernels::index as k;
+
+use super::{axis, by_size, runtime};
+use crate::backend::{arg, typed, typed_mut, BackendContext, Built, OpContext};
+use crate::error::{Detail, Error, Result};
+use crate::model::DType;
+use crate::ops::OpParams;
+
+/// The index family's builders.
+pub(super) fn build(code: B, op: &OpContext<'_>, _ctx: &mut BackendContext) -> Option<Result<Built>> {
+    Some(match code {
+        B::GATHER_ND => gather_nd(op),
+        B::SCATTER_ND => scatter_nd(op),
+        B::DYNAMIC_UPDATE_SLICE => dynamic_update_slice(op),
+        B::EMBEDDING_LOOKUP => embedding_lookup(op),
+        B::TOPK_V2 => top_k(op),
+        B::ONE_HOT => one_hot(op),
+        B::RANGE => range(op),
+        B::CUMSUM => cumsum(op),
+        _ => return None,
+    })
+}
+
+/// Runs `$body` with `$I` bound to the Rust type of an int32 or int64 index tensor.
+macro_rules! by_index {
+    ($op:expr, $dtype:expr, $what:expr, $I:ident => $body:expr) => {
+        match $dtype {
+            DType::I32 => {
+                type $I = i32;
+                $body
+            }
+            DType::I64 => {
+                type $I = i64;
+                $body
+            }
+            t => Err($op.bad(format!("{} must be int32 or int64, got {}", $what, t.name()))),
+        }
+    };
+}
+
+/// The bytes of input `i` when known while building (constants at prepare, every
+/// input when the op is built at run time); `DataDependent` otherwise.
+pub(crate) fn known<'a>(op: &OpContext<'a>, i: usize) -> Result<&'a [u8]> {
+    op.input(i)?.value.ok_or_else(|| Error::DataDependent(Detail::at(op.location(), format!("input {i} is computed at run time"))))
+}
+
+/// The one value of a scalar (or one-element) integer input known while building.
+fn const_scalar(op: &OpContext<'_>, i: usize, what: &str) -> Result<i64> {
+    match op.const_ints(i)?[..] {
+        [v] => Ok(v),
+        ref v => Err(op.bad(format!("{what} must hold one value, got {}", v.len()))),
+    }
+}
+
+/// A kernel-side length check: planned buffers always match, but a kernel never
+/// indexes past a slice it was handed.
+fn check_len(what: &str, got: usize, want: usize) -> Result<()> {
+    if got != want {
+        return Err(runtime(format!("{what} holds {got} elements, the op needs {want}")));
+    }
+    Ok(())
+}
+
+/// GATHER_ND: the last dimension of the indices is the length of each index tuple
+/// (at most the params' rank); output shape is the indices' leading dimensions
+/// followed by the params' dimensions the tuples leave.
+fn gather_nd(op: &OpContext<'_>) -> Result<Built> {
+    let (p, i) = (op.input(0)?, op.input(1)?);
+    let (Some(&nd), true) = (i.shape.last(), !p.shape.is_empty()) else {
+        return Err(op.bad("params and indices must have rank 1 or more"));
+    };
+    if nd > p.shape.len() {
+        return Err(op.bad(format!("index tuples of {nd} coordinates for params of rank {}", p.shape.len())));
+    }
+    let mut out: Vec<usize> = i.shape[..i.shape.len() - 1].to_vec();
+    out.extend_from_slice(&p.shape[nd..]);
+    let (shape, dtype) = (p.shape.clone(), p.dtype);
+    let (n_params, n_out) = (op.checked_elements(&shape, 1)?, op.checked_elements(&out, 1)?);
+    let n_indices = op.checked_elements(&i.shape, 1)?;
+    by_index!(op, i.dtype, "GATHER_ND indices", I => by_size!(op, dtype, T => Ok(Built {
+        outputs: vec![(dtype, out)],
+        kernel: Box::new(move |ins, outs| {
+            let (params, indices, o) = (typed::<T>(arg(ins, 0)?)?, typed::<I>(arg(ins, 1)?)?, typed_mut::<T>(outs[0])?);
+            check_len("GATHER_ND params", params.len(), n_params)?;
+            check_len("GATHER_ND indices", indices.len(), n_indices)?;
+            check_len("GATHER_ND output", o.len(), n_out)?;
+            k::gather_nd(params, &shape, indices, nd, o).map_err(|v| runtime(format!("GATHER_ND index {v} out of range for params of shape {shape:?}")))
+        }),
+    })))
+}
+
+/// SCATTER_ND: inputs (indices, updates, shape); the output of `shape` is zero but
+/// for the updates, added at the slices the index tuples name (duplicates sum).
+fn scatter_nd(op: &OpContext<'_>) -> Result<Built> {
+    let (i, u) = (op.input(0)?, op.input(1)?);
+    let shape: Vec<usize> = op.const_ints(2)?.iter().map(|&d| usize::try_from(d).map_err(|_| op.bad(format!("negative output dimension {d}")))).collect::<Result<_>>()?;
+    let Some(&nd) = i.shape.last() else { return Err(op.bad("indices must have rank 1 or more")) };
+    let lead = &i.shape[..i.shape.len() - 1];
+    // updates = indices' leading dims + the output dims the tuples leave.
+    if nd > shape.len() || u.shape.len() != lead.len() + shape.len() - nd || u.shape[..lead.len()] != *lead || u.shape[lead.len()..] != shape[nd..] {
+        return Err(op.bad(format!("updates {:?} do not fit indices {:?} and output shape {shape:?}", u.shape, i.shape)));
+    }
+    if op.input(2)?.dtype != i.dtype {
+        return Err(op.bad("SCATTER_ND shape and indices must have the same type"));
+    }
+    let dtype = u.dtype;
+    let n_out = op.checked_elements(&shape, dtype.size().unwrap_or(1))?;
+    let (n_idx, n_upd) = (op.checked_elements(&i.shape, 1)?, op.checked_elements(&u.shape, 1)?);
+    macro_rules! scatter {
+        ($T:ty) => {
+            by_index!(op, i.dtype, "SCATTER_ND indices", I => Ok(Built {
+                outputs: vec![(dtype, shape.clone())],
+                kernel: Box::new(move |ins, outs| {
+                    let (idx, upd, o) = (typed::<I>(arg(ins, 0)?)?, typed::<$T>(arg(ins, 1)?)?, typed_mut::<$T>(outs[0])?);
+                    check_len("SCATTER_ND indices", idx.len(), n_idx)?;
+                    check_len("SCATTER_ND updates", upd.len(), n_upd)?;
+                    check_len("SCATTER_ND output", o.len(), n_out)?;
+                    k::scatter_nd(idx, nd, upd, &shape, o).map_err(|v| runtime(format!("SCATTER_ND index {v} out of range for output shape {shape:?}")))
+                }),
+            }))
+        };
+    }
+    match dtype {
+        DType::F32 => scatter!(f32),
+        DType::I8 => scatter!(i8),
+        DType::U8 => scatter!(u8),
+        DType::I32 => scatter!(i32),
+        DType::I64 => scatter!(i64),
+        t => Err(op.unsupported(format!("SCATTER_ND of {}", t.name()))),
+    }
+}
+
+/// DYNAMIC_UPDATE_SLICE: (operand, update, start indices); the start indices may be
+/// computed at run time (a KV cache's write position): only shapes fix the output.
+fn dynamic_update_slice(op: &OpContext<'_>) -> Result<Built> {
+    let (x, u, s) = (op.input(0)?, op.input(1)?, op.input(2)?);
+    let r = x.shape.len();
+    if u.dtype != x.dtype {
+        return Err(op.bad(format!("update is {}, operand {}", u.dtype.name(), x.dtype.name())));
+    }
+    if u.shape.len() != r || u.shape.iter().zip(&x.shape).any(|(a, b)| a > b) {
+        return Err(op.bad(format!("update {:?} does not fit in operand {:?}", u.shape, x.shape)));
+    }
+    if s.shape != [r] {
+        return Err(op.bad(format!("start indices of shape {:?} for an operand of rank {r}", s.shape)));
+    }
+    let (shape, ushape, dtype) = (x.shape.clone(), u.shape.clone(), x.dtype);
+    let (n, nu) = (op.checked_elements(&shape, 1)?, op.checked_elements(&ushape, 1)?);
+    by_index!(op, s.dtype, "start indices", I => by_size!(op, dtype, T => Ok(Built {
+        outputs: vec![(dtype, shape.clone())],
+        kernel: Box::new(move |ins, outs| {
+            let (x, upd, st, o) = (typed::<T>(arg(ins, 0)?)?, typed::<T>(arg(ins, 1)?)?, typed::<I>(arg(ins, 2)?)?, typed_mut::<T>(outs[0])?);
+            check_len("DYNAMIC_UPDATE_SLICE operand", x.len(), n)?;
+            check_len("DYNAMIC_UPDATE_SLICE update", upd.len(), nu)?;
+            check_len("DYNAMIC_UPDATE_SLICE start", st.len(), shape.len())?;
+            check_len("DYNAMIC_UPDATE_SLICE output", o.len(), n)?;
+            let start = k::clamp_start(st, &shape, &ushape);
+            k::dynamic_update_slice(x, &shape, upd, &ushape, &start, o);
+            Ok(())
+        }),
+    })))
+}
+
+/// EMBEDDING_LOOKUP: (ids, table); output row `i` is table row `ids[i]`. A table
+/// of the output's type is copied; an int8 table with a float32 output is scaled
+/// (dynamic-range models).
+fn embedding_lookup(op: &OpContext<'_>) -> Result<Built> {
+    let (ids, v) = (op.input(0)?, op.input(1)?);
+    if ids.dtype != DType::I32 || ids.shape.len() != 1 {
+        return Err(op.bad(format!("ids must be a 1-D int32 tensor, got {} {:?}", ids.dtype.name(), ids.shape)));
+    }
+    if v.shape.len() < 2 {
+        return Err(op.bad(format!("the table must have rank 2 or more, got {:?}", v.shape)));
+    }
+    let mut out = v.shape.clone();
+    out[0] = ids.shape[0];
+    let row: usize = v.shape[1..].iter().product();
+    let out_type = op.outputs.first().map_or(v.dtype, |t| t.dtype);
+    let (n_table, n_ids, n_out) = (op.checked_elements(&v.shape, 1)?, ids.shape[0], op.checked_elements(&out, 4)?);
+    let lookup_error = move |id: i32| runtime(format!("EMBEDDING_LOOKUP id {id} out of range for a table of {} rows", n_table.checked_div(row).unwrap_or(0)));
+    if out_type == DType::F32 && v.dtype == DType::I8 {
+        let q = v.quant.ok_or_else(|| op.bad("int8 table without quantization parameters"))?;
+        let scales = q.scale.clone();
+        if scales.is_empty() || (scales.len() > 1 && scales.len() != v.shape[0]) {
+            return Err(op.bad(format!("{} scales for a table of {} rows", scales.len(), v.shape[0])));
+        }
+        return Ok(Built {
+            outputs: vec![(DType::F32, out)],
+            kernel: Box::new(move |ins, outs| {
+                let (ids, table, o) = (typed::<i32>(arg(ins, 0)?)?, typed::<i8>(arg(ins, 1)?)?, typed_mut::<f32>(outs[0])?);
+                check_len("EMBEDDING_LOOKUP ids", ids.len(), n_ids)?;
+                check_len("EMBEDDING_LOOKUP table", table.len(), n_table)?;
+                check_len("EMBEDDING_LOOKUP output", o.len(), n_out)?;
+                k::embedding_lookup_dequant(ids, table, row, &scales, o).map_err(lookup_error)
+            }),
+        });
+    }
+    if out_type != v.dtype {
+        return Err(op.unsupported(format!("EMBEDDING_LOOKUP of a {} table into {}", v.dtype.name(), out_type.name())));
+    }
+    let dtype = v.dtype;
+    by_size!(op, dtype, T => Ok(Built {
+        outputs: vec![(dtype, out)],
+        kernel: Box::new(move |ins, outs| {
+            let (ids, table, o) = (typed::<i32>(arg(ins, 0)?)?, typed::<T>(arg(ins, 1)?)?, typed_mut::<T>(outs[0])?);
+            check_len("EMBEDDING_LOOKUP ids", ids.len(), n_ids)?;
+            check_len("EMBEDDING_LOOKUP table", table.len(), n_table)?;
+            check_len("EMBEDDING_LOOKUP output", o.len(), n_out)?;
+            k::embedding_lookup(ids, table, row, o).map_err(lookup_error)
+        }),
+    }))
+}
+
+/// TOPK_V2: (input, k) -> (values, int32 indices) of the k largest along the last
+/// dimension, largest first, ties in index order. k computed at run time makes the
+/// op data-dependent.
+fn top_k(op: &OpContext<'_>) -> Result<Built> {
+    let x = op.input(0)?;
+    op.expect_outputs(2)?;
+    let Some(&n) = x.shape.last() else { return Err(op.bad("TOPK_V2 input must have rank 1 or more")) };
+    let kk = const_scalar(op, 1, "k")?;
+    if kk < 0 || kk as u64 > n as u64 {
+        return Err(op.bad(format!("k = {kk} for rows of {n} elements")));
+    }
+    let kk = kk as usize;
+    let mut out = x.shape.clone();
+    if let Some(last) = out.last_mut() {
+        *last = kk;
+    }
+    let (dtype, n_in, n_out) = (x.dtype, op.checked_elements(&x.shape, 1)?, op.checked_elements(&out, 1)?);
+    macro_rules! topk {
+        ($T:ty) => {
+            Ok(Built {
+                outputs: vec![(dtype, out.clone()), (DType::I32, out)],
+                kernel: Box::new(move |ins, outs| {
+                    let x = typed::<$T>(arg(ins, 0)?)?;
+                    check_len("TOPK_V2 input", x.len(), n_in)?;
+                    let [v, ix] = outs else { return Err(runtime("TOPK_V2 needs two outputs")) };
+                    let (v, ix) = (typed_mut::<$T>(v)?, typed_mut::<i32>(ix)?);
+                    check_len("TOPK_V2 values", v.len(), n_out)?;
+                    check_len("TOPK_V2 indices", ix.len(), n_out)?;
+                    k::top_k(x, n, kk, v, ix);
+                    Ok(())
+                }),
+            })
+        };
+    }
+    match dtype {
+        DType::F32 => topk!(f32),
+        DType::I8 => topk!(i8),
+        DType::U8 => topk!(u8),
+        DType::I16 => topk!(i16),
+        DType::I32 => topk!(i32),
+        DType::I64 => topk!(i64),
+        t => Err(op.unsupported(format!("TOPK_V2 of {}", t.name()))),
+    }
+}
+
+/// ONE_HOT: (indices, depth, on_value, off_value); the depth dimension is inserted
+/// at `axis` (-1: last). A depth computed at run time makes the op data-dependent.
+fn one_hot(op: &OpContext<'_>) -> Result<Built> {
+    let i = op.input(0)?;
+    let OpParams::OneHot { axis: a } = op.op.params else { return Err(op.bad("missing OneHot options")) };
+    let depth = const_scalar(op, 1, "depth")?;
+    let depth = usize::try_from(depth).map_err(|_| op.bad(format!("negative depth {depth}")))?;
+    let (on, off) = (op.input(2)?, op.input(3)?);
+    if on.dtype != off.dtype || on.shape.iter().product::<usize>() != 1 || off.shape.iter().product::<usize>() != 1 {
+        return Err(op.bad("on_value and off_value must be scalars of one type"));
+    }
+    let r = i.shape.len();
+    let ax = if a == -1 { r } else { axis(op, i64::from(a), r + 1)? };
+    let mut out = i.shape.clone();
+    out.insert(ax, depth);
+    let dtype = on.dtype;
+    let n_out = op.checked_elements(&out, dtype.size().unwrap_or(1))?;
+    let (outer, inner): (usize, usize) = (i.shape[..ax].iter().product(), i.shape[ax..].iter().product());
+    by_index!(op, i.dtype, "ONE_HOT indices", I => by_size!(op, dtype, T => Ok(Built {
+        outputs: vec![(dtype, out)],
+        kernel: Box::new(move |ins, outs| {
+            let (idx, o) = (typed::<I>(arg(ins, 0)?)?, typed_mut::<T>(outs[0])?);
+            let scalar = |k: usize| typed::<T>(arg(ins, k)?)?.first().copied().ok_or_else(|| runtime("ONE_HOT on/off value is empty"));
+            let (on, off) = (scalar(2)?, scalar(3)?);
+            check_len("ONE_HOT indices", idx.len(), outer * inner)?;
+            check_len("ONE_HOT output", o.len(), n_out)?;
+            k::one_hot(idx, outer, depth, inner, on, off, o);
+            Ok(())
+        }),
+    })))
+}
+
+/// RANGE: (start, limit, delta) scalars of one type; the output's length depends
+/// on their values, so values computed at run time make the op data-dependent.
+fn range(op: &OpContext<'_>) -> Result<Built> {
+    let dtype = op.input(0)?.dtype;
+    for i in 0..3 {
+        let d = op.input(i)?;
+        // Scalars, as LiteRT requires (it refuses one-element vectors too).
+        if d.dtype != dtype || !d.shape.is_empty() {
+            return Err(op.bad("start, limit and delta must be scalars of one type"));
+        }
+    }
+    let len = match dtype {
+        DType::F32 => {
+            let v = |i| known(op, i).and_then(|b| typed::<f32>(b)?.first().copied().ok_or_else(|| op.bad("empty scalar")));
+            k::range_len_f32(v(0)?, v(1)?, v(2)?)
+        }
+        DType::I32 | DType::I64 => k::range_len_int(const_scalar(op, 0, "start")?, const_scalar(op, 1, "limit")?, const_scalar(op, 2, "delta")?),
+        t => return Err(op.unsupported(format!("RANGE of {}", t.name()))),
+    };
+    let len = len.ok_or_else(|| op.bad("RANGE delta is 0 or points away from the limit"))?;
+    let len = usize::try_from(len).map_err(|_| op.bad(format!("RANGE of {len} elements")))?;
+    op.checked_elements(&[len], dtype.size().unwrap_or(4))?;
+    macro_rules! ranged {
+        ($T:ty) => {
+            Ok(Built {
+                outputs: vec![(dtype, vec![len])],
+                kernel: Box::new(move |ins, outs| {
+                    let scalar = |k: usize| typed::<$T>(arg(ins, k)?)?.first().copied().ok_or_else(|| runtime("RANGE input is empty"));
+                    let o = typed_mut::<$T>(outs[0])?;
+                    check_len("RANGE output", o.len(), len)?;
+                    k::range(scalar(0)?, scalar(2)?, o);
+                    Ok(())
+                }),
+            })
+        };
+    }
+    match dtype {
+        DType::F32 => ranged!(f32),
+        DType::I32 => ranged!(i32),
+        _ => ranged!(i64),
+    }
+}
+
+/// CUMSUM: (input, axis); running sums along the axis, `exclusive` and `reverse`
+/// from the options.
+fn cumsum(op: &OpContext<'_>) -> Result<Built> {
+    let x = op.input(0)?;
+    let OpParams::Cumsum { exclusive, reverse } = op.op.params else { return Err(op.bad("missing Cumsum options")) };
+    let ax = axis(op, const_scalar(op, 1, "axis")?, x.shape.len())?;
+    let (outer, len, inner) = (x.shape[..ax].iter().product::<usize>(), x.shape[ax], x.shape[ax + 1..].iter().product::<usize>());
+    let (dtype, n) = (x.dtype, op.checked_elements(&x.shape, 1)?);
+    macro_rules! sums {
+        ($T:ty) => {
+            Ok(Built {
+                outputs: vec![(dtype, x.shape.clone())],
+                kernel: Box::new(move |ins, outs| {
+                    let (x, o) = (typed::<$T>(arg(ins, 0)?)?, typed_mut::<$T>(outs[0])?);
+                    check_len("CUMSUM input", x.len(), n)?;
+                    check_len("CUMSUM output", o.len(), n)?;
+                    k::cumsum(x, outer, len, inner, exclusive, reverse, o);
+                    Ok(())
+                }),
+            })
+        };
+    }
+    match dtype {
+        DType::F32 => sums!(f32),
+        DType::I32 => sums!(i32),
+        DType::I64 => sums!(i64),
+        t => Err(op.unsupported(format!("CUMSUM of {}", t.name()))),
+    }
+}
