@@ -539,7 +539,7 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             if op == "RANGE" {
                 let (start, delta) = (r.int(-10, 10) as i32, r.pick(&[-3, -2, -1, 1, 2, 5]));
                 // At least one element: LiteRT cannot allocate an empty dynamic output.
-                let limit = start + delta * r.int(1, 8) as i32 - if r.coin() { delta.signum() } else { 0 };
+                let limit = start + delta * r.int(2, 8) as i32 - if r.coin() { delta.signum() } else { 0 };
                 for (k, (name, v)) in [("start", start), ("limit", limit), ("delta", delta)].into_iter().enumerate() {
                     let t = m.add_tensor(TensorSpec::activation(name, TensorType::INT32, &[]));
                     m.inputs.push(t);
