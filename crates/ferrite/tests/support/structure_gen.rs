@@ -213,6 +213,14 @@ pub const OPS: &[(B, usize, usize)] = &[
     (B::REDUCE_PROD, 2, 1),
     (B::ARG_MAX, 2, 1),
     (B::ARG_MIN, 2, 1),
+    (B::GATHER_ND, 2, 1),
+    (B::SCATTER_ND, 3, 1),
+    (B::DYNAMIC_UPDATE_SLICE, 3, 1),
+    (B::EMBEDDING_LOOKUP, 2, 1),
+    (B::TOPK_V2, 2, 2),
+    (B::ONE_HOT, 4, 1),
+    (B::RANGE, 3, 1),
+    (B::CUMSUM, 2, 1),
     (B::IF, 2, 1),
     (B::WHILE, 1, 1),
     (B::CALL_ONCE, 0, 0),
@@ -233,6 +241,11 @@ fn int_param(op: B, k: usize) -> bool {
             | (B::SPLIT_V, 1 | 2)
             | (B::SLICE, 1 | 2)
             | (B::STRIDED_SLICE, 1..=3)
+            | (B::GATHER_ND | B::TOPK_V2 | B::ONE_HOT | B::CUMSUM, 1)
+            | (B::SCATTER_ND, 0 | 2)
+            | (B::DYNAMIC_UPDATE_SLICE, 2)
+            | (B::EMBEDDING_LOOKUP, 0)
+            | (B::RANGE, 0..=2)
     )
 }
 
@@ -525,6 +538,8 @@ fn options(rng: &mut Rng, op: B, rank: usize, n_out: usize, subgraphs: usize) ->
         B::CALL_ONCE => Options::CallOnce { init_subgraph: sg(rng) },
         B::VAR_HANDLE => Options::VarHandle { container: String::new(), shared_name: format!("v{}", rng.below(3)) },
         B::GELU => Options::Gelu { approximate: rng.pct(50) },
+        B::ONE_HOT => Options::OneHot { axis: axis_value(rng, rank + 1) },
+        B::CUMSUM => Options::Cumsum { exclusive: rng.pct(50), reverse: rng.pct(50) },
         _ => Options::None,
     }
 }

@@ -13,6 +13,7 @@
 //! kernel index out of bounds.
 
 mod elementwise;
+mod index;
 mod movement;
 mod nn;
 mod reduce;
@@ -119,6 +120,15 @@ pub(crate) fn build(op: &OpContext<'_>) -> Result<Built> {
         B::CAST => movement::cast(op),
         B::DEQUANTIZE => movement::dequantize_f16(op),
         B::DENSIFY => movement::densify(op),
+
+        B::GATHER_ND => index::gather_nd(op),
+        B::SCATTER_ND => index::scatter_nd(op),
+        B::DYNAMIC_UPDATE_SLICE => index::dynamic_update_slice(op),
+        B::EMBEDDING_LOOKUP => index::embedding_lookup(op),
+        B::TOPK_V2 => index::top_k(op),
+        B::ONE_HOT => index::one_hot(op),
+        B::RANGE => index::range(op),
+        B::CUMSUM => index::cumsum(op),
         _ => Err(op.unsupported("no reference kernel for this op")),
     }
 }
