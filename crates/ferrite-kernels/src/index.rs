@@ -448,12 +448,9 @@ mod tests {
         assert_eq!(f, [0.0, 0.1, 0.1 + 0.1, 0.1 + 0.1 + 0.1]);
         let x = [1, 2, 3, 4, 5, 6];
         let mut out = [0; 6];
-        for (exclusive, reverse, want) in [
-            (false, false, [1, 2, 4, 6, 9, 12]),
-            (true, false, [0, 0, 1, 2, 4, 6]),
-            (false, true, [9, 12, 8, 10, 5, 6]),
-            (true, true, [8, 10, 5, 6, 0, 0]),
-        ] {
+        for (exclusive, reverse, want) in
+            [(false, false, [1, 2, 4, 6, 9, 12]), (true, false, [0, 0, 1, 2, 4, 6]), (false, true, [9, 12, 8, 10, 5, 6]), (true, true, [8, 10, 5, 6, 0, 0])]
+        {
             cumsum(&x, 1, 3, 2, exclusive, reverse, &mut out);
             assert_eq!(out, want, "exclusive {exclusive} reverse {reverse}");
         }

@@ -104,7 +104,8 @@ fn gather_nd(op: &OpContext<'_>) -> Result<Built> {
 /// for the updates, added at the slices the index tuples name (duplicates sum).
 fn scatter_nd(op: &OpContext<'_>) -> Result<Built> {
     let (i, u) = (op.input(0)?, op.input(1)?);
-    let shape: Vec<usize> = op.const_ints(2)?.iter().map(|&d| usize::try_from(d).map_err(|_| op.bad(format!("negative output dimension {d}")))).collect::<Result<_>>()?;
+    let shape: Vec<usize> =
+        op.const_ints(2)?.iter().map(|&d| usize::try_from(d).map_err(|_| op.bad(format!("negative output dimension {d}")))).collect::<Result<_>>()?;
     let Some(&nd) = i.shape.last() else { return Err(op.bad("indices must have rank 1 or more")) };
     let lead = &i.shape[..i.shape.len() - 1];
     // updates = indices' leading dims + the output dims the tuples leave.

@@ -137,7 +137,8 @@ fn summable(op: &OpContext<'_>, dtype: DType) -> Result<Num> {
 pub(crate) fn scatter_nd(op: &OpContext<'_>) -> Result<Built> {
     let (ix, u) = (op.input(0)?, op.input(1)?);
     let ies = index_type(op, ix.dtype, "indices")?;
-    let shape: Vec<usize> = op.const_ints(2)?.iter().map(|&d| usize::try_from(d).map_err(|_| op.bad(format!("negative dimension {d}")))).collect::<Result<_>>()?;
+    let shape: Vec<usize> =
+        op.const_ints(2)?.iter().map(|&d| usize::try_from(d).map_err(|_| op.bad(format!("negative dimension {d}")))).collect::<Result<_>>()?;
     let nd = *ix.shape.last().ok_or_else(|| op.bad("indices must have rank 1 or more"))?;
     let lead = &ix.shape[..ix.shape.len() - 1];
     let mut want = lead.to_vec();
@@ -157,7 +158,8 @@ pub(crate) fn scatter_nd(op: &OpContext<'_>) -> Result<Built> {
             let idx = ints(idt, input::<u8>(ins, 0, n_i * ies)?);
             let upd = input::<u8>(ins, 1, n_u * es)?;
             // Every tuple is checked, also those whose slices are empty.
-            let targets: Vec<usize> = (0..tuples).map(|t| checked_tuple(&idx[t * nd..(t + 1) * nd], &shape).map(|c| ravel(&c, &shape[..nd]))).collect::<Result<_>>()?;
+            let targets: Vec<usize> =
+                (0..tuples).map(|t| checked_tuple(&idx[t * nd..(t + 1) * nd], &shape).map(|c| ravel(&c, &shape[..nd]))).collect::<Result<_>>()?;
             let out = output::<u8>(outs, 0, n_out * es)?;
             for (x, o) in out.chunks_exact_mut(es).enumerate() {
                 let (at, r) = (x / slice.max(1), x % slice.max(1));
@@ -489,7 +491,12 @@ mod tests {
         assert_eq!(f32s(&r[0].2), [3.0, 3.0, 1.0]);
         assert_eq!(r[1].2, [1i32, 3, 0].iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>());
         // ONE_HOT at axis 0 with an out-of-range index.
-        let t = TestOp::new(B::ONE_HOT, OpParams::OneHot { axis: 0 }, vec![i32s(&[2], &[1, 3]), i32_const(&[], &[2]), f32_input(&[], &[5.0]), f32_input(&[], &[-1.0])], 1);
+        let t = TestOp::new(
+            B::ONE_HOT,
+            OpParams::OneHot { axis: 0 },
+            vec![i32s(&[2], &[1, 3]), i32_const(&[], &[2]), f32_input(&[], &[5.0]), f32_input(&[], &[-1.0])],
+            1,
+        );
         assert_eq!(t.reference_f32(), (vec![2, 2], vec![-1.0, -1.0, 5.0, -1.0]));
         // CUMSUM exclusive and reverse.
         let t = TestOp::new(B::CUMSUM, OpParams::Cumsum { exclusive: true, reverse: true }, vec![f32_input(&[3], &[1.0, 2.0, 4.0]), i32_const(&[], &[0])], 1);
@@ -536,12 +543,8 @@ mod tests {
             // DYNAMIC_UPDATE_SLICE with starts anywhere.
             let us: Vec<usize> = shape.iter().map(|&d| r.range(0, d)).collect();
             let start: Vec<i32> = shape.iter().map(|&d| r.below(2 * d + 3) as i32 - d as i32 - 1).collect();
-            let t = TestOp::new(
-                B::DYNAMIC_UPDATE_SLICE,
-                OpParams::None,
-                vec![x.clone(), f32_input(&us, &r.floats(us.iter().product())), i32s(&[rank], &start)],
-                1,
-            );
+            let t =
+                TestOp::new(B::DYNAMIC_UPDATE_SLICE, OpParams::None, vec![x.clone(), f32_input(&us, &r.floats(us.iter().product())), i32s(&[rank], &start)], 1);
             t.compare_with_cpu(0.0, "dynamic_update_slice");
             // TOPK_V2 with ties, ONE_HOT, CUMSUM.
             let last = shape[rank - 1];
@@ -556,7 +559,8 @@ mod tests {
             let depth = r.range(0, 4);
             let hot: Vec<i32> = (0..n).map(|_| r.below(depth + 3) as i32 - 1).collect();
             let params = OpParams::OneHot { axis: r.below(rank + 2) as i32 - 1 };
-            let t = TestOp::new(B::ONE_HOT, params, vec![i32s(&shape, &hot), i32_const(&[], &[depth as i32]), f32_input(&[], &[1.5]), f32_input(&[], &[-0.5])], 1);
+            let t =
+                TestOp::new(B::ONE_HOT, params, vec![i32s(&shape, &hot), i32_const(&[], &[depth as i32]), f32_input(&[], &[1.5]), f32_input(&[], &[-0.5])], 1);
             t.compare_with_cpu(0.0, "one_hot");
             let params = OpParams::Cumsum { exclusive: r.coin(), reverse: r.coin() };
             let t = TestOp::new(B::CUMSUM, params, vec![x.clone(), i32_const(&[], &[r.below(rank) as i32])], 1);
