@@ -2,7 +2,8 @@
 """Side-by-side latency: `ferrite bench` against LiteRT (default resolver, XNNPACK),
 same models, same thread count, interleaved so machine noise hits both alike.
 
-  bench_compare.py --ferrite target/release/ferrite --corpus DIR [--threads N] [--rounds R] [--markdown BENCHMARKS.md]
+  bench_compare.py --ferrite target/release/ferrite --corpus DIR [--threads N] [--rounds R] [--filter RE] [--exclude RE]
+                   [--markdown BENCHMARKS.md]
 
 Prints per-model median latencies (ms), the ferrite/LiteRT ratio (below 1 means
 ferrite is faster) and the geometric mean of the ratios.
@@ -60,6 +61,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per model")
     ap.add_argument("--runs", type=int, default=10, help="timed runs per round")
     ap.add_argument("--filter", default="", help="regular expression on model file names")
+    ap.add_argument("--exclude", help="regular expression on paths relative to the corpus: leave those models out (e.g. '^unseen-')")
     ap.add_argument("--speedup", action="store_true", help="also time ferrite at 1 thread and report the N-thread speed-up")
     ap.add_argument("--markdown")
     ap.add_argument("--title", help="markdown section title (default: the thread count)")
@@ -67,6 +69,8 @@ def main():
     rows = []
     for m in sorted(pathlib.Path(args.corpus).rglob("*.tflite")):
         if m.name in SKIP or not re.search(args.filter, m.name):
+            continue
+        if args.exclude and re.search(args.exclude, m.relative_to(args.corpus).as_posix()):
             continue
         shape = SHAPES.get(m.name)
         f_meds, l_all = [], []
@@ -79,7 +83,8 @@ def main():
         extra = f"   speed-up vs 1 thread {one / f:5.2f}x" if one else ""
         print(f"{m.name:<42} ferrite {f:9.3f} ms   litert {l:9.3f} ms   ratio {f / l:6.3f}{extra}", flush=True)
     geo = math.exp(sum(math.log(r[3]) for r in rows) / len(rows))
-    print(f"geomean ratio (ferrite/litert): {geo:.3f} over {len(rows)} models, {args.threads} thread(s)")
+    worst = max(rows, key=lambda r: r[3])
+    print(f"geomean ratio (ferrite/litert): {geo:.3f} over {len(rows)} models, {args.threads} thread(s); worst {worst[0]} {worst[3]:.3f}")
     if args.markdown:
         cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
         lines = [
@@ -91,7 +96,7 @@ def main():
             "|---|---|---|---|" + ("---|" if args.speedup else ""),
         ]
         lines += [f"| {n} | {f:.3f} | {l:.3f} | {r:.3f} |" + (f" {one / f:.2f}x |" if one else "") for n, f, l, r, one in rows]
-        lines += ["", f"Geometric mean of ratios: **{geo:.3f}** ({len(rows)} models).", ""]
+        lines += ["", f"Geometric mean of ratios: **{geo:.3f}** ({len(rows)} models); worst {worst[0]} ({worst[3]:.3f}).", ""]
         with open(args.markdown, "a") as fh:
             fh.write("\n".join(lines) + "\n")
 
