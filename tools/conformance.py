@@ -184,6 +184,11 @@ def model_inputs(model, rng):
     return xs
 
 
+def converter_made(model):
+    """Models the test setup converts with TensorFlow (tools/tf_models.py, tools/unseen_models.py)."""
+    return any(p.startswith(("tf-generated-", "unseen-")) for p in model.parts)
+
+
 def cmd_models(args):
     models = sorted(pathlib.Path(args.corpus).rglob("*.tflite"))
     if not models:
@@ -216,7 +221,7 @@ def cmd_models(args):
                             notes.append(name)
                     kernels = " and ".join(notes) if notes else "neither kernel set alone"
                     print(f"     {m.name}: bit-exact with LiteRT's {kernels} kernels over {STREAM_STEPS} steps")
-                elif "tf-generated" in str(m):
+                elif converter_made(m):
                     # Converter-made quantized models: LiteRT's builtin kernels (no XNNPACK)
                     # and reference kernels; each value is compared with the nearer one.
                     got = run_ferrite(args.ferrite, m, xs, pathlib.Path(td))

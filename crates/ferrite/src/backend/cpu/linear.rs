@@ -269,6 +269,11 @@ pub(crate) fn fully_connected_int(op: &OpContext<'_>) -> Result<Built> {
         });
     }
     let has_bias = op.opt_input(2).is_some();
+    // LiteRT 2.3.0 rounds int8 products twice with one weight scale and once with a
+    // scale per output row (measured on models of the TF 2.19 converter, which gives
+    // fully-connected weights per-row scales; the two differ where the first rounding
+    // meets an exact half).
+    let i8_rounding = if wq.scale.len() > 1 { kq::Rounding::Single } else { kq::Rounding::Double };
     Ok(Built {
         outputs: vec![(x.dtype, out_shape)],
         kernel: Box::new(move |ins, outs| {
@@ -284,7 +289,7 @@ pub(crate) fn fully_connected_int(op: &OpContext<'_>) -> Result<Built> {
                     in_zp,
                     w_zp,
                     &rq,
-                    kq::Rounding::Double,
+                    i8_rounding,
                     typed_mut(outs[0])?,
                 ),
                 Some(u) => {

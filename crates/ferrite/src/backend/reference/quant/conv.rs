@@ -257,6 +257,10 @@ pub(super) fn fully_connected(op: &OpContext<'_>) -> Result<Built> {
     let n_w = elements(op, &w.shape)?;
     elements(op, &out_shape)?;
     let (xdt, wdt, odt) = (x.dtype, w.dtype, op.outputs[0].dtype);
+    // LiteRT's int16x8 and uint8 fully-connected layers round the product once, and so
+    // do int8 ones with a weight scale per output row; per-tensor int8 rounds twice
+    // (measured against 2.3.0).
+    let round_once = kind == Kind::I16x8 || xdt == DType::U8 || w.quant.is_some_and(|q| q.scale.len() > 1);
     Ok(Built {
         outputs: vec![(odt, out_shape)],
         kernel: Box::new(move |ins, outs| {
@@ -270,9 +274,7 @@ pub(super) fn fully_connected(op: &OpContext<'_>) -> Result<Built> {
                     for i in 0..in_n {
                         acc += i64::from((input[b * in_n + i] - p.x_zp) * (weights[o * in_n + i] - p.w_zp));
                     }
-                    // LiteRT's int16x8 and uint8 fully-connected layers round the
-                    // product once (measured against 2.3.0); int8 rounds twice.
-                    out[b * out_n + o] = if kind == Kind::I16x8 || xdt == DType::U8 {
+                    out[b * out_n + o] = if round_once {
                         p.rq.apply64(acc.wrapping_add(bias[o]), o, kq::multiply_by_quantized_multiplier_i64_full)
                     } else {
                         p.rq.apply((acc as i32).wrapping_add(bias[o] as i32), o)
@@ -445,6 +447,25 @@ mod tests {
         let ((dt, shape), bytes) = run_ref(B::FULLY_CONNECTED, &params, &[Some(&x), Some(&w), Some(&b)], &out(DType::I16, q(1.0 / 16.0, 0))).expect("fc runs");
         assert_eq!((dt, shape), (DType::I16, vec![1, 1]));
         assert_eq!(i16::from_le_bytes([bytes[0], bytes[1]]), 138);
+    }
+
+    #[test]
+    fn fully_connected_int8_rounds_per_tensor_twice_and_per_channel_once() {
+        // acc 1 times a real multiplier of 0.3 (input and output scale 1, weight scale
+        // 0.3): the doubling high multiply rounds 0.6 up to 1 and the shift by one then
+        // rounds the half up to 1; one rounding of the exact 0.3 gives 0. LiteRT 2.3.0
+        // does the first with one weight scale, the second with one per output row.
+        let x = T::ints(DType::I8, &[1, 1], q(1.0, 0), &[1]);
+        let params =
+            OpParams::FullyConnected { activation: Activation::None, keep_num_dims: false, shuffled_weights: false, asymmetric_quantize_inputs: false };
+        let o = out(DType::I8, q(1.0, 0));
+        for (wq, want) in [(q(0.3, 0), vec![1u8, 1]), (qc(vec![0.3, 0.3], 0), vec![0u8, 0])] {
+            let per_channel = wq.as_ref().is_some_and(|q| q.scale.len() > 1);
+            let w = T::ints(DType::I8, &[2, 1], wq, &[1, 1]).constant();
+            let ((_, shape), bytes) = run_ref(B::FULLY_CONNECTED, &params, &[Some(&x), Some(&w), None], &o).expect("fc runs");
+            assert_eq!((shape, bytes), (vec![1, 2], want), "per channel {per_channel}");
+            assert_eq!(mismatches(B::FULLY_CONNECTED, &params, &[Some(&x), Some(&w), None], &o), 0, "cpu, per channel {per_channel}");
+        }
     }
 
     /// Random convolutions of every kind against the CPU backend, bit for bit.
