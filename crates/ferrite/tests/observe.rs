@@ -134,7 +134,7 @@ fn observe(s: &mut Session, stop_before: Option<usize>) -> (Vec<Event>, Vec<Even
 
 fn close(a: &[u8], b: &[u8]) -> bool {
     let (a, b) = (to_f32(a), to_f32(b));
-    a.len() == b.len() && a.iter().zip(&b).all(|(x, y)| (x - y).abs() <= 1e-4 * (1.0 + y.abs()))
+    a.len() == b.len() && a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits() || (x - y).abs() <= 1e-4 * (1.0 + y.abs()))
 }
 
 #[test]
@@ -396,4 +396,95 @@ fn tracing_starts_late_and_covers_callback_runs() {
     assert_eq!(second, [1]);
     // Started after prepare: no prepare slices, and no parse.
     assert!(evs.iter().all(|e| e["cat"] != "prepare"));
+}
+
+/// The corpus models (FERRITE_CORPUS), sorted.
+fn corpus() -> Vec<std::path::PathBuf> {
+    let mut v = Vec::new();
+    if let Ok(dir) = std::env::var("FERRITE_CORPUS") {
+        let mut stack = vec![std::path::PathBuf::from(dir)];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if p.extension().is_some_and(|x| x == "tflite") {
+                    v.push(p);
+                }
+            }
+        }
+    }
+    v.sort();
+    v
+}
+
+/// Over the corpus, callbacks see every op of the session's subgraph once, and
+/// every view they get as ready holds the value a run with every tensor kept (and
+/// nothing fused) computes: arena reuse and fusion never show a callback garbage.
+#[test]
+fn corpus_views_hold_what_an_unfused_run_computes() {
+    let mut checked = 0;
+    for p in corpus() {
+        let open = |keep: bool| -> ferrite::Result<Session> {
+            let mut s = Session::from_file(&p)?;
+            s.set_preserve_all_tensors(keep)?;
+            if p.file_name().is_some_and(|n| n == "melspectrogram.tflite") {
+                s.resize_input(0, &[1, 16000])?;
+            }
+            s.prepare()?;
+            for (k, d) in s.inputs().iter().enumerate() {
+                let n = d.shape.iter().product::<usize>();
+                // Small values every element type reads as valid (indices included).
+                let bytes: Vec<u8> = match d.dtype {
+                    ferrite::DType::F32 => (0..n).flat_map(|i| (((i * 29 % 17) as f32 - 8.0) / 10.0).to_le_bytes()).collect(),
+                    t => vec![0; n * t.size().unwrap_or(1)],
+                };
+                s.set_input(k, &bytes)?;
+            }
+            Ok(s)
+        };
+        let (Ok(mut s), Ok(mut truth)) = (open(false), open(true)) else { continue };
+        if truth.run().is_err() {
+            continue;
+        }
+        let ops = s.model().subgraphs()[s.subgraph_index()].ops.len();
+        let mut seen = vec![0usize; ops];
+        let bad = std::cell::RefCell::new(Vec::new());
+        let ready = std::cell::Cell::new(0);
+        let check = |ev: &OpEvent<'_>| {
+            for v in ev.inputs.iter().chain(ev.outputs) {
+                let Some(d) = v.data else { continue };
+                ready.set(ready.get() + 1);
+                let Ok(want) = truth.tensor_data(v.tensor) else { continue };
+                let same = match v.dtype {
+                    ferrite::DType::F32 => close(d, want.bytes),
+                    _ => d == want.bytes,
+                };
+                if !same {
+                    bad.borrow_mut().push(format!("op {} ({}) tensor {} '{}' {:?}", ev.index, ev.op_name(), v.tensor, v.name, v.state));
+                }
+            }
+        };
+        let outcome = s
+            .run_with_callbacks(
+                |ev| {
+                    seen[ev.index] += 1;
+                    check(ev);
+                    Flow::Continue
+                },
+                |ev| {
+                    check(ev);
+                    Flow::Continue
+                },
+            )
+            .unwrap();
+        assert_eq!(outcome, RunOutcome::Completed);
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        assert!(seen.iter().all(|&n| n == 1), "{name}: ops seen {seen:?}");
+        let (bad, ready) = (bad.into_inner(), ready.get());
+        assert!(bad.is_empty(), "{name}: views that differ from the unfused run: {bad:?}");
+        println!("{name:<45} {ops} ops, {ready} ready views match");
+        checked += 1;
+    }
+    println!("{checked} corpus models checked");
 }
