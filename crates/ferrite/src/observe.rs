@@ -100,7 +100,9 @@ pub struct TensorView<'a> {
     pub quant: Option<&'a Quantization>,
     /// Whether `data` holds the value.
     pub state: TensorState,
-    /// The raw little-endian bytes, present exactly when `state` is `Ready`.
+    /// The raw little-endian bytes, present exactly when `state` is `Ready`. For a
+    /// sparse constant these are its stored values as the file keeps them, not the
+    /// dense tensor (kernels read a densified packing).
     pub data: Option<&'a [u8]>,
 }
 

@@ -218,7 +218,7 @@ impl Session {
         let input_shapes = g.inputs.iter().map(|&t| g.tensors[t].shape.clone()).collect();
         let ctx = BackendContext::new(options.threads);
         let backends = Backends::new(&options.backends, &options.op_backends, &options.custom_backends)?;
-        let trace_from_parse = options.trace;
+        let trace = options.trace;
         let mut s = Session {
             model,
             options,
@@ -245,17 +245,8 @@ impl Session {
             tracing: false,
             plan_generation: 0,
         };
-        if trace_from_parse {
-            let (parsed, done) = s.model.parse_span;
-            s.start_trace(parsed.min(std::time::Instant::now()));
-            if let Some(t) = s.trace.as_deref_mut() {
-                t.phase(observe::PhaseSpan {
-                    name: "parse".into(),
-                    args: [("subgraphs", s.model.subgraphs.len())].into_iter().collect(),
-                    start: parsed,
-                    end: done,
-                });
-            }
+        if trace {
+            s.start_trace(true);
         }
         Ok(s)
     }
@@ -266,12 +257,13 @@ impl Session {
     /// bytes, FLOPs for convolutions and matrix products — with the slices the worker
     /// threads spend in parallel kernels. [`Session::write_trace`] writes it as Chrome
     /// trace-event JSON (Perfetto, chrome://tracing). Starting again after a stop goes
-    /// on with the same trace. Off (the default), runs read no clock for it.
+    /// on with the same trace. Started before the first `prepare`, the trace begins
+    /// with the model's parse. Off (the default), runs read no clock for it.
     pub fn set_tracing(&mut self, on: bool) {
         match (on, self.tracing) {
             (true, false) => {
                 if self.trace.is_none() {
-                    self.start_trace(std::time::Instant::now());
+                    self.start_trace(self.stats.compiles == 0);
                 } else {
                     self.enable_trace_sources(true);
                 }
@@ -284,8 +276,16 @@ impl Session {
         }
     }
 
-    fn start_trace(&mut self, epoch: std::time::Instant) {
-        self.trace = Some(Box::new(TraceLog::new(epoch)));
+    /// A new trace, from the model's parse (its first slice) or from now.
+    fn start_trace(&mut self, with_parse: bool) {
+        let now = std::time::Instant::now();
+        let (parsed, done) = self.model.parse_span;
+        let mut t = TraceLog::new(if with_parse { parsed.min(now) } else { now });
+        if with_parse {
+            let args = [("subgraphs", self.model.subgraphs.len())].into_iter().collect();
+            t.phase(observe::PhaseSpan { name: "parse".into(), args, start: parsed, end: done });
+        }
+        self.trace = Some(Box::new(t));
         self.enable_trace_sources(true);
     }
 
