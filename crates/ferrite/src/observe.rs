@@ -276,7 +276,7 @@ pub(crate) fn estimate_flops(op: &Op, shape_of: impl Fn(usize) -> Option<Vec<usi
             let depth = if adj_x { *a.get(a.len().checked_sub(2)?)? } else { *a.last()? };
             out.checked_mul(depth as u64)?
         }
-        // Every input pixel scatters kh*kw*out_channels products: weights [out, kh, kw, in].
+        // Every input element scatters kh*kw*out_channels products: weights [out, kh, kw, in].
         BuiltinOp::TRANSPOSE_CONV => match input(1)?[..] {
             [co, kh, kw, _] => numel(&input(2)?)?.checked_mul((co * kh * kw) as u64)?,
             _ => return None,
@@ -544,7 +544,7 @@ mod tests {
         let bmm = |adj_x| OpParams::BatchMatMul { adj_x, adj_y: false, asymmetric_quantize_inputs: false };
         assert_eq!(flops(BuiltinOp::BATCH_MATMUL, bmm(false), &[&[3, 4, 5], &[3, 5, 6], &[3, 4, 6]]), Some(2 * 72 * 5));
         assert_eq!(flops(BuiltinOp::BATCH_MATMUL, bmm(true), &[&[3, 5, 4], &[3, 5, 6], &[3, 4, 6]]), Some(2 * 72 * 5));
-        assert_eq!(flops(BuiltinOp::TRANSPOSE_CONV, OpParams::None, &[&[4], &[8, 3, 3, 4], &[1, 5, 5, 4], &[1, 10, 10, 8]]), Some(2 * 25 * 72));
+        assert_eq!(flops(BuiltinOp::TRANSPOSE_CONV, OpParams::None, &[&[4], &[8, 3, 3, 4], &[1, 5, 5, 4], &[1, 10, 10, 8]]), Some(2 * 100 * 72));
         assert_eq!(flops(BuiltinOp::ADD, OpParams::None, &[&[4], &[4], &[4]]), None);
     }
 }
