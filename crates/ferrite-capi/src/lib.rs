@@ -441,11 +441,12 @@ impl FerriteSession {
             self.callback_names = Some(CallbackNames::new(&self.session));
         }
         let FerriteSession { session, callback_names: Some(names), .. } = self else { return FerriteStatus::Error };
-        // SAFETY (both closures): the caller's callback contract, forwarded.
-        let r = session.run_with_callbacks(
-            |ev| before.map_or(ferrite::Flow::Continue, |cb| unsafe { names.call(cb, user, ev) }),
-            |ev| after.map_or(ferrite::Flow::Continue, |cb| unsafe { names.call(cb, user, ev) }),
-        );
+        let call = |cb: FerriteOpCallback, ev: &ferrite::OpEvent<'_>| match cb {
+            // SAFETY: `cb` follows the callback contract, as this function's caller guarantees.
+            Some(cb) => unsafe { names.call(cb, user, ev) },
+            None => ferrite::Flow::Continue,
+        };
+        let r = session.run_with_callbacks(|ev| call(before, ev), |ev| call(after, ev));
         match r {
             Ok(ferrite::RunOutcome::Completed) => {
                 *completed = true;

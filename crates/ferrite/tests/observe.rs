@@ -40,7 +40,7 @@ fn model() -> Vec<u8> {
         &[c],
         Options::Conv2D { padding: Padding::VALID, stride: (1, 1), dilation: (1, 1), activation: Activation::NONE },
     );
-    let k1 = m.add_tensor(TensorSpec::const_f32("k1", &[COUT as i32], &vec![0.25; COUT]));
+    let k1 = m.add_tensor(TensorSpec::const_f32("k1", &[COUT as i32], &[0.25; COUT]));
     let k2 = m.add_tensor(TensorSpec::const_f32("k2", &[COUT as i32], &bv));
     let kb = m.add_tensor(TensorSpec::activation("k", f, &[COUT as i32]));
     m.add_op(OpCode::Builtin(B::ADD), &[k1, k2], &[kb], Options::Binary { activation: Activation::NONE });
