@@ -69,6 +69,9 @@ echo "wheel: $(basename "$WHEEL"), $(( $(stat -c %s "$WHEEL") / 1024 )) KiB"
 echo "== python package: one script against LiteRT's Interpreter and ferrite's"
 "$CACHE/venv/bin/python" tools/python_api_test.py --corpus "$CACHE/models"
 
+echo "== python package: op callbacks and traces (views against an unfused run, every corpus model)"
+"$CACHE/venv/bin/python" tools/python_observe_test.py --corpus "$CACHE/models"
+
 echo "== python package: every Interpreter method and error case on both runtimes (differences: docs/python.md)"
 "$CACHE/venv/bin/python" tools/interpreter_probe.py --corpus "$CACHE/models" --timings
 

@@ -1,13 +1,16 @@
 /* ferrite C API example: load a model, describe it, run it twice (outputs copied
- * into caller buffers, then written there directly), and check the error paths.
+ * into caller buffers, then written there directly), run it with per-op callbacks
+ * and a trace, and check the error paths.
  *
  *   cc -I target/release/include examples/run_model.c target/release/libferrite_c.a -lpthread -ldl -lm
  *   ./a.out models/demo.tflite
  *
  * Exits 0 when every check holds. */
+#define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ferrite.h"
 
@@ -55,7 +58,106 @@ static unsigned char *read_file(const char *path, size_t *len) {
     return buf;
 }
 
+/* What the per-op callbacks saw. */
+struct seen {
+    size_t before, after, bad, ready_bytes, checksum;
+    long stop_at;         /* op index whose `before` stops the run, or -1 */
+    const char *out_name; /* graph output 0, whose bytes are kept */
+    unsigned char *out_copy;
+    size_t out_bytes;
+};
+
+static size_t type_size(enum FerriteType t) {
+    switch (t) {
+    case FERRITE_TYPE_FLOAT32: case FERRITE_TYPE_INT32: return 4;
+    case FERRITE_TYPE_FLOAT16: case FERRITE_TYPE_INT16: return 2;
+    case FERRITE_TYPE_INT8: case FERRITE_TYPE_UINT8: case FERRITE_TYPE_BOOL: return 1;
+    case FERRITE_TYPE_INT64: return 8;
+    default: return 0;
+    }
+}
+
+static int on_before(const struct FerriteOpInfo *op, void *user) {
+    struct seen *st = user;
+    st->before++;
+    if (!op->op_type[0] || !op->runs_on[0]) st->bad++;
+    for (size_t i = 0; i < op->output_count; i++)
+        if (op->outputs[i].state != FERRITE_TENSOR_STATE_PENDING || op->outputs[i].data) st->bad++;
+    return (long)op->index == st->stop_at ? FERRITE_FLOW_STOP : FERRITE_FLOW_CONTINUE;
+}
+
+static int on_after(const struct FerriteOpInfo *op, void *user) {
+    struct seen *st = user;
+    st->after++;
+    for (size_t i = 0; i < op->output_count; i++) {
+        const struct FerriteTensorView *v = &op->outputs[i];
+        if (v->state != FERRITE_TENSOR_STATE_READY) {
+            if (v->data || v->bytes) st->bad++;
+            continue;
+        }
+        size_t n = type_size(v->dtype);
+        for (size_t d = 0; d < v->rank; d++) n *= v->dims[d];
+        if (!v->data || (type_size(v->dtype) && n != v->bytes)) st->bad++;
+        /* Read every byte (the sanitizer checks the view is real memory). */
+        size_t sum = 0;
+        for (size_t k = 0; k < v->bytes; k++) sum += ((const unsigned char *)v->data)[k];
+        st->ready_bytes += v->bytes;
+        st->checksum += sum;
+        if (st->out_name && strcmp(v->name, st->out_name) == 0) {
+            free(st->out_copy);
+            st->out_copy = malloc(v->bytes ? v->bytes : 1);
+            memcpy(st->out_copy, v->data, v->bytes);
+            st->out_bytes = v->bytes;
+        }
+    }
+    return FERRITE_FLOW_CONTINUE;
+}
+
+/* Runs with callbacks and a trace: every op seen before and after, the views are
+ * real memory of the sizes their shapes say, the last op's output is the model's
+ * output; a callback stops a run; the trace file is Chrome JSON with op slices. */
+static int observe(struct FerriteSession *s, void **outs, size_t n_out) {
+    struct FerriteTensorInfo t0;
+    CHECK(ferrite_session_output_info(s, 0, &t0));
+    struct seen st = {.stop_at = -1, .out_name = t0.name};
+    bool completed = false;
+    CHECK(ferrite_session_run_with_callbacks(s, on_before, on_after, &st, &completed));
+    printf("callbacks: %zu ops before, %zu after, %zu ready bytes (byte sum %zu)\n", st.before, st.after, st.ready_bytes, st.checksum);
+    EXPECT(completed && st.bad == 0 && st.before > 0 && st.before == st.after);
+    /* The callbacks saw the output the run copied into the bound buffer. */
+    EXPECT(n_out > 0 && st.out_copy && st.out_bytes == t0.bytes && memcmp(st.out_copy, outs[0], t0.bytes) == 0);
+    free(st.out_copy);
+
+    struct seen stop = {.stop_at = 0};
+    CHECK(ferrite_session_run_with_callbacks(s, on_before, on_after, &stop, &completed));
+    EXPECT(!completed && stop.before == 1 && stop.after == 0);
+    const void *data = NULL;
+    size_t bytes = 0;
+    EXPECT(ferrite_session_output_data(s, 0, &data, &bytes) == FERRITE_STATUS_INVALID_STATE);
+    CHECK(ferrite_session_run_with_callbacks(s, NULL, NULL, NULL, NULL));
+
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/ferrite-capi-trace-%ld.json", (long)getpid());
+    EXPECT(ferrite_session_write_trace(s, NULL) == FERRITE_STATUS_NULL_ARGUMENT);
+    CHECK(ferrite_session_write_trace(s, path));
+    size_t len = 0;
+    unsigned char *trace = read_file(path, &len);
+    remove(path);
+    EXPECT(trace != NULL && len > 0);
+    char *text = malloc(len + 1);
+    memcpy(text, trace, len);
+    text[len] = 0;
+    free(trace);
+    int ok = strncmp(text, "{\"displayTimeUnit\"", 18) == 0 && strstr(text, "\"cat\":\"op\"") && strstr(text, "\"cat\":\"prepare\"");
+    free(text);
+    EXPECT(ok);
+    printf("trace: %zu bytes\n", len);
+    return 0;
+}
+
 static int run(struct FerriteSession *s, int threads) {
+    /* Tracing asked for before the thread count is set survives it. */
+    CHECK(ferrite_session_set_tracing(s, true));
     CHECK(ferrite_session_set_num_threads(s, (size_t)threads));
     size_t n_in = 0, n_out = 0;
     CHECK(ferrite_session_input_count(s, &n_in));
@@ -121,6 +223,7 @@ static int run(struct FerriteSession *s, int threads) {
     }
     printf("output checksum %.6f (in place) %.6f (bound)\n", first, second);
     EXPECT(first == second);
+    if (observe(s, outs, n_out)) return 1;
 
     /* A bound buffer too small for its output. */
     if (n_out > 0) {

@@ -7,6 +7,11 @@
 //! Arguments are checked (null pointers, indices, sizes) and no Rust panic crosses
 //! the boundary: one is caught and reported as `FERRITE_STATUS_ERROR`.
 //!
+//! Seeing inside a run: `ferrite_session_run_with_callbacks` calls a C function
+//! before and after every op with its index, type, backend and read-only views of
+//! its tensors (MNN's `runWithCallBack`); `ferrite_session_set_tracing` and
+//! `ferrite_session_write_trace` record a Chrome trace (Perfetto, chrome://tracing).
+//!
 //! Buffers stay owned by the caller. A model buffer passed to
 //! `ferrite_session_create_from_buffer` and every bound input or output buffer
 //! must stay valid until the session is closed or the buffer is rebound.
@@ -83,6 +88,168 @@ pub struct FerriteTensorInfo {
     pub name: *const c_char,
 }
 
+/// Whether a [`FerriteTensorView`] holds the tensor's value, and if not, why.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FerriteTensorState {
+    /// `data` holds the tensor's value.
+    Ready = 0,
+    /// An output seen before its op ran.
+    Pending = 1,
+    /// Never materialised: computed inside a fused neighbouring kernel.
+    Fused = 2,
+    /// No storage at this point (a constant released after packing, an unused tensor).
+    Absent = 3,
+}
+
+/// What a per-op callback returns (as an `int`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FerriteFlow {
+    /// Go on.
+    Continue = 0,
+    /// From `before`: do not run this op (its outputs keep what their memory held).
+    Skip = 1,
+    /// End the run here.
+    Stop = 2,
+}
+
+/// A read-only view of one tensor of an op, passed to a per-op callback. The
+/// pointers are valid during the callback only, but for `name` (owned by the session).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct FerriteTensorView {
+    /// Tensor index in the subgraph.
+    pub tensor: usize,
+    /// NUL-terminated name, owned by the session (valid until it is closed).
+    pub name: *const c_char,
+    /// Element type.
+    pub dtype: FerriteType,
+    /// Number of dimensions.
+    pub rank: usize,
+    /// `rank` dimensions.
+    pub dims: *const usize,
+    /// Number of quantization scales and zero points (0: not quantized).
+    pub quant_count: usize,
+    /// `quant_count` scales.
+    pub scales: *const f32,
+    /// `quant_count` zero points.
+    pub zero_points: *const i64,
+    /// The quantized dimension when there are several scales.
+    pub quant_axis: usize,
+    /// Whether `data` holds the value.
+    pub state: FerriteTensorState,
+    /// The raw bytes; NULL unless `state` is `FERRITE_TENSOR_STATE_READY`.
+    pub data: *const c_void,
+    /// Size of `data` in bytes (0 when it is NULL).
+    pub bytes: usize,
+}
+
+/// One op as a per-op callback sees it; valid during the callback.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct FerriteOpInfo {
+    /// Subgraph of the op.
+    pub subgraph: usize,
+    /// Op index in the subgraph.
+    pub index: usize,
+    /// NUL-terminated op type (`CONV_2D`), owned by the session.
+    pub op_type: *const c_char,
+    /// Where it runs, NUL-terminated, owned by the session: a backend's name
+    /// (`cpu`, `reference`), or `fused`, `folded`, `alias`, `executor`, `custom`, `dynamic`.
+    pub runs_on: *const c_char,
+    /// The op whose kernel computes this one when `runs_on` is `fused`; -1 otherwise.
+    pub fused_into: isize,
+    /// Number of inputs (omitted optional inputs are left out).
+    pub input_count: usize,
+    /// `input_count` input views.
+    pub inputs: *const FerriteTensorView,
+    /// Number of outputs.
+    pub output_count: usize,
+    /// `output_count` output views (`FERRITE_TENSOR_STATE_PENDING` before the op runs).
+    pub outputs: *const FerriteTensorView,
+}
+
+/// A per-op callback: returns a [`FerriteFlow`] value (any other value stops the run).
+pub type FerriteOpCallback = Option<unsafe extern "C" fn(info: *const FerriteOpInfo, user_data: *mut c_void) -> i32>;
+
+/// The C strings per-op callbacks point to, made once per session.
+struct CallbackNames {
+    ops: Vec<CString>,
+    tensors: Vec<CString>,
+    runs_on: Vec<(&'static str, CString)>,
+}
+
+impl CallbackNames {
+    fn new(s: &Session) -> CallbackNames {
+        let g = &s.model().subgraphs()[s.subgraph_index()];
+        let mut kinds: Vec<&'static str> = s.backend_names();
+        kinds.extend(["custom", "executor", "folded", "alias", "fused", "dynamic"]);
+        CallbackNames {
+            ops: g.ops.iter().map(|o| c_string(&o.code.name())).collect(),
+            tensors: g.tensors.iter().map(|t| c_string(&t.name)).collect(),
+            runs_on: kinds.into_iter().map(|k| (k, c_string(k))).collect(),
+        }
+    }
+
+    fn view(&self, v: &ferrite::TensorView<'_>) -> FerriteTensorView {
+        let (quant_count, scales, zero_points, quant_axis) = match v.quant {
+            Some(q) => (q.scale.len().min(q.zero_point.len()), q.scale.as_ptr(), q.zero_point.as_ptr(), q.axis),
+            None => (0, std::ptr::null(), std::ptr::null(), 0),
+        };
+        FerriteTensorView {
+            tensor: v.tensor,
+            name: self.tensors.get(v.tensor).map_or(c"".as_ptr(), |c| c.as_ptr()),
+            dtype: dtype_of(v.dtype),
+            rank: v.shape.len(),
+            dims: v.shape.as_ptr(),
+            quant_count,
+            scales,
+            zero_points,
+            quant_axis,
+            state: match v.state {
+                ferrite::TensorState::Ready => FerriteTensorState::Ready,
+                ferrite::TensorState::Pending => FerriteTensorState::Pending,
+                ferrite::TensorState::Fused => FerriteTensorState::Fused,
+                ferrite::TensorState::Absent => FerriteTensorState::Absent,
+            },
+            data: v.data.map_or(std::ptr::null(), |d| d.as_ptr().cast()),
+            bytes: v.data.map_or(0, <[u8]>::len),
+        }
+    }
+
+    /// Calls `cb` with `ev` as a [`FerriteOpInfo`].
+    ///
+    /// # Safety
+    /// `cb` is a function of the [`FerriteOpCallback`] contract; `user` is passed through.
+    unsafe fn call(&self, cb: unsafe extern "C" fn(*const FerriteOpInfo, *mut c_void) -> i32, user: *mut c_void, ev: &ferrite::OpEvent<'_>) -> ferrite::Flow {
+        let inputs: Vec<FerriteTensorView> = ev.inputs.iter().map(|v| self.view(v)).collect();
+        let outputs: Vec<FerriteTensorView> = ev.outputs.iter().map(|v| self.view(v)).collect();
+        let kind = ev.runs_on.kind();
+        let info = FerriteOpInfo {
+            subgraph: ev.subgraph,
+            index: ev.index,
+            op_type: self.ops.get(ev.index).map_or(c"".as_ptr(), |c| c.as_ptr()),
+            runs_on: self.runs_on.iter().find(|k| k.0 == kind).map_or(c"".as_ptr(), |k| k.1.as_ptr()),
+            fused_into: match ev.runs_on {
+                ferrite::OpRun::Fused { into } => isize::try_from(into).unwrap_or(-1),
+                _ => -1,
+            },
+            input_count: inputs.len(),
+            inputs: inputs.as_ptr(),
+            output_count: outputs.len(),
+            outputs: outputs.as_ptr(),
+        };
+        // SAFETY: `info` and the views it points to live until the call returns; the
+        // caller guarantees `cb` follows the callback contract.
+        match unsafe { cb(&info, user) } {
+            0 => ferrite::Flow::Continue,
+            1 => ferrite::Flow::Skip,
+            _ => ferrite::Flow::Stop,
+        }
+    }
+}
+
 /// An opaque session.
 pub struct FerriteSession {
     session: Session,
@@ -97,6 +264,10 @@ pub struct FerriteSession {
     last_error: CString,
     /// Where in the model the last error arose, when it concerns part of it.
     last_location: Option<ferrite::Location>,
+    /// Tracing was asked for (kept when the session is re-created for a thread count).
+    tracing: bool,
+    /// Names for per-op callbacks, made on the first run with callbacks.
+    callback_names: Option<CallbackNames>,
 }
 
 /// A caller-owned model buffer, used in place.
@@ -176,6 +347,8 @@ impl FerriteSession {
             output_names: Vec::new(),
             last_error: CString::default(),
             last_location: None,
+            tracing: false,
+            callback_names: None,
         };
         s.refresh_io();
         s
@@ -213,6 +386,73 @@ impl FerriteSession {
     fn check(&mut self, r: Result<(), Error>) -> FerriteStatus {
         match r {
             Ok(()) => FerriteStatus::Ok,
+            Err(e) => self.fail_error(&e),
+        }
+    }
+
+    /// Copies the bound inputs into the session (all must be bound).
+    fn copy_inputs(&mut self) -> FerriteStatus {
+        let n_in = self.inputs.len();
+        let Some(ins) = self.inputs.iter().copied().collect::<Option<Vec<_>>>() else {
+            return self.fail(FerriteStatus::InvalidState, &format!("run needs all {n_in} inputs bound with ferrite_session_set_input"));
+        };
+        for (i, (p, n)) in ins.into_iter().enumerate() {
+            // SAFETY: bound buffers are live caller memory of the recorded sizes (the
+            // binding contract of ferrite_session_set_input).
+            let data = unsafe { std::slice::from_raw_parts(p, n) };
+            let r = self.session.set_input(i, data);
+            if let Err(e) = r {
+                return self.fail_error(&e);
+            }
+        }
+        FerriteStatus::Ok
+    }
+
+    /// Copies the last run's outputs into the bound output buffers.
+    fn copy_outputs(&mut self) -> FerriteStatus {
+        for i in 0..self.outputs.len() {
+            let Some((p, cap)) = self.outputs[i] else { continue };
+            let data = match self.session.output(i) {
+                Ok(d) => d.bytes,
+                Err(e) => return self.fail_error(&e),
+            };
+            if data.len() > cap {
+                let msg = format!("output {i} needs {} bytes, the bound buffer has {cap}", data.len());
+                return self.fail(FerriteStatus::InsufficientSize, &msg);
+            }
+            // SAFETY: `p` is a live caller buffer of `cap >= data.len()` bytes.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
+        }
+        FerriteStatus::Ok
+    }
+
+    /// A run with per-op callbacks on the session's memory; the bound outputs are
+    /// filled when it completes.
+    ///
+    /// # Safety
+    /// `before` and `after` follow the [`FerriteOpCallback`] contract.
+    unsafe fn run_with_callbacks(&mut self, before: FerriteOpCallback, after: FerriteOpCallback, user: *mut c_void, completed: &mut bool) -> FerriteStatus {
+        *completed = false;
+        let st = self.copy_inputs();
+        if st != FerriteStatus::Ok {
+            return st;
+        }
+        if self.callback_names.is_none() {
+            self.callback_names = Some(CallbackNames::new(&self.session));
+        }
+        let FerriteSession { session, callback_names: Some(names), .. } = self else { return FerriteStatus::Error };
+        let call = |cb: FerriteOpCallback, ev: &ferrite::OpEvent<'_>| match cb {
+            // SAFETY: `cb` follows the callback contract, as this function's caller guarantees.
+            Some(cb) => unsafe { names.call(cb, user, ev) },
+            None => ferrite::Flow::Continue,
+        };
+        let r = session.run_with_callbacks(|ev| call(before, ev), |ev| call(after, ev));
+        match r {
+            Ok(ferrite::RunOutcome::Completed) => {
+                *completed = true;
+                self.copy_outputs()
+            }
+            Ok(ferrite::RunOutcome::Stopped { .. }) => FerriteStatus::Ok,
             Err(e) => self.fail_error(&e),
         }
     }
@@ -414,7 +654,7 @@ pub unsafe extern "C" fn ferrite_session_set_num_threads(s: *mut FerriteSession,
             if threads == 0 {
                 return s.fail(FerriteStatus::InvalidArgument, "invalid argument: the thread count must be at least 1");
             }
-            let options = SessionOptions::default().with_env_backends().map(|o| SessionOptions { threads, ..o });
+            let options = SessionOptions::default().with_env_backends().map(|o| SessionOptions { threads, trace: s.tracing, ..o });
             match options.and_then(|options| Session::with_options(s.model.clone(), options)) {
                 Ok(new) => {
                     // Same model, same inputs and outputs: bindings made so far stay.
@@ -661,6 +901,81 @@ pub unsafe extern "C" fn ferrite_session_output_data(s: *mut FerriteSession, ind
                 }
                 Err(e) => s.fail_error(&e),
             }
+        })
+    }
+}
+
+/// Runs the model on the bound inputs (all must be bound) with per-op callbacks:
+/// `before` and `after` (either may be NULL) are called around every op of the
+/// session's subgraph, in execution order, with a [`FerriteOpInfo`] and `user_data`.
+/// `before` may return `FERRITE_FLOW_SKIP` (the op does not run) or
+/// `FERRITE_FLOW_STOP`, `after` `FERRITE_FLOW_STOP`. Ops fused into a neighbouring
+/// kernel are reported too (`runs_on` "fused"), and tensors that never held their
+/// own value come as `FERRITE_TENSOR_STATE_FUSED` with NULL data. `*completed` says
+/// whether every op ran; the bound outputs are filled only then. The callbacks must
+/// not call into this session.
+///
+/// # Safety
+/// `s` is NULL or a live session whose bound buffers are valid; `before` and `after`
+/// are NULL or functions that read the info (and the memory it points to) only
+/// during the call; `completed` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_session_run_with_callbacks(
+    s: *mut FerriteSession,
+    before: FerriteOpCallback,
+    after: FerriteOpCallback,
+    user_data: *mut c_void,
+    completed: *mut bool,
+) -> FerriteStatus {
+    // SAFETY: forwarded caller contract; `completed` checked for null before the write.
+    unsafe {
+        with_session(s, |s| {
+            let mut done = false;
+            let st = s.run_with_callbacks(before, after, user_data, &mut done);
+            if let Some(c) = completed.as_mut() {
+                *c = done;
+            }
+            st
+        })
+    }
+}
+
+/// Starts (`on`) or stops recording a trace: prepare phases after this call, and one
+/// slice per executed op of every run, with worker-thread slices. Stopping keeps what
+/// was recorded for `ferrite_session_write_trace`. Before the thread count is set or
+/// after, at any time.
+///
+/// # Safety
+/// `s` is NULL or a live session.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_session_set_tracing(s: *mut FerriteSession, on: bool) -> FerriteStatus {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        with_session(s, |s| {
+            s.tracing = on;
+            s.session.set_tracing(on);
+            FerriteStatus::Ok
+        })
+    }
+}
+
+/// Writes the trace recorded so far to the file at `path` as Chrome trace-event JSON
+/// (loads in Perfetto and chrome://tracing). `FERRITE_STATUS_INVALID_STATE` when
+/// tracing was never started.
+///
+/// # Safety
+/// `s` is NULL or a live session; `path` is NULL or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_session_write_trace(s: *mut FerriteSession, path: *const c_char) -> FerriteStatus {
+    // SAFETY: forwarded caller contract; `path` checked for null.
+    unsafe {
+        with_session(s, |s| {
+            if path.is_null() {
+                return FerriteStatus::NullArgument;
+            }
+            let path = CStr::from_ptr(path).to_string_lossy().into_owned();
+            let r = s.session.write_trace(path);
+            s.check(r)
         })
     }
 }

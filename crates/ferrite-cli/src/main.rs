@@ -1,6 +1,7 @@
 //! `ferrite`: inspect, run and benchmark TensorFlow Lite / circle models.
 
 mod npy;
+mod observe;
 
 /// Prints a line to stdout; a closed pipe (`ferrite inspect m | head`) ends the
 /// program quietly instead of panicking.
@@ -21,10 +22,25 @@ struct CountingAlloc;
 static ALLOCS: AtomicU64 = AtomicU64::new(0);
 static COUNTING: AtomicBool = AtomicBool::new(false);
 
+thread_local! {
+    /// Set on the CLI's own helper threads (the RSS sampler), whose allocations are
+    /// not the runtime's.
+    static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Leaves the calling thread's allocations out of `heap_allocs_per_run`.
+fn quiet_allocations() {
+    QUIET.with(|q| q.set(true));
+}
+
+fn counted() -> bool {
+    COUNTING.load(Ordering::Relaxed) && !QUIET.try_with(std::cell::Cell::get).unwrap_or(false)
+}
+
 // SAFETY: forwards every call to the system allocator unchanged; only counts.
 unsafe impl GlobalAlloc for CountingAlloc {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
+        if counted() {
             ALLOCS.fetch_add(1, Ordering::Relaxed);
         }
         // SAFETY: same contract as our caller's.
@@ -35,7 +51,7 @@ unsafe impl GlobalAlloc for CountingAlloc {
         unsafe { System.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
+        if counted() {
             ALLOCS.fetch_add(1, Ordering::Relaxed);
         }
         // SAFETY: same contract as our caller's.
@@ -144,6 +160,12 @@ enum Cmd {
         steps: Option<usize>,
         #[command(flatten)]
         backends: BackendArgs,
+        /// Write a Chrome trace-event file (Perfetto, chrome://tracing): prepare
+        /// phases and one slice per executed op, with shapes, bytes and FLOPs.
+        #[arg(long, value_name = "FILE")]
+        trace: Option<PathBuf>,
+        #[command(flatten)]
+        dump: DumpArgs,
     },
     /// Time load, prepare and execute.
     Bench {
@@ -164,7 +186,42 @@ enum Cmd {
         profile: bool,
         #[command(flatten)]
         backends: BackendArgs,
+        /// Write a Chrome trace-event file of the whole benchmark (Perfetto, chrome://tracing).
+        #[arg(long, value_name = "FILE")]
+        trace: Option<PathBuf>,
+        #[command(flatten)]
+        timing: TimingArgs,
     },
+}
+
+/// `run --dump`: every op's outputs as .npy files.
+#[derive(clap::Args, Clone, Default)]
+struct DumpArgs {
+    /// Write each op's outputs to DIR as `<op>_<TYPE>_<tensor>.npy`, with `index.json`
+    /// (per step in `step_NNNN/` with --steps). Fused-away tensors are listed, not written.
+    #[arg(long, value_name = "DIR")]
+    dump: Option<PathBuf>,
+    /// Only these ops: indices and/or types, e.g. `3,17` or `CONV_2D`.
+    #[arg(long = "dump-ops", value_name = "LIST", requires = "dump")]
+    dump_ops: Option<String>,
+}
+
+/// How long `bench` runs, and what it samples meanwhile.
+#[derive(clap::Args, Clone, Copy, Default)]
+struct TimingArgs {
+    /// Sleep this long between timed runs (thermal and frequency effects), not timed.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0.0)]
+    run_delay: f64,
+    /// Keep running past --runs until this much time has passed.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0.0)]
+    min_secs: f64,
+    /// Stop after this much time even if fewer than --runs ran (at least one run).
+    #[arg(long, value_name = "SECONDS")]
+    max_secs: Option<f64>,
+    /// Sample the process's RSS every MS milliseconds from load to the end: the
+    /// maximum and the timeline go in the JSON.
+    #[arg(long, value_name = "MS")]
+    mem_poll: Option<u64>,
 }
 
 fn main() -> ExitCode {
@@ -189,8 +246,12 @@ fn main() -> ExitCode {
             }
             Ok(())
         }
-        Cmd::Run { model, inputs, out_dir, threads, seed, steps, backends } => run(&model, &inputs, &out_dir, threads, seed, steps, &backends),
-        Cmd::Bench { model, threads, shapes, warmup, runs, json, profile, backends } => bench(&model, threads, &shapes, warmup, runs, json, profile, &backends),
+        Cmd::Run { model, inputs, out_dir, threads, seed, steps, backends, trace, dump } => {
+            run(&model, &inputs, &out_dir, threads, seed, steps, &backends, trace.as_deref(), &dump)
+        }
+        Cmd::Bench { model, threads, shapes, warmup, runs, json, profile, backends, trace, timing } => {
+            bench(&model, threads, &shapes, warmup, runs, json, profile, &backends, trace.as_deref(), &timing)
+        }
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -491,9 +552,12 @@ impl Runner {
     }
 }
 
-fn open_session(path: &Path, threads: usize, backends: &BackendArgs) -> Result<Runner, String> {
-    let options = backends.options(threads)?;
+fn open_session(path: &Path, threads: usize, backends: &BackendArgs, trace: bool) -> Result<Runner, String> {
+    let options = SessionOptions { trace, ..backends.options(threads)? };
     if is_package(path) {
+        if trace {
+            return Err("--trace works on a model file, not a package".into());
+        }
         return Ok(Runner::Package(Box::new(PackageSession::open(path, options).map_err(|e| e.to_string())?)));
     }
     let model = Model::from_file(path).map_err(|e| e.to_string())?;
@@ -520,8 +584,22 @@ fn model_files(path: &Path) -> Result<Vec<PathBuf>, String> {
     Ok(vec![path.to_path_buf()])
 }
 
-fn run(path: &Path, inputs: &[PathBuf], out_dir: &Path, threads: usize, seed: u64, steps: Option<usize>, backends: &BackendArgs) -> Result<(), String> {
-    let mut s = open_session(path, threads, backends)?;
+#[allow(clippy::too_many_arguments)]
+fn run(
+    path: &Path,
+    inputs: &[PathBuf],
+    out_dir: &Path,
+    threads: usize,
+    seed: u64,
+    steps: Option<usize>,
+    backends: &BackendArgs,
+    trace: Option<&Path>,
+    dump: &DumpArgs,
+) -> Result<(), String> {
+    let mut s = open_session(path, threads, backends, trace.is_some())?;
+    if dump.dump.is_some() && matches!(s, Runner::Package(_)) {
+        return Err("--dump works on a model file, not a package".into());
+    }
     let descs = s.inputs();
     if !inputs.is_empty() && inputs.len() != descs.len() {
         return Err(format!("model has {} inputs but {} -i files were given", descs.len(), inputs.len()));
@@ -577,13 +655,20 @@ fn run(path: &Path, inputs: &[PathBuf], out_dir: &Path, threads: usize, seed: u6
             }
         })
         .collect::<Result<_, String>>()?;
+    let filter = match (&s, &dump.dump_ops) {
+        (Runner::Model(sess), Some(spec)) => Some(observe::OpFilter::parse(spec, sess)?),
+        _ => None,
+    };
     let mut stacked: Vec<(DType, Vec<usize>, Vec<u8>)> = Vec::new();
     for step in 0..n_steps {
         for (k, d) in data.iter().enumerate() {
             let per = d.len() / n_steps;
             s.set_input(k, &d[step * per..(step + 1) * per]).map_err(|e| e.to_string())?;
         }
-        s.run().map_err(|e| e.to_string())?;
+        match (&mut s, &dump.dump) {
+            (Runner::Model(sess), Some(dir)) => observe::dump_run(sess, &observe::dump_dir(dir, steps.map(|_| step)), filter.as_ref(), path)?,
+            _ => s.run().map_err(|e| e.to_string())?,
+        }
         for k in 0..s.outputs().len() {
             let o = s.output(k).map_err(|e| e.to_string())?;
             if step == 0 {
@@ -600,6 +685,9 @@ fn run(path: &Path, inputs: &[PathBuf], out_dir: &Path, threads: usize, seed: u6
         }
         let p = out_dir.join(format!("output_{k}.npy"));
         std::fs::write(&p, npy::write(*dtype, &shape, bytes)?).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    if let (Some(file), Runner::Model(sess)) = (trace, &mut s) {
+        sess.write_trace(file).map_err(|e| e.to_string())?;
     }
     Ok(())
 }
@@ -621,10 +709,23 @@ fn bench(
     as_json: bool,
     profile: bool,
     backends: &BackendArgs,
+    trace: Option<&Path>,
+    timing: &TimingArgs,
 ) -> Result<(), String> {
     let runs = runs.max(1);
+    let TimingArgs { run_delay, min_secs, max_secs, mem_poll } = *timing;
+    for (flag, v) in [("--run-delay", run_delay), ("--min-secs", min_secs), ("--max-secs", max_secs.unwrap_or(0.0))] {
+        if !(v.is_finite() && v >= 0.0) {
+            return Err(format!("{flag} must be a number of seconds >= 0, got {v}"));
+        }
+    }
     let t0 = Instant::now();
-    let mut s = open_session(path, threads, backends)?;
+    let poller = match mem_poll {
+        Some(0) => return Err("--mem-poll needs a period of at least 1 ms".into()),
+        Some(ms) => Some(observe::RssPoller::start(std::time::Duration::from_millis(ms), t0)),
+        None => None,
+    };
+    let mut s = open_session(path, threads, backends, trace.is_some())?;
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
     for (k, spec) in shapes.iter().enumerate() {
         s.resize_input(k, &parse_shape(spec)?).map_err(|e| e.to_string())?;
@@ -640,17 +741,36 @@ fn bench(
     for _ in 0..warmup {
         s.run().map_err(|e| e.to_string())?;
     }
+    // Timed runs: at least --runs and --min-secs, at most --max-secs (at least one).
     let mut times = Vec::with_capacity(runs);
+    let mut progress = observe::Progress::new();
+    let started = Instant::now();
     ALLOCS.store(0, Ordering::Relaxed);
-    for _ in 0..runs {
+    loop {
+        let elapsed = started.elapsed().as_secs_f64();
+        let enough = times.len() >= runs && elapsed >= min_secs;
+        if enough || (!times.is_empty() && max_secs.is_some_and(|m| elapsed >= m)) {
+            break;
+        }
+        if !times.is_empty() && run_delay > 0.0 {
+            std::thread::sleep(std::time::Duration::from_secs_f64(run_delay));
+        }
         let t = Instant::now();
         COUNTING.store(true, Ordering::Relaxed);
         let r = s.run();
         COUNTING.store(false, Ordering::Relaxed);
         r.map_err(|e| e.to_string())?;
         times.push(t.elapsed().as_secs_f64() * 1e3);
+        let elapsed = started.elapsed().as_secs_f64();
+        let mut done = (times.len() as f64 / runs as f64).min(if min_secs > 0.0 { elapsed / min_secs } else { 1.0 });
+        if let Some(m) = max_secs.filter(|&m| m > 0.0) {
+            done = done.max(elapsed / m);
+        }
+        progress.update(done, &format!("{} runs, {elapsed:.1} s", times.len()));
     }
-    let heap_allocs_per_run = ALLOCS.load(Ordering::Relaxed) as f64 / runs as f64;
+    progress.finish();
+    let n = times.len();
+    let heap_allocs_per_run = ALLOCS.load(Ordering::Relaxed) as f64 / n as f64;
     if profile {
         let Runner::Model(sess) = &mut s else { return Err("--profile works on a model file, not a package".into()) };
         sess.set_profiling(true);
@@ -677,19 +797,32 @@ fn bench(
         }
         sess.set_profiling(false);
     }
+    if let (Some(file), Runner::Model(sess)) = (trace, &mut s) {
+        sess.write_trace(file).map_err(|e| e.to_string())?;
+    }
+    let samples = poller.map(observe::RssPoller::stop);
     let mut sorted = times.clone();
     sorted.sort_by(f64::total_cmp);
-    let median = if runs % 2 == 1 { sorted[runs / 2] } else { (sorted[runs / 2 - 1] + sorted[runs / 2]) / 2.0 };
-    let mean = times.iter().sum::<f64>() / runs as f64;
-    let geomean = (times.iter().map(|t| t.max(1e-9).ln()).sum::<f64>() / runs as f64).exp();
+    let median = if n % 2 == 1 { sorted[n / 2] } else { (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0 };
+    let mean = times.iter().sum::<f64>() / n as f64;
+    let geomean = (times.iter().map(|t| t.max(1e-9).ln()).sum::<f64>() / n as f64).exp();
     let (arena, lower) = s.arena_stats().unwrap_or((0, 0));
-    let doc = json!({
-        "model": path.display().to_string(), "threads": threads, "runs": runs, "warmup": warmup,
+    let mut doc = json!({
+        "model": path.display().to_string(), "threads": threads, "runs": n, "warmup": warmup,
         "load_ms": load_ms, "prepare_ms": prepare_ms,
-        "execute_ms": {"mean": mean, "median": median, "min": sorted[0], "max": sorted[runs - 1], "geomean": geomean},
+        "execute_ms": {"mean": mean, "median": median, "min": sorted[0], "max": sorted[n - 1], "geomean": geomean},
+        "run_ms": times, "run_delay_s": run_delay, "min_secs": min_secs, "max_secs": max_secs,
         "peak_rss_kb": peak_rss_kb(), "arena_bytes": arena, "arena_lower_bound_bytes": lower,
         "heap_allocs_per_run": heap_allocs_per_run,
     });
+    if let Some(file) = trace {
+        doc["trace"] = json!(file.display().to_string());
+    }
+    if let (Some(ms), Some(samples)) = (mem_poll, &samples) {
+        let max = samples.iter().map(|s| s.1).max().unwrap_or(0);
+        let timeline: Vec<Value> = samples.iter().map(|(t, kb)| json!([(t * 1000.0).round() / 1000.0, kb])).collect();
+        doc["memory"] = json!({"poll_ms": ms, "samples": samples.len(), "max_rss_kb": max, "timeline": timeline});
+    }
     if as_json {
         outln!("{doc}");
     } else {
@@ -697,13 +830,19 @@ fn bench(
         outln!("load       {load_ms:.3} ms");
         outln!("prepare    {prepare_ms:.3} ms");
         outln!(
-            "execute    median {median:.3} ms, mean {mean:.3}, min {:.3}, max {:.3}, geomean {geomean:.3} ({runs} runs, {warmup} warmup, {threads} thread(s))",
+            "execute    median {median:.3} ms, mean {mean:.3}, min {:.3}, max {:.3}, geomean {geomean:.3} ({n} runs, {warmup} warmup, {threads} thread(s))",
             sorted[0],
-            sorted[runs - 1]
+            sorted[n - 1]
         );
         outln!("arena      {arena} bytes (lower bound {lower})");
         outln!("heap       {heap_allocs_per_run} allocations per run");
         outln!("peak RSS   {} kB", peak_rss_kb());
+        if let (Some(ms), Some(samples)) = (mem_poll, &samples) {
+            outln!("RSS        max {} kB over {} samples, every {ms} ms", samples.iter().map(|s| s.1).max().unwrap_or(0), samples.len());
+        }
+        if let Some(file) = trace {
+            outln!("trace      {}", file.display());
+        }
     }
     Ok(())
 }

@@ -5,11 +5,31 @@
 //! calls are done, so `f` may borrow from the caller's stack. Work is split by
 //! the caller into contiguous chunks of output, which keeps results identical
 //! for any thread count.
+//!
+//! While tracing is on ([`ThreadPool::set_tracing`]) each thread records one
+//! [`WorkSpan`] per parallel region it worked in; off, the only cost is one relaxed
+//! atomic load per thread per region.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::Instant;
+
+/// One thread's share of one parallel region: from its first task's start to its
+/// last task's end. Recorded only while tracing is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkSpan {
+    /// 0 for the thread that called [`ThreadPool::run`], `i` for worker `i`
+    /// (named `ferrite-worker-{i}`).
+    pub thread: usize,
+    /// When the thread started its first task of the region.
+    pub start: Instant,
+    /// When it finished its last one.
+    pub end: Instant,
+    /// Tasks it ran.
+    pub tasks: usize,
+}
 
 /// A borrowed task function with its lifetime erased; only dereferenced while
 /// `ThreadPool::run` that installed it is still waiting for it.
@@ -35,6 +55,10 @@ struct Shared {
     remaining: AtomicUsize,
     panicked: AtomicBool,
     shutdown: AtomicBool,
+    /// Record a [`WorkSpan`] per thread and region.
+    tracing: AtomicBool,
+    /// Spans recorded and not yet taken.
+    spans: Mutex<Vec<WorkSpan>>,
     job: Mutex<Option<Job>>,
     sleep: Mutex<()>,
     wake: Condvar,
@@ -70,14 +94,30 @@ impl Shared {
         }
     }
 
-    /// Runs tasks of generation `gen` until none are left.
-    fn work(&self, gen: u64, job: Job) {
-        while let Some(i) = self.claim(gen) {
+    /// Runs tasks of generation `gen` until none are left, on thread `thread`.
+    fn work(&self, gen: u64, job: Job, thread: usize) {
+        let tracing = self.tracing.load(Ordering::Relaxed);
+        let mut started: Option<Instant> = None;
+        let mut tasks = 0;
+        let mut next = self.claim(gen);
+        while let Some(i) = next {
+            if tracing && started.is_none() {
+                started = Some(Instant::now());
+            }
             // SAFETY: `run` keeps the function alive until `remaining` reaches 0,
             // which cannot happen before this task decrements it below.
             let ok = catch_unwind(AssertUnwindSafe(|| unsafe { (*job.0)(i) })).is_ok();
             if !ok {
                 self.panicked.store(true, Ordering::Relaxed);
+            }
+            tasks += 1;
+            // The next task is claimed before this one is counted finished, so the span
+            // is stored before the last decrement: once `run` sees no task remaining,
+            // every span of the region is there for `take_spans`.
+            next = self.claim(gen);
+            if let (None, Some(start)) = (next, started) {
+                let span = WorkSpan { thread, start, end: Instant::now(), tasks };
+                self.spans.lock().unwrap_or_else(|e| e.into_inner()).push(span);
             }
             self.remaining.fetch_sub(1, Ordering::AcqRel);
         }
@@ -93,6 +133,8 @@ impl ThreadPool {
             remaining: AtomicUsize::new(0),
             panicked: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
+            tracing: AtomicBool::new(false),
+            spans: Mutex::new(Vec::new()),
             job: Mutex::new(None),
             sleep: Mutex::new(()),
             wake: Condvar::new(),
@@ -100,7 +142,7 @@ impl ThreadPool {
         let workers = (1..threads.max(1))
             .map(|i| {
                 let s = shared.clone();
-                std::thread::Builder::new().name(format!("ferrite-worker-{i}")).spawn(move || worker(&s)).expect("spawning a worker thread")
+                std::thread::Builder::new().name(format!("ferrite-worker-{i}")).spawn(move || worker(&s, i)).expect("spawning a worker thread")
             })
             .collect();
         ThreadPool { shared, workers, region: Mutex::new(()) }
@@ -109,6 +151,18 @@ impl ThreadPool {
     /// Threads that run work, the caller included.
     pub fn threads(&self) -> usize {
         self.workers.len() + 1
+    }
+
+    /// Starts (or stops) recording a [`WorkSpan`] per thread and parallel region.
+    /// Stopping keeps the spans recorded so far for [`ThreadPool::take_spans`].
+    pub fn set_tracing(&self, on: bool) {
+        self.shared.tracing.store(on, Ordering::Relaxed);
+    }
+
+    /// Moves the spans recorded since the last call to the end of `out`. After a
+    /// [`ThreadPool::run`] returns, its spans are all there.
+    pub fn take_spans(&self, out: &mut Vec<WorkSpan>) {
+        out.append(&mut self.shared.spans.lock().unwrap_or_else(|e| e.into_inner()));
     }
 
     /// Calls `f(i)` for every `i` in `0..n`, on the pool's threads, and returns when
@@ -136,7 +190,7 @@ impl ThreadPool {
             let _g = s.sleep.lock().unwrap_or_else(|e| e.into_inner());
         }
         s.wake.notify_all();
-        s.work(gen, job);
+        s.work(gen, job, 0);
         let mut spins = 0u32;
         while s.remaining.load(Ordering::Acquire) > 0 {
             if spins < SPIN {
@@ -152,7 +206,7 @@ impl ThreadPool {
     }
 }
 
-fn worker(s: &Shared) {
+fn worker(s: &Shared, thread: usize) {
     let mut seen = 0u64;
     loop {
         let mut spins = 0u32;
@@ -178,7 +232,7 @@ fn worker(s: &Shared) {
         seen = gen;
         let job = *s.job.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(job) = job {
-            s.work(gen, job);
+            s.work(gen, job, thread);
         }
     }
 }
@@ -219,6 +273,32 @@ mod tests {
             });
             assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
         }
+    }
+
+    #[test]
+    fn tracing_records_one_span_per_thread_and_region() {
+        let pool = ThreadPool::new(3);
+        let work = |_| std::thread::sleep(std::time::Duration::from_millis(2));
+        pool.run(6, &work);
+        let mut spans = Vec::new();
+        pool.take_spans(&mut spans);
+        assert!(spans.is_empty(), "nothing is recorded while tracing is off");
+        pool.set_tracing(true);
+        let before = Instant::now();
+        pool.run(6, &work);
+        pool.take_spans(&mut spans);
+        // Every task is in exactly one span, each thread has at most one span, and
+        // every span lies within the region.
+        assert_eq!(spans.iter().map(|s| s.tasks).sum::<usize>(), 6);
+        let mut threads: Vec<usize> = spans.iter().map(|s| s.thread).collect();
+        threads.sort_unstable();
+        threads.dedup();
+        assert_eq!(threads.len(), spans.len());
+        assert!(threads.iter().all(|&t| t < 3));
+        assert!(spans.iter().all(|s| before <= s.start && s.start <= s.end && s.end <= Instant::now()));
+        pool.take_spans(&mut spans);
+        assert_eq!(spans.iter().map(|s| s.tasks).sum::<usize>(), 6, "taking moves the spans out");
+        pool.set_tracing(false);
     }
 
     #[test]

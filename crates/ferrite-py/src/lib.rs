@@ -10,9 +10,14 @@
 //! so a view never dangles. The buffer object also holds its session, so dropping the
 //! interpreter cannot free memory a view still shows. As in LiteRT, `set` and `get` stay
 //! allowed while views exist: they copy with the GIL held, as numpy's element access is.
+//!
+//! Per-op callbacks ([`NativeSession::run_with_callbacks`]) call Python with the GIL held
+//! and the session locked: each op's tensors are handed over as copies, and every other
+//! call on the session (from the callbacks, or from another thread, which would wait for
+//! the lock while holding the GIL the callbacks need) is refused until the run ends.
 
 use std::os::raw::c_int;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use ferrite::{DType, Model, Session, SessionOptions};
@@ -157,13 +162,21 @@ struct NativeSession {
     session: Mutex<Session>,
     /// Live [`TensorBuffer`]s of this session.
     views: Arc<AtomicUsize>,
+    /// A run with Python callbacks is in progress (see the module notes).
+    in_callbacks: AtomicBool,
 }
 
 impl NativeSession {
-    fn lock(&self) -> MutexGuard<'_, Session> {
+    fn lock(&self) -> PyResult<MutexGuard<'_, Session>> {
+        if self.in_callbacks.load(Ordering::SeqCst) {
+            return Err(PyRuntimeError::new_err(
+                "the interpreter is running with op callbacks: it cannot be used until invoke_with_callbacks returns \
+                 (each callback gets its op's tensors as arguments)",
+            ));
+        }
         // A panic inside a call cannot leave the session half-updated in a way later
         // calls rely on (each call re-validates state), so a poisoned lock is reused.
-        self.session.lock().unwrap_or_else(|e| e.into_inner())
+        Ok(self.session.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     fn build(model: Arc<Model>, options: SessionOptions, preserve_all: bool, signature: Option<&str>) -> PyResult<NativeSession> {
@@ -172,7 +185,7 @@ impl NativeSession {
             s.select_signature(key).map_err(err_as::<PyValueError>)?;
         }
         s.set_preserve_all_tensors(preserve_all).map_err(err)?;
-        Ok(NativeSession { model, options, preserve_all, session: Mutex::new(s), views: Arc::new(AtomicUsize::new(0)) })
+        Ok(NativeSession { model, options, preserve_all, session: Mutex::new(s), views: Arc::new(AtomicUsize::new(0)), in_callbacks: AtomicBool::new(false) })
     }
 
     /// Refuses a call that may move or free session memory while views exist.
@@ -228,8 +241,8 @@ impl NativeSession {
     }
 
     /// Index of the subgraph the session runs.
-    fn subgraph(&self) -> usize {
-        self.lock().subgraph_index()
+    fn subgraph(&self) -> PyResult<usize> {
+        Ok(self.lock()?.subgraph_index())
     }
 
     fn num_subgraphs(&self) -> usize {
@@ -241,9 +254,9 @@ impl NativeSession {
     }
 
     /// Tensor indices of the session's inputs and outputs.
-    fn io(&self) -> (Vec<usize>, Vec<usize>) {
-        let s = self.lock();
-        (s.inputs().iter().map(|d| d.tensor).collect(), s.outputs().iter().map(|d| d.tensor).collect())
+    fn io(&self) -> PyResult<(Vec<usize>, Vec<usize>)> {
+        let s = self.lock()?;
+        Ok((s.inputs().iter().map(|d| d.tensor).collect(), s.outputs().iter().map(|d| d.tensor).collect()))
     }
 
     /// Details of tensor `t` of `subgraph`: the session's current shapes for its own
@@ -253,7 +266,7 @@ impl NativeSession {
             let g = self.model.subgraphs().get(subgraph).ok_or_else(|| PyValueError::new_err(format!("subgraph {subgraph} does not exist")))?;
             let info =
                 g.tensors.get(t).ok_or_else(|| PyValueError::new_err(format!("Invalid tensor index {t} exceeds max tensor index {}", g.tensors.len())))?;
-            let s = self.lock();
+            let s = self.lock()?;
             let shape = if subgraph == s.subgraph_index() { s.tensor_desc(t).map_err(err)?.shape } else { info.shape.clone() };
             Ok(detail(info, shape))
         })
@@ -261,15 +274,15 @@ impl NativeSession {
 
     /// Op `i` of the session's subgraph: (name, inputs with -1 for omitted ones, outputs).
     fn op(&self, i: usize) -> PyResult<(String, Vec<i64>, Vec<i64>)> {
-        let sg = self.lock().subgraph_index();
+        let sg = self.lock()?.subgraph_index();
         let op = self.model.subgraphs()[sg].ops.get(i).ok_or_else(|| PyValueError::new_err("Invalid node index"))?;
         let index = |t: &usize| i64::try_from(*t).unwrap_or(-1);
         Ok((op.code.name(), op.inputs.iter().map(|t| t.as_ref().map_or(-1, index)).collect(), op.outputs.iter().map(index).collect()))
     }
 
-    fn num_ops(&self) -> usize {
-        let sg = self.lock().subgraph_index();
-        self.model.subgraphs()[sg].ops.len()
+    fn num_ops(&self) -> PyResult<usize> {
+        let sg = self.lock()?.subgraph_index();
+        Ok(self.model.subgraphs()[sg].ops.len())
     }
 
     /// Signatures: (key, subgraph, [(input name, tensor)], [(output name, tensor)]).
@@ -282,7 +295,7 @@ impl NativeSession {
     /// change. Returns whether the shape changed (the session then needs `allocate`).
     fn resize(&self, t: usize, dims: Vec<i64>, strict: bool) -> PyResult<bool> {
         contain("resize", || {
-            let mut s = self.lock();
+            let mut s = self.lock()?;
             let k = NativeSession::input_position(&s, t)?;
             let cur = s.tensor_desc(t).map_err(err)?;
             let shape: Vec<usize> = dims
@@ -321,22 +334,22 @@ impl NativeSession {
     fn allocate(&self) -> PyResult<bool> {
         contain("allocate", || {
             // Checked under the lock, which `view` also holds while it counts a new view.
-            let mut s = self.lock();
+            let mut s = self.lock()?;
             self.no_views("allocate_tensors")?;
             s.allocate_tensors().map_err(err_as::<PyRuntimeError>)
         })
     }
 
     /// Whether shapes are computed by runs (their details change per run).
-    fn dynamic_shapes(&self) -> bool {
-        self.lock().has_dynamic_shapes()
+    fn dynamic_shapes(&self) -> PyResult<bool> {
+        Ok(self.lock()?.has_dynamic_shapes())
     }
 
     /// Copies a C-contiguous buffer into tensor `t`; the byte count must match.
     fn set(&self, t: usize, data: &Bound<'_, PyAny>) -> PyResult<()> {
         let data = ReadBuffer::get(data)?;
         contain("set", || {
-            let mut s = self.lock();
+            let mut s = self.lock()?;
             let dst = s.tensor_data_mut(t).map_err(err_as::<PyValueError>)?;
             if dst.len() != data.bytes().len() {
                 return Err(PyValueError::new_err(format!("tensor {t} holds {} bytes, got {}", dst.len(), data.bytes().len())));
@@ -352,7 +365,7 @@ impl NativeSession {
     fn read_into(&self, t: usize, out: &Bound<'_, PyAny>) -> PyResult<bool> {
         let mut out = ReadBuffer::get_mut(out)?;
         contain("read_into", || {
-            let s = self.lock();
+            let s = self.lock()?;
             let d = s.tensor_data(t).map_err(err_as::<PyValueError>)?;
             if d.bytes.len() != out.len() {
                 return Ok(false);
@@ -366,7 +379,7 @@ impl NativeSession {
     /// one flat dimension, as LiteRT returns them.
     fn get<'py>(&self, py: Python<'py>, t: usize) -> PyResult<(Vec<usize>, Bound<'py, PyByteArray>)> {
         contain("get", || {
-            let s = self.lock();
+            let s = self.lock()?;
             let d = s.tensor_data(t).map_err(err_as::<PyValueError>)?;
             Ok((flat_if_packed(d.shape, d.dtype, d.bytes.len()), PyByteArray::new(py, d.bytes)))
         })
@@ -387,7 +400,7 @@ impl NativeSession {
     fn view(slf: Bound<'_, Self>, t: usize) -> PyResult<(Vec<usize>, TensorBuffer)> {
         let this = slf.get();
         contain("view", || {
-            let mut s = this.lock();
+            let mut s = this.lock()?;
             // Writable where the session allows writes (arena tensors, run-time values),
             // read-only for constants (their bytes may be the read-only model map).
             let (shape, ptr, len, readonly) = match s.tensor_data_mut(t) {
@@ -417,7 +430,7 @@ impl NativeSession {
         // check is under the lock, so no view can be made between it and the run.
         py.allow_threads(|| {
             contain("run", || {
-                let mut s = self.lock();
+                let mut s = self.lock()?;
                 self.no_views("invoke")?;
                 s.run().map_err(err_as::<PyRuntimeError>)
             })
@@ -425,9 +438,77 @@ impl NativeSession {
     }
 
     /// LiteRT's ResetVariableTensors (variable tensors only, not resource variables).
-    fn reset_variable_tensors(&self) {
-        self.lock().reset_variable_tensors();
+    fn reset_variable_tensors(&self) -> PyResult<()> {
+        self.lock()?.reset_variable_tensors();
+        Ok(())
     }
+
+    /// Starts or stops recording a trace (prepare phases from now, every run's ops).
+    fn set_tracing(&self, on: bool) -> PyResult<()> {
+        self.lock()?.set_tracing(on);
+        Ok(())
+    }
+
+    /// Writes the trace recorded so far to `path` as Chrome trace-event JSON.
+    fn write_trace(&self, path: std::path::PathBuf) -> PyResult<()> {
+        contain("write_trace", || self.lock()?.write_trace(&path).map_err(err))
+    }
+
+    /// Runs with `before` and `after` (callables or None) called around every op with
+    /// (subgraph, op index, op type, runs on, fused into or -1, inputs, outputs); each
+    /// tensor is (index, name, dtype, shape, scales, zero points, quantized dim, state,
+    /// bytes or None). A callable returns 0 (continue), 1 (skip; from `before`) or 2
+    /// (stop). Returns whether the run completed; an exception in a callback stops the
+    /// run and is raised here.
+    #[pyo3(signature = (before=None, after=None))]
+    fn run_with_callbacks(&self, py: Python<'_>, before: Option<PyObject>, after: Option<PyObject>) -> PyResult<bool> {
+        contain("run_with_callbacks", || {
+            let mut s = self.lock()?;
+            self.no_views("invoke_with_callbacks")?;
+            let raised: std::cell::RefCell<Option<PyErr>> = std::cell::RefCell::new(None);
+            let call = |cb: &Option<PyObject>, ev: &ferrite::OpEvent<'_>| -> ferrite::Flow {
+                let Some(cb) = cb else { return ferrite::Flow::Continue };
+                match cb.call1(py, (event_tuple(py, ev),)).and_then(|r| r.extract::<i64>(py)) {
+                    Ok(0) => ferrite::Flow::Continue,
+                    Ok(1) => ferrite::Flow::Skip,
+                    Ok(_) => ferrite::Flow::Stop,
+                    Err(e) => {
+                        raised.borrow_mut().get_or_insert(e);
+                        ferrite::Flow::Stop
+                    }
+                }
+            };
+            self.in_callbacks.store(true, Ordering::SeqCst);
+            let r = s.run_with_callbacks(|ev| call(&before, ev), |ev| call(&after, ev));
+            self.in_callbacks.store(false, Ordering::SeqCst);
+            if let Some(e) = raised.into_inner() {
+                return Err(e);
+            }
+            Ok(r.map_err(err_as::<PyRuntimeError>)? == ferrite::RunOutcome::Completed)
+        })
+    }
+}
+
+/// One tensor of an op for a Python callback: (index, name, dtype, shape, scales, zero
+/// points, quantized dim, state, a copy of its bytes or None).
+type TensorTuple<'py> = (usize, String, &'static str, Vec<usize>, Vec<f32>, Vec<i64>, usize, &'static str, Option<Bound<'py, pyo3::types::PyBytes>>);
+
+fn tensor_tuple<'py>(py: Python<'py>, v: &ferrite::TensorView<'_>) -> TensorTuple<'py> {
+    let (scales, zps, axis) = v.quant.map_or((vec![], vec![], 0), |q| (q.scale.clone(), q.zero_point.clone(), q.axis));
+    let data = v.data.map(|d| pyo3::types::PyBytes::new(py, d));
+    (v.tensor, v.name.to_string(), dtype_name(v.dtype), v.shape.to_vec(), scales, zps, axis, v.state.name(), data)
+}
+
+/// An op for a Python callback: (subgraph, index, type, runs on, fused into or -1,
+/// inputs, outputs).
+#[allow(clippy::type_complexity)]
+fn event_tuple<'py>(py: Python<'py>, ev: &ferrite::OpEvent<'_>) -> (usize, usize, String, &'static str, i64, Vec<TensorTuple<'py>>, Vec<TensorTuple<'py>>) {
+    let fused_into = match ev.runs_on {
+        ferrite::OpRun::Fused { into } => i64::try_from(into).unwrap_or(-1),
+        _ => -1,
+    };
+    let tensors = |vs: &[ferrite::TensorView<'_>]| vs.iter().map(|v| tensor_tuple(py, v)).collect();
+    (ev.subgraph, ev.index, ev.op_name(), ev.runs_on.kind(), fused_into, tensors(ev.inputs), tensors(ev.outputs))
 }
 
 /// The shape to present `len` bytes of `dtype` in: `shape`, or one flat dimension when

@@ -8,17 +8,18 @@ use smallvec::SmallVec;
 
 use crate::backend::select::Backends;
 use crate::backend::{BackendContext, Built, CustomOpRegistry, InputDesc, OpContext};
-use crate::compile::{build_op, bytes_of, AlignedBytes, Child, CompiledGraph, DynValue, Limits, Loc, OutPlan, Src, Work};
+use crate::compile::{build_op, bytes_of, AlignedBytes, Child, CompiledGraph, DynValue, Limits, Loc, OpRun, OutPlan, Src, Step, TensorSlot, Work};
 use crate::error::{Error, Location, Result};
 use crate::memory;
-use crate::model::{DType, Model};
+use crate::model::{DType, Model, Subgraph};
+use crate::observe::{self, tensor_view, Flow, Hooks, OpEvent, TensorState, TensorView};
 use crate::variables::resource_id;
 
 impl Child {
     /// Runs on bound inputs and outputs (read and written in place).
     pub(crate) fn run(&mut self, model: &Model, inputs: &[&[u8]], outputs: &mut [&mut [u8]], env: &mut DynEnv<'_>) -> Result<()> {
         let Child { graph, arena } = self;
-        execute(graph, model, bytemuck::cast_slice_mut(arena), Some((inputs, outputs)), env, None).map(|_| ())
+        execute(graph, model, bytemuck::cast_slice_mut(arena), Some((inputs, outputs)), env).map(|_| ())
     }
 }
 
@@ -35,6 +36,9 @@ pub struct DynEnv<'a> {
     pub ctx: &'a mut BackendContext,
     /// Limits for run-time allocations.
     pub limits: Limits,
+    /// Whoever watches the run (trace, profile, callbacks). None on the plain path,
+    /// which then reads no clock and builds no view.
+    pub hooks: Option<&'a mut dyn Hooks>,
 }
 
 /// Caller buffers bound for one run: graph inputs, and graph outputs to fill.
@@ -44,19 +48,32 @@ pub type Bound<'b, 'c> = (&'b [&'b [u8]], &'b mut [&'c mut [u8]]);
 /// at prepare and the per-step views live on the stack. With `bound` buffers, kernels
 /// read the caller's inputs and write outputs in place where the plan allows; the
 /// rest are copied after the run, and the number of bytes copied is returned.
-pub fn execute(
-    g: &mut CompiledGraph,
-    model: &Model,
-    arena: &mut [u8],
-    mut bound: Option<Bound<'_, '_>>,
-    env: &mut DynEnv<'_>,
-    mut profile: Option<&mut Vec<(usize, std::time::Duration)>>,
-) -> Result<usize> {
+///
+/// With hooks, each step is announced before and after it runs. Where they want
+/// views (callbacks on the session's own subgraph, which runs on the arena), every op
+/// of the subgraph is announced once, in execution order: ops without a step of their
+/// own (folded, aliases, a folded PAD) where their index falls between the steps, an
+/// epilogue right after the convolution that computed it. A hook's
+/// [`Flow::Stop`] ends the run (the hooks record where).
+pub fn execute(g: &mut CompiledGraph, model: &Model, arena: &mut [u8], mut bound: Option<Bound<'_, '_>>, env: &mut DynEnv<'_>) -> Result<usize> {
     let bytes = model.bytes();
     let is_bound = bound.is_some();
     let subgraph = g.subgraph;
-    let op_error = |op: usize, e: Error| e.located(Location::op(subgraph, op, model.subgraphs[subgraph].ops[op].code.name()));
-    for st in g.steps.iter_mut() {
+    let sub = &model.subgraphs[subgraph];
+    let op_error = |op: usize, e: Error| e.located(Location::op(subgraph, op, sub.ops[op].code.name()));
+    let views = !is_bound && env.hooks.as_deref().is_some_and(|h| h.wants_views(subgraph));
+    let (steps, tensors, assignment) = (&mut g.steps, &g.tensors, &g.assignment);
+    // Ops below this index were announced to the hooks (with views).
+    let mut announced = 0;
+    for si in 0..steps.len() {
+        if let (true, Some(h)) = (views, env.hooks.as_deref_mut()) {
+            let at = Announce { sub, subgraph, tensors, assignment, steps: &steps[..si], arena: &*arena, bytes };
+            if at.stepless(announced..steps[si].op, h) == Flow::Stop {
+                return Ok(0);
+            }
+            announced = steps[si].op + 1;
+        }
+        let st = &mut steps[si];
         // The common step: at most one output, in the arena. Its views come
         // from two splits of the arena, without the general path's sorting and
         // searching (this loop runs once per op per invocation).
@@ -65,7 +82,7 @@ pub fn execute(
             [(off, len, tag)] if !(is_bound && tag.is_some()) => Some((*off, *len)),
             _ => None,
         };
-        if let (Some((off, len)), None) = (single, profile.as_ref()) {
+        if let (Some((off, len)), None) = (single, env.hooks.as_ref()) {
             if off.checked_add(len).is_none_or(|end| end > arena.len()) {
                 return Err(Error::Runtime(format!("internal: output region {off}+{len} leaves the arena").into()));
             }
@@ -134,18 +151,58 @@ pub fn execute(
             };
             outs.push(view.ok_or_else(|| Error::Runtime("internal: output view missing".into()))?);
         }
-        let started = profile.is_some().then(std::time::Instant::now);
-        let result = run_work(&mut st.work, &ins, &mut outs, model, env);
-        if let (Some(p), Some(t0)) = (profile.as_deref_mut(), started) {
-            p.push((st.op, t0.elapsed()));
+        let op = &sub.ops[st.op];
+        let runs_on = assignment.get(st.op).copied().unwrap_or(OpRun::Executor);
+        if let Some(h) = env.hooks.as_deref_mut() {
+            let flow = if views {
+                let inputs = step_input_views(sub, tensors, st, &ins, bytes);
+                let outputs = observe::output_views(op, |_, t| tensor_view(sub, tensors, t, TensorState::Pending, None));
+                h.before(&OpEvent { subgraph, index: st.op, op, runs_on, inputs: &inputs, outputs: &outputs }, true)
+            } else {
+                h.before(&OpEvent { subgraph, index: st.op, op, runs_on, inputs: &[], outputs: &[] }, true)
+            };
+            match flow {
+                Flow::Continue => {}
+                Flow::Skip => continue,
+                Flow::Stop => return Ok(0),
+            }
         }
+        let result = run_work(&mut st.work, &ins, &mut outs, model, env);
         result.map_err(|e| op_error(st.op, e))?;
+        if let Some(h) = env.hooks.as_deref_mut() {
+            let written: SmallVec<[&[u8]; 4]> = outs.iter().map(|o| &**o).collect();
+            let flow = if views {
+                // A convolution that applied fused epilogues wrote their result, not its own.
+                let fused_away = assignment.iter().skip(st.op + 1).any(|r| *r == OpRun::Fused { into: st.op });
+                let state = if fused_away { TensorState::Fused } else { TensorState::Ready };
+                let inputs = step_input_views(sub, tensors, st, &ins, bytes);
+                let outputs = observe::output_views(op, |k, t| tensor_view(sub, tensors, t, state, written.get(k).copied()));
+                match h.after(&OpEvent { subgraph, index: st.op, op, runs_on, inputs: &inputs, outputs: &outputs }, true) {
+                    Flow::Stop => Flow::Stop,
+                    _ => announce_epilogues(sub, subgraph, tensors, assignment, st, &ins, written.first().copied(), bytes, h),
+                }
+            } else {
+                h.after(&OpEvent { subgraph, index: st.op, op, runs_on, inputs: &[], outputs: &[] }, true)
+            };
+            if flow == Flow::Stop {
+                return Ok(0);
+            }
+        }
+    }
+    let tail_from = g.dynamic.as_ref().map_or(sub.ops.len(), |d| d.first_op);
+    if let (true, Some(h)) = (views, env.hooks.as_deref_mut()) {
+        let at = Announce { sub, subgraph, tensors: &g.tensors, assignment: &g.assignment, steps: &g.steps, arena: &*arena, bytes };
+        if at.stepless(announced..tail_from, h) == Flow::Stop {
+            return Ok(0);
+        }
     }
     if g.dynamic.is_some() {
         if bound.is_some() {
             return Err(Error::Unsupported("run_with() on a model with data-dependent shapes: use run() and output()".into()));
         }
-        run_dynamic_tail(g, model, arena, env)?;
+        if run_dynamic_tail(g, model, arena, env)? == Flow::Stop {
+            return Ok(0);
+        }
     }
     let mut copied = 0;
     if let Some((inputs, outputs)) = bound {
@@ -163,6 +220,152 @@ pub fn execute(
         }
     }
     Ok(copied)
+}
+
+/// A step's inputs as views: what its kernel reads, a prepacked constant where the
+/// kernel reads its packing, and a folded PAD's output (read as the PAD's input with
+/// padding) as never materialised.
+fn step_input_views<'a>(sub: &'a Subgraph, tensors: &'a [TensorSlot], st: &Step, ins: &[Option<&'a [u8]>], bytes: &'a [u8]) -> SmallVec<[TensorView<'a>; 8]> {
+    observe::input_views(&sub.ops[st.op], |k, t| {
+        if st.substituted.iter().any(|s| s.0 == k) {
+            return tensor_view(sub, tensors, t, TensorState::Fused, None);
+        }
+        let data = if st.prepacked.contains(&k) { observe::loc_bytes(&tensors[t].loc, &[], bytes) } else { ins.get(k).copied().flatten() };
+        tensor_view(sub, tensors, t, TensorState::Ready, data)
+    })
+}
+
+/// Announces the epilogue ops fused into step `st` (they ran inside its kernel):
+/// the tensors between them were never materialised, the last one's output is the
+/// kernel's, and their other operands were the kernel's extra inputs.
+#[allow(clippy::too_many_arguments)]
+fn announce_epilogues(
+    sub: &Subgraph,
+    subgraph: usize,
+    tensors: &[TensorSlot],
+    assignment: &[OpRun],
+    st: &Step,
+    ins: &[Option<&[u8]>],
+    written: Option<&[u8]>,
+    bytes: &[u8],
+    h: &mut dyn Hooks,
+) -> Flow {
+    let host = st.op;
+    let chain: SmallVec<[usize; 4]> = (host + 1..sub.ops.len()).filter(|&o| assignment.get(o) == Some(&OpRun::Fused { into: host })).collect();
+    let first_extra = sub.ops[host].inputs.len();
+    for (i, &e) in chain.iter().enumerate() {
+        let op = &sub.ops[e];
+        let inside = |t: usize| sub.ops[host].outputs.contains(&t) || chain[..i].iter().any(|&c| sub.ops[c].outputs.contains(&t));
+        let inputs = observe::input_views(op, |_, t| {
+            if inside(t) {
+                return tensor_view(sub, tensors, t, TensorState::Fused, None);
+            }
+            let data = match st.extra.iter().position(|&x| x == t) {
+                Some(j) => ins.get(first_extra + j).copied().flatten(),
+                // Only constants are left (an arena tensor not passed to the kernel is not known to be live).
+                None => observe::loc_bytes(&tensors[t].loc, &[], bytes),
+            };
+            tensor_view(sub, tensors, t, TensorState::Ready, data)
+        });
+        let pending = observe::output_views(op, |_, t| tensor_view(sub, tensors, t, TensorState::Pending, None));
+        let runs_on = OpRun::Fused { into: host };
+        match h.before(&OpEvent { subgraph, index: e, op, runs_on, inputs: &inputs, outputs: &pending }, false) {
+            Flow::Stop => return Flow::Stop,
+            Flow::Skip => continue,
+            Flow::Continue => {}
+        }
+        let last = i + 1 == chain.len();
+        let outputs = observe::output_views(op, |_, t| {
+            if last {
+                tensor_view(sub, tensors, t, TensorState::Ready, written)
+            } else {
+                tensor_view(sub, tensors, t, TensorState::Fused, None)
+            }
+        });
+        if h.after(&OpEvent { subgraph, index: e, op, runs_on, inputs: &inputs, outputs: &outputs }, false) == Flow::Stop {
+            return Flow::Stop;
+        }
+    }
+    Flow::Continue
+}
+
+/// What announcing the ops without a step of their own needs: the subgraph, its
+/// plan, the steps run so far and the arena as they left it.
+struct Announce<'a> {
+    sub: &'a Subgraph,
+    subgraph: usize,
+    tensors: &'a [TensorSlot],
+    assignment: &'a [OpRun],
+    steps: &'a [Step],
+    arena: &'a [u8],
+    bytes: &'a [u8],
+}
+
+impl Announce<'_> {
+    /// Announces the ops of `range` that run no step (folded at prepare, aliases, a
+    /// folded PAD); epilogues are announced with their kernel instead.
+    fn stepless(&self, range: std::ops::Range<usize>, h: &mut dyn Hooks) -> Flow {
+        let (sub, tensors) = (self.sub, self.tensors);
+        for oi in range {
+            let runs_on = self.assignment.get(oi).copied().unwrap_or(OpRun::Dynamic);
+            match runs_on {
+                OpRun::Fused { into } if into < oi => continue,
+                OpRun::Dynamic => continue,
+                _ => {}
+            }
+            let op = &sub.ops[oi];
+            let inputs = observe::input_views(op, |_, t| self.view(t));
+            let pending = observe::output_views(op, |_, t| tensor_view(sub, tensors, t, TensorState::Pending, None));
+            match h.before(&OpEvent { subgraph: self.subgraph, index: oi, op, runs_on, inputs: &inputs, outputs: &pending }, false) {
+                Flow::Stop => return Flow::Stop,
+                Flow::Skip => continue,
+                Flow::Continue => {}
+            }
+            let outputs = observe::output_views(op, |_, t| match runs_on {
+                OpRun::Fused { .. } => tensor_view(sub, tensors, t, TensorState::Fused, None),
+                _ => self.view(t),
+            });
+            if h.after(&OpEvent { subgraph: self.subgraph, index: oi, op, runs_on, inputs: &inputs, outputs: &outputs }, false) == Flow::Stop {
+                return Flow::Stop;
+            }
+        }
+        Flow::Continue
+    }
+
+    /// Tensor `t` as its location holds it now: a constant, or an arena slot that
+    /// still holds its value. The plan keeps a tensor's memory only while a step
+    /// reads it, and an op without a step is not such a reader, so the slot is
+    /// checked: the last step that wrote over it must be the one that wrote `t`.
+    fn view(&self, t: usize) -> TensorView<'_> {
+        let slot = &self.tensors[t];
+        let data = match slot.loc {
+            Loc::Arena { offset, len } => {
+                let overlaps = |st: &&Step| st.outputs.iter().any(|&(o, l, _)| o < offset + len && offset < o + l);
+                let last_writer = self.steps.iter().rev().find(overlaps).map(|st| st.op);
+                if last_writer == self.writer(t) {
+                    observe::loc_bytes(&slot.loc, self.arena, self.bytes)
+                } else {
+                    None
+                }
+            }
+            _ => observe::loc_bytes(&slot.loc, self.arena, self.bytes),
+        };
+        tensor_view(self.sub, self.tensors, t, TensorState::Ready, data)
+    }
+
+    /// The op whose step writes `t`'s bytes: its producer, through aliases to the
+    /// aliased tensor's, through an epilogue to its convolution; None for a graph input.
+    fn writer(&self, mut t: usize) -> Option<usize> {
+        for _ in 0..self.sub.ops.len() + 1 {
+            let p = self.sub.ops.iter().rposition(|o| o.outputs.contains(&t))?;
+            match self.assignment.get(p) {
+                Some(OpRun::Alias) => t = self.sub.ops[p].inputs.first().copied().flatten()?,
+                Some(OpRun::Fused { into }) if *into < p => return Some(*into),
+                _ => return Some(p),
+            }
+        }
+        None
+    }
 }
 
 /// Runs one step's work on its input and output views.
@@ -204,18 +407,21 @@ fn run_work(work: &mut Work, ins: &[Option<&[u8]>], outs: &mut [&mut [u8]], mode
 
 /// Builds and runs the data-dependent ops one by one: each op sees the actual
 /// values of its inputs, its outputs are allocated for the shapes it reports, and
-/// run-time tensors are freed after their last reader.
-fn run_dynamic_tail(g: &mut CompiledGraph, model: &Model, arena: &[u8], env: &mut DynEnv<'_>) -> Result<()> {
+/// run-time tensors are freed after their last reader. Hooks see each op; a
+/// [`Flow::Stop`] is returned after storing what the op computed.
+fn run_dynamic_tail(g: &mut CompiledGraph, model: &Model, arena: &[u8], env: &mut DynEnv<'_>) -> Result<Flow> {
     let sub = &model.subgraphs[g.subgraph];
     let bytes = model.bytes();
     let CompiledGraph { tensors, dynamic, subgraph, .. } = g;
-    let Some(tail) = dynamic.as_mut() else { return Ok(()) };
+    let Some(tail) = dynamic.as_mut() else { return Ok(Flow::Continue) };
+    let views_on = env.hooks.as_deref().is_some_and(|h| h.wants_views(*subgraph));
     for v in tail.values.iter_mut() {
         *v = None;
     }
     for oi in tail.first_op..sub.ops.len() {
         let op = &sub.ops[oi];
         let mut outs: Vec<(usize, DynValue)> = Vec::with_capacity(op.outputs.len());
+        let mut flow = Flow::Continue;
         {
             let mut views: Vec<Option<&[u8]>> = Vec::with_capacity(op.inputs.len());
             let mut descs: Vec<Option<InputDesc<'_>>> = Vec::with_capacity(op.inputs.len());
@@ -254,16 +460,42 @@ fn run_dynamic_tail(g: &mut CompiledGraph, model: &Model, arena: &[u8], env: &mu
                 input_pad: None,
                 max_bytes: env.limits.max_arena_bytes,
             };
-            let (Built { outputs, mut kernel }, _, _) = build_op(&octx, env.backends, env.custom, env.ctx)?;
+            let (Built { outputs, mut kernel }, runs_on, _) = build_op(&octx, env.backends, env.custom, env.ctx)?;
             for (&t, (dtype, shape)) in op.outputs.iter().zip(outputs) {
                 let n = bytes_of(dtype, &shape, &env.limits, || octx.at())?;
                 outs.push((t, DynValue { dtype, shape, data: AlignedBytes::zeroed(n) }));
             }
-            let mut out_views: Vec<&mut [u8]> = outs.iter_mut().map(|(_, v)| v.data.bytes_mut()).collect();
-            kernel(&views, &mut out_views).map_err(|e| e.located(octx.location()))?;
+            let input_views = |on: bool| -> SmallVec<[TensorView<'_>; 8]> {
+                if on {
+                    octx.inputs.iter().flatten().map(|d| desc_view(sub, d)).collect()
+                } else {
+                    SmallVec::new()
+                }
+            };
+            if let Some(h) = env.hooks.as_deref_mut() {
+                let inputs = input_views(views_on);
+                let outputs: SmallVec<[TensorView<'_>; 4]> = if views_on {
+                    outs.iter().map(|(t, v)| TensorView { state: TensorState::Pending, data: None, ..dyn_view(sub, *t, v) }).collect()
+                } else {
+                    SmallVec::new()
+                };
+                flow = h.before(&OpEvent { subgraph: *subgraph, index: oi, op, runs_on, inputs: &inputs, outputs: &outputs }, true);
+            }
+            if flow == Flow::Continue {
+                let mut out_views: Vec<&mut [u8]> = outs.iter_mut().map(|(_, v)| v.data.bytes_mut()).collect();
+                kernel(&views, &mut out_views).map_err(|e| e.located(octx.location()))?;
+            }
+            if let (Flow::Continue, Some(h)) = (flow, env.hooks.as_deref_mut()) {
+                let inputs = input_views(views_on);
+                let outputs: SmallVec<[TensorView<'_>; 4]> = if views_on { outs.iter().map(|(t, v)| dyn_view(sub, *t, v)).collect() } else { SmallVec::new() };
+                flow = h.after(&OpEvent { subgraph: *subgraph, index: oi, op, runs_on, inputs: &inputs, outputs: &outputs }, true);
+            }
         }
         for (t, v) in outs {
             tail.values[t] = Some(v);
+        }
+        if flow == Flow::Stop {
+            return Ok(Flow::Stop);
         }
         for &t in op.inputs.iter().flatten() {
             if tail.last_use[t] == oi && !sub.outputs.contains(&t) {
@@ -271,7 +503,27 @@ fn run_dynamic_tail(g: &mut CompiledGraph, model: &Model, arena: &[u8], env: &mu
             }
         }
     }
-    Ok(())
+    Ok(Flow::Continue)
+}
+
+/// An input of a run-time op as a view.
+fn desc_view<'a>(sub: &'a Subgraph, d: &'a InputDesc<'a>) -> TensorView<'a> {
+    let info = &sub.tensors[d.tensor];
+    TensorView { tensor: d.tensor, name: &info.name, dtype: d.dtype, shape: &d.shape, quant: d.quant, state: TensorState::Ready, data: d.value }
+}
+
+/// A run-time tensor as a view.
+fn dyn_view<'a>(sub: &'a Subgraph, t: usize, v: &'a DynValue) -> TensorView<'a> {
+    let info = &sub.tensors[t];
+    TensorView {
+        tensor: t,
+        name: &info.name,
+        dtype: v.dtype,
+        shape: &v.shape,
+        quant: info.quant.as_ref(),
+        state: TensorState::Ready,
+        data: Some(v.data.bytes()),
+    }
 }
 
 /// WHILE: loop variables live in the op's outputs; the body writes the next values

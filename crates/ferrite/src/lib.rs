@@ -18,6 +18,9 @@
 //!   multi-model packages ([`Package`], [`PackageSession`]);
 //! - choosing backends: [`SessionOptions::backends`] and per-op overrides
 //!   ([`OpSelector`], [`parse_op_backends`]); what prepare chose: [`OpRun`], [`Crossing`];
+//! - seeing inside a run: per-op callbacks ([`Session::run_with_callbacks`] with
+//!   [`OpEvent`], [`TensorView`], [`Flow`]) and Chrome traces ([`Session::set_tracing`],
+//!   [`Session::write_trace`]);
 //! - errors: [`Error`] with a [`Location`] in the model;
 //! - reading a model's structure: [`model`] (subgraphs, tensors, ops, the op table);
 //! - extending the runtime with custom ops and backends: [`ext`].
@@ -35,6 +38,7 @@ mod compile;
 mod error;
 mod exec;
 mod memory;
+mod observe;
 mod ops;
 mod package;
 mod session;
@@ -47,5 +51,6 @@ pub use backend::select::{parse_backend_list, parse_op_backend, parse_op_backend
 pub use compile::{Crossing, OpRun};
 pub use error::{Detail, Error, Location, Result};
 pub use model::{DType, Model, ModelBytes};
+pub use observe::{Flow, OpEvent, RunOutcome, TensorState, TensorView, MAX_TRACE_EVENTS};
 pub use package::{is_package, IoDesc, Package, PackageSession};
 pub use session::{PlanStats, RunStats, Session, SessionOptions, TensorData, TensorDesc, PLAN_CACHE_SIZE};

@@ -295,6 +295,8 @@ pub struct Model {
     pub(crate) description: String,
     pub(crate) subgraphs: Vec<Subgraph>,
     pub(crate) signatures: Vec<Signature>,
+    /// When parsing started and ended, for the `parse` slice of a session's trace.
+    pub(crate) parse_span: (std::time::Instant, std::time::Instant),
 }
 
 impl std::fmt::Debug for Model {
@@ -317,8 +319,9 @@ impl Model {
 
     /// Loads a model from caller-owned bytes without copying them.
     pub fn from_bytes(bytes: ModelBytes) -> Result<Model> {
+        let started = std::time::Instant::now();
         let (kind, version, description, subgraphs, signatures) = parse((*bytes).as_ref())?;
-        Ok(Model { bytes, kind, version, description, subgraphs, signatures })
+        Ok(Model { bytes, kind, version, description, subgraphs, signatures, parse_span: (started, std::time::Instant::now()) })
     }
 
     /// File flavour (TensorFlow Lite or circle).

@@ -8,6 +8,7 @@ use crate::backend::{Backend, BackendContext, CustomOp, CustomOpRegistry};
 use crate::compile::{self, CompiledGraph, Limits, Loc};
 use crate::error::{Error, Result};
 use crate::model::{DType, Model, ModelBytes};
+use crate::observe::{self, Flow, OpEvent, RunHooks, RunOutcome, TraceLog};
 
 /// Options fixed when a session is created.
 #[derive(Debug, Clone)]
@@ -26,6 +27,9 @@ pub struct SessionOptions {
     /// Backends the application provides (see [`crate::ext`]); each is used where
     /// [`backends`](Self::backends) or [`op_backends`](Self::op_backends) names it.
     pub custom_backends: Vec<Arc<dyn Backend>>,
+    /// Record a trace from the start: the model's parse, every prepare phase, every
+    /// run (see [`Session::set_tracing`], [`Session::write_trace`]).
+    pub trace: bool,
 }
 
 impl Default for SessionOptions {
@@ -38,6 +42,7 @@ impl Default for SessionOptions {
             backends: vec!["cpu".into()],
             op_backends: Vec::new(),
             custom_backends: Vec::new(),
+            trace: false,
         }
     }
 }
@@ -136,6 +141,12 @@ pub struct Session {
     /// With `preserve_all`, the model compiled and run in place of `model`: the same
     /// bytes and IR, with every tensor an op produces listed among the subgraph's outputs.
     keep_all: Option<Arc<Model>>,
+    /// The trace recorded so far (kept after tracing stops, until written or restarted).
+    trace: Option<Box<TraceLog>>,
+    /// Whether prepares and runs are being traced now.
+    tracing: bool,
+    /// Counts plans made active, so the trace describes each op under the plan it ran with.
+    plan_generation: u64,
 }
 
 /// `model` with every tensor that an op of subgraph `sg` produces listed among the
@@ -207,7 +218,8 @@ impl Session {
         let input_shapes = g.inputs.iter().map(|&t| g.tensors[t].shape.clone()).collect();
         let ctx = BackendContext::new(options.threads);
         let backends = Backends::new(&options.backends, &options.op_backends, &options.custom_backends)?;
-        Ok(Session {
+        let trace = options.trace;
+        let mut s = Session {
             model,
             options,
             subgraph: 0,
@@ -229,7 +241,93 @@ impl Session {
             profile: None,
             preserve_all: false,
             keep_all: None,
-        })
+            trace: None,
+            tracing: false,
+            plan_generation: 0,
+        };
+        if trace {
+            s.start_trace(true);
+        }
+        Ok(s)
+    }
+
+    /// Starts recording a trace (or stops, with `false`): the prepare phases that
+    /// follow (kernel builds, weight packing, the memory plan), and for every run one
+    /// slice per executed op — its index, type, backend, input and output shapes and
+    /// bytes, FLOPs for convolutions and matrix products — with the slices the worker
+    /// threads spend in parallel kernels. [`Session::write_trace`] writes it as Chrome
+    /// trace-event JSON (Perfetto, chrome://tracing). Starting again after a stop goes
+    /// on with the same trace. Started before the first `prepare`, the trace begins
+    /// with the model's parse. Off (the default), runs read no clock for it.
+    pub fn set_tracing(&mut self, on: bool) {
+        match (on, self.tracing) {
+            (true, false) => {
+                if self.trace.is_none() {
+                    self.start_trace(self.stats.compiles == 0);
+                } else {
+                    self.enable_trace_sources(true);
+                }
+            }
+            (false, true) => {
+                self.collect_phases();
+                self.enable_trace_sources(false);
+            }
+            _ => {}
+        }
+    }
+
+    /// A new trace, from the model's parse (its first slice) or from now.
+    fn start_trace(&mut self, with_parse: bool) {
+        let now = std::time::Instant::now();
+        let (parsed, done) = self.model.parse_span;
+        let mut t = TraceLog::new(if with_parse { parsed.min(now) } else { now });
+        if with_parse {
+            let args = [("subgraphs", self.model.subgraphs.len())].into_iter().collect();
+            t.phase(observe::PhaseSpan { name: "parse".into(), args, start: parsed, end: done });
+        }
+        self.trace = Some(Box::new(t));
+        self.enable_trace_sources(true);
+    }
+
+    /// Turns the recorders tracing reads on or off: prepare phases in the backend
+    /// context, worker spans in the thread pool.
+    fn enable_trace_sources(&mut self, on: bool) {
+        self.tracing = on;
+        self.ctx.phases = on.then(Vec::new);
+        if let Some(p) = self.ctx.pool() {
+            p.set_tracing(on);
+        }
+    }
+
+    /// Moves the prepare phases recorded in the backend context into the trace.
+    fn collect_phases(&mut self) {
+        if let (Some(t), Some(phases)) = (self.trace.as_deref_mut(), self.ctx.phases.as_mut()) {
+            for p in phases.drain(..) {
+                t.phase(p);
+            }
+        }
+    }
+
+    /// Runs traced so far (0 without a trace).
+    pub fn traced_runs(&self) -> usize {
+        self.trace.as_ref().map_or(0, |t| t.runs() as usize)
+    }
+
+    /// Writes the trace recorded so far as Chrome trace-event JSON to `w`. An error
+    /// when no trace was started ([`Session::set_tracing`], [`SessionOptions::trace`]).
+    pub fn write_trace_to(&mut self, w: &mut dyn std::io::Write) -> Result<()> {
+        self.collect_phases();
+        let t = self.trace.as_ref().ok_or_else(|| Error::InvalidState("no trace: turn tracing on (set_tracing, SessionOptions::trace) first".into()))?;
+        t.write_chrome(w, "ferrite", &self.model).map_err(|e| Error::Runtime(format!("writing the trace: {e}").into()))
+    }
+
+    /// Writes the trace recorded so far to the file `path` (see [`Session::write_trace_to`]).
+    pub fn write_trace(&mut self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        let io = |source| Error::Io { path: path.display().to_string(), source };
+        let mut w = std::io::BufWriter::new(std::fs::File::create(path).map_err(io)?);
+        self.write_trace_to(&mut w)?;
+        std::io::Write::flush(&mut w).map_err(io)
     }
 
     /// Index of the subgraph this session runs (0, or the selected signature's).
@@ -360,6 +458,16 @@ impl Session {
     }
 
     fn prepare_now(&mut self) -> Result<()> {
+        let started = self.tracing.then(std::time::Instant::now);
+        let r = self.prepare_plan();
+        if let Some(start) = started {
+            self.ctx.record_phase("prepare".into(), &[("subgraph", self.subgraph)], start);
+            self.collect_phases();
+        }
+        r
+    }
+
+    fn prepare_plan(&mut self) -> Result<()> {
         // Drop the previous plan and arena first so old and new memory never coexist.
         self.compiled = None;
         self.arena = Vec::new();
@@ -371,6 +479,7 @@ impl Session {
         let c = self.compile_current()?;
         self.reserve_arena(c.plan.arena_bytes);
         self.compiled = Some(c);
+        self.plan_generation += 1;
         self.compiled_shapes = self.input_shapes.clone();
         self.state = State::Prepared;
         Ok(())
@@ -395,6 +504,7 @@ impl Session {
             }
         };
         self.reserve_arena(next.plan.arena_bytes);
+        self.plan_generation += 1;
         let prev_key = std::mem::replace(&mut self.compiled_shapes, key);
         if let Some(prev) = self.compiled.replace(next) {
             if self.plan_cache.len() + 1 >= PLAN_CACHE_SIZE {
@@ -403,6 +513,9 @@ impl Session {
             self.plan_cache.push((prev_key, prev));
         }
         self.dirty = false;
+        if self.tracing {
+            self.collect_phases();
+        }
         Ok(())
     }
 
@@ -613,22 +726,75 @@ impl Session {
 
     /// Runs the model on the current inputs.
     pub fn run(&mut self) -> Result<()> {
+        self.run_observed(None, None).map(|_| ())
+    }
+
+    /// Runs the model on the current inputs, calling `before` and `after` around every
+    /// op of the session's subgraph, in execution order, with the op's index, type,
+    /// backend and read-only views of its tensors (MNN's `runWithCallBack`). `before`
+    /// may return [`Flow::Skip`] (the op does not run) or [`Flow::Stop`] (the run ends
+    /// there), as may `after` ([`Flow::Stop`]).
+    ///
+    /// Every op is seen once per run: ops the plan runs as steps, and also those it
+    /// folded at prepare, turned into aliases, or fused into a neighbouring kernel —
+    /// a folded PAD where its index falls, an epilogue right after the convolution that
+    /// computed it. A tensor that never held its own value (a fused op's output, a
+    /// convolution output its epilogue was applied to) has state
+    /// [`TensorState::Fused`](crate::TensorState::Fused) and no data. Ops inside
+    /// IF/WHILE bodies run within their control-flow op and are not reported one by one.
+    ///
+    /// Without callbacks, [`Session::run`] takes none of this path.
+    pub fn run_with_callbacks(&mut self, mut before: impl FnMut(&OpEvent<'_>) -> Flow, mut after: impl FnMut(&OpEvent<'_>) -> Flow) -> Result<RunOutcome> {
+        self.run_observed(Some(&mut before), Some(&mut after))
+    }
+
+    fn run_observed(&mut self, before: Option<observe::OpCallback<'_>>, after: Option<observe::OpCallback<'_>>) -> Result<RunOutcome> {
         self.require(State::Prepared, "run")?;
         self.ensure_plan()?;
         let c = self.compiled.as_mut().ok_or_else(|| Error::InvalidState("session is not prepared".into()))?;
         self.ran = false;
+        let model = self.keep_all.as_ref().unwrap_or(&self.model);
+        let arena = bytemuck::cast_slice_mut(&mut self.arena);
         let mut env = crate::exec::DynEnv {
             backends: &self.backends,
             custom: &self.options.custom_ops,
             ctx: &mut self.ctx,
             limits: Limits { max_arena_bytes: self.options.max_arena_bytes },
+            hooks: None,
         };
-        let model = self.keep_all.as_ref().unwrap_or(&self.model);
-        crate::exec::execute(c, model, bytemuck::cast_slice_mut(&mut self.arena), None, &mut env, self.profile.as_mut())?;
-        self.ran = true;
+        let observed = self.tracing || self.profile.is_some() || before.is_some() || after.is_some();
+        let outcome = if !observed {
+            crate::exec::execute(c, model, arena, None, &mut env)?;
+            RunOutcome::Completed
+        } else {
+            let mut hooks = RunHooks::new(self.subgraph);
+            // Shortens the callbacks' lifetime to the hooks' (a coercion, which `Option` does not apply itself).
+            hooks.before = before.map(|f| -> observe::OpCallback<'_> { f });
+            hooks.after = after.map(|f| -> observe::OpCallback<'_> { f });
+            hooks.profile = self.profile.as_mut();
+            if let (true, Some(t)) = (self.tracing, self.trace.as_deref_mut()) {
+                let generation = self.plan_generation;
+                t.use_plan(generation, || observe::describe_plan(model, c));
+                t.begin_run();
+                hooks.pool = env.ctx.pool();
+                hooks.trace = Some(t);
+            }
+            env.hooks = Some(&mut hooks);
+            let r = crate::exec::execute(c, model, arena, None, &mut env);
+            let stopped = hooks.stopped;
+            if let Some(t) = hooks.trace {
+                t.end_run(r.is_ok() && stopped.is_none());
+            }
+            r?;
+            match stopped {
+                Some((subgraph, op)) => RunOutcome::Stopped { subgraph, op },
+                None => RunOutcome::Completed,
+            }
+        };
+        self.ran = outcome == RunOutcome::Completed;
         // Outputs are read in place with `output()`: nothing is copied out.
         self.last_run = RunStats { input_bytes_copied: std::mem::take(&mut self.pending_input_bytes), output_bytes_copied: 0 };
-        Ok(())
+        Ok(outcome)
     }
 
     /// Runs on caller-owned buffers without copying them: kernels read `inputs`
@@ -668,8 +834,29 @@ impl Session {
             custom: &self.options.custom_ops,
             ctx: &mut self.ctx,
             limits: Limits { max_arena_bytes: self.options.max_arena_bytes },
+            hooks: None,
         };
-        let copied = crate::exec::execute(c, &self.model, bytemuck::cast_slice_mut(&mut self.arena), Some((inputs, outputs)), &mut env, self.profile.as_mut())?;
+        let arena = bytemuck::cast_slice_mut(&mut self.arena);
+        let copied = if !self.tracing && self.profile.is_none() {
+            crate::exec::execute(c, &self.model, arena, Some((inputs, outputs)), &mut env)?
+        } else {
+            // Timers only: callbacks need the arena run (`run_with_callbacks`).
+            let mut hooks = RunHooks::new(self.subgraph);
+            hooks.profile = self.profile.as_mut();
+            if let (true, Some(t)) = (self.tracing, self.trace.as_deref_mut()) {
+                let generation = self.plan_generation;
+                t.use_plan(generation, || observe::describe_plan(&self.model, c));
+                t.begin_run();
+                hooks.pool = env.ctx.pool();
+                hooks.trace = Some(t);
+            }
+            env.hooks = Some(&mut hooks);
+            let r = crate::exec::execute(c, &self.model, arena, Some((inputs, outputs)), &mut env);
+            if let Some(t) = hooks.trace {
+                t.end_run(r.is_ok());
+            }
+            r?
+        };
         self.pending_input_bytes = 0;
         self.last_run = RunStats { input_bytes_copied: 0, output_bytes_copied: copied };
         Ok(self.last_run)

@@ -117,6 +117,40 @@ fn steady_state_run_does_not_allocate() {
     println!("no-alloc: {checked} models checked");
 }
 
+/// Tracing and callbacks leave nothing behind on the plain path: a session that
+/// traced, ran with callbacks, and stopped tracing runs without allocating, on two
+/// threads (the pool's span recording is off again too).
+#[test]
+fn plain_runs_after_tracing_and_callbacks_do_not_allocate() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/demo.tflite");
+    let model = Arc::new(Model::from_file(path).unwrap());
+    let mut s = Session::with_options(model, ferrite::SessionOptions { threads: 2, trace: true, ..Default::default() }).unwrap();
+    s.prepare().unwrap();
+    s.set_input(0, &[0x3e; 32 * 32 * 3 * 4]).unwrap();
+    s.run().unwrap();
+    let mut ops = 0;
+    s.run_with_callbacks(
+        |_| {
+            ops += 1;
+            ferrite::Flow::Continue
+        },
+        |_| ferrite::Flow::Continue,
+    )
+    .unwrap();
+    assert_eq!(ops, 5);
+    s.set_tracing(false);
+    s.run().unwrap();
+    COUNT.store(0, Ordering::Relaxed);
+    arm(true);
+    for _ in 0..3 {
+        s.run().unwrap();
+    }
+    arm(false);
+    assert_eq!(COUNT.load(Ordering::Relaxed), 0);
+    assert_eq!(s.traced_runs(), 2);
+}
+
 /// The planner's target on the fetched corpus: arena within 5% of the largest
 /// total live at one step. (Models whose activations total a few hundred bytes are
 /// dominated by 64-byte tensor alignment and are left out.)

@@ -24,7 +24,9 @@ __all__ = [
     "Delegate",
     "Interpreter",
     "InterpreterWithCustomOps",
+    "OpInfo",
     "OpResolverType",
+    "OpTensor",
     "SignatureRunner",
     "load_delegate",
 ]
@@ -305,6 +307,84 @@ class _Graph:
             # Shapes computed at run time: details follow the last run.
             self.changed()
 
+    def run_with_callbacks(self, before, after):
+        if not self.ready:
+            raise RuntimeError("Invoke called on model that is not ready.")
+        completed = self.s.run_with_callbacks(before, after)
+        if self.dynamic:
+            self.changed()
+        return completed
+
+
+class OpTensor:
+    """One input or output of an op, as an ``invoke_with_callbacks`` callback sees it.
+
+    ``data`` is a read-only numpy copy of the tensor's value (for a sparse constant, its
+    stored values in one flat dimension), or None when ``state`` says
+    there is none: ``"pending"`` (an output before its op ran), ``"fused"`` (never
+    materialised: computed inside a fused neighbouring kernel), ``"absent"`` (no storage
+    at this point). ``"ready"`` means ``data`` holds the value.
+    """
+
+    __slots__ = ("index", "name", "dtype", "shape", "quantization_parameters", "state", "data")
+
+    def __init__(self, raw):
+        index, name, dtype, shape, scales, zero_points, axis, state, data = raw
+        self.index = index
+        self.name = name
+        self.dtype = np.dtype(_NP_TYPES.get(dtype, np.uint8))
+        self.shape = tuple(shape)
+        self.quantization_parameters = {
+            "scales": np.array(scales, dtype=np.float32),
+            "zero_points": np.array(zero_points, dtype=np.int32),
+            "quantized_dimension": axis,
+        }
+        self.state = state
+        if data is None:
+            self.data = None
+        elif self.dtype.kind in "SO":
+            self.data = _from_bytes(data, self.dtype, self.shape)
+        else:
+            self.data = np.frombuffer(data, self.dtype)
+            # A sparse constant's stored values stay flat, as ``get_tensor`` returns them.
+            if self.data.size == int(np.prod(self.shape)):
+                self.data = self.data.reshape(self.shape)
+        if self.data is not None:
+            self.data.setflags(write=False)
+
+    def __repr__(self):
+        return f"OpTensor(index={self.index}, name={self.name!r}, dtype={self.dtype}, shape={self.shape}, state={self.state!r})"
+
+
+class OpInfo:
+    """One op of the interpreter's subgraph, as an ``invoke_with_callbacks`` callback sees
+    it: ``index``, ``op_name`` (``"CONV_2D"``), ``runs_on`` (a backend's name, ``"cpu"``,
+    or how it runs: ``"fused"``, ``"folded"``, ``"alias"``, ``"executor"``, ...),
+    ``fused_into`` (the op whose kernel computes it, or None), ``inputs`` and ``outputs``
+    (lists of :class:`OpTensor`; omitted optional inputs are left out)."""
+
+    __slots__ = ("subgraph", "index", "op_name", "runs_on", "fused_into", "inputs", "outputs")
+
+    def __init__(self, raw):
+        self.subgraph, self.index, self.op_name, self.runs_on, fused_into, inputs, outputs = raw
+        self.fused_into = None if fused_into < 0 else fused_into
+        self.inputs = [OpTensor(t) for t in inputs]
+        self.outputs = [OpTensor(t) for t in outputs]
+
+    def __repr__(self):
+        return f"OpInfo(index={self.index}, op_name={self.op_name!r}, runs_on={self.runs_on!r}, fused_into={self.fused_into})"
+
+
+def _flow(result, before):
+    """A callback's answer as the native session's number: 0 go on, 1 skip, 2 stop."""
+    if result is None or result is True or result == "continue":
+        return 0
+    if result == "skip" or (result is False and before):
+        return 1
+    if result == "stop" or result is False:
+        return 2
+    raise ValueError(f"an op callback returns None, True, False, 'continue', 'skip' or 'stop', not {result!r}")
+
 
 class Interpreter:
     """Runs a .tflite (or .circle) model with LiteRT's ``Interpreter`` interface.
@@ -439,6 +519,41 @@ class Interpreter:
         """Runs the model (releasing the GIL while it runs). Raises RuntimeError while a
         view from ``tensor()`` is alive (the native session checks, under its lock)."""
         self._g.run()
+
+    def invoke_with_callbacks(self, before=None, after=None):
+        """Runs the model, calling ``before(op)`` and ``after(op)`` around every op of the
+        interpreter's subgraph, in execution order, with an :class:`OpInfo` holding the
+        op's index, type, backend and its tensors (read-only copies). As MNN's
+        ``runWithCallBack``: ``before`` returning ``False`` (or ``"skip"``) skips the op,
+        ``after`` returning ``False`` (or ``"stop"``, from either) ends the run; None or
+        True goes on. Ops fused into a neighbouring kernel are reported too (``runs_on``
+        ``"fused"``), and a tensor that never held its own value has state ``"fused"``
+        and no data. Returns whether every op ran (outputs are valid only then). The
+        callbacks must not call the interpreter; an exception in one ends the run and
+        is raised here. Holds the GIL while it runs."""
+        self._ensure_safe()
+
+        def wrap(f, is_before):
+            if f is None:
+                return None
+            return lambda raw: _flow(f(OpInfo(raw)), is_before)
+
+        return self._g.run_with_callbacks(wrap(before, True), wrap(after, False))
+
+    def start_trace(self):
+        """Starts recording a Chrome trace (Perfetto, chrome://tracing): before
+        ``allocate_tensors``, the model's parse and prepare phases too; then one slice per
+        executed op of every ``invoke``, with shapes, bytes and FLOPs, and the slices of
+        worker threads. ``write_trace`` writes it."""
+        self._g.s.set_tracing(True)
+
+    def stop_trace(self):
+        """Stops recording; what was recorded stays for ``write_trace``."""
+        self._g.s.set_tracing(False)
+
+    def write_trace(self, path):
+        """Writes the trace recorded so far as Chrome trace-event JSON to ``path``."""
+        self._g.s.write_trace(os.fspath(path))
 
     def get_tensor(self, tensor_index, subgraph_index=0):
         """A writable copy of any tensor: inputs, outputs, constants, and intermediates

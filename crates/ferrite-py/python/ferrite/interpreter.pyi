@@ -1,12 +1,12 @@
 import enum
 from collections.abc import Callable, Mapping, Sequence
 from os import PathLike
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Delegate", "Interpreter", "InterpreterWithCustomOps", "OpResolverType", "SignatureRunner", "load_delegate"]
+__all__ = ["Delegate", "Interpreter", "InterpreterWithCustomOps", "OpInfo", "OpResolverType", "OpTensor", "SignatureRunner", "load_delegate"]
 
 class OpResolverType(enum.Enum):
     AUTO = 0
@@ -51,6 +51,33 @@ class _FullSignatureDef(TypedDict):
     inputs: dict[str, int]
     outputs: dict[str, int]
 
+class _OpQuantization(TypedDict):
+    scales: npt.NDArray[np.float32]
+    zero_points: npt.NDArray[np.int32]
+    quantized_dimension: int
+
+class OpTensor:
+    index: int
+    name: str
+    dtype: np.dtype[Any]
+    shape: tuple[int, ...]
+    quantization_parameters: _OpQuantization
+    state: Literal["ready", "pending", "fused", "absent"]
+    data: npt.NDArray[Any] | None
+    def __init__(self, raw: tuple[Any, ...]) -> None: ...
+
+class OpInfo:
+    subgraph: int
+    index: int
+    op_name: str
+    runs_on: str
+    fused_into: int | None
+    inputs: list[OpTensor]
+    outputs: list[OpTensor]
+    def __init__(self, raw: tuple[Any, ...]) -> None: ...
+
+_OpCallback = Callable[[OpInfo], bool | Literal["continue", "skip", "stop"] | None]
+
 class Interpreter:
     def __init__(
         self,
@@ -75,6 +102,10 @@ class Interpreter:
     def set_tensor(self, tensor_index: int, value: npt.ArrayLike) -> None: ...
     def resize_tensor_input(self, input_index: int, tensor_size: Sequence[int] | npt.NDArray[np.integer[Any]], strict: bool = False) -> None: ...
     def invoke(self) -> None: ...
+    def invoke_with_callbacks(self, before: _OpCallback | None = None, after: _OpCallback | None = None) -> bool: ...
+    def start_trace(self) -> None: ...
+    def stop_trace(self) -> None: ...
+    def write_trace(self, path: str | PathLike[str]) -> None: ...
     def get_tensor(self, tensor_index: int, subgraph_index: int = 0) -> npt.NDArray[Any]: ...
     def tensor(self, tensor_index: int) -> Callable[[], npt.NDArray[Any]]: ...
     def reset_all_variables(self) -> None: ...

@@ -235,6 +235,8 @@ pub struct BackendContext {
     pool: Option<Arc<ferrite_kernels::parallel::ThreadPool>>,
     /// The session's resource variables.
     pub variables: crate::variables::Variables,
+    /// Prepare phases recorded for the session's trace (None while not tracing).
+    pub(crate) phases: Option<Vec<crate::observe::PhaseSpan>>,
 }
 
 impl std::fmt::Debug for BackendContext {
@@ -248,7 +250,7 @@ impl BackendContext {
     pub fn new(threads: usize) -> Self {
         let threads = threads.max(1);
         let pool = (threads > 1).then(|| Arc::new(ferrite_kernels::parallel::ThreadPool::new(threads)));
-        BackendContext { threads, packed: HashMap::new(), packed_by_current_build: Vec::new(), pool, variables: Default::default() }
+        BackendContext { threads, packed: HashMap::new(), packed_by_current_build: Vec::new(), pool, variables: Default::default(), phases: None }
     }
 
     /// Returns the cached packing for `key`, computing it once.
@@ -263,9 +265,32 @@ impl BackendContext {
         if let Some(p) = self.packed.get(&key).and_then(|p| p.clone().downcast::<T>().ok()) {
             return Ok(p);
         }
+        let started = self.phases.is_some().then(std::time::Instant::now);
         let p = Arc::new(make()?);
+        if let Some(start) = started {
+            self.record_phase("pack weights".into(), &[("subgraph", key.subgraph), ("tensor", key.tensor)], start);
+        }
         self.packed.insert(key, p.clone());
         Ok(p)
+    }
+
+    /// Runs `f` as a prepare phase of the trace called `name`, recorded when `keep`
+    /// says its result is worth a slice (a pass that took the op). Not tracing: `f`
+    /// alone, no clock read.
+    pub(crate) fn phase<T>(&mut self, name: &'static str, args: &[(&'static str, usize)], f: impl FnOnce(&mut Self) -> T, keep: impl FnOnce(&T) -> bool) -> T {
+        let started = self.phases.is_some().then(std::time::Instant::now);
+        let r = f(self);
+        if let Some(start) = started.filter(|_| keep(&r)) {
+            self.record_phase(name.into(), args, start);
+        }
+        r
+    }
+
+    /// Records a prepare phase from `start` to now, while tracing.
+    pub(crate) fn record_phase(&mut self, name: std::borrow::Cow<'static, str>, args: &[(&'static str, usize)], start: std::time::Instant) {
+        if let Some(p) = self.phases.as_mut() {
+            p.push(crate::observe::PhaseSpan { name, args: args.iter().copied().collect(), start, end: std::time::Instant::now() });
+        }
     }
 
     /// Tensors packed since the last call (by the op just built), and forgets them.

@@ -134,7 +134,7 @@ pub struct Step {
 
 impl Step {
     /// The compiled subgraphs this step runs (control flow).
-    fn children(&self) -> Vec<&CompiledGraph> {
+    pub(crate) fn children(&self) -> Vec<&CompiledGraph> {
         match &self.work {
             Work::If { then, otherwise } => vec![&then.graph, &otherwise.graph],
             Work::While { cond, body, .. } => vec![&cond.graph, &body.graph],
@@ -326,45 +326,36 @@ fn compile_at(
         return Err(Error::Unsupported(format!("control flow nested deeper than {MAX_NESTING} (or recursive) at subgraph {sg}").into()));
     }
     let g = env.model.subgraphs.get(sg).ok_or_else(|| Error::InvalidModel(format!("subgraph {sg} does not exist").into()))?;
+    let compile_started = ctx.phases.is_some().then(std::time::Instant::now);
     let mut c = Compilation::new(g, sg, env.model.bytes(), input_shapes, const_inputs, env.limits)?;
     let mut dynamic_from: Option<usize> = None;
     for oi in 0..g.ops.len() {
-        let held = c.held_inputs(oi);
-        // IF / WHILE / CALL_ONCE (children compiled here) and variables: executor steps.
-        if control_flow::lower(&mut c, env, ctx, oi, &held, depth)? {
-            continue;
+        let started = ctx.phases.is_some().then(std::time::Instant::now);
+        let dynamic = compile_op(&mut c, env, ctx, oi, depth)?;
+        if let Some(start) = started {
+            ctx.record_phase(format!("{} #{oi}", g.ops[oi].code.name()).into(), &[("subgraph", sg), ("op", oi)], start);
         }
-        // A zero PAD into the VALID convolution reading it; an element-wise op into
-        // the convolution producing its input.
-        if fusion::fold_pad(&mut c, oi, &held) || fusion::fold_into_producer(&mut c, env.model, oi) {
-            continue;
-        }
-        // The first backend that builds the op; its build infers the output shapes.
-        // An op whose shapes depend on run-time values starts the dynamic tail.
-        let pad = fusion::padded_input(&c, oi);
-        let offered = fusion::offer_epilogue(&c, oi);
-        let Some(mut built) = assign::assign(&mut c, env, ctx, oi, &held, pad, offered.as_ref().map(|o| &o.1))? else {
+        if dynamic {
             dynamic_from = Some(oi);
             break;
-        };
-        // A shape-only op moves no data: its output shares its input's memory.
-        if alias::alias(&mut c, oi) {
-            continue;
         }
-        // An op on constants runs once, now.
-        if fold::fold(&mut c, oi, &held, &mut built)? {
-            continue;
-        }
-        c.kernel_step(oi, built, offered, ctx);
     }
     fusion::close_epilogues(&mut c);
 
     let Compilation { mut tensors, mut steps, alias_of, assignment, folded_ops, aliased_ops, fused_ops, .. } = c;
-    let plan = plan::plan_memory(g, sg, &steps, &mut tensors, &alias_of, dynamic_from, &env.limits)?;
-    let out_plans = plan::resolve_io(g, sg, &mut steps, &tensors, &alias_of)?;
-    if dynamic_from.is_none() {
-        fold::release_unread_constants(g, &steps, &mut tensors);
-    }
+    let (plan, out_plans) = ctx.phase(
+        "plan memory",
+        &[("subgraph", sg)],
+        |_| -> Result<_> {
+            let plan = plan::plan_memory(g, sg, &steps, &mut tensors, &alias_of, dynamic_from, &env.limits)?;
+            let out_plans = plan::resolve_io(g, sg, &mut steps, &tensors, &alias_of)?;
+            if dynamic_from.is_none() {
+                fold::release_unread_constants(g, &steps, &mut tensors);
+            }
+            Ok((plan, out_plans))
+        },
+        |_| true,
+    )?;
     let dynamic = dynamic_from.map(|first_op| {
         let mut last_use = vec![usize::MAX; tensors.len()];
         for (oi, op) in g.ops.iter().enumerate().skip(first_op) {
@@ -374,7 +365,44 @@ fn compile_at(
         }
         DynamicTail { first_op, last_use, values: (0..tensors.len()).map(|_| None).collect() }
     });
+    if let Some(start) = compile_started {
+        ctx.record_phase(format!("compile subgraph {sg}").into(), &[("subgraph", sg), ("ops", g.ops.len()), ("steps", steps.len())], start);
+    }
     Ok(CompiledGraph { subgraph: sg, tensors, steps, plan, folded_ops, aliased_ops, fused_ops, out_plans, dynamic, assignment })
+}
+
+/// Op `oi` through the passes, in order, until one takes it. True when its shapes
+/// depend on run-time values: it starts the dynamic tail. While the session traces,
+/// the passes that take the op (and every kernel build) are prepare-phase slices.
+fn compile_op(c: &mut Compilation<'_>, env: &Env<'_>, ctx: &mut BackendContext, oi: usize, depth: usize) -> Result<bool> {
+    let at = [("subgraph", c.sg), ("op", oi)];
+    let took = |r: &Result<bool>| matches!(r, Ok(true));
+    let held = c.held_inputs(oi);
+    // IF / WHILE / CALL_ONCE (children compiled here) and variables: executor steps.
+    if ctx.phase("control flow", &at, |ctx| control_flow::lower(c, env, ctx, oi, &held, depth), took)? {
+        return Ok(false);
+    }
+    // A zero PAD into the VALID convolution reading it; an element-wise op into
+    // the convolution producing its input.
+    if fusion::fold_pad(c, oi, &held) || fusion::fold_into_producer(c, env.model, oi) {
+        return Ok(false);
+    }
+    // The first backend that builds the op; its build infers the output shapes.
+    // An op whose shapes depend on run-time values starts the dynamic tail.
+    let pad = fusion::padded_input(c, oi);
+    let offered = fusion::offer_epilogue(c, oi);
+    let assigned = ctx.phase("build kernel", &at, |ctx| assign::assign(c, env, ctx, oi, &held, pad, offered.as_ref().map(|o| &o.1)), |_| true)?;
+    let Some(mut built) = assigned else { return Ok(true) };
+    // A shape-only op moves no data: its output shares its input's memory.
+    if alias::alias(c, oi) {
+        return Ok(false);
+    }
+    // An op on constants runs once, now.
+    if ctx.phase("fold constants", &at, |_| fold::fold(c, oi, &held, &mut built), took)? {
+        return Ok(false);
+    }
+    c.kernel_step(oi, built, offered, ctx);
+    Ok(false)
 }
 
 /// One subgraph's compilation in progress: what the passes read and update as
