@@ -4,8 +4,10 @@
 //!
 //! Weights are packed once into panels of 16 output channels, four consecutive
 //! `k` per channel: `[panel][k / 4][16][4]`, zero past `k` and past the last
-//! channel. On CPUs with AVX-512 VNNI one `vpdpbusd` then adds 64 products; other
-//! CPUs run a portable loop over the same layout (vectorized per instruction set).
+//! channel. On CPUs with AVX-512 VNNI one `vpdpbusd` then adds 64 products; with
+//! AVX2, one `vpmaddwd` adds 16 (int16 operands, exact); aarch64 with the
+//! dot-product extension runs `sdot`; other CPUs run a portable loop over the same
+//! layout (vectorized per instruction set).
 //!
 //! The activation shift is undone exactly through the weights' column sums:
 //! `sum (x - zp) * w = sum (x + 128) * w - (128 + zp) * sum w`.
@@ -52,6 +54,8 @@ pub struct QIsa(QKind);
 enum QKind {
     /// x86-64 AVX-512F/BW with VNNI (`vpdpbusd`).
     Vnni,
+    /// x86-64 AVX2 (`vpmaddwd` on int16-extended operands).
+    Avx2,
     /// aarch64 with the dot-product extension (`sdot`).
     DotProd,
     /// Any CPU (compiled per x86-64 vector width by `simd_fn!`).
@@ -76,6 +80,15 @@ impl QIsa {
         None
     }
 
+    /// The AVX2 kernel, if this CPU has AVX2.
+    pub fn avx2() -> Option<QIsa> {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            return Some(QIsa(QKind::Avx2));
+        }
+        None
+    }
+
     /// The dot-product kernel, if this CPU is aarch64 with the dotprod extension.
     pub fn dotprod() -> Option<QIsa> {
         #[cfg(target_arch = "aarch64")]
@@ -87,12 +100,12 @@ impl QIsa {
 
     /// The best kernel this CPU runs.
     pub fn detect() -> QIsa {
-        QIsa::vnni().or_else(QIsa::dotprod).unwrap_or_else(QIsa::portable)
+        QIsa::vnni().or_else(QIsa::avx2).or_else(QIsa::dotprod).unwrap_or_else(QIsa::portable)
     }
 
     /// Every kernel this CPU can run, best first (the portable one last).
     pub fn available() -> Vec<QIsa> {
-        [QIsa::vnni(), QIsa::dotprod(), Some(QIsa::portable())].into_iter().flatten().collect()
+        [QIsa::vnni(), QIsa::avx2(), QIsa::dotprod(), Some(QIsa::portable())].into_iter().flatten().collect()
     }
 }
 
@@ -151,6 +164,10 @@ pub fn gemm_with(isa: QIsa, a: &[u8], rows: usize, pk: &QPacked, out: &mut [i32]
         // SAFETY: a `Vnni` token is only made after detecting AVX-512F/BW and VNNI,
         // and the operand lengths were checked against the shapes the kernel reads.
         QKind::Vnni => unsafe { x86_64::gemm(a, rows, pk, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: an `Avx2` token is only made after detecting AVX2, and the
+        // operand lengths were checked as above.
+        QKind::Avx2 => unsafe { x86_64::gemm_avx2(a, rows, pk, out) },
         #[cfg(target_arch = "aarch64")]
         // SAFETY: a `DotProd` token is only made after detecting the dot-product
         // extension, and the operand lengths were checked as above.
@@ -379,7 +396,7 @@ fn flip_copy(dst: &mut [u8], at: usize, src: &[u8], from: usize, len: usize) {
 #[derive(Debug, Clone)]
 pub struct RowRequant {
     /// Added to each accumulator before rescaling (bias and zero-point terms).
-    /// Private with the rest: the AVX-512 requantization reads every per-channel
+    /// Private with the rest: the vector requantizations read every per-channel
     /// vector at the indices of this one, so their lengths must stay equal.
     offset: Vec<i32>,
     multiplier: Vec<i32>,
@@ -417,6 +434,12 @@ impl RowRequant {
         if crate::level::has_avx512f() {
             // SAFETY: AVX-512F is present (checked just above); the lengths were checked.
             unsafe { x86_64::requant(self, dots, out) };
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if crate::level::has_avx2_fma() {
+            // SAFETY: AVX2 is present (checked just above); the lengths were checked.
+            unsafe { x86_64::requant_avx2(self, dots, out) };
             return;
         }
         requant_rows(self, dots, out)
@@ -514,12 +537,61 @@ mod tests {
         });
     }
 
+    /// Every kernel against the definition on random shapes (k and n off every
+    /// tile multiple, 1 to 100 rows), with random operands, with only the extreme
+    /// values (activations 0/255, weights -128/127), and with the largest products
+    /// of both signs in every lane (where a saturating int16 pair sum would show).
+    #[test]
+    fn gemm_kernels_are_exact_on_random_shapes_and_extreme_values() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        crate::level::each(|_| {
+            for case in 0..240 {
+                let rows = match case % 5 {
+                    0 => 1,
+                    1 => 1 + (next() % 8) as usize,
+                    _ => 1 + (next() % 100) as usize,
+                };
+                let n = if case % 7 == 0 { 16 * (1 + (next() % 4) as usize) } else { 1 + (next() % 41) as usize };
+                let k = if case % 11 == 0 { 300 + (next() % 700) as usize } else { 1 + (next() % 70) as usize };
+                let (a_vals, w_vals): (&[u8], &[i8]) = match case % 4 {
+                    0 => (&[], &[]),
+                    1 => (&[0, 255], &[-128, 127]),
+                    2 => (&[255], &[-128]),
+                    _ => (&[255], &[127]),
+                };
+                let pick_a = |r: u64| if a_vals.is_empty() { r as u8 } else { a_vals[r as usize % a_vals.len()] };
+                let pick_w = |r: u64| if w_vals.is_empty() { r as i8 } else { w_vals[r as usize % w_vals.len()] };
+                let w: Vec<i8> = (0..n * k).map(|_| pick_w(next())).collect();
+                let pk = QPacked::new(&w, n, k);
+                // The bytes past k in each row are noise: the zero weights there must cancel them.
+                let a: Vec<u8> = (0..rows * pk.kq()).map(|i| if i % pk.kq() < k { pick_a(next()) } else { next() as u8 }).collect();
+                let want = naive(&a, rows, &w, n, k, pk.kq());
+                for isa in QIsa::available() {
+                    let mut got = vec![i32::MIN; rows * n + 3];
+                    gemm_with(isa, &a, rows, &pk, &mut got);
+                    assert_eq!(&got[..rows * n], &want[..], "{isa:?} case {case}: {rows}x{n}x{k}");
+                    assert_eq!(&got[rows * n..], &[i32::MIN; 3], "{isa:?} case {case}: wrote past the output");
+                }
+            }
+        });
+    }
+
     #[test]
     fn available_lists_every_runnable_kernel() {
         let all = QIsa::available();
         assert_eq!(all.first(), Some(&QIsa::detect()));
         assert_eq!(all.last(), Some(&QIsa::portable()));
         assert_eq!(all.contains(&QIsa(QKind::Vnni)), has_vnni());
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(all.contains(&QIsa(QKind::Avx2)), std::arch::is_x86_feature_detected!("avx2"));
+        #[cfg(not(target_arch = "x86_64"))]
+        assert!(!all.contains(&QIsa(QKind::Avx2)));
     }
 
     /// Operands shorter than the packing's shape panic before any kernel runs,

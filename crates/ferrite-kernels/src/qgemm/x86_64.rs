@@ -1,6 +1,7 @@
-//! x86-64 kernels of [`super`]: the AVX-512 VNNI int8 GEMM and the AVX-512F
-//! row requantization, reached through `super::gemm_with` (whose `QIsa` token
-//! proves the CPU features) and `super::RowRequant::apply`.
+//! x86-64 kernels of [`super`]: the int8 GEMM with AVX-512 VNNI and with AVX2,
+//! and the row requantization with AVX-512F and with AVX2, reached through
+//! `super::gemm_with` (whose `QIsa` token proves the CPU features) and
+//! `super::RowRequant::apply`.
 
 use super::{QPacked, NR};
 use std::arch::x86_64::*;
@@ -102,6 +103,171 @@ pub(super) unsafe fn gemm(a: &[u8], rows: usize, pk: &QPacked, out: &mut [i32]) 
                 unsafe { tile::<1>(ap, pk.kq, w, groups, op, pk.n, cols) };
                 m += 1;
             }
+        }
+    }
+}
+
+/// Rows per AVX2 register tile: 6 rows of 8 channels take 12 accumulators, plus
+/// 2 weight registers and 1 activation register of the 16.
+const MR_AVX2: usize = 6;
+
+/// `R` rows of `4 * Q` channels (`Q` quads of one panel): per group of four `k`,
+/// each quad's 16 weights (4 channels x 4 k) sign-extended to int16 once, each
+/// row's 4 bytes zero-extended to int16 and repeated 4 times, and one `vpmaddwd`
+/// per row and quad: 8 exact int32 sums of two products (|sum| <= 2 * 255 * 128),
+/// two per channel. `vpmaddubsw` would be one step shorter but saturates its int16
+/// pair sums (255 * 127 * 2 > 32767), so it is not exact here. The pairs are added
+/// once per tile (`vphaddd`) and put back in channel order (`vpermq`).
+///
+/// # Safety
+/// The CPU must support AVX2; `a` points to `R` rows of `kq` bytes
+/// (`kq >= 4 * groups`), `w` to the quad's first 16 bytes of group 0 of a panel
+/// (groups of 64 bytes, `16 * Q` of them read per group), and `out` to `R` rows
+/// of `ldo` ints, `cols <= 4 * Q` of them written per row.
+#[target_feature(enable = "avx2")]
+unsafe fn tile_avx2<const R: usize, const Q: usize>(a: *const u8, kq: usize, w: *const i8, groups: usize, out: *mut i32, ldo: usize, cols: usize) {
+    let mut acc = [[_mm256_setzero_si256(); Q]; R];
+    for g in 0..groups {
+        // SAFETY: group g < groups of the panel, quads inside its 64 bytes (contract).
+        let wv: [__m256i; Q] = std::array::from_fn(|q| _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(w.add(g * 64 + q * 16) as *const __m128i) }));
+        for (r, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: bytes 4g..4g + 4 <= kq of row r < R (contract); unaligned read.
+            let word = unsafe { (a.add(r * kq + g * 4) as *const i32).read_unaligned() };
+            let av = _mm256_cvtepu8_epi16(_mm_set1_epi32(word));
+            for (acc, &wv) in acc.iter_mut().zip(&wv) {
+                *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(av, wv));
+            }
+        }
+    }
+    let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    let keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols as i32), lane);
+    for (r, acc) in acc.iter().enumerate() {
+        // Pairs of adjacent lanes summed: 64-bit lanes [q0 c0c1, q1 c0c1, q0 c2c3, q1 c2c3].
+        let sums = _mm256_hadd_epi32(acc[0], acc[Q - 1]);
+        let v = _mm256_permute4x64_epi64::<0b11_01_10_00>(sums);
+        // SAFETY: row r < R of `out`, masked to the `cols` written columns (contract).
+        unsafe {
+            if Q == 1 {
+                _mm_maskstore_epi32(out.add(r * ldo), _mm256_castsi256_si128(keep), _mm256_castsi256_si128(v));
+            } else if cols == 8 {
+                _mm256_storeu_si256(out.add(r * ldo) as *mut __m256i, v);
+            } else {
+                _mm256_maskstore_epi32(out.add(r * ldo), keep, v);
+            }
+        }
+    }
+}
+
+/// `rows` rows of `Q` quads of one panel, in tiles of [`MR_AVX2`] rows and one
+/// shorter tile at the end.
+///
+/// # Safety
+/// As [`tile_avx2`], with `a` and `out` holding `rows` rows.
+#[target_feature(enable = "avx2")]
+unsafe fn rows_avx2<const Q: usize>(a: *const u8, rows: usize, kq: usize, w: *const i8, groups: usize, out: *mut i32, ldo: usize, cols: usize) {
+    let mut m = 0;
+    while m + MR_AVX2 <= rows {
+        // SAFETY: rows m..m + MR_AVX2 lie inside `a` and `out` (contract).
+        unsafe { tile_avx2::<MR_AVX2, Q>(a.add(m * kq), kq, w, groups, out.add(m * ldo), ldo, cols) };
+        m += MR_AVX2;
+    }
+    // SAFETY: the remaining rows m..rows lie inside `a` and `out` (contract).
+    let (a, out) = unsafe { (a.add(m * kq), out.add(m * ldo)) };
+    // SAFETY: (each arm) as above, for the rows - m < MR_AVX2 remaining rows.
+    match rows - m {
+        1 => unsafe { tile_avx2::<1, Q>(a, kq, w, groups, out, ldo, cols) },
+        2 => unsafe { tile_avx2::<2, Q>(a, kq, w, groups, out, ldo, cols) },
+        3 => unsafe { tile_avx2::<3, Q>(a, kq, w, groups, out, ldo, cols) },
+        4 => unsafe { tile_avx2::<4, Q>(a, kq, w, groups, out, ldo, cols) },
+        5 => unsafe { tile_avx2::<5, Q>(a, kq, w, groups, out, ldo, cols) },
+        _ => {}
+    }
+}
+
+/// The AVX2 int8 GEMM over the shared packed layout: per panel, channels in
+/// pairs of quads (8 channels, a quad alone for a panel's last 1-4 channels),
+/// so a panel of 8 or fewer channels costs no work for its zero padding.
+///
+/// # Safety
+/// The CPU must support AVX2; `a` holds `rows * pk.kq` bytes and `out`
+/// `rows * pk.n` ints.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn gemm_avx2(a: &[u8], rows: usize, pk: &QPacked, out: &mut [i32]) {
+    let groups = pk.kq / 4;
+    for p in 0..pk.n.div_ceil(NR) {
+        let cols = NR.min(pk.n - p * NR);
+        let mut c = 0;
+        while c < cols {
+            let take = 8.min(cols - c);
+            // SAFETY: panel p < n.div_ceil(NR) and its quad c / 4 < 4 lie inside
+            // `pk.w` (QPacked's invariant); columns p * NR + c.. of `out` are inside
+            // its rows of n (c + take <= cols); `a` and `out` hold `rows` rows (contract).
+            unsafe {
+                let w = pk.w.as_ptr().add(p * groups * NR * 4 + c * 4);
+                let o = out.as_mut_ptr().add(p * NR + c);
+                if take > 4 {
+                    rows_avx2::<2>(a.as_ptr(), rows, pk.kq, w, groups, o, pk.n, take);
+                } else {
+                    rows_avx2::<1>(a.as_ptr(), rows, pk.kq, w, groups, o, pk.n, take);
+                }
+            }
+            c += take;
+        }
+    }
+}
+
+/// The AVX2 form of [`requant`], 8 channels per step: the 64-bit products of
+/// even and odd lanes (`vpmuldq`), whose bits 31..62 are the rounded high half
+/// (the logical shifts keep the same low 32 bits as arithmetic ones, which AVX2
+/// lacks for 64-bit lanes), then the rounding right shift, zero point and clamp.
+///
+/// # Safety
+/// The CPU must support AVX2; `dots` and `out` hold whole rows of `n`.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn requant_avx2(rq: &super::RowRequant, dots: &[i32], out: &mut [i8]) {
+    let n = rq.offset.len();
+    let (half, one) = (_mm256_set1_epi64x(1 << 30), _mm256_set1_epi32(1));
+    let (zp, lo, hi) = (_mm256_set1_epi32(rq.out_zp), _mm256_set1_epi32(rq.min), _mm256_set1_epi32(rq.max));
+    let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (row, orow) in dots.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+        let mut j = 0;
+        while j < n {
+            let cols = 8.min(n - j);
+            let k = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols as i32), lane);
+            // SAFETY: every load is masked to the `cols` valid lanes from index j of
+            // arrays of length n.
+            let (d, off, m, left, right) = unsafe {
+                (
+                    _mm256_maskload_epi32(row.as_ptr().add(j), k),
+                    _mm256_maskload_epi32(rq.offset.as_ptr().add(j), k),
+                    _mm256_maskload_epi32(rq.multiplier.as_ptr().add(j), k),
+                    _mm256_maskload_epi32(rq.left.as_ptr().add(j) as *const i32, k),
+                    _mm256_maskload_epi32(rq.right.as_ptr().add(j) as *const i32, k),
+                )
+            };
+            let x = _mm256_sllv_epi32(_mm256_add_epi32(d, off), left);
+            let even = _mm256_srli_epi64::<31>(_mm256_add_epi64(_mm256_mul_epi32(x, m), half));
+            let odd = _mm256_slli_epi64::<1>(_mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64::<32>(x), _mm256_srli_epi64::<32>(m)), half));
+            let high = _mm256_blend_epi32::<0xAA>(even, odd);
+            let mask = _mm256_sub_epi32(_mm256_sllv_epi32(one, right), one);
+            let threshold = _mm256_add_epi32(_mm256_srli_epi32::<1>(mask), _mm256_srli_epi32::<31>(high));
+            // All ones (-1) where the remainder rounds up.
+            let up = _mm256_cmpgt_epi32(_mm256_and_si256(high, mask), threshold);
+            let v = _mm256_sub_epi32(_mm256_srav_epi32(high, right), up);
+            let v = _mm256_min_epi32(_mm256_max_epi32(_mm256_add_epi32(v, zp), lo), hi);
+            // Clamped to int8 already, so the saturating packs only narrow.
+            let h = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+            let packed = _mm_packs_epi16(h, h);
+            if cols == 8 {
+                // SAFETY: bytes j..j + 8 <= n of this output row.
+                unsafe { _mm_storel_epi64(orow.as_mut_ptr().add(j) as *mut __m128i, packed) };
+            } else {
+                let bytes = _mm_cvtsi128_si64(packed).to_le_bytes();
+                for (o, &b) in orow[j..j + cols].iter_mut().zip(&bytes) {
+                    *o = b as i8;
+                }
+            }
+            j += 8;
         }
     }
 }
