@@ -506,6 +506,37 @@ mod tests {
         });
     }
 
+    /// The ends of every range: the largest and smallest multipliers and shifts
+    /// `quantize_multiplier` makes, accumulators and offsets at the int32 limits
+    /// (the offset add wraps, as in the portable form), narrow clamps.
+    #[test]
+    fn row_requant_is_exact_at_the_extremes() {
+        let dots_at = [i32::MIN, i32::MIN + 1, -65_536, -1, 0, 1, 65_535, i32::MAX - 1, i32::MAX];
+        crate::level::each(|_| {
+            for (case, &(multiplier, shift)) in
+                [(i32::MAX, 30), (i32::MAX, -31), (1 << 30, 0), (1 << 30, -31), (1, 30), (1_518_500_250, -7), (i32::MAX, 0)].iter().enumerate()
+            {
+                for n in [1, 7, 8, 9, 16, 17] {
+                    let rq = Requant {
+                        multiplier: vec![multiplier],
+                        shift: vec![shift],
+                        out_zp: [-128, 0, 5, 127][case % 4],
+                        min: [-128, -128, 0, -20][case % 4],
+                        max: [127, 6, 127, 20][case % 4],
+                    };
+                    let mut rr = RowRequant::new(&rq, n);
+                    rr.offset.iter_mut().enumerate().for_each(|(j, o)| *o = [0, i32::MAX, i32::MIN, -3][j % 4]);
+                    let dots: Vec<i32> = (0..dots_at.len() * n).map(|i| dots_at[(i / n + i) % dots_at.len()]).collect();
+                    let mut got = vec![0i8; dots.len()];
+                    rr.apply(&dots, &mut got);
+                    for (i, (&d, &g)) in dots.iter().zip(&got).enumerate() {
+                        assert_eq!(i32::from(g), rq.apply(d.wrapping_add(rr.offset[i % n]), i % n), "multiplier {multiplier} shift {shift} n {n} element {i}");
+                    }
+                }
+            }
+        });
+    }
+
     #[test]
     fn gemm_kernels_match_the_definition() {
         crate::level::each(|_| {

@@ -216,41 +216,57 @@ pub(super) unsafe fn gemm_avx2(a: &[u8], rows: usize, pk: &QPacked, out: &mut [i
     }
 }
 
-/// The AVX2 form of [`requant`], 8 channels per step: the 64-bit products of
-/// even and odd lanes (`vpmuldq`), whose bits 31..62 are the rounded high half
-/// (the logical shifts keep the same low 32 bits as arithmetic ones, which AVX2
-/// lacks for 64-bit lanes), then the rounding right shift, zero point and clamp.
+/// The AVX2 form of [`requant`], 8 channels per step, each step's channel
+/// parameters loaded once for all rows: the 64-bit products of even and odd
+/// lanes (`vpmuldq`), whose bits 31..62 are the rounded high half (logical
+/// shifts keep the same low 32 bits as the arithmetic ones AVX2 lacks for 64-bit
+/// lanes), then the rounding right shift, zero point and clamp.
 ///
 /// # Safety
 /// The CPU must support AVX2; `dots` and `out` hold whole rows of `n`.
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn requant_avx2(rq: &super::RowRequant, dots: &[i32], out: &mut [i8]) {
     let n = rq.offset.len();
+    if n == 0 {
+        return;
+    }
+    let rows = dots.len() / n;
     let (half, one) = (_mm256_set1_epi64x(1 << 30), _mm256_set1_epi32(1));
     let (zp, lo, hi) = (_mm256_set1_epi32(rq.out_zp), _mm256_set1_epi32(rq.min), _mm256_set1_epi32(rq.max));
     let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    for (row, orow) in dots.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
-        let mut j = 0;
-        while j < n {
-            let cols = 8.min(n - j);
-            let k = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols as i32), lane);
-            // SAFETY: every load is masked to the `cols` valid lanes from index j of
-            // arrays of length n.
-            let (d, off, m, left, right) = unsafe {
-                (
-                    _mm256_maskload_epi32(row.as_ptr().add(j), k),
-                    _mm256_maskload_epi32(rq.offset.as_ptr().add(j), k),
-                    _mm256_maskload_epi32(rq.multiplier.as_ptr().add(j), k),
-                    _mm256_maskload_epi32(rq.left.as_ptr().add(j) as *const i32, k),
-                    _mm256_maskload_epi32(rq.right.as_ptr().add(j) as *const i32, k),
-                )
+    let mut j = 0;
+    while j < n {
+        let cols = 8.min(n - j);
+        let k = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols as i32), lane);
+        // SAFETY: every load is masked to the `cols` valid lanes from index j of
+        // arrays of length n.
+        let (off, m, left, right) = unsafe {
+            (
+                _mm256_maskload_epi32(rq.offset.as_ptr().add(j), k),
+                _mm256_maskload_epi32(rq.multiplier.as_ptr().add(j), k),
+                _mm256_maskload_epi32(rq.left.as_ptr().add(j) as *const i32, k),
+                _mm256_maskload_epi32(rq.right.as_ptr().add(j) as *const i32, k),
+            )
+        };
+        let m_odd = _mm256_srli_epi64::<32>(m);
+        let mask = _mm256_sub_epi32(_mm256_sllv_epi32(one, right), one);
+        let half_mask = _mm256_srli_epi32::<1>(mask);
+        for r in 0..rows {
+            let at = r * n + j;
+            // SAFETY: row r < rows holds n ints from index r * n, of which the
+            // `cols` from j are read (all 8 with a plain load when cols is 8).
+            let d = unsafe {
+                if cols == 8 {
+                    _mm256_loadu_si256(dots.as_ptr().add(at) as *const __m256i)
+                } else {
+                    _mm256_maskload_epi32(dots.as_ptr().add(at), k)
+                }
             };
             let x = _mm256_sllv_epi32(_mm256_add_epi32(d, off), left);
             let even = _mm256_srli_epi64::<31>(_mm256_add_epi64(_mm256_mul_epi32(x, m), half));
-            let odd = _mm256_slli_epi64::<1>(_mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64::<32>(x), _mm256_srli_epi64::<32>(m)), half));
+            let odd = _mm256_slli_epi64::<1>(_mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64::<32>(x), m_odd), half));
             let high = _mm256_blend_epi32::<0xAA>(even, odd);
-            let mask = _mm256_sub_epi32(_mm256_sllv_epi32(one, right), one);
-            let threshold = _mm256_add_epi32(_mm256_srli_epi32::<1>(mask), _mm256_srli_epi32::<31>(high));
+            let threshold = _mm256_add_epi32(half_mask, _mm256_srli_epi32::<31>(high));
             // All ones (-1) where the remainder rounds up.
             let up = _mm256_cmpgt_epi32(_mm256_and_si256(high, mask), threshold);
             let v = _mm256_sub_epi32(_mm256_srav_epi32(high, right), up);
@@ -259,15 +275,15 @@ pub(super) unsafe fn requant_avx2(rq: &super::RowRequant, dots: &[i32], out: &mu
             let h = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
             let packed = _mm_packs_epi16(h, h);
             if cols == 8 {
-                // SAFETY: bytes j..j + 8 <= n of this output row.
-                unsafe { _mm_storel_epi64(orow.as_mut_ptr().add(j) as *mut __m128i, packed) };
+                // SAFETY: bytes at..at + 8 lie inside row r of `out` (n bytes from r * n).
+                unsafe { _mm_storel_epi64(out.as_mut_ptr().add(at) as *mut __m128i, packed) };
             } else {
                 let bytes = _mm_cvtsi128_si64(packed).to_le_bytes();
-                for (o, &b) in orow[j..j + cols].iter_mut().zip(&bytes) {
+                for (o, &b) in out[at..at + cols].iter_mut().zip(&bytes) {
                     *o = b as i8;
                 }
             }
-            j += 8;
         }
+        j += 8;
     }
 }
