@@ -234,39 +234,90 @@ pub fn conv_i8(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out:
     let fill = (q.in_zp as i8 as u8) ^ 0x80;
     let pixels = g.batch * g.out_h * g.out_w;
     let row_span = g.k_w * in_c;
-    // Stride-1 taps of one filter row read adjacent pixels: one copy per row.
-    let contiguous_taps = g.dil_w == 1;
+    let in_row = g.in_w * in_c;
+    // The per-pixel offsets below are plain arithmetic: bounded once here.
+    assert!(g.indices_fit(in_c) && crate::holds(input.len(), &[g.batch, g.in_h, g.in_w, in_c]), "conv_i8: input shorter than its geometry");
+    // Filter rows ky_lo..ky_hi of output row oy fall inside the input (the rest
+    // in the padding).
+    let dil_h = g.dil_h.max(1);
+    let ky_range = |oy: usize| {
+        let y0 = oy * g.stride_h;
+        let lo = g.pad_top.saturating_sub(y0).div_ceil(dil_h).min(g.k_h);
+        let hi = if g.in_h + g.pad_top > y0 { ((g.in_h + g.pad_top - y0 - 1) / dil_h + 1).min(g.k_h) } else { 0 };
+        (lo, hi.max(lo))
+    };
+    // Output columns ix_lo..ix_hi have every filter row inside the input
+    // horizontally, and each filter row is one contiguous segment (dilation 1).
+    let reach = (g.k_w - 1) * g.dil_w;
+    let ix_lo = g.pad_left.div_ceil(g.stride_w.max(1));
+    let ix_hi = if g.dil_w == 1 && g.in_w + g.pad_left > reach { (g.in_w + g.pad_left - reach - 1) / g.stride_w.max(1) + 1 } else { 0 };
+    // A pixel at the edge: each tap checked against the input's bounds.
+    let edge_pixel = |rows: &mut [u8], base: usize, nb: usize, oy: usize, ox: usize| {
+        for ky in 0..g.k_h {
+            let at = base + ky * row_span;
+            let Some(iy) = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h) else {
+                rows[at..at + row_span].fill(fill);
+                continue;
+            };
+            let line = (nb * g.in_h + iy) * in_row;
+            if g.dil_w == 1 {
+                // Taps kx_lo..kx_hi inside the input: one copy between two fills
+                // (the second one overwriting the copy's over-long tail).
+                let x0 = ox * g.stride_w;
+                let kx_lo = g.pad_left.saturating_sub(x0).min(g.k_w);
+                let kx_hi = (g.in_w + g.pad_left).saturating_sub(x0).clamp(kx_lo, g.k_w);
+                rows[at..at + kx_lo * in_c].fill(fill);
+                if kx_lo < kx_hi {
+                    flip_copy(rows, at + kx_lo * in_c, input, line + (x0 + kx_lo - g.pad_left) * in_c, (kx_hi - kx_lo) * in_c);
+                }
+                rows[at + kx_hi * in_c..at + row_span].fill(fill);
+                continue;
+            }
+            for kx in 0..g.k_w {
+                let at = at + kx * in_c;
+                match (ox * g.stride_w + kx * g.dil_w).checked_sub(g.pad_left).filter(|&x| x < g.in_w) {
+                    Some(ix) => flip_copy(rows, at, input, line + ix * in_c, in_c),
+                    None => rows[at..at + in_c].fill(fill),
+                }
+            }
+        }
+    };
+    // A 1x1 convolution over every pixel: the rows are the input's pixels.
+    let pointwise =
+        g.k_h == 1 && g.k_w == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_top == 0 && g.pad_left == 0 && g.in_h == g.out_h && g.in_w == g.out_w;
     let (mut nb, mut oy, mut ox) = (0, 0, 0);
     let mut start = 0;
     while start < pixels {
         let count = BLOCK_ROWS.min(pixels - start);
-        // Segments are written in increasing position, so each copy's over-long
+        // Pixels are written in increasing position, so each copy's over-long
         // tail is overwritten by the next one (or lands past k, where the packed
         // weights are zero, or in the next row, written later, or in the slack).
-        for r in 0..count {
-            let base = r * kq;
-            let x0 = (ox * g.stride_w) as isize - g.pad_left as isize;
-            let interior_x = x0 >= 0 && x0 as usize + (g.k_w - 1) * g.dil_w < g.in_w;
-            for ky in 0..g.k_h {
-                let at = base + ky * row_span;
-                let Some(iy) = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h) else {
-                    s.rows[at..at + row_span].fill(fill);
-                    continue;
-                };
-                let line = (nb * g.in_h + iy) * g.in_w * in_c;
-                if interior_x && contiguous_taps {
-                    flip_copy(&mut s.rows, at, input, line + x0 as usize * in_c, row_span);
-                    continue;
-                }
-                for kx in 0..g.k_w {
-                    let at = at + kx * in_c;
-                    match (ox * g.stride_w + kx * g.dil_w).checked_sub(g.pad_left).filter(|&x| x < g.in_w) {
-                        Some(ix) => flip_copy(&mut s.rows, at, input, line + ix * in_c, in_c),
-                        None => s.rows[at..at + in_c].fill(fill),
-                    }
-                }
+        // A pointwise block's rows are consecutive input pixels: one copy.
+        let mut r = if pointwise && kq == in_c {
+            flip_copy(&mut s.rows, 0, input, start * in_c, count * in_c);
+            count
+        } else {
+            0
+        };
+        while r < count {
+            // The block's pixels r..r + run lie in output row oy, columns ox..ox + run.
+            let run = (count - r).min(g.out_w - ox);
+            let (lo, hi) = (ix_lo.clamp(ox, ox + run), ix_hi.clamp(ox, ox + run));
+            let hi = hi.max(lo);
+            for c in ox..lo {
+                edge_pixel(&mut s.rows, (r + c - ox) * kq, nb, oy, c);
             }
-            ox += 1;
+            if lo < hi {
+                let rows_in = ky_range(oy);
+                let from = ((nb * g.in_h + (oy * g.stride_h + rows_in.0 * g.dil_h).saturating_sub(g.pad_top)) * g.in_w + lo * g.stride_w - g.pad_left) * in_c;
+                let seg_step = g.dil_h * in_row;
+                gather_interior(&mut s.rows, (r + lo - ox) * kq, kq, input, from, g.stride_w * in_c, seg_step, row_span, rows_in, g.k_h, hi - lo, fill);
+            }
+            for c in hi..ox + run {
+                edge_pixel(&mut s.rows, (r + c - ox) * kq, nb, oy, c);
+            }
+            r += run;
+            ox += run;
             if ox == g.out_w {
                 ox = 0;
                 oy += 1;
@@ -363,28 +414,123 @@ simd_fn! {
     }
 }
 
+/// The receptive fields of `pixels` output pixels of one row whose filter rows
+/// lie inside the input horizontally, written from `rows[at..]` at a stride of
+/// `kq`: filter rows `lo..hi` (inside vertically; the first at `input[from..]`,
+/// the next `seg_step` further, the next pixel's `px_step` further) copied as
+/// one segment of `row_span` bytes each, the rest filled with the padding value.
+/// When every 16-byte chunk stays inside both buffers (checked once per run),
+/// segments are copied in whole chunks without further checks; the over-long
+/// tails follow [`flip_copy`]'s rule.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn gather_interior(
+    rows: &mut [u8],
+    at: usize,
+    kq: usize,
+    input: &[u8],
+    from: usize,
+    px_step: usize,
+    seg_step: usize,
+    row_span: usize,
+    (lo, hi): (usize, usize),
+    k_h: usize,
+    pixels: usize,
+    fill: u8,
+) {
+    let segs = hi - lo;
+    let chunks = row_span.div_ceil(16);
+    let fits = |last: Option<usize>, len: usize| last.is_some_and(|l| l <= len);
+    let last_in = (pixels - 1)
+        .checked_mul(px_step)
+        .and_then(|o| o.checked_add(segs.saturating_sub(1).checked_mul(seg_step)?))
+        .and_then(|o| o.checked_add(from + chunks * 16));
+    let last_out = (pixels - 1).checked_mul(kq).and_then(|o| o.checked_add((hi.max(1) - 1) * row_span + at + chunks * 16));
+    let fast = segs > 0 && fits(last_in, input.len()) && fits(last_out, rows.len());
+    for p in 0..pixels {
+        let (base, src) = (at + p * kq, from + p * px_step);
+        if lo > 0 {
+            rows[base..base + lo * row_span].fill(fill);
+        }
+        if fast {
+            let dst = base + lo * row_span;
+            // SAFETY: every chunk ends at or before the last pixel's last chunk,
+            // inside `input` and `rows` (`fast` checked both).
+            let (d, s) = unsafe { (rows.as_mut_ptr().add(dst), input.as_ptr().add(src)) };
+            // SAFETY: `chunks` chunks of `segs` segments, as above; the short
+            // segments of few-channel layers get loops of fixed length.
+            unsafe {
+                match chunks {
+                    1 => flip_segments::<1>(d, s, segs, row_span, seg_step, 1),
+                    2 => flip_segments::<2>(d, s, segs, row_span, seg_step, 2),
+                    _ => flip_segments::<0>(d, s, segs, row_span, seg_step, chunks),
+                }
+            }
+        } else {
+            for seg in 0..segs {
+                flip_copy(rows, base + (lo + seg) * row_span, input, src + seg * seg_step, row_span);
+            }
+        }
+        if hi < k_h {
+            rows[base + hi * row_span..base + k_h * row_span].fill(fill);
+        }
+    }
+}
+
+/// `segs` segments of `chunks` 16-byte chunks (`CH` of them when not 0, a
+/// constant the loops unroll on), segment `i` from `src + i * src_step` to
+/// `dst + i * dst_step`, shifted by 128.
+///
+/// # Safety
+/// Every chunk must lie inside readable `src` and writable `dst` memory.
+#[inline(always)]
+unsafe fn flip_segments<const CH: usize>(dst: *mut u8, src: *const u8, segs: usize, dst_step: usize, src_step: usize, chunks: usize) {
+    let chunks = if CH > 0 { CH } else { chunks };
+    for i in 0..segs {
+        for c in 0..chunks {
+            // SAFETY: chunk c of segment i lies inside both buffers (contract).
+            unsafe { flip16(dst.add(i * dst_step + c * 16), src.add(i * src_step + c * 16)) };
+        }
+    }
+}
+
+/// Copies 16 bytes from `src` to `dst`, each shifted by 128 (one vector xor:
+/// written with SSE2 on x86-64, where LLVM left the byte loop scalar).
+///
+/// # Safety
+/// `src` must be readable and `dst` writable for 16 bytes.
+#[inline(always)]
+unsafe fn flip16(dst: *mut u8, src: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: SSE2 is part of x86-64; 16 bytes at each pointer (contract), unaligned accesses.
+    unsafe {
+        use std::arch::x86_64::*;
+        _mm_storeu_si128(dst as *mut __m128i, _mm_xor_si128(_mm_loadu_si128(src as *const __m128i), _mm_set1_epi8(-128)));
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: 16 bytes at each pointer (contract), unaligned accesses.
+    unsafe {
+        (dst as *mut u128).write_unaligned((src as *const u128).read_unaligned() ^ u128::from_ne_bytes([0x80; 16]));
+    }
+}
+
 /// Copies `len` int8 bytes from `src[from..]` to `dst[at..]` as unsigned bytes
 /// (shifted by 128), 16 at a time: the last chunk may write up to 15 bytes past
 /// `at + len` (callers arrange for those to be overwritten or unused); near the end
 /// of either buffer it finishes byte by byte.
 #[inline(always)]
 fn flip_copy(dst: &mut [u8], at: usize, src: &[u8], from: usize, len: usize) {
-    const FLIP: u128 = u128::from_ne_bytes([0x80; 16]);
-    let mut i = 0;
-    while i < len {
-        match (src.get(from + i..from + i + 16), dst.get_mut(at + i..at + i + 16)) {
-            (Some(s), Some(d)) => {
-                let v = u128::from_ne_bytes(s.try_into().unwrap_or([0; 16])) ^ FLIP;
-                d.copy_from_slice(&v.to_ne_bytes());
-                i += 16;
-            }
-            _ => {
-                for j in i..len {
-                    dst[at + j] = src[from + j] ^ 0x80;
-                }
-                return;
-            }
-        }
+    // Panics here, before any unchecked access, if either range is out of bounds.
+    let (d, s) = (&mut dst[at..], &src[from..]);
+    let over = len.next_multiple_of(16);
+    let whole = if over <= d.len() && over <= s.len() { over } else { len / 16 * 16 };
+    assert!(whole <= d.len() && whole <= s.len() && len <= d.len() && len <= s.len(), "flip_copy out of bounds");
+    for i in (0..whole).step_by(16) {
+        // SAFETY: i + 16 <= whole, which both slices hold (asserted above).
+        unsafe { flip16(d.as_mut_ptr().add(i), s.as_ptr().add(i)) };
+    }
+    for j in whole..len {
+        d[j] = s[j] ^ 0x80;
     }
 }
 
@@ -611,6 +757,116 @@ mod tests {
                 }
             }
         });
+    }
+
+    /// A small xorshift generator for the randomized tests.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    /// A random convolution geometry and quantization: few and many channels,
+    /// 1xN and Nx1 filters, strides, dilations, SAME and VALID, input zero points
+    /// over the whole int8 range, per-channel multipliers.
+    fn random_conv(rng: &mut Rng, depthwise: bool) -> QConv {
+        loop {
+            let (k_h, k_w) = match rng.below(4) {
+                0 => (1, 1 + rng.below(7)),
+                1 => (1 + rng.below(7), 1),
+                _ => (1 + rng.below(5), 1 + rng.below(5)),
+            };
+            let (stride_h, stride_w) = (1 + rng.below(3), 1 + rng.below(3));
+            let (dil_h, dil_w) = if rng.below(4) == 0 { (1 + rng.below(2), 1 + rng.below(2)) } else { (1, 1) };
+            let (in_h, in_w) = (1 + rng.below(14), 1 + rng.below(20));
+            let same = rng.below(2) == 0;
+            let (Some((out_h, pad_top)), Some((out_w, pad_left))) =
+                (crate::conv::out_size_and_pad(in_h, k_h, stride_h, dil_h, same), crate::conv::out_size_and_pad(in_w, k_w, stride_w, dil_w, same))
+            else {
+                continue;
+            };
+            if out_h == 0 || out_w == 0 {
+                continue;
+            }
+            let in_c = if rng.below(3) == 0 { 1 + rng.below(40) } else { 1 + rng.below(9) };
+            let out_c = if depthwise { in_c } else { 1 + rng.below(40) };
+            let g = crate::conv::Window { batch: 1 + rng.below(2), in_h, in_w, out_h, out_w, k_h, k_w, stride_h, stride_w, dil_h, dil_w, pad_top, pad_left };
+            let (multiplier, shift) = (0..out_c).map(|_| crate::quant::quantize_multiplier((1 + rng.below(1000)) as f64 * 2e-5)).unzip();
+            let (min, max) = if rng.below(2) == 0 { (-128, 127) } else { (-128 + rng.below(100) as i32, 127 - rng.below(100) as i32) };
+            let rq = Requant { multiplier, shift, out_zp: rng.below(256) as i32 - 128, min, max };
+            return QConv { g, in_c, out_c, depth_multiplier: usize::from(depthwise), in_zp: rng.below(256) as i32 - 128, w_zp: 0, rq };
+        }
+    }
+
+    /// The per-tap definition: taps in the padding skipped, `(x - zp) * w`
+    /// summed in int32 with the bias, requantized by [`Requant::apply`].
+    fn conv_by_definition(input: &[i8], w: &[i8], bias: &[i32], q: &QConv) -> Vec<i8> {
+        let g = &q.g;
+        let mut out = Vec::new();
+        for nb in 0..g.batch {
+            for oy in 0..g.out_h {
+                for ox in 0..g.out_w {
+                    for o in 0..q.out_c {
+                        let mut acc = bias[o];
+                        for ky in 0..g.k_h {
+                            for kx in 0..g.k_w {
+                                let (Some(iy), Some(ix)) = (
+                                    (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h),
+                                    (ox * g.stride_w + kx * g.dil_w).checked_sub(g.pad_left).filter(|&x| x < g.in_w),
+                                ) else {
+                                    continue;
+                                };
+                                let px = ((nb * g.in_h + iy) * g.in_w + ix) * q.in_c;
+                                if q.depth_multiplier > 0 {
+                                    acc += (i32::from(input[px + o]) - q.in_zp) * i32::from(w[(ky * g.k_w + kx) * q.out_c + o]);
+                                } else {
+                                    for c in 0..q.in_c {
+                                        acc += (i32::from(input[px + c]) - q.in_zp) * i32::from(w[((o * g.k_h + ky) * g.k_w + kx) * q.in_c + c]);
+                                    }
+                                }
+                            }
+                        }
+                        out.push(q.rq.apply(acc, o) as i8);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn conv_matches_the_definition_on_random_geometries() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        crate::level::each(|_| {
+            for case in 0..150 {
+                let q = random_conv(&mut rng, false);
+                let g = &q.g;
+                let input: Vec<i8> = (0..g.batch * g.in_h * g.in_w * q.in_c).map(|_| rng.next() as i8).collect();
+                let k = g.k_h * g.k_w * q.in_c;
+                let extreme = case % 5 == 0;
+                let w: Vec<i8> = (0..q.out_c * k).map(|_| if extreme { [-128, 127][rng.below(2)] } else { rng.next() as i8 }).collect();
+                let bias: Vec<i32> = (0..q.out_c).map(|_| rng.below(20_000) as i32 - 10_000).collect();
+                let pk = QPacked::new(&w, q.out_c, k);
+                let mut s = ConvScratch::new(&pk, &q.rq);
+                let mut got = vec![0i8; g.batch * g.out_h * g.out_w * q.out_c];
+                conv_i8(bytes_of(&input), &pk, Some(&bias), &q, &mut got, &mut s);
+                assert_eq!(got, conv_by_definition(&input, &w, &bias, &q), "case {case}: {g:?} in_c {} out_c {} zp {}", q.in_c, q.out_c, q.in_zp);
+            }
+        });
+    }
+
+    fn bytes_of(v: &[i8]) -> &[u8] {
+        // SAFETY: i8 and u8 have the same size and alignment, and every bit pattern is valid for both.
+        unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, v.len()) }
     }
 
     #[test]

@@ -173,14 +173,16 @@ unsafe fn rows_avx2<const Q: usize>(a: *const u8, rows: usize, kq: usize, w: *co
     }
     // SAFETY: the remaining rows m..rows lie inside `a` and `out` (contract).
     let (a, out) = unsafe { (a.add(m * kq), out.add(m * ldo)) };
-    // SAFETY: (each arm) as above, for the rows - m < MR_AVX2 remaining rows.
-    match rows - m {
-        1 => unsafe { tile_avx2::<1, Q>(a, kq, w, groups, out, ldo, cols) },
-        2 => unsafe { tile_avx2::<2, Q>(a, kq, w, groups, out, ldo, cols) },
-        3 => unsafe { tile_avx2::<3, Q>(a, kq, w, groups, out, ldo, cols) },
-        4 => unsafe { tile_avx2::<4, Q>(a, kq, w, groups, out, ldo, cols) },
-        5 => unsafe { tile_avx2::<5, Q>(a, kq, w, groups, out, ldo, cols) },
-        _ => {}
+    // SAFETY: as above, for the rows - m < MR_AVX2 remaining rows.
+    unsafe {
+        match rows - m {
+            1 => tile_avx2::<1, Q>(a, kq, w, groups, out, ldo, cols),
+            2 => tile_avx2::<2, Q>(a, kq, w, groups, out, ldo, cols),
+            3 => tile_avx2::<3, Q>(a, kq, w, groups, out, ldo, cols),
+            4 => tile_avx2::<4, Q>(a, kq, w, groups, out, ldo, cols),
+            5 => tile_avx2::<5, Q>(a, kq, w, groups, out, ldo, cols),
+            _ => {}
+        }
     }
 }
 
