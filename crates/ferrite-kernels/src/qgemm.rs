@@ -333,83 +333,271 @@ pub fn conv_i8(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out:
     }
 }
 
-/// Prepared int8 depthwise convolution (channel multiplier 1, weights zero point
-/// 0): weights widened and tiled along an output row, so each tap of a stride-1
-/// row is one flat multiply-add over `out_w * c` lanes.
+/// Output channels per block of the int8 depthwise kernels (one AVX2 vector of
+/// int32 accumulators).
+const DW_BLOCK: usize = 8;
+
+/// Rows of the depthwise line ring (input rows kept widened between output rows)
+/// at most: a filter taller than this, dilation included, rebuilds its lines on
+/// every output row instead.
+const DW_RING_MAX: usize = 16;
+
+/// Prepared int8 depthwise convolution, any channel multiplier (weights zero
+/// point 0). Filter columns are taken in pairs: each input row is widened once
+/// into a *pair line* of int16 `(x - zp)` values, `[pixel p][channel][2]` holding
+/// the values at pixels `p` and `p + dilation` (padding and missing columns are
+/// 0), and the weights likewise into `[filter row][pair][channel][2]`, so one
+/// `vpmaddwd` adds two taps of 8 channels exactly in int32 (|x - zp| <= 255,
+/// |w| <= 128). Output channel `o` reads input channel `o / multiplier`; channels
+/// are padded to blocks of 8 with zero weights. The lines of the input rows a
+/// filter spans are kept in a ring, so with stride 1 each row is widened once.
 #[derive(Debug, Clone)]
 pub struct Depthwise {
-    /// `[tap][out_w * c]`: the tap's weight for each (column, channel).
-    tiled: Vec<i32>,
+    g: crate::conv::Window,
+    in_c: usize,
+    out_c: usize,
+    in_zp: i32,
+    /// `out_c` rounded up to [`DW_BLOCK`].
+    cp: usize,
+    /// Filter column pairs: `k_w.div_ceil(2)`.
+    pairs: usize,
+    /// Pixels per pair line: one for every first tap a pair reads.
+    npl: usize,
+    /// Whether input row `iy` lives in slot `iy % slots` across output rows (a
+    /// short filter extent) or filter row `ky` in slot `ky`, rebuilt per row.
+    ring: bool,
+    /// `[k_h][pairs][cp][2]`, zero past `k_w` and `out_c`.
+    w: Vec<i16>,
+    /// One widened input row, `[npl + dil_w][cp]`, zero in the padding columns.
+    single: Vec<i16>,
+    /// The slots' pair lines, `npl * cp * 2` values each.
+    lines: Vec<i16>,
+    /// The input row (`batch * in_h + iy`) in each slot; `usize::MAX` for none.
+    tags: Vec<usize>,
+    /// Slot offsets (into `lines`) of the current output row's filter rows.
+    offs: Vec<usize>,
+    /// One output row of accumulators, `out_w * out_c`.
     acc: Vec<i32>,
     rq: RowRequant,
 }
 
 impl Depthwise {
-    /// Prepares weights `[1, kh, kw, c]` for the geometry of `q`.
+    /// Bytes of the widened lines and weights [`Depthwise::new`] allocates for
+    /// `q` (None if the count overflows): large dilations stretch the lines past
+    /// the input, so callers bound this before preparing a file's convolution.
+    pub fn scratch_bytes(q: &QConv) -> Option<usize> {
+        let g = &q.g;
+        let cp = q.out_c.checked_next_multiple_of(DW_BLOCK)?;
+        let pairs = g.k_w.div_ceil(2);
+        let npl = g.out_w.saturating_sub(1).checked_mul(g.stride_w)?.checked_add((2 * pairs).saturating_sub(2).checked_mul(g.dil_w)?)?.checked_add(1)?;
+        let extent = g.k_h.saturating_sub(1).checked_mul(g.dil_h)?.checked_add(1)?;
+        let slots = if extent <= DW_RING_MAX { extent } else { g.k_h };
+        let lines = crate::product(&[slots.checked_add(1)?, npl.checked_add(g.dil_w)?, cp, 4])?;
+        let weights = crate::product(&[g.k_h, pairs, cp, 4])?;
+        lines.checked_add(weights)?.checked_add(crate::product(&[g.out_w, q.out_c, 4])?)
+    }
+
+    /// Prepares weights `[1, kh, kw, out_c]` for the geometry of `q`
+    /// (`q.depth_multiplier` output channels per input channel). Panics if the
+    /// weights are short or the channel counts disagree.
     pub fn new(w: &[i8], q: &QConv) -> Depthwise {
-        let (c, taps, row) = (q.in_c, q.g.k_h * q.g.k_w, q.g.out_w * q.in_c);
-        let mut tiled = vec![0i32; taps * row];
-        for (t, dst) in tiled.chunks_exact_mut(row.max(1)).enumerate() {
-            for (i, d) in dst.iter_mut().enumerate() {
-                *d = i32::from(w[t * c + i % c]);
+        let g = q.g;
+        let m = q.depth_multiplier.max(1);
+        assert!(q.out_c == q.in_c * m, "depthwise: {} output channels for {} inputs x {m}", q.out_c, q.in_c);
+        assert!(w.len() >= g.k_h * g.k_w * q.out_c, "depthwise: {} weights for {}x{}x{}", w.len(), g.k_h, g.k_w, q.out_c);
+        let cp = q.out_c.next_multiple_of(DW_BLOCK);
+        let pairs = g.k_w.div_ceil(2);
+        let npl = if g.out_w == 0 { 0 } else { (g.out_w - 1) * g.stride_w + (2 * pairs - 2) * g.dil_w + 1 };
+        let mut wp = vec![0i16; g.k_h * pairs * cp * 2];
+        for ky in 0..g.k_h {
+            for kx in 0..g.k_w {
+                for o in 0..q.out_c {
+                    wp[((ky * pairs + kx / 2) * cp + o) * 2 + kx % 2] = i16::from(w[(ky * g.k_w + kx) * q.out_c + o]);
+                }
             }
         }
-        Depthwise { tiled, acc: vec![0; row], rq: RowRequant::new(&q.rq, c) }
+        let extent = (g.k_h.max(1) - 1) * g.dil_h + 1;
+        let ring = extent <= DW_RING_MAX;
+        let slots = if ring { extent } else { g.k_h };
+        Depthwise {
+            g,
+            in_c: q.in_c,
+            out_c: q.out_c,
+            in_zp: q.in_zp,
+            cp,
+            pairs,
+            npl,
+            ring,
+            w: wp,
+            single: vec![0; (npl + g.dil_w) * cp],
+            lines: vec![0; slots * npl * cp * 2],
+            tags: vec![usize::MAX; slots],
+            offs: Vec::with_capacity(g.k_h),
+            acc: vec![0; g.out_w * q.out_c],
+            rq: RowRequant::new(&q.rq, q.out_c),
+        }
+    }
+
+    /// Widens input row `row` (`batch * in_h + iy`) into slot `slot`'s pair line.
+    fn build_line(&mut self, input: &[u8], row: usize, slot: usize) {
+        let (g, cp, m) = (&self.g, self.cp, self.out_c / self.in_c.max(1));
+        let src = &input[row * g.in_w * self.in_c..][..g.in_w * self.in_c];
+        self.tags[slot] = row;
+        #[cfg(target_arch = "x86_64")]
+        if m == 1 && crate::level::has_avx2_fma() {
+            let line = &mut self.lines[slot * self.npl * cp * 2..][..self.npl * cp * 2];
+            // SAFETY: AVX2 is present (checked just above).
+            unsafe { x86_64::pair_line_avx2(src, self.in_c, g.pad_left, g.dil_w, self.in_zp, cp, line) };
+            return;
+        }
+        // Columns before pad_left and past the input stay 0 from construction.
+        let dst = &mut self.single[g.pad_left.min(self.npl + g.dil_w) * cp..];
+        for (px, d) in src.chunks_exact(self.in_c.max(1)).zip(dst.chunks_exact_mut(cp)) {
+            widen_pixel(px, m, self.in_zp, &mut d[..self.out_c]);
+        }
+        let line = &mut self.lines[slot * self.npl * cp * 2..][..self.npl * cp * 2];
+        interleave_pairs(&self.single, cp, g.dil_w, line);
+    }
+}
+
+/// `(x - zp)` of one input pixel's channels as int16, each repeated `m` times.
+#[inline(always)]
+fn widen_pixel(px: &[u8], m: usize, zp: i32, d: &mut [i16]) {
+    if m == 1 {
+        for (d, &x) in d.iter_mut().zip(px) {
+            *d = (i32::from(x as i8) - zp) as i16;
+        }
+    } else {
+        for (d, &x) in d.chunks_exact_mut(m).zip(px) {
+            d.fill((i32::from(x as i8) - zp) as i16);
+        }
     }
 }
 
 simd_fn! {
-    /// int8 depthwise convolution with [`Depthwise`] weights, one output row at a
-    /// time: taps accumulate `(x - zp) * w` over the columns they reach inside the
-    /// input (padding contributes nothing), then the row is requantized. `input`
-    /// is the int8 tensor's bytes. Bit-exact with the per-tap definition.
-    pub fn depthwise_i8(input: &[u8], d: &mut Depthwise, bias: Option<&[i32]>, q: &QConv, out: &mut [i8]) {
-        let (g, c) = (&q.g, q.in_c);
-        let row = g.out_w * c;
-        if row == 0 {
-            return;
+    /// Pair line from a widened row: `line[p][c] = (single[p][c], single[p + dil][c])`.
+    fn interleave_pairs(single: &[i16], cp: usize, dil: usize, line: &mut [i16]) {
+        for (p, pair) in line.chunks_exact_mut(2 * cp).enumerate() {
+            let (a, b) = (&single[p * cp..][..cp], &single[(p + dil) * cp..][..cp]);
+            for ((d, &a), &b) in pair.chunks_exact_mut(2).zip(a).zip(b) {
+                d[0] = a;
+                d[1] = b;
+            }
         }
-        for (j, o) in d.rq.offset.iter_mut().enumerate() {
-            *o = bias.map_or(0, |b| b[j]);
-        }
-        let zp = q.in_zp;
-        for nb in 0..g.batch {
-            for oy in 0..g.out_h {
-                d.acc.fill(0);
-                for ky in 0..g.k_h {
-                    let Some(iy) = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h) else { continue };
-                    let line = &input[(nb * g.in_h + iy) * g.in_w * c..][..g.in_w * c];
-                    for kx in 0..g.k_w {
-                        let tap = ky * g.k_w + kx;
-                        let wt = &d.tiled[tap * row..][..row];
-                        // Columns whose input ix = ox * stride + kx * dil - pad is inside.
-                        let off = kx * g.dil_w;
-                        let lo = g.pad_left.saturating_sub(off).div_ceil(g.stride_w);
-                        let hi = if g.in_w + g.pad_left > off { ((g.in_w + g.pad_left - off - 1) / g.stride_w + 1).min(g.out_w) } else { 0 };
-                        if lo >= hi {
-                            continue;
-                        }
-                        if g.stride_w == 1 {
-                            let ix0 = lo + off - g.pad_left;
-                            let src = &line[ix0 * c..(ix0 + hi - lo) * c];
-                            let (acc, wt) = (&mut d.acc[lo * c..hi * c], &wt[lo * c..hi * c]);
-                            for ((a, &x), &w) in acc.iter_mut().zip(src).zip(wt) {
-                                *a += (i32::from(x as i8) - zp) * w;
-                            }
-                        } else {
-                            for ox in lo..hi {
-                                let ix = ox * g.stride_w + off - g.pad_left;
-                                let src = &line[ix * c..][..c];
-                                for ((a, &x), &w) in d.acc[ox * c..][..c].iter_mut().zip(src).zip(&wt[ox * c..][..c]) {
-                                    *a += (i32::from(x as i8) - zp) * w;
-                                }
-                            }
-                        }
+    }
+}
+
+/// Geometry of one output row of [`depthwise_i8`] for its row kernels, in
+/// int16 units: the pair lines of the row's filter rows at `offs` in `lines`,
+/// each output pixel `px_step` further, each pair of filter columns
+/// `pair_step` further; the weights of those filter rows from `w[0]`.
+pub(crate) struct DwRow<'a> {
+    pub(crate) lines: &'a [i16],
+    pub(crate) offs: &'a [usize],
+    pub(crate) w: &'a [i16],
+    pub(crate) pairs: usize,
+    pub(crate) cp: usize,
+    pub(crate) out_w: usize,
+    pub(crate) out_c: usize,
+    pub(crate) px_step: usize,
+    pub(crate) pair_step: usize,
+}
+
+impl DwRow<'_> {
+    /// Whether every read the row kernels make lies inside `lines` and `w`, and
+    /// `acc` holds the row: the checks the AVX2 kernel's unchecked loads rely on.
+    fn in_bounds(&self, acc: &[i32]) -> bool {
+        let reach = (self.out_w.max(1) - 1) * self.px_step + (self.pairs.max(1) - 1) * self.pair_step + 2 * self.cp;
+        self.offs.iter().all(|&o| o + reach <= self.lines.len())
+            && self.w.len() >= self.offs.len() * self.pairs * self.cp * 2
+            && acc.len() >= self.out_w * self.out_c
+            && self.cp.is_multiple_of(DW_BLOCK)
+            && self.out_c <= self.cp
+    }
+}
+
+simd_fn! {
+    /// The portable row kernel of [`depthwise_i8`]: `acc[ox][o] = sum over the
+    /// row's filter rows and column pairs of the two products`.
+    pub(crate) fn depthwise_row(r: &DwRow<'_>, acc: &mut [i32]) {
+        let mut lanes = vec![0i32; r.cp];
+        for ox in 0..r.out_w {
+            lanes.fill(0);
+            for (k, &off) in r.offs.iter().enumerate() {
+                for pr in 0..r.pairs {
+                    let x = &r.lines[off + ox * r.px_step + pr * r.pair_step..][..2 * r.cp];
+                    let w = &r.w[(k * r.pairs + pr) * 2 * r.cp..][..2 * r.cp];
+                    for ((l, x), w) in lanes.iter_mut().zip(x.chunks_exact(2)).zip(w.chunks_exact(2)) {
+                        *l += i32::from(x[0]) * i32::from(w[0]) + i32::from(x[1]) * i32::from(w[1]);
                     }
                 }
-                let o = &mut out[((nb * g.out_h + oy) * g.out_w) * c..][..row];
-                d.rq.apply(&d.acc, o);
             }
+            acc[ox * r.out_c..][..r.out_c].copy_from_slice(&lanes[..r.out_c]);
+        }
+    }
+}
+
+/// int8 depthwise convolution with [`Depthwise`] weights (prepared for this
+/// `q`), one output row at a time: the row's input lines widened into the ring
+/// (padding rows skipped, padding columns 0), the taps summed per output pixel
+/// in registers, then the row requantized. `input` is the int8 tensor's bytes.
+/// Bit-exact with the per-tap definition. Panics if `q` is not the geometry `d`
+/// was prepared for or a buffer is short.
+pub fn depthwise_i8(input: &[u8], d: &mut Depthwise, bias: Option<&[i32]>, q: &QConv, out: &mut [i8]) {
+    assert!(q.g == d.g && q.in_c == d.in_c && q.out_c == d.out_c && q.in_zp == d.in_zp, "depthwise_i8: prepared for another geometry");
+    let g = d.g;
+    let row = g.out_w * d.out_c;
+    assert!(
+        crate::holds(input.len(), &[g.batch, g.in_h, g.in_w, d.in_c]) && crate::holds(out.len(), &[g.batch, g.out_h, row]),
+        "depthwise_i8: buffers shorter than the geometry"
+    );
+    if row == 0 {
+        return;
+    }
+    for (j, o) in d.rq.offset.iter_mut().enumerate() {
+        *o = bias.map_or(0, |b| b[j]);
+    }
+    d.tags.fill(usize::MAX);
+    let (cp, pairs, npl) = (d.cp, d.pairs, d.npl);
+    let dil_h = g.dil_h.max(1);
+    for nb in 0..g.batch {
+        for oy in 0..g.out_h {
+            let y0 = oy * g.stride_h;
+            let ky_lo = g.pad_top.saturating_sub(y0).div_ceil(dil_h).min(g.k_h);
+            let ky_hi = if g.in_h + g.pad_top > y0 { ((g.in_h + g.pad_top - y0 - 1) / dil_h + 1).min(g.k_h) } else { 0 }.max(ky_lo);
+            d.offs.clear();
+            for ky in ky_lo..ky_hi {
+                let iy = y0 + ky * g.dil_h - g.pad_top;
+                let slot = if d.ring { iy % d.tags.len() } else { ky };
+                if d.tags[slot] != nb * g.in_h + iy {
+                    d.build_line(input, nb * g.in_h + iy, slot);
+                }
+                d.offs.push(slot * npl * cp * 2);
+            }
+            let r = DwRow {
+                lines: &d.lines,
+                offs: &d.offs,
+                w: &d.w[ky_lo * pairs * cp * 2..],
+                pairs,
+                cp,
+                out_w: g.out_w,
+                out_c: d.out_c,
+                px_step: g.stride_w * cp * 2,
+                pair_step: 2 * g.dil_w * cp * 2,
+            };
+            assert!(r.in_bounds(&d.acc), "depthwise_i8: row geometry out of bounds");
+            #[cfg(target_arch = "x86_64")]
+            if crate::level::has_avx2_fma() {
+                // SAFETY: AVX2 is present (checked just above); every read and
+                // write of the row was bounds-checked by `in_bounds`.
+                unsafe { x86_64::depthwise_row_avx2(&r, &mut d.acc) };
+            } else {
+                depthwise_row(&r, &mut d.acc);
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            depthwise_row(&r, &mut d.acc);
+            let o = &mut out[((nb * g.out_h + oy) * g.out_w) * d.out_c..][..row];
+            d.rq.apply(&d.acc, o);
         }
     }
 }
@@ -798,12 +986,13 @@ mod tests {
                 continue;
             }
             let in_c = if rng.below(3) == 0 { 1 + rng.below(40) } else { 1 + rng.below(9) };
-            let out_c = if depthwise { in_c } else { 1 + rng.below(40) };
+            let mult = if depthwise { [1, 1, 2, 3, 4, 8][rng.below(6)] } else { 0 };
+            let out_c = if depthwise { in_c * mult } else { 1 + rng.below(40) };
             let g = crate::conv::Window { batch: 1 + rng.below(2), in_h, in_w, out_h, out_w, k_h, k_w, stride_h, stride_w, dil_h, dil_w, pad_top, pad_left };
             let (multiplier, shift) = (0..out_c).map(|_| crate::quant::quantize_multiplier((1 + rng.below(1000)) as f64 * 2e-5)).unzip();
             let (min, max) = if rng.below(2) == 0 { (-128, 127) } else { (-128 + rng.below(100) as i32, 127 - rng.below(100) as i32) };
             let rq = Requant { multiplier, shift, out_zp: rng.below(256) as i32 - 128, min, max };
-            return QConv { g, in_c, out_c, depth_multiplier: usize::from(depthwise), in_zp: rng.below(256) as i32 - 128, w_zp: 0, rq };
+            return QConv { g, in_c, out_c, depth_multiplier: mult, in_zp: rng.below(256) as i32 - 128, w_zp: 0, rq };
         }
     }
 
@@ -826,8 +1015,8 @@ mod tests {
                                     continue;
                                 };
                                 let px = ((nb * g.in_h + iy) * g.in_w + ix) * q.in_c;
-                                if q.depth_multiplier > 0 {
-                                    acc += (i32::from(input[px + o]) - q.in_zp) * i32::from(w[(ky * g.k_w + kx) * q.out_c + o]);
+                                if let Some(ci) = o.checked_div(q.depth_multiplier) {
+                                    acc += (i32::from(input[px + ci]) - q.in_zp) * i32::from(w[(ky * g.k_w + kx) * q.out_c + o]);
                                 } else {
                                     for c in 0..q.in_c {
                                         acc += (i32::from(input[px + c]) - q.in_zp) * i32::from(w[((o * g.k_h + ky) * g.k_w + kx) * q.in_c + c]);
@@ -860,6 +1049,34 @@ mod tests {
                 let mut got = vec![0i8; g.batch * g.out_h * g.out_w * q.out_c];
                 conv_i8(bytes_of(&input), &pk, Some(&bias), &q, &mut got, &mut s);
                 assert_eq!(got, conv_by_definition(&input, &w, &bias, &q), "case {case}: {g:?} in_c {} out_c {} zp {}", q.in_c, q.out_c, q.in_zp);
+            }
+        });
+    }
+
+    /// Every multiplier, channel count and geometry, with random values and with
+    /// only the extremes (inputs -128/127 against zero points -128/127, weights
+    /// -128/127), under every vector level.
+    #[test]
+    fn depthwise_matches_the_definition_on_random_geometries() {
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        crate::level::each(|_| {
+            for case in 0..200 {
+                let mut q = random_conv(&mut rng, true);
+                let extreme = case % 4 == 0;
+                if extreme {
+                    q.in_zp = [-128, 127][rng.below(2)];
+                }
+                let g = q.g;
+                let input: Vec<i8> =
+                    (0..g.batch * g.in_h * g.in_w * q.in_c).map(|_| if extreme { [-128, 127][rng.below(2)] } else { rng.next() as i8 }).collect();
+                let w: Vec<i8> = (0..g.k_h * g.k_w * q.out_c).map(|_| if extreme { [-128, 127][rng.below(2)] } else { rng.next() as i8 }).collect();
+                let bias: Vec<i32> = (0..q.out_c).map(|_| rng.below(20_000) as i32 - 10_000).collect();
+                let mut d = Depthwise::new(&w, &q);
+                let mut got = vec![0i8; g.batch * g.out_h * g.out_w * q.out_c];
+                // Twice: the second run must not reuse the first one's lines.
+                depthwise_i8(&vec![0u8; input.len()], &mut d, Some(&bias), &q, &mut got);
+                depthwise_i8(bytes_of(&input), &mut d, Some(&bias), &q, &mut got);
+                assert_eq!(got, conv_by_definition(&input, &w, &bias, &q), "case {case}: {g:?} in_c {} x {} zp {}", q.in_c, q.depth_multiplier, q.in_zp);
             }
         });
     }

@@ -289,3 +289,131 @@ pub(super) unsafe fn requant_avx2(rq: &super::RowRequant, dots: &[i32], out: &mu
         j += 8;
     }
 }
+
+/// Output pixels per tile of [`depthwise_row_avx2`].
+const DW_TILE: usize = 4;
+
+/// `T` output pixels of one 8-channel block: per filter row and column pair, one
+/// weight load and, per pixel, one `vpmaddwd` of the pair line's 8 channel pairs.
+///
+/// # Safety
+/// The CPU must support AVX2; `x` points at the first pixel's block in the
+/// first filter row's line (the others at `r.offs` relative to it), `w` at the
+/// block's weights of that filter row, and every read stays inside `r.lines`
+/// and `r.w` (`DwRow::in_bounds` and `T` pixels left in the row).
+#[target_feature(enable = "avx2")]
+unsafe fn dw_tile<const T: usize>(r: &super::DwRow<'_>, x: usize, w: *const i16) -> [__m256i; T] {
+    let mut acc = [_mm256_setzero_si256(); T];
+    let lines = r.lines.as_ptr();
+    for (k, &off) in r.offs.iter().enumerate() {
+        for pr in 0..r.pairs {
+            // SAFETY: weights of filter row k and pair pr, this block (contract).
+            let wv = unsafe { _mm256_loadu_si256(w.add((k * r.pairs + pr) * 2 * r.cp) as *const __m256i) };
+            for (t, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: pixel t's pair pr in filter row k's line (contract).
+                let xv = unsafe { _mm256_loadu_si256(lines.add(off + x + t * r.px_step + pr * r.pair_step) as *const __m256i) };
+                *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(xv, wv));
+            }
+        }
+    }
+    acc
+}
+
+/// The AVX2 row kernel of `super::depthwise_i8`: 8-channel blocks, [`DW_TILE`]
+/// pixels at a time, accumulators in registers over all taps.
+///
+/// # Safety
+/// The CPU must support AVX2; `r.in_bounds(acc)` holds.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn depthwise_row_avx2(r: &super::DwRow<'_>, acc: &mut [i32]) {
+    let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for cb in 0..r.cp / 8 {
+        let cols = 8.min(r.out_c.saturating_sub(cb * 8));
+        if cols == 0 {
+            break;
+        }
+        let keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols as i32), lane);
+        // SAFETY: block cb < cp / 8 of filter row 0's weights (in_bounds).
+        let w = unsafe { r.w.as_ptr().add(cb * 16) };
+        let store = |acc: &mut [i32], ox: usize, v: __m256i| {
+            let at = ox * r.out_c + cb * 8;
+            // SAFETY: pixel ox < out_w of `acc` (out_w * out_c ints), the `cols`
+            // channels from cb * 8 (all 8 with a plain store).
+            unsafe {
+                if cols == 8 {
+                    _mm256_storeu_si256(acc.as_mut_ptr().add(at) as *mut __m256i, v);
+                } else {
+                    _mm256_maskstore_epi32(acc.as_mut_ptr().add(at), keep, v);
+                }
+            }
+        };
+        let mut ox = 0;
+        while ox + DW_TILE <= r.out_w {
+            // SAFETY: pixels ox..ox + DW_TILE <= out_w, block cb (in_bounds).
+            let v = unsafe { dw_tile::<DW_TILE>(r, ox * r.px_step + cb * 16, w) };
+            for (t, v) in v.into_iter().enumerate() {
+                store(acc, ox + t, v);
+            }
+            ox += DW_TILE;
+        }
+        while ox < r.out_w {
+            // SAFETY: pixel ox < out_w, block cb (in_bounds).
+            let [v] = unsafe { dw_tile::<1>(r, ox * r.px_step + cb * 16, w) };
+            store(acc, ox, v);
+            ox += 1;
+        }
+    }
+}
+
+/// The pair line of one input row (channel multiplier 1), 8 channels per step:
+/// the bytes of pixels `p` and `p + dil` interleaved (`vpunpcklbw`), sign-extended
+/// and less the zero point; a pixel in the padding reads the zero point itself,
+/// so it becomes 0. The lanes of a last partial block read the next pixel's
+/// channels (bounded values that meet zero weights) or, at the end of the row,
+/// the zero point.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn pair_line_avx2(src: &[u8], c: usize, pad_left: usize, dil: usize, zp: i32, cp: usize, line: &mut [i16]) {
+    let width = src.len() / c.max(1);
+    let zp8 = _mm_set1_epi8(zp as i8);
+    let zp16 = _mm256_set1_epi16(zp as i16);
+    // 8 channels of pixel p from channel j (the zero point outside the row).
+    let load = |p: usize, j: usize| -> __m128i {
+        match p.checked_sub(pad_left).filter(|&x| x < width) {
+            Some(x) if x * c + j + 8 <= src.len() => {
+                // SAFETY: bytes x * c + j .. + 8 lie inside `src` (checked in the guard).
+                unsafe { _mm_loadl_epi64(src.as_ptr().add(x * c + j) as *const __m128i) }
+            }
+            Some(x) => {
+                let mut b = [zp as i8 as u8; 8];
+                let avail = &src[x * c + j..];
+                b[..avail.len().min(8)].copy_from_slice(&avail[..avail.len().min(8)]);
+                _mm_set_epi64x(0, i64::from_le_bytes(b))
+            }
+            None => zp8,
+        }
+    };
+    // Pixels whose every block's 8 bytes lie inside the row.
+    let whole = |p: usize| p.checked_sub(pad_left).filter(|&x| x < width && x * c + cp <= src.len());
+    for (p, pair) in line.chunks_exact_mut(2 * cp).enumerate() {
+        if let (Some(xa), Some(xb)) = (whole(p), whole(p + dil)) {
+            for (blk, out) in pair.chunks_exact_mut(16).enumerate() {
+                // SAFETY: blk * 8 + 8 <= cp, so both 8-byte reads lie inside `src`
+                // (`whole`); `out` holds 16 int16 (chunks_exact).
+                unsafe {
+                    let a = _mm_loadl_epi64(src.as_ptr().add(xa * c + blk * 8) as *const __m128i);
+                    let b = _mm_loadl_epi64(src.as_ptr().add(xb * c + blk * 8) as *const __m128i);
+                    _mm256_storeu_si256(out.as_mut_ptr() as *mut __m256i, _mm256_sub_epi16(_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, b)), zp16));
+                }
+            }
+            continue;
+        }
+        for (blk, out) in pair.chunks_exact_mut(16).enumerate() {
+            let v = _mm256_sub_epi16(_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(load(p, blk * 8), load(p + dil, blk * 8))), zp16);
+            // SAFETY: `out` holds 16 int16 (chunks_exact).
+            unsafe { _mm256_storeu_si256(out.as_mut_ptr() as *mut __m256i, v) };
+        }
+    }
+}

@@ -376,8 +376,12 @@ pub(crate) fn conv_int(op: &OpContext<'_>, depthwise: bool, ctx: &mut crate::bac
             }),
         });
     }
-    if kind == IntKind::I8 && depthwise && q.depth_multiplier == 1 && q.w_zp == 0 && w.constant {
-        // Channel multiplier 1: taps as flat multiply-adds along output rows.
+    // Widened input lines a few times the input's size at most (a hostile
+    // dilation could stretch them far past it).
+    let dw_lines_fit =
+        qgemm::Depthwise::scratch_bytes(&q).is_some_and(|b| b <= x.shape.iter().product::<usize>().saturating_mul(16 * q.depth_multiplier.max(1)).max(1 << 20));
+    if kind == IntKind::I8 && depthwise && q.w_zp == 0 && w.constant && dw_lines_fit {
+        // Any channel multiplier: pairs of taps on widened input lines.
         let bytes = w.value.ok_or_else(|| op.bad("constant weights without data"))?;
         let dw = Mutex::new(qgemm::Depthwise::new(typed::<i8>(bytes)?, &q));
         let has_bias = op.opt_input(2).is_some();
