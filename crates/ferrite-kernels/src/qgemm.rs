@@ -22,7 +22,7 @@ pub const BLOCK_ROWS: usize = 64;
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
 #[cfg(target_arch = "x86_64")]
-mod x86_64;
+pub(crate) mod x86_64;
 
 /// int8 weights packed for [`gemm`], with their per-channel sums.
 ///
@@ -353,6 +353,10 @@ const DW_RING_MAX: usize = 16;
 /// filter spans are kept in a ring, so with stride 1 each row is widened once.
 #[derive(Debug, Clone)]
 pub struct Depthwise {
+    /// The geometry prepared for.
+    prepared: crate::conv::Window,
+    /// The geometry computed: `prepared`, or its transpose for a column filter
+    /// over a one-column input ([`column_as_row`]).
     g: crate::conv::Window,
     in_c: usize,
     out_c: usize,
@@ -386,7 +390,7 @@ impl Depthwise {
     /// `q` (None if the count overflows): large dilations stretch the lines past
     /// the input, so callers bound this before preparing a file's convolution.
     pub fn scratch_bytes(q: &QConv) -> Option<usize> {
-        let g = &q.g;
+        let g = &column_as_row(q.g);
         let cp = q.out_c.checked_next_multiple_of(DW_BLOCK)?;
         let pairs = g.k_w.div_ceil(2);
         let npl = g.out_w.saturating_sub(1).checked_mul(g.stride_w)?.checked_add((2 * pairs).saturating_sub(2).checked_mul(g.dil_w)?)?.checked_add(1)?;
@@ -401,7 +405,7 @@ impl Depthwise {
     /// (`q.depth_multiplier` output channels per input channel). Panics if the
     /// weights are short or the channel counts disagree.
     pub fn new(w: &[i8], q: &QConv) -> Depthwise {
-        let g = q.g;
+        let g = column_as_row(q.g);
         let m = q.depth_multiplier.max(1);
         assert!(q.out_c == q.in_c * m, "depthwise: {} output channels for {} inputs x {m}", q.out_c, q.in_c);
         assert!(w.len() >= g.k_h * g.k_w * q.out_c, "depthwise: {} weights for {}x{}x{}", w.len(), g.k_h, g.k_w, q.out_c);
@@ -420,6 +424,7 @@ impl Depthwise {
         let ring = extent <= DW_RING_MAX;
         let slots = if ring { extent } else { g.k_h };
         Depthwise {
+            prepared: q.g,
             g,
             in_c: q.in_c,
             out_c: q.out_c,
@@ -457,6 +462,30 @@ impl Depthwise {
         }
         let line = &mut self.lines[slot * self.npl * cp * 2..][..self.npl * cp * 2];
         interleave_pairs(&self.single, cp, g.dil_w, line);
+    }
+}
+
+/// A filter of one column over a one-column input (`[N, H, 1, C]`, the
+/// streaming audio layout) as the same filter laid along a one-row input: the
+/// tensors' bytes are the same, and the taps then pair along the row.
+fn column_as_row(g: crate::conv::Window) -> crate::conv::Window {
+    if g.in_w != 1 || g.k_w != 1 || g.out_w != 1 || g.pad_left != 0 {
+        return g;
+    }
+    crate::conv::Window {
+        in_h: g.in_w,
+        in_w: g.in_h,
+        out_h: g.out_w,
+        out_w: g.out_h,
+        k_h: g.k_w,
+        k_w: g.k_h,
+        stride_h: g.stride_w,
+        stride_w: g.stride_h,
+        dil_h: g.dil_w,
+        dil_w: g.dil_h,
+        pad_top: g.pad_left,
+        pad_left: g.pad_top,
+        ..g
     }
 }
 
@@ -544,7 +573,7 @@ simd_fn! {
 /// Bit-exact with the per-tap definition. Panics if `q` is not the geometry `d`
 /// was prepared for or a buffer is short.
 pub fn depthwise_i8(input: &[u8], d: &mut Depthwise, bias: Option<&[i32]>, q: &QConv, out: &mut [i8]) {
-    assert!(q.g == d.g && q.in_c == d.in_c && q.out_c == d.out_c && q.in_zp == d.in_zp, "depthwise_i8: prepared for another geometry");
+    assert!(q.g == d.prepared && q.in_c == d.in_c && q.out_c == d.out_c && q.in_zp == d.in_zp, "depthwise_i8: prepared for another geometry");
     let g = d.g;
     let row = g.out_w * d.out_c;
     assert!(
@@ -975,7 +1004,12 @@ mod tests {
             };
             let (stride_h, stride_w) = (1 + rng.below(3), 1 + rng.below(3));
             let (dil_h, dil_w) = if rng.below(4) == 0 { (1 + rng.below(2), 1 + rng.below(2)) } else { (1, 1) };
-            let (in_h, in_w) = (1 + rng.below(14), 1 + rng.below(20));
+            let (mut in_h, mut in_w) = (1 + rng.below(14), 1 + rng.below(20));
+            let mut k_w = k_w;
+            if rng.below(6) == 0 {
+                // The streaming audio layout: one column, filters along the time axis.
+                (in_h, in_w, k_w) = (1 + rng.below(30), 1, 1);
+            }
             let same = rng.below(2) == 0;
             let (Some((out_h, pad_top)), Some((out_w, pad_left))) =
                 (crate::conv::out_size_and_pad(in_h, k_h, stride_h, dil_h, same), crate::conv::out_size_and_pad(in_w, k_w, stride_w, dil_w, same))
@@ -1077,6 +1111,48 @@ mod tests {
                 depthwise_i8(&vec![0u8; input.len()], &mut d, Some(&bias), &q, &mut got);
                 depthwise_i8(bytes_of(&input), &mut d, Some(&bias), &q, &mut got);
                 assert_eq!(got, conv_by_definition(&input, &w, &bias, &q), "case {case}: {g:?} in_c {} x {} zp {}", q.in_c, q.depth_multiplier, q.in_zp);
+            }
+        });
+    }
+
+    /// Quantized ADD and SUB of 8-bit operands, every path (AVX2, per-width
+    /// builds) against [`crate::quant::AddSub::apply`]: random scales over three
+    /// decades, zero points and clamps over the whole range, every value pair.
+    #[test]
+    fn add_sub_8bit_matches_the_definition() {
+        use crate::quant::{add_sub_i8, add_sub_u8, AddSub, Scale};
+        let mut rng = Rng(0x1234_5678_9abc_def1);
+        let all: Vec<(u8, u8)> = (0..=255u8).flat_map(|x| (0..=255u8).map(move |y| (x, y))).collect();
+        crate::level::each(|_| {
+            for case in 0..24 {
+                let (s1, s2, so) = [0.001, 0.01, 0.1].map(|s| s * (0.5 + rng.below(1000) as f64 / 1000.0)).into();
+                let twice_max = 2.0 * f64::max(s1, s2);
+                let (lo, hi) = if case % 3 == 0 { (-100 + rng.below(50) as i32, 50 + rng.below(77) as i32) } else { (-128, 127) };
+                let p = AddSub {
+                    zp: (rng.below(256) as i32 - 128, rng.below(256) as i32 - 128),
+                    out_zp: rng.below(256) as i32 - 128,
+                    left_shift: 20,
+                    scale: (Scale::new(s1 / twice_max), Scale::new(s2 / twice_max)),
+                    out_scale: Scale::new(twice_max / (f64::from(1u32 << 20) * so)),
+                    sign: if case % 2 == 0 { 1 } else { -1 },
+                    min: lo,
+                    max: hi,
+                };
+                // Lengths not a multiple of 8 leave a scalar tail.
+                let len = all.len() - case;
+                let (a, b): (Vec<u8>, Vec<u8>) = all[..len].iter().copied().unzip();
+                let (ai, bi): (Vec<i8>, Vec<i8>) = (a.iter().map(|&v| v as i8).collect(), b.iter().map(|&v| v as i8).collect());
+                let mut got = vec![0i8; len];
+                add_sub_i8(&ai, &bi, &p, &mut got);
+                for (i, &g) in got.iter().enumerate() {
+                    assert_eq!(i32::from(g), p.apply(i32::from(ai[i]), i32::from(bi[i])), "int8 case {case} element {i}");
+                }
+                let pu = AddSub { zp: (p.zp.0 + 128, p.zp.1 + 128), out_zp: p.out_zp + 128, min: lo + 128, max: hi + 128, ..p };
+                let mut got = vec![0u8; len];
+                add_sub_u8(&a, &b, &pu, &mut got);
+                for (i, &g) in got.iter().enumerate() {
+                    assert_eq!(i32::from(g), pu.apply(i32::from(a[i]), i32::from(b[i])), "uint8 case {case} element {i}");
+                }
             }
         });
     }

@@ -240,14 +240,15 @@ pub(super) unsafe fn requant_avx2(rq: &super::RowRequant, dots: &[i32], out: &mu
     while j < n {
         let cols = 8.min(n - j);
         let k = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols as i32), lane);
-        // SAFETY: every load is masked to the `cols` valid lanes from index j of
-        // arrays of length n.
+        // SAFETY: every load reads the `cols` valid lanes from index j of arrays
+        // of length n (masked unless all 8 are).
         let (off, m, left, right) = unsafe {
+            let load = |p: *const i32| if cols == 8 { _mm256_loadu_si256(p as *const __m256i) } else { _mm256_maskload_epi32(p, k) };
             (
-                _mm256_maskload_epi32(rq.offset.as_ptr().add(j), k),
-                _mm256_maskload_epi32(rq.multiplier.as_ptr().add(j), k),
-                _mm256_maskload_epi32(rq.left.as_ptr().add(j) as *const i32, k),
-                _mm256_maskload_epi32(rq.right.as_ptr().add(j) as *const i32, k),
+                load(rq.offset.as_ptr().add(j)),
+                load(rq.multiplier.as_ptr().add(j)),
+                load(rq.left.as_ptr().add(j) as *const i32),
+                load(rq.right.as_ptr().add(j) as *const i32),
             )
         };
         let m_odd = _mm256_srli_epi64::<32>(m);
@@ -415,5 +416,84 @@ pub(super) unsafe fn pair_line_avx2(src: &[u8], c: usize, pad_left: usize, dil: 
             // SAFETY: `out` holds 16 int16 (chunks_exact).
             unsafe { _mm256_storeu_si256(out.as_mut_ptr() as *mut __m256i, v) };
         }
+    }
+}
+
+/// A [`crate::quant::Scale`] broadcast to 8 lanes for [`mbqm8`].
+#[derive(Clone, Copy)]
+struct Scale8 {
+    m: __m256i,
+    m_odd: __m256i,
+    left: __m256i,
+    right: __m256i,
+    mask: __m256i,
+    half_mask: __m256i,
+}
+
+impl Scale8 {
+    #[target_feature(enable = "avx2")]
+    fn new(s: crate::quant::Scale) -> Scale8 {
+        let one = _mm256_set1_epi32(1);
+        let m = _mm256_set1_epi32(s.multiplier);
+        // `wrapping_shl` takes the shift modulo 32; `vpsllvd` would clear the lane.
+        let right = _mm256_set1_epi32(s.right.min(31) as i32);
+        let mask = _mm256_sub_epi32(_mm256_sllv_epi32(one, right), one);
+        Scale8 { m, m_odd: _mm256_srli_epi64::<32>(m), left: _mm256_set1_epi32((s.left & 31) as i32), right, mask, half_mask: _mm256_srli_epi32::<1>(mask) }
+    }
+}
+
+/// `mbqm_split` on 8 lanes: the high half of the doubled product rounded (from
+/// the 64-bit products of even and odd lanes), then the rounding right shift.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn mbqm8(x: __m256i, s: &Scale8) -> __m256i {
+    let half = _mm256_set1_epi64x(1 << 30);
+    let x = _mm256_sllv_epi32(x, s.left);
+    let even = _mm256_srli_epi64::<31>(_mm256_add_epi64(_mm256_mul_epi32(x, s.m), half));
+    let odd = _mm256_slli_epi64::<1>(_mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64::<32>(x), s.m_odd), half));
+    let high = _mm256_blend_epi32::<0xAA>(even, odd);
+    let threshold = _mm256_add_epi32(s.half_mask, _mm256_srli_epi32::<31>(high));
+    let up = _mm256_cmpgt_epi32(_mm256_and_si256(high, s.mask), threshold);
+    _mm256_sub_epi32(_mm256_srav_epi32(high, s.right), up)
+}
+
+/// Quantized ADD / SUB of 8-bit operands ([`crate::quant::AddSub::apply`] per
+/// element), 8 elements per step; the last `len % 8` by the scalar definition.
+/// `UNSIGNED` reads and writes uint8 values, otherwise int8.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn add_sub_8bit_avx2<const UNSIGNED: bool>(a: &[u8], b: &[u8], p: &crate::quant::AddSub, out: &mut [u8]) {
+    let n = out.len().min(a.len()).min(b.len());
+    let (sa, sb, so) = (Scale8::new(p.scale.0), Scale8::new(p.scale.1), Scale8::new(p.out_scale));
+    let (zpa, zpb, zpo) = (_mm256_set1_epi32(p.zp.0), _mm256_set1_epi32(p.zp.1), _mm256_set1_epi32(p.out_zp));
+    let (lo, hi) = (_mm256_set1_epi32(p.min), _mm256_set1_epi32(p.max));
+    let shift = _mm_cvtsi32_si128((p.left_shift & 31) as i32);
+    let widen = |v: __m128i| if UNSIGNED { _mm256_cvtepu8_epi32(v) } else { _mm256_cvtepi8_epi32(v) };
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: elements i..i + 8 <= n of both inputs.
+        let (x, y) = unsafe { (_mm_loadl_epi64(a.as_ptr().add(i) as *const __m128i), _mm_loadl_epi64(b.as_ptr().add(i) as *const __m128i)) };
+        let x = mbqm8(_mm256_sll_epi32(_mm256_sub_epi32(widen(x), zpa), shift), &sa);
+        let y = mbqm8(_mm256_sll_epi32(_mm256_sub_epi32(widen(y), zpb), shift), &sb);
+        let s = if p.sign < 0 {
+            _mm256_sub_epi32(x, y)
+        } else if p.sign == 1 {
+            _mm256_add_epi32(x, y)
+        } else {
+            _mm256_add_epi32(x, _mm256_mullo_epi32(y, _mm256_set1_epi32(p.sign)))
+        };
+        let v = _mm256_min_epi32(_mm256_max_epi32(_mm256_add_epi32(mbqm8(s, &so), zpo), lo), hi);
+        // The clamp keeps the values inside the 8-bit type, so the packs only narrow.
+        let h = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        let packed = if UNSIGNED { _mm_packus_epi16(h, h) } else { _mm_packs_epi16(h, h) };
+        // SAFETY: elements i..i + 8 <= n of `out`.
+        unsafe { _mm_storel_epi64(out.as_mut_ptr().add(i) as *mut __m128i, packed) };
+        i += 8;
+    }
+    for j in i..n {
+        let (x, y) = if UNSIGNED { (i32::from(a[j]), i32::from(b[j])) } else { (i32::from(a[j] as i8), i32::from(b[j] as i8)) };
+        out[j] = p.apply(x, y) as u8;
     }
 }
