@@ -186,7 +186,7 @@ fn int8_benches(filter: &str) {
             println!("{name:<52} {:8.2} us {:7.1} GOP/s", secs * 1e6, 2.0 * macs as f64 / secs / 1e9);
         }
     };
-    for (rows, k, n) in [(64usize, 27usize, 8usize), (64, 288, 32), (64, 64, 64), (64, 576, 128)] {
+    for (rows, k, n) in [(64usize, 27usize, 8usize), (64, 288, 32), (64, 64, 64), (64, 576, 128), (1, 64, 64), (1, 1024, 256)] {
         let w: Vec<i8> = (0..n * k).map(|i| (i * 7 % 255) as i8).collect();
         let pk = qgemm::QPacked::new(&w, n, k);
         let a: Vec<u8> = (0..rows * pk.kq()).map(|i| (i * 13 % 256) as u8).collect();

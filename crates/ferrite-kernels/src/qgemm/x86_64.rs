@@ -140,19 +140,24 @@ unsafe fn tile_avx2<const R: usize, const Q: usize>(a: *const u8, kq: usize, w: 
         }
     }
     let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    let keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols as i32), lane);
-    for (r, acc) in acc.iter().enumerate() {
-        // Pairs of adjacent lanes summed: 64-bit lanes [q0 c0c1, q1 c0c1, q0 c2c3, q1 c2c3].
-        let sums = _mm256_hadd_epi32(acc[0], acc[Q - 1]);
-        let v = _mm256_permute4x64_epi64::<0b11_01_10_00>(sums);
-        // SAFETY: row r < R of `out`, masked to the `cols` written columns (contract).
-        unsafe {
-            if Q == 1 {
-                _mm_maskstore_epi32(out.add(r * ldo), _mm256_castsi256_si128(keep), _mm256_castsi256_si128(v));
-            } else if cols == 8 {
-                _mm256_storeu_si256(out.add(r * ldo) as *mut __m256i, v);
-            } else {
-                _mm256_maskstore_epi32(out.add(r * ldo), keep, v);
+    // Quads in pairs: 8 output channels per store.
+    for pair in 0..Q.div_ceil(2) {
+        let cols = cols.saturating_sub(8 * pair).min(8);
+        let keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols as i32), lane);
+        for (r, acc) in acc.iter().enumerate() {
+            // Pairs of adjacent lanes summed: 64-bit lanes [q0 c0c1, q1 c0c1, q0 c2c3, q1 c2c3].
+            let sums = _mm256_hadd_epi32(acc[2 * pair], acc[(2 * pair + 1).min(Q - 1)]);
+            let v = _mm256_permute4x64_epi64::<0b11_01_10_00>(sums);
+            // SAFETY: row r < R of `out`, masked to the `cols` written columns (contract).
+            unsafe {
+                let o = out.add(r * ldo + 8 * pair);
+                if Q == 1 {
+                    _mm_maskstore_epi32(o, _mm256_castsi256_si128(keep), _mm256_castsi256_si128(v));
+                } else if cols == 8 {
+                    _mm256_storeu_si256(o as *mut __m256i, v);
+                } else if cols > 0 {
+                    _mm256_maskstore_epi32(o, keep, v);
+                }
             }
         }
     }
@@ -198,6 +203,25 @@ pub(super) unsafe fn gemm_avx2(a: &[u8], rows: usize, pk: &QPacked, out: &mut [i
     let groups = pk.kq / 4;
     for p in 0..pk.n.div_ceil(NR) {
         let cols = NR.min(pk.n - p * NR);
+        if rows < MR_AVX2 && cols > 8 {
+            // Few rows (batch-1 fully-connected layers, a last block): a whole
+            // panel per tile of up to 2 rows, 4 weight vectors per broadcast row.
+            let mut m = 0;
+            while m < rows {
+                // SAFETY: panel p lies inside `pk.w` and rows m..m + 2 (or m) inside
+                // `a` and `out` (as below); cols <= 16 columns from p * NR written.
+                unsafe {
+                    let (w, ap, o) = (pk.w.as_ptr().add(p * groups * NR * 4), a.as_ptr().add(m * pk.kq), out.as_mut_ptr().add(m * pk.n + p * NR));
+                    if rows - m >= 2 {
+                        tile_avx2::<2, 4>(ap, pk.kq, w, groups, o, pk.n, cols);
+                    } else {
+                        tile_avx2::<1, 4>(ap, pk.kq, w, groups, o, pk.n, cols);
+                    }
+                }
+                m += 2;
+            }
+            continue;
+        }
         let mut c = 0;
         while c < cols {
             let take = 8.min(cols - c);
@@ -251,7 +275,7 @@ pub(super) unsafe fn requant_avx2(rq: &super::RowRequant, dots: &[i32], out: &mu
                 load(rq.right.as_ptr().add(j) as *const i32),
             )
         };
-        let m_odd = _mm256_srli_epi64::<32>(m);
+        let m_odd = _mm256_shuffle_epi32::<0xF5>(m);
         let mask = _mm256_sub_epi32(_mm256_sllv_epi32(one, right), one);
         let half_mask = _mm256_srli_epi32::<1>(mask);
         for r in 0..rows {
@@ -267,7 +291,7 @@ pub(super) unsafe fn requant_avx2(rq: &super::RowRequant, dots: &[i32], out: &mu
             };
             let x = _mm256_sllv_epi32(_mm256_add_epi32(d, off), left);
             let even = _mm256_srli_epi64::<31>(_mm256_add_epi64(_mm256_mul_epi32(x, m), half));
-            let odd = _mm256_slli_epi64::<1>(_mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64::<32>(x), m_odd), half));
+            let odd = _mm256_slli_epi64::<1>(_mm256_add_epi64(_mm256_mul_epi32(_mm256_shuffle_epi32::<0xF5>(x), m_odd), half));
             let high = _mm256_blend_epi32::<0xAA>(even, odd);
             let threshold = _mm256_add_epi32(half_mask, _mm256_srli_epi32::<31>(high));
             // All ones (-1) where the remainder rounds up.
@@ -396,25 +420,36 @@ pub(super) unsafe fn pair_line_avx2(src: &[u8], c: usize, pad_left: usize, dil: 
             None => zp8,
         }
     };
-    // Pixels whose every block's 8 bytes lie inside the row.
-    let whole = |p: usize| p.checked_sub(pad_left).filter(|&x| x < width && x * c + cp <= src.len());
-    for (p, pair) in line.chunks_exact_mut(2 * cp).enumerate() {
-        if let (Some(xa), Some(xb)) = (whole(p), whole(p + dil)) {
-            for (blk, out) in pair.chunks_exact_mut(16).enumerate() {
-                // SAFETY: blk * 8 + 8 <= cp, so both 8-byte reads lie inside `src`
-                // (`whole`); `out` holds 16 int16 (chunks_exact).
-                unsafe {
-                    let a = _mm_loadl_epi64(src.as_ptr().add(xa * c + blk * 8) as *const __m128i);
-                    let b = _mm_loadl_epi64(src.as_ptr().add(xb * c + blk * 8) as *const __m128i);
-                    _mm256_storeu_si256(out.as_mut_ptr() as *mut __m256i, _mm256_sub_epi16(_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, b)), zp16));
-                }
-            }
-            continue;
-        }
+    let npl = line.len() / (2 * cp).max(1);
+    // Pair-line pixels p whose two input pixels (p and p + dil, less pad_left)
+    // have every block's 8 bytes inside the row: one range, no per-pixel checks.
+    let whole = if src.len() >= cp { (src.len() - cp) / c.max(1) + 1 } else { 0 }.min(width);
+    let p_lo = pad_left.min(npl);
+    let p_hi = (pad_left + whole).saturating_sub(dil).clamp(p_lo, npl);
+    let edge = |p: usize, pair: &mut [i16]| {
         for (blk, out) in pair.chunks_exact_mut(16).enumerate() {
             let v = _mm256_sub_epi16(_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(load(p, blk * 8), load(p + dil, blk * 8))), zp16);
             // SAFETY: `out` holds 16 int16 (chunks_exact).
             unsafe { _mm256_storeu_si256(out.as_mut_ptr() as *mut __m256i, v) };
+        }
+    };
+    for p in (0..p_lo).chain(p_hi..npl) {
+        edge(p, &mut line[p * 2 * cp..(p + 1) * 2 * cp]);
+    }
+    for p in p_lo..p_hi {
+        let (xa, xb) = (p - pad_left, p + dil - pad_left);
+        for blk in 0..cp / 8 {
+            // SAFETY: xa, xb < whole, so bytes x * c + blk * 8 .. + 8 <= x * c + cp
+            // lie inside `src`; the 16 int16 of block blk of pixel p < npl lie
+            // inside `line` (npl * 2 * cp values).
+            unsafe {
+                let a = _mm_loadl_epi64(src.as_ptr().add(xa * c + blk * 8) as *const __m128i);
+                let b = _mm_loadl_epi64(src.as_ptr().add(xb * c + blk * 8) as *const __m128i);
+                _mm256_storeu_si256(
+                    line.as_mut_ptr().add((p * cp + blk * 8) * 2) as *mut __m256i,
+                    _mm256_sub_epi16(_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, b)), zp16),
+                );
+            }
         }
     }
 }
@@ -438,7 +473,14 @@ impl Scale8 {
         // `wrapping_shl` takes the shift modulo 32; `vpsllvd` would clear the lane.
         let right = _mm256_set1_epi32(s.right.min(31) as i32);
         let mask = _mm256_sub_epi32(_mm256_sllv_epi32(one, right), one);
-        Scale8 { m, m_odd: _mm256_srli_epi64::<32>(m), left: _mm256_set1_epi32((s.left & 31) as i32), right, mask, half_mask: _mm256_srli_epi32::<1>(mask) }
+        Scale8 {
+            m,
+            m_odd: _mm256_shuffle_epi32::<0xF5>(m),
+            left: _mm256_set1_epi32((s.left & 31) as i32),
+            right,
+            mask,
+            half_mask: _mm256_srli_epi32::<1>(mask),
+        }
     }
 }
 
@@ -450,7 +492,7 @@ fn mbqm8(x: __m256i, s: &Scale8) -> __m256i {
     let half = _mm256_set1_epi64x(1 << 30);
     let x = _mm256_sllv_epi32(x, s.left);
     let even = _mm256_srli_epi64::<31>(_mm256_add_epi64(_mm256_mul_epi32(x, s.m), half));
-    let odd = _mm256_slli_epi64::<1>(_mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64::<32>(x), s.m_odd), half));
+    let odd = _mm256_slli_epi64::<1>(_mm256_add_epi64(_mm256_mul_epi32(_mm256_shuffle_epi32::<0xF5>(x), s.m_odd), half));
     let high = _mm256_blend_epi32::<0xAA>(even, odd);
     let threshold = _mm256_add_epi32(s.half_mask, _mm256_srli_epi32::<31>(high));
     let up = _mm256_cmpgt_epi32(_mm256_and_si256(high, s.mask), threshold);
