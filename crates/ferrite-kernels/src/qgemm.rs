@@ -203,40 +203,71 @@ simd_fn! {
     }
 }
 
-/// Per-run scratch of [`conv_i8`]: one block of gathered rows and their sums.
+/// Per-run scratch of [`conv_i8`] and [`conv_u8`]: one block of gathered rows,
+/// their products and row sums.
 #[derive(Debug, Clone)]
 pub struct ConvScratch {
     rows: Vec<u8>,
     dots: Vec<i32>,
+    row_sums: Vec<i32>,
     rq: RowRequant,
 }
 
 impl ConvScratch {
-    /// Scratch for convolutions with these packed weights.
+    /// Scratch for [`conv_i8`] with these packed weights and requantization.
     pub fn new(pk: &QPacked, rq: &Requant) -> ConvScratch {
         // 16 bytes of slack for the last row's over-long copies (see `flip_copy`).
-        ConvScratch { rows: vec![0; BLOCK_ROWS * pk.kq + 16], dots: vec![0; BLOCK_ROWS * pk.n], rq: RowRequant::new(rq, pk.n) }
+        ConvScratch { rows: vec![0; BLOCK_ROWS * pk.kq + 16], dots: vec![0; BLOCK_ROWS * pk.n], row_sums: vec![0; BLOCK_ROWS], rq: RowRequant::new(rq, pk.n) }
+    }
+
+    /// Scratch for [`conv_u8`]: `rq` in uint8 terms (output zero point and clamp
+    /// in 0..=255), requantized in int8 terms and shifted back.
+    pub fn new_u8(pk: &QPacked, rq: &Requant) -> ConvScratch {
+        ConvScratch::new(pk, &Requant { out_zp: rq.out_zp - 128, min: rq.min - 128, max: rq.max - 128, ..rq.clone() })
     }
 }
 
-/// int8 convolution (weights zero point 0) through [`gemm`]: each block of output
-/// pixels gathers its receptive fields into unsigned rows (taps in the padding
-/// hold the input zero point, contributing nothing), multiplies them by the packed
-/// weights and requantizes. `input` is the int8 tensor's bytes. Bit-exact with the
-/// per-tap definition.
+/// int8 convolution through [`gemm`]: each block of output pixels gathers its
+/// receptive fields into unsigned rows (int8 shifted by 128; taps in the padding
+/// hold the input zero point, contributing nothing), multiplies them by the
+/// packed weights and requantizes. `input` is the int8 tensor's bytes; a weight
+/// zero point other than 0 is taken out through the rows' sums. Bit-exact with
+/// the per-tap definition.
 pub fn conv_i8(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out: &mut [i8], s: &mut ConvScratch) {
+    // Unsigned rows x + 128 against weights w (W = w - w_zp).
+    conv_8bit(input, 0x80, 128 + q.in_zp, -q.w_zp, pk, bias, q, out, s);
+}
+
+/// uint8 convolution through [`gemm`], as [`conv_i8`]: `input` and `out` are
+/// uint8, `q` holds uint8 zero points, and `pk` packs the uint8 weights shifted
+/// into int8 (`w ^ 0x80`, i.e. `w - 128`); `s` comes from [`ConvScratch::new_u8`].
+pub fn conv_u8(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out: &mut [u8], s: &mut ConvScratch) {
+    // SAFETY: i8 and u8 have the same size, alignment and valid bit patterns.
+    let out8 = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut i8, out.len()) };
+    // The rows hold the uint8 values themselves; W = (w - 128) + (128 - w_zp).
+    conv_8bit(input, 0, q.in_zp, 128 - q.w_zp, pk, bias, q, out8, s);
+    out.iter_mut().for_each(|b| *b ^= 0x80);
+}
+
+/// [`conv_i8`] and [`conv_u8`]: the rows hold `a = x ^ flip` (unsigned, zero
+/// point `a_zp`), the true weights are `W = w + w_off` for the packed `w`, so
+/// `sum (a - a_zp) W = dot - a_zp sum w - w_off a_zp K + w_off sum a`: the
+/// first three terms per channel (in the offsets), the last per row (`K` =
+/// the taps' count; the padding taps hold `a_zp`, so they still add nothing).
+#[allow(clippy::too_many_arguments)]
+fn conv_8bit(input: &[u8], flip: u8, a_zp: i32, w_off: i32, pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out: &mut [i8], s: &mut ConvScratch) {
     let g = &q.g;
     let (in_c, n, kq) = (q.in_c, pk.n, pk.kq);
-    // Bias less the activation shift's share: (128 + zp) * sum w.
+    let k_const = w_off.wrapping_mul(a_zp).wrapping_mul(pk.k as i32);
     for (j, o) in s.rq.offset.iter_mut().enumerate() {
-        *o = bias.map_or(0, |b| b[j]).wrapping_sub((128 + q.in_zp).wrapping_mul(pk.col_sum[j]));
+        *o = bias.map_or(0, |b| b[j]).wrapping_sub(a_zp.wrapping_mul(pk.col_sum[j])).wrapping_sub(k_const);
     }
-    let fill = (q.in_zp as i8 as u8) ^ 0x80;
+    let fill = a_zp as u8;
     let pixels = g.batch * g.out_h * g.out_w;
     let row_span = g.k_w * in_c;
     let in_row = g.in_w * in_c;
     // The per-pixel offsets below are plain arithmetic: bounded once here.
-    assert!(g.indices_fit(in_c) && crate::holds(input.len(), &[g.batch, g.in_h, g.in_w, in_c]), "conv_i8: input shorter than its geometry");
+    assert!(g.indices_fit(in_c) && crate::holds(input.len(), &[g.batch, g.in_h, g.in_w, in_c]), "conv: input shorter than its geometry");
     // Filter rows ky_lo..ky_hi of output row oy fall inside the input (the rest
     // in the padding).
     let dil_h = g.dil_h.max(1);
@@ -268,7 +299,7 @@ pub fn conv_i8(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out:
                 let kx_hi = (g.in_w + g.pad_left).saturating_sub(x0).clamp(kx_lo, g.k_w);
                 rows[at..at + kx_lo * in_c].fill(fill);
                 if kx_lo < kx_hi {
-                    flip_copy(rows, at + kx_lo * in_c, input, line + (x0 + kx_lo - g.pad_left) * in_c, (kx_hi - kx_lo) * in_c);
+                    flip_copy(rows, at + kx_lo * in_c, input, line + (x0 + kx_lo - g.pad_left) * in_c, (kx_hi - kx_lo) * in_c, flip);
                 }
                 rows[at + kx_hi * in_c..at + row_span].fill(fill);
                 continue;
@@ -276,7 +307,7 @@ pub fn conv_i8(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out:
             for kx in 0..g.k_w {
                 let at = at + kx * in_c;
                 match (ox * g.stride_w + kx * g.dil_w).checked_sub(g.pad_left).filter(|&x| x < g.in_w) {
-                    Some(ix) => flip_copy(rows, at, input, line + ix * in_c, in_c),
+                    Some(ix) => flip_copy(rows, at, input, line + ix * in_c, in_c, flip),
                     None => rows[at..at + in_c].fill(fill),
                 }
             }
@@ -294,7 +325,7 @@ pub fn conv_i8(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out:
         // weights are zero, or in the next row, written later, or in the slack).
         // A pointwise block's rows are consecutive input pixels: one copy.
         let mut r = if pointwise && kq == in_c {
-            flip_copy(&mut s.rows, 0, input, start * in_c, count * in_c);
+            flip_copy(&mut s.rows, 0, input, start * in_c, count * in_c, flip);
             count
         } else {
             0
@@ -311,7 +342,7 @@ pub fn conv_i8(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out:
                 let rows_in = ky_range(oy);
                 let from = ((nb * g.in_h + (oy * g.stride_h + rows_in.0 * g.dil_h).saturating_sub(g.pad_top)) * g.in_w + lo * g.stride_w - g.pad_left) * in_c;
                 let seg_step = g.dil_h * in_row;
-                gather_interior(&mut s.rows, (r + lo - ox) * kq, kq, input, from, g.stride_w * in_c, seg_step, row_span, rows_in, g.k_h, hi - lo, fill);
+                gather_interior(&mut s.rows, (r + lo - ox) * kq, kq, input, from, g.stride_w * in_c, seg_step, row_span, rows_in, g.k_h, hi - lo, fill, flip);
             }
             for c in hi..ox + run {
                 edge_pixel(&mut s.rows, (r + c - ox) * kq, nb, oy, c);
@@ -328,6 +359,14 @@ pub fn conv_i8(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out:
             }
         }
         gemm(&s.rows[..count * kq], count, pk, &mut s.dots[..count * n]);
+        if w_off != 0 {
+            for (r, sum) in s.row_sums[..count].iter_mut().enumerate() {
+                *sum = s.rows[r * kq..r * kq + pk.k].iter().map(|&b| i32::from(b)).sum::<i32>().wrapping_mul(w_off);
+            }
+            for (d, &sum) in s.dots[..count * n].chunks_exact_mut(n.max(1)).zip(&s.row_sums) {
+                d.iter_mut().for_each(|d| *d = d.wrapping_add(sum));
+            }
+        }
         s.rq.apply(&s.dots[..count * n], &mut out[start * n..(start + count) * n]);
         start += count;
     }
@@ -360,7 +399,12 @@ pub struct Depthwise {
     g: crate::conv::Window,
     in_c: usize,
     out_c: usize,
+    /// The input zero point prepared for (uint8 or int8 terms).
     in_zp: i32,
+    /// xor turning the input bytes into int8: 0x80 for uint8, else 0.
+    flip: u8,
+    /// The input zero point in int8 terms.
+    zp8: i32,
     /// `out_c` rounded up to [`DW_BLOCK`].
     cp: usize,
     /// Filter column pairs: `k_w.div_ceil(2)`.
@@ -401,14 +445,32 @@ impl Depthwise {
         lines.checked_add(weights)?.checked_add(crate::product(&[g.out_w, q.out_c, 4])?)
     }
 
-    /// Prepares weights `[1, kh, kw, out_c]` for the geometry of `q`
-    /// (`q.depth_multiplier` output channels per input channel). Panics if the
-    /// weights are short or the channel counts disagree.
+    /// Prepares int8 weights `[1, kh, kw, out_c]` for the geometry of `q`
+    /// (`q.depth_multiplier` output channels per input channel, weight zero
+    /// point `q.w_zp` in -128..=127) for [`depthwise_i8`]. Panics if the weights
+    /// are short, the channel counts disagree or the zero point is out of range.
     pub fn new(w: &[i8], q: &QConv) -> Depthwise {
+        assert!((-128..=127).contains(&q.w_zp) && (-128..=127).contains(&q.in_zp), "depthwise: int8 zero points out of range");
+        Depthwise::prepare(w.len(), |i| i16::from(w[i]) - q.w_zp as i16, q, 0, &q.rq)
+    }
+
+    /// Prepares uint8 weights for [`depthwise_u8`]: `q` in uint8 terms (zero
+    /// points in 0..=255, output zero point and clamp in 0..=255).
+    pub fn new_u8(w: &[u8], q: &QConv) -> Depthwise {
+        assert!((0..=255).contains(&q.w_zp) && (0..=255).contains(&q.in_zp), "depthwise: uint8 zero points out of range");
+        // The output requantized in int8 terms, then shifted back.
+        let rq = Requant { out_zp: q.rq.out_zp - 128, min: q.rq.min - 128, max: q.rq.max - 128, ..q.rq.clone() };
+        Depthwise::prepare(w.len(), |i| i16::from(w[i]) - q.w_zp as i16, q, 0x80, &rq)
+    }
+
+    /// `weight(i)`: element `i` of the `[1, kh, kw, out_c]` weights less their
+    /// zero point; `flip` turns the input bytes into int8 (0x80 for uint8).
+    fn prepare(len: usize, weight: impl Fn(usize) -> i16, q: &QConv, flip: u8, rq: &Requant) -> Depthwise {
+        let w_len = len;
         let g = column_as_row(q.g);
         let m = q.depth_multiplier.max(1);
         assert!(q.out_c == q.in_c * m, "depthwise: {} output channels for {} inputs x {m}", q.out_c, q.in_c);
-        assert!(w.len() >= g.k_h * g.k_w * q.out_c, "depthwise: {} weights for {}x{}x{}", w.len(), g.k_h, g.k_w, q.out_c);
+        assert!(w_len >= g.k_h * g.k_w * q.out_c, "depthwise: {w_len} weights for {}x{}x{}", g.k_h, g.k_w, q.out_c);
         let cp = q.out_c.next_multiple_of(DW_BLOCK);
         let pairs = g.k_w.div_ceil(2);
         let npl = if g.out_w == 0 { 0 } else { (g.out_w - 1) * g.stride_w + (2 * pairs - 2) * g.dil_w + 1 };
@@ -416,7 +478,7 @@ impl Depthwise {
         for ky in 0..g.k_h {
             for kx in 0..g.k_w {
                 for o in 0..q.out_c {
-                    wp[((ky * pairs + kx / 2) * cp + o) * 2 + kx % 2] = i16::from(w[(ky * g.k_w + kx) * q.out_c + o]);
+                    wp[((ky * pairs + kx / 2) * cp + o) * 2 + kx % 2] = weight((ky * g.k_w + kx) * q.out_c + o);
                 }
             }
         }
@@ -429,6 +491,8 @@ impl Depthwise {
             in_c: q.in_c,
             out_c: q.out_c,
             in_zp: q.in_zp,
+            flip,
+            zp8: q.in_zp - i32::from(flip),
             cp,
             pairs,
             npl,
@@ -439,7 +503,7 @@ impl Depthwise {
             tags: vec![usize::MAX; slots],
             offs: Vec::with_capacity(g.k_h),
             acc: vec![0; g.out_w * q.out_c],
-            rq: RowRequant::new(&q.rq, q.out_c),
+            rq: RowRequant::new(rq, q.out_c),
         }
     }
 
@@ -452,13 +516,13 @@ impl Depthwise {
         if m == 1 && crate::level::has_avx2_fma() {
             let line = &mut self.lines[slot * self.npl * cp * 2..][..self.npl * cp * 2];
             // SAFETY: AVX2 is present (checked just above).
-            unsafe { x86_64::pair_line_avx2(src, self.in_c, g.pad_left, g.dil_w, self.in_zp, cp, line) };
+            unsafe { x86_64::pair_line_avx2(src, self.in_c, g.pad_left, g.dil_w, self.zp8, self.flip, cp, line) };
             return;
         }
         // Columns before pad_left and past the input stay 0 from construction.
         let dst = &mut self.single[g.pad_left.min(self.npl + g.dil_w) * cp..];
         for (px, d) in src.chunks_exact(self.in_c.max(1)).zip(dst.chunks_exact_mut(cp)) {
-            widen_pixel(px, m, self.in_zp, &mut d[..self.out_c]);
+            widen_pixel(px, m, self.zp8, self.flip, &mut d[..self.out_c]);
         }
         let line = &mut self.lines[slot * self.npl * cp * 2..][..self.npl * cp * 2];
         interleave_pairs(&self.single, cp, g.dil_w, line);
@@ -489,16 +553,17 @@ fn column_as_row(g: crate::conv::Window) -> crate::conv::Window {
     }
 }
 
-/// `(x - zp)` of one input pixel's channels as int16, each repeated `m` times.
+/// `(x - zp)` of one input pixel's channels (bytes xor `flip`, as int8) as
+/// int16, each repeated `m` times.
 #[inline(always)]
-fn widen_pixel(px: &[u8], m: usize, zp: i32, d: &mut [i16]) {
+fn widen_pixel(px: &[u8], m: usize, zp: i32, flip: u8, d: &mut [i16]) {
     if m == 1 {
         for (d, &x) in d.iter_mut().zip(px) {
-            *d = (i32::from(x as i8) - zp) as i16;
+            *d = (i32::from((x ^ flip) as i8) - zp) as i16;
         }
     } else {
         for (d, &x) in d.chunks_exact_mut(m).zip(px) {
-            d.fill((i32::from(x as i8) - zp) as i16);
+            d.fill((i32::from((x ^ flip) as i8) - zp) as i16);
         }
     }
 }
@@ -573,7 +638,22 @@ simd_fn! {
 /// Bit-exact with the per-tap definition. Panics if `q` is not the geometry `d`
 /// was prepared for or a buffer is short.
 pub fn depthwise_i8(input: &[u8], d: &mut Depthwise, bias: Option<&[i32]>, q: &QConv, out: &mut [i8]) {
-    assert!(q.g == d.prepared && q.in_c == d.in_c && q.out_c == d.out_c && q.in_zp == d.in_zp, "depthwise_i8: prepared for another geometry");
+    assert!(d.flip == 0, "depthwise_i8: weights prepared for uint8");
+    depthwise_8bit(input, d, bias, q, out);
+}
+
+/// uint8 depthwise convolution with [`Depthwise::new_u8`] weights: as
+/// [`depthwise_i8`], with uint8 input and output and `q` in uint8 terms.
+pub fn depthwise_u8(input: &[u8], d: &mut Depthwise, bias: Option<&[i32]>, q: &QConv, out: &mut [u8]) {
+    assert!(d.flip == 0x80, "depthwise_u8: weights prepared for int8");
+    // SAFETY: i8 and u8 have the same size, alignment and valid bit patterns.
+    let out8 = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut i8, out.len()) };
+    depthwise_8bit(input, d, bias, q, out8);
+    out.iter_mut().for_each(|b| *b ^= 0x80);
+}
+
+fn depthwise_8bit(input: &[u8], d: &mut Depthwise, bias: Option<&[i32]>, q: &QConv, out: &mut [i8]) {
+    assert!(q.g == d.prepared && q.in_c == d.in_c && q.out_c == d.out_c && q.in_zp == d.in_zp, "depthwise: prepared for another geometry");
     let g = d.g;
     let row = g.out_w * d.out_c;
     assert!(
@@ -654,6 +734,7 @@ fn gather_interior(
     k_h: usize,
     pixels: usize,
     fill: u8,
+    flip: u8,
 ) {
     let segs = hi - lo;
     let chunks = row_span.div_ceil(16);
@@ -678,14 +759,14 @@ fn gather_interior(
             // segments of few-channel layers get loops of fixed length.
             unsafe {
                 match chunks {
-                    1 => flip_segments::<1>(d, s, segs, row_span, seg_step, 1),
-                    2 => flip_segments::<2>(d, s, segs, row_span, seg_step, 2),
-                    _ => flip_segments::<0>(d, s, segs, row_span, seg_step, chunks),
+                    1 => flip_segments::<1>(d, s, segs, row_span, seg_step, 1, flip),
+                    2 => flip_segments::<2>(d, s, segs, row_span, seg_step, 2, flip),
+                    _ => flip_segments::<0>(d, s, segs, row_span, seg_step, chunks, flip),
                 }
             }
         } else {
             for seg in 0..segs {
-                flip_copy(rows, base + (lo + seg) * row_span, input, src + seg * seg_step, row_span);
+                flip_copy(rows, base + (lo + seg) * row_span, input, src + seg * seg_step, row_span, flip);
             }
         }
         if hi < k_h {
@@ -696,47 +777,48 @@ fn gather_interior(
 
 /// `segs` segments of `chunks` 16-byte chunks (`CH` of them when not 0, a
 /// constant the loops unroll on), segment `i` from `src + i * src_step` to
-/// `dst + i * dst_step`, shifted by 128.
+/// `dst + i * dst_step`, each byte xor `flip`.
 ///
 /// # Safety
 /// Every chunk must lie inside readable `src` and writable `dst` memory.
 #[inline(always)]
-unsafe fn flip_segments<const CH: usize>(dst: *mut u8, src: *const u8, segs: usize, dst_step: usize, src_step: usize, chunks: usize) {
+unsafe fn flip_segments<const CH: usize>(dst: *mut u8, src: *const u8, segs: usize, dst_step: usize, src_step: usize, chunks: usize, flip: u8) {
     let chunks = if CH > 0 { CH } else { chunks };
     for i in 0..segs {
         for c in 0..chunks {
             // SAFETY: chunk c of segment i lies inside both buffers (contract).
-            unsafe { flip16(dst.add(i * dst_step + c * 16), src.add(i * src_step + c * 16)) };
+            unsafe { flip16(dst.add(i * dst_step + c * 16), src.add(i * src_step + c * 16), flip) };
         }
     }
 }
 
-/// Copies 16 bytes from `src` to `dst`, each shifted by 128 (one vector xor:
-/// written with SSE2 on x86-64, where LLVM left the byte loop scalar).
+/// Copies 16 bytes from `src` to `dst`, each xor `flip` (0x80: int8 to unsigned;
+/// 0 for uint8 bytes): one vector xor, written with SSE2 on x86-64, where LLVM
+/// left the byte loop scalar.
 ///
 /// # Safety
 /// `src` must be readable and `dst` writable for 16 bytes.
 #[inline(always)]
-unsafe fn flip16(dst: *mut u8, src: *const u8) {
+unsafe fn flip16(dst: *mut u8, src: *const u8, flip: u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: SSE2 is part of x86-64; 16 bytes at each pointer (contract), unaligned accesses.
     unsafe {
         use std::arch::x86_64::*;
-        _mm_storeu_si128(dst as *mut __m128i, _mm_xor_si128(_mm_loadu_si128(src as *const __m128i), _mm_set1_epi8(-128)));
+        _mm_storeu_si128(dst as *mut __m128i, _mm_xor_si128(_mm_loadu_si128(src as *const __m128i), _mm_set1_epi8(flip as i8)));
     }
     #[cfg(not(target_arch = "x86_64"))]
     // SAFETY: 16 bytes at each pointer (contract), unaligned accesses.
     unsafe {
-        (dst as *mut u128).write_unaligned((src as *const u128).read_unaligned() ^ u128::from_ne_bytes([0x80; 16]));
+        (dst as *mut u128).write_unaligned((src as *const u128).read_unaligned() ^ u128::from_ne_bytes([flip; 16]));
     }
 }
 
-/// Copies `len` int8 bytes from `src[from..]` to `dst[at..]` as unsigned bytes
-/// (shifted by 128), 16 at a time: the last chunk may write up to 15 bytes past
+/// Copies `len` 8-bit values from `src[from..]` to `dst[at..]` as unsigned bytes
+/// (int8 shifted by 128 with `flip` 0x80, uint8 as they are with 0), 16 at a time: the last chunk may write up to 15 bytes past
 /// `at + len` (callers arrange for those to be overwritten or unused); near the end
 /// of either buffer it finishes byte by byte.
 #[inline(always)]
-fn flip_copy(dst: &mut [u8], at: usize, src: &[u8], from: usize, len: usize) {
+fn flip_copy(dst: &mut [u8], at: usize, src: &[u8], from: usize, len: usize, flip: u8) {
     // Panics here, before any unchecked access, if either range is out of bounds.
     let (d, s) = (&mut dst[at..], &src[from..]);
     let over = len.next_multiple_of(16);
@@ -744,10 +826,10 @@ fn flip_copy(dst: &mut [u8], at: usize, src: &[u8], from: usize, len: usize) {
     assert!(whole <= d.len() && whole <= s.len() && len <= d.len() && len <= s.len(), "flip_copy out of bounds");
     for i in (0..whole).step_by(16) {
         // SAFETY: i + 16 <= whole, which both slices hold (asserted above).
-        unsafe { flip16(d.as_mut_ptr().add(i), s.as_ptr().add(i)) };
+        unsafe { flip16(d.as_mut_ptr().add(i), s.as_ptr().add(i), flip) };
     }
     for j in whole..len {
-        d[j] = s[j] ^ 0x80;
+        d[j] = s[j] ^ flip;
     }
 }
 
@@ -1050,10 +1132,10 @@ mod tests {
                                 };
                                 let px = ((nb * g.in_h + iy) * g.in_w + ix) * q.in_c;
                                 if let Some(ci) = o.checked_div(q.depth_multiplier) {
-                                    acc += (i32::from(input[px + ci]) - q.in_zp) * i32::from(w[(ky * g.k_w + kx) * q.out_c + o]);
+                                    acc += (i32::from(input[px + ci]) - q.in_zp) * (i32::from(w[(ky * g.k_w + kx) * q.out_c + o]) - q.w_zp);
                                 } else {
                                     for c in 0..q.in_c {
-                                        acc += (i32::from(input[px + c]) - q.in_zp) * i32::from(w[((o * g.k_h + ky) * g.k_w + kx) * q.in_c + c]);
+                                        acc += (i32::from(input[px + c]) - q.in_zp) * (i32::from(w[((o * g.k_h + ky) * g.k_w + kx) * q.in_c + c]) - q.w_zp);
                                     }
                                 }
                             }
@@ -1071,18 +1153,38 @@ mod tests {
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
         crate::level::each(|_| {
             for case in 0..150 {
-                let q = random_conv(&mut rng, false);
-                let g = &q.g;
+                let mut q = random_conv(&mut rng, false);
+                // Some with a weight zero point (uint8 models have one; int8 rarely).
+                if case % 3 == 0 {
+                    q.w_zp = rng.below(41) as i32 - 20;
+                }
+                let g = q.g;
                 let input: Vec<i8> = (0..g.batch * g.in_h * g.in_w * q.in_c).map(|_| rng.next() as i8).collect();
                 let k = g.k_h * g.k_w * q.in_c;
                 let extreme = case % 5 == 0;
                 let w: Vec<i8> = (0..q.out_c * k).map(|_| if extreme { [-128, 127][rng.below(2)] } else { rng.next() as i8 }).collect();
                 let bias: Vec<i32> = (0..q.out_c).map(|_| rng.below(20_000) as i32 - 10_000).collect();
+                let want = conv_by_definition(&input, &w, &bias, &q);
                 let pk = QPacked::new(&w, q.out_c, k);
                 let mut s = ConvScratch::new(&pk, &q.rq);
                 let mut got = vec![0i8; g.batch * g.out_h * g.out_w * q.out_c];
                 conv_i8(bytes_of(&input), &pk, Some(&bias), &q, &mut got, &mut s);
-                assert_eq!(got, conv_by_definition(&input, &w, &bias, &q), "case {case}: {g:?} in_c {} out_c {} zp {}", q.in_c, q.out_c, q.in_zp);
+                assert_eq!(got, want, "case {case}: {g:?} in_c {} out_c {} zp {} w_zp {}", q.in_c, q.out_c, q.in_zp, q.w_zp);
+                // The same convolution in uint8 terms: every value and zero point
+                // shifted by 128, so the accumulators and the outputs (shifted) agree.
+                let qu = QConv {
+                    in_zp: q.in_zp + 128,
+                    w_zp: q.w_zp + 128,
+                    rq: Requant { out_zp: q.rq.out_zp + 128, min: q.rq.min + 128, max: q.rq.max + 128, ..q.rq.clone() },
+                    ..q.clone()
+                };
+                let input_u: Vec<u8> = input.iter().map(|&x| x as u8 ^ 0x80).collect();
+                // Packed as conv_u8 wants them: the uint8 weights (w + 128) back in int8.
+                let pk_u = QPacked::new(&w, q.out_c, k);
+                let mut s = ConvScratch::new_u8(&pk_u, &qu.rq);
+                let mut got_u = vec![0u8; got.len()];
+                conv_u8(&input_u, &pk_u, Some(&bias), &qu, &mut got_u, &mut s);
+                assert_eq!(got_u, want.iter().map(|&v| v as u8 ^ 0x80).collect::<Vec<_>>(), "uint8 case {case}");
             }
         });
     }
@@ -1105,12 +1207,29 @@ mod tests {
                     (0..g.batch * g.in_h * g.in_w * q.in_c).map(|_| if extreme { [-128, 127][rng.below(2)] } else { rng.next() as i8 }).collect();
                 let w: Vec<i8> = (0..g.k_h * g.k_w * q.out_c).map(|_| if extreme { [-128, 127][rng.below(2)] } else { rng.next() as i8 }).collect();
                 let bias: Vec<i32> = (0..q.out_c).map(|_| rng.below(20_000) as i32 - 10_000).collect();
+                if case % 3 == 1 {
+                    q.w_zp = rng.below(256) as i32 - 128;
+                }
+                let want = conv_by_definition(&input, &w, &bias, &q);
                 let mut d = Depthwise::new(&w, &q);
                 let mut got = vec![0i8; g.batch * g.out_h * g.out_w * q.out_c];
                 // Twice: the second run must not reuse the first one's lines.
                 depthwise_i8(&vec![0u8; input.len()], &mut d, Some(&bias), &q, &mut got);
                 depthwise_i8(bytes_of(&input), &mut d, Some(&bias), &q, &mut got);
-                assert_eq!(got, conv_by_definition(&input, &w, &bias, &q), "case {case}: {g:?} in_c {} x {} zp {}", q.in_c, q.depth_multiplier, q.in_zp);
+                assert_eq!(got, want, "case {case}: {g:?} in_c {} x {} zp {} w_zp {}", q.in_c, q.depth_multiplier, q.in_zp, q.w_zp);
+                // The same in uint8 terms (values and zero points shifted by 128).
+                let qu = QConv {
+                    in_zp: q.in_zp + 128,
+                    w_zp: q.w_zp + 128,
+                    rq: Requant { out_zp: q.rq.out_zp + 128, min: q.rq.min + 128, max: q.rq.max + 128, ..q.rq.clone() },
+                    ..q.clone()
+                };
+                let w_u: Vec<u8> = w.iter().map(|&v| v as u8 ^ 0x80).collect();
+                let input_u: Vec<u8> = input.iter().map(|&v| v as u8 ^ 0x80).collect();
+                let mut d = Depthwise::new_u8(&w_u, &qu);
+                let mut got_u = vec![0u8; got.len()];
+                depthwise_u8(&input_u, &mut d, Some(&bias), &qu, &mut got_u);
+                assert_eq!(got_u, want.iter().map(|&v| v as u8 ^ 0x80).collect::<Vec<_>>(), "uint8 case {case}");
             }
         });
     }

@@ -391,8 +391,8 @@ pub(super) unsafe fn depthwise_row_avx2(r: &super::DwRow<'_>, acc: &mut [i32]) {
 }
 
 /// The pair line of one input row (channel multiplier 1), 8 channels per step:
-/// the bytes of pixels `p` and `p + dil` interleaved (`vpunpcklbw`), sign-extended
-/// and less the zero point; a pixel in the padding reads the zero point itself,
+/// the bytes of pixels `p` and `p + dil` (xor `flip`: uint8 to int8) interleaved
+/// (`vpunpcklbw`), sign-extended and less the zero point (`zp`, in int8 terms); a pixel in the padding reads the zero point itself,
 /// so it becomes 0. The lanes of a last partial block read the next pixel's
 /// channels (bounded values that meet zero weights) or, at the end of the row,
 /// the zero point.
@@ -400,22 +400,24 @@ pub(super) unsafe fn depthwise_row_avx2(r: &super::DwRow<'_>, acc: &mut [i32]) {
 /// # Safety
 /// The CPU must support AVX2.
 #[target_feature(enable = "avx2")]
-pub(super) unsafe fn pair_line_avx2(src: &[u8], c: usize, pad_left: usize, dil: usize, zp: i32, cp: usize, line: &mut [i16]) {
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn pair_line_avx2(src: &[u8], c: usize, pad_left: usize, dil: usize, zp: i32, flip: u8, cp: usize, line: &mut [i16]) {
     let width = src.len() / c.max(1);
     let zp8 = _mm_set1_epi8(zp as i8);
+    let flip8 = _mm_set1_epi8(flip as i8);
     let zp16 = _mm256_set1_epi16(zp as i16);
     // 8 channels of pixel p from channel j (the zero point outside the row).
     let load = |p: usize, j: usize| -> __m128i {
         match p.checked_sub(pad_left).filter(|&x| x < width) {
             Some(x) if x * c + j + 8 <= src.len() => {
                 // SAFETY: bytes x * c + j .. + 8 lie inside `src` (checked in the guard).
-                unsafe { _mm_loadl_epi64(src.as_ptr().add(x * c + j) as *const __m128i) }
+                _mm_xor_si128(unsafe { _mm_loadl_epi64(src.as_ptr().add(x * c + j) as *const __m128i) }, flip8)
             }
             Some(x) => {
-                let mut b = [zp as i8 as u8; 8];
+                let mut b = [zp as i8 as u8 ^ flip; 8];
                 let avail = &src[x * c + j..];
                 b[..avail.len().min(8)].copy_from_slice(&avail[..avail.len().min(8)]);
-                _mm_set_epi64x(0, i64::from_le_bytes(b))
+                _mm_xor_si128(_mm_set_epi64x(0, i64::from_le_bytes(b)), flip8)
             }
             None => zp8,
         }
@@ -443,8 +445,8 @@ pub(super) unsafe fn pair_line_avx2(src: &[u8], c: usize, pad_left: usize, dil: 
             // lie inside `src`; the 16 int16 of block blk of pixel p < npl lie
             // inside `line` (npl * 2 * cp values).
             unsafe {
-                let a = _mm_loadl_epi64(src.as_ptr().add(xa * c + blk * 8) as *const __m128i);
-                let b = _mm_loadl_epi64(src.as_ptr().add(xb * c + blk * 8) as *const __m128i);
+                let a = _mm_xor_si128(_mm_loadl_epi64(src.as_ptr().add(xa * c + blk * 8) as *const __m128i), flip8);
+                let b = _mm_xor_si128(_mm_loadl_epi64(src.as_ptr().add(xb * c + blk * 8) as *const __m128i), flip8);
                 _mm256_storeu_si256(
                     line.as_mut_ptr().add((p * cp + blk * 8) * 2) as *mut __m256i,
                     _mm256_sub_epi16(_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, b)), zp16),
