@@ -6,6 +6,8 @@ use std::time::Instant;
 
 use ferrite_kernels::conv::{out_size_and_pad, Window};
 use ferrite_kernels::igemm::{self, Isa, Packed};
+use ferrite_kernels::qgemm;
+use ferrite_kernels::quant::{quantize_multiplier, QConv, Requant};
 use ferrite_kernels::Clamp;
 
 /// Median seconds of `runs` calls of `f` after a warm-up.
@@ -150,7 +152,97 @@ fn nominal_peak(isa: Isa) -> f64 {
     2.0 * lanes * 2.0 * mhz / 1e3
 }
 
+/// A window over an `h x w` input with SAME padding.
+fn same_window(h: usize, w: usize, k_h: usize, k_w: usize, stride: usize) -> Window {
+    let (out_h, pad_top) = out_size_and_pad(h, k_h, stride, 1, true).unwrap();
+    let (out_w, pad_left) = out_size_and_pad(w, k_w, stride, 1, true).unwrap();
+    Window { batch: 1, in_h: h, in_w: w, out_h, out_w, k_h, k_w, stride_h: stride, stride_w: stride, dil_h: 1, dil_w: 1, pad_top, pad_left }
+}
+
+fn int8_qconv(g: Window, in_c: usize, out_c: usize, depthwise: bool) -> QConv {
+    let (multiplier, shift) = quantize_multiplier(0.0007);
+    let rq = Requant { multiplier: vec![multiplier; out_c], shift: vec![shift; out_c], out_zp: -3, min: -128, max: 127 };
+    QConv { g, in_c, out_c, depth_multiplier: usize::from(depthwise), in_zp: -128, w_zp: 0, rq }
+}
+
+/// int8 kernels by shape family: microseconds per call (the fastest of 501) and
+/// giga-operations per second (a multiply-add counts 2), the int8 GEMM by every
+/// kernel this CPU runs.
+/// `filter`: only the cases whose names contain it.
+fn int8_benches(filter: &str) {
+    println!("int8 kernels (GEMM ISA {:?})", qgemm::QIsa::detect());
+    let run = |name: String, macs: usize, f: &mut dyn FnMut()| {
+        if name.contains(filter) {
+            // The fastest of many short calls: on a shared machine the median
+            // of calls this short mostly measures the neighbours.
+            f();
+            let secs = (0..501)
+                .map(|_| {
+                    let t = Instant::now();
+                    f();
+                    t.elapsed().as_secs_f64()
+                })
+                .fold(f64::INFINITY, f64::min);
+            println!("{name:<52} {:8.2} us {:7.1} GOP/s", secs * 1e6, 2.0 * macs as f64 / secs / 1e9);
+        }
+    };
+    for (rows, k, n) in [(64usize, 27usize, 8usize), (64, 288, 32), (64, 64, 64), (64, 576, 128), (1, 64, 64), (1, 1024, 256)] {
+        let w: Vec<i8> = (0..n * k).map(|i| (i * 7 % 255) as i8).collect();
+        let pk = qgemm::QPacked::new(&w, n, k);
+        let a: Vec<u8> = (0..rows * pk.kq()).map(|i| (i * 13 % 256) as u8).collect();
+        let mut out = vec![0i32; rows * n];
+        for isa in qgemm::QIsa::available() {
+            run(format!("gemm {isa:?}: {rows} x {k} x {n}"), rows * k * n, &mut || qgemm::gemm_with(isa, std::hint::black_box(&a), rows, &pk, &mut out));
+        }
+    }
+    for (rows, n) in [(1024usize, 8usize), (64, 64)] {
+        let q = int8_qconv(same_window(1, 1, 1, 1, 1), 1, n, false);
+        let rr = qgemm::RowRequant::new(&q.rq, n);
+        let dots: Vec<i32> = (0..rows * n).map(|i| (i as i32 * 7919) % 100_000 - 50_000).collect();
+        let mut out = vec![0i8; rows * n];
+        run(format!("requantize {rows} rows x {n}"), 0, &mut || rr.apply(std::hint::black_box(&dots), &mut out));
+    }
+    // (name, height, width, channels, output channels, filter height, width, stride)
+    let convs = [
+        ("first layer", 32, 32, 3, 8, 3, 3, 1),
+        ("1x1 few channels", 24, 24, 8, 8, 1, 1, 1),
+        ("1x1", 28, 28, 64, 64, 1, 1, 1),
+        ("3x3", 14, 14, 32, 32, 3, 3, 1),
+        ("3x3 stride 2", 16, 16, 8, 16, 3, 3, 2),
+        ("1xN temporal", 1, 49, 40, 64, 1, 5, 1),
+    ];
+    for (name, h, w, c, oc, kh, kw, stride) in convs {
+        let g = same_window(h, w, kh, kw, stride);
+        let q = int8_qconv(g, c, oc, false);
+        let x: Vec<u8> = (0..h * w * c).map(|i| (i * 31 % 256) as u8).collect();
+        let wt: Vec<i8> = (0..oc * kh * kw * c).map(|i| (i * 7 % 255) as i8).collect();
+        let pk = qgemm::QPacked::new(&wt, oc, kh * kw * c);
+        let mut s = qgemm::ConvScratch::new(&pk, &q.rq);
+        let mut out = vec![0i8; g.out_h * g.out_w * oc];
+        let name = format!("conv {name}: {h}x{w}x{c} -> {oc}, {kh}x{kw}/{stride}");
+        run(name, g.out_h * g.out_w * oc * kh * kw * c, &mut || qgemm::conv_i8(std::hint::black_box(&x), &pk, None, &q, &mut out, &mut s));
+    }
+    for (name, h, w, c, k, stride) in
+        [("3x3", 24, 24, 8, 3, 1), ("3x3 stride 2", 24, 24, 8, 3, 2), ("3x3", 56, 56, 64, 3, 1), ("1xN temporal", 1, 49, 64, 5, 1)]
+    {
+        let g = if h == 1 { same_window(h, w, 1, k, stride) } else { same_window(h, w, k, k, stride) };
+        let q = int8_qconv(g, c, c, true);
+        let x: Vec<u8> = (0..h * w * c).map(|i| (i * 31 % 256) as u8).collect();
+        let wt: Vec<i8> = (0..g.k_h * g.k_w * c).map(|i| (i * 7 % 255) as i8).collect();
+        let mut d = qgemm::Depthwise::new(&wt, &q);
+        let mut out = vec![0i8; g.out_h * g.out_w * c];
+        let name = format!("depthwise {name}: {h}x{w}x{c}, {}x{}/{stride}", g.k_h, g.k_w);
+        run(name, g.out_h * g.out_w * c * g.k_h * g.k_w, &mut || qgemm::depthwise_i8(std::hint::black_box(&x), &mut d, None, &q, &mut out));
+    }
+}
+
 fn main() {
+    // `cargo bench -p ferrite-kernels -- int8 [FILTER]`: the int8 kernels alone.
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "int8") {
+        int8_benches(args.get(i + 1).filter(|f| !f.starts_with("--")).map_or("", |f| f.as_str()));
+        return;
+    }
     let isa = Isa::detect();
     let chains = fma_peak(isa);
     let nominal = nominal_peak(isa);
@@ -208,4 +300,5 @@ fn main() {
         let pct = if peak > 0.0 { format!("{:5.1}% of peak", 100.0 * gf / peak) } else { String::new() };
         println!("{name:<48} {gf:7.1} GFLOP/s  {pct}");
     }
+    int8_benches("");
 }

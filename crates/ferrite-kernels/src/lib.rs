@@ -8,14 +8,14 @@
 
 #![warn(missing_docs)]
 
-/// Defines `pub fn $name(args)` that runs `$body` compiled for AVX-512F, AVX2+FMA
+/// Defines `fn $name(args)` (with the given visibility) that runs `$body` compiled for AVX-512F, AVX2+FMA
 /// or baseline x86-64, chosen at run time from the CPU's features (one cached
 /// atomic load per call). The body is plain Rust that the compiler vectorizes
 /// for each target; on other architectures only the portable build exists.
 macro_rules! simd_fn {
-    ($(#[$m:meta])* pub fn $name:ident($($p:ident: $t:ty),* $(,)?) $body:block) => {
+    ($(#[$m:meta])* $vis:vis fn $name:ident($($p:ident: $t:ty),* $(,)?) $body:block) => {
         $(#[$m])*
-        pub fn $name($($p: $t),*) {
+        $vis fn $name($($p: $t),*) {
             #[inline(always)]
             fn body($($p: $t),*) $body
             #[cfg(target_arch = "x86_64")]

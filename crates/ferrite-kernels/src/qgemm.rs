@@ -4,8 +4,10 @@
 //!
 //! Weights are packed once into panels of 16 output channels, four consecutive
 //! `k` per channel: `[panel][k / 4][16][4]`, zero past `k` and past the last
-//! channel. On CPUs with AVX-512 VNNI one `vpdpbusd` then adds 64 products; other
-//! CPUs run a portable loop over the same layout (vectorized per instruction set).
+//! channel. On CPUs with AVX-512 VNNI one `vpdpbusd` then adds 64 products; with
+//! AVX2, one `vpmaddwd` adds 16 (int16 operands, exact); aarch64 with the
+//! dot-product extension runs `sdot`; other CPUs run a portable loop over the same
+//! layout (vectorized per instruction set).
 //!
 //! The activation shift is undone exactly through the weights' column sums:
 //! `sum (x - zp) * w = sum (x + 128) * w - (128 + zp) * sum w`.
@@ -20,7 +22,7 @@ pub const BLOCK_ROWS: usize = 64;
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
 #[cfg(target_arch = "x86_64")]
-mod x86_64;
+pub(crate) mod x86_64;
 
 /// int8 weights packed for [`gemm`], with their per-channel sums.
 ///
@@ -52,6 +54,8 @@ pub struct QIsa(QKind);
 enum QKind {
     /// x86-64 AVX-512F/BW with VNNI (`vpdpbusd`).
     Vnni,
+    /// x86-64 AVX2 (`vpmaddwd` on int16-extended operands).
+    Avx2,
     /// aarch64 with the dot-product extension (`sdot`).
     DotProd,
     /// Any CPU (compiled per x86-64 vector width by `simd_fn!`).
@@ -76,6 +80,15 @@ impl QIsa {
         None
     }
 
+    /// The AVX2 kernel, if this CPU has AVX2.
+    pub fn avx2() -> Option<QIsa> {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            return Some(QIsa(QKind::Avx2));
+        }
+        None
+    }
+
     /// The dot-product kernel, if this CPU is aarch64 with the dotprod extension.
     pub fn dotprod() -> Option<QIsa> {
         #[cfg(target_arch = "aarch64")]
@@ -87,12 +100,12 @@ impl QIsa {
 
     /// The best kernel this CPU runs.
     pub fn detect() -> QIsa {
-        QIsa::vnni().or_else(QIsa::dotprod).unwrap_or_else(QIsa::portable)
+        QIsa::vnni().or_else(QIsa::avx2).or_else(QIsa::dotprod).unwrap_or_else(QIsa::portable)
     }
 
     /// Every kernel this CPU can run, best first (the portable one last).
     pub fn available() -> Vec<QIsa> {
-        [QIsa::vnni(), QIsa::dotprod(), Some(QIsa::portable())].into_iter().flatten().collect()
+        [QIsa::vnni(), QIsa::avx2(), QIsa::dotprod(), Some(QIsa::portable())].into_iter().flatten().collect()
     }
 }
 
@@ -151,6 +164,10 @@ pub fn gemm_with(isa: QIsa, a: &[u8], rows: usize, pk: &QPacked, out: &mut [i32]
         // SAFETY: a `Vnni` token is only made after detecting AVX-512F/BW and VNNI,
         // and the operand lengths were checked against the shapes the kernel reads.
         QKind::Vnni => unsafe { x86_64::gemm(a, rows, pk, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: an `Avx2` token is only made after detecting AVX2, and the
+        // operand lengths were checked as above.
+        QKind::Avx2 => unsafe { x86_64::gemm_avx2(a, rows, pk, out) },
         #[cfg(target_arch = "aarch64")]
         // SAFETY: a `DotProd` token is only made after detecting the dot-product
         // extension, and the operand lengths were checked as above.
@@ -186,70 +203,152 @@ simd_fn! {
     }
 }
 
-/// Per-run scratch of [`conv_i8`]: one block of gathered rows and their sums.
+/// Per-run scratch of [`conv_i8`] and [`conv_u8`]: one block of gathered rows,
+/// their products and row sums.
 #[derive(Debug, Clone)]
 pub struct ConvScratch {
     rows: Vec<u8>,
     dots: Vec<i32>,
+    row_sums: Vec<i32>,
     rq: RowRequant,
 }
 
 impl ConvScratch {
-    /// Scratch for convolutions with these packed weights.
+    /// Scratch for [`conv_i8`] with these packed weights and requantization.
     pub fn new(pk: &QPacked, rq: &Requant) -> ConvScratch {
         // 16 bytes of slack for the last row's over-long copies (see `flip_copy`).
-        ConvScratch { rows: vec![0; BLOCK_ROWS * pk.kq + 16], dots: vec![0; BLOCK_ROWS * pk.n], rq: RowRequant::new(rq, pk.n) }
+        ConvScratch { rows: vec![0; BLOCK_ROWS * pk.kq + 16], dots: vec![0; BLOCK_ROWS * pk.n], row_sums: vec![0; BLOCK_ROWS], rq: RowRequant::new(rq, pk.n) }
+    }
+
+    /// Scratch for [`conv_u8`]: `rq` in uint8 terms (output zero point and clamp
+    /// in 0..=255), requantized in int8 terms and shifted back.
+    pub fn new_u8(pk: &QPacked, rq: &Requant) -> ConvScratch {
+        ConvScratch::new(pk, &Requant { out_zp: rq.out_zp - 128, min: rq.min - 128, max: rq.max - 128, ..rq.clone() })
     }
 }
 
-/// int8 convolution (weights zero point 0) through [`gemm`]: each block of output
-/// pixels gathers its receptive fields into unsigned rows (taps in the padding
-/// hold the input zero point, contributing nothing), multiplies them by the packed
-/// weights and requantizes. `input` is the int8 tensor's bytes. Bit-exact with the
-/// per-tap definition.
+/// int8 convolution through [`gemm`]: each block of output pixels gathers its
+/// receptive fields into unsigned rows (int8 shifted by 128; taps in the padding
+/// hold the input zero point, contributing nothing), multiplies them by the
+/// packed weights and requantizes. `input` is the int8 tensor's bytes; a weight
+/// zero point other than 0 is taken out through the rows' sums. Bit-exact with
+/// the per-tap definition.
 pub fn conv_i8(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out: &mut [i8], s: &mut ConvScratch) {
+    // Unsigned rows x + 128 against weights w (W = w - w_zp).
+    conv_8bit(input, 0x80, 128 + q.in_zp, -q.w_zp, pk, bias, q, out, s);
+}
+
+/// uint8 convolution through [`gemm`], as [`conv_i8`]: `input` and `out` are
+/// uint8, `q` holds uint8 zero points, and `pk` packs the uint8 weights shifted
+/// into int8 (`w ^ 0x80`, i.e. `w - 128`); `s` comes from [`ConvScratch::new_u8`].
+pub fn conv_u8(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out: &mut [u8], s: &mut ConvScratch) {
+    // SAFETY: i8 and u8 have the same size, alignment and valid bit patterns.
+    let out8 = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut i8, out.len()) };
+    // The rows hold the uint8 values themselves; W = (w - 128) + (128 - w_zp).
+    conv_8bit(input, 0, q.in_zp, 128 - q.w_zp, pk, bias, q, out8, s);
+    out.iter_mut().for_each(|b| *b ^= 0x80);
+}
+
+/// [`conv_i8`] and [`conv_u8`]: the rows hold `a = x ^ flip` (unsigned, zero
+/// point `a_zp`), the true weights are `W = w + w_off` for the packed `w`, so
+/// `sum (a - a_zp) W = dot - a_zp sum w - w_off a_zp K + w_off sum a`: the
+/// first three terms per channel (in the offsets), the last per row (`K` =
+/// the taps' count; the padding taps hold `a_zp`, so they still add nothing).
+#[allow(clippy::too_many_arguments)]
+fn conv_8bit(input: &[u8], flip: u8, a_zp: i32, w_off: i32, pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out: &mut [i8], s: &mut ConvScratch) {
     let g = &q.g;
     let (in_c, n, kq) = (q.in_c, pk.n, pk.kq);
-    // Bias less the activation shift's share: (128 + zp) * sum w.
+    let k_const = w_off.wrapping_mul(a_zp).wrapping_mul(pk.k as i32);
     for (j, o) in s.rq.offset.iter_mut().enumerate() {
-        *o = bias.map_or(0, |b| b[j]).wrapping_sub((128 + q.in_zp).wrapping_mul(pk.col_sum[j]));
+        *o = bias.map_or(0, |b| b[j]).wrapping_sub(a_zp.wrapping_mul(pk.col_sum[j])).wrapping_sub(k_const);
     }
-    let fill = (q.in_zp as i8 as u8) ^ 0x80;
+    let fill = a_zp as u8;
     let pixels = g.batch * g.out_h * g.out_w;
     let row_span = g.k_w * in_c;
-    // Stride-1 taps of one filter row read adjacent pixels: one copy per row.
-    let contiguous_taps = g.dil_w == 1;
+    let in_row = g.in_w * in_c;
+    // The per-pixel offsets below are plain arithmetic: bounded once here.
+    assert!(g.indices_fit(in_c) && crate::holds(input.len(), &[g.batch, g.in_h, g.in_w, in_c]), "conv: input shorter than its geometry");
+    // Filter rows ky_lo..ky_hi of output row oy fall inside the input (the rest
+    // in the padding).
+    let dil_h = g.dil_h.max(1);
+    let ky_range = |oy: usize| {
+        let y0 = oy * g.stride_h;
+        let lo = g.pad_top.saturating_sub(y0).div_ceil(dil_h).min(g.k_h);
+        let hi = if g.in_h + g.pad_top > y0 { ((g.in_h + g.pad_top - y0 - 1) / dil_h + 1).min(g.k_h) } else { 0 };
+        (lo, hi.max(lo))
+    };
+    // Output columns ix_lo..ix_hi have every filter row inside the input
+    // horizontally, and each filter row is one contiguous segment (dilation 1).
+    let reach = (g.k_w - 1) * g.dil_w;
+    let ix_lo = g.pad_left.div_ceil(g.stride_w.max(1));
+    let ix_hi = if g.dil_w == 1 && g.in_w + g.pad_left > reach { (g.in_w + g.pad_left - reach - 1) / g.stride_w.max(1) + 1 } else { 0 };
+    // A pixel at the edge: each tap checked against the input's bounds.
+    let edge_pixel = |rows: &mut [u8], base: usize, nb: usize, oy: usize, ox: usize| {
+        for ky in 0..g.k_h {
+            let at = base + ky * row_span;
+            let Some(iy) = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h) else {
+                rows[at..at + row_span].fill(fill);
+                continue;
+            };
+            let line = (nb * g.in_h + iy) * in_row;
+            if g.dil_w == 1 {
+                // Taps kx_lo..kx_hi inside the input: one copy between two fills
+                // (the second one overwriting the copy's over-long tail).
+                let x0 = ox * g.stride_w;
+                let kx_lo = g.pad_left.saturating_sub(x0).min(g.k_w);
+                let kx_hi = (g.in_w + g.pad_left).saturating_sub(x0).clamp(kx_lo, g.k_w);
+                rows[at..at + kx_lo * in_c].fill(fill);
+                if kx_lo < kx_hi {
+                    flip_copy(rows, at + kx_lo * in_c, input, line + (x0 + kx_lo - g.pad_left) * in_c, (kx_hi - kx_lo) * in_c, flip);
+                }
+                rows[at + kx_hi * in_c..at + row_span].fill(fill);
+                continue;
+            }
+            for kx in 0..g.k_w {
+                let at = at + kx * in_c;
+                match (ox * g.stride_w + kx * g.dil_w).checked_sub(g.pad_left).filter(|&x| x < g.in_w) {
+                    Some(ix) => flip_copy(rows, at, input, line + ix * in_c, in_c, flip),
+                    None => rows[at..at + in_c].fill(fill),
+                }
+            }
+        }
+    };
+    // A 1x1 convolution over every pixel: the rows are the input's pixels.
+    let pointwise =
+        g.k_h == 1 && g.k_w == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_top == 0 && g.pad_left == 0 && g.in_h == g.out_h && g.in_w == g.out_w;
     let (mut nb, mut oy, mut ox) = (0, 0, 0);
     let mut start = 0;
     while start < pixels {
         let count = BLOCK_ROWS.min(pixels - start);
-        // Segments are written in increasing position, so each copy's over-long
+        // Pixels are written in increasing position, so each copy's over-long
         // tail is overwritten by the next one (or lands past k, where the packed
         // weights are zero, or in the next row, written later, or in the slack).
-        for r in 0..count {
-            let base = r * kq;
-            let x0 = (ox * g.stride_w) as isize - g.pad_left as isize;
-            let interior_x = x0 >= 0 && x0 as usize + (g.k_w - 1) * g.dil_w < g.in_w;
-            for ky in 0..g.k_h {
-                let at = base + ky * row_span;
-                let Some(iy) = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h) else {
-                    s.rows[at..at + row_span].fill(fill);
-                    continue;
-                };
-                let line = (nb * g.in_h + iy) * g.in_w * in_c;
-                if interior_x && contiguous_taps {
-                    flip_copy(&mut s.rows, at, input, line + x0 as usize * in_c, row_span);
-                    continue;
-                }
-                for kx in 0..g.k_w {
-                    let at = at + kx * in_c;
-                    match (ox * g.stride_w + kx * g.dil_w).checked_sub(g.pad_left).filter(|&x| x < g.in_w) {
-                        Some(ix) => flip_copy(&mut s.rows, at, input, line + ix * in_c, in_c),
-                        None => s.rows[at..at + in_c].fill(fill),
-                    }
-                }
+        // A pointwise block's rows are consecutive input pixels: one copy.
+        let mut r = if pointwise && kq == in_c {
+            flip_copy(&mut s.rows, 0, input, start * in_c, count * in_c, flip);
+            count
+        } else {
+            0
+        };
+        while r < count {
+            // The block's pixels r..r + run lie in output row oy, columns ox..ox + run.
+            let run = (count - r).min(g.out_w - ox);
+            let (lo, hi) = (ix_lo.clamp(ox, ox + run), ix_hi.clamp(ox, ox + run));
+            let hi = hi.max(lo);
+            for c in ox..lo {
+                edge_pixel(&mut s.rows, (r + c - ox) * kq, nb, oy, c);
             }
-            ox += 1;
+            if lo < hi {
+                let rows_in = ky_range(oy);
+                let from = ((nb * g.in_h + (oy * g.stride_h + rows_in.0 * g.dil_h).saturating_sub(g.pad_top)) * g.in_w + lo * g.stride_w - g.pad_left) * in_c;
+                let seg_step = g.dil_h * in_row;
+                gather_interior(&mut s.rows, (r + lo - ox) * kq, kq, input, from, g.stride_w * in_c, seg_step, row_span, rows_in, g.k_h, hi - lo, fill, flip);
+            }
+            for c in hi..ox + run {
+                edge_pixel(&mut s.rows, (r + c - ox) * kq, nb, oy, c);
+            }
+            r += run;
+            ox += run;
             if ox == g.out_w {
                 ox = 0;
                 oy += 1;
@@ -260,114 +359,477 @@ pub fn conv_i8(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out:
             }
         }
         gemm(&s.rows[..count * kq], count, pk, &mut s.dots[..count * n]);
+        if w_off != 0 {
+            for (r, sum) in s.row_sums[..count].iter_mut().enumerate() {
+                *sum = s.rows[r * kq..r * kq + pk.k].iter().map(|&b| i32::from(b)).sum::<i32>().wrapping_mul(w_off);
+            }
+            for (d, &sum) in s.dots[..count * n].chunks_exact_mut(n.max(1)).zip(&s.row_sums) {
+                d.iter_mut().for_each(|d| *d = d.wrapping_add(sum));
+            }
+        }
         s.rq.apply(&s.dots[..count * n], &mut out[start * n..(start + count) * n]);
         start += count;
     }
 }
 
-/// Prepared int8 depthwise convolution (channel multiplier 1, weights zero point
-/// 0): weights widened and tiled along an output row, so each tap of a stride-1
-/// row is one flat multiply-add over `out_w * c` lanes.
+/// Output channels per block of the int8 depthwise kernels (one AVX2 vector of
+/// int32 accumulators).
+const DW_BLOCK: usize = 8;
+
+/// Rows of the depthwise line ring (input rows kept widened between output rows)
+/// at most: a filter taller than this, dilation included, rebuilds its lines on
+/// every output row instead.
+const DW_RING_MAX: usize = 16;
+
+/// Prepared int8 depthwise convolution, any channel multiplier (weights zero
+/// point 0). Filter columns are taken in pairs: each input row is widened once
+/// into a *pair line* of int16 `(x - zp)` values, `[pixel p][channel][2]` holding
+/// the values at pixels `p` and `p + dilation` (padding and missing columns are
+/// 0), and the weights likewise into `[filter row][pair][channel][2]`, so one
+/// `vpmaddwd` adds two taps of 8 channels exactly in int32 (|x - zp| <= 255,
+/// |w| <= 128). Output channel `o` reads input channel `o / multiplier`; channels
+/// are padded to blocks of 8 with zero weights. The lines of the input rows a
+/// filter spans are kept in a ring, so with stride 1 each row is widened once.
 #[derive(Debug, Clone)]
 pub struct Depthwise {
-    /// `[tap][out_w * c]`: the tap's weight for each (column, channel).
-    tiled: Vec<i32>,
+    /// The geometry prepared for.
+    prepared: crate::conv::Window,
+    /// The geometry computed: `prepared`, or its transpose for a column filter
+    /// over a one-column input ([`column_as_row`]).
+    g: crate::conv::Window,
+    in_c: usize,
+    out_c: usize,
+    /// The input zero point prepared for (uint8 or int8 terms).
+    in_zp: i32,
+    /// xor turning the input bytes into int8: 0x80 for uint8, else 0.
+    flip: u8,
+    /// The input zero point in int8 terms.
+    zp8: i32,
+    /// `out_c` rounded up to [`DW_BLOCK`].
+    cp: usize,
+    /// Filter column pairs: `k_w.div_ceil(2)`.
+    pairs: usize,
+    /// Pixels per pair line: one for every first tap a pair reads.
+    npl: usize,
+    /// Whether input row `iy` lives in slot `iy % slots` across output rows (a
+    /// short filter extent) or filter row `ky` in slot `ky`, rebuilt per row.
+    ring: bool,
+    /// `[k_h][pairs][cp][2]`, zero past `k_w` and `out_c`.
+    w: Vec<i16>,
+    /// One widened input row, `[npl + dil_w][cp]`, zero in the padding columns.
+    single: Vec<i16>,
+    /// The slots' pair lines, `npl * cp * 2` values each.
+    lines: Vec<i16>,
+    /// The input row (`batch * in_h + iy`) in each slot; `usize::MAX` for none.
+    tags: Vec<usize>,
+    /// Slot offsets (into `lines`) of the current output row's filter rows.
+    offs: Vec<usize>,
+    /// One output row of accumulators, `out_w * out_c`.
     acc: Vec<i32>,
     rq: RowRequant,
 }
 
 impl Depthwise {
-    /// Prepares weights `[1, kh, kw, c]` for the geometry of `q`.
+    /// Bytes of the widened lines and weights [`Depthwise::new`] allocates for
+    /// `q` (None if the count overflows): large dilations stretch the lines past
+    /// the input, so callers bound this before preparing a file's convolution.
+    pub fn scratch_bytes(q: &QConv) -> Option<usize> {
+        let g = &column_as_row(q.g);
+        let cp = q.out_c.checked_next_multiple_of(DW_BLOCK)?;
+        let pairs = g.k_w.div_ceil(2);
+        let npl = g.out_w.saturating_sub(1).checked_mul(g.stride_w)?.checked_add((2 * pairs).saturating_sub(2).checked_mul(g.dil_w)?)?.checked_add(1)?;
+        let extent = g.k_h.saturating_sub(1).checked_mul(g.dil_h)?.checked_add(1)?;
+        let slots = if extent <= DW_RING_MAX { extent } else { g.k_h };
+        let lines = crate::product(&[slots.checked_add(1)?, npl.checked_add(g.dil_w)?, cp, 4])?;
+        let weights = crate::product(&[g.k_h, pairs, cp, 4])?;
+        lines.checked_add(weights)?.checked_add(crate::product(&[g.out_w, q.out_c, 4])?)
+    }
+
+    /// Prepares int8 weights `[1, kh, kw, out_c]` for the geometry of `q`
+    /// (`q.depth_multiplier` output channels per input channel, weight zero
+    /// point `q.w_zp` in -128..=127) for [`depthwise_i8`]. Panics if the weights
+    /// are short, the channel counts disagree or the zero point is out of range.
     pub fn new(w: &[i8], q: &QConv) -> Depthwise {
-        let (c, taps, row) = (q.in_c, q.g.k_h * q.g.k_w, q.g.out_w * q.in_c);
-        let mut tiled = vec![0i32; taps * row];
-        for (t, dst) in tiled.chunks_exact_mut(row.max(1)).enumerate() {
-            for (i, d) in dst.iter_mut().enumerate() {
-                *d = i32::from(w[t * c + i % c]);
+        assert!((-128..=127).contains(&q.w_zp) && (-128..=127).contains(&q.in_zp), "depthwise: int8 zero points out of range");
+        Depthwise::prepare(w.len(), |i| i16::from(w[i]) - q.w_zp as i16, q, 0, &q.rq)
+    }
+
+    /// Prepares uint8 weights for [`depthwise_u8`]: `q` in uint8 terms (zero
+    /// points in 0..=255, output zero point and clamp in 0..=255).
+    pub fn new_u8(w: &[u8], q: &QConv) -> Depthwise {
+        assert!((0..=255).contains(&q.w_zp) && (0..=255).contains(&q.in_zp), "depthwise: uint8 zero points out of range");
+        // The output requantized in int8 terms, then shifted back.
+        let rq = Requant { out_zp: q.rq.out_zp - 128, min: q.rq.min - 128, max: q.rq.max - 128, ..q.rq.clone() };
+        Depthwise::prepare(w.len(), |i| i16::from(w[i]) - q.w_zp as i16, q, 0x80, &rq)
+    }
+
+    /// `weight(i)`: element `i` of the `[1, kh, kw, out_c]` weights less their
+    /// zero point; `flip` turns the input bytes into int8 (0x80 for uint8).
+    fn prepare(len: usize, weight: impl Fn(usize) -> i16, q: &QConv, flip: u8, rq: &Requant) -> Depthwise {
+        let w_len = len;
+        let g = column_as_row(q.g);
+        let m = q.depth_multiplier.max(1);
+        assert!(q.out_c == q.in_c * m, "depthwise: {} output channels for {} inputs x {m}", q.out_c, q.in_c);
+        assert!(w_len >= g.k_h * g.k_w * q.out_c, "depthwise: {w_len} weights for {}x{}x{}", g.k_h, g.k_w, q.out_c);
+        let cp = q.out_c.next_multiple_of(DW_BLOCK);
+        let pairs = g.k_w.div_ceil(2);
+        let npl = if g.out_w == 0 { 0 } else { (g.out_w - 1) * g.stride_w + (2 * pairs - 2) * g.dil_w + 1 };
+        let mut wp = vec![0i16; g.k_h * pairs * cp * 2];
+        for ky in 0..g.k_h {
+            for kx in 0..g.k_w {
+                for o in 0..q.out_c {
+                    wp[((ky * pairs + kx / 2) * cp + o) * 2 + kx % 2] = weight((ky * g.k_w + kx) * q.out_c + o);
+                }
             }
         }
-        Depthwise { tiled, acc: vec![0; row], rq: RowRequant::new(&q.rq, c) }
+        let extent = (g.k_h.max(1) - 1) * g.dil_h + 1;
+        let ring = extent <= DW_RING_MAX;
+        let slots = if ring { extent } else { g.k_h };
+        Depthwise {
+            prepared: q.g,
+            g,
+            in_c: q.in_c,
+            out_c: q.out_c,
+            in_zp: q.in_zp,
+            flip,
+            zp8: q.in_zp - i32::from(flip),
+            cp,
+            pairs,
+            npl,
+            ring,
+            w: wp,
+            single: vec![0; (npl + g.dil_w) * cp],
+            lines: vec![0; slots * npl * cp * 2],
+            tags: vec![usize::MAX; slots],
+            offs: Vec::with_capacity(g.k_h),
+            acc: vec![0; g.out_w * q.out_c],
+            rq: RowRequant::new(rq, q.out_c),
+        }
+    }
+
+    /// Widens input row `row` (`batch * in_h + iy`) into slot `slot`'s pair line.
+    fn build_line(&mut self, input: &[u8], row: usize, slot: usize) {
+        let (g, cp, m) = (&self.g, self.cp, self.out_c / self.in_c.max(1));
+        let src = &input[row * g.in_w * self.in_c..][..g.in_w * self.in_c];
+        self.tags[slot] = row;
+        #[cfg(target_arch = "x86_64")]
+        if m == 1 && crate::level::has_avx2_fma() {
+            let line = &mut self.lines[slot * self.npl * cp * 2..][..self.npl * cp * 2];
+            // SAFETY: AVX2 is present (checked just above).
+            unsafe { x86_64::pair_line_avx2(src, self.in_c, g.pad_left, g.dil_w, self.zp8, self.flip, cp, line) };
+            return;
+        }
+        // Columns before pad_left and past the input stay 0 from construction.
+        let dst = &mut self.single[g.pad_left.min(self.npl + g.dil_w) * cp..];
+        for (px, d) in src.chunks_exact(self.in_c.max(1)).zip(dst.chunks_exact_mut(cp)) {
+            widen_pixel(px, m, self.zp8, self.flip, &mut d[..self.out_c]);
+        }
+        let line = &mut self.lines[slot * self.npl * cp * 2..][..self.npl * cp * 2];
+        interleave_pairs(&self.single, cp, g.dil_w, line);
+    }
+}
+
+/// A filter of one column over a one-column input (`[N, H, 1, C]`, the
+/// streaming audio layout) as the same filter laid along a one-row input: the
+/// tensors' bytes are the same, and the taps then pair along the row.
+fn column_as_row(g: crate::conv::Window) -> crate::conv::Window {
+    if g.in_w != 1 || g.k_w != 1 || g.out_w != 1 || g.pad_left != 0 {
+        return g;
+    }
+    crate::conv::Window {
+        in_h: g.in_w,
+        in_w: g.in_h,
+        out_h: g.out_w,
+        out_w: g.out_h,
+        k_h: g.k_w,
+        k_w: g.k_h,
+        stride_h: g.stride_w,
+        stride_w: g.stride_h,
+        dil_h: g.dil_w,
+        dil_w: g.dil_h,
+        pad_top: g.pad_left,
+        pad_left: g.pad_top,
+        ..g
+    }
+}
+
+/// `(x - zp)` of one input pixel's channels (bytes xor `flip`, as int8) as
+/// int16, each repeated `m` times.
+#[inline(always)]
+fn widen_pixel(px: &[u8], m: usize, zp: i32, flip: u8, d: &mut [i16]) {
+    if m == 1 {
+        for (d, &x) in d.iter_mut().zip(px) {
+            *d = (i32::from((x ^ flip) as i8) - zp) as i16;
+        }
+    } else {
+        for (d, &x) in d.chunks_exact_mut(m).zip(px) {
+            d.fill((i32::from((x ^ flip) as i8) - zp) as i16);
+        }
     }
 }
 
 simd_fn! {
-    /// int8 depthwise convolution with [`Depthwise`] weights, one output row at a
-    /// time: taps accumulate `(x - zp) * w` over the columns they reach inside the
-    /// input (padding contributes nothing), then the row is requantized. `input`
-    /// is the int8 tensor's bytes. Bit-exact with the per-tap definition.
-    pub fn depthwise_i8(input: &[u8], d: &mut Depthwise, bias: Option<&[i32]>, q: &QConv, out: &mut [i8]) {
-        let (g, c) = (&q.g, q.in_c);
-        let row = g.out_w * c;
-        if row == 0 {
-            return;
-        }
-        for (j, o) in d.rq.offset.iter_mut().enumerate() {
-            *o = bias.map_or(0, |b| b[j]);
-        }
-        let zp = q.in_zp;
-        for nb in 0..g.batch {
-            for oy in 0..g.out_h {
-                d.acc.fill(0);
-                for ky in 0..g.k_h {
-                    let Some(iy) = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h) else { continue };
-                    let line = &input[(nb * g.in_h + iy) * g.in_w * c..][..g.in_w * c];
-                    for kx in 0..g.k_w {
-                        let tap = ky * g.k_w + kx;
-                        let wt = &d.tiled[tap * row..][..row];
-                        // Columns whose input ix = ox * stride + kx * dil - pad is inside.
-                        let off = kx * g.dil_w;
-                        let lo = g.pad_left.saturating_sub(off).div_ceil(g.stride_w);
-                        let hi = if g.in_w + g.pad_left > off { ((g.in_w + g.pad_left - off - 1) / g.stride_w + 1).min(g.out_w) } else { 0 };
-                        if lo >= hi {
-                            continue;
-                        }
-                        if g.stride_w == 1 {
-                            let ix0 = lo + off - g.pad_left;
-                            let src = &line[ix0 * c..(ix0 + hi - lo) * c];
-                            let (acc, wt) = (&mut d.acc[lo * c..hi * c], &wt[lo * c..hi * c]);
-                            for ((a, &x), &w) in acc.iter_mut().zip(src).zip(wt) {
-                                *a += (i32::from(x as i8) - zp) * w;
-                            }
-                        } else {
-                            for ox in lo..hi {
-                                let ix = ox * g.stride_w + off - g.pad_left;
-                                let src = &line[ix * c..][..c];
-                                for ((a, &x), &w) in d.acc[ox * c..][..c].iter_mut().zip(src).zip(&wt[ox * c..][..c]) {
-                                    *a += (i32::from(x as i8) - zp) * w;
-                                }
-                            }
-                        }
-                    }
-                }
-                let o = &mut out[((nb * g.out_h + oy) * g.out_w) * c..][..row];
-                d.rq.apply(&d.acc, o);
+    /// Pair line from a widened row: `line[p][c] = (single[p][c], single[p + dil][c])`.
+    fn interleave_pairs(single: &[i16], cp: usize, dil: usize, line: &mut [i16]) {
+        for (p, pair) in line.chunks_exact_mut(2 * cp).enumerate() {
+            let (a, b) = (&single[p * cp..][..cp], &single[(p + dil) * cp..][..cp]);
+            for ((d, &a), &b) in pair.chunks_exact_mut(2).zip(a).zip(b) {
+                d[0] = a;
+                d[1] = b;
             }
         }
     }
 }
 
-/// Copies `len` int8 bytes from `src[from..]` to `dst[at..]` as unsigned bytes
-/// (shifted by 128), 16 at a time: the last chunk may write up to 15 bytes past
+/// Geometry of one output row of [`depthwise_i8`] for its row kernels, in
+/// int16 units: the pair lines of the row's filter rows at `offs` in `lines`,
+/// each output pixel `px_step` further, each pair of filter columns
+/// `pair_step` further; the weights of those filter rows from `w[0]`.
+pub(crate) struct DwRow<'a> {
+    pub(crate) lines: &'a [i16],
+    pub(crate) offs: &'a [usize],
+    pub(crate) w: &'a [i16],
+    pub(crate) pairs: usize,
+    pub(crate) cp: usize,
+    pub(crate) out_w: usize,
+    pub(crate) out_c: usize,
+    pub(crate) px_step: usize,
+    pub(crate) pair_step: usize,
+}
+
+impl DwRow<'_> {
+    /// Whether every read the row kernels make lies inside `lines` and `w`, and
+    /// `acc` holds the row: the checks the AVX2 kernel's unchecked loads rely on.
+    fn in_bounds(&self, acc: &[i32]) -> bool {
+        let reach = (self.out_w.max(1) - 1) * self.px_step + (self.pairs.max(1) - 1) * self.pair_step + 2 * self.cp;
+        self.offs.iter().all(|&o| o + reach <= self.lines.len())
+            && self.w.len() >= self.offs.len() * self.pairs * self.cp * 2
+            && acc.len() >= self.out_w * self.out_c
+            && self.cp.is_multiple_of(DW_BLOCK)
+            && self.out_c <= self.cp
+    }
+}
+
+simd_fn! {
+    /// The portable row kernel of [`depthwise_i8`]: `acc[ox][o] = sum over the
+    /// row's filter rows and column pairs of the two products`.
+    pub(crate) fn depthwise_row(r: &DwRow<'_>, acc: &mut [i32]) {
+        let mut lanes = vec![0i32; r.cp];
+        for ox in 0..r.out_w {
+            lanes.fill(0);
+            for (k, &off) in r.offs.iter().enumerate() {
+                for pr in 0..r.pairs {
+                    let x = &r.lines[off + ox * r.px_step + pr * r.pair_step..][..2 * r.cp];
+                    let w = &r.w[(k * r.pairs + pr) * 2 * r.cp..][..2 * r.cp];
+                    for ((l, x), w) in lanes.iter_mut().zip(x.chunks_exact(2)).zip(w.chunks_exact(2)) {
+                        *l += i32::from(x[0]) * i32::from(w[0]) + i32::from(x[1]) * i32::from(w[1]);
+                    }
+                }
+            }
+            acc[ox * r.out_c..][..r.out_c].copy_from_slice(&lanes[..r.out_c]);
+        }
+    }
+}
+
+/// int8 depthwise convolution with [`Depthwise`] weights (prepared for this
+/// `q`), one output row at a time: the row's input lines widened into the ring
+/// (padding rows skipped, padding columns 0), the taps summed per output pixel
+/// in registers, then the row requantized. `input` is the int8 tensor's bytes.
+/// Bit-exact with the per-tap definition. Panics if `q` is not the geometry `d`
+/// was prepared for or a buffer is short.
+pub fn depthwise_i8(input: &[u8], d: &mut Depthwise, bias: Option<&[i32]>, q: &QConv, out: &mut [i8]) {
+    assert!(d.flip == 0, "depthwise_i8: weights prepared for uint8");
+    depthwise_8bit(input, d, bias, q, out);
+}
+
+/// uint8 depthwise convolution with [`Depthwise::new_u8`] weights: as
+/// [`depthwise_i8`], with uint8 input and output and `q` in uint8 terms.
+pub fn depthwise_u8(input: &[u8], d: &mut Depthwise, bias: Option<&[i32]>, q: &QConv, out: &mut [u8]) {
+    assert!(d.flip == 0x80, "depthwise_u8: weights prepared for int8");
+    // SAFETY: i8 and u8 have the same size, alignment and valid bit patterns.
+    let out8 = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut i8, out.len()) };
+    depthwise_8bit(input, d, bias, q, out8);
+    out.iter_mut().for_each(|b| *b ^= 0x80);
+}
+
+fn depthwise_8bit(input: &[u8], d: &mut Depthwise, bias: Option<&[i32]>, q: &QConv, out: &mut [i8]) {
+    assert!(q.g == d.prepared && q.in_c == d.in_c && q.out_c == d.out_c && q.in_zp == d.in_zp, "depthwise: prepared for another geometry");
+    let g = d.g;
+    let row = g.out_w * d.out_c;
+    assert!(
+        crate::holds(input.len(), &[g.batch, g.in_h, g.in_w, d.in_c]) && crate::holds(out.len(), &[g.batch, g.out_h, row]),
+        "depthwise_i8: buffers shorter than the geometry"
+    );
+    if row == 0 {
+        return;
+    }
+    for (j, o) in d.rq.offset.iter_mut().enumerate() {
+        *o = bias.map_or(0, |b| b[j]);
+    }
+    d.tags.fill(usize::MAX);
+    let (cp, pairs, npl) = (d.cp, d.pairs, d.npl);
+    let dil_h = g.dil_h.max(1);
+    for nb in 0..g.batch {
+        for oy in 0..g.out_h {
+            let y0 = oy * g.stride_h;
+            let ky_lo = g.pad_top.saturating_sub(y0).div_ceil(dil_h).min(g.k_h);
+            let ky_hi = if g.in_h + g.pad_top > y0 { ((g.in_h + g.pad_top - y0 - 1) / dil_h + 1).min(g.k_h) } else { 0 }.max(ky_lo);
+            d.offs.clear();
+            for ky in ky_lo..ky_hi {
+                let iy = y0 + ky * g.dil_h - g.pad_top;
+                let slot = if d.ring { iy % d.tags.len() } else { ky };
+                if d.tags[slot] != nb * g.in_h + iy {
+                    d.build_line(input, nb * g.in_h + iy, slot);
+                }
+                d.offs.push(slot * npl * cp * 2);
+            }
+            let r = DwRow {
+                lines: &d.lines,
+                offs: &d.offs,
+                w: &d.w[ky_lo * pairs * cp * 2..],
+                pairs,
+                cp,
+                out_w: g.out_w,
+                out_c: d.out_c,
+                px_step: g.stride_w * cp * 2,
+                pair_step: 2 * g.dil_w * cp * 2,
+            };
+            assert!(r.in_bounds(&d.acc), "depthwise_i8: row geometry out of bounds");
+            #[cfg(target_arch = "x86_64")]
+            if crate::level::has_avx2_fma() {
+                // SAFETY: AVX2 is present (checked just above); every read and
+                // write of the row was bounds-checked by `in_bounds`.
+                unsafe { x86_64::depthwise_row_avx2(&r, &mut d.acc) };
+            } else {
+                depthwise_row(&r, &mut d.acc);
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            depthwise_row(&r, &mut d.acc);
+            let o = &mut out[((nb * g.out_h + oy) * g.out_w) * d.out_c..][..row];
+            d.rq.apply(&d.acc, o);
+        }
+    }
+}
+
+/// The receptive fields of `pixels` output pixels of one row whose filter rows
+/// lie inside the input horizontally, written from `rows[at..]` at a stride of
+/// `kq`: filter rows `lo..hi` (inside vertically; the first at `input[from..]`,
+/// the next `seg_step` further, the next pixel's `px_step` further) copied as
+/// one segment of `row_span` bytes each, the rest filled with the padding value.
+/// When every 16-byte chunk stays inside both buffers (checked once per run),
+/// segments are copied in whole chunks without further checks; the over-long
+/// tails follow [`flip_copy`]'s rule.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn gather_interior(
+    rows: &mut [u8],
+    at: usize,
+    kq: usize,
+    input: &[u8],
+    from: usize,
+    px_step: usize,
+    seg_step: usize,
+    row_span: usize,
+    (lo, hi): (usize, usize),
+    k_h: usize,
+    pixels: usize,
+    fill: u8,
+    flip: u8,
+) {
+    let segs = hi - lo;
+    let chunks = row_span.div_ceil(16);
+    let fits = |last: Option<usize>, len: usize| last.is_some_and(|l| l <= len);
+    let last_in = (pixels - 1)
+        .checked_mul(px_step)
+        .and_then(|o| o.checked_add(segs.saturating_sub(1).checked_mul(seg_step)?))
+        .and_then(|o| o.checked_add(from + chunks * 16));
+    let last_out = (pixels - 1).checked_mul(kq).and_then(|o| o.checked_add((hi.max(1) - 1) * row_span + at + chunks * 16));
+    let fast = segs > 0 && fits(last_in, input.len()) && fits(last_out, rows.len());
+    for p in 0..pixels {
+        let (base, src) = (at + p * kq, from + p * px_step);
+        if lo > 0 {
+            rows[base..base + lo * row_span].fill(fill);
+        }
+        if fast {
+            let dst = base + lo * row_span;
+            // SAFETY: every chunk ends at or before the last pixel's last chunk,
+            // inside `input` and `rows` (`fast` checked both).
+            let (d, s) = unsafe { (rows.as_mut_ptr().add(dst), input.as_ptr().add(src)) };
+            // SAFETY: `chunks` chunks of `segs` segments, as above; the short
+            // segments of few-channel layers get loops of fixed length.
+            unsafe {
+                match chunks {
+                    1 => flip_segments::<1>(d, s, segs, row_span, seg_step, 1, flip),
+                    2 => flip_segments::<2>(d, s, segs, row_span, seg_step, 2, flip),
+                    _ => flip_segments::<0>(d, s, segs, row_span, seg_step, chunks, flip),
+                }
+            }
+        } else {
+            for seg in 0..segs {
+                flip_copy(rows, base + (lo + seg) * row_span, input, src + seg * seg_step, row_span, flip);
+            }
+        }
+        if hi < k_h {
+            rows[base + hi * row_span..base + k_h * row_span].fill(fill);
+        }
+    }
+}
+
+/// `segs` segments of `chunks` 16-byte chunks (`CH` of them when not 0, a
+/// constant the loops unroll on), segment `i` from `src + i * src_step` to
+/// `dst + i * dst_step`, each byte xor `flip`.
+///
+/// # Safety
+/// Every chunk must lie inside readable `src` and writable `dst` memory.
+#[inline(always)]
+unsafe fn flip_segments<const CH: usize>(dst: *mut u8, src: *const u8, segs: usize, dst_step: usize, src_step: usize, chunks: usize, flip: u8) {
+    let chunks = if CH > 0 { CH } else { chunks };
+    for i in 0..segs {
+        for c in 0..chunks {
+            // SAFETY: chunk c of segment i lies inside both buffers (contract).
+            unsafe { flip16(dst.add(i * dst_step + c * 16), src.add(i * src_step + c * 16), flip) };
+        }
+    }
+}
+
+/// Copies 16 bytes from `src` to `dst`, each xor `flip` (0x80: int8 to unsigned;
+/// 0 for uint8 bytes): one vector xor, written with SSE2 on x86-64, where LLVM
+/// left the byte loop scalar.
+///
+/// # Safety
+/// `src` must be readable and `dst` writable for 16 bytes.
+#[inline(always)]
+unsafe fn flip16(dst: *mut u8, src: *const u8, flip: u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: SSE2 is part of x86-64; 16 bytes at each pointer (contract), unaligned accesses.
+    unsafe {
+        use std::arch::x86_64::*;
+        _mm_storeu_si128(dst as *mut __m128i, _mm_xor_si128(_mm_loadu_si128(src as *const __m128i), _mm_set1_epi8(flip as i8)));
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: 16 bytes at each pointer (contract), unaligned accesses.
+    unsafe {
+        (dst as *mut u128).write_unaligned((src as *const u128).read_unaligned() ^ u128::from_ne_bytes([flip; 16]));
+    }
+}
+
+/// Copies `len` 8-bit values from `src[from..]` to `dst[at..]` as unsigned bytes
+/// (int8 shifted by 128 with `flip` 0x80, uint8 as they are with 0), 16 at a time: the last chunk may write up to 15 bytes past
 /// `at + len` (callers arrange for those to be overwritten or unused); near the end
 /// of either buffer it finishes byte by byte.
 #[inline(always)]
-fn flip_copy(dst: &mut [u8], at: usize, src: &[u8], from: usize, len: usize) {
-    const FLIP: u128 = u128::from_ne_bytes([0x80; 16]);
-    let mut i = 0;
-    while i < len {
-        match (src.get(from + i..from + i + 16), dst.get_mut(at + i..at + i + 16)) {
-            (Some(s), Some(d)) => {
-                let v = u128::from_ne_bytes(s.try_into().unwrap_or([0; 16])) ^ FLIP;
-                d.copy_from_slice(&v.to_ne_bytes());
-                i += 16;
-            }
-            _ => {
-                for j in i..len {
-                    dst[at + j] = src[from + j] ^ 0x80;
-                }
-                return;
-            }
-        }
+fn flip_copy(dst: &mut [u8], at: usize, src: &[u8], from: usize, len: usize, flip: u8) {
+    // Panics here, before any unchecked access, if either range is out of bounds.
+    let (d, s) = (&mut dst[at..], &src[from..]);
+    let over = len.next_multiple_of(16);
+    let whole = if over <= d.len() && over <= s.len() { over } else { len / 16 * 16 };
+    assert!(whole <= d.len() && whole <= s.len() && len <= d.len() && len <= s.len(), "flip_copy out of bounds");
+    for i in (0..whole).step_by(16) {
+        // SAFETY: i + 16 <= whole, which both slices hold (asserted above).
+        unsafe { flip16(d.as_mut_ptr().add(i), s.as_ptr().add(i), flip) };
+    }
+    for j in whole..len {
+        d[j] = s[j] ^ flip;
     }
 }
 
@@ -379,7 +841,7 @@ fn flip_copy(dst: &mut [u8], at: usize, src: &[u8], from: usize, len: usize) {
 #[derive(Debug, Clone)]
 pub struct RowRequant {
     /// Added to each accumulator before rescaling (bias and zero-point terms).
-    /// Private with the rest: the AVX-512 requantization reads every per-channel
+    /// Private with the rest: the vector requantizations read every per-channel
     /// vector at the indices of this one, so their lengths must stay equal.
     offset: Vec<i32>,
     multiplier: Vec<i32>,
@@ -417,6 +879,12 @@ impl RowRequant {
         if crate::level::has_avx512f() {
             // SAFETY: AVX-512F is present (checked just above); the lengths were checked.
             unsafe { x86_64::requant(self, dots, out) };
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if crate::level::has_avx2_fma() {
+            // SAFETY: AVX2 is present (checked just above); the lengths were checked.
+            unsafe { x86_64::requant_avx2(self, dots, out) };
             return;
         }
         requant_rows(self, dots, out)
@@ -483,6 +951,37 @@ mod tests {
         });
     }
 
+    /// The ends of every range: the largest and smallest multipliers and shifts
+    /// `quantize_multiplier` makes, accumulators and offsets at the int32 limits
+    /// (the offset add wraps, as in the portable form), narrow clamps.
+    #[test]
+    fn row_requant_is_exact_at_the_extremes() {
+        let dots_at = [i32::MIN, i32::MIN + 1, -65_536, -1, 0, 1, 65_535, i32::MAX - 1, i32::MAX];
+        crate::level::each(|_| {
+            for (case, &(multiplier, shift)) in
+                [(i32::MAX, 30), (i32::MAX, -31), (1 << 30, 0), (1 << 30, -31), (1, 30), (1_518_500_250, -7), (i32::MAX, 0)].iter().enumerate()
+            {
+                for n in [1, 7, 8, 9, 16, 17] {
+                    let rq = Requant {
+                        multiplier: vec![multiplier],
+                        shift: vec![shift],
+                        out_zp: [-128, 0, 5, 127][case % 4],
+                        min: [-128, -128, 0, -20][case % 4],
+                        max: [127, 6, 127, 20][case % 4],
+                    };
+                    let mut rr = RowRequant::new(&rq, n);
+                    rr.offset.iter_mut().enumerate().for_each(|(j, o)| *o = [0, i32::MAX, i32::MIN, -3][j % 4]);
+                    let dots: Vec<i32> = (0..dots_at.len() * n).map(|i| dots_at[(i / n + i) % dots_at.len()]).collect();
+                    let mut got = vec![0i8; dots.len()];
+                    rr.apply(&dots, &mut got);
+                    for (i, (&d, &g)) in dots.iter().zip(&got).enumerate() {
+                        assert_eq!(i32::from(g), rq.apply(d.wrapping_add(rr.offset[i % n]), i % n), "multiplier {multiplier} shift {shift} n {n} element {i}");
+                    }
+                }
+            }
+        });
+    }
+
     #[test]
     fn gemm_kernels_match_the_definition() {
         crate::level::each(|_| {
@@ -514,12 +1013,284 @@ mod tests {
         });
     }
 
+    /// Every kernel against the definition on random shapes (k and n off every
+    /// tile multiple, 1 to 100 rows), with random operands, with only the extreme
+    /// values (activations 0/255, weights -128/127), and with the largest products
+    /// of both signs in every lane (where a saturating int16 pair sum would show).
+    #[test]
+    fn gemm_kernels_are_exact_on_random_shapes_and_extreme_values() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        crate::level::each(|_| {
+            for case in 0..240 {
+                let rows = match case % 5 {
+                    0 => 1,
+                    1 => 1 + (next() % 8) as usize,
+                    _ => 1 + (next() % 100) as usize,
+                };
+                let n = if case % 7 == 0 { 16 * (1 + (next() % 4) as usize) } else { 1 + (next() % 41) as usize };
+                let k = if case % 11 == 0 { 300 + (next() % 700) as usize } else { 1 + (next() % 70) as usize };
+                let (a_vals, w_vals): (&[u8], &[i8]) = match case % 4 {
+                    0 => (&[], &[]),
+                    1 => (&[0, 255], &[-128, 127]),
+                    2 => (&[255], &[-128]),
+                    _ => (&[255], &[127]),
+                };
+                let pick_a = |r: u64| if a_vals.is_empty() { r as u8 } else { a_vals[r as usize % a_vals.len()] };
+                let pick_w = |r: u64| if w_vals.is_empty() { r as i8 } else { w_vals[r as usize % w_vals.len()] };
+                let w: Vec<i8> = (0..n * k).map(|_| pick_w(next())).collect();
+                let pk = QPacked::new(&w, n, k);
+                // The bytes past k in each row are noise: the zero weights there must cancel them.
+                let a: Vec<u8> = (0..rows * pk.kq()).map(|i| if i % pk.kq() < k { pick_a(next()) } else { next() as u8 }).collect();
+                let want = naive(&a, rows, &w, n, k, pk.kq());
+                for isa in QIsa::available() {
+                    let mut got = vec![i32::MIN; rows * n + 3];
+                    gemm_with(isa, &a, rows, &pk, &mut got);
+                    assert_eq!(&got[..rows * n], &want[..], "{isa:?} case {case}: {rows}x{n}x{k}");
+                    assert_eq!(&got[rows * n..], &[i32::MIN; 3], "{isa:?} case {case}: wrote past the output");
+                }
+            }
+        });
+    }
+
+    /// A small xorshift generator for the randomized tests.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    /// A random convolution geometry and quantization: few and many channels,
+    /// 1xN and Nx1 filters, strides, dilations, SAME and VALID, input zero points
+    /// over the whole int8 range, per-channel multipliers.
+    fn random_conv(rng: &mut Rng, depthwise: bool) -> QConv {
+        loop {
+            let (k_h, k_w) = match rng.below(4) {
+                0 => (1, 1 + rng.below(7)),
+                1 => (1 + rng.below(7), 1),
+                _ => (1 + rng.below(5), 1 + rng.below(5)),
+            };
+            let (stride_h, stride_w) = (1 + rng.below(3), 1 + rng.below(3));
+            let (dil_h, dil_w) = if rng.below(4) == 0 { (1 + rng.below(2), 1 + rng.below(2)) } else { (1, 1) };
+            let (mut in_h, mut in_w) = (1 + rng.below(14), 1 + rng.below(20));
+            let mut k_w = k_w;
+            if rng.below(6) == 0 {
+                // The streaming audio layout: one column, filters along the time axis.
+                (in_h, in_w, k_w) = (1 + rng.below(30), 1, 1);
+            }
+            let same = rng.below(2) == 0;
+            let (Some((out_h, pad_top)), Some((out_w, pad_left))) =
+                (crate::conv::out_size_and_pad(in_h, k_h, stride_h, dil_h, same), crate::conv::out_size_and_pad(in_w, k_w, stride_w, dil_w, same))
+            else {
+                continue;
+            };
+            if out_h == 0 || out_w == 0 {
+                continue;
+            }
+            let in_c = if rng.below(3) == 0 { 1 + rng.below(40) } else { 1 + rng.below(9) };
+            let mult = if depthwise { [1, 1, 2, 3, 4, 8][rng.below(6)] } else { 0 };
+            let out_c = if depthwise { in_c * mult } else { 1 + rng.below(40) };
+            let g = crate::conv::Window { batch: 1 + rng.below(2), in_h, in_w, out_h, out_w, k_h, k_w, stride_h, stride_w, dil_h, dil_w, pad_top, pad_left };
+            let (multiplier, shift) = (0..out_c).map(|_| crate::quant::quantize_multiplier((1 + rng.below(1000)) as f64 * 2e-5)).unzip();
+            let (min, max) = if rng.below(2) == 0 { (-128, 127) } else { (-128 + rng.below(100) as i32, 127 - rng.below(100) as i32) };
+            let rq = Requant { multiplier, shift, out_zp: rng.below(256) as i32 - 128, min, max };
+            return QConv { g, in_c, out_c, depth_multiplier: mult, in_zp: rng.below(256) as i32 - 128, w_zp: 0, rq };
+        }
+    }
+
+    /// The per-tap definition: taps in the padding skipped, `(x - zp) * w`
+    /// summed in int32 with the bias, requantized by [`Requant::apply`].
+    fn conv_by_definition(input: &[i8], w: &[i8], bias: &[i32], q: &QConv) -> Vec<i8> {
+        let g = &q.g;
+        let mut out = Vec::new();
+        for nb in 0..g.batch {
+            for oy in 0..g.out_h {
+                for ox in 0..g.out_w {
+                    for o in 0..q.out_c {
+                        let mut acc = bias[o];
+                        for ky in 0..g.k_h {
+                            for kx in 0..g.k_w {
+                                let (Some(iy), Some(ix)) = (
+                                    (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h),
+                                    (ox * g.stride_w + kx * g.dil_w).checked_sub(g.pad_left).filter(|&x| x < g.in_w),
+                                ) else {
+                                    continue;
+                                };
+                                let px = ((nb * g.in_h + iy) * g.in_w + ix) * q.in_c;
+                                if let Some(ci) = o.checked_div(q.depth_multiplier) {
+                                    acc += (i32::from(input[px + ci]) - q.in_zp) * (i32::from(w[(ky * g.k_w + kx) * q.out_c + o]) - q.w_zp);
+                                } else {
+                                    for c in 0..q.in_c {
+                                        acc += (i32::from(input[px + c]) - q.in_zp) * (i32::from(w[((o * g.k_h + ky) * g.k_w + kx) * q.in_c + c]) - q.w_zp);
+                                    }
+                                }
+                            }
+                        }
+                        out.push(q.rq.apply(acc, o) as i8);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn conv_matches_the_definition_on_random_geometries() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        crate::level::each(|_| {
+            for case in 0..150 {
+                let mut q = random_conv(&mut rng, false);
+                // Some with a weight zero point (uint8 models have one; int8 rarely).
+                if case % 3 == 0 {
+                    q.w_zp = rng.below(41) as i32 - 20;
+                }
+                let g = q.g;
+                let input: Vec<i8> = (0..g.batch * g.in_h * g.in_w * q.in_c).map(|_| rng.next() as i8).collect();
+                let k = g.k_h * g.k_w * q.in_c;
+                let extreme = case % 5 == 0;
+                let w: Vec<i8> = (0..q.out_c * k).map(|_| if extreme { [-128, 127][rng.below(2)] } else { rng.next() as i8 }).collect();
+                let bias: Vec<i32> = (0..q.out_c).map(|_| rng.below(20_000) as i32 - 10_000).collect();
+                let want = conv_by_definition(&input, &w, &bias, &q);
+                let pk = QPacked::new(&w, q.out_c, k);
+                let mut s = ConvScratch::new(&pk, &q.rq);
+                let mut got = vec![0i8; g.batch * g.out_h * g.out_w * q.out_c];
+                conv_i8(bytes_of(&input), &pk, Some(&bias), &q, &mut got, &mut s);
+                assert_eq!(got, want, "case {case}: {g:?} in_c {} out_c {} zp {} w_zp {}", q.in_c, q.out_c, q.in_zp, q.w_zp);
+                // The same convolution in uint8 terms: every value and zero point
+                // shifted by 128, so the accumulators and the outputs (shifted) agree.
+                let qu = QConv {
+                    in_zp: q.in_zp + 128,
+                    w_zp: q.w_zp + 128,
+                    rq: Requant { out_zp: q.rq.out_zp + 128, min: q.rq.min + 128, max: q.rq.max + 128, ..q.rq.clone() },
+                    ..q.clone()
+                };
+                let input_u: Vec<u8> = input.iter().map(|&x| x as u8 ^ 0x80).collect();
+                // Packed as conv_u8 wants them: the uint8 weights (w + 128) back in int8.
+                let pk_u = QPacked::new(&w, q.out_c, k);
+                let mut s = ConvScratch::new_u8(&pk_u, &qu.rq);
+                let mut got_u = vec![0u8; got.len()];
+                conv_u8(&input_u, &pk_u, Some(&bias), &qu, &mut got_u, &mut s);
+                assert_eq!(got_u, want.iter().map(|&v| v as u8 ^ 0x80).collect::<Vec<_>>(), "uint8 case {case}");
+            }
+        });
+    }
+
+    /// Every multiplier, channel count and geometry, with random values and with
+    /// only the extremes (inputs -128/127 against zero points -128/127, weights
+    /// -128/127), under every vector level.
+    #[test]
+    fn depthwise_matches_the_definition_on_random_geometries() {
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        crate::level::each(|_| {
+            for case in 0..200 {
+                let mut q = random_conv(&mut rng, true);
+                let extreme = case % 4 == 0;
+                if extreme {
+                    q.in_zp = [-128, 127][rng.below(2)];
+                }
+                let g = q.g;
+                let input: Vec<i8> =
+                    (0..g.batch * g.in_h * g.in_w * q.in_c).map(|_| if extreme { [-128, 127][rng.below(2)] } else { rng.next() as i8 }).collect();
+                let w: Vec<i8> = (0..g.k_h * g.k_w * q.out_c).map(|_| if extreme { [-128, 127][rng.below(2)] } else { rng.next() as i8 }).collect();
+                let bias: Vec<i32> = (0..q.out_c).map(|_| rng.below(20_000) as i32 - 10_000).collect();
+                if case % 3 == 1 {
+                    q.w_zp = rng.below(256) as i32 - 128;
+                }
+                let want = conv_by_definition(&input, &w, &bias, &q);
+                let mut d = Depthwise::new(&w, &q);
+                let mut got = vec![0i8; g.batch * g.out_h * g.out_w * q.out_c];
+                // Twice: the second run must not reuse the first one's lines.
+                depthwise_i8(&vec![0u8; input.len()], &mut d, Some(&bias), &q, &mut got);
+                depthwise_i8(bytes_of(&input), &mut d, Some(&bias), &q, &mut got);
+                assert_eq!(got, want, "case {case}: {g:?} in_c {} x {} zp {} w_zp {}", q.in_c, q.depth_multiplier, q.in_zp, q.w_zp);
+                // The same in uint8 terms (values and zero points shifted by 128).
+                let qu = QConv {
+                    in_zp: q.in_zp + 128,
+                    w_zp: q.w_zp + 128,
+                    rq: Requant { out_zp: q.rq.out_zp + 128, min: q.rq.min + 128, max: q.rq.max + 128, ..q.rq.clone() },
+                    ..q.clone()
+                };
+                let w_u: Vec<u8> = w.iter().map(|&v| v as u8 ^ 0x80).collect();
+                let input_u: Vec<u8> = input.iter().map(|&v| v as u8 ^ 0x80).collect();
+                let mut d = Depthwise::new_u8(&w_u, &qu);
+                let mut got_u = vec![0u8; got.len()];
+                depthwise_u8(&input_u, &mut d, Some(&bias), &qu, &mut got_u);
+                assert_eq!(got_u, want.iter().map(|&v| v as u8 ^ 0x80).collect::<Vec<_>>(), "uint8 case {case}");
+            }
+        });
+    }
+
+    /// Quantized ADD and SUB of 8-bit operands, every path (AVX2, per-width
+    /// builds) against [`crate::quant::AddSub::apply`]: random scales over three
+    /// decades, zero points and clamps over the whole range, every value pair.
+    #[test]
+    fn add_sub_8bit_matches_the_definition() {
+        use crate::quant::{add_sub_i8, add_sub_u8, AddSub, Scale};
+        let mut rng = Rng(0x1234_5678_9abc_def1);
+        let all: Vec<(u8, u8)> = (0..=255u8).flat_map(|x| (0..=255u8).map(move |y| (x, y))).collect();
+        crate::level::each(|_| {
+            for case in 0..24 {
+                let (s1, s2, so) = [0.001, 0.01, 0.1].map(|s| s * (0.5 + rng.below(1000) as f64 / 1000.0)).into();
+                let twice_max = 2.0 * f64::max(s1, s2);
+                let (lo, hi) = if case % 3 == 0 { (-100 + rng.below(50) as i32, 50 + rng.below(77) as i32) } else { (-128, 127) };
+                let p = AddSub {
+                    zp: (rng.below(256) as i32 - 128, rng.below(256) as i32 - 128),
+                    out_zp: rng.below(256) as i32 - 128,
+                    left_shift: 20,
+                    scale: (Scale::new(s1 / twice_max), Scale::new(s2 / twice_max)),
+                    out_scale: Scale::new(twice_max / (f64::from(1u32 << 20) * so)),
+                    sign: if case % 2 == 0 { 1 } else { -1 },
+                    min: lo,
+                    max: hi,
+                };
+                // Lengths not a multiple of 8 leave a scalar tail.
+                let len = all.len() - case;
+                let (a, b): (Vec<u8>, Vec<u8>) = all[..len].iter().copied().unzip();
+                let (ai, bi): (Vec<i8>, Vec<i8>) = (a.iter().map(|&v| v as i8).collect(), b.iter().map(|&v| v as i8).collect());
+                let mut got = vec![0i8; len];
+                add_sub_i8(&ai, &bi, &p, &mut got);
+                for (i, &g) in got.iter().enumerate() {
+                    assert_eq!(i32::from(g), p.apply(i32::from(ai[i]), i32::from(bi[i])), "int8 case {case} element {i}");
+                }
+                let pu = AddSub { zp: (p.zp.0 + 128, p.zp.1 + 128), out_zp: p.out_zp + 128, min: lo + 128, max: hi + 128, ..p };
+                let mut got = vec![0u8; len];
+                add_sub_u8(&a, &b, &pu, &mut got);
+                for (i, &g) in got.iter().enumerate() {
+                    assert_eq!(i32::from(g), pu.apply(i32::from(a[i]), i32::from(b[i])), "uint8 case {case} element {i}");
+                }
+            }
+        });
+    }
+
+    fn bytes_of(v: &[i8]) -> &[u8] {
+        // SAFETY: i8 and u8 have the same size and alignment, and every bit pattern is valid for both.
+        unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, v.len()) }
+    }
+
     #[test]
     fn available_lists_every_runnable_kernel() {
         let all = QIsa::available();
         assert_eq!(all.first(), Some(&QIsa::detect()));
         assert_eq!(all.last(), Some(&QIsa::portable()));
         assert_eq!(all.contains(&QIsa(QKind::Vnni)), has_vnni());
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(all.contains(&QIsa(QKind::Avx2)), std::arch::is_x86_feature_detected!("avx2"));
+        #[cfg(not(target_arch = "x86_64"))]
+        assert!(!all.contains(&QIsa(QKind::Avx2)));
     }
 
     /// Operands shorter than the packing's shape panic before any kernel runs,

@@ -376,35 +376,57 @@ pub(crate) fn conv_int(op: &OpContext<'_>, depthwise: bool, ctx: &mut crate::bac
             }),
         });
     }
-    if kind == IntKind::I8 && depthwise && q.depth_multiplier == 1 && q.w_zp == 0 && w.constant {
-        // Channel multiplier 1: taps as flat multiply-adds along output rows.
+    // Widened input lines a few times the input's size at most (a hostile
+    // dilation could stretch them far past it).
+    let dw_lines_fit =
+        qgemm::Depthwise::scratch_bytes(&q).is_some_and(|b| b <= x.shape.iter().product::<usize>().saturating_mul(16 * q.depth_multiplier.max(1)).max(1 << 20));
+    // Zero points inside the 8-bit type (the fast kernels' arithmetic relies on it).
+    let zp_range = if kind == IntKind::U8 { 0..=255 } else { -128..=127 };
+    let eight_bit = matches!(kind, IntKind::I8 | IntKind::U8) && zp_range.contains(&q.in_zp) && zp_range.contains(&q.w_zp) && w.constant;
+    let has_bias = op.opt_input(2).is_some();
+    if eight_bit && depthwise && dw_lines_fit {
+        // Any channel multiplier: pairs of taps on widened input lines.
         let bytes = w.value.ok_or_else(|| op.bad("constant weights without data"))?;
-        let dw = Mutex::new(qgemm::Depthwise::new(typed::<i8>(bytes)?, &q));
-        let has_bias = op.opt_input(2).is_some();
+        let unsigned = kind == IntKind::U8;
+        let dw = Mutex::new(if unsigned { qgemm::Depthwise::new_u8(bytes, &q) } else { qgemm::Depthwise::new(typed::<i8>(bytes)?, &q) });
         return Ok(Built {
-            outputs: vec![(DType::I8, out_shape)],
+            outputs: vec![(x.dtype, out_shape)],
             kernel: Box::new(move |ins, outs| {
                 let bias = if has_bias { Some(typed::<i32>(arg(ins, 2)?)?) } else { None };
                 let mut dw = dw.lock().unwrap_or_else(|e| e.into_inner());
-                qgemm::depthwise_i8(arg(ins, 0)?, &mut dw, bias, &q, typed_mut(outs[0])?);
+                if unsigned {
+                    qgemm::depthwise_u8(arg(ins, 0)?, &mut dw, bias, &q, typed_mut(outs[0])?);
+                } else {
+                    qgemm::depthwise_i8(arg(ins, 0)?, &mut dw, bias, &q, typed_mut(outs[0])?);
+                }
                 Ok(())
             }),
         });
     }
-    if kind == IntKind::I8 && !depthwise && q.w_zp == 0 && w.constant {
-        // The common int8 case: weights packed once for the int8 GEMM.
+    if eight_bit && !depthwise {
+        // Weights packed once for the int8 GEMM (uint8 ones shifted into int8).
         let bytes = w.value.ok_or_else(|| op.bad("constant weights without data"))?;
         let key = crate::backend::PackKey { subgraph: op.subgraph, tensor: w.tensor, with: None, packing: crate::backend::Packing::QGemm };
         let k = kh * kw * in_c;
-        let pk = ctx.packed(key, || Ok(qgemm::QPacked::new(typed::<i8>(bytes)?, out_c, k)))?;
-        let scratch = Mutex::new(qgemm::ConvScratch::new(&pk, &q.rq));
-        let has_bias = op.opt_input(2).is_some();
+        let unsigned = kind == IntKind::U8;
+        let pk = ctx.packed(key, || {
+            Ok(if unsigned {
+                qgemm::QPacked::new(&bytes.iter().map(|&b| (b ^ 0x80) as i8).collect::<Vec<_>>(), out_c, k)
+            } else {
+                qgemm::QPacked::new(typed::<i8>(bytes)?, out_c, k)
+            })
+        })?;
+        let scratch = Mutex::new(if unsigned { qgemm::ConvScratch::new_u8(&pk, &q.rq) } else { qgemm::ConvScratch::new(&pk, &q.rq) });
         return Ok(Built {
-            outputs: vec![(DType::I8, out_shape)],
+            outputs: vec![(x.dtype, out_shape)],
             kernel: Box::new(move |ins, outs| {
                 let bias = if has_bias { Some(typed::<i32>(arg(ins, 2)?)?) } else { None };
                 let mut s = scratch.lock().unwrap_or_else(|e| e.into_inner());
-                qgemm::conv_i8(arg(ins, 0)?, &pk, bias, &q, typed_mut(outs[0])?, &mut s);
+                if unsigned {
+                    qgemm::conv_u8(arg(ins, 0)?, &pk, bias, &q, typed_mut(outs[0])?, &mut s);
+                } else {
+                    qgemm::conv_i8(arg(ins, 0)?, &pk, bias, &q, typed_mut(outs[0])?, &mut s);
+                }
                 Ok(())
             }),
         });

@@ -7,6 +7,7 @@ use ferrite_format::ops::BuiltinOp as B;
 use ferrite_kernels::gemm;
 use ferrite_kernels::hybrid::{self, HybridMatMul, HybridMatMulScratch};
 use ferrite_kernels::igemm::{self};
+use ferrite_kernels::qgemm;
 use ferrite_kernels::qmatmul::{self, QMatMul};
 use ferrite_kernels::quant::{self as kq, QConv, Requant};
 
@@ -274,6 +275,40 @@ pub(crate) fn fully_connected_int(op: &OpContext<'_>) -> Result<Built> {
     // fully-connected weights per-row scales; the two differ where the first rounding
     // meets an exact half).
     let i8_rounding = if wq.scale.len() > 1 { kq::Rounding::Single } else { kq::Rounding::Double };
+    if let (None, Some(bytes), true, kq::Rounding::Double) =
+        (&flipped, w.value.filter(|_| w.constant), (-128..=127).contains(&in_zp) && (-128..=127).contains(&w_zp), i8_rounding)
+    {
+        // int8 with constant weights: the rows as 1x1 "pixels" of the int8 GEMM
+        // (its requantization rounds twice, as LiteRT's int8 layer with one weight scale;
+        // per-row scales and uint8 round once and keep the kernel below).
+        let g = ferrite_kernels::conv::Window {
+            batch,
+            in_h: 1,
+            in_w: 1,
+            out_h: 1,
+            out_w: 1,
+            k_h: 1,
+            k_w: 1,
+            stride_h: 1,
+            stride_w: 1,
+            dil_h: 1,
+            dil_w: 1,
+            pad_top: 0,
+            pad_left: 0,
+        };
+        let q = QConv { g, in_c: in_n, out_c: out_n, depth_multiplier: 0, in_zp, w_zp, rq };
+        let pk = qgemm::QPacked::new(typed::<i8>(bytes)?, out_n, in_n);
+        let scratch = Mutex::new(qgemm::ConvScratch::new(&pk, &q.rq));
+        return Ok(Built {
+            outputs: vec![(x.dtype, out_shape)],
+            kernel: Box::new(move |ins, outs| {
+                let bias = if has_bias { Some(typed::<i32>(arg(ins, 2)?)?) } else { None };
+                let mut s = scratch.lock().unwrap_or_else(|e| e.into_inner());
+                qgemm::conv_i8(arg(ins, 0)?, &pk, bias, &q, typed_mut(outs[0])?, &mut s);
+                Ok(())
+            }),
+        });
+    }
     Ok(Built {
         outputs: vec![(x.dtype, out_shape)],
         kernel: Box::new(move |ins, outs| {
