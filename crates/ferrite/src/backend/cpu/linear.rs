@@ -300,9 +300,11 @@ pub(crate) fn fully_connected_int(op: &OpContext<'_>) -> Result<Built> {
         });
     }
     let has_bias = op.opt_input(2).is_some();
-    if let (None, Some(bytes), true) = (&flipped, w.value.filter(|_| w.constant), (-128..=127).contains(&in_zp) && (-128..=127).contains(&w_zp)) {
+    if let (None, Some(bytes), true) = (&flipped, w.value.filter(|_| w.constant), out_n >= 8 && (-128..=127).contains(&in_zp) && (-128..=127).contains(&w_zp)) {
         // int8 with constant weights: the rows as 1x1 "pixels" of the int8 GEMM
-        // (its requantization rounds twice, as LiteRT's int8 layer; uint8 rounds once).
+        // (its requantization rounds twice, as LiteRT's int8 layer; uint8 rounds
+        // once). A layer of a few outputs (a classifier's last) stays on the
+        // plain dot products, which cost less than the GEMM's setup there.
         let g = ferrite_kernels::conv::Window {
             batch,
             in_h: 1,
