@@ -516,7 +516,13 @@ impl Depthwise {
         if m == 1 && crate::level::has_avx2_fma() {
             let line = &mut self.lines[slot * self.npl * cp * 2..][..self.npl * cp * 2];
             // SAFETY: AVX2 is present (checked just above).
-            unsafe { x86_64::pair_line_avx2(src, self.in_c, g.pad_left, g.dil_w, self.zp8, self.flip, cp, line) };
+            unsafe {
+                if self.flip == 0 {
+                    x86_64::pair_line_avx2::<0>(src, self.in_c, g.pad_left, g.dil_w, self.zp8, cp, line);
+                } else {
+                    x86_64::pair_line_avx2::<0x80>(src, self.in_c, g.pad_left, g.dil_w, self.zp8, cp, line);
+                }
+            }
             return;
         }
         // Columns before pad_left and past the input stay 0 from construction.

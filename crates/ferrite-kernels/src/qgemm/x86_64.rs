@@ -401,23 +401,26 @@ pub(super) unsafe fn depthwise_row_avx2(r: &super::DwRow<'_>, acc: &mut [i32]) {
 /// The CPU must support AVX2.
 #[target_feature(enable = "avx2")]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn pair_line_avx2(src: &[u8], c: usize, pad_left: usize, dil: usize, zp: i32, flip: u8, cp: usize, line: &mut [i16]) {
+pub(super) unsafe fn pair_line_avx2<const FLIP: u8>(src: &[u8], c: usize, pad_left: usize, dil: usize, zp: i32, cp: usize, line: &mut [i16]) {
     let width = src.len() / c.max(1);
     let zp8 = _mm_set1_epi8(zp as i8);
-    let flip8 = _mm_set1_epi8(flip as i8);
+    let flip = FLIP;
+    // (A constant: int8 rows skip the xor.)
+    let flip8 = _mm_set1_epi8(FLIP as i8);
+    let xor = |v: __m128i| if FLIP == 0 { v } else { _mm_xor_si128(v, flip8) };
     let zp16 = _mm256_set1_epi16(zp as i16);
     // 8 channels of pixel p from channel j (the zero point outside the row).
     let load = |p: usize, j: usize| -> __m128i {
         match p.checked_sub(pad_left).filter(|&x| x < width) {
             Some(x) if x * c + j + 8 <= src.len() => {
                 // SAFETY: bytes x * c + j .. + 8 lie inside `src` (checked in the guard).
-                _mm_xor_si128(unsafe { _mm_loadl_epi64(src.as_ptr().add(x * c + j) as *const __m128i) }, flip8)
+                xor(unsafe { _mm_loadl_epi64(src.as_ptr().add(x * c + j) as *const __m128i) })
             }
             Some(x) => {
                 let mut b = [zp as i8 as u8 ^ flip; 8];
                 let avail = &src[x * c + j..];
                 b[..avail.len().min(8)].copy_from_slice(&avail[..avail.len().min(8)]);
-                _mm_xor_si128(_mm_set_epi64x(0, i64::from_le_bytes(b)), flip8)
+                xor(_mm_set_epi64x(0, i64::from_le_bytes(b)))
             }
             None => zp8,
         }
@@ -445,8 +448,8 @@ pub(super) unsafe fn pair_line_avx2(src: &[u8], c: usize, pad_left: usize, dil: 
             // lie inside `src`; the 16 int16 of block blk of pixel p < npl lie
             // inside `line` (npl * 2 * cp values).
             unsafe {
-                let a = _mm_xor_si128(_mm_loadl_epi64(src.as_ptr().add(xa * c + blk * 8) as *const __m128i), flip8);
-                let b = _mm_xor_si128(_mm_loadl_epi64(src.as_ptr().add(xb * c + blk * 8) as *const __m128i), flip8);
+                let a = xor(_mm_loadl_epi64(src.as_ptr().add(xa * c + blk * 8) as *const __m128i));
+                let b = xor(_mm_loadl_epi64(src.as_ptr().add(xb * c + blk * 8) as *const __m128i));
                 _mm256_storeu_si256(
                     line.as_mut_ptr().add((p * cp + blk * 8) * 2) as *mut __m256i,
                     _mm256_sub_epi16(_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, b)), zp16),

@@ -276,11 +276,13 @@ pub(crate) fn fully_connected_int(op: &OpContext<'_>) -> Result<Built> {
     // meets an exact half).
     let i8_rounding = if wq.scale.len() > 1 { kq::Rounding::Single } else { kq::Rounding::Double };
     if let (None, Some(bytes), true, kq::Rounding::Double) =
-        (&flipped, w.value.filter(|_| w.constant), (-128..=127).contains(&in_zp) && (-128..=127).contains(&w_zp), i8_rounding)
+        (&flipped, w.value.filter(|_| w.constant), out_n >= 8 && (-128..=127).contains(&in_zp) && (-128..=127).contains(&w_zp), i8_rounding)
     {
         // int8 with constant weights: the rows as 1x1 "pixels" of the int8 GEMM
         // (its requantization rounds twice, as LiteRT's int8 layer with one weight scale;
-        // per-row scales and uint8 round once and keep the kernel below).
+        // per-row scales and uint8 round once and keep the kernel below). A layer of a
+        // few outputs (a classifier's last) stays on the plain dot products, which cost
+        // less than the GEMM's setup there.
         let g = ferrite_kernels::conv::Window {
             batch,
             in_h: 1,
