@@ -197,6 +197,52 @@ def run_case(name, case, args, tf, keras, work):
     return ok, report
 
 
+def bad_inputs(args, tf, keras, work):
+    """Bad input gives a clear error, exit status 1 and no file written."""
+    model = keras_model(CASES["mlp_mse_sgd"], keras)
+    tfl = os.path.join(work, "bad.tflite")
+    with open(tfl, "wb") as f:
+        f.write(tf.lite.TFLiteConverter.from_keras_model(model).convert())
+    L = keras.layers
+    odd = keras.Sequential([L.Input((8,)), L.Dense(6), L.Lambda(lambda t: keras.ops.abs(t)), L.Dense(4)])
+    odd_path = os.path.join(work, "abs.tflite")
+    with open(odd_path, "wb") as f:
+        f.write(tf.lite.TFLiteConverter.from_keras_model(odd).convert())
+    rng = np.random.default_rng(3)
+    files = {
+        "x": rng.uniform(-1, 1, (64, 8)).astype(np.float32),
+        "y": rng.uniform(-1, 1, (64, 4)).astype(np.float32),
+        "y_short": rng.uniform(-1, 1, (50, 4)).astype(np.float32),
+        "x_f64": rng.uniform(-1, 1, (64, 8)),
+        "x_shape": rng.uniform(-1, 1, (64, 9)).astype(np.float32),
+    }
+    for k, v in files.items():
+        np.save(os.path.join(work, k + ".npy"), v)
+    p = lambda k: os.path.join(work, k + ".npy")
+    cases = [
+        ("mismatched sample counts", tfl, ["--load_input", p("x"), "--load_expected", p("y_short")], "sample counts"),
+        ("wrong dtype", tfl, ["--load_input", p("x_f64"), "--load_expected", p("y")], "float32"),
+        ("wrong shape", tfl, ["--load_input", p("x_shape"), "--load_expected", p("y")], "shaped"),
+        ("batch larger than the data", tfl, ["--load_input", p("x"), "--load_expected", p("y"), "--batch_size", "100"], "larger than"),
+        ("untrainable op", odd_path, ["--load_input", p("x"), "--load_expected", p("y")], "ABS"),
+        ("no such checkpoint", tfl, ["--load_input", p("x"), "--load_expected", p("y"), "--checkpoint_in", p("missing")], "missing"),
+    ]
+    failed = 0
+    for what, m, extra, needle in cases:
+        out = os.path.join(work, "bad_out.tflite")
+        ck = os.path.join(work, "bad_ck.bin")
+        r = subprocess.run([args.ferrite, "train", m, "--export_path", out, "--checkpoint_out", ck] + extra, capture_output=True, text=True)
+        ok = r.returncode == 1 and needle in r.stderr and not os.path.exists(out) and not os.path.exists(ck)
+        ok = ok and not [f for f in os.listdir(work) if ".tmp" in f]
+        failed += not ok
+        print(("ok   " if ok else "FAIL ") + f"bad input: {what}: {r.stderr.strip()}", flush=True)
+    h = subprocess.run([args.ferrite, "train", "--help"], capture_output=True, text=True)
+    if h.returncode != 0 or "--num_trainable_ops" not in h.stdout:
+        failed += 1
+        print("FAIL train --help", flush=True)
+    return failed
+
+
 def litert_run(model_path, input_path):
     from ai_edge_litert.interpreter import Interpreter
     it = Interpreter(model_path=model_path)
@@ -231,7 +277,9 @@ def main():
                 ok, rep = False, {"case": name, "error": str(e)}
             failed += not ok
             print(("ok   " if ok else "FAIL ") + json.dumps(rep), flush=True)
-    print(f"train_check: {len(names) - failed}/{len(names)} cases match Keras")
+        bad = bad_inputs(args, tf, keras, work)
+    print(f"train_check: {len(names) - failed}/{len(names)} cases match Keras; {bad} bad-input checks failed")
+    failed += bad
     return 1 if failed else 0
 
 
