@@ -12,8 +12,8 @@ weights read from ferrite's export (1e-4 * (1 + |w|)). Then the exported
   tfvenv/bin/python tools/train_check.py --ferrite target/release/ferrite \
       --litert-python ~/.cache/ferrite/venv/bin/python [--cases mlp_mse_sgd,...]
 
-The CNN cases need the convolution backward kernels; they run when
-`CNN_ENABLED` is True.
+The full CNN case needs the convolution and pooling backward kernels; it runs
+when `CNN_ENABLED` is True (the CNN with only its head trained runs always).
 """
 
 import argparse
@@ -37,10 +37,10 @@ WEIGHT_TOL = 1e-4
 def keras_model(case, keras):
     L = keras.layers
     init = keras.initializers
-    rng_seed = 7
-    # Biases start random: the converter merges identical constants (zero biases
-    # of equal size), which training refuses.
-    bias = lambda: init.RandomUniform(-0.1, 0.1, seed=rng_seed + 1)
+    seeds = iter(range(100, 200))
+    # Biases start random, each layer its own: the converter merges identical
+    # constants (zero biases of equal size), which training refuses.
+    bias = lambda: init.RandomUniform(-0.1, 0.1, seed=next(seeds))
     kern = lambda s: init.GlorotUniform(seed=s)
     if case["arch"] == "mlp":
         return keras.Sequential([
@@ -73,7 +73,8 @@ CASES = {
     "classifier_cce_adam": dict(arch="classifier", loss="cce", optimizer="adam", lr=0.01, n=160, batch=16, metric=True, args=[]),
     "classifier_cce_adam_val": dict(arch="classifier", loss="cce", optimizer="adam", lr=0.01, n=200, batch=20, metric=True, validation_split=0.2, args=[]),
     "cnn_cce_sgd": dict(arch="cnn", loss="cce", optimizer="sgd", lr=0.05, n=64, batch=8, metric=True, cnn=True, args=[]),
-    "cnn_cce_sgd_last2": dict(arch="cnn", loss="cce", optimizer="sgd", lr=0.05, n=64, batch=8, metric=True, cnn=True, trainable_ops=2, args=[]),
+    # Only the head trains: the convolutions run forward only, so this case needs no conv backward.
+    "cnn_cce_sgd_last2": dict(arch="cnn", loss="cce", optimizer="sgd", lr=0.05, n=64, batch=8, metric=True, trainable_ops=2, args=[]),
 }
 
 
@@ -155,16 +156,26 @@ def run_case(name, case, args, tf, keras, work):
         consts.setdefault(tuple(v.shape), []).append(v)
     worst_w = 0.0
     for layer in model.layers:
+        kind = type(layer).__name__
         for w in layer.weights:
             k = np.array(w)
-            cands = []
-            for cand in (k, k.T, np.transpose(k, (3, 0, 1, 2)) if k.ndim == 4 else None,
-                         np.transpose(k, (2, 0, 1, 3)).reshape(1, k.shape[0], k.shape[1], -1) if k.ndim == 4 else None):
-                if cand is not None and tuple(cand.shape) in consts:
-                    cands.append((cand, consts[tuple(cand.shape)]))
-            if not cands:
+            # Keras' layouts to TFLite's: Dense [in, out] -> [out, in]; Conv2D HWIO -> OHWI;
+            # DepthwiseConv2D [kh, kw, in, mult] -> [1, kh, kw, in * mult]; biases as they are.
+            if k.ndim == 1:
+                want = k
+            elif kind == "Dense":
+                want = k.T
+            elif kind == "Conv2D":
+                want = np.transpose(k, (3, 0, 1, 2))
+            elif kind == "DepthwiseConv2D":
+                want = k.reshape(1, k.shape[0], k.shape[1], -1)
+            else:
+                raise RuntimeError(f"no layout for {kind} weights")
+            got_list = consts.get(tuple(want.shape))
+            if not got_list:
                 raise RuntimeError(f"no exported tensor for {w.path} {k.shape}")
-            want, got_list = cands[0]
+            # Shapes are unique within these models except where noted by several candidates:
+            # the closest one is this weight's.
             d = min(float(np.max(np.abs(g - want) / (1 + np.abs(want)))) for g in got_list)
             worst_w = max(worst_w, d)
     report["weight_diff"] = worst_w
