@@ -473,3 +473,14 @@ fn training_is_bit_identical_for_any_thread_count_and_from_a_session() {
     let losses: Vec<f32> = one.0.iter().map(|&b| f32::from_bits(b)).collect();
     assert!(losses[3] < losses[0], "{losses:?}");
 }
+
+#[test]
+fn a_trainer_can_move_between_threads() {
+    fn is_send<T: Send>() {}
+    is_send::<Trainer>();
+    let (bytes, _) = mlp(false);
+    let model = Arc::new(Model::from_bytes(Arc::new(bytes)).unwrap());
+    let mut t = Trainer::new(model, TrainConfig { batch_size: 2, threads: 2, ..Default::default() }).unwrap();
+    let loss = std::thread::spawn(move || t.step(&[&[0.5; 12]], &[0.0; 6]).unwrap()).join().unwrap();
+    assert!(loss.is_finite());
+}
