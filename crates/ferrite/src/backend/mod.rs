@@ -7,6 +7,7 @@
 
 pub(crate) mod cpu;
 pub(crate) mod custom_builtin;
+#[cfg(feature = "reference")]
 pub(crate) mod reference;
 pub(crate) mod select;
 

@@ -22,10 +22,16 @@ use crate::ops::{Activation, OpParams};
 /// The fully-connected / matmul family's builders, by op and element types.
 pub(super) fn build(code: B, op: &OpContext<'_>, ctx: &mut BackendContext) -> Option<Result<Built>> {
     Some(match code {
+        #[cfg(feature = "type-hybrid")]
         B::FULLY_CONNECTED if op.is_hybrid() => hybrid(op, code),
+        #[cfg(feature = "type-int")]
         B::FULLY_CONNECTED if op.is_int() => fully_connected_int(op, ctx),
+        #[cfg(feature = "type-float")]
         B::FULLY_CONNECTED => fully_connected(op, ctx),
         B::BATCH_MATMUL => batch_matmul(op),
+        // Reached only when a type feature left the op's kernel out of this build.
+        #[allow(unreachable_patterns)]
+        B::FULLY_CONNECTED => super::type_not_built(op),
         _ => return None,
     })
 }
