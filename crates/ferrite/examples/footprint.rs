@@ -65,13 +65,22 @@ fn main() -> Result<(), String> {
     ranges.sort_by_key(|r| (r.start, r.end));
     ranges.dedup();
     let weights: usize = ranges.iter().map(|r| r.len()).sum();
-    // The same with float16 constants at float32 size: the float kernels take them
-    // converted, so that is the least a session can hold for them.
-    let mut f16: Vec<_> =
-        model.subgraphs().iter().flat_map(|g| g.tensors.iter().filter(|t| t.dtype == ferrite::DType::F16).filter_map(|t| t.data.clone())).collect();
-    f16.sort_by_key(|r| (r.start, r.end));
-    f16.dedup();
-    let weights_f32 = weights + f16.iter().map(|r| r.len()).sum::<usize>();
+    // The constants as the kernels take them: sparse ones densified, float16 ones
+    // at float32 size (the float kernels get them converted once, at prepare). The
+    // least a session must hold for its weights.
+    let mut dense: Vec<_> = model
+        .subgraphs()
+        .iter()
+        .flat_map(|g| g.tensors.iter())
+        .filter_map(|t| {
+            let r = t.data.clone()?;
+            let size = if t.dtype == ferrite::DType::F16 { 4 } else { t.dtype.size().unwrap_or(1) };
+            Some((r.start, r.end, (t.numel() * size).max(r.len())))
+        })
+        .collect();
+    dense.sort_unstable();
+    dense.dedup_by_key(|d| (d.0, d.1));
+    let weights_f32: usize = dense.iter().map(|d| d.2).sum();
     let arena: usize = all.iter().map(Session::arena_capacity_bytes).sum();
     println!(
         "{{\"model\": {path:?}, \"sessions\": {sessions}, \"rss_before_kb\": {before}, \"peak_rss_kb\": {peak}, \"growth_kb\": {}, \
