@@ -27,8 +27,9 @@ OUT=target/size
 mkdir -p "$OUT"
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 
-# The wake-word feature list, from the models themselves (the host's full CLI).
-cargo build --profile dist --locked -p ferrite-cli
+# The wake-word feature list, from the models themselves (the host's full CLI; built
+# with the C library, as below, so the dependencies are built once for both).
+cargo build --profile dist --locked -p ferrite-capi -p ferrite-cli
 FEATURES=$(target/dist/ferrite features "$WAKE"/*.tflite 2>/dev/null)
 QUALIFIED=$(echo "$FEATURES" | tr ',' '\n' | sed 's|^|ferrite/|' | paste -sd, -)
 echo "wake-word models ($(ls "$WAKE" | tr '\n' ' ')) need: $FEATURES"

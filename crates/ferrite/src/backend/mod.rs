@@ -277,7 +277,7 @@ impl SharedConstants {
     /// Values some session still holds.
     pub(crate) fn live(&self) -> usize {
         let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        slots.values().filter(|s| s.lock().map_or(false, |v| v.as_ref().is_some_and(|w| w.strong_count() > 0))).count()
+        slots.values().filter(|s| s.lock().is_ok_and(|v| v.as_ref().is_some_and(|w| w.strong_count() > 0))).count()
     }
 }
 
