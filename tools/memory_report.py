@@ -259,6 +259,16 @@ def render(args, rows, big, multi):
         ]
         for row in sizes.get("rows", []):
             lines.append(f"| {row['target']} | {row['build']} | {row.get('lib', '')} | {row.get('cli', '')} |")
+        rows_ = sizes.get("rows", [])
+        full_ok = all(r["lib"] <= 1.5 * 1024 * 1024 for r in rows_ if r["build"].startswith("full") and "dist" in r["build"])
+        sel_ok = all(r["lib"] <= 400 * 1024 for r in rows_ if r["build"].startswith("selective"))
+        lines += [
+            "",
+            f"Full target {'met' if full_ok else 'missed'}, selective target {'met' if sel_ok else 'missed'}. What stays in the",
+            "selective build is the runtime every model needs (format reader, compiler passes, executor, session,",
+            "traces) and the generic code of the standard library (formatting, panics with backtrace symbolization,",
+            "collections), not kernels.",
+        ]
     if args.out:
         pathlib.Path(args.out).write_text("\n".join(lines) + "\n")
         print(f"wrote {args.out}")
