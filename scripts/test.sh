@@ -42,6 +42,13 @@ echo "== rust tests (unit, corruption over the corpus, API; the C API library ag
 FERRITE_CORPUS="$CACHE/models" FERRITE_TFLITE_C_REFERENCE="$CACHE/lib/pymicro-wakeword-2.5.0/libtensorflowlite_c.so" \
   cargo test --release --workspace --locked
 
+echo "== footprint: sessions of one model share its weights (1 and 4 sessions of the largest float model, each in its own process)"
+cargo build --release --locked -p ferrite --example footprint
+"$CACHE/venv/bin/python" tools/memory_report.py --check --ferrite target/release/ferrite --footprint target/release/examples/footprint --corpus "$CACHE/models"
+
+echo "== library size: the C library and the CLI stripped, full and selective (wake-word ops only); dist profile (LTO), a few minutes"
+scripts/size.sh
+
 echo "== aarch64: cross-compiled kernels and runtime under qemu (NEON, dot product)"
 scripts/aarch64.sh
 
@@ -71,6 +78,9 @@ echo "wheel: $(basename "$WHEEL"), $(( $(stat -c %s "$WHEEL") / 1024 )) KiB"
 
 echo "== python package: one script against LiteRT's Interpreter and ferrite's"
 "$CACHE/venv/bin/python" tools/python_api_test.py --corpus "$CACHE/models"
+
+echo "== python package: interpreters sharing one model's weights (same bits, 4 threads, any drop order)"
+"$CACHE/venv/bin/python" tools/python_shared_test.py --corpus "$CACHE/models"
 
 echo "== python package: op callbacks and traces (views against an unfused run, every corpus model)"
 "$CACHE/venv/bin/python" tools/python_observe_test.py --corpus "$CACHE/models"

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include "ferrite.h"
@@ -251,6 +252,86 @@ static int run(struct FerriteSession *s, int threads) {
     return 0;
 }
 
+/* Binds every input of `s` (prepared first) to buffers filled the same way for
+ * every session; the buffers are the caller's and stay bound, so they live in
+ * `bufs` until the sessions are closed. */
+static int fill_inputs(struct FerriteSession *s, unsigned char **bufs, size_t max) {
+    size_t n_in = 0;
+    CHECK(ferrite_session_input_count(s, &n_in));
+    EXPECT(n_in <= max);
+    for (size_t i = 0; i < n_in; i++) {
+        struct FerriteTensorInfo t;
+        CHECK(ferrite_session_input_info(s, i, &t));
+        if (!bufs[i]) {
+            bufs[i] = malloc(t.bytes ? t.bytes : 1);
+            for (size_t k = 0; k < t.bytes; k++) bufs[i][k] = (unsigned char)((k * 13) % 61);
+        }
+        CHECK(ferrite_session_set_input(s, i, bufs[i], t.bytes));
+    }
+    return 0;
+}
+
+/* One thread's share of the concurrent check: runs its session `runs` times and
+ * compares output 0 with the expected bytes each time. */
+struct worker {
+    struct FerriteSession *s;
+    const unsigned char *want;
+    size_t bytes;
+    int failed;
+};
+
+static void *work(void *arg) {
+    struct worker *w = arg;
+    for (int r = 0; r < 4 && !w->failed; r++) {
+        const void *data = NULL;
+        size_t bytes = 0;
+        if (ferrite_session_run(w->s) != FERRITE_STATUS_OK || ferrite_session_output_data(w->s, 0, &data, &bytes) != FERRITE_STATUS_OK ||
+            bytes != w->bytes || memcmp(data, w->want, bytes) != 0)
+            w->failed = 1;
+    }
+    return NULL;
+}
+
+/* Sessions sharing one model's weights: made from a session, they give the bits
+ * of that session, run at the same time on two threads, and close in any order
+ * (the first one, holding the load, closed before the others). */
+static int shared(const char *path) {
+    char err[256];
+    struct FerriteSession *first = NULL, *s = NULL, *third = NULL;
+    EXPECT(ferrite_session_create_shared(NULL, &s, err, sizeof err) == FERRITE_STATUS_NULL_ARGUMENT);
+    CHECK(ferrite_session_create_from_file(path, &first, err, sizeof err));
+    CHECK(ferrite_session_create_shared(first, &s, err, sizeof err));
+    CHECK(ferrite_session_create_shared(s, &third, err, sizeof err));
+    CHECK(ferrite_session_set_num_threads(third, 2));
+    struct FerriteSession *all[3] = {first, s, third};
+    unsigned char *bufs[8] = {0};
+    for (int k = 0; k < 3; k++) {
+        CHECK(ferrite_session_prepare(all[k]));
+        if (fill_inputs(all[k], bufs, 8)) return 1;
+    }
+    CHECK(ferrite_session_run(first));
+    const void *data = NULL;
+    size_t bytes = 0;
+    CHECK(ferrite_session_output_data(first, 0, &data, &bytes));
+    unsigned char *want = malloc(bytes ? bytes : 1);
+    memcpy(want, data, bytes);
+    ferrite_session_close(first);
+    struct worker w[2] = {{s, want, bytes, 0}, {third, want, bytes, 0}};
+    pthread_t th[2];
+    for (int k = 0; k < 2; k++) EXPECT(pthread_create(&th[k], NULL, work, &w[k]) == 0);
+    for (int k = 0; k < 2; k++) pthread_join(th[k], NULL);
+    EXPECT(!w[0].failed && !w[1].failed);
+    ferrite_session_close(third);
+    w[0].failed = 0;
+    work(&w[0]);
+    EXPECT(!w[0].failed);
+    ferrite_session_close(s);
+    free(want);
+    for (int i = 0; i < 8; i++) free(bufs[i]);
+    printf("shared weights: 3 sessions of one model, %zu output bytes identical on 2 threads\n", bytes);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: %s MODEL.tflite\n", argv[0]);
@@ -272,6 +353,8 @@ int main(int argc, char **argv) {
     int rc = run(s, 1);
     ferrite_session_close(s);
     if (rc) return rc;
+    s = NULL;
+    if (shared(argv[1])) return 1;
 
     /* From a caller buffer (used in place), on two threads. */
     size_t len = 0;

@@ -592,6 +592,36 @@ pub unsafe extern "C" fn ferrite_session_create_from_buffer(
     unsafe { create(|| Model::from_bytes(bytes).map(Arc::new), out, err, err_len) }
 }
 
+/// Creates a new session over the model `other` runs, stored in `*out`: no second
+/// load, and the prepared constants (packed weights, converted and folded constants)
+/// are shared by every session of that model, so each further session costs only its
+/// own arena, scratch and threads. The sessions are independent otherwise (inputs,
+/// thread count, bindings, state) and may run at the same time on different threads;
+/// they may be closed in any order (the model and the shared constants are freed
+/// with the last). For a model from `ferrite_session_create_from_buffer`, the buffer
+/// must outlive every session sharing it. On failure `*out` is NULL and `err` (if
+/// not NULL) receives a message.
+///
+/// # Safety
+/// `other` is a live session that no other thread uses during this call (like
+/// every call on a session); `out` is writable; `err` is NULL or points to
+/// `err_len` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_session_create_shared(
+    other: *const FerriteSession,
+    out: *mut *mut FerriteSession,
+    err: *mut c_char,
+    err_len: usize,
+) -> FerriteStatus {
+    if other.is_null() || out.is_null() {
+        return FerriteStatus::NullArgument;
+    }
+    // SAFETY: `other` is a live session not in use elsewhere (caller contract).
+    let model = unsafe { &(*other).model }.clone();
+    // SAFETY: forwarded caller contract.
+    unsafe { create(|| Ok(model), out, err, err_len) }
+}
+
 /// Closes a session and frees everything it owns. NULL is ignored.
 ///
 /// # Safety

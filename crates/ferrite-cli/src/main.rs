@@ -145,6 +145,13 @@ enum Cmd {
         #[arg(long)]
         markdown: bool,
     },
+    /// Print the cargo features of `ferrite` a selective build needs for these models
+    /// (the op families and element types they use), and the command that builds the
+    /// C library with only those.
+    Features {
+        #[arg(required = true)]
+        models: Vec<PathBuf>,
+    },
     /// Run a model on .npy inputs (or seeded random ones) and write .npy outputs.
     Run {
         model: PathBuf,
@@ -252,6 +259,7 @@ fn main() -> ExitCode {
             }
             Ok(())
         }
+        Cmd::Features { models } => features(&models),
         Cmd::Run { model, inputs, out_dir, threads, seed, steps, backends, trace, dump } => {
             run(&model, &inputs, &out_dir, threads, seed, steps, &backends, trace.as_deref(), &dump)
         }
@@ -571,6 +579,23 @@ fn open_session(path: &Path, threads: usize, backends: &BackendArgs, trace: bool
 }
 
 /// The model files to inspect: the file itself, or each model of a package.
+/// `ferrite features`: the union of what each model needs, one line of features and
+/// the C library's build command.
+fn features(models: &[PathBuf]) -> Result<(), String> {
+    let mut all = std::collections::BTreeSet::new();
+    for path in models {
+        for f in model_files(path)? {
+            let m = ferrite::Model::from_file(&f).map_err(|e| format!("{}: {e}", f.display()))?;
+            all.extend(ferrite::features_for(&m));
+        }
+    }
+    let list: Vec<&str> = all.into_iter().collect();
+    outln!("{}", list.join(","));
+    let qualified: Vec<String> = list.iter().map(|f| format!("ferrite/{f}")).collect();
+    eprintln!("build: cargo build --release -p ferrite-capi --no-default-features --features {}", qualified.join(","));
+    Ok(())
+}
+
 fn model_files(path: &Path) -> Result<Vec<PathBuf>, String> {
     if is_package(path) {
         let p = ferrite::Package::open(path).map_err(|e| e.to_string())?;

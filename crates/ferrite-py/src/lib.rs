@@ -152,6 +152,50 @@ impl Drop for ReadBuffer {
     }
 }
 
+/// Session options from the Python arguments; `threads` -1 means all cores.
+fn session_options(threads: i64, reference: bool) -> PyResult<SessionOptions> {
+    let threads = match threads {
+        -1 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => usize::try_from(n).ok().filter(|&n| n >= 1).ok_or_else(|| PyValueError::new_err("num_threads should >= 1 (or -1 for all cores)"))?,
+    };
+    let mut options = SessionOptions { threads, ..SessionOptions::default().with_env_backends().map_err(err_as::<PyValueError>)? };
+    if reference {
+        // LiteRT's reference kernels (BUILTIN_REF): ferrite's naive ones.
+        options.backends = vec!["reference".into()];
+    }
+    Ok(options)
+}
+
+/// Models loaded by path for sharing, held weakly: an entry lives as long as a
+/// session of its model does. Keyed by the canonical path and the file's identity
+/// and modification time, so a file replaced on disk is loaded afresh.
+type SharedKey = (std::path::PathBuf, u64, u64, u64, std::time::SystemTime);
+static SHARED_MODELS: Mutex<Vec<(SharedKey, std::sync::Weak<Model>)>> = Mutex::new(Vec::new());
+
+/// The model at `path`, from a live session of this process when one loaded the same
+/// file for sharing.
+fn shared_load(path: &str) -> PyResult<Arc<Model>> {
+    let io = |e: std::io::Error| PyValueError::new_err(format!("cannot read {path}: {e}"));
+    let canonical = std::fs::canonicalize(path).map_err(io)?;
+    let meta = std::fs::metadata(&canonical).map_err(io)?;
+    #[cfg(unix)]
+    let (dev, ino) = {
+        use std::os::unix::fs::MetadataExt;
+        (meta.dev(), meta.ino())
+    };
+    #[cfg(not(unix))]
+    let (dev, ino) = (0, 0);
+    let key: SharedKey = (canonical, dev, ino, meta.len(), meta.modified().map_err(io)?);
+    let mut models = SHARED_MODELS.lock().unwrap_or_else(|e| e.into_inner());
+    models.retain(|(_, m)| m.strong_count() > 0);
+    if let Some(m) = models.iter().find(|(k, _)| *k == key).and_then(|(_, m)| m.upgrade()) {
+        return Ok(m);
+    }
+    let m = Arc::new(Model::from_file(&key.0).map_err(err_as::<PyValueError>)?);
+    models.push((key, Arc::downgrade(&m)));
+    Ok(m)
+}
+
 /// One ferrite session. The mutex makes the object shareable between Python threads;
 /// calls on one session are serialized.
 #[pyclass(module = "ferrite._ferrite", frozen)]
@@ -212,27 +256,35 @@ impl NativeSession {
 impl NativeSession {
     /// Loads from a path or from bytes (copied once into the session's model). Every
     /// load failure is a `ValueError`, as in LiteRT. `threads` -1 means all cores.
+    /// With `share` and a path, a model file already loaded by a live session of this
+    /// process (same path, same file) is not loaded again: the new session shares its
+    /// model and prepared weights.
     #[new]
-    #[pyo3(signature = (path=None, content=None, threads=1, preserve_all=false, reference=false))]
-    fn new(path: Option<String>, content: Option<&Bound<'_, PyAny>>, threads: i64, preserve_all: bool, reference: bool) -> PyResult<Self> {
+    #[pyo3(signature = (path=None, content=None, threads=1, preserve_all=false, reference=false, share=false))]
+    fn new(path: Option<String>, content: Option<&Bound<'_, PyAny>>, threads: i64, preserve_all: bool, reference: bool, share: bool) -> PyResult<Self> {
         let content = content.map(ReadBuffer::get).transpose()?;
         contain("loading the model", || {
             let model = match (path, content) {
-                (Some(p), None) => Model::from_file(p).map_err(err_as::<PyValueError>)?,
-                (None, Some(c)) => Model::from_bytes(Arc::new(c.bytes().to_vec())).map_err(err_as::<PyValueError>)?,
+                (Some(p), None) if share => shared_load(&p)?,
+                (Some(p), None) => Arc::new(Model::from_file(p).map_err(err_as::<PyValueError>)?),
+                (None, Some(c)) => Arc::new(Model::from_bytes(Arc::new(c.bytes().to_vec())).map_err(err_as::<PyValueError>)?),
                 _ => return Err(PyValueError::new_err("give exactly one of model_path and model_content")),
             };
-            let threads = match threads {
-                -1 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-                n => usize::try_from(n).ok().filter(|&n| n >= 1).ok_or_else(|| PyValueError::new_err("num_threads should >= 1 (or -1 for all cores)"))?,
-            };
-            let mut options = SessionOptions { threads, ..SessionOptions::default().with_env_backends().map_err(err_as::<PyValueError>)? };
-            if reference {
-                // LiteRT's reference kernels (BUILTIN_REF): ferrite's naive ones.
-                options.backends = vec!["reference".into()];
-            }
-            NativeSession::build(Arc::new(model), options, preserve_all, None)
+            NativeSession::build(model, session_options(threads, reference)?, preserve_all, None)
         })
+    }
+
+    /// A new, independent session of this session's model: no second load, and the
+    /// prepared weights are shared (freed with the last session using them).
+    #[pyo3(signature = (threads=1, preserve_all=false, reference=false))]
+    fn shared(&self, threads: i64, preserve_all: bool, reference: bool) -> PyResult<NativeSession> {
+        contain("sharing the model", || NativeSession::build(self.model.clone(), session_options(threads, reference)?, preserve_all, None))
+    }
+
+    /// Prepared constants (packed weights, converted constants) the sessions of this
+    /// session's model share now.
+    fn shared_constants(&self) -> usize {
+        self.model.shared_constant_count()
     }
 
     /// A second session of the same model (shared, not reloaded) running signature `key`.

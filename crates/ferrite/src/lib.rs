@@ -49,6 +49,7 @@ mod variables;
 pub mod ext;
 pub mod model;
 
+pub use backend::cpu::features_for;
 pub use backend::select::{parse_backend_list, parse_op_backend, parse_op_backends, OpSelector, BACKEND_NAMES};
 pub use compile::{Crossing, OpRun};
 pub use error::{Detail, Error, Location, Result};

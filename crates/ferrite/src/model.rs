@@ -282,6 +282,34 @@ impl AsRef<[u8]> for Mapped {
     }
 }
 
+impl Mapped {
+    /// Drops the resident pages lying wholly inside `range` of the map (pages it
+    /// shares with a neighbouring tensor stay).
+    #[cfg(unix)]
+    fn release(&self, range: Range<usize>) {
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(0);
+        if page == 0 || range.end > self.0.len() {
+            return;
+        }
+        let base = self.0.as_ptr() as usize;
+        let start = (base + range.start).next_multiple_of(page) - base;
+        let end = (base + range.end) / page * page;
+        let end = end.saturating_sub(base);
+        if end > start {
+            // SAFETY: a read-only file mapping is never written, so MADV_DONTNEED only
+            // drops page-table entries: the next read of these bytes faults the same
+            // data in again from the file (the map's standing assumption is that the
+            // file is not changed underneath it). No byte anyone sees changes. The
+            // range is page-aligned, so memmap2 does not widen it.
+            let _ = unsafe { self.0.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start) };
+        }
+    }
+
+    #[cfg(not(unix))]
+    fn release(&self, _range: Range<usize>) {}
+}
+
 /// A loaded model: the IR plus the bytes its constants live in. A clone shares the bytes.
 ///
 /// Read-only outside the crate (accessors, no public fields): every index in it
@@ -290,6 +318,8 @@ impl AsRef<[u8]> for Mapped {
 #[derive(Clone)]
 pub struct Model {
     bytes: ModelBytes,
+    /// The same bytes when they are a map of the model file (pages can be given back).
+    mapped: Option<Arc<Mapped>>,
     pub(crate) kind: FileKind,
     pub(crate) version: u32,
     pub(crate) description: String,
@@ -297,6 +327,21 @@ pub struct Model {
     pub(crate) signatures: Vec<Signature>,
     /// When parsing started and ended, for the `parse` slice of a session's trace.
     pub(crate) parse_span: (std::time::Instant, std::time::Instant),
+    /// The constants its sessions share (prepacked weights, converted and folded
+    /// constants), held weakly: the sessions own it, and it goes with the last one.
+    shared: SharedSlot,
+}
+
+/// A model's link to its sessions' shared constants. A clone of a model starts
+/// with none of its own: the crate may edit a clone (more outputs, trained
+/// weights), so its tensor identities must not find the original's values.
+#[derive(Default)]
+struct SharedSlot(std::sync::Mutex<std::sync::Weak<crate::backend::SharedConstants>>);
+
+impl Clone for SharedSlot {
+    fn clone(&self) -> Self {
+        SharedSlot::default()
+    }
 }
 
 impl std::fmt::Debug for Model {
@@ -313,15 +358,57 @@ impl Model {
         let file = std::fs::File::open(path).map_err(io)?;
         // SAFETY: the map is read-only; like every mmap-based loader we assume the file
         // is not truncated by another process while the model is alive.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-        Model::from_bytes(Arc::new(Mapped(map)))
+        let map = Arc::new(Mapped(unsafe { memmap2::Mmap::map(&file) }.map_err(io)?));
+        let mut m = Model::from_bytes(map.clone())?;
+        m.mapped = Some(map);
+        Ok(m)
     }
 
     /// Loads a model from caller-owned bytes without copying them.
     pub fn from_bytes(bytes: ModelBytes) -> Result<Model> {
         let started = std::time::Instant::now();
         let (kind, version, description, subgraphs, signatures) = parse((*bytes).as_ref())?;
-        Ok(Model { bytes, kind, version, description, subgraphs, signatures, parse_span: (started, std::time::Instant::now()) })
+        Ok(Model {
+            bytes,
+            kind,
+            version,
+            description,
+            subgraphs,
+            signatures,
+            parse_span: (started, std::time::Instant::now()),
+            shared: SharedSlot::default(),
+            mapped: None,
+        })
+    }
+
+    /// The cache of constants shared by this model's sessions: the live one, or a
+    /// new one when no session holds it.
+    pub(crate) fn shared_constants(&self) -> Arc<crate::backend::SharedConstants> {
+        let mut slot = self.shared.0.lock().unwrap_or_else(|e| e.into_inner());
+        slot.upgrade().unwrap_or_else(|| {
+            let fresh = Arc::new(crate::backend::SharedConstants::default());
+            *slot = Arc::downgrade(&fresh);
+            fresh
+        })
+    }
+
+    /// Prepared constants (prepacked weights, converted and folded constants) that
+    /// this model's sessions share now. 0 once the last session using them is gone:
+    /// they are freed with it, even while the model stays loaded.
+    pub fn shared_constant_count(&self) -> usize {
+        let slot = self.shared.0.lock().unwrap_or_else(|e| e.into_inner());
+        slot.upgrade().map_or(0, |c| c.live())
+    }
+
+    /// Gives back the resident pages of the memory-mapped file that lie wholly inside
+    /// `range` (a constant a kernel has repacked and no longer reads): they count in
+    /// the process's RSS until released. Reading them later faults them in again from
+    /// the file, so this is safe whoever reads them; models loaded from caller bytes
+    /// are left alone (those pages are the caller's memory).
+    pub(crate) fn release_pages(&self, range: Range<usize>) {
+        if let Some(m) = self.mapped.as_ref() {
+            m.release(range);
+        }
     }
 
     /// File flavour (TensorFlow Lite or circle).

@@ -216,7 +216,9 @@ impl Session {
         let named = |ts: &[usize]| ts.iter().map(|&t| (g.tensors[t].name.clone(), t)).collect::<Vec<_>>();
         let (inputs, outputs) = (named(&g.inputs), named(&g.outputs));
         let input_shapes = g.inputs.iter().map(|&t| g.tensors[t].shape.clone()).collect();
-        let ctx = BackendContext::new(options.threads);
+        let mut ctx = BackendContext::new(options.threads);
+        // Sessions of one loaded model hold one copy of its prepared constants.
+        ctx.shared = Some(model.shared_constants());
         let backends = Backends::new(&options.backends, &options.op_backends, &options.custom_backends)?;
         let trace = options.trace;
         let mut s = Session {

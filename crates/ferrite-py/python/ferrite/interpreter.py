@@ -396,6 +396,14 @@ class Interpreter:
     and are accepted and ignored. Runtime errors raise ``ValueError`` / ``RuntimeError``
     as LiteRT does, with ferrite's message; errors about part of the model also carry
     ``subgraph``, ``op_index``, ``op_name`` and ``tensor_index`` attributes.
+
+    Sharing weights (ferrite only): ``Interpreter(share_weights_with=other)`` is a new,
+    independent interpreter of ``other``'s model (its own inputs, outputs, threads and
+    memory plan) whose prepared weights are shared with ``other``; with
+    ``share_weights=True`` and a ``model_path``, interpreters of the same file in this
+    process share the load and the weights the same way. Shared weights are freed with
+    the last interpreter using them. Interpreters may run at the same time on
+    different threads.
     """
 
     def __init__(
@@ -411,6 +419,8 @@ class Interpreter:
         experimental_compress_quantization_zero_points=False,
         experimental_disable_delegate_node_fusion=False,
         experimental_force_delegate_node_profiling=False,
+        share_weights_with=None,
+        share_weights=False,
     ):
         del experimental_disable_delegate_clustering, experimental_default_delegate_latest_features
         del experimental_disable_delegate_node_fusion, experimental_force_delegate_node_profiling
@@ -431,8 +441,14 @@ class Interpreter:
             "preserve_all": bool(experimental_preserve_all_tensors),
             "reference": resolver == "BUILTIN_REF",
         }
-        if model_path and not model_content:
-            native = NativeSession(path=os.fsdecode(model_path), **options)
+        if share_weights_with is not None:
+            if model_path or model_content:
+                raise ValueError("give `share_weights_with` alone, without `model_path` or `model_content`")
+            if not isinstance(share_weights_with, Interpreter):
+                raise ValueError("`share_weights_with` must be an Interpreter")
+            native = share_weights_with._g.s.shared(**options)
+        elif model_path and not model_content:
+            native = NativeSession(path=os.fsdecode(model_path), share=bool(share_weights), **options)
         elif model_content and not model_path:
             native = NativeSession(content=model_content, **options)
         elif not model_content and not model_path:
@@ -449,6 +465,11 @@ class Interpreter:
     @property
     def experimental_compress_quantization_zero_points(self):
         return self._experimental_compress_quantization_zero_points
+
+    def shared_weight_count(self):
+        """Prepared weights and constants this interpreter's model shares with other
+        interpreters of it now (ferrite only; 0 before ``allocate_tensors``)."""
+        return self._g.s.shared_constants()
 
     def _safe_to_run(self):
         """Whether no numpy view from ``tensor()`` is alive."""

@@ -7,6 +7,7 @@
 
 pub(crate) mod cpu;
 pub(crate) mod custom_builtin;
+#[cfg(feature = "reference")]
 pub(crate) mod reference;
 pub(crate) mod select;
 
@@ -206,6 +207,9 @@ pub enum Packing {
     QGemm,
     /// Depthwise weights tiled along output rows of this many pixels.
     DepthwiseRows(usize),
+    /// The outputs of an op on constants, evaluated at prepare (`tensor` is its
+    /// first output).
+    Folded,
 }
 
 /// Identity of a prepacked constant: tensor ids within the session's model, never addresses.
@@ -221,8 +225,66 @@ pub struct PackKey {
     pub packing: Packing,
 }
 
+/// Prepared constants the sessions of one loaded model share: prepacked weights,
+/// converted (fp16, densified) and folded constants. Keys are tensor identities
+/// within the model plus the packing, the instruction set and the value's type,
+/// never addresses. The cache holds only weak references: each session keeps the
+/// values its kernels use alive, so a value is freed with the last session using
+/// it, and the model holds the cache itself only weakly (see
+/// [`crate::model::Model::shared_constant_count`]), so it goes with the last session too.
+#[derive(Default)]
+pub(crate) struct SharedConstants {
+    /// One slot per key; the slot's own lock makes a second session preparing the
+    /// same constant wait for the first instead of computing a second copy.
+    slots: std::sync::Mutex<HashMap<SharedKey, Arc<std::sync::Mutex<Option<SharedValue>>>>>,
+}
+
+type SharedValue = std::sync::Weak<dyn std::any::Any + Send + Sync>;
+
+/// What a shared value is keyed by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct SharedKey {
+    key: PackKey,
+    /// The kernels' instruction sets when the value was prepared: a packing for one
+    /// ISA is never handed to a kernel of another.
+    isa: (ferrite_kernels::igemm::Isa, ferrite_kernels::qgemm::QIsa),
+    ty: std::any::TypeId,
+}
+
+impl SharedConstants {
+    /// The value under `key`, prepared by `make` when no live session holds it. The
+    /// flag says whether `make` ran.
+    fn get_or_make<T: Send + Sync + 'static>(&self, key: PackKey, make: impl FnOnce() -> Result<T>) -> Result<(Arc<T>, bool)> {
+        let key = SharedKey { key, isa: (ferrite_kernels::igemm::Isa::detect(), ferrite_kernels::qgemm::QIsa::detect()), ty: std::any::TypeId::of::<T>() };
+        let slot = {
+            let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+            // Dead entries (every session using them dropped) go as new ones come.
+            if slots.len() >= 64 && slots.len().is_power_of_two() {
+                slots.retain(|_, s| Arc::strong_count(s) > 1 || s.lock().map_or(true, |v| v.as_ref().is_some_and(|w| w.strong_count() > 0)));
+            }
+            slots.entry(key).or_default().clone()
+        };
+        let mut held = slot.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(v) = held.as_ref().and_then(|w| w.upgrade()).and_then(|v| v.downcast::<T>().ok()) {
+            return Ok((v, false));
+        }
+        let v = Arc::new(make()?);
+        let erased: Arc<dyn std::any::Any + Send + Sync> = v.clone();
+        *held = Some(Arc::downgrade(&erased));
+        Ok((v, true))
+    }
+
+    /// Values some session still holds.
+    pub(crate) fn live(&self) -> usize {
+        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        slots.values().filter(|s| s.lock().is_ok_and(|v| v.as_ref().is_some_and(|w| w.strong_count() > 0))).count()
+    }
+}
+
 /// Per-session backend state. Owned by exactly one session; never thread-local,
-/// and cache keys are tensor identities, never data addresses.
+/// and cache keys are tensor identities, never data addresses. Prepared constants
+/// come from the model's [`SharedConstants`] when the session has them, so
+/// sessions of one model hold one copy.
 #[derive(Default)]
 pub struct BackendContext {
     /// Worker threads the session asked for.
@@ -237,11 +299,16 @@ pub struct BackendContext {
     pub variables: crate::variables::Variables,
     /// Prepare phases recorded for the session's trace (None while not tracing).
     pub(crate) phases: Option<Vec<crate::observe::PhaseSpan>>,
+    /// The model's shared constants (None: this context keeps its own).
+    pub(crate) shared: Option<Arc<SharedConstants>>,
+    /// True while compiling a subgraph whose inputs include constants its caller
+    /// passed: values there depend on the call site, so they stay private.
+    pub(crate) private_now: bool,
 }
 
 impl std::fmt::Debug for BackendContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BackendContext").field("threads", &self.threads).field("packed", &self.packed.len()).finish()
+        f.debug_struct("BackendContext").field("threads", &self.threads).field("packed", &self.packed.len()).field("shared", &self.shared.is_some()).finish()
     }
 }
 
@@ -250,7 +317,16 @@ impl BackendContext {
     pub fn new(threads: usize) -> Self {
         let threads = threads.max(1);
         let pool = (threads > 1).then(|| Arc::new(ferrite_kernels::parallel::ThreadPool::new(threads)));
-        BackendContext { threads, packed: HashMap::new(), packed_by_current_build: Vec::new(), pool, variables: Default::default(), phases: None }
+        BackendContext {
+            threads,
+            packed: HashMap::new(),
+            packed_by_current_build: Vec::new(),
+            pool,
+            variables: Default::default(),
+            phases: None,
+            shared: None,
+            private_now: false,
+        }
     }
 
     /// Returns the cached packing for `key`, computing it once.
@@ -265,12 +341,25 @@ impl BackendContext {
         if let Some(p) = self.packed.get(&key).and_then(|p| p.clone().downcast::<T>().ok()) {
             return Ok(p);
         }
-        let started = self.phases.is_some().then(std::time::Instant::now);
-        let p = Arc::new(make()?);
-        if let Some(start) = started {
-            self.record_phase("pack weights".into(), &[("subgraph", key.subgraph), ("tensor", key.tensor)], start);
-        }
+        let p = self.prepared(key, "pack weights", make)?;
         self.packed.insert(key, p.clone());
+        Ok(p)
+    }
+
+    /// A constant prepared once for all sessions of the model (from the shared cache
+    /// when another session holds it), else for this session alone. Unlike
+    /// [`BackendContext::packed`] the session keeps no reference of its own: the
+    /// caller's holds it, and it is freed when that goes (a folded constant that
+    /// nothing reads any more).
+    pub(crate) fn prepared<T: Send + Sync + 'static>(&mut self, key: PackKey, phase: &'static str, make: impl FnOnce() -> Result<T>) -> Result<Arc<T>> {
+        let started = self.phases.is_some().then(std::time::Instant::now);
+        let (p, made) = match self.shared.as_ref().filter(|_| !self.private_now) {
+            Some(shared) => shared.get_or_make(key, make)?,
+            None => (Arc::new(make()?), true),
+        };
+        if let Some(start) = started.filter(|_| made) {
+            self.record_phase(phase.into(), &[("subgraph", key.subgraph), ("tensor", key.tensor)], start);
+        }
         Ok(p)
     }
 

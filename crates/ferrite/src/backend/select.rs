@@ -9,6 +9,7 @@
 //! `FERRITE_BACKENDS=reference,cpu` and `FERRITE_OP_BACKEND="CONV_2D=cpu;17=reference"`.
 
 use super::cpu::CpuBackend;
+#[cfg(feature = "reference")]
 use super::reference::ReferenceBackend;
 use super::Backend;
 use crate::error::{Error, Result};
@@ -16,7 +17,11 @@ use crate::model::Op;
 use std::sync::Arc;
 
 /// Names of the backends this build has, in the order `ferrite devices` lists them.
-pub const BACKEND_NAMES: &[&str] = &["cpu", "reference"];
+pub const BACKEND_NAMES: &[&str] = &[
+    "cpu",
+    #[cfg(feature = "reference")]
+    "reference",
+];
 
 /// Where a backend keeps its tensors. Backends sharing a memory read each
 /// other's tensors in place; a crossing between memories needs a copy step.
@@ -90,6 +95,7 @@ pub fn parse_op_backend(item: &str) -> Result<(OpSelector, String)> {
 fn make(name: &str, custom: &[Arc<dyn Backend>]) -> Result<Arc<dyn Backend>> {
     Ok(match name {
         "cpu" => Arc::new(CpuBackend),
+        #[cfg(feature = "reference")]
         "reference" => Arc::new(ReferenceBackend),
         _ => {
             if let Some(b) = custom.iter().find(|b| b.name() == name) {

@@ -8,12 +8,13 @@ use std::sync::Arc;
 
 use super::assign::Assigned;
 use super::{bytes_of, AlignedBytes, Compilation, Loc, OpRun, Step, TensorSlot};
+use crate::backend::{BackendContext, PackKey, Packing};
 use crate::error::{Detail, Error, Location, Result};
 use crate::model::{BuiltinOp as B, OpCode, Subgraph};
 
 /// Runs op `oi` now when it can be folded, its outputs becoming owned constants.
 /// `held` is where its inputs are. True when folded (the op needs no step).
-pub(super) fn fold(c: &mut Compilation<'_>, oi: usize, held: &[Option<Loc>], built: &mut Assigned) -> Result<bool> {
+pub(super) fn fold(c: &mut Compilation<'_>, ctx: &mut BackendContext, oi: usize, held: &[Option<Loc>], built: &mut Assigned) -> Result<bool> {
     let (g, sg) = (c.g, c.sg);
     let op = &g.ops[oi];
     // Variables change between runs: whatever writes one runs every time.
@@ -22,21 +23,36 @@ pub(super) fn fold(c: &mut Compilation<'_>, oi: usize, held: &[Option<Loc>], bui
     }
     let location = || Location::op(sg, oi, op.code.name());
     let ins: Vec<Option<&[u8]>> = (0..op.inputs.len()).map(|k| c.value(held, k)).collect();
-    // Sized against the session limit before anything is allocated.
-    let mut outs: Vec<AlignedBytes> = op
-        .outputs
-        .iter()
-        .map(|&t| {
-            let n = bytes_of(c.tensors[t].dtype, &c.tensors[t].shape, &c.limits, || format!("subgraph {sg} op {oi} ({})", op.code.name()))?;
-            Ok(AlignedBytes::zeroed(n))
-        })
-        .collect::<Result<_>>()?;
-    {
+    let mut evaluate = || -> Result<Vec<AlignedBytes>> {
+        // Sized against the session limit before anything is allocated.
+        let mut outs: Vec<AlignedBytes> = op
+            .outputs
+            .iter()
+            .map(|&t| {
+                let n = bytes_of(c.tensors[t].dtype, &c.tensors[t].shape, &c.limits, || format!("subgraph {sg} op {oi} ({})", op.code.name()))?;
+                Ok(AlignedBytes::zeroed(n))
+            })
+            .collect::<Result<_>>()?;
         let mut views: Vec<&mut [u8]> = outs.iter_mut().map(|o| o.bytes_mut()).collect();
         (built.kernel)(&ins, &mut views).map_err(|e| Error::InvalidModel(Detail::at(location(), format!("evaluating constant op: {e}"))))?;
-    }
+        Ok(outs)
+    };
+    // An op on the file's own constants gives the same values in every session of
+    // the model (fp16 weights converted, sparse ones densified): evaluated once for
+    // all of them. SHAPE reads input shapes and stays per session.
+    let from_file = op.code != OpCode::Builtin(B::SHAPE) && held.iter().flatten().all(|l| matches!(l, Loc::Model(_)));
+    // (Single-output ops: each session then holds the value itself, as its graph's
+    // constant, and the cache only finds it while one does.)
+    let outs: Vec<Arc<AlignedBytes>> = match op.outputs[..] {
+        [only] if from_file => {
+            let key = PackKey { subgraph: sg, tensor: only, with: None, packing: Packing::Folded };
+            let one = || evaluate()?.pop().ok_or_else(|| Error::InvalidModel(Detail::at(location(), "constant op without an output".to_string())));
+            vec![ctx.prepared(key, "fold constants", one)?]
+        }
+        _ => evaluate()?.into_iter().map(Arc::new).collect(),
+    };
     for (&t, o) in op.outputs.iter().zip(outs) {
-        c.tensors[t].loc = Loc::Owned(Arc::new(o));
+        c.tensors[t].loc = Loc::Owned(o);
     }
     c.folded_ops += 1;
     c.assignment[oi] = OpRun::Folded;
@@ -52,8 +68,14 @@ pub(super) fn release_consumed(c: &mut Compilation<'_>, oi: usize, unneeded: imp
     let g = c.g;
     for (k, i) in g.ops[oi].inputs.iter().enumerate() {
         if let Some(t) = *i {
-            if c.last_reader[t] == oi && !c.read_at_run[t] && unneeded(k) && matches!(c.tensors[t].loc, Loc::Owned(_)) && !g.outputs.contains(&t) {
-                c.tensors[t].loc = Loc::None;
+            if c.last_reader[t] == oi && !c.read_at_run[t] && unneeded(k) && !g.outputs.contains(&t) {
+                match &c.tensors[t].loc {
+                    Loc::Owned(_) => c.tensors[t].loc = Loc::None,
+                    // The file's constant stays where it is (a later reader of the same
+                    // bytes faults them in again); only its resident pages go.
+                    Loc::Model(r) => c.unread_model_ranges.push(r.clone()),
+                    _ => {}
+                }
             }
         }
     }

@@ -322,6 +322,23 @@ fn compile_at(
     ctx: &mut BackendContext,
     depth: usize,
 ) -> Result<CompiledGraph> {
+    // Constants a caller passes in depend on the call site (and may come from its
+    // input shapes): what is prepared from them here is not the model's to share.
+    let private = ctx.private_now;
+    ctx.private_now = private || const_inputs.iter().any(Option::is_some);
+    let r = compile_subgraph(env, sg, input_shapes, const_inputs, ctx, depth);
+    ctx.private_now = private;
+    r
+}
+
+fn compile_subgraph(
+    env: &Env<'_>,
+    sg: usize,
+    input_shapes: &[Vec<usize>],
+    const_inputs: &[Option<Loc>],
+    ctx: &mut BackendContext,
+    depth: usize,
+) -> Result<CompiledGraph> {
     if depth > MAX_NESTING {
         return Err(Error::Unsupported(format!("control flow nested deeper than {MAX_NESTING} (or recursive) at subgraph {sg}").into()));
     }
@@ -332,6 +349,12 @@ fn compile_at(
     for oi in 0..g.ops.len() {
         let started = ctx.phases.is_some().then(std::time::Instant::now);
         let dynamic = compile_op(&mut c, env, ctx, oi, depth)?;
+        // The mapped pages of constants just repacked or converted, which nothing
+        // reads any more, go now: the file's copy and the prepared one never both
+        // stay resident.
+        for r in c.unread_model_ranges.drain(..) {
+            env.model.release_pages(r);
+        }
         if let Some(start) = started {
             ctx.record_phase(format!("{} #{oi}", g.ops[oi].code.name()).into(), &[("subgraph", sg), ("op", oi)], start);
         }
@@ -398,7 +421,7 @@ fn compile_op(c: &mut Compilation<'_>, env: &Env<'_>, ctx: &mut BackendContext, 
         return Ok(false);
     }
     // An op on constants runs once, now.
-    if ctx.phase("fold constants", &at, |_| fold::fold(c, oi, &held, &mut built), took)? {
+    if ctx.phase("fold constants", &at, |ctx| fold::fold(c, ctx, oi, &held, &mut built), took)? {
         return Ok(false);
     }
     c.kernel_step(oi, built, offered, ctx);
@@ -433,6 +456,9 @@ struct Compilation<'m> {
     read_at_run: Vec<bool>,
     /// PAD ops folded into their reader.
     folded_pads: Vec<fusion::FoldedPad>,
+    /// Ranges of the model bytes holding constants that no step reads at run time
+    /// and whose last reader is built (it folded or packed them), to give back.
+    unread_model_ranges: Vec<std::ops::Range<usize>>,
     /// Kernels that took an epilogue slot, waiting for their output's reader.
     pending_epilogues: Vec<PendingEpilogue>,
 }
@@ -515,6 +541,7 @@ impl<'m> Compilation<'m> {
             last_reader,
             read_at_run: vec![false; n],
             folded_pads: Vec::new(),
+            unread_model_ranges: Vec::new(),
             pending_epilogues: Vec::new(),
         })
     }

@@ -20,12 +20,21 @@ use crate::ops::{OpParams, Padding};
 /// The convolution family's builders, by op and element types.
 pub(super) fn build(code: B, op: &OpContext<'_>, ctx: &mut BackendContext) -> Option<Result<Built>> {
     Some(match code {
+        #[cfg(feature = "type-hybrid")]
         B::CONV_2D | B::DEPTHWISE_CONV_2D if op.is_hybrid() => super::linear::hybrid(op, code),
+        #[cfg(feature = "type-int")]
         B::CONV_2D | B::DEPTHWISE_CONV_2D if op.is_int() => conv_int(op, code == B::DEPTHWISE_CONV_2D, ctx),
+        #[cfg(feature = "type-float")]
         B::CONV_2D => conv2d(op, ctx),
+        #[cfg(feature = "type-float")]
         B::DEPTHWISE_CONV_2D => depthwise(op, ctx),
+        #[cfg(feature = "type-int")]
         B::TRANSPOSE_CONV if op.opt_input(2).is_some_and(|d| matches!(d.dtype, DType::I8 | DType::U8 | DType::I16)) => transpose_conv_int(op),
+        #[cfg(feature = "type-float")]
         B::TRANSPOSE_CONV => transpose_conv(op),
+        // Reached only when a type feature left the op's kernel out of this build.
+        #[allow(unreachable_patterns)]
+        B::CONV_2D | B::DEPTHWISE_CONV_2D | B::TRANSPOSE_CONV => super::type_not_built(op),
         _ => return None,
     })
 }

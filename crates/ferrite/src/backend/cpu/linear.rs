@@ -22,10 +22,16 @@ use crate::ops::{Activation, OpParams};
 /// The fully-connected / matmul family's builders, by op and element types.
 pub(super) fn build(code: B, op: &OpContext<'_>, ctx: &mut BackendContext) -> Option<Result<Built>> {
     Some(match code {
+        #[cfg(feature = "type-hybrid")]
         B::FULLY_CONNECTED if op.is_hybrid() => hybrid(op, code),
-        B::FULLY_CONNECTED if op.is_int() => fully_connected_int(op),
+        #[cfg(feature = "type-int")]
+        B::FULLY_CONNECTED if op.is_int() => fully_connected_int(op, ctx),
+        #[cfg(feature = "type-float")]
         B::FULLY_CONNECTED => fully_connected(op, ctx),
         B::BATCH_MATMUL => batch_matmul(op),
+        // Reached only when a type feature left the op's kernel out of this build.
+        #[allow(unreachable_patterns)]
+        B::FULLY_CONNECTED => super::type_not_built(op),
         _ => return None,
     })
 }
@@ -212,7 +218,7 @@ fn batch_matmul_int(
     })
 }
 
-pub(crate) fn fully_connected_int(op: &OpContext<'_>) -> Result<Built> {
+pub(crate) fn fully_connected_int(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> {
     let kind = int_types(op)?;
     let OpParams::FullyConnected { activation, keep_num_dims, .. } = op.op.params else { return Err(op.bad("missing FullyConnected options")) };
     let (x, w) = (op.input(0)?, op.input(1)?);
@@ -299,7 +305,9 @@ pub(crate) fn fully_connected_int(op: &OpContext<'_>) -> Result<Built> {
             pad_left: 0,
         };
         let q = QConv { g, in_c: in_n, out_c: out_n, depth_multiplier: 0, in_zp, w_zp, rq };
-        let pk = qgemm::QPacked::new(typed::<i8>(bytes)?, out_n, in_n);
+        // Packed once for every session of the model (the kernel reads only the packing).
+        let key = crate::backend::PackKey { subgraph: op.subgraph, tensor: op.input(1)?.tensor, with: None, packing: crate::backend::Packing::QGemm };
+        let pk = ctx.packed(key, || Ok(qgemm::QPacked::new(typed::<i8>(bytes)?, out_n, in_n)))?;
         let scratch = Mutex::new(qgemm::ConvScratch::new(&pk, &q.rq));
         return Ok(Built {
             outputs: vec![(x.dtype, out_shape)],

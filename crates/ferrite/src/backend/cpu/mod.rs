@@ -4,6 +4,9 @@
 //! the integer builders share. The builders check types and shapes and build
 //! parameters; the arithmetic on tensor data is in `ferrite-kernels`.
 
+// A selective build (some op or type features off) leaves helpers unused.
+#![cfg_attr(not(feature = "all-ops"), allow(dead_code, unused_imports, unused_variables))]
+
 mod activation;
 mod conv;
 mod convert;
@@ -59,25 +62,160 @@ fn build_builtin(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> 
             return built;
         }
     }
-    Err(op.unsupported("no CPU kernel for this op yet"))
+    Err(op.unsupported(if cfg!(feature = "all-ops") {
+        "no CPU kernel for this op yet"
+    } else {
+        "no CPU kernel for this op in this build (a selective build: see the op-* cargo features)"
+    }))
 }
 
 /// A family's dispatch: `None` when the op is not one of its ops.
 type Family = fn(B, &OpContext<'_>, &mut BackendContext) -> Option<Result<Built>>;
 
-/// The op families, each with its own dispatch.
-const FAMILIES: [Family; 10] = [
+/// The op families, each with its own dispatch. A selective build (cargo features
+/// `op-<family>`, see the crate's Cargo.toml) leaves out the families its models do
+/// not use, and with them their kernels; their ops are then refused at prepare.
+const FAMILIES: &[Family] = &[
+    #[cfg(feature = "op-conv")]
     conv::build,
+    #[cfg(feature = "op-linear")]
     linear::build,
+    #[cfg(feature = "op-pool")]
     pool::build,
+    #[cfg(feature = "op-softmax")]
     softmax::build,
+    #[cfg(feature = "op-activation")]
     activation::build,
+    #[cfg(feature = "op-elementwise")]
     elementwise::build,
+    #[cfg(feature = "op-reduce")]
     reduce::build,
+    #[cfg(feature = "op-movement")]
     movement::build,
+    #[cfg(feature = "op-index")]
     index::build,
+    #[cfg(feature = "op-convert")]
     convert::build,
 ];
+
+/// The cargo feature (`op-<family>`) of the CPU family that builds `code`; `None`
+/// for ops the executor runs itself (control flow, variables) or no family builds.
+/// A test checks it against the families' own dispatch.
+pub(crate) fn family_feature(code: B) -> Option<&'static str> {
+    Some(match code {
+        B::CONV_2D | B::DEPTHWISE_CONV_2D | B::TRANSPOSE_CONV => "op-conv",
+        B::FULLY_CONNECTED | B::BATCH_MATMUL => "op-linear",
+        B::AVERAGE_POOL_2D | B::MAX_POOL_2D => "op-pool",
+        B::SOFTMAX | B::LOG_SOFTMAX => "op-softmax",
+        B::ABS
+        | B::CEIL
+        | B::COS
+        | B::ELU
+        | B::EXP
+        | B::FLOOR
+        | B::GELU
+        | B::HARD_SWISH
+        | B::LEAKY_RELU
+        | B::LOG
+        | B::LOGISTIC
+        | B::NEG
+        | B::RELU
+        | B::RELU6
+        | B::RELU_0_TO_1
+        | B::RELU_N1_TO_1
+        | B::ROUND
+        | B::RSQRT
+        | B::SIGN
+        | B::SIN
+        | B::SQRT
+        | B::SQUARE
+        | B::TANH => "op-activation",
+        B::ADD
+        | B::DIV
+        | B::EQUAL
+        | B::FLOOR_DIV
+        | B::FLOOR_MOD
+        | B::GREATER
+        | B::GREATER_EQUAL
+        | B::LESS
+        | B::LESS_EQUAL
+        | B::LOGICAL_AND
+        | B::LOGICAL_NOT
+        | B::LOGICAL_OR
+        | B::MAXIMUM
+        | B::MINIMUM
+        | B::MUL
+        | B::NOT_EQUAL
+        | B::POW
+        | B::PRELU
+        | B::SELECT
+        | B::SELECT_V2
+        | B::SQUARED_DIFFERENCE
+        | B::SUB => "op-elementwise",
+        B::ARG_MAX | B::ARG_MIN | B::MEAN | B::REDUCE_MAX | B::REDUCE_MIN | B::REDUCE_PROD | B::SUM => "op-reduce",
+        B::BROADCAST_TO
+        | B::CONCATENATION
+        | B::DEPTH_TO_SPACE
+        | B::EXPAND_DIMS
+        | B::FILL
+        | B::GATHER
+        | B::PACK
+        | B::PAD
+        | B::PADV2
+        | B::RESHAPE
+        | B::RESIZE_BILINEAR
+        | B::RESIZE_NEAREST_NEIGHBOR
+        | B::REVERSE_V2
+        | B::SHAPE
+        | B::SLICE
+        | B::SPACE_TO_DEPTH
+        | B::SPLIT
+        | B::SPLIT_V
+        | B::SQUEEZE
+        | B::STRIDED_SLICE
+        | B::TILE
+        | B::TRANSPOSE
+        | B::UNPACK
+        | B::ZEROS_LIKE => "op-movement",
+        B::CUMSUM | B::DYNAMIC_UPDATE_SLICE | B::EMBEDDING_LOOKUP | B::GATHER_ND | B::ONE_HOT | B::RANGE | B::SCATTER_ND | B::TOPK_V2 => "op-index",
+        B::CAST | B::DENSIFY | B::DEQUANTIZE | B::QUANTIZE => "op-convert",
+        _ => return None,
+    })
+}
+
+/// Families whose kernels are chosen by element type (the `type-*` features).
+const TYPED_FAMILIES: [&str; 4] = ["op-conv", "op-linear", "op-pool", "op-softmax"];
+
+/// The cargo features of `ferrite` a build needs to run `model` on the CPU
+/// backend: the op families of its ops and, for the families with kernels per
+/// element type, the types (`type-float`, `type-int`, `type-hybrid`). Sorted.
+pub fn features_for(model: &crate::model::Model) -> Vec<&'static str> {
+    let mut out = std::collections::BTreeSet::new();
+    for g in model.subgraphs() {
+        let dtype = |i: Option<&Option<usize>>| i.copied().flatten().and_then(|t| g.tensors.get(t)).map(|t| t.dtype);
+        for op in &g.ops {
+            let Some(code) = op.code.builtin() else { continue };
+            let Some(family) = family_feature(code) else { continue };
+            out.insert(family);
+            if TYPED_FAMILIES.contains(&family) {
+                let data = if code == B::TRANSPOSE_CONV { op.inputs.get(2) } else { op.inputs.first() };
+                out.insert(match (dtype(data), dtype(op.inputs.get(1))) {
+                    (Some(DType::I8 | DType::U8 | DType::I16), _) => "type-int",
+                    (Some(DType::F32), Some(DType::I8)) if code != B::TRANSPOSE_CONV => "type-hybrid",
+                    _ => "type-float",
+                });
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// The refusal of an op whose element type this build's features left out.
+#[cfg_attr(all(feature = "type-float", feature = "type-int", feature = "type-hybrid"), allow(dead_code))]
+fn type_not_built(op: &OpContext<'_>) -> Result<Built> {
+    let t = op.opt_input(0).map_or("?", |d| d.dtype.name());
+    Err(op.unsupported(format!("this build of ferrite has no kernel for this op with {t} input (a selective build: see the type-* cargo features)")))
+}
 
 /// Clamp range of a fused activation. LiteRT's builtin kernels turn a fused TANH or
 /// SIGN_BIT into an unbounded range (they are not applied), and LiteRT is the
@@ -247,5 +385,65 @@ pub(crate) fn for_row_chunks_aligned(
         Ok(())
     } else {
         Err(runtime("kernel buffers do not match the planned shapes"))
+    }
+}
+
+#[cfg(all(test, feature = "all-ops"))]
+mod tests {
+    use super::*;
+    use crate::backend::InputDesc;
+    use crate::model::{Op, OpParams, TensorInfo};
+
+    /// `family_feature` names, for every op of the table, the family whose dispatch
+    /// takes it: a selective build with the features `ferrite features` lists then
+    /// has every kernel its models need.
+    #[test]
+    fn family_features_follow_the_dispatch() {
+        let names = ["op-conv", "op-linear", "op-pool", "op-softmax", "op-activation", "op-elementwise", "op-reduce", "op-movement", "op-index", "op-convert"];
+        assert_eq!(names.len(), FAMILIES.len());
+        let info = TensorInfo {
+            name: "t".into(),
+            dtype: DType::F32,
+            shape: vec![1, 1, 1, 1],
+            shape_signature: vec![1, 1, 1, 1],
+            quant: None,
+            data: None,
+            sparsity: None,
+            is_variable: false,
+        };
+        let mut claimed = 0;
+        for &code in B::ALL {
+            let op = Op {
+                code: OpCode::Builtin(code),
+                version: 1,
+                inputs: (0..code.inputs().min).map(Some).collect(),
+                outputs: (0..code.outputs().min).collect(),
+                params: OpParams::None,
+                custom_options: None,
+            };
+            let input =
+                |t| Some(InputDesc { tensor: t, dtype: DType::F32, shape: vec![1, 1, 1, 1], value: None, constant: false, quant: None, sparsity: None });
+            let octx = OpContext {
+                subgraph: 0,
+                op_index: 0,
+                op: &op,
+                inputs: (0..code.inputs().min).map(input).collect(),
+                outputs: (0..code.outputs().min).map(|_| &info).collect(),
+                custom_options: &[],
+                epilogue: None,
+                input_pad: None,
+                max_bytes: 1 << 20,
+            };
+            let mut ctx = BackendContext::new(1);
+            // A builder may refuse (or, on this skeleton op, even trip over) the op:
+            // what counts is that its family's dispatch took it.
+            let taken = FAMILIES
+                .iter()
+                .zip(names)
+                .find(|(f, _)| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(code, &octx, &mut ctx).is_some())).unwrap_or(true));
+            assert_eq!(taken.map(|t| t.1), family_feature(code), "{code}");
+            claimed += usize::from(taken.is_some());
+        }
+        assert!(claimed >= 97, "{claimed} ops claimed by a family");
     }
 }

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Library size: builds the C library and the CLI with the `dist` profile (what ships:
+# LTO, one codegen unit) and prints their stripped sizes, full (every op, the default
+# features) and selective (the C library with only the op families and element types
+# the wake-word models use, as `ferrite features` lists them). With --aarch64 the same
+# for aarch64-linux (cross toolchain of scripts/aarch64.sh, installed there).
+#
+#   scripts/size.sh [--aarch64] [--json FILE]
+#
+# Targets (issue 16): full <= 1.5 MB, selective <= 400 KB. Prints the figures; fails
+# only when a build fails. The stripped copies go to target/size/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CACHE="${FERRITE_CACHE:-$HOME/.cache/ferrite}"
+WAKE="$CACHE/models/pymicro-wakeword-2.5.0/pymicro_wakeword/models"
+TARGETS=(x86_64-unknown-linux-gnu)
+JSON=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --aarch64) TARGETS+=(aarch64-unknown-linux-gnu) ;;
+    --json) JSON="$2"; shift ;;
+    *) echo "usage: $0 [--aarch64] [--json FILE]" >&2; exit 2 ;;
+  esac
+  shift
+done
+OUT=target/size
+mkdir -p "$OUT"
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
+
+# The wake-word feature list, from the models themselves (the host's full CLI; built
+# with the C library, as below, so the dependencies are built once for both).
+cargo build --profile dist --locked -p ferrite-capi -p ferrite-cli
+FEATURES=$(target/dist/ferrite features "$WAKE"/*.tflite 2>/dev/null)
+QUALIFIED=$(echo "$FEATURES" | tr ',' '\n' | sed 's|^|ferrite/|' | paste -sd, -)
+echo "wake-word models ($(ls "$WAKE" | tr '\n' ' ')) need: $FEATURES"
+
+rows=()
+size_of() { stat -c %s "$1"; }
+for t in "${TARGETS[@]}"; do
+  if [ "$t" = x86_64-unknown-linux-gnu ]; then dir=target/dist; strip=strip; tflag=(); else dir=target/$t/dist; strip=aarch64-linux-gnu-strip; tflag=(--target "$t"); fi
+  cargo build --profile dist --locked "${tflag[@]}" -p ferrite-capi -p ferrite-cli
+  $strip -o "$OUT/libferrite_c.$t.full.so" "$dir/libferrite_c.so"
+  $strip -o "$OUT/ferrite.$t.full" "$dir/ferrite"
+  lib=$(size_of "$OUT/libferrite_c.$t.full.so"); cli=$(size_of "$OUT/ferrite.$t.full")
+  echo "$t full:      libferrite_c.so $lib B, ferrite CLI $cli B (stripped)"
+  rows+=("{\"target\": \"$t\", \"build\": \"full\", \"lib\": $lib, \"cli\": $cli}")
+  cargo build --profile dist --locked "${tflag[@]}" -p ferrite-capi --no-default-features --features "$QUALIFIED"
+  $strip -o "$OUT/libferrite_c.$t.wakeword.so" "$dir/libferrite_c.so"
+  lib=$(size_of "$OUT/libferrite_c.$t.wakeword.so")
+  echo "$t selective: libferrite_c.so $lib B (stripped; $FEATURES)"
+  rows+=("{\"target\": \"$t\", \"build\": \"selective (wake word)\", \"lib\": $lib}")
+done
+if [ -n "$JSON" ]; then
+  (IFS=,; echo "{\"selective_features\": \"$FEATURES\", \"rows\": [${rows[*]}]}") > "$JSON"
+  echo "wrote $JSON"
+fi
