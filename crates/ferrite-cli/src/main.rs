@@ -14,6 +14,8 @@ macro_rules! outln {
     }};
 }
 
+mod compare;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -192,6 +194,9 @@ enum Cmd {
         #[command(flatten)]
         timing: TimingArgs,
     },
+    /// Run the model in ferrite and in a reference (ferrite's reference backend, or
+    /// LiteRT), tensor by tensor, and report the first op whose output departs.
+    Compare(compare::CompareArgs),
 }
 
 /// `run --dump`: every op's outputs as .npy files.
@@ -252,6 +257,7 @@ fn main() -> ExitCode {
         Cmd::Bench { model, threads, shapes, warmup, runs, json, profile, backends, trace, timing } => {
             bench(&model, threads, &shapes, warmup, runs, json, profile, &backends, trace.as_deref(), &timing)
         }
+        Cmd::Compare(args) => compare::main(&args),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -20,7 +20,7 @@
 //!   ([`OpSelector`], [`parse_op_backends`]); what prepare chose: [`OpRun`], [`Crossing`];
 //! - seeing inside a run: per-op callbacks ([`Session::run_with_callbacks`] with
 //!   [`OpEvent`], [`TensorView`], [`Flow`]) and Chrome traces ([`Session::set_tracing`],
-//!   [`Session::write_trace`]);
+//!   [`Session::write_trace`]); finding the first op where two runs part ways: [`compare`];
 //! - errors: [`Error`] with a [`Location`] in the model;
 //! - reading a model's structure: [`model`] (subgraphs, tensors, ops, the op table);
 //! - extending the runtime with custom ops and backends: [`ext`].
@@ -44,6 +44,7 @@ mod package;
 mod session;
 mod variables;
 
+pub mod compare;
 pub mod ext;
 pub mod model;
 
