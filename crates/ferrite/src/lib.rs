@@ -51,6 +51,7 @@ pub mod model;
 pub use backend::select::{parse_backend_list, parse_op_backend, parse_op_backends, OpSelector, BACKEND_NAMES};
 pub use compile::{Crossing, OpRun};
 pub use error::{Detail, Error, Location, Result};
+pub use memory::ArenaBlock;
 pub use model::{DType, Model, ModelBytes};
 pub use observe::{Flow, OpEvent, RunOutcome, TensorState, TensorView, MAX_TRACE_EVENTS};
 pub use package::{is_package, IoDesc, Package, PackageSession};
