@@ -213,10 +213,15 @@ fn score_text(d: &TensorDiff) -> String {
         return format!("mismatch: {m}");
     }
     match d.kind {
-        ValueKind::Quantized => format!("{} units", short(d.score())),
+        ValueKind::Quantized => units(d.score()),
         ValueKind::Float => format!("{} rel", short(d.score())),
         ValueKind::Integer => format!("{} abs", short(d.score())),
     }
+}
+
+/// `n units`, in the singular for one.
+fn units(x: f64) -> String {
+    format!("{} unit{}", short(x), if x == 1.0 { "" } else { "s" })
 }
 
 /// A number in few characters.
@@ -234,7 +239,7 @@ fn short(x: f64) -> String {
 }
 
 fn tolerance_text(t: &Tolerance) -> String {
-    format!("float {} of the range, quantized {} unit(s) of the scale, integer {}", short(t.float), short(t.quantized), short(t.integer))
+    format!("float {} of the range, quantized {} of the scale, integer {}", short(t.float), units(t.quantized), short(t.integer))
 }
 
 fn runs_on(r: &OpRun) -> String {
@@ -258,13 +263,13 @@ fn diff_sentence(d: &TensorDiff, tol: &Tolerance) -> String {
         return format!("cannot be compared: {m}");
     }
     let limit = match d.kind {
-        ValueKind::Quantized => format!("{} units", short(tol.quantized)),
+        ValueKind::Quantized => units(tol.quantized),
         ValueKind::Float => format!("{} of the range", short(tol.float)),
         ValueKind::Integer => short(tol.integer),
     };
-    let units = d.units.map_or(String::new(), |u| format!(" = {} units of the scale", short(u)));
+    let in_units = d.units.map_or(String::new(), |u| format!(" = {} of the scale", units(u)));
     format!(
-        "max abs error {}{units} at {:?} (ours {}, reference {}); {} of the reference's range {}; {} of {} elements beyond tolerance ({limit})",
+        "max abs error {}{in_units} at {:?} (ours {}, reference {}); {} of the reference's range {}; {} of {} elements beyond tolerance ({limit})",
         short(d.max_abs),
         d.at,
         short(d.ours),

@@ -572,7 +572,7 @@ pub fn profile_svg(title: &str, subtitle: &str, by_type: &[Bar], slowest: &[Bar]
     let _ = writeln!(o, "<text x=\"16\" y=\"42\" fill=\"#555\">{}</text>", xml(subtitle));
     let mut y = 66.0;
     for (heading, bars, fill) in
-        [("Time per op type (ms per run, % of op time)", by_type, "#4a7fc1"), ("Slowest ops (ms per run, % of op time)", slowest, "#d9822b")]
+        [("Time per op type (time per run, % of op time)", by_type, "#4a7fc1"), ("Slowest ops (time per run, % of op time)", slowest, "#d9822b")]
     {
         let _ = writeln!(o, "<text x=\"16\" y=\"{y:.0}\" font-size=\"13\" font-weight=\"bold\">{}</text>", xml(heading));
         y += 10.0;
