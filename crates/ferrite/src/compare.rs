@@ -81,11 +81,16 @@ pub struct Capture {
 /// Runs `s` once (it must be prepared, inputs set) and copies every op output it
 /// materialises. An error if the run fails or does not complete.
 pub fn capture(s: &mut Session) -> Result<Capture> {
-    let consts: Vec<bool> = s.model().subgraphs[s.subgraph_index()].tensors.iter().map(|t| t.is_const()).collect();
+    let main = s.subgraph_index();
+    let consts: Vec<bool> = s.model().subgraphs[main].tensors.iter().map(|t| t.is_const()).collect();
     let mut cap = Capture::default();
     let outcome = s.run_with_callbacks(
         |_| Flow::Continue,
         |ev| {
+            // Tensor indices are per subgraph: only the session's own are captured.
+            if ev.subgraph != main {
+                return Flow::Continue;
+            }
             let meta = |v: &crate::TensorView<'_>| TensorMeta {
                 tensor: v.tensor,
                 name: v.name.to_string(),
