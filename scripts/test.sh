@@ -38,6 +38,14 @@ cargo clippy --release --workspace --all-targets --locked -- -D warnings
 echo "== build"
 cargo build --release --workspace --locked
 
+echo "== Graphviz (graph pictures' layout) and rsvg-convert (renders the pictures to PNG; Debian packages)"
+if ! command -v dot >/dev/null || ! command -v rsvg-convert >/dev/null; then
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+  $SUDO apt-get update -q
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends graphviz librsvg2-bin
+fi
+
 echo "== rust tests (unit, corruption over the corpus, API; the C API library against LiteRT's)"
 FERRITE_CORPUS="$CACHE/models" FERRITE_TFLITE_C_REFERENCE="$CACHE/lib/pymicro-wakeword-2.5.0/libtensorflowlite_c.so" \
   cargo test --release --workspace --locked
@@ -67,6 +75,18 @@ TF_CPP_MIN_LOG_LEVEL=3 "$CACHE/tfvenv/bin/python" tools/train_check.py --ferrite
 
 echo "== conformance: models split op by op between reference and cpu (every tensor crosses) vs LiteRT"
 "$CACHE/venv/bin/python" tools/conformance.py models --ferrite target/release/ferrite --corpus "$CACHE/models" --alternate reference,cpu
+
+echo "== compare: clean corpus models against ferrite's reference backend and LiteRT (no divergence; about 20 s)"
+for m in unseen-2.19.1/tune/ic_resnet8_32_w16_float.tflite unseen-2.19.1/tune/ic_resnet8_32_w16_int8io.tflite \
+         unseen-2.19.1/aside/kws_tcresnet_98x40_w16_uint8.tflite tf-generated-2.19.1/tf_while_fp16.tflite \
+         mediapipe-0.10.14/mediapipe/modules/pose_landmark/pose_landmark_full.tflite; do
+  for r in reference litert; do
+    target/release/ferrite compare "$CACHE/models/$m" --reference "$r" --python "$CACHE/venv/bin/python" | grep -q "no divergence"
+  done
+done
+
+echo "== pictures: one of each kind from corpus models, rendered to PNG (into $CACHE/inspect/pictures)"
+scripts/docs_pictures.sh "$CACHE/inspect/pictures"
 
 echo "== python package: the abi3 wheel, built with maturin"
 "$CACHE/venv/bin/python" -m pip install -q --disable-pip-version-check "maturin>=1.7,<2"

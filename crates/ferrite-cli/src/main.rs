@@ -15,6 +15,9 @@ macro_rules! outln {
 }
 
 mod train;
+mod compare;
+mod pictures;
+mod svg;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -136,6 +139,8 @@ enum Cmd {
         /// Input shape for that prepare, e.g. `--shape 1,16000`; repeat once per input.
         #[arg(long = "shape")]
         shapes: Vec<String>,
+        #[command(flatten)]
+        pictures: pictures::InspectPictures,
     },
     /// List the builtin ops ferrite implements: arity and element types, from the op table.
     Ops {
@@ -203,7 +208,12 @@ enum Cmd {
         trace: Option<PathBuf>,
         #[command(flatten)]
         timing: TimingArgs,
+        #[command(flatten)]
+        pictures: pictures::BenchPictures,
     },
+    /// Run the model in ferrite and in a reference (ferrite's reference backend, or
+    /// LiteRT), tensor by tensor, and report the first op whose output departs.
+    Compare(compare::CompareArgs),
 }
 
 /// `run --dump`: every op's outputs as .npy files.
@@ -240,9 +250,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Train(args) => train::train(&args),
-        Cmd::Inspect { model, json, memory, backends, shapes } => model_files(&model).and_then(|files| {
+        Cmd::Inspect { model, json, memory, backends, shapes, pictures } => model_files(&model).and_then(|files| {
             files.iter().try_for_each(|f| {
-                if memory {
+                if pictures.any() {
+                    pictures::inspect(f, &pictures, &backends, &shapes)
+                } else if memory {
                     inspect_memory(f, json)
                 } else if backends.given() {
                     inspect_backends(f, json, &backends, &shapes)
@@ -263,9 +275,10 @@ fn main() -> ExitCode {
         Cmd::Run { model, inputs, out_dir, threads, seed, steps, backends, trace, dump } => {
             run(&model, &inputs, &out_dir, threads, seed, steps, &backends, trace.as_deref(), &dump)
         }
-        Cmd::Bench { model, threads, shapes, warmup, runs, json, profile, backends, trace, timing } => {
-            bench(&model, threads, &shapes, warmup, runs, json, profile, &backends, trace.as_deref(), &timing)
+        Cmd::Bench { model, threads, shapes, warmup, runs, json, profile, backends, trace, timing, pictures } => {
+            bench(&model, threads, &shapes, warmup, runs, json, profile, &backends, trace.as_deref(), &timing, &pictures)
         }
+        Cmd::Compare(args) => compare::main(&args),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -742,6 +755,7 @@ fn bench(
     backends: &BackendArgs,
     trace: Option<&Path>,
     timing: &TimingArgs,
+    pics: &pictures::BenchPictures,
 ) -> Result<(), String> {
     let runs = runs.max(1);
     let TimingArgs { run_delay, min_secs, max_secs, mem_poll } = *timing;
@@ -823,13 +837,21 @@ fn bench(
             outln!("  {name:<28} {:>8.3} ms/run {:>5.1}%  ({n} ops)", t * 1e3 / runs as f64, 100.0 * t / total);
         }
         outln!("slowest ops:");
-        for (op, name, d) in ops.iter().take(std::env::var("FERRITE_PROFILE_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(10)) {
+        let slowest = std::env::var("FERRITE_PROFILE_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(10);
+        for (op, name, d) in ops.iter().take(slowest) {
             outln!("  op {op:<5} {name:<28} {:>8.3} ms/run", d.as_secs_f64() * 1e3 / runs as f64);
+        }
+        if let Some(file) = &pics.svg {
+            pictures::profile(path, file, &by_type, &ops, runs, slowest)?;
         }
         sess.set_profiling(false);
     }
     if let (Some(file), Runner::Model(sess)) = (trace, &mut s) {
         sess.write_trace(file).map_err(|e| e.to_string())?;
+    }
+    if let Some(file) = &pics.mem_svg {
+        let Runner::Model(sess) = &s else { return Err("--mem-svg works on a model file, not a package".into()) };
+        pictures::memory(path, file, sess)?;
     }
     let samples = poller.map(observe::RssPoller::stop);
     let mut sorted = times.clone();

@@ -156,3 +156,32 @@ fn run_and_bench_write_traces_and_bench_reports_its_timeline() {
     assert!((2..=6).contains(&n), "{n} runs");
     std::fs::remove_dir_all(&d).ok();
 }
+
+#[test]
+fn compare_finds_no_divergence_on_a_clean_model_and_reports_one_past_a_zero_tolerance() {
+    let (stdout, _) = ok(ferrite().arg("compare").arg(demo()));
+    assert!(stdout.contains("no divergence"), "{stdout}");
+    assert!(stdout.contains("5 tensors of 5 ops compared"), "{stdout}");
+    // cpu and reference kernels sum in different orders: with no tolerance at all the
+    // first op already departs, and the exit status says so.
+    let out = ferrite().arg("compare").arg(demo()).args(["--tolerance", "0", "--json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let first = &doc["first_divergence"];
+    assert_eq!((first["index"].as_u64(), first["type"].as_str()), (Some(0), Some("CONV_2D")));
+    assert!(first["params"].as_str().unwrap().contains("padding"), "{first}");
+    assert_eq!(first["diffs"][0]["at"].as_array().unwrap().len(), 4);
+    assert_eq!(doc["per_op"].as_array().unwrap().len(), 5);
+}
+
+/// LiteRT as the reference, where the oracle venv is installed (scripts/test.sh installs it).
+#[test]
+fn compare_against_litert_agrees_on_a_clean_model() {
+    let python = std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/ferrite/venv/bin/python")).filter(|p| p.exists());
+    let Some(python) = python.or_else(|| std::env::var_os("FERRITE_PYTHON").map(PathBuf::from)) else {
+        assert!(std::env::var_os("CI").is_none(), "CI runs need the oracle venv for this test");
+        return;
+    };
+    let (stdout, _) = ok(ferrite().arg("compare").arg(demo()).args(["--reference", "litert", "--python"]).arg(python));
+    assert!(stdout.contains("against LiteRT") && stdout.contains("no divergence"), "{stdout}");
+}

@@ -20,7 +20,7 @@
 //!   ([`OpSelector`], [`parse_op_backends`]); what prepare chose: [`OpRun`], [`Crossing`];
 //! - seeing inside a run: per-op callbacks ([`Session::run_with_callbacks`] with
 //!   [`OpEvent`], [`TensorView`], [`Flow`]) and Chrome traces ([`Session::set_tracing`],
-//!   [`Session::write_trace`]);
+//!   [`Session::write_trace`]); finding the first op where two runs part ways: [`compare`];
 //! - training on the device: [`Trainer`] with [`TrainConfig`] ([`Loss`], [`Optimizer`]);
 //! - errors: [`Error`] with a [`Location`] in the model;
 //! - reading a model's structure: [`model`] (subgraphs, tensors, ops, the op table);
@@ -46,6 +46,7 @@ mod session;
 mod train;
 mod variables;
 
+pub mod compare;
 pub mod ext;
 pub mod model;
 
@@ -53,6 +54,7 @@ pub use backend::cpu::features_for;
 pub use backend::select::{parse_backend_list, parse_op_backend, parse_op_backends, OpSelector, BACKEND_NAMES};
 pub use compile::{Crossing, OpRun};
 pub use error::{Detail, Error, Location, Result};
+pub use memory::ArenaBlock;
 pub use model::{DType, Model, ModelBytes};
 pub use observe::{Flow, OpEvent, RunOutcome, TensorState, TensorView, MAX_TRACE_EVENTS};
 pub use package::{is_package, IoDesc, Package, PackageSession};

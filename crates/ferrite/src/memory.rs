@@ -31,6 +31,23 @@ pub struct MemoryPlan {
     pub arena_bytes: usize,
     /// Largest total size of tensors alive at one step: no plan can be smaller.
     pub lower_bound_bytes: usize,
+    /// The lifetimes the plan placed (kept for pictures of the plan).
+    pub lifetimes: Vec<Lifetime>,
+}
+
+/// One tensor's place in a session's arena, for pictures and reports of the plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArenaBlock {
+    /// Tensor index in the session's subgraph (tensors aliased to it share the block).
+    pub tensor: usize,
+    /// Byte offset in the arena.
+    pub offset: usize,
+    /// Bytes.
+    pub bytes: usize,
+    /// Op index of the first step at which it is alive.
+    pub first_op: usize,
+    /// Op index of the last step at which it is alive.
+    pub last_op: usize,
 }
 
 fn align_up(v: usize) -> Option<usize> {
@@ -156,7 +173,7 @@ pub fn plan(lifetimes: &[Lifetime], max_bytes: usize) -> Result<MemoryPlan> {
     }
     let (arena_bytes, offsets) =
         best.ok_or_else(|| Error::ResourceLimit(format!("memory plan needs {smallest_failure} bytes, above the session limit of {max_bytes} bytes").into()))?;
-    Ok(MemoryPlan { offsets, arena_bytes, lower_bound_bytes })
+    Ok(MemoryPlan { offsets, arena_bytes, lower_bound_bytes, lifetimes: lifetimes.to_vec() })
 }
 
 /// Mutable output views of one step, in op output order.

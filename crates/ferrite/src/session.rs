@@ -922,6 +922,19 @@ impl Session {
         self.compiled.as_ref().map(|c| (c.plan.arena_bytes, c.plan.lower_bound_bytes))
     }
 
+    /// The active plan's arena, tensor by tensor: offset, size, and the ops (by index)
+    /// between which it is alive. `None` before `prepare`.
+    pub fn arena_blocks(&self) -> Option<Vec<crate::memory::ArenaBlock>> {
+        let c = self.compiled.as_ref()?;
+        let op_at = |step: usize| c.steps.get(step).map_or(step, |s| s.op);
+        let offset: std::collections::HashMap<usize, usize> = c.plan.offsets.iter().copied().collect();
+        let blocks = c.plan.lifetimes.iter().filter_map(|l| {
+            let offset = *offset.get(&l.tensor)?;
+            Some(crate::memory::ArenaBlock { tensor: l.tensor, offset, bytes: l.bytes, first_op: op_at(l.first), last_op: op_at(l.last) })
+        });
+        Some(blocks.collect())
+    }
+
     /// Execution steps, ops folded at prepare, and shape-only ops aliased to their input.
     pub fn step_stats(&self) -> Option<(usize, usize, usize)> {
         self.compiled.as_ref().map(|c| (c.steps.len(), c.folded_ops, c.aliased_ops))
