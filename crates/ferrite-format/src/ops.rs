@@ -270,6 +270,20 @@ op_table! {
     ONE_HOT:                 OneHotOptions,               4..=4, 1..=1, ANY;
     RANGE:                   NONE,                        3..=3, 1..=1, F32 | INT;
     CUMSUM:                  CumsumOptions,               2..=2, 1..=1, F32 | INT;
+    WHERE:                   NONE,                        1..=1, 1..=1, F32 | INT;
+    UNIQUE:                  UniqueOptions,               1..=1, 2..=2, F32 | I8 | U8 | INT;
+    SEGMENT_SUM:             NONE,                        2..=2, 1..=1, F32 | INT;
+    UNSORTED_SEGMENT_SUM:    NONE,                        3..=3, 1..=1, F32 | INT;
+    UNSORTED_SEGMENT_PROD:   NONE,                        3..=3, 1..=1, F32 | INT;
+    UNSORTED_SEGMENT_MAX:    NONE,                        3..=3, 1..=1, F32 | INT;
+    UNSORTED_SEGMENT_MIN:    NONE,                        3..=3, 1..=1, F32 | INT;
+    MATRIX_DIAG:             NONE,                        1..=1, 1..=1, ANY;
+    MATRIX_SET_DIAG:         NONE,                        2..=2, 1..=1, ANY;
+    BROADCAST_ARGS:          NONE,                        2..=2, 1..=1, INT;
+    // Bit-level ops on plain (unquantized) integers of 8 to 32 bits.
+    BITCAST:                 NONE,                        1..=1, 1..=1, ANY;
+    RIGHT_SHIFT:             NONE,                        2..=2, 1..=1, INT;
+    BITWISE_XOR:             NONE,                        2..=2, 1..=1, INT;
     // Type conversion.
     CAST:                    NONE,                        1..=1, 1..=1, ANY;
     QUANTIZE:                NONE,                        1..=1, 1..=1, F32 | I8 | U8 | I16;

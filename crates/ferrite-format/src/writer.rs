@@ -150,6 +150,10 @@ pub enum Options {
     Shape {
         out_type: TensorType,
     },
+    /// UNIQUE: the element type of its index output (int32 or int64).
+    Unique {
+        idx_out_type: TensorType,
+    },
     Pack {
         values_count: i32,
         axis: i32,
@@ -230,6 +234,7 @@ impl Options {
             Options::ArgMinMax { .. } => &[T::ArgMaxOptions, T::ArgMinOptions],
             Options::TransposeConv { .. } => &[T::TransposeConvOptions],
             Options::Shape { .. } => &[T::ShapeOptions],
+            Options::Unique { .. } => &[T::UniqueOptions],
             Options::Pack { .. } => &[T::PackOptions],
             Options::Unpack { .. } => &[T::UnpackOptions],
             Options::LeakyRelu { .. } => &[T::LeakyReluOptions],
@@ -695,6 +700,7 @@ fn write_options(b: &mut FlatBufferBuilder, table: fb::BuiltinOptions, o: &Optio
         )
         .as_union_value(),
         Options::Shape { out_type } => fb::ShapeOptions::create(b, &fb::ShapeOptionsArgs { out_type: *out_type }).as_union_value(),
+        Options::Unique { idx_out_type } => fb::UniqueOptions::create(b, &fb::UniqueOptionsArgs { idx_out_type: *idx_out_type }).as_union_value(),
         Options::Pack { values_count, axis } => fb::PackOptions::create(b, &fb::PackOptionsArgs { values_count: *values_count, axis: *axis }).as_union_value(),
         Options::Unpack { num, axis } => fb::UnpackOptions::create(b, &fb::UnpackOptionsArgs { num: *num, axis: *axis }).as_union_value(),
         Options::LeakyRelu { alpha } => fb::LeakyReluOptions::create(b, &fb::LeakyReluOptionsArgs { alpha: *alpha }).as_union_value(),

@@ -130,7 +130,8 @@ pub enum OpParams {
         shrink_axis_mask: i32,
         offset: bool,
     },
-    /// Output type code for ARG_MAX / ARG_MIN / SHAPE (a TensorType code).
+    /// Output type code for ARG_MAX / ARG_MIN / SHAPE, and UNIQUE's index output
+    /// (a TensorType code).
     OutType(i8),
     TransposeConv {
         padding: Padding,
@@ -301,6 +302,7 @@ pub fn parse_params(op: BuiltinOp, opt_type: u8, options: Option<Table<'_>>) -> 
         // ArgMax/ArgMin/Shape all hold their output type in slot 4.
         T::ArgMaxOptions | T::ArgMinOptions => OpParams::OutType(i8f(fb::ArgMaxOptions::VT_OUTPUT_TYPE, 4)?),
         T::ShapeOptions => OpParams::OutType(i8f(fb::ShapeOptions::VT_OUT_TYPE, 2)?),
+        T::UniqueOptions => OpParams::OutType(i8f(fb::UniqueOptions::VT_IDX_OUT_TYPE, 2)?),
         T::TransposeConvOptions => {
             use fb::TransposeConvOptions as O;
             OpParams::TransposeConv {
@@ -419,6 +421,8 @@ mod tests {
             }
             // The schema's default output type is INT32.
             T::ShapeOptions => (Options::Shape { out_type: TensorType::INT64 }, OpParams::OutType(TensorType::INT64.0)),
+            // The schema's default index type is INT32.
+            T::UniqueOptions => (Options::Unique { idx_out_type: TensorType::INT64 }, OpParams::OutType(TensorType::INT64.0)),
             T::IfOptions => (Options::If { then_subgraph: 2, else_subgraph: 3 }, OpParams::If { then_subgraph: 2, else_subgraph: 3 }),
             T::WhileOptions => (Options::While { cond_subgraph: 2, body_subgraph: 3 }, OpParams::While { cond_subgraph: 2, body_subgraph: 3 }),
             T::CallOnceOptions => (Options::CallOnce { init_subgraph: 2 }, OpParams::CallOnce { init_subgraph: 2 }),

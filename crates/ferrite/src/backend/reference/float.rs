@@ -17,6 +17,7 @@ mod index;
 mod movement;
 mod nn;
 mod reduce;
+mod sets;
 
 use ferrite_format::ops::BuiltinOp as B;
 
@@ -129,6 +130,19 @@ pub(crate) fn build(op: &OpContext<'_>) -> Result<Built> {
         B::ONE_HOT => index::one_hot(op),
         B::RANGE => index::range(op),
         B::CUMSUM => index::cumsum(op),
+        B::WHERE => sets::where_op(op),
+        B::UNIQUE => sets::unique(op),
+        B::SEGMENT_SUM => sets::segments(op, None),
+        B::UNSORTED_SEGMENT_SUM => sets::segments(op, Some("sum")),
+        B::UNSORTED_SEGMENT_PROD => sets::segments(op, Some("prod")),
+        B::UNSORTED_SEGMENT_MAX => sets::segments(op, Some("max")),
+        B::UNSORTED_SEGMENT_MIN => sets::segments(op, Some("min")),
+        B::MATRIX_DIAG => sets::diag(op, false),
+        B::MATRIX_SET_DIAG => sets::diag(op, true),
+        B::BROADCAST_ARGS => sets::broadcast_args(op),
+        B::BITCAST => sets::bitcast(op),
+        B::RIGHT_SHIFT => sets::bitwise(op, true),
+        B::BITWISE_XOR => sets::bitwise(op, false),
         _ => Err(op.unsupported("no reference kernel for this op")),
     }
 }
