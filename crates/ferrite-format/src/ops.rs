@@ -226,8 +226,11 @@ op_table! {
     CEIL:                    NONE,                        1..=1, 1..=1, F32;
     ROUND:                   NONE,                        1..=1, 1..=1, F32;
     SIGN:                    NONE,                        1..=1, 1..=1, F32;
+    ATAN2:                   NONE,                        2..=2, 1..=1, F32;
     SOFTMAX:                 SoftmaxOptions,              1..=1, 1..=1, F32 | I8 | U8 | I16;
     LOG_SOFTMAX:             NONE,                        1..=1, 1..=1, F32;
+    L2_NORMALIZATION:        L2NormOptions,               1..=1, 1..=1, F32;
+    LOCAL_RESPONSE_NORMALIZATION: LocalResponseNormalizationOptions, 1..=1, 1..=1, F32;
     // Reductions.
     MEAN:                    ReducerOptions,              2..=2, 1..=1, F32 | I8 | U8 | I16;
     SUM:                     ReducerOptions,              2..=2, 1..=1, F32 | INT;
@@ -255,6 +258,9 @@ op_table! {
     REVERSE_V2:              NONE,                        2..=2, 1..=1, ANY;
     BROADCAST_TO:            NONE,                        2..=2, 1..=1, ANY;
     DEPTH_TO_SPACE:          DepthToSpaceOptions,         1..=1, 1..=1, ANY;
+    SPACE_TO_BATCH_ND:       NONE,                        3..=3, 1..=1, ANY;
+    BATCH_TO_SPACE_ND:       NONE,                        3..=3, 1..=1, ANY;
+    MIRROR_PAD:              MirrorPadOptions,            2..=2, 1..=1, ANY;
     SPACE_TO_DEPTH:          SpaceToDepthOptions,         1..=1, 1..=1, ANY;
     RESIZE_BILINEAR:         ResizeBilinearOptions,       2..=2, 1..=1, F32 | I8 | U8 | I16;
     RESIZE_NEAREST_NEIGHBOR: ResizeNearestNeighborOptions, 2..=2, 1..=1, ANY;

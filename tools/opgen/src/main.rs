@@ -774,6 +774,81 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             let o = out(&mut m, ty, &[]);
             single(if shift { B::RIGHT_SHIFT } else { B::BITWISE_XOR }, &[a, b], o, Options::None, &mut m);
         }
+        "MIRROR_PAD" | "MIRROR_PAD_SYMMETRIC" => {
+            // Paddings up to the most one reflection reaches: dim - 1 (REFLECT), dim (SYMMETRIC).
+            let symmetric = op == "MIRROR_PAD_SYMMETRIC";
+            let rank = r.u(1, 4);
+            let s = r.shape(rank, 1, 4);
+            let x = f32in(&mut m, "x", &s);
+            let pads: Vec<i32> = s.iter().flat_map(|&d| [0, 1].map(|_| r.int(0, i64::from(d) - i64::from(!symmetric)) as i32)).collect();
+            let p = m.add_tensor(TensorSpec::const_i32("paddings", &[rank as i32, 2], &pads));
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            single(B::MIRROR_PAD, &[x, p], o, Options::MirrorPad { symmetric }, &mut m);
+            ranges.push(fr);
+        }
+        "SPACE_TO_BATCH_ND" | "BATCH_TO_SPACE_ND" => {
+            // [b, h, w, c] with a 2-D block or [b, w, c] with a 1-D one; paddings that
+            // make the padded sizes multiples of the block, crops up to a block.
+            let sp = r.u(1, 2);
+            let block: Vec<i32> = (0..sp).map(|_| r.int(1, 3) as i32).collect();
+            let (b, c) = (r.int(1, 2) as i32, r.int(1, 3) as i32);
+            let mut s = vec![b];
+            let mut pc = vec![];
+            for &k in &block {
+                let d = r.int(1, 5) as i32;
+                if op == "SPACE_TO_BATCH_ND" {
+                    let before = r.int(0, i64::from(k)) as i32;
+                    let after = (k - (d + before) % k) % k;
+                    pc.extend([before, after]);
+                    s.push(d);
+                } else {
+                    s.push(d);
+                    let crop = r.int(0, i64::from(d * k - 1).min(2)) as i32;
+                    let before = r.int(0, i64::from(crop)) as i32;
+                    pc.extend([before, crop - before]);
+                }
+            }
+            s.push(c);
+            if op == "BATCH_TO_SPACE_ND" {
+                s[0] *= block.iter().product::<i32>();
+            }
+            let x = f32in(&mut m, "x", &s);
+            let bt = m.add_tensor(TensorSpec::const_i32("block_shape", &[sp as i32], &block));
+            let pt = m.add_tensor(TensorSpec::const_i32(if op == "SPACE_TO_BATCH_ND" { "paddings" } else { "crops" }, &[sp as i32, 2], &pc));
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            single(if op == "SPACE_TO_BATCH_ND" { B::SPACE_TO_BATCH_ND } else { B::BATCH_TO_SPACE_ND }, &[x, bt, pt], o, Options::None, &mut m);
+            ranges.push(fr);
+        }
+        "L2_NORMALIZATION" | "LOCAL_RESPONSE_NORMALIZATION" => {
+            // LiteRT takes 4-D input for LRN; L2 any rank (a row of zeros now and then
+            // hits the epsilon).
+            let s = if op == "LOCAL_RESPONSE_NORMALIZATION" {
+                vec![1, r.u(1, 3) as i32, r.u(1, 3) as i32, r.u(1, 9) as i32]
+            } else {
+                let rk = r.u(1, 4);
+                r.shape(rk, 1, 6)
+            };
+            let x = f32in(&mut m, "x", &s);
+            let o = out(&mut m, TensorType::FLOAT32, &s);
+            let opts = if op == "L2_NORMALIZATION" {
+                Options::L2Norm { activation: Activation::NONE }
+            } else {
+                Options::LocalResponseNormalization { radius: r.int(0, 3) as i32, bias: r.f(0.5, 2.0), alpha: r.f(0.05, 1.0), beta: r.f(0.25, 1.0) }
+            };
+            let code = if op == "L2_NORMALIZATION" { B::L2_NORMALIZATION } else { B::LOCAL_RESPONSE_NORMALIZATION };
+            single(code, &[x], o, opts, &mut m);
+            ranges.push(fr);
+        }
+        "ATAN2" => {
+            // y and x of one shape, every quadrant.
+            let rk = r.u(1, 4);
+            let s = r.shape(rk, 1, 5);
+            let y = f32in(&mut m, "y", &s);
+            let x = f32in(&mut m, "x", &s);
+            let o = out(&mut m, TensorType::FLOAT32, &s);
+            single(B::ATAN2, &[y, x], o, Options::None, &mut m);
+            ranges.extend([(-3.0, 3.0), (-3.0, 3.0)]);
+        }
         "TILE" => {
             let rank = r.u(1, 4);
             let s = r.shape(rank, 1, 3);
@@ -2000,10 +2075,26 @@ const OPS: &[&str] = &[
     "BITWISE_XOR_UINT16",
     "BITWISE_XOR_INT32",
     "BITWISE_XOR_UINT32",
+    "MIRROR_PAD",
+    "MIRROR_PAD_SYMMETRIC",
+    "MIRROR_PAD_INT8",
+    "SPACE_TO_BATCH_ND",
+    "SPACE_TO_BATCH_ND_INT8",
+    "BATCH_TO_SPACE_ND",
+    "BATCH_TO_SPACE_ND_INT8",
+    "L2_NORMALIZATION",
+    "LOCAL_RESPONSE_NORMALIZATION",
+    "ATAN2",
     // LiteRT has no kernel for these: both runtimes must refuse them.
     "HARD_SWISH_INT16",
     "BATCH_MATMUL_UINT8",
 ];
+
+/// Ops compared with LiteRT's builtin (optimized) kernels rather than its reference
+/// kernels: LiteRT's reference LOCAL_RESPONSE_NORMALIZATION sums the squares of
+/// `c - radius .. c + radius - 1` (one short of TensorFlow's window, which its
+/// optimized kernel and ferrite sum).
+const BUILTIN_ORACLE: &[&str] = &["LOCAL_RESPONSE_NORMALIZATION"];
 
 /// Type combinations LiteRT has no kernel for; the suite checks that ferrite, like
 /// it, refuses them with an error rather than computing something.
@@ -2083,8 +2174,9 @@ fn main() -> Result<(), String> {
                         "op": op,
                         "ranges": case.ranges,
                         "fixed": fixed,
-                        "integral": matches!(*op, "EQUAL" | "NOT_EQUAL" | "TOPK_V2_TIES"),
+                        "integral": matches!(*op, "EQUAL" | "NOT_EQUAL" | "TOPK_V2_TIES" | "UNIQUE"),
                         "refused": REFUSED.contains(op),
+                        "builtin_oracle": BUILTIN_ORACLE.contains(op),
                     }));
                 }
             }

@@ -25,6 +25,7 @@ pub(super) fn build(code: B, op: &OpContext<'_>, ctx: &mut BackendContext) -> Op
         B::LOGICAL_AND | B::LOGICAL_OR | B::LOGICAL_NOT => logical(op, code),
         B::SELECT | B::SELECT_V2 => select(op),
         B::RIGHT_SHIFT | B::BITWISE_XOR => bitwise(op, code),
+        B::ATAN2 => atan2(op),
         _ => return None,
     })
 }
@@ -356,4 +357,24 @@ pub(crate) fn bitwise(op: &OpContext<'_>, code: B) -> Result<Built> {
         t => return Err(op.unsupported(format!("{} of {}", op.op.code.name(), t.name()))),
     };
     Ok(Built { outputs: vec![(dtype, out)], kernel })
+}
+
+/// ATAN2 (float32): the angle of the point (x = input 1, y = input 0), with broadcasting.
+pub(crate) fn atan2(op: &OpContext<'_>) -> Result<Built> {
+    super::require_f32(op, &[0, 1])?;
+    let (sa, sb) = (op.input(0)?.shape.clone(), op.input(1)?.shape.clone());
+    let out = broadcast(op, &sa, &sb)?;
+    let os = out.clone();
+    let (n_a, n_b, n_out) = (op.checked_elements(&sa, 4)?, op.checked_elements(&sb, 4)?, op.checked_elements(&out, 4)?);
+    Ok(Built {
+        outputs: vec![(DType::F32, out)],
+        kernel: Box::new(move |ins, outs| {
+            let (y, x, o) = (typed::<f32>(arg(ins, 0)?)?, typed::<f32>(arg(ins, 1)?)?, typed_mut::<f32>(outs[0])?);
+            if y.len() != n_a || x.len() != n_b || o.len() != n_out {
+                return Err(runtime(format!("ATAN2 buffers of {}, {} and {} elements for shapes {sa:?}, {sb:?} -> {os:?}", y.len(), x.len(), o.len())));
+            }
+            kel::binary(y, &sa, x, &sb, o, &os, f32::atan2);
+            Ok(())
+        }),
+    })
 }

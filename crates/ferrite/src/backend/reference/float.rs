@@ -18,6 +18,7 @@ mod movement;
 mod nn;
 mod reduce;
 mod sets;
+mod spatial;
 
 use ferrite_format::ops::BuiltinOp as B;
 
@@ -131,6 +132,12 @@ pub(crate) fn build(op: &OpContext<'_>) -> Result<Built> {
         B::RANGE => index::range(op),
         B::CUMSUM => index::cumsum(op),
         B::WHERE => sets::where_op(op),
+        B::MIRROR_PAD => spatial::mirror_pad(op),
+        B::SPACE_TO_BATCH_ND => spatial::space_batch(op, true),
+        B::BATCH_TO_SPACE_ND => spatial::space_batch(op, false),
+        B::L2_NORMALIZATION => spatial::normalize(op, true),
+        B::LOCAL_RESPONSE_NORMALIZATION => spatial::normalize(op, false),
+        B::ATAN2 => spatial::atan2(op),
         B::UNIQUE => sets::unique(op),
         B::SEGMENT_SUM => sets::segments(op, None),
         B::UNSORTED_SEGMENT_SUM => sets::segments(op, Some("sum")),
