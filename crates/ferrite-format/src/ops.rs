@@ -227,6 +227,11 @@ op_table! {
     ROUND:                   NONE,                        1..=1, 1..=1, F32;
     SIGN:                    NONE,                        1..=1, 1..=1, F32;
     ATAN2:                   NONE,                        2..=2, 1..=1, F32;
+    // Signal: RFFT2D makes complex64 values, these take their parts.
+    RFFT2D:                  NONE,                        2..=2, 1..=1, F32;
+    COMPLEX_ABS:             NONE,                        1..=1, 1..=1, F32;
+    REAL:                    NONE,                        1..=1, 1..=1, F32;
+    IMAG:                    NONE,                        1..=1, 1..=1, F32;
     SOFTMAX:                 SoftmaxOptions,              1..=1, 1..=1, F32 | I8 | U8 | I16;
     LOG_SOFTMAX:             NONE,                        1..=1, 1..=1, F32;
     L2_NORMALIZATION:        L2NormOptions,               1..=1, 1..=1, F32;

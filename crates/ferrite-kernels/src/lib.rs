@@ -153,6 +153,7 @@ pub mod qmatmul;
 pub mod quant;
 pub mod reduce;
 pub mod resize;
+pub mod signal;
 pub mod softmax;
 #[cfg(test)]
 mod testutil;

@@ -849,6 +849,30 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             single(B::ATAN2, &[y, x], o, Options::None, &mut m);
             ranges.extend([(-3.0, 3.0), (-3.0, 3.0)]);
         }
+        "RFFT2D" | "COMPLEX_ABS" | "REAL" | "IMAG" => {
+            // RFFT2D of [.., rows, cols] with fft lengths (powers of two) that crop or
+            // pad, its complex64 output taken apart by COMPLEX_ABS (RFFT2D's case
+            // too), REAL or IMAG: complex values are not model outputs here.
+            let rk = r.u(2, 3);
+            let s = r.shape(rk, 1, 9);
+            // Lengths of 2 or more: LiteRT's kernel (a real-input FFT of half length)
+            // returns other values than the transform for a length of 1.
+            let len = [r.pick(&[2, 4, 8]), r.pick(&[2, 4, 8, 16])];
+            let x = f32in(&mut m, "x", &s);
+            let l = m.add_tensor(TensorSpec::const_i32("fft_length", &[2], &len));
+            let mut zs = s[..rk - 2].to_vec();
+            zs.extend([len[0], len[1] / 2 + 1]);
+            let z = m.add_tensor(TensorSpec::activation("spectrum", TensorType::COMPLEX64, &zs));
+            single(B::RFFT2D, &[x, l], z, Options::None, &mut m);
+            let code = match op {
+                "REAL" => B::REAL,
+                "IMAG" => B::IMAG,
+                _ => B::COMPLEX_ABS,
+            };
+            let o = out(&mut m, TensorType::FLOAT32, &zs);
+            single(code, &[z], o, Options::None, &mut m);
+            ranges.push(fr);
+        }
         "TILE" => {
             let rank = r.u(1, 4);
             let s = r.shape(rank, 1, 3);
@@ -2085,6 +2109,10 @@ const OPS: &[&str] = &[
     "L2_NORMALIZATION",
     "LOCAL_RESPONSE_NORMALIZATION",
     "ATAN2",
+    "RFFT2D",
+    "COMPLEX_ABS",
+    "REAL",
+    "IMAG",
     // LiteRT has no kernel for these: both runtimes must refuse them.
     "HARD_SWISH_INT16",
     "BATCH_MATMUL_UINT8",

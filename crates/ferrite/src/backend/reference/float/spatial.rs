@@ -1,5 +1,6 @@
 //! Mirror padding, space/batch rearrangements, the normalizations along the last
-//! dimension and ATAN2, written from their definitions: each output element is
+//! dimension, ATAN2, and the signal ops (RFFT2D as the direct sum of its
+//! definition, COMPLEX_ABS, REAL, IMAG), written from their definitions: each output element is
 //! found from its own multi-index (the input element it mirrors or moves from,
 //! or the padding), or computed from the input elements the definition names,
 //! sums in f64.
@@ -210,6 +211,71 @@ pub(crate) fn atan2(op: &OpContext<'_>) -> Result<Built> {
     })
 }
 
+/// RFFT2D: output element `(.., k, l)` is the sum over the input's `(m, n)`
+/// (within fft_length; the rest is zero padding) of
+/// `x[m, n] * exp(-2 pi i (k m / fft_rows + l n / fft_cols))`, in f64.
+pub(crate) fn rfft2d(op: &OpContext<'_>) -> Result<Built> {
+    require_f32(op, &[0])?;
+    let x = op.input(0)?;
+    let r = x.shape.len();
+    let len = op.const_ints(1)?;
+    let [fr, fc] = len[..] else { return Err(op.bad("fft_length must hold 2 values")) };
+    if r < 2 || !(1..=1 << 20).contains(&fr) || !(1..=1 << 20).contains(&fc) || fr & (fr - 1) != 0 || fc & (fc - 1) != 0 {
+        return Err(op.bad(format!("RFFT2D of shape {:?} with fft_length {len:?}", x.shape)));
+    }
+    let (fr, fc) = (fr as usize, fc as usize);
+    let (rows, cols, half) = (x.shape[r - 2], x.shape[r - 1], fc / 2 + 1);
+    let mut out_shape = x.shape[..r - 2].to_vec();
+    out_shape.extend([fr, half]);
+    let (n_in, n_out) = (count(op, &x.shape, 4)?, count(op, &out_shape, 8)?);
+    Ok(Built {
+        outputs: vec![(DType::Complex64, out_shape)],
+        kernel: Box::new(move |ins, outs| {
+            let x = input::<f32>(ins, 0, n_in)?;
+            let out = output::<f32>(outs, 0, 2 * n_out)?;
+            for (e, o) in out.chunks_exact_mut(2).enumerate() {
+                let (b, k, l) = (e / (fr * half), e / half % fr, e % half);
+                let (mut re, mut im) = (0.0f64, 0.0f64);
+                for m in 0..rows.min(fr) {
+                    for n in 0..cols.min(fc) {
+                        let a = -2.0 * std::f64::consts::PI * (((k * m) % fr) as f64 / fr as f64 + ((l * n) % fc) as f64 / fc as f64);
+                        let v = f64::from(x[(b * rows + m) * cols + n]);
+                        re += v * a.cos();
+                        im += v * a.sin();
+                    }
+                }
+                o[0] = re as f32;
+                o[1] = im as f32;
+            }
+            Ok(())
+        }),
+    })
+}
+
+/// COMPLEX_ABS (`|z|`), REAL and IMAG of each complex64 element (`which` 0, 1, 2).
+pub(crate) fn complex_part(op: &OpContext<'_>, which: u8) -> Result<Built> {
+    let x = op.input(0)?;
+    if x.dtype != DType::Complex64 {
+        return Err(op.unsupported(format!("{} of {}", op.op.code.name(), x.dtype.name())));
+    }
+    let n = count(op, &x.shape, 8)?;
+    Ok(Built {
+        outputs: vec![(DType::F32, x.shape.clone())],
+        kernel: Box::new(move |ins, outs| {
+            let z = input::<f32>(ins, 0, 2 * n)?;
+            for (o, p) in output::<f32>(outs, 0, n)?.iter_mut().zip(z.chunks_exact(2)) {
+                let (re, im) = (f64::from(p[0]), f64::from(p[1]));
+                *o = match which {
+                    0 => (re * re + im * im).sqrt() as f32,
+                    1 => p[0],
+                    _ => p[1],
+                };
+            }
+            Ok(())
+        }),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::super::float_test_util::*;
@@ -264,6 +330,22 @@ mod tests {
             let xb = f32_input(&bs, &r.floats(bs.iter().product()));
             let t = TestOp::new(B::BATCH_TO_SPACE_ND, OpParams::None, vec![xb, i32_const(&[m], &block), i32_const(&[m, 2], &crops)], 1);
             t.compare_with_cpu(0.0, "batch_to_space");
+            // RFFT2D into each part of its complex output (powers of two, cropping and padding).
+            let (fr, fc) = ([1usize, 2, 4][r.below(3)], [1usize, 2, 4, 8][r.below(4)]);
+            let t = TestOp::typed(B::RFFT2D, OpParams::None, vec![x.clone(), i32_const(&[2], &[fr as i32, fc as i32])], vec![DType::Complex64]);
+            if rank >= 2 {
+                let (a, b) = (t.reference().unwrap(), t.cpu().unwrap());
+                assert_eq!(a[0].1, b[0].1);
+                for (p, q) in f32s(&a[0].2).iter().zip(f32s(&b[0].2)) {
+                    assert!((p - q).abs() <= 1e-5 * p.abs().max(1.0), "rfft2d {p} {q}");
+                }
+                let z = raw_input(DType::Complex64, &a[0].1, a[0].2.clone());
+                for code in [B::COMPLEX_ABS, B::REAL, B::IMAG] {
+                    TestOp::new(code, OpParams::None, vec![z.clone()], 1).compare_with_cpu(1e-7, "complex part");
+                }
+            } else {
+                assert!(t.reference().is_err() && t.cpu().is_err());
+            }
         }
     }
 }
