@@ -291,6 +291,9 @@ op_table! {
     MATRIX_DIAG:             NONE,                        1..=1, 1..=1, ANY;
     MATRIX_SET_DIAG:         NONE,                        2..=2, 1..=1, ANY;
     BROADCAST_ARGS:          NONE,                        2..=2, 1..=1, INT;
+    // Detection: boxes [n, 4], scores [n], max outputs, IoU and score thresholds (V5: soft-NMS sigma).
+    NON_MAX_SUPPRESSION_V4:  NONE,                        5..=5, 2..=2, F32;
+    NON_MAX_SUPPRESSION_V5:  NONE,                        6..=6, 3..=3, F32;
     // Bit-level ops on plain (unquantized) integers of 8 to 32 bits.
     BITCAST:                 NONE,                        1..=1, 1..=1, ANY;
     RIGHT_SHIFT:             NONE,                        2..=2, 1..=1, INT;

@@ -873,6 +873,49 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             single(code, &[z], o, Options::None, &mut m);
             ranges.push(fr);
         }
+        "NON_MAX_SUPPRESSION_V4" | "NON_MAX_SUPPRESSION_V4_DYNAMIC" | "NON_MAX_SUPPRESSION_V5" | "NON_MAX_SUPPRESSION_V5_SOFT" => {
+            // Boxes around a few centres (so they overlap), corners sometimes given in
+            // reverse order; scores as a model input; constant thresholds. DYNAMIC:
+            // max_output_size is a model input, sizing the outputs at run time.
+            let n = r.u(1, 12);
+            let centres: Vec<(f32, f32)> = (0..r.u(1, 3)).map(|_| (r.f(0.0, 4.0), r.f(0.0, 4.0))).collect();
+            let mut bv = vec![];
+            for _ in 0..n {
+                let (cy, cx) = r.pick(&centres);
+                let (y, x, h, w) = (cy + r.f(-0.3, 0.3), cx + r.f(-0.3, 0.3), r.f(0.5, 1.5), r.f(0.5, 1.5));
+                let (mut b0, mut b1) = ([y - h / 2.0, x - w / 2.0], [y + h / 2.0, x + w / 2.0]);
+                if r.u(0, 4) == 0 {
+                    std::mem::swap(&mut b0, &mut b1);
+                }
+                bv.extend([b0[0], b0[1], b1[0], b1[1]]);
+            }
+            let boxes = m.add_tensor(TensorSpec::const_f32("boxes", &[n as i32, 4], &bv));
+            let scores = f32in(&mut m, "scores", &[n as i32]);
+            ranges.push((0.0, 1.0));
+            let max_out = r.int(1, n as i64 + 2) as i32;
+            let mo = if op == "NON_MAX_SUPPRESSION_V4_DYNAMIC" {
+                let t = m.add_tensor(TensorSpec::activation("max_output_size", TensorType::INT32, &[]));
+                m.inputs.push(t);
+                fixed.push((1, vec![max_out]));
+                t
+            } else {
+                m.add_tensor(TensorSpec::const_i32("max_output_size", &[], &[max_out]))
+            };
+            let iou = m.add_tensor(TensorSpec::const_f32("iou_threshold", &[], &[r.f(0.2, 0.8)]));
+            let thr = m.add_tensor(TensorSpec::const_f32("score_threshold", &[], &[r.pick(&[f32::MIN, 0.0, 0.3])]));
+            let mut ins = vec![boxes, scores, mo, iou, thr];
+            let idx = m.add_tensor(TensorSpec::activation("selected_indices", TensorType::INT32, &[]));
+            let mut outs = vec![idx];
+            if op.starts_with("NON_MAX_SUPPRESSION_V5") {
+                let sigma = if op.ends_with("SOFT") { r.f(0.2, 1.0) } else { 0.0 };
+                ins.push(m.add_tensor(TensorSpec::const_f32("soft_nms_sigma", &[], &[sigma])));
+                outs.push(m.add_tensor(TensorSpec::activation("selected_scores", TensorType::FLOAT32, &[])));
+            }
+            outs.push(m.add_tensor(TensorSpec::activation("valid_outputs", TensorType::INT32, &[])));
+            m.outputs.extend(&outs);
+            let code = if op.starts_with("NON_MAX_SUPPRESSION_V5") { B::NON_MAX_SUPPRESSION_V5 } else { B::NON_MAX_SUPPRESSION_V4 };
+            m.add_op(OpCode::Builtin(code), &ins, &outs, Options::None);
+        }
         "TILE" => {
             let rank = r.u(1, 4);
             let s = r.shape(rank, 1, 3);
@@ -2110,6 +2153,10 @@ const OPS: &[&str] = &[
     "LOCAL_RESPONSE_NORMALIZATION",
     "ATAN2",
     "RFFT2D",
+    "NON_MAX_SUPPRESSION_V4",
+    "NON_MAX_SUPPRESSION_V4_DYNAMIC",
+    "NON_MAX_SUPPRESSION_V5",
+    "NON_MAX_SUPPRESSION_V5_SOFT",
     "COMPLEX_ABS",
     "REAL",
     "IMAG",

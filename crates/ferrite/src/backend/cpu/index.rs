@@ -1,6 +1,6 @@
 //! Index and set ops: GATHER_ND, SCATTER_ND, DYNAMIC_UPDATE_SLICE, EMBEDDING_LOOKUP,
 //! TOPK_V2, ONE_HOT, RANGE, CUMSUM, WHERE, UNIQUE, SEGMENT_SUM, UNSORTED_SEGMENT_*,
-//! MATRIX_DIAG, MATRIX_SET_DIAG, BROADCAST_ARGS.
+//! MATRIX_DIAG, MATRIX_SET_DIAG, BROADCAST_ARGS, NON_MAX_SUPPRESSION_V4/V5.
 //!
 //! Index values read from tensor data are checked by the kernels (an index outside
 //! its dimension is a run-time error, as in LiteRT, never an out-of-bounds access).
@@ -40,6 +40,7 @@ pub(super) fn build(code: B, op: &OpContext<'_>, _ctx: &mut BackendContext) -> O
         B::MATRIX_DIAG => matrix_diag(op),
         B::MATRIX_SET_DIAG => matrix_set_diag(op),
         B::BROADCAST_ARGS => broadcast_args(op),
+        B::NON_MAX_SUPPRESSION_V4 | B::NON_MAX_SUPPRESSION_V5 => non_max_suppression(op, code == B::NON_MAX_SUPPRESSION_V5),
         _ => return None,
     })
 }
@@ -653,4 +654,66 @@ fn broadcast_args(op: &OpContext<'_>) -> Result<Built> {
             Ok(())
         }),
     }))
+}
+
+/// NON_MAX_SUPPRESSION_V4 (boxes, scores, max_output_size, iou_threshold,
+/// score_threshold -> selected indices, count) and V5 (+ soft_nms_sigma -> selected
+/// indices, their scores, count). The selections are padded with zeros to
+/// max_output_size, which fixes the outputs' shapes: computed at run time it makes
+/// the op data-dependent.
+fn non_max_suppression(op: &OpContext<'_>, v5: bool) -> Result<Built> {
+    let (b, s) = (op.input(0)?, op.input(1)?);
+    op.expect_outputs(if v5 { 3 } else { 2 })?;
+    if b.dtype != DType::F32 || s.dtype != DType::F32 {
+        return Err(op.unsupported(format!("{} of {} boxes and {} scores", op.op.code.name(), b.dtype.name(), s.dtype.name())));
+    }
+    let n = match (&b.shape[..], &s.shape[..]) {
+        (&[n, 4], &[m]) if n == m => n,
+        _ => return Err(op.bad(format!("boxes {:?} and scores {:?} must be [n, 4] and [n]", b.shape, s.shape))),
+    };
+    let max_out = const_scalar(op, 2, "max_output_size")?;
+    let max_out = usize::try_from(max_out).map_err(|_| op.bad(format!("negative max_output_size {max_out}")))?;
+    op.checked_elements(&[max_out], 4)?;
+    for i in 3..if v5 { 6 } else { 5 } {
+        let t = op.input(i)?;
+        if t.dtype != DType::F32 || t.shape.iter().product::<usize>() != 1 {
+            return Err(op.bad(format!("input {i} must be a float32 scalar")));
+        }
+    }
+    let scalar =
+        |ins: &[Option<&[u8]>], i: usize| -> Result<f32> { typed::<f32>(arg(ins, i)?)?.first().copied().ok_or_else(|| runtime("empty NMS threshold")) };
+    let mut outputs = vec![(DType::I32, vec![max_out])];
+    if v5 {
+        outputs.push((DType::F32, vec![max_out]));
+    }
+    outputs.push((DType::I32, vec![]));
+    Ok(Built {
+        outputs,
+        kernel: Box::new(move |ins, outs| {
+            let (boxes, scores) = (typed::<f32>(arg(ins, 0)?)?, typed::<f32>(arg(ins, 1)?)?);
+            check_len("NMS boxes", boxes.len(), 4 * n)?;
+            check_len("NMS scores", scores.len(), n)?;
+            let (iou, thr) = (scalar(ins, 3)?, scalar(ins, 4)?);
+            let sigma = if v5 { scalar(ins, 5)? } else { 0.0 };
+            // LiteRT's bounds on the thresholds.
+            if !(0.0..=1.0).contains(&iou) || sigma < 0.0 {
+                return Err(runtime(format!("NMS iou_threshold {iou} must lie in [0, 1] and soft_nms_sigma {sigma} be 0 or more")));
+            }
+            let mut scratch = vec![0.0f32; if v5 { 0 } else { max_out }];
+            let (ix, rest) = outs.split_first_mut().ok_or_else(|| runtime("NMS outputs missing"))?;
+            let (sel_scores, count) = match rest {
+                [sc, c] => (typed_mut::<f32>(sc)?, c),
+                [c] => (&mut scratch[..], c),
+                _ => return Err(runtime("NMS outputs missing")),
+            };
+            let ix = typed_mut::<i32>(ix)?;
+            check_len("NMS selected indices", ix.len(), max_out)?;
+            check_len("NMS selected scores", sel_scores.len(), max_out)?;
+            let k = ferrite_kernels::detection::non_max_suppression(boxes, scores, max_out, iou, thr, sigma, ix, sel_scores);
+            let c = typed_mut::<i32>(count)?;
+            check_len("NMS count", c.len(), 1)?;
+            c[0] = k as i32;
+            Ok(())
+        }),
+    })
 }
