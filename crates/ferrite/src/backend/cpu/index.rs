@@ -465,8 +465,8 @@ fn unique(op: &OpContext<'_>) -> Result<Built> {
         return Err(op.bad(format!("UNIQUE takes a 1-D tensor, got shape {:?}", x.shape)));
     }
     let idx_type = match op.op.params {
-        OpParams::OutType(t) if t == 2 => DType::I32,
-        OpParams::OutType(t) if t == 4 => DType::I64,
+        OpParams::OutType(2) => DType::I32,
+        OpParams::OutType(4) => DType::I64,
         OpParams::OutType(t) => return Err(op.bad(format!("idx_out_type must be int32 or int64, got type code {t}"))),
         _ => DType::I32,
     };
@@ -537,14 +537,18 @@ fn segments(op: &OpContext<'_>, kind: Option<k::SegmentOp>) -> Result<Built> {
         let s = const_scalar(op, 2, "num_segments")?;
         usize::try_from(s).map_err(|_| op.bad(format!("negative num_segments {s}")))?
     } else {
-        // Sorted ids: the last names the last segment.
+        // Sorted ids: the last names the last segment. Ids computed at run time
+        // (known here when the op is built on their values) fail the run, constant
+        // ones the model.
+        let constant = ids.constant;
+        let bad_ids = |m: String| if constant { op.bad(m) } else { runtime(format!("{}: {m}", op.at())) };
         let v = typed::<i32>(known(op, 1)?)?;
         let v = v.get(..n_ids).ok_or_else(|| op.bad("segment ids hold fewer values than their shape"))?;
         if let Some(w) = v.windows(2).find(|w| !(0..=1).contains(&(i64::from(w[1]) - i64::from(w[0])))) {
-            return Err(op.bad(format!("SEGMENT_SUM ids must grow by 0 or 1, found {} after {}", w[1], w[0])));
+            return Err(bad_ids(format!("SEGMENT_SUM ids must grow by 0 or 1, found {} after {}", w[1], w[0])));
         }
         match v.first() {
-            Some(&f) if f != 0 => return Err(op.bad(format!("SEGMENT_SUM ids must start at 0, got {f}"))),
+            Some(&f) if f != 0 => return Err(bad_ids(format!("SEGMENT_SUM ids must start at 0, got {f}"))),
             _ => v.last().map_or(0, |&l| l as usize + 1),
         }
     };
@@ -626,6 +630,8 @@ fn matrix_set_diag(op: &OpContext<'_>) -> Result<Built> {
 
 /// BROADCAST_ARGS: (shape a, shape b), 1-D int32 or int64 -> their broadcast
 /// shape. Only the lengths fix the output's shape, so the values may come at run time.
+// `I` is i32 or i64: the casts widen and narrow one, and are no-ops for the other.
+#[allow(clippy::unnecessary_cast)]
 fn broadcast_args(op: &OpContext<'_>) -> Result<Built> {
     let (a, b) = (op.input(0)?, op.input(1)?);
     if a.dtype != b.dtype || a.shape.len() != 1 || b.shape.len() != 1 {

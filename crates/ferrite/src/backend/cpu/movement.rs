@@ -824,13 +824,13 @@ pub(crate) fn space_batch(op: &OpContext<'_>, to_batch: bool) -> Result<Built> {
         out[0] = x.shape[0] * prod;
         for k in 0..m {
             let padded = x.shape[k + 1] + pc[2 * k] as usize + pc[2 * k + 1] as usize;
-            if padded % block[k] != 0 {
+            if !padded.is_multiple_of(block[k]) {
                 return Err(op.bad(format!("padded dimension {} of {padded} is not a multiple of block {}", k + 1, block[k])));
             }
             out[k + 1] = padded / block[k];
         }
     } else {
-        if x.shape[0] % prod != 0 {
+        if !x.shape[0].is_multiple_of(prod) {
             return Err(op.bad(format!("batch {} is not a multiple of the block's {prod} elements", x.shape[0])));
         }
         out[0] = x.shape[0] / prod;

@@ -185,7 +185,9 @@ pub(crate) fn segments(op: &OpContext<'_>, kind: Option<&'static str>) -> Result
             let v: Vec<i32> = known(op, 1)?.chunks_exact(4).take(n_ids).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
             // LiteRT's definition: ids start at 0 and grow by 0 or 1.
             if v.windows(2).any(|w| w[1] != w[0] && w[1] != w[0] + 1) || v.first().is_some_and(|&f| f != 0) {
-                return Err(op.bad("SEGMENT_SUM ids must start at 0 and grow by 0 or 1"));
+                let m = "SEGMENT_SUM ids must start at 0 and grow by 0 or 1";
+                // Ids computed at run time fail the run, constant ones the model.
+                return Err(if ids.constant { op.bad(m) } else { runtime(format!("{}: {m}", op.at())) });
             }
             v.last().map_or(0, |&l| l as usize + 1)
         }
@@ -322,10 +324,8 @@ pub(crate) fn bitcast(op: &OpContext<'_>) -> Result<Built> {
     let mut shape = x.shape.clone();
     if si > so {
         shape.push(si / so);
-    } else if si < so {
-        if shape.pop() != Some(so / si) {
-            return Err(op.bad(format!("BITCAST to a larger type needs a last dimension of {}", so / si)));
-        }
+    } else if si < so && shape.pop() != Some(so / si) {
+        return Err(op.bad(format!("BITCAST to a larger type needs a last dimension of {}", so / si)));
     }
     let bytes = count(op, &x.shape, si)? * si;
     Ok(Built {

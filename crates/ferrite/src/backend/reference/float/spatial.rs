@@ -83,7 +83,7 @@ pub(crate) fn space_batch(op: &OpContext<'_>, to_batch: bool) -> Result<Built> {
     for k in 0..m {
         let (s, extra) = (x.shape[k + 1], (pc[2 * k] + pc[2 * k + 1]) as usize);
         out_shape[k + 1] = if to_batch {
-            if (s + extra) % block[k] != 0 {
+            if !(s + extra).is_multiple_of(block[k]) {
                 return Err(op.bad("padded size not a multiple of the block"));
             }
             (s + extra) / block[k]
@@ -94,7 +94,7 @@ pub(crate) fn space_batch(op: &OpContext<'_>, to_batch: bool) -> Result<Built> {
     if to_batch {
         out_shape[0] = x.shape[0] * prod;
     } else {
-        if x.shape[0] % prod != 0 {
+        if !x.shape[0].is_multiple_of(prod) {
             return Err(op.bad("batch not a multiple of the block"));
         }
         out_shape[0] = x.shape[0] / prod;
@@ -102,7 +102,7 @@ pub(crate) fn space_batch(op: &OpContext<'_>, to_batch: bool) -> Result<Built> {
     let es = x.dtype.size().ok_or_else(|| op.unsupported("element type without a size"))?;
     let (n_in, n_out) = (count(op, &x.shape, es)?, count(op, &out_shape, es)?);
     let zp = x.quant.and_then(|q| q.zero_point.first().copied()).unwrap_or(0);
-    let fill: Vec<u8> = i64::from(zp).to_le_bytes()[..es].to_vec();
+    let fill: Vec<u8> = zp.to_le_bytes()[..es].to_vec();
     let (ins_shape, os) = (x.shape.clone(), out_shape.clone());
     Ok(Built {
         outputs: vec![(x.dtype, out_shape)],
