@@ -14,10 +14,10 @@ macro_rules! outln {
     }};
 }
 
-mod train;
 mod compare;
 mod pictures;
 mod svg;
+mod train;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -226,8 +226,16 @@ op_table! {
     CEIL:                    NONE,                        1..=1, 1..=1, F32;
     ROUND:                   NONE,                        1..=1, 1..=1, F32;
     SIGN:                    NONE,                        1..=1, 1..=1, F32;
+    ATAN2:                   NONE,                        2..=2, 1..=1, F32;
+    // Signal: RFFT2D makes complex64 values, these take their parts.
+    RFFT2D:                  NONE,                        2..=2, 1..=1, F32;
+    COMPLEX_ABS:             NONE,                        1..=1, 1..=1, F32;
+    REAL:                    NONE,                        1..=1, 1..=1, F32;
+    IMAG:                    NONE,                        1..=1, 1..=1, F32;
     SOFTMAX:                 SoftmaxOptions,              1..=1, 1..=1, F32 | I8 | U8 | I16;
     LOG_SOFTMAX:             NONE,                        1..=1, 1..=1, F32;
+    L2_NORMALIZATION:        L2NormOptions,               1..=1, 1..=1, F32;
+    LOCAL_RESPONSE_NORMALIZATION: LocalResponseNormalizationOptions, 1..=1, 1..=1, F32;
     // Reductions.
     MEAN:                    ReducerOptions,              2..=2, 1..=1, F32 | I8 | U8 | I16;
     SUM:                     ReducerOptions,              2..=2, 1..=1, F32 | INT;
@@ -255,6 +263,9 @@ op_table! {
     REVERSE_V2:              NONE,                        2..=2, 1..=1, ANY;
     BROADCAST_TO:            NONE,                        2..=2, 1..=1, ANY;
     DEPTH_TO_SPACE:          DepthToSpaceOptions,         1..=1, 1..=1, ANY;
+    SPACE_TO_BATCH_ND:       NONE,                        3..=3, 1..=1, ANY;
+    BATCH_TO_SPACE_ND:       NONE,                        3..=3, 1..=1, ANY;
+    MIRROR_PAD:              MirrorPadOptions,            2..=2, 1..=1, ANY;
     SPACE_TO_DEPTH:          SpaceToDepthOptions,         1..=1, 1..=1, ANY;
     RESIZE_BILINEAR:         ResizeBilinearOptions,       2..=2, 1..=1, F32 | I8 | U8 | I16;
     RESIZE_NEAREST_NEIGHBOR: ResizeNearestNeighborOptions, 2..=2, 1..=1, ANY;
@@ -270,6 +281,23 @@ op_table! {
     ONE_HOT:                 OneHotOptions,               4..=4, 1..=1, ANY;
     RANGE:                   NONE,                        3..=3, 1..=1, F32 | INT;
     CUMSUM:                  CumsumOptions,               2..=2, 1..=1, F32 | INT;
+    WHERE:                   NONE,                        1..=1, 1..=1, F32 | INT;
+    UNIQUE:                  UniqueOptions,               1..=1, 2..=2, F32 | I8 | U8 | INT;
+    SEGMENT_SUM:             NONE,                        2..=2, 1..=1, F32 | INT;
+    UNSORTED_SEGMENT_SUM:    NONE,                        3..=3, 1..=1, F32 | INT;
+    UNSORTED_SEGMENT_PROD:   NONE,                        3..=3, 1..=1, F32 | INT;
+    UNSORTED_SEGMENT_MAX:    NONE,                        3..=3, 1..=1, F32 | INT;
+    UNSORTED_SEGMENT_MIN:    NONE,                        3..=3, 1..=1, F32 | INT;
+    MATRIX_DIAG:             NONE,                        1..=1, 1..=1, ANY;
+    MATRIX_SET_DIAG:         NONE,                        2..=2, 1..=1, ANY;
+    BROADCAST_ARGS:          NONE,                        2..=2, 1..=1, INT;
+    // Detection: boxes [n, 4], scores [n], max outputs, IoU and score thresholds (V5: soft-NMS sigma).
+    NON_MAX_SUPPRESSION_V4:  NONE,                        5..=5, 2..=2, F32;
+    NON_MAX_SUPPRESSION_V5:  NONE,                        6..=6, 3..=3, F32;
+    // Bit-level ops on plain (unquantized) integers of 8 to 32 bits.
+    BITCAST:                 NONE,                        1..=1, 1..=1, ANY;
+    RIGHT_SHIFT:             NONE,                        2..=2, 1..=1, INT;
+    BITWISE_XOR:             NONE,                        2..=2, 1..=1, INT;
     // Type conversion.
     CAST:                    NONE,                        1..=1, 1..=1, ANY;
     QUANTIZE:                NONE,                        1..=1, 1..=1, F32 | I8 | U8 | I16;

@@ -150,6 +150,24 @@ pub enum Options {
     Shape {
         out_type: TensorType,
     },
+    /// UNIQUE: the element type of its index output (int32 or int64).
+    Unique {
+        idx_out_type: TensorType,
+    },
+    /// MIRROR_PAD: REFLECT (false) or SYMMETRIC (true).
+    MirrorPad {
+        symmetric: bool,
+    },
+    /// L2_NORMALIZATION.
+    L2Norm {
+        activation: Activation,
+    },
+    LocalResponseNormalization {
+        radius: i32,
+        bias: f32,
+        alpha: f32,
+        beta: f32,
+    },
     Pack {
         values_count: i32,
         axis: i32,
@@ -230,6 +248,10 @@ impl Options {
             Options::ArgMinMax { .. } => &[T::ArgMaxOptions, T::ArgMinOptions],
             Options::TransposeConv { .. } => &[T::TransposeConvOptions],
             Options::Shape { .. } => &[T::ShapeOptions],
+            Options::Unique { .. } => &[T::UniqueOptions],
+            Options::MirrorPad { .. } => &[T::MirrorPadOptions],
+            Options::L2Norm { .. } => &[T::L2NormOptions],
+            Options::LocalResponseNormalization { .. } => &[T::LocalResponseNormalizationOptions],
             Options::Pack { .. } => &[T::PackOptions],
             Options::Unpack { .. } => &[T::UnpackOptions],
             Options::LeakyRelu { .. } => &[T::LeakyReluOptions],
@@ -695,6 +717,17 @@ fn write_options(b: &mut FlatBufferBuilder, table: fb::BuiltinOptions, o: &Optio
         )
         .as_union_value(),
         Options::Shape { out_type } => fb::ShapeOptions::create(b, &fb::ShapeOptionsArgs { out_type: *out_type }).as_union_value(),
+        Options::Unique { idx_out_type } => fb::UniqueOptions::create(b, &fb::UniqueOptionsArgs { idx_out_type: *idx_out_type }).as_union_value(),
+        Options::MirrorPad { symmetric } => {
+            let mode = if *symmetric { fb::MirrorPadMode::SYMMETRIC } else { fb::MirrorPadMode::REFLECT };
+            fb::MirrorPadOptions::create(b, &fb::MirrorPadOptionsArgs { mode }).as_union_value()
+        }
+        Options::L2Norm { activation } => fb::L2NormOptions::create(b, &fb::L2NormOptionsArgs { fused_activation_function: *activation }).as_union_value(),
+        Options::LocalResponseNormalization { radius, bias, alpha, beta } => fb::LocalResponseNormalizationOptions::create(
+            b,
+            &fb::LocalResponseNormalizationOptionsArgs { radius: *radius, bias: *bias, alpha: *alpha, beta: *beta },
+        )
+        .as_union_value(),
         Options::Pack { values_count, axis } => fb::PackOptions::create(b, &fb::PackOptionsArgs { values_count: *values_count, axis: *axis }).as_union_value(),
         Options::Unpack { num, axis } => fb::UnpackOptions::create(b, &fb::UnpackOptionsArgs { num: *num, axis: *axis }).as_union_value(),
         Options::LeakyRelu { alpha } => fb::LeakyReluOptions::create(b, &fb::LeakyReluOptionsArgs { alpha: *alpha }).as_union_value(),

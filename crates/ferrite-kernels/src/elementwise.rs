@@ -687,3 +687,56 @@ mod int_tests {
         }
     }
 }
+
+/// Integers the bitwise ops (RIGHT_SHIFT, BITWISE_XOR) take.
+pub trait BitInt: Copy + std::ops::BitXor<Output = Self> {
+    /// `self >> by` with the shift amount clamped to `0 ..= bits - 1`, as LiteRT
+    /// clamps it (a negative amount shifts by 0, one of the type's width or more
+    /// by width - 1), so every amount is defined: arithmetic for signed types,
+    /// logical for unsigned ones.
+    fn shr_clamped(self, by: Self) -> Self;
+}
+
+macro_rules! bit_int {
+    ($($t:ty),*) => {$(
+        impl BitInt for $t {
+            #[allow(unused_comparisons)]
+            fn shr_clamped(self, by: $t) -> $t {
+                let max = (<$t>::BITS - 1) as $t;
+                let s = if by < 0 { 0 } else if by > max { max } else { by };
+                self >> s
+            }
+        }
+    )*};
+}
+bit_int!(i8, u8, i16, u16, i32, u32);
+
+/// RIGHT_SHIFT with broadcasting ([`BitInt::shr_clamped`]).
+pub fn right_shift<T: BitInt>(a: &[T], a_shape: &[usize], b: &[T], b_shape: &[usize], out: &mut [T], out_shape: &[usize]) {
+    binary(a, a_shape, b, b_shape, out, out_shape, T::shr_clamped);
+}
+
+/// BITWISE_XOR with broadcasting.
+pub fn bitwise_xor<T: BitInt>(a: &[T], a_shape: &[usize], b: &[T], b_shape: &[usize], out: &mut [T], out_shape: &[usize]) {
+    binary(a, a_shape, b, b_shape, out, out_shape, |x, y| x ^ y);
+}
+
+#[cfg(test)]
+mod bit_tests {
+    use super::*;
+
+    #[test]
+    fn shifts_clamp_their_amount() {
+        assert_eq!((-128i8).shr_clamped(3), -16);
+        assert_eq!((-128i8).shr_clamped(100), -1);
+        assert_eq!(100i8.shr_clamped(-5), 100);
+        assert_eq!(200u8.shr_clamped(9), 1);
+        assert_eq!(u32::MAX.shr_clamped(40), 1);
+        assert_eq!((-7i32).shr_clamped(1), -4);
+        let mut out = vec![0i16; 6];
+        right_shift(&[64, -64, 7, 8, 9, 10], &[2, 3], &[1, 2, 3], &[3], &mut out, &[2, 3]);
+        assert_eq!(out, [32, -16, 0, 4, 2, 1]);
+        bitwise_xor(&[1, 2, 3, 4, 5, 6], &[2, 3], &[3], &[1], &mut out, &[2, 3]);
+        assert_eq!(out, [2, 1, 0, 7, 6, 5]);
+    }
+}

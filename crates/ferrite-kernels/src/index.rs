@@ -1,6 +1,7 @@
 //! Index and set ops: kernels that address elements through index values read
 //! from tensor data (GATHER_ND, SCATTER_ND, EMBEDDING_LOOKUP, DYNAMIC_UPDATE_SLICE)
-//! or that order, count or enumerate elements (TOPK_V2, ONE_HOT, RANGE, CUMSUM).
+//! or that order, count or enumerate elements (TOPK_V2, ONE_HOT, RANGE, CUMSUM,
+//! WHERE, UNIQUE), reduce by segment ids, or build matrices along their diagonal.
 //!
 //! Index values come from files and from other ops' outputs, so every one is
 //! checked before it addresses memory: a kernel returns the offending value
@@ -284,6 +285,229 @@ pub fn cumsum<T: Accumulate>(input: &[T], outer: usize, len: usize, inner: usize
     }
 }
 
+/// What a WHERE condition element means: true when nonzero (for floats: not
+/// ±0, so NaN is true), as TensorFlow converts any element type to bool.
+pub trait Truth: Copy {
+    /// True when the element counts as true.
+    fn truth(self) -> bool;
+}
+
+macro_rules! int_truth {
+    ($($t:ty),*) => {$(
+        impl Truth for $t {
+            fn truth(self) -> bool {
+                self != 0
+            }
+        }
+    )*};
+}
+int_truth!(i8, u8, i16, u16, i32, u32, i64, u64);
+
+impl Truth for f32 {
+    fn truth(self) -> bool {
+        self != 0.0
+    }
+}
+
+/// How many elements of a WHERE condition are true: the first dimension of its output.
+pub fn count_true<T: Truth>(cond: &[T]) -> usize {
+    cond.iter().filter(|v| v.truth()).count()
+}
+
+/// WHERE: the coordinates (in `shape`, row-major order) of the true elements of
+/// `cond`, one row of `shape.len()` int64 values each. `out` holds
+/// `count_true(cond) * shape.len()` values.
+pub fn where_coords<T: Truth>(cond: &[T], shape: &[usize], out: &mut [i64]) {
+    let r = shape.len();
+    let mut rows = out.chunks_exact_mut(r.max(1));
+    let mut c = vec![0usize; r];
+    for &v in cond {
+        if v.truth() && r > 0 {
+            let Some(row) = rows.next() else { return };
+            for (o, &x) in row.iter_mut().zip(&c) {
+                *o = x as i64;
+            }
+        }
+        // Next coordinate, last dimension fastest.
+        for d in (0..r).rev() {
+            c[d] += 1;
+            if c[d] < shape[d] {
+                break;
+            }
+            c[d] = 0;
+        }
+    }
+}
+
+/// UNIQUE: the distinct values of `x` in the order of their first occurrence, and
+/// for each element of `x` the position of its value in that list. Values equal
+/// under [`RankKey`] are one value (so -0 and +0 are one, the first seen kept).
+pub fn unique<T: RankKey>(x: &[T]) -> (Vec<T>, Vec<usize>) {
+    let mut order: Vec<usize> = (0..x.len()).collect();
+    // Stable: within a run of equal values the first occurrence comes first.
+    order.sort_by(|&a, &b| x[a].rank_cmp(&x[b]));
+    // Runs of equal values, each named by its first occurrence.
+    let mut group_of = vec![0usize; x.len()];
+    let mut firsts: Vec<usize> = vec![];
+    for (k, &i) in order.iter().enumerate() {
+        if k == 0 || x[order[k - 1]].rank_cmp(&x[i]) != Ordering::Equal {
+            firsts.push(i);
+        }
+        group_of[i] = firsts.len() - 1;
+    }
+    // Groups numbered by first occurrence.
+    let mut by_first: Vec<usize> = (0..firsts.len()).collect();
+    by_first.sort_by_key(|&g| firsts[g]);
+    let mut rank = vec![0usize; firsts.len()];
+    for (pos, &g) in by_first.iter().enumerate() {
+        rank[g] = pos;
+    }
+    let values = by_first.iter().map(|&g| x[firsts[g]]).collect();
+    (values, group_of.iter().map(|&g| rank[g]).collect())
+}
+
+/// How the segment ops combine the rows of one segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SegmentOp {
+    /// Sum (an empty segment is 0).
+    Sum,
+    /// Product (an empty segment is 1).
+    Prod,
+    /// Maximum (an empty segment is the type's lowest value).
+    Max,
+    /// Minimum (an empty segment is the type's highest value).
+    Min,
+}
+
+/// Element types the segment ops reduce: the identities of each reduction, and
+/// the reductions as LiteRT's kernels compute them (integers wrap).
+pub trait SegmentValue: Copy + PartialOrd {
+    /// The value of an empty segment under `op`.
+    fn identity(op: SegmentOp) -> Self;
+    /// `acc` combined with `v` under `op`.
+    fn combine(op: SegmentOp, acc: Self, v: Self) -> Self;
+}
+
+impl SegmentValue for f32 {
+    fn identity(op: SegmentOp) -> f32 {
+        match op {
+            SegmentOp::Sum => 0.0,
+            SegmentOp::Prod => 1.0,
+            SegmentOp::Max => f32::MIN,
+            SegmentOp::Min => f32::MAX,
+        }
+    }
+    fn combine(op: SegmentOp, acc: f32, v: f32) -> f32 {
+        match op {
+            SegmentOp::Sum => acc + v,
+            SegmentOp::Prod => acc * v,
+            SegmentOp::Max => {
+                if v > acc {
+                    v
+                } else {
+                    acc
+                }
+            }
+            SegmentOp::Min => {
+                if v < acc {
+                    v
+                } else {
+                    acc
+                }
+            }
+        }
+    }
+}
+
+impl SegmentValue for i32 {
+    fn identity(op: SegmentOp) -> i32 {
+        match op {
+            SegmentOp::Sum => 0,
+            SegmentOp::Prod => 1,
+            SegmentOp::Max => i32::MIN,
+            SegmentOp::Min => i32::MAX,
+        }
+    }
+    fn combine(op: SegmentOp, acc: i32, v: i32) -> i32 {
+        match op {
+            SegmentOp::Sum => acc.wrapping_add(v),
+            SegmentOp::Prod => acc.wrapping_mul(v),
+            SegmentOp::Max => acc.max(v),
+            SegmentOp::Min => acc.min(v),
+        }
+    }
+}
+
+/// SEGMENT_SUM and UNSORTED_SEGMENT_*: row `i` of `data` (rows of `inner`
+/// elements, one per id) is combined into output row `ids[i]`; `out` holds
+/// `segments` segments, each starting at the reduction's identity. Rows with a
+/// negative id are skipped and an id past the last segment is an error (its
+/// value returned), as LiteRT defines the op.
+pub fn segment_reduce<T: SegmentValue>(op: SegmentOp, data: &[T], ids: &[i32], inner: usize, segments: usize, out: &mut [T]) -> Result<(), i32> {
+    out.fill(T::identity(op));
+    if let Some(&bad) = ids.iter().find(|&&id| id >= 0 && id as usize >= segments) {
+        return Err(bad);
+    }
+    if inner == 0 {
+        return Ok(());
+    }
+    for (&id, row) in ids.iter().zip(data.chunks_exact(inner)) {
+        let Ok(s) = usize::try_from(id) else { continue };
+        for (o, &v) in out[s * inner..(s + 1) * inner].iter_mut().zip(row) {
+            *o = T::combine(op, *o, v);
+        }
+    }
+    Ok(())
+}
+
+/// MATRIX_DIAG: each row of `n` values of `diag` becomes an `n x n` matrix with
+/// the row on its diagonal and `zero` elsewhere.
+pub fn matrix_diag<T: Copy>(diag: &[T], n: usize, zero: T, out: &mut [T]) {
+    out.fill(zero);
+    if n == 0 {
+        return;
+    }
+    for (d, m) in diag.chunks_exact(n).zip(out.chunks_exact_mut(n * n)) {
+        for (i, &v) in d.iter().enumerate() {
+            m[i * n + i] = v;
+        }
+    }
+}
+
+/// MATRIX_SET_DIAG: each `rows x cols` matrix of `input` with its main diagonal
+/// (`min(rows, cols)` values per matrix, from `diag`) replaced.
+pub fn matrix_set_diag<T: Copy>(input: &[T], rows: usize, cols: usize, diag: &[T], out: &mut [T]) {
+    out.copy_from_slice(input);
+    let k = rows.min(cols);
+    if k == 0 {
+        return;
+    }
+    for (d, m) in diag.chunks_exact(k).zip(out.chunks_exact_mut(rows * cols)) {
+        for (i, &v) in d.iter().enumerate() {
+            m[i * cols + i] = v;
+        }
+    }
+}
+
+/// BROADCAST_ARGS: the numpy broadcast of shapes `a` and `b` (aligned at the
+/// end; a 1 stretches to the other's size), written to `out` (the longer rank).
+/// Fails with the first pair of dimensions that do not broadcast.
+pub fn broadcast_args(a: &[i64], b: &[i64], out: &mut [i64]) -> Result<(), (i64, i64)> {
+    let r = out.len();
+    for (d, o) in out.iter_mut().enumerate() {
+        let x = if d + a.len() >= r { a[d + a.len() - r] } else { 1 };
+        let y = if d + b.len() >= r { b[d + b.len() - r] } else { 1 };
+        *o = if x == y || y == 1 {
+            x
+        } else if x == 1 {
+            y
+        } else {
+            return Err((x, y));
+        };
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -454,5 +678,92 @@ mod tests {
             cumsum(&x, 1, 3, 2, exclusive, reverse, &mut out);
             assert_eq!(out, want, "exclusive {exclusive} reverse {reverse}");
         }
+    }
+
+    #[test]
+    fn where_lists_true_coordinates_in_order() {
+        let mut r = Rng::new(21);
+        for _ in 0..100 {
+            let rank = r.size(0, 3);
+            let s = shape(&mut r, rank, 0, 4);
+            let n: usize = s.iter().product();
+            let cond: Vec<f32> = (0..n).map(|_| [0.0, -0.0, 1.0, f32::NAN][r.size(0, 3)]).collect();
+            let k = count_true(&cond);
+            let mut out = vec![-1i64; k * rank];
+            where_coords(&cond, &s, &mut out);
+            let want: Vec<i64> = (0..n).filter(|&e| cond[e] != 0.0).flat_map(|e| coords(e, &s)).map(|c| c as i64).collect();
+            assert_eq!(out, want);
+        }
+    }
+
+    #[test]
+    fn unique_keeps_first_occurrence_order() {
+        let mut r = Rng::new(22);
+        for _ in 0..100 {
+            let n = r.size(0, 12);
+            let x: Vec<i32> = (0..n).map(|_| r.size(0, 5) as i32 - 2).collect();
+            let (v, idx) = unique(&x);
+            let mut want: Vec<i32> = vec![];
+            for &e in &x {
+                if !want.contains(&e) {
+                    want.push(e);
+                }
+            }
+            assert_eq!(v, want);
+            for (i, &e) in x.iter().enumerate() {
+                assert_eq!(v[idx[i]], e);
+            }
+        }
+        let (v, idx) = unique(&[-0.0f32, 1.0, 0.0]);
+        assert_eq!((v[0].to_bits(), v[1], idx), ((-0.0f32).to_bits(), 1.0, vec![0, 1, 0]));
+    }
+
+    #[test]
+    fn segments_reduce_by_id_skip_negative_and_refuse_large_ids() {
+        let mut r = Rng::new(23);
+        for _ in 0..200 {
+            let (rows, inner, segs) = (r.size(0, 6), r.size(0, 3), r.size(0, 4));
+            let data: Vec<i32> = (0..rows * inner).map(|_| r.size(0, 9) as i32 - 4).collect();
+            let ids: Vec<i32> = (0..rows).map(|_| r.size(0, segs + 1) as i32 - 1).collect();
+            for op in [SegmentOp::Sum, SegmentOp::Prod, SegmentOp::Max, SegmentOp::Min] {
+                let mut out = vec![7; segs * inner];
+                let res = segment_reduce(op, &data, &ids, inner, segs, &mut out);
+                if let Some(&bad) = ids.iter().find(|&&i| i >= segs as i32) {
+                    assert_eq!(res, Err(bad));
+                    continue;
+                }
+                assert_eq!(res, Ok(()));
+                for s in 0..segs {
+                    for j in 0..inner {
+                        let vals: Vec<i32> = (0..rows).filter(|&i| ids[i] == s as i32).map(|i| data[i * inner + j]).collect();
+                        let want = match op {
+                            SegmentOp::Sum => vals.iter().sum(),
+                            SegmentOp::Prod => vals.iter().product(),
+                            SegmentOp::Max => vals.iter().copied().max().unwrap_or(i32::MIN),
+                            SegmentOp::Min => vals.iter().copied().min().unwrap_or(i32::MAX),
+                        };
+                        assert_eq!(out[s * inner + j], want, "{op:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn diagonals_and_broadcast_args() {
+        let mut out = vec![9i16; 8];
+        matrix_diag(&[1, 2, 3, 4], 2, 0, &mut out);
+        assert_eq!(out, [1, 0, 0, 2, 3, 0, 0, 4]);
+        let x: Vec<u8> = (0..12).collect();
+        let mut out = vec![0u8; 12];
+        // Two 2x3 matrices: diagonals of 2.
+        matrix_set_diag(&x, 2, 3, &[100, 101, 102, 103], &mut out);
+        assert_eq!(out, [100, 1, 2, 3, 101, 5, 102, 7, 8, 9, 103, 11]);
+        let mut o = vec![0; 3];
+        assert_eq!(broadcast_args(&[2, 1, 5], &[4, 1], &mut o), Ok(()));
+        assert_eq!(o, [2, 4, 5]);
+        assert_eq!(broadcast_args(&[3], &[2, 4], &mut o[..2]), Err((3, 4)));
+        let mut o = vec![0; 0];
+        assert_eq!(broadcast_args(&[], &[], &mut o), Ok(()));
     }
 }

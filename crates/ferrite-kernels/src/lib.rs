@@ -137,6 +137,7 @@ pub(crate) fn hsum16(lanes: [f32; 16]) -> f32 {
 }
 
 pub mod conv;
+pub mod detection;
 pub mod elementwise;
 pub mod fixed16;
 pub mod gemm;
@@ -154,6 +155,7 @@ pub mod qmatmul;
 pub mod quant;
 pub mod reduce;
 pub mod resize;
+pub mod signal;
 pub mod softmax;
 #[cfg(test)]
 mod testutil;

@@ -259,6 +259,88 @@ pub fn reverse<T: Copy>(input: &[T], shape: &[usize], flip: &[bool], out: &mut [
     }
 }
 
+/// Visits every coordinate of `shape` in row-major order.
+fn for_each_coord(shape: &[usize], mut f: impl FnMut(usize, &[usize])) {
+    let n: usize = shape.iter().product();
+    let mut c = vec![0usize; shape.len()];
+    for e in 0..n {
+        f(e, &c);
+        for d in (0..shape.len()).rev() {
+            c[d] += 1;
+            if c[d] < shape[d] {
+                break;
+            }
+            c[d] = 0;
+        }
+    }
+}
+
+/// MIRROR_PAD: `input` (shape `shape`) padded with its own mirror image: REFLECT
+/// (`symmetric` false) leaves out the edge element (`[a b c]` -> `b | a b c | b`),
+/// SYMMETRIC repeats it (`a | a b c | c`). Requires each padding at most
+/// `dim - 1` (REFLECT) or `dim` (SYMMETRIC), so one reflection reaches every element.
+pub fn mirror_pad<T: Copy>(input: &[T], shape: &[usize], pads: &[(usize, usize)], symmetric: bool, out: &mut [T]) {
+    let out_shape: Vec<usize> = shape.iter().zip(pads).map(|(&s, &(a, b))| s + a + b).collect();
+    let mut src = vec![0usize; shape.len()];
+    for_each_coord(&out_shape, |e, c| {
+        for d in 0..shape.len() {
+            let (n, j) = (shape[d] as isize, c[d] as isize - pads[d].0 as isize);
+            let k = if j < 0 {
+                -j - isize::from(symmetric)
+            } else if j >= n {
+                2 * n - 2 - j + isize::from(symmetric)
+            } else {
+                j
+            };
+            src[d] = k.clamp(0, n - 1) as usize;
+        }
+        let at = src.iter().zip(shape).fold(0, |a, (&i, &s)| a * s + i);
+        out[e] = input[at];
+    });
+}
+
+/// SPACE_TO_BATCH_ND: `input` `[b, s_1..s_m, rest..]` (shape `in_shape`), each
+/// spatial dimension padded by `pad_before` (and after, up to `out_shape`) and cut
+/// into `block[k]` interleaved parts that go to the batch: output batch
+/// `(o_1..o_m) * b + n` (offsets row-major over `block`) at spatial `y_k` holds
+/// input `n` at `y_k * block_k + o_k - pad_before_k`, or `value` in the padding.
+pub fn space_to_batch<T: Copy>(input: &[T], in_shape: &[usize], block: &[usize], pad_before: &[usize], value: T, out_shape: &[usize], out: &mut [T]) {
+    let (b, m) = (in_shape[0], block.len());
+    let mut src = in_shape.to_vec();
+    for_each_coord(out_shape, |e, c| {
+        let (mut off, mut inside) = (c[0] / b, true);
+        src[0] = c[0] % b;
+        for k in (0..m).rev() {
+            let o = off % block[k];
+            off /= block[k];
+            let p = (c[k + 1] * block[k] + o) as isize - pad_before[k] as isize;
+            inside &= p >= 0 && (p as usize) < in_shape[k + 1];
+            src[k + 1] = p.max(0) as usize;
+        }
+        src[m + 1..].copy_from_slice(&c[m + 1..]);
+        out[e] = if inside { input[src.iter().zip(in_shape).fold(0, |a, (&i, &s)| a * s + i)] } else { value };
+    });
+}
+
+/// BATCH_TO_SPACE_ND: the inverse of [`space_to_batch`] with crops for paddings:
+/// output `[b, y_1..y_m, rest..]` holds input batch `(o_1..o_m) * b + n` at
+/// spatial `(y_k + crop_before_k) / block_k`, where `o_k` is the remainder.
+pub fn batch_to_space<T: Copy>(input: &[T], in_shape: &[usize], block: &[usize], crop_before: &[usize], out_shape: &[usize], out: &mut [T]) {
+    let (b, m) = (out_shape[0], block.len());
+    let mut src = in_shape.to_vec();
+    for_each_coord(out_shape, |e, c| {
+        let mut off = 0;
+        for k in 0..m {
+            let u = c[k + 1] + crop_before[k];
+            off = off * block[k] + u % block[k];
+            src[k + 1] = u / block[k];
+        }
+        src[0] = off * b + c[0];
+        src[m + 1..].copy_from_slice(&c[m + 1..]);
+        out[e] = input[src.iter().zip(in_shape).fold(0, |a, (&i, &s)| a * s + i)];
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -353,5 +435,40 @@ mod tests {
         depth_to_space(&x, 1, 2, 2, 8, 2, &mut d);
         space_to_depth(&d, 1, 4, 4, 2, 2, &mut back);
         assert_eq!(back, x);
+    }
+
+    #[test]
+    fn mirror_pad_reflect_and_symmetric() {
+        let x = [1, 2, 3];
+        let mut o = [0; 7];
+        mirror_pad(&x, &[3], &[(2, 2)], false, &mut o);
+        assert_eq!(o, [3, 2, 1, 2, 3, 2, 1]);
+        let mut o = [0; 9];
+        mirror_pad(&x, &[3], &[(3, 3)], true, &mut o);
+        assert_eq!(o, [3, 2, 1, 1, 2, 3, 3, 2, 1]);
+        // 2-D: both dimensions mirrored.
+        let mut o = [0; 12];
+        mirror_pad(&[1, 2, 3, 4], &[2, 2], &[(1, 0), (1, 1)], true, &mut o);
+        assert_eq!(o, [1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4]);
+    }
+
+    #[test]
+    fn space_to_batch_and_back() {
+        // [1, 4, 4, 1] with block 2x2: four batches of the interleaved pixels.
+        let x: Vec<i32> = (0..16).collect();
+        let mut o = vec![0; 16];
+        space_to_batch(&x, &[1, 4, 4, 1], &[2, 2], &[0, 0], -1, &[4, 2, 2, 1], &mut o);
+        assert_eq!(o, [0, 2, 8, 10, 1, 3, 9, 11, 4, 6, 12, 14, 5, 7, 13, 15]);
+        let mut back = vec![0; 16];
+        batch_to_space(&o, &[4, 2, 2, 1], &[2, 2], &[0, 0], &[1, 4, 4, 1], &mut back);
+        assert_eq!(back, x);
+        // Padding one before on a length-3 axis with block 2: [p 0 1 2] -> batches [p 1], [0 2].
+        let mut o = vec![0; 4];
+        space_to_batch(&[0, 1, 2], &[1, 3], &[2], &[1], 9, &[2, 2], &mut o);
+        assert_eq!(o, [9, 1, 0, 2]);
+        // Cropping it back.
+        let mut back = vec![0; 3];
+        batch_to_space(&o, &[2, 2], &[2], &[1], &[1, 3], &mut back);
+        assert_eq!(back, [0, 1, 2]);
     }
 }

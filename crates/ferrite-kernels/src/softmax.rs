@@ -297,6 +297,37 @@ mod quantized_tests {
     }
 }
 
+/// L2_NORMALIZATION (float): each row of `depth` values divided by its L2 norm,
+/// the norm at least `1e-6` (LiteRT's epsilon), the squares summed in order in
+/// float32 as LiteRT's kernel sums them.
+pub fn l2_normalize(x: &[f32], depth: usize, out: &mut [f32]) {
+    if depth == 0 {
+        return;
+    }
+    for (row, o) in x.chunks_exact(depth).zip(out.chunks_exact_mut(depth)) {
+        let sq = row.iter().fold(0.0f32, |a, &v| a + v * v);
+        let norm = sq.sqrt().max(1e-6);
+        for (o, &v) in o.iter_mut().zip(row) {
+            *o = v / norm;
+        }
+    }
+}
+
+/// LOCAL_RESPONSE_NORMALIZATION (float): element `c` of each row of `depth`
+/// values times `(bias + alpha * sum of squares of elements c - radius ..= c + radius)^-beta`.
+pub fn local_response_normalize(x: &[f32], depth: usize, radius: usize, bias: f32, alpha: f32, beta: f32, out: &mut [f32]) {
+    if depth == 0 {
+        return;
+    }
+    for (row, o) in x.chunks_exact(depth).zip(out.chunks_exact_mut(depth)) {
+        for c in 0..depth {
+            let (lo, hi) = (c.saturating_sub(radius), (c + radius).min(depth - 1));
+            let acc = row[lo..=hi].iter().fold(0.0f32, |a, &v| a + v * v);
+            o[c] = row[c] * (bias + alpha * acc).powf(-beta);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -331,5 +362,19 @@ mod tests {
             super::softmax(&[1.0, 2.0, 3.0, 4.0], 4, 1.0, &mut o);
             assert!((o.iter().sum::<f32>() - 1.0).abs() < 1e-6);
         });
+    }
+
+    #[test]
+    fn l2_and_local_response_normalization() {
+        let mut o = [0.0; 4];
+        super::l2_normalize(&[3.0, 4.0, 0.0, 0.0], 2, &mut o);
+        assert_eq!(o, [0.6, 0.8, 0.0, 0.0]);
+        let x = [1.0, 2.0, 3.0];
+        let mut o = [0.0; 3];
+        super::local_response_normalize(&x, 3, 1, 1.0, 0.5, 0.5, &mut o);
+        let want = [1.0 / (1.0f32 + 0.5 * 5.0).sqrt(), 2.0 / (1.0f32 + 0.5 * 14.0).sqrt(), 3.0 / (1.0f32 + 0.5 * 13.0).sqrt()];
+        for (a, b) in o.iter().zip(want) {
+            assert!((a - b).abs() < 1e-6, "{o:?} {want:?}");
+        }
     }
 }

@@ -130,7 +130,8 @@ pub enum OpParams {
         shrink_axis_mask: i32,
         offset: bool,
     },
-    /// Output type code for ARG_MAX / ARG_MIN / SHAPE (a TensorType code).
+    /// Output type code for ARG_MAX / ARG_MIN / SHAPE, and UNIQUE's index output
+    /// (a TensorType code).
     OutType(i8),
     TransposeConv {
         padding: Padding,
@@ -158,6 +159,15 @@ pub enum OpParams {
     },
     MirrorPad {
         symmetric: bool,
+    },
+    /// An options table holding only a fused activation (L2_NORMALIZATION).
+    Activation(Activation),
+    /// LOCAL_RESPONSE_NORMALIZATION.
+    LocalResponseNorm {
+        radius: i32,
+        bias: f32,
+        alpha: f32,
+        beta: f32,
     },
     /// ONE_HOT: where the depth dimension goes (negative counts from the end).
     OneHot {
@@ -301,6 +311,7 @@ pub fn parse_params(op: BuiltinOp, opt_type: u8, options: Option<Table<'_>>) -> 
         // ArgMax/ArgMin/Shape all hold their output type in slot 4.
         T::ArgMaxOptions | T::ArgMinOptions => OpParams::OutType(i8f(fb::ArgMaxOptions::VT_OUTPUT_TYPE, 4)?),
         T::ShapeOptions => OpParams::OutType(i8f(fb::ShapeOptions::VT_OUT_TYPE, 2)?),
+        T::UniqueOptions => OpParams::OutType(i8f(fb::UniqueOptions::VT_IDX_OUT_TYPE, 2)?),
         T::TransposeConvOptions => {
             use fb::TransposeConvOptions as O;
             OpParams::TransposeConv {
@@ -325,6 +336,16 @@ pub fn parse_params(op: BuiltinOp, opt_type: u8, options: Option<Table<'_>>) -> 
             OpParams::Cumsum { exclusive: boolf(fb::CumsumOptions::VT_EXCLUSIVE, false)?, reverse: boolf(fb::CumsumOptions::VT_REVERSE, false)? }
         }
         T::MirrorPadOptions => OpParams::MirrorPad { symmetric: i8f(fb::MirrorPadOptions::VT_MODE, 0)? == 1 },
+        T::L2NormOptions => OpParams::Activation(act(fb::L2NormOptions::VT_FUSED_ACTIVATION_FUNCTION)?),
+        T::LocalResponseNormalizationOptions => {
+            use fb::LocalResponseNormalizationOptions as O;
+            OpParams::LocalResponseNorm {
+                radius: i32f(O::VT_RADIUS, 0)?,
+                bias: f32f(O::VT_BIAS, 0.0)?,
+                alpha: f32f(O::VT_ALPHA, 0.0)?,
+                beta: f32f(O::VT_BETA, 0.0)?,
+            }
+        }
         T::IfOptions => OpParams::If {
             then_subgraph: subgraph_index(i32f(fb::IfOptions::VT_THEN_SUBGRAPH_INDEX, 0)?, "then_subgraph_index")?,
             else_subgraph: subgraph_index(i32f(fb::IfOptions::VT_ELSE_SUBGRAPH_INDEX, 0)?, "else_subgraph_index")?,
@@ -419,6 +440,14 @@ mod tests {
             }
             // The schema's default output type is INT32.
             T::ShapeOptions => (Options::Shape { out_type: TensorType::INT64 }, OpParams::OutType(TensorType::INT64.0)),
+            // The schema's default index type is INT32.
+            T::UniqueOptions => (Options::Unique { idx_out_type: TensorType::INT64 }, OpParams::OutType(TensorType::INT64.0)),
+            T::MirrorPadOptions => (Options::MirrorPad { symmetric: true }, OpParams::MirrorPad { symmetric: true }),
+            T::L2NormOptions => (Options::L2Norm { activation: A::RELU6 }, OpParams::Activation(act)),
+            T::LocalResponseNormalizationOptions => (
+                Options::LocalResponseNormalization { radius: 3, bias: 1.5, alpha: 0.25, beta: 0.75 },
+                OpParams::LocalResponseNorm { radius: 3, bias: 1.5, alpha: 0.25, beta: 0.75 },
+            ),
             T::IfOptions => (Options::If { then_subgraph: 2, else_subgraph: 3 }, OpParams::If { then_subgraph: 2, else_subgraph: 3 }),
             T::WhileOptions => (Options::While { cond_subgraph: 2, body_subgraph: 3 }, OpParams::While { cond_subgraph: 2, body_subgraph: 3 }),
             T::CallOnceOptions => (Options::CallOnce { init_subgraph: 2 }, OpParams::CallOnce { init_subgraph: 2 }),

@@ -565,6 +565,357 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             single(B::CUMSUM, &[x, a], o, Options::Cumsum { exclusive: r.coin(), reverse: r.coin() }, &mut m);
             ranges.push(fr);
         }
+        "WHERE" | "WHERE_BOOL" | "WHERE_INT8" | "WHERE_INT32" | "WHERE_INT64" | "WHERE_UINT8" | "WHERE_CONST" => {
+            // The condition is a model input (its count of true elements sizes the
+            // output at run time), ranks 1 to 4, zeros common; CONST: a constant
+            // float condition, so the output's shape is known at prepare.
+            let rank = r.u(1, 4);
+            let s = r.shape(rank, 1, 4);
+            let n = n_of(&s);
+            let ty = match op {
+                "WHERE_BOOL" => TensorType::BOOL,
+                "WHERE_INT8" => TensorType::INT8,
+                "WHERE_UINT8" => TensorType::UINT8,
+                "WHERE_INT32" => TensorType::INT32,
+                "WHERE_INT64" => TensorType::INT64,
+                _ => TensorType::FLOAT32,
+            };
+            // At least one true element: LiteRT cannot allocate an empty dynamic output.
+            let mut vals: Vec<i32> = (0..n).map(|_| if r.u(0, 2) == 0 { r.int(-3, 3) as i32 } else { 0 }).collect();
+            vals[r.u(0, n - 1)] = 1;
+            let c = if op == "WHERE_CONST" {
+                let f: Vec<f32> = vals.iter().map(|&v| v as f32 * 0.5).collect();
+                m.add_tensor(TensorSpec::const_f32("cond", &s, &f))
+            } else {
+                let t = m.add_tensor(TensorSpec::activation("cond", ty, &s));
+                m.inputs.push(t);
+                let vals = if ty == TensorType::BOOL || ty == TensorType::UINT8 { vals.iter().map(|v| v.abs()).collect() } else { vals };
+                fixed.push((0, vals));
+                t
+            };
+            if op == "WHERE_CONST" {
+                // LiteRT needs a model input: an unused one.
+                f32in(&mut m, "unused", &[1]);
+                ranges.push(fr);
+            }
+            let o = out(&mut m, TensorType::INT64, &[]);
+            single(B::WHERE, &[c], o, Options::None, &mut m);
+        }
+        "UNIQUE" | "UNIQUE_I64" | "UNIQUE_INT8" | "UNIQUE_INT32" | "UNIQUE_INT64" | "UNIQUE_INT16" | "UNIQUE_UINT8" => {
+            // A 1-D input with repeated values; the index output int32, or int64 (I64).
+            let n = r.u(1, 12);
+            let ty = match op {
+                "UNIQUE_INT8" => TensorType::INT8,
+                "UNIQUE_INT16" => TensorType::INT16,
+                "UNIQUE_UINT8" => TensorType::UINT8,
+                "UNIQUE_INT32" => TensorType::INT32,
+                "UNIQUE_INT64" => TensorType::INT64,
+                _ => TensorType::FLOAT32,
+            };
+            let x = m.add_tensor(TensorSpec::activation("x", ty, &[n as i32]));
+            m.inputs.push(x);
+            if ty == TensorType::FLOAT32 {
+                ranges.push((-3.0, 3.0));
+            } else {
+                fixed.push((0, (0..n).map(|_| r.int(0, 5) as i32 * 7 - if ty == TensorType::UINT8 { 0 } else { 14 }).collect()));
+            }
+            let it = if op == "UNIQUE_I64" { TensorType::INT64 } else { TensorType::INT32 };
+            let y = m.add_tensor(TensorSpec::activation("y", ty, &[]));
+            let i = m.add_tensor(TensorSpec::activation("idx", it, &[n as i32]));
+            m.outputs.extend([y, i]);
+            m.add_op(OpCode::Builtin(B::UNIQUE), &[x], &[y, i], Options::Unique { idx_out_type: it });
+        }
+        "SEGMENT_SUM" | "SEGMENT_SUM_INT32" => {
+            // Sorted ids as a model input (the last sizes the output).
+            let rank = r.u(1, 3);
+            let s = r.shape(rank, 1, 4);
+            let rows = s[0] as usize;
+            // LiteRT's ids: from 0, each the previous or one more.
+            let mut ids = vec![0i32];
+            for _ in 1..rows {
+                let last = ids[ids.len() - 1];
+                ids.push(last + r.int(0, 1) as i32);
+            }
+            let int = op.ends_with("INT32");
+            let x = m.add_tensor(TensorSpec::activation("data", if int { TensorType::INT32 } else { TensorType::FLOAT32 }, &s));
+            m.inputs.push(x);
+            let it = m.add_tensor(TensorSpec::activation("ids", TensorType::INT32, &[rows as i32]));
+            m.inputs.push(it);
+            if int {
+                fixed.push((0, (0..n_of(&s)).map(|_| r.int(-50, 50) as i32).collect()));
+            } else {
+                ranges.push(fr);
+            }
+            fixed.push((1, ids));
+            let o = out(&mut m, if int { TensorType::INT32 } else { TensorType::FLOAT32 }, &[]);
+            single(B::SEGMENT_SUM, &[x, it], o, Options::None, &mut m);
+        }
+        "UNSORTED_SEGMENT_SUM"
+        | "UNSORTED_SEGMENT_PROD"
+        | "UNSORTED_SEGMENT_MAX"
+        | "UNSORTED_SEGMENT_MIN"
+        | "UNSORTED_SEGMENT_SUM_INT32"
+        | "UNSORTED_SEGMENT_PROD_INT32"
+        | "UNSORTED_SEGMENT_MAX_INT32"
+        | "UNSORTED_SEGMENT_MIN_INT32" => {
+            // Ids of a shape that is a prefix of the data's, in any order, some
+            // segments empty, some ids -1; a constant segment count.
+            let rank = r.u(1, 4);
+            let s = r.shape(rank, 1, 4);
+            let ir = r.u(1, rank);
+            let segs = r.int(1, 5) as i32;
+            // Negative ids name no segment (LiteRT drops those rows).
+            let ids: Vec<i32> = (0..n_of(&s[..ir])).map(|_| r.int(-1, i64::from(segs) - 1) as i32).collect();
+            let int = op.ends_with("INT32");
+            let code = ["SUM", "PROD", "MAX", "MIN"]
+                .iter()
+                .zip([B::UNSORTED_SEGMENT_SUM, B::UNSORTED_SEGMENT_PROD, B::UNSORTED_SEGMENT_MAX, B::UNSORTED_SEGMENT_MIN])
+                .find(|(k, _)| op.trim_end_matches("_INT32").ends_with(*k))
+                .map_or(B::UNSORTED_SEGMENT_SUM, |(_, c)| c);
+            let dt = if int { TensorType::INT32 } else { TensorType::FLOAT32 };
+            let x = m.add_tensor(TensorSpec::activation("data", dt, &s));
+            m.inputs.push(x);
+            let it = m.add_tensor(TensorSpec::activation("ids", TensorType::INT32, &s[..ir]));
+            m.inputs.push(it);
+            if int {
+                fixed.push((0, (0..n_of(&s)).map(|_| r.int(-9, 9) as i32).collect()));
+            } else {
+                ranges.push(fr);
+            }
+            fixed.push((1, ids));
+            let ns = m.add_tensor(TensorSpec::const_i32("num_segments", &[], &[segs]));
+            let o = out(&mut m, dt, &[]);
+            single(code, &[x, it, ns], o, Options::None, &mut m);
+        }
+        "MATRIX_DIAG" | "MATRIX_SET_DIAG" => {
+            let rank = r.u(1, 3);
+            let s = r.shape(rank, 1, 5);
+            if op == "MATRIX_DIAG" {
+                let x = f32in(&mut m, "diagonal", &s);
+                let o = out(&mut m, TensorType::FLOAT32, &[]);
+                single(B::MATRIX_DIAG, &[x], o, Options::None, &mut m);
+                ranges.push(fr);
+            } else {
+                let (rows, cols) = (r.u(1, 5) as i32, r.u(1, 5) as i32);
+                let mut xs = s[..rank - 1].to_vec();
+                let mut ds = xs.clone();
+                xs.extend([rows, cols]);
+                ds.push(rows.min(cols));
+                let x = f32in(&mut m, "x", &xs);
+                let d = f32in(&mut m, "diagonal", &ds);
+                let o = out(&mut m, TensorType::FLOAT32, &xs);
+                single(B::MATRIX_SET_DIAG, &[x, d], o, Options::None, &mut m);
+                ranges.extend([fr, fr]);
+            }
+        }
+        "BROADCAST_ARGS" | "BROADCAST_ARGS_I64" => {
+            // Two shapes as model inputs, of ranks 0 to 4, that broadcast.
+            let ty = if op.ends_with("I64") { TensorType::INT64 } else { TensorType::INT32 };
+            let rk = r.u(1, 4);
+            let full = r.shape(rk, 1, 5);
+            let skip = r.u(0, rk);
+            let other: Vec<i32> = full.iter().map(|&d| if r.coin() { 1 } else { d }).skip(skip).collect();
+            let (sa, sb) = if r.coin() { (full.clone(), other) } else { (other, full.clone()) };
+            for (k, v) in [sa, sb].into_iter().enumerate() {
+                let t = m.add_tensor(TensorSpec::activation(if k == 0 { "a" } else { "b" }, ty, &[v.len() as i32]));
+                m.inputs.push(t);
+                fixed.push((k, v));
+            }
+            let ins = m.inputs.clone();
+            let o = out(&mut m, ty, &[rk as i32]);
+            single(B::BROADCAST_ARGS, &ins, o, Options::None, &mut m);
+        }
+        "BITCAST" | "BITCAST_NARROW" | "BITCAST_WIDEN" | "BITCAST_INT16" => {
+            // float32 -> int32 (same size), float32 -> uint8 (a new last dimension
+            // of 4), int8 [.., 4] -> int32 (the last dimension goes), int16 -> uint16.
+            let rank = r.u(0, 3);
+            let mut s = r.shape(rank, 1, 4);
+            let (from, to) = match op {
+                "BITCAST" => (TensorType::FLOAT32, TensorType::INT32),
+                "BITCAST_NARROW" => (TensorType::FLOAT32, TensorType::UINT8),
+                "BITCAST_WIDEN" => (TensorType::INT8, TensorType::INT32),
+                _ => (TensorType::INT16, TensorType::UINT16),
+            };
+            if op == "BITCAST_WIDEN" {
+                s.push(4);
+            }
+            let x = m.add_tensor(TensorSpec::activation("x", from, &s));
+            m.inputs.push(x);
+            if from == TensorType::FLOAT32 {
+                ranges.push((-1e3, 1e3));
+            }
+            let o = out(&mut m, to, &[]);
+            single(B::BITCAST, &[x], o, Options::None, &mut m);
+        }
+        _ if op.starts_with("RIGHT_SHIFT") || op.starts_with("BITWISE_XOR") => {
+            // Both operands model inputs of one integer type, with broadcasting; the
+            // shift amounts run from -3 (signed types) to the type's width + 3.
+            let name = op.strip_prefix("RIGHT_SHIFT_").or_else(|| op.strip_prefix("BITWISE_XOR_")).unwrap_or("INT32");
+            let (ty, bits, signed) = match name {
+                "INT8" => (TensorType::INT8, 8, true),
+                "UINT8" => (TensorType::UINT8, 8, false),
+                "INT16" => (TensorType::INT16, 16, true),
+                "UINT16" => (TensorType::UINT16, 16, false),
+                "UINT32" => (TensorType::UINT32, 32, false),
+                _ => (TensorType::INT32, 32, true),
+            };
+            let rank = r.u(1, 4);
+            let full = r.shape(rank, 1, 5);
+            let skip = r.u(0, rank - 1);
+            let other: Vec<i32> = full.iter().map(|&d| if r.coin() { 1 } else { d }).skip(skip).collect();
+            let (sa, sb) = if r.coin() { (full.clone(), other) } else { (other, full.clone()) };
+            let a = m.add_tensor(TensorSpec::activation("x", ty, &sa));
+            let b = m.add_tensor(TensorSpec::activation("y", ty, &sb));
+            m.inputs.extend([a, b]);
+            let shift = op.starts_with("RIGHT_SHIFT");
+            if shift {
+                fixed.push((1, (0..n_of(&sb)).map(|_| r.int(if signed { -3 } else { 0 }, bits + 3) as i32).collect()));
+            }
+            let o = out(&mut m, ty, &[]);
+            single(if shift { B::RIGHT_SHIFT } else { B::BITWISE_XOR }, &[a, b], o, Options::None, &mut m);
+        }
+        "MIRROR_PAD" | "MIRROR_PAD_SYMMETRIC" => {
+            // Paddings up to the most one reflection reaches: dim - 1 (REFLECT), dim (SYMMETRIC).
+            let symmetric = op == "MIRROR_PAD_SYMMETRIC";
+            let rank = r.u(1, 4);
+            let s = r.shape(rank, 1, 4);
+            let x = f32in(&mut m, "x", &s);
+            let pads: Vec<i32> = s.iter().flat_map(|&d| [0, 1].map(|_| r.int(0, i64::from(d) - i64::from(!symmetric)) as i32)).collect();
+            let p = m.add_tensor(TensorSpec::const_i32("paddings", &[rank as i32, 2], &pads));
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            single(B::MIRROR_PAD, &[x, p], o, Options::MirrorPad { symmetric }, &mut m);
+            ranges.push(fr);
+        }
+        "SPACE_TO_BATCH_ND" | "BATCH_TO_SPACE_ND" => {
+            // [b, h, w, c] with a 2-D block or [b, w, c] with a 1-D one; paddings that
+            // make the padded sizes multiples of the block, crops up to a block.
+            let sp = r.u(1, 2);
+            let block: Vec<i32> = (0..sp).map(|_| r.int(1, 3) as i32).collect();
+            let (b, c) = (r.int(1, 2) as i32, r.int(1, 3) as i32);
+            let mut s = vec![b];
+            let mut pc = vec![];
+            for &k in &block {
+                let d = r.int(1, 5) as i32;
+                if op == "SPACE_TO_BATCH_ND" {
+                    let before = r.int(0, i64::from(k)) as i32;
+                    let after = (k - (d + before) % k) % k;
+                    pc.extend([before, after]);
+                    s.push(d);
+                } else {
+                    s.push(d);
+                    let crop = r.int(0, i64::from(d * k - 1).min(2)) as i32;
+                    let before = r.int(0, i64::from(crop)) as i32;
+                    pc.extend([before, crop - before]);
+                }
+            }
+            s.push(c);
+            if op == "BATCH_TO_SPACE_ND" {
+                s[0] *= block.iter().product::<i32>();
+            }
+            let x = f32in(&mut m, "x", &s);
+            let bt = m.add_tensor(TensorSpec::const_i32("block_shape", &[sp as i32], &block));
+            let pt = m.add_tensor(TensorSpec::const_i32(if op == "SPACE_TO_BATCH_ND" { "paddings" } else { "crops" }, &[sp as i32, 2], &pc));
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            single(if op == "SPACE_TO_BATCH_ND" { B::SPACE_TO_BATCH_ND } else { B::BATCH_TO_SPACE_ND }, &[x, bt, pt], o, Options::None, &mut m);
+            ranges.push(fr);
+        }
+        "L2_NORMALIZATION" | "LOCAL_RESPONSE_NORMALIZATION" => {
+            // LiteRT takes 4-D input for LRN; L2 any rank (a row of zeros now and then
+            // hits the epsilon).
+            let s = if op == "LOCAL_RESPONSE_NORMALIZATION" {
+                vec![1, r.u(1, 3) as i32, r.u(1, 3) as i32, r.u(1, 9) as i32]
+            } else {
+                let rk = r.u(1, 4);
+                r.shape(rk, 1, 6)
+            };
+            let x = f32in(&mut m, "x", &s);
+            let o = out(&mut m, TensorType::FLOAT32, &s);
+            let opts = if op == "L2_NORMALIZATION" {
+                Options::L2Norm { activation: Activation::NONE }
+            } else {
+                Options::LocalResponseNormalization { radius: r.int(0, 3) as i32, bias: r.f(0.5, 2.0), alpha: r.f(0.05, 1.0), beta: r.f(0.25, 1.0) }
+            };
+            let code = if op == "L2_NORMALIZATION" { B::L2_NORMALIZATION } else { B::LOCAL_RESPONSE_NORMALIZATION };
+            single(code, &[x], o, opts, &mut m);
+            ranges.push(fr);
+        }
+        "ATAN2" => {
+            // y and x of one shape, every quadrant.
+            let rk = r.u(1, 4);
+            let s = r.shape(rk, 1, 5);
+            let y = f32in(&mut m, "y", &s);
+            let x = f32in(&mut m, "x", &s);
+            let o = out(&mut m, TensorType::FLOAT32, &s);
+            single(B::ATAN2, &[y, x], o, Options::None, &mut m);
+            ranges.extend([(-3.0, 3.0), (-3.0, 3.0)]);
+        }
+        "RFFT2D" | "COMPLEX_ABS" | "REAL" | "IMAG" => {
+            // RFFT2D of [.., rows, cols] with fft lengths (powers of two) that crop or
+            // pad, its complex64 output taken apart by COMPLEX_ABS (RFFT2D's case
+            // too), REAL or IMAG: complex values are not model outputs here.
+            let rk = r.u(2, 3);
+            let s = r.shape(rk, 1, 9);
+            // Lengths of 2 or more: LiteRT's kernel (a real-input FFT of half length)
+            // returns other values than the transform for a length of 1.
+            let len = [r.pick(&[2, 4, 8]), r.pick(&[2, 4, 8, 16])];
+            let x = f32in(&mut m, "x", &s);
+            let l = m.add_tensor(TensorSpec::const_i32("fft_length", &[2], &len));
+            let mut zs = s[..rk - 2].to_vec();
+            zs.extend([len[0], len[1] / 2 + 1]);
+            let z = m.add_tensor(TensorSpec::activation("spectrum", TensorType::COMPLEX64, &zs));
+            single(B::RFFT2D, &[x, l], z, Options::None, &mut m);
+            let code = match op {
+                "REAL" => B::REAL,
+                "IMAG" => B::IMAG,
+                _ => B::COMPLEX_ABS,
+            };
+            let o = out(&mut m, TensorType::FLOAT32, &zs);
+            single(code, &[z], o, Options::None, &mut m);
+            ranges.push(fr);
+        }
+        "NON_MAX_SUPPRESSION_V4" | "NON_MAX_SUPPRESSION_V4_DYNAMIC" | "NON_MAX_SUPPRESSION_V5" | "NON_MAX_SUPPRESSION_V5_SOFT" => {
+            // Boxes around a few centres (so they overlap), corners sometimes given in
+            // reverse order; scores as a model input; constant thresholds. DYNAMIC:
+            // max_output_size is a model input, sizing the outputs at run time.
+            let n = r.u(1, 12);
+            let centres: Vec<(f32, f32)> = (0..r.u(1, 3)).map(|_| (r.f(0.0, 4.0), r.f(0.0, 4.0))).collect();
+            let mut bv = vec![];
+            for _ in 0..n {
+                let (cy, cx) = r.pick(&centres);
+                let (y, x, h, w) = (cy + r.f(-0.3, 0.3), cx + r.f(-0.3, 0.3), r.f(0.5, 1.5), r.f(0.5, 1.5));
+                let (mut b0, mut b1) = ([y - h / 2.0, x - w / 2.0], [y + h / 2.0, x + w / 2.0]);
+                if r.u(0, 4) == 0 {
+                    std::mem::swap(&mut b0, &mut b1);
+                }
+                bv.extend([b0[0], b0[1], b1[0], b1[1]]);
+            }
+            let boxes = m.add_tensor(TensorSpec::const_f32("boxes", &[n as i32, 4], &bv));
+            let scores = f32in(&mut m, "scores", &[n as i32]);
+            ranges.push((0.0, 1.0));
+            let max_out = r.int(1, n as i64 + 2) as i32;
+            let mo = if op == "NON_MAX_SUPPRESSION_V4_DYNAMIC" {
+                let t = m.add_tensor(TensorSpec::activation("max_output_size", TensorType::INT32, &[]));
+                m.inputs.push(t);
+                fixed.push((1, vec![max_out]));
+                t
+            } else {
+                m.add_tensor(TensorSpec::const_i32("max_output_size", &[], &[max_out]))
+            };
+            let iou = m.add_tensor(TensorSpec::const_f32("iou_threshold", &[], &[r.f(0.2, 0.8)]));
+            let thr = m.add_tensor(TensorSpec::const_f32("score_threshold", &[], &[r.pick(&[f32::MIN, 0.0, 0.3])]));
+            let mut ins = vec![boxes, scores, mo, iou, thr];
+            let idx = m.add_tensor(TensorSpec::activation("selected_indices", TensorType::INT32, &[]));
+            let mut outs = vec![idx];
+            if op.starts_with("NON_MAX_SUPPRESSION_V5") {
+                let sigma = if op.ends_with("SOFT") { r.f(0.2, 1.0) } else { 0.0 };
+                ins.push(m.add_tensor(TensorSpec::const_f32("soft_nms_sigma", &[], &[sigma])));
+                outs.push(m.add_tensor(TensorSpec::activation("selected_scores", TensorType::FLOAT32, &[])));
+            }
+            outs.push(m.add_tensor(TensorSpec::activation("valid_outputs", TensorType::INT32, &[])));
+            m.outputs.extend(&outs);
+            let code = if op.starts_with("NON_MAX_SUPPRESSION_V5") { B::NON_MAX_SUPPRESSION_V5 } else { B::NON_MAX_SUPPRESSION_V4 };
+            m.add_op(OpCode::Builtin(code), &ins, &outs, Options::None);
+        }
         "TILE" => {
             let rank = r.u(1, 4);
             let s = r.shape(rank, 1, 3);
@@ -1745,10 +2096,80 @@ const OPS: &[&str] = &[
     "RANGE",
     "RANGE_FLOAT",
     "CUMSUM",
+    "WHERE",
+    "WHERE_BOOL",
+    "WHERE_INT8",
+    "WHERE_UINT8",
+    "WHERE_INT32",
+    "WHERE_INT64",
+    "WHERE_CONST",
+    "UNIQUE",
+    "UNIQUE_I64",
+    "UNIQUE_INT8",
+    "UNIQUE_UINT8",
+    "UNIQUE_INT16",
+    "UNIQUE_INT32",
+    "UNIQUE_INT64",
+    "SEGMENT_SUM",
+    "SEGMENT_SUM_INT32",
+    "UNSORTED_SEGMENT_SUM",
+    "UNSORTED_SEGMENT_PROD",
+    "UNSORTED_SEGMENT_MAX",
+    "UNSORTED_SEGMENT_MIN",
+    "UNSORTED_SEGMENT_SUM_INT32",
+    "UNSORTED_SEGMENT_PROD_INT32",
+    "UNSORTED_SEGMENT_MAX_INT32",
+    "UNSORTED_SEGMENT_MIN_INT32",
+    "MATRIX_DIAG",
+    "MATRIX_DIAG_INT8",
+    "MATRIX_SET_DIAG",
+    "MATRIX_SET_DIAG_INT8",
+    "BROADCAST_ARGS",
+    "BROADCAST_ARGS_I64",
+    "BITCAST",
+    "BITCAST_NARROW",
+    "BITCAST_WIDEN",
+    "BITCAST_INT16",
+    "RIGHT_SHIFT_INT8",
+    "RIGHT_SHIFT_UINT8",
+    "RIGHT_SHIFT_INT16",
+    "RIGHT_SHIFT_UINT16",
+    "RIGHT_SHIFT_INT32",
+    "RIGHT_SHIFT_UINT32",
+    "BITWISE_XOR_INT8",
+    "BITWISE_XOR_UINT8",
+    "BITWISE_XOR_INT16",
+    "BITWISE_XOR_UINT16",
+    "BITWISE_XOR_INT32",
+    "BITWISE_XOR_UINT32",
+    "MIRROR_PAD",
+    "MIRROR_PAD_SYMMETRIC",
+    "MIRROR_PAD_INT8",
+    "SPACE_TO_BATCH_ND",
+    "SPACE_TO_BATCH_ND_INT8",
+    "BATCH_TO_SPACE_ND",
+    "BATCH_TO_SPACE_ND_INT8",
+    "L2_NORMALIZATION",
+    "LOCAL_RESPONSE_NORMALIZATION",
+    "ATAN2",
+    "RFFT2D",
+    "NON_MAX_SUPPRESSION_V4",
+    "NON_MAX_SUPPRESSION_V4_DYNAMIC",
+    "NON_MAX_SUPPRESSION_V5",
+    "NON_MAX_SUPPRESSION_V5_SOFT",
+    "COMPLEX_ABS",
+    "REAL",
+    "IMAG",
     // LiteRT has no kernel for these: both runtimes must refuse them.
     "HARD_SWISH_INT16",
     "BATCH_MATMUL_UINT8",
 ];
+
+/// Ops compared with LiteRT's builtin (optimized) kernels rather than its reference
+/// kernels: LiteRT's reference LOCAL_RESPONSE_NORMALIZATION sums the squares of
+/// `c - radius .. c + radius - 1` (one short of TensorFlow's window, which its
+/// optimized kernel and ferrite sum).
+const BUILTIN_ORACLE: &[&str] = &["LOCAL_RESPONSE_NORMALIZATION"];
 
 /// Type combinations LiteRT has no kernel for; the suite checks that ferrite, like
 /// it, refuses them with an error rather than computing something.
@@ -1828,8 +2249,9 @@ fn main() -> Result<(), String> {
                         "op": op,
                         "ranges": case.ranges,
                         "fixed": fixed,
-                        "integral": matches!(*op, "EQUAL" | "NOT_EQUAL" | "TOPK_V2_TIES"),
+                        "integral": matches!(*op, "EQUAL" | "NOT_EQUAL" | "TOPK_V2_TIES" | "UNIQUE"),
                         "refused": REFUSED.contains(op),
+                        "builtin_oracle": BUILTIN_ORACLE.contains(op),
                     }));
                 }
             }

@@ -1,4 +1,4 @@
-//! Type conversion: QUANTIZE, DEQUANTIZE, CAST, DENSIFY.
+//! Type conversion: QUANTIZE, DEQUANTIZE, CAST, DENSIFY, BITCAST.
 
 use ferrite_format::ops::BuiltinOp as B;
 use ferrite_kernels::quant::{self as kq};
@@ -15,6 +15,7 @@ pub(super) fn build(code: B, op: &OpContext<'_>, _ctx: &mut BackendContext) -> O
         B::DEQUANTIZE => dequantize(op),
         B::DENSIFY => densify(op),
         B::CAST => cast(op),
+        B::BITCAST => bitcast(op),
         _ => return None,
     })
 }
@@ -286,6 +287,39 @@ pub(crate) fn cast(op: &OpContext<'_>) -> Result<Built> {
                 }
                 t => return Err(Error::Runtime(format!("CAST to {}", t.name()).into())),
             }
+            Ok(())
+        }),
+    })
+}
+
+/// BITCAST: the input's bytes reinterpreted as the output's element type. Equal
+/// sizes keep the shape; a larger input element becomes a new last dimension of
+/// `in / out` elements; a smaller one needs a last dimension of `out / in`
+/// elements, which goes.
+pub(crate) fn bitcast(op: &OpContext<'_>) -> Result<Built> {
+    let x = op.input(0)?;
+    let to = op.outputs.first().map(|t| t.dtype).ok_or_else(|| op.bad("BITCAST has no output"))?;
+    let (Some(si), Some(so)) = (x.dtype.size(), to.size()) else {
+        return Err(op.unsupported(format!("BITCAST from {} to {}", x.dtype.name(), to.name())));
+    };
+    let mut shape = x.shape.clone();
+    if si > so {
+        shape.push(si / so);
+    } else if si < so {
+        if shape.last() != Some(&(so / si)) {
+            return Err(op.bad(format!("BITCAST from {} to {} needs a last dimension of {}, got shape {:?}", x.dtype.name(), to.name(), so / si, x.shape)));
+        }
+        shape.pop();
+    }
+    let n = op.checked_elements(&x.shape, si)? * si;
+    Ok(Built {
+        outputs: vec![(to, shape)],
+        kernel: Box::new(move |ins, outs| {
+            let i = arg(ins, 0)?;
+            let (Some(src), Some(dst)) = (i.get(..n), outs[0].get_mut(..n)) else {
+                return Err(Error::Runtime(format!("BITCAST buffers of {} and {} bytes, the op moves {n}", i.len(), outs[0].len()).into()));
+            };
+            dst.copy_from_slice(src);
             Ok(())
         }),
     })

@@ -1,5 +1,6 @@
 //! Element-wise binary ops with broadcasting (float, int32/int64, and quantized
-//! ADD/SUB/MUL/PRELU), comparisons, logic and select.
+//! ADD/SUB/MUL/PRELU), comparisons, logic, select and the bitwise RIGHT_SHIFT and
+//! BITWISE_XOR.
 
 use ferrite_format::ops::BuiltinOp as B;
 use ferrite_kernels::elementwise::{self as kel, broadcast_shape, Binary, IntBinary};
@@ -23,6 +24,8 @@ pub(super) fn build(code: B, op: &OpContext<'_>, ctx: &mut BackendContext) -> Op
         B::LESS | B::LESS_EQUAL | B::GREATER | B::GREATER_EQUAL | B::EQUAL | B::NOT_EQUAL => compare(op, code),
         B::LOGICAL_AND | B::LOGICAL_OR | B::LOGICAL_NOT => logical(op, code),
         B::SELECT | B::SELECT_V2 => select(op),
+        B::RIGHT_SHIFT | B::BITWISE_XOR => bitwise(op, code),
+        B::ATAN2 => atan2(op),
         _ => return None,
     })
 }
@@ -306,5 +309,72 @@ pub(crate) fn select(op: &OpContext<'_>) -> Result<Built> {
                 Ok(())
             }),
         })
+    })
+}
+
+/// RIGHT_SHIFT and BITWISE_XOR on plain 8-, 16- and 32-bit integers (signed and
+/// unsigned) of one type, with broadcasting.
+pub(crate) fn bitwise(op: &OpContext<'_>, code: B) -> Result<Built> {
+    let (a, b) = (op.input(0)?, op.input(1)?);
+    if a.dtype != b.dtype {
+        return Err(op.bad(format!("input types differ: {} and {}", a.dtype.name(), b.dtype.name())));
+    }
+    let (sa, sb) = (a.shape.clone(), b.shape.clone());
+    let out = broadcast(op, &sa, &sb)?;
+    let (dtype, os) = (a.dtype, out.clone());
+    let (n_a, n_b) = (op.checked_elements(&sa, 4)?, op.checked_elements(&sb, 4)?);
+    let n_out = op.checked_elements(&out, 4)?;
+    let shift = code == B::RIGHT_SHIFT;
+    macro_rules! bits {
+        ($T:ty) => {
+            Box::new(move |ins: &[Option<&[u8]>], outs: &mut [&mut [u8]]| {
+                let (x, y, o) = (typed::<$T>(arg(ins, 0)?)?, typed::<$T>(arg(ins, 1)?)?, typed_mut::<$T>(outs[0])?);
+                if x.len() != n_a || y.len() != n_b || o.len() != n_out {
+                    return Err(runtime(format!(
+                        "{} buffers of {}, {} and {} elements for shapes {sa:?}, {sb:?} -> {os:?}",
+                        if shift { "RIGHT_SHIFT" } else { "BITWISE_XOR" },
+                        x.len(),
+                        y.len(),
+                        o.len()
+                    )));
+                }
+                if shift {
+                    kel::right_shift(x, &sa, y, &sb, o, &os);
+                } else {
+                    kel::bitwise_xor(x, &sa, y, &sb, o, &os);
+                }
+                Ok(())
+            }) as crate::backend::KernelFn
+        };
+    }
+    let kernel = match dtype {
+        DType::I8 => bits!(i8),
+        DType::U8 => bits!(u8),
+        DType::I16 => bits!(i16),
+        DType::U16 => bits!(u16),
+        DType::I32 => bits!(i32),
+        DType::U32 => bits!(u32),
+        t => return Err(op.unsupported(format!("{} of {}", op.op.code.name(), t.name()))),
+    };
+    Ok(Built { outputs: vec![(dtype, out)], kernel })
+}
+
+/// ATAN2 (float32): the angle of the point (x = input 1, y = input 0), with broadcasting.
+pub(crate) fn atan2(op: &OpContext<'_>) -> Result<Built> {
+    super::require_f32(op, &[0, 1])?;
+    let (sa, sb) = (op.input(0)?.shape.clone(), op.input(1)?.shape.clone());
+    let out = broadcast(op, &sa, &sb)?;
+    let os = out.clone();
+    let (n_a, n_b, n_out) = (op.checked_elements(&sa, 4)?, op.checked_elements(&sb, 4)?, op.checked_elements(&out, 4)?);
+    Ok(Built {
+        outputs: vec![(DType::F32, out)],
+        kernel: Box::new(move |ins, outs| {
+            let (y, x, o) = (typed::<f32>(arg(ins, 0)?)?, typed::<f32>(arg(ins, 1)?)?, typed_mut::<f32>(outs[0])?);
+            if y.len() != n_a || x.len() != n_b || o.len() != n_out {
+                return Err(runtime(format!("ATAN2 buffers of {}, {} and {} elements for shapes {sa:?}, {sb:?} -> {os:?}", y.len(), x.len(), o.len())));
+            }
+            kel::binary(y, &sa, x, &sb, o, &os, f32::atan2);
+            Ok(())
+        }),
     })
 }

@@ -1,10 +1,12 @@
 //! Index and set ops: GATHER_ND, SCATTER_ND, DYNAMIC_UPDATE_SLICE, EMBEDDING_LOOKUP,
-//! TOPK_V2, ONE_HOT, RANGE, CUMSUM.
+//! TOPK_V2, ONE_HOT, RANGE, CUMSUM, WHERE, UNIQUE, SEGMENT_SUM, UNSORTED_SEGMENT_*,
+//! MATRIX_DIAG, MATRIX_SET_DIAG, BROADCAST_ARGS, NON_MAX_SUPPRESSION_V4/V5.
 //!
 //! Index values read from tensor data are checked by the kernels (an index outside
 //! its dimension is a run-time error, as in LiteRT, never an out-of-bounds access).
 //! An output shape that depends on input values (SCATTER_ND's shape, TOPK_V2's k,
-//! ONE_HOT's depth, RANGE's bounds) is read with [`OpContext::const_ints`] or
+//! ONE_HOT's depth, RANGE's bounds, WHERE's count of true elements, UNIQUE's count
+//! of distinct values, SEGMENT_SUM's largest id) is read with [`OpContext::const_ints`] or
 //! [`known`]; when the values are computed at run time that yields
 //! `Error::DataDependent`, and the compiler builds the op again when they exist.
 
@@ -28,6 +30,17 @@ pub(super) fn build(code: B, op: &OpContext<'_>, _ctx: &mut BackendContext) -> O
         B::ONE_HOT => one_hot(op),
         B::RANGE => range(op),
         B::CUMSUM => cumsum(op),
+        B::WHERE => where_op(op),
+        B::UNIQUE => unique(op),
+        B::SEGMENT_SUM => segments(op, None),
+        B::UNSORTED_SEGMENT_SUM => segments(op, Some(k::SegmentOp::Sum)),
+        B::UNSORTED_SEGMENT_PROD => segments(op, Some(k::SegmentOp::Prod)),
+        B::UNSORTED_SEGMENT_MAX => segments(op, Some(k::SegmentOp::Max)),
+        B::UNSORTED_SEGMENT_MIN => segments(op, Some(k::SegmentOp::Min)),
+        B::MATRIX_DIAG => matrix_diag(op),
+        B::MATRIX_SET_DIAG => matrix_set_diag(op),
+        B::BROADCAST_ARGS => broadcast_args(op),
+        B::NON_MAX_SUPPRESSION_V4 | B::NON_MAX_SUPPRESSION_V5 => non_max_suppression(op, code == B::NON_MAX_SUPPRESSION_V5),
         _ => return None,
     })
 }
@@ -371,4 +384,342 @@ fn cumsum(op: &OpContext<'_>) -> Result<Built> {
         DType::I64 => sums!(i64),
         t => Err(op.unsupported(format!("CUMSUM of {}", t.name()))),
     }
+}
+
+/// Runs `$body` with `$T` bound to the Rust type of a WHERE condition's element
+/// type (bool as its byte).
+macro_rules! by_truth {
+    ($op:expr, $dtype:expr, $T:ident => $body:expr) => {
+        match $dtype {
+            DType::Bool | DType::U8 => {
+                type $T = u8;
+                $body
+            }
+            DType::I8 => {
+                type $T = i8;
+                $body
+            }
+            DType::I16 => {
+                type $T = i16;
+                $body
+            }
+            DType::U16 => {
+                type $T = u16;
+                $body
+            }
+            DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            DType::U32 => {
+                type $T = u32;
+                $body
+            }
+            DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            t => Err($op.unsupported(format!("WHERE of a {} condition", t.name()))),
+        }
+    };
+}
+
+/// WHERE with one input: the int64 coordinates of the condition's true (nonzero)
+/// elements, `[count, rank]`. The count depends on the values, so a condition
+/// computed at run time makes the op data-dependent.
+fn where_op(op: &OpContext<'_>) -> Result<Built> {
+    let c = op.input(0)?;
+    let (dtype, shape) = (c.dtype, c.shape.clone());
+    let n = op.checked_elements(&shape, dtype.size().unwrap_or(1))?;
+    let bytes = known(op, 0)?;
+    by_truth!(op, dtype, T => {
+        let count = k::count_true(typed::<T>(bytes)?.get(..n).ok_or_else(|| op.bad("condition holds fewer values than its shape"))?);
+        let out = vec![count, shape.len()];
+        let n_out = op.checked_elements(&out, 8)?;
+        Ok(Built {
+            outputs: vec![(DType::I64, out)],
+            kernel: Box::new(move |ins, outs| {
+                let (cond, o) = (typed::<T>(arg(ins, 0)?)?, typed_mut::<i64>(outs[0])?);
+                check_len("WHERE condition", cond.len(), n)?;
+                check_len("WHERE output", o.len(), n_out)?;
+                // The output was sized from these values; a kernel run on others fails.
+                check_len("WHERE true elements", k::count_true(cond) * shape.len(), n_out)?;
+                k::where_coords(cond, &shape, o);
+                Ok(())
+            }),
+        })
+    })
+}
+
+/// UNIQUE: (x) -> (distinct values in first-occurrence order, index of each
+/// element's value), the index int32 or int64 by `idx_out_type`. The number of
+/// distinct values depends on the values: data-dependent unless `x` is constant.
+fn unique(op: &OpContext<'_>) -> Result<Built> {
+    let x = op.input(0)?;
+    op.expect_outputs(2)?;
+    if x.shape.len() != 1 {
+        return Err(op.bad(format!("UNIQUE takes a 1-D tensor, got shape {:?}", x.shape)));
+    }
+    let idx_type = match op.op.params {
+        OpParams::OutType(2) => DType::I32,
+        OpParams::OutType(4) => DType::I64,
+        OpParams::OutType(t) => return Err(op.bad(format!("idx_out_type must be int32 or int64, got type code {t}"))),
+        _ => DType::I32,
+    };
+    let (dtype, n) = (x.dtype, x.shape[0]);
+    op.checked_elements(&[n], 8)?;
+    let bytes = known(op, 0)?;
+    macro_rules! uniq {
+        ($T:ty) => {{
+            let vals = typed::<$T>(bytes)?.get(..n).ok_or_else(|| op.bad("input holds fewer values than its shape"))?;
+            let distinct = k::unique(vals).0.len();
+            Ok(Built {
+                outputs: vec![(dtype, vec![distinct]), (idx_type, vec![n])],
+                kernel: Box::new(move |ins, outs| {
+                    let x = typed::<$T>(arg(ins, 0)?)?;
+                    check_len("UNIQUE input", x.len(), n)?;
+                    let (v, ix) = k::unique(x);
+                    let [yo, io] = outs else { return Err(runtime("UNIQUE needs two outputs")) };
+                    let y = typed_mut::<$T>(yo)?;
+                    check_len("UNIQUE values", y.len(), v.len())?;
+                    y.copy_from_slice(&v);
+                    if idx_type == DType::I32 {
+                        let o = typed_mut::<i32>(io)?;
+                        check_len("UNIQUE indices", o.len(), n)?;
+                        o.iter_mut().zip(&ix).for_each(|(o, &i)| *o = i as i32);
+                    } else {
+                        let o = typed_mut::<i64>(io)?;
+                        check_len("UNIQUE indices", o.len(), n)?;
+                        o.iter_mut().zip(&ix).for_each(|(o, &i)| *o = i as i64);
+                    }
+                    Ok(())
+                }),
+            })
+        }};
+    }
+    match dtype {
+        DType::F32 => uniq!(f32),
+        DType::I8 => uniq!(i8),
+        DType::U8 => uniq!(u8),
+        DType::I16 => uniq!(i16),
+        DType::I32 => uniq!(i32),
+        DType::I64 => uniq!(i64),
+        t => Err(op.unsupported(format!("UNIQUE of {}", t.name()))),
+    }
+}
+
+/// SEGMENT_SUM (`kind` None: (data, sorted ids) with one id per row, output rows
+/// `0..=last id`) and UNSORTED_SEGMENT_SUM/PROD/MAX/MIN ((data, ids, num_segments):
+/// ids of any order whose shape is a prefix of data's, `num_segments` output
+/// rows; rows with a negative id are dropped, an id of `num_segments` or more is
+/// an error, as in LiteRT). Segments no row names hold the reduction's identity.
+/// LiteRT's SEGMENT_SUM takes ids that start at 0 and grow by 0 or 1, so it has no
+/// empty segments; ferrite refuses other ids alike.
+fn segments(op: &OpContext<'_>, kind: Option<k::SegmentOp>) -> Result<Built> {
+    let (x, ids) = (op.input(0)?, op.input(1)?);
+    if ids.dtype != DType::I32 {
+        return Err(op.bad(format!("segment ids must be int32, got {}", ids.dtype.name())));
+    }
+    let r = ids.shape.len();
+    if r == 0 || x.shape.is_empty() {
+        return Err(op.bad(format!("segment ops take ids and data of rank 1 or more, got {:?} and {:?}", ids.shape, x.shape)));
+    }
+    let sorted = kind.is_none();
+    if (sorted && (r != 1 || x.shape.first() != Some(&ids.shape[0]))) || (!sorted && (r > x.shape.len() || x.shape[..r] != ids.shape[..])) {
+        return Err(op.bad(format!("segment ids of shape {:?} for data of shape {:?}", ids.shape, x.shape)));
+    }
+    let n_ids = op.checked_elements(&ids.shape, 4)?;
+    let segs = if let Some(_kind) = kind {
+        let s = const_scalar(op, 2, "num_segments")?;
+        usize::try_from(s).map_err(|_| op.bad(format!("negative num_segments {s}")))?
+    } else {
+        // Sorted ids: the last names the last segment. Ids computed at run time
+        // (known here when the op is built on their values) fail the run, constant
+        // ones the model.
+        let constant = ids.constant;
+        let bad_ids = |m: String| if constant { op.bad(m) } else { runtime(format!("{}: {m}", op.at())) };
+        let v = typed::<i32>(known(op, 1)?)?;
+        let v = v.get(..n_ids).ok_or_else(|| op.bad("segment ids hold fewer values than their shape"))?;
+        if let Some(w) = v.windows(2).find(|w| !(0..=1).contains(&(i64::from(w[1]) - i64::from(w[0])))) {
+            return Err(bad_ids(format!("SEGMENT_SUM ids must grow by 0 or 1, found {} after {}", w[1], w[0])));
+        }
+        match v.first() {
+            Some(&f) if f != 0 => return Err(bad_ids(format!("SEGMENT_SUM ids must start at 0, got {f}"))),
+            _ => v.last().map_or(0, |&l| l as usize + 1),
+        }
+    };
+    let mut out = vec![segs];
+    out.extend_from_slice(&x.shape[r..]);
+    let inner: usize = x.shape[r..].iter().product();
+    let (dtype, n_x, n_out) = (x.dtype, op.checked_elements(&x.shape, 4)?, op.checked_elements(&out, 4)?);
+    let kind = kind.unwrap_or(k::SegmentOp::Sum);
+    macro_rules! seg {
+        ($T:ty) => {
+            Ok(Built {
+                outputs: vec![(dtype, out)],
+                kernel: Box::new(move |ins, outs| {
+                    let (d, ids, o) = (typed::<$T>(arg(ins, 0)?)?, typed::<i32>(arg(ins, 1)?)?, typed_mut::<$T>(outs[0])?);
+                    check_len("segment data", d.len(), n_x)?;
+                    check_len("segment ids", ids.len(), n_ids)?;
+                    check_len("segment output", o.len(), n_out)?;
+                    k::segment_reduce(kind, d, ids, inner, segs, o).map_err(|id| runtime(format!("segment id {id} out of range for {segs} segments")))
+                }),
+            })
+        };
+    }
+    match dtype {
+        DType::F32 => seg!(f32),
+        DType::I32 => seg!(i32),
+        t => Err(op.unsupported(format!("{} of {}", op.op.code.name(), t.name()))),
+    }
+}
+
+/// MATRIX_DIAG: `[..., n]` -> `[..., n, n]` with the input on the diagonals.
+fn matrix_diag(op: &OpContext<'_>) -> Result<Built> {
+    let x = op.input(0)?;
+    let Some(&n) = x.shape.last() else { return Err(op.bad("MATRIX_DIAG takes a tensor of rank 1 or more")) };
+    let mut out = x.shape.clone();
+    out.push(n);
+    let (dtype, n_in) = (x.dtype, op.checked_elements(&x.shape, 1)?);
+    let n_out = op.checked_elements(&out, dtype.size().unwrap_or(1))?;
+    by_size!(op, dtype, T => Ok(Built {
+        outputs: vec![(dtype, out)],
+        kernel: Box::new(move |ins, outs| {
+            let (d, o) = (typed::<T>(arg(ins, 0)?)?, typed_mut::<T>(outs[0])?);
+            check_len("MATRIX_DIAG input", d.len(), n_in)?;
+            check_len("MATRIX_DIAG output", o.len(), n_out)?;
+            // All-zero bits: 0 for every numeric type and false for bool.
+            k::matrix_diag(d, n, 0 as T, o);
+            Ok(())
+        }),
+    }))
+}
+
+/// MATRIX_SET_DIAG: (input `[..., m, n]`, diagonal `[..., min(m, n)]`) -> the input
+/// with its main diagonals replaced.
+fn matrix_set_diag(op: &OpContext<'_>) -> Result<Built> {
+    let (x, d) = (op.input(0)?, op.input(1)?);
+    let r = x.shape.len();
+    if r < 2 {
+        return Err(op.bad(format!("MATRIX_SET_DIAG takes a tensor of rank 2 or more, got {:?}", x.shape)));
+    }
+    let (m, n) = (x.shape[r - 2], x.shape[r - 1]);
+    let mut want = x.shape[..r - 2].to_vec();
+    want.push(m.min(n));
+    if d.shape != want || d.dtype != x.dtype {
+        return Err(op.bad(format!("diagonal {} {:?} for input {} {:?} (needs {want:?})", d.dtype.name(), d.shape, x.dtype.name(), x.shape)));
+    }
+    let (dtype, shape) = (x.dtype, x.shape.clone());
+    let (n_x, n_d) = (op.checked_elements(&shape, dtype.size().unwrap_or(1))?, op.checked_elements(&want, 1)?);
+    by_size!(op, dtype, T => Ok(Built {
+        outputs: vec![(dtype, shape)],
+        kernel: Box::new(move |ins, outs| {
+            let (x, d, o) = (typed::<T>(arg(ins, 0)?)?, typed::<T>(arg(ins, 1)?)?, typed_mut::<T>(outs[0])?);
+            check_len("MATRIX_SET_DIAG input", x.len(), n_x)?;
+            check_len("MATRIX_SET_DIAG diagonal", d.len(), n_d)?;
+            check_len("MATRIX_SET_DIAG output", o.len(), n_x)?;
+            k::matrix_set_diag(x, m, n, d, o);
+            Ok(())
+        }),
+    }))
+}
+
+/// BROADCAST_ARGS: (shape a, shape b), 1-D int32 or int64 -> their broadcast
+/// shape. Only the lengths fix the output's shape, so the values may come at run time.
+// `I` is i32 or i64: the casts widen and narrow one, and are no-ops for the other.
+#[allow(clippy::unnecessary_cast)]
+fn broadcast_args(op: &OpContext<'_>) -> Result<Built> {
+    let (a, b) = (op.input(0)?, op.input(1)?);
+    if a.dtype != b.dtype || a.shape.len() != 1 || b.shape.len() != 1 {
+        return Err(op.bad(format!(
+            "BROADCAST_ARGS takes two 1-D shapes of one type, got {} {:?} and {} {:?}",
+            a.dtype.name(),
+            a.shape,
+            b.dtype.name(),
+            b.shape
+        )));
+    }
+    let (na, nb) = (a.shape[0], b.shape[0]);
+    let r = na.max(nb);
+    op.checked_elements(&[r], 8)?;
+    by_index!(op, a.dtype, "BROADCAST_ARGS shapes", I => Ok(Built {
+        outputs: vec![(a.dtype, vec![r])],
+        kernel: Box::new(move |ins, outs| {
+            let (x, y, o) = (typed::<I>(arg(ins, 0)?)?, typed::<I>(arg(ins, 1)?)?, typed_mut::<I>(outs[0])?);
+            check_len("BROADCAST_ARGS shape 0", x.len(), na)?;
+            check_len("BROADCAST_ARGS shape 1", y.len(), nb)?;
+            check_len("BROADCAST_ARGS output", o.len(), r)?;
+            let wide = |v: &[I]| v.iter().map(|&d| d as i64).collect::<Vec<i64>>();
+            let mut res = vec![0i64; r];
+            k::broadcast_args(&wide(x), &wide(y), &mut res).map_err(|(p, q)| runtime(format!("BROADCAST_ARGS: dimensions {p} and {q} do not broadcast")))?;
+            o.iter_mut().zip(&res).for_each(|(o, &v)| *o = v as I);
+            Ok(())
+        }),
+    }))
+}
+
+/// NON_MAX_SUPPRESSION_V4 (boxes, scores, max_output_size, iou_threshold,
+/// score_threshold -> selected indices, count) and V5 (+ soft_nms_sigma -> selected
+/// indices, their scores, count). The selections are padded with zeros to
+/// max_output_size, which fixes the outputs' shapes: computed at run time it makes
+/// the op data-dependent.
+fn non_max_suppression(op: &OpContext<'_>, v5: bool) -> Result<Built> {
+    let (b, s) = (op.input(0)?, op.input(1)?);
+    op.expect_outputs(if v5 { 3 } else { 2 })?;
+    if b.dtype != DType::F32 || s.dtype != DType::F32 {
+        return Err(op.unsupported(format!("{} of {} boxes and {} scores", op.op.code.name(), b.dtype.name(), s.dtype.name())));
+    }
+    let n = match (&b.shape[..], &s.shape[..]) {
+        (&[n, 4], &[m]) if n == m => n,
+        _ => return Err(op.bad(format!("boxes {:?} and scores {:?} must be [n, 4] and [n]", b.shape, s.shape))),
+    };
+    let max_out = const_scalar(op, 2, "max_output_size")?;
+    let max_out = usize::try_from(max_out).map_err(|_| op.bad(format!("negative max_output_size {max_out}")))?;
+    op.checked_elements(&[max_out], 4)?;
+    for i in 3..if v5 { 6 } else { 5 } {
+        let t = op.input(i)?;
+        if t.dtype != DType::F32 || t.shape.iter().product::<usize>() != 1 {
+            return Err(op.bad(format!("input {i} must be a float32 scalar")));
+        }
+    }
+    let scalar =
+        |ins: &[Option<&[u8]>], i: usize| -> Result<f32> { typed::<f32>(arg(ins, i)?)?.first().copied().ok_or_else(|| runtime("empty NMS threshold")) };
+    let mut outputs = vec![(DType::I32, vec![max_out])];
+    if v5 {
+        outputs.push((DType::F32, vec![max_out]));
+    }
+    outputs.push((DType::I32, vec![]));
+    Ok(Built {
+        outputs,
+        kernel: Box::new(move |ins, outs| {
+            let (boxes, scores) = (typed::<f32>(arg(ins, 0)?)?, typed::<f32>(arg(ins, 1)?)?);
+            check_len("NMS boxes", boxes.len(), 4 * n)?;
+            check_len("NMS scores", scores.len(), n)?;
+            let (iou, thr) = (scalar(ins, 3)?, scalar(ins, 4)?);
+            let sigma = if v5 { scalar(ins, 5)? } else { 0.0 };
+            // LiteRT's bounds on the thresholds.
+            if !(0.0..=1.0).contains(&iou) || sigma < 0.0 {
+                return Err(runtime(format!("NMS iou_threshold {iou} must lie in [0, 1] and soft_nms_sigma {sigma} be 0 or more")));
+            }
+            let mut scratch = vec![0.0f32; if v5 { 0 } else { max_out }];
+            let (ix, rest) = outs.split_first_mut().ok_or_else(|| runtime("NMS outputs missing"))?;
+            let (sel_scores, count) = match rest {
+                [sc, c] => (typed_mut::<f32>(sc)?, c),
+                [c] => (&mut scratch[..], c),
+                _ => return Err(runtime("NMS outputs missing")),
+            };
+            let ix = typed_mut::<i32>(ix)?;
+            check_len("NMS selected indices", ix.len(), max_out)?;
+            check_len("NMS selected scores", sel_scores.len(), max_out)?;
+            let k = ferrite_kernels::detection::non_max_suppression(boxes, scores, max_out, iou, thr, sigma, ix, sel_scores);
+            let c = typed_mut::<i32>(count)?;
+            check_len("NMS count", c.len(), 1)?;
+            c[0] = k as i32;
+            Ok(())
+        }),
+    })
 }

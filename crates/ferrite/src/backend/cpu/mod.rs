@@ -17,6 +17,7 @@ mod movement;
 mod pool;
 mod quant;
 mod reduce;
+mod signal;
 mod softmax;
 
 pub(crate) use conv::transpose_conv_built;
@@ -96,6 +97,8 @@ const FAMILIES: &[Family] = &[
     index::build,
     #[cfg(feature = "op-convert")]
     convert::build,
+    #[cfg(feature = "op-signal")]
+    signal::build,
 ];
 
 /// The cargo feature (`op-<family>`) of the CPU family that builds `code`; `None`
@@ -106,7 +109,7 @@ pub(crate) fn family_feature(code: B) -> Option<&'static str> {
         B::CONV_2D | B::DEPTHWISE_CONV_2D | B::TRANSPOSE_CONV => "op-conv",
         B::FULLY_CONNECTED | B::BATCH_MATMUL => "op-linear",
         B::AVERAGE_POOL_2D | B::MAX_POOL_2D => "op-pool",
-        B::SOFTMAX | B::LOG_SOFTMAX => "op-softmax",
+        B::SOFTMAX | B::LOG_SOFTMAX | B::L2_NORMALIZATION | B::LOCAL_RESPONSE_NORMALIZATION => "op-softmax",
         B::ABS
         | B::CEIL
         | B::COS
@@ -151,7 +154,10 @@ pub(crate) fn family_feature(code: B) -> Option<&'static str> {
         | B::SELECT
         | B::SELECT_V2
         | B::SQUARED_DIFFERENCE
-        | B::SUB => "op-elementwise",
+        | B::SUB
+        | B::RIGHT_SHIFT
+        | B::BITWISE_XOR
+        | B::ATAN2 => "op-elementwise",
         B::ARG_MAX | B::ARG_MIN | B::MEAN | B::REDUCE_MAX | B::REDUCE_MIN | B::REDUCE_PROD | B::SUM => "op-reduce",
         B::BROADCAST_TO
         | B::CONCATENATION
@@ -176,9 +182,32 @@ pub(crate) fn family_feature(code: B) -> Option<&'static str> {
         | B::TILE
         | B::TRANSPOSE
         | B::UNPACK
-        | B::ZEROS_LIKE => "op-movement",
-        B::CUMSUM | B::DYNAMIC_UPDATE_SLICE | B::EMBEDDING_LOOKUP | B::GATHER_ND | B::ONE_HOT | B::RANGE | B::SCATTER_ND | B::TOPK_V2 => "op-index",
-        B::CAST | B::DENSIFY | B::DEQUANTIZE | B::QUANTIZE => "op-convert",
+        | B::ZEROS_LIKE
+        | B::MIRROR_PAD
+        | B::SPACE_TO_BATCH_ND
+        | B::BATCH_TO_SPACE_ND => "op-movement",
+        B::BROADCAST_ARGS
+        | B::MATRIX_DIAG
+        | B::MATRIX_SET_DIAG
+        | B::NON_MAX_SUPPRESSION_V4
+        | B::NON_MAX_SUPPRESSION_V5
+        | B::SEGMENT_SUM
+        | B::UNIQUE
+        | B::UNSORTED_SEGMENT_MAX
+        | B::UNSORTED_SEGMENT_MIN
+        | B::UNSORTED_SEGMENT_PROD
+        | B::UNSORTED_SEGMENT_SUM
+        | B::WHERE
+        | B::CUMSUM
+        | B::DYNAMIC_UPDATE_SLICE
+        | B::EMBEDDING_LOOKUP
+        | B::GATHER_ND
+        | B::ONE_HOT
+        | B::RANGE
+        | B::SCATTER_ND
+        | B::TOPK_V2 => "op-index",
+        B::BITCAST | B::CAST | B::DENSIFY | B::DEQUANTIZE | B::QUANTIZE => "op-convert",
+        B::RFFT2D | B::COMPLEX_ABS | B::REAL | B::IMAG => "op-signal",
         _ => return None,
     })
 }
@@ -399,7 +428,19 @@ mod tests {
     /// has every kernel its models need.
     #[test]
     fn family_features_follow_the_dispatch() {
-        let names = ["op-conv", "op-linear", "op-pool", "op-softmax", "op-activation", "op-elementwise", "op-reduce", "op-movement", "op-index", "op-convert"];
+        let names = [
+            "op-conv",
+            "op-linear",
+            "op-pool",
+            "op-softmax",
+            "op-activation",
+            "op-elementwise",
+            "op-reduce",
+            "op-movement",
+            "op-index",
+            "op-convert",
+            "op-signal",
+        ];
         assert_eq!(names.len(), FAMILIES.len());
         let info = TensorInfo {
             name: "t".into(),

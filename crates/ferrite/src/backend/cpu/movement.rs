@@ -1,5 +1,6 @@
 //! Shape and data movement for every element type: reshape-like ops, concat,
-//! split, slices, transpose, reverse, pad, gather, tile, depth/space, resize, shape, fill.
+//! split, slices, transpose, reverse, pad, mirror pad, gather, tile, depth/space,
+//! space/batch, resize, shape, fill.
 
 use ferrite_format::ops::BuiltinOp as B;
 use ferrite_kernels::quant::RescaleU8;
@@ -15,6 +16,8 @@ use crate::ops::OpParams;
 pub(super) fn build(code: B, op: &OpContext<'_>, ctx: &mut BackendContext) -> Option<Result<Built>> {
     Some(match code {
         B::RESHAPE | B::SQUEEZE | B::EXPAND_DIMS => reshape_like(op, code),
+        B::MIRROR_PAD => mirror_pad(op),
+        B::SPACE_TO_BATCH_ND | B::BATCH_TO_SPACE_ND => space_batch(op, code == B::SPACE_TO_BATCH_ND),
         B::CONCATENATION | B::PACK => concat(op, code == B::PACK),
         B::UNPACK | B::SPLIT | B::SPLIT_V => split(op, code),
         B::SLICE | B::STRIDED_SLICE => slice(op, code == B::STRIDED_SLICE),
@@ -761,4 +764,100 @@ pub(crate) fn fill(op: &OpContext<'_>, zeros_like: bool) -> Result<Built> {
             Ok(())
         }),
     })
+}
+
+/// MIRROR_PAD: (input, paddings `[rank, 2]`) padded with the input's mirror image,
+/// REFLECT or SYMMETRIC; each padding at most `dim - 1` (REFLECT) or `dim`
+/// (SYMMETRIC), as TensorFlow defines the op.
+pub(crate) fn mirror_pad(op: &OpContext<'_>) -> Result<Built> {
+    let x = op.input(0)?;
+    let OpParams::MirrorPad { symmetric } = op.op.params else { return Err(op.bad("missing MirrorPad options")) };
+    let p = op.const_ints(1)?;
+    let r = x.shape.len();
+    if p.len() != 2 * r {
+        return Err(op.bad(format!("{} paddings for rank {r}", p.len())));
+    }
+    let mut pads = Vec::with_capacity(r);
+    for (d, c) in p.chunks(2).enumerate() {
+        let most = x.shape[d] as i64 - i64::from(!symmetric);
+        if c.iter().any(|&v| v < 0 || v > most) {
+            return Err(op.bad(format!("paddings {c:?} of dimension {d} (size {}) outside 0..={most}", x.shape[d])));
+        }
+        pads.push((c[0] as usize, c[1] as usize));
+    }
+    let shape = x.shape.clone();
+    let out: Vec<usize> = shape.iter().zip(&pads).map(|(&s, &(a, b))| s + a + b).collect();
+    let dtype = x.dtype;
+    let (n_in, n_out) = (op.checked_elements(&shape, dtype.size().unwrap_or(1))?, op.checked_elements(&out, dtype.size().unwrap_or(1))?);
+    by_size!(op, dtype, T => Ok(Built {
+        outputs: vec![(dtype, out)],
+        kernel: Box::new(move |ins, outs| {
+            let (x, o) = (typed::<T>(arg(ins, 0)?)?, typed_mut::<T>(outs[0])?);
+            if x.len() != n_in || o.len() != n_out {
+                return Err(super::runtime(format!("MIRROR_PAD buffers of {} and {} elements, the op needs {n_in} and {n_out}", x.len(), o.len())));
+            }
+            movement::mirror_pad(x, &shape, &pads, symmetric, o);
+            Ok(())
+        }),
+    }))
+}
+
+/// SPACE_TO_BATCH_ND (`to_batch`: input, block shape `[m]`, paddings `[m, 2]`) and
+/// BATCH_TO_SPACE_ND (input, block shape, crops `[m, 2]`) over the `m` dimensions
+/// after the batch. Padding holds 0, or the zero point of a quantized tensor.
+pub(crate) fn space_batch(op: &OpContext<'_>, to_batch: bool) -> Result<Built> {
+    let x = op.input(0)?;
+    let block = op.const_ints(1)?;
+    let pc = op.const_ints(2)?;
+    let (r, m) = (x.shape.len(), block.len());
+    if m == 0 || m + 1 > r || pc.len() != 2 * m {
+        return Err(op.bad(format!("block shape {block:?} and paddings/crops {pc:?} for input of shape {:?}", x.shape)));
+    }
+    if block.iter().any(|&b| !(1..=1 << 16).contains(&b)) || pc.iter().any(|&v| !(0..=1 << 24).contains(&v)) {
+        return Err(op.bad(format!("block shape {block:?} must be positive and paddings/crops {pc:?} not negative")));
+    }
+    let block: Vec<usize> = block.iter().map(|&b| b as usize).collect();
+    let before: Vec<usize> = pc.iter().step_by(2).map(|&v| v as usize).collect();
+    let prod: usize = block.iter().product();
+    let mut out = x.shape.clone();
+    if to_batch {
+        out[0] = x.shape[0] * prod;
+        for k in 0..m {
+            let padded = x.shape[k + 1] + pc[2 * k] as usize + pc[2 * k + 1] as usize;
+            if !padded.is_multiple_of(block[k]) {
+                return Err(op.bad(format!("padded dimension {} of {padded} is not a multiple of block {}", k + 1, block[k])));
+            }
+            out[k + 1] = padded / block[k];
+        }
+    } else {
+        if !x.shape[0].is_multiple_of(prod) {
+            return Err(op.bad(format!("batch {} is not a multiple of the block's {prod} elements", x.shape[0])));
+        }
+        out[0] = x.shape[0] / prod;
+        for k in 0..m {
+            let full = x.shape[k + 1] * block[k];
+            let crop = pc[2 * k] as usize + pc[2 * k + 1] as usize;
+            out[k + 1] = full.checked_sub(crop).ok_or_else(|| op.bad(format!("crops {crop} larger than dimension {} of {full}", k + 1)))?;
+        }
+    }
+    let (shape, dtype) = (x.shape.clone(), x.dtype);
+    let es = dtype.size().unwrap_or(1);
+    let (n_in, n_out) = (op.checked_elements(&shape, es)?, op.checked_elements(&out, es)?);
+    let zp = x.quant.and_then(|q| q.zero_point.first().copied()).unwrap_or(0);
+    let os = out.clone();
+    by_size!(op, dtype, T => Ok(Built {
+        outputs: vec![(dtype, out)],
+        kernel: Box::new(move |ins, outs| {
+            let (x, o) = (typed::<T>(arg(ins, 0)?)?, typed_mut::<T>(outs[0])?);
+            if x.len() != n_in || o.len() != n_out {
+                return Err(super::runtime(format!("space/batch buffers of {} and {} elements, the op needs {n_in} and {n_out}", x.len(), o.len())));
+            }
+            if to_batch {
+                movement::space_to_batch(x, &shape, &block, &before, zp as T, &os, o);
+            } else {
+                movement::batch_to_space(x, &shape, &block, &before, &os, o);
+            }
+            Ok(())
+        }),
+    }))
 }

@@ -1,5 +1,7 @@
 //! SOFTMAX and LOG_SOFTMAX: float, int8/uint8 (LiteRT's float tables), int16 (its
-//! exp and reciprocal lookup tables); the math is in `ferrite_kernels::softmax`.
+//! exp and reciprocal lookup tables); the other normalizations along the last
+//! dimension, L2_NORMALIZATION and LOCAL_RESPONSE_NORMALIZATION (float); the math
+//! is in `ferrite_kernels::softmax`.
 
 use ferrite_format::ops::BuiltinOp as B;
 use ferrite_kernels::softmax as ksoftmax;
@@ -21,6 +23,7 @@ pub(super) fn build(code: B, op: &OpContext<'_>, _ctx: &mut BackendContext) -> O
         // Reached only when a type feature left the op's kernel out of this build.
         #[allow(unreachable_patterns)]
         B::SOFTMAX | B::LOG_SOFTMAX => super::type_not_built(op),
+        B::L2_NORMALIZATION | B::LOCAL_RESPONSE_NORMALIZATION => normalize(op, code == B::L2_NORMALIZATION),
         _ => return None,
     })
 }
@@ -105,6 +108,48 @@ fn softmax_i16(op: &OpContext<'_>) -> Result<Built> {
         outputs: vec![(DType::I16, x.shape.clone())],
         kernel: Box::new(move |ins, outs| {
             ksoftmax::softmax_i16(typed(arg(ins, 0)?)?, n, &p, typed_mut(outs[0])?);
+            Ok(())
+        }),
+    })
+}
+
+/// L2_NORMALIZATION (`l2`: each row along the last dimension divided by its L2
+/// norm, then the fused activation) and LOCAL_RESPONSE_NORMALIZATION (each element
+/// scaled by the squares of its `radius` neighbours along the last dimension).
+pub(crate) fn normalize(op: &OpContext<'_>, l2: bool) -> Result<Built> {
+    if op.is_int() {
+        return Err(op.unsupported(format!("quantized {}", op.op.code.name())));
+    }
+    require_f32(op, &[0])?;
+    let s = op.input(0)?.shape.clone();
+    let depth = *s.last().ok_or_else(|| op.bad("normalization of a scalar"))?;
+    let n = op.checked_elements(&s, 4)?;
+    let params = op.op.params.clone();
+    let clamp = match params {
+        OpParams::Activation(a) => super::clamp_of(op, a)?,
+        _ => ferrite_kernels::Clamp::NONE,
+    };
+    let lrn = match params {
+        OpParams::LocalResponseNorm { radius, bias, alpha, beta } => {
+            Some((usize::try_from(radius).map_err(|_| op.bad(format!("negative radius {radius}")))?, bias, alpha, beta))
+        }
+        _ if !l2 => return Err(op.bad("missing LocalResponseNormalization options")),
+        _ => None,
+    };
+    Ok(Built {
+        outputs: vec![(DType::F32, s)],
+        kernel: Box::new(move |ins, outs| {
+            let (x, o) = (typed::<f32>(arg(ins, 0)?)?, typed_mut::<f32>(outs[0])?);
+            if x.len() != n || o.len() != n {
+                return Err(super::runtime(format!("normalization buffers of {} and {} elements, the op needs {n}", x.len(), o.len())));
+            }
+            match lrn {
+                Some((radius, bias, alpha, beta)) => ksoftmax::local_response_normalize(x, depth, radius, bias, alpha, beta, o),
+                None => {
+                    ksoftmax::l2_normalize(x, depth, o);
+                    o.iter_mut().for_each(|v| *v = clamp.apply(*v));
+                }
+            }
             Ok(())
         }),
     })

@@ -17,6 +17,8 @@ mod index;
 mod movement;
 mod nn;
 mod reduce;
+mod sets;
+mod spatial;
 
 use ferrite_format::ops::BuiltinOp as B;
 
@@ -129,6 +131,29 @@ pub(crate) fn build(op: &OpContext<'_>) -> Result<Built> {
         B::ONE_HOT => index::one_hot(op),
         B::RANGE => index::range(op),
         B::CUMSUM => index::cumsum(op),
+        B::WHERE => sets::where_op(op),
+        B::MIRROR_PAD => spatial::mirror_pad(op),
+        B::SPACE_TO_BATCH_ND => spatial::space_batch(op, true),
+        B::BATCH_TO_SPACE_ND => spatial::space_batch(op, false),
+        B::L2_NORMALIZATION => spatial::normalize(op, true),
+        B::LOCAL_RESPONSE_NORMALIZATION => spatial::normalize(op, false),
+        B::ATAN2 => spatial::atan2(op),
+        B::RFFT2D => spatial::rfft2d(op),
+        B::COMPLEX_ABS => spatial::complex_part(op, 0),
+        B::REAL => spatial::complex_part(op, 1),
+        B::IMAG => spatial::complex_part(op, 2),
+        B::UNIQUE => sets::unique(op),
+        B::SEGMENT_SUM => sets::segments(op, None),
+        B::UNSORTED_SEGMENT_SUM => sets::segments(op, Some("sum")),
+        B::UNSORTED_SEGMENT_PROD => sets::segments(op, Some("prod")),
+        B::UNSORTED_SEGMENT_MAX => sets::segments(op, Some("max")),
+        B::UNSORTED_SEGMENT_MIN => sets::segments(op, Some("min")),
+        B::MATRIX_DIAG => sets::diag(op, false),
+        B::MATRIX_SET_DIAG => sets::diag(op, true),
+        B::BROADCAST_ARGS => sets::broadcast_args(op),
+        B::BITCAST => sets::bitcast(op),
+        B::RIGHT_SHIFT => sets::bitwise(op, true),
+        B::BITWISE_XOR => sets::bitwise(op, false),
         _ => Err(op.unsupported("no reference kernel for this op")),
     }
 }
