@@ -321,9 +321,17 @@ def cmd_ops(args):
                     lo, hi = next(ranges)
                     x = rng.uniform(lo, hi, size=list(d["shape"])).astype(np.float32)
                     xs.append(np.round(x) if case["integral"] else x)
-                want = run_litert(model, xs, reference=True)
-                got = run_ferrite(args.ferrite, model, xs, td)
-                if any(w.dtype.kind in "iu" for w in want):
+                steps = case.get("steps", 1)
+                if steps > 1:
+                    # Stateful ops (variable tensors): one session over a stream of
+                    # inputs on each side, so the state carries from run to run.
+                    seq = [np.stack([x] + [rng.uniform(*case["ranges"][min(k, len(case["ranges"]) - 1)], size=x.shape).astype(x.dtype) for _ in range(steps - 1)]) for k, x in enumerate(xs)]
+                    want = run_litert_stream(model, seq, OpResolverType.BUILTIN_REF)
+                    got = run_ferrite(args.ferrite, model, seq, td, steps=steps)
+                else:
+                    want = run_litert(model, xs, reference=True)
+                    got = run_ferrite(args.ferrite, model, xs, td)
+                if steps == 1 and any(w.dtype.kind in "iu" for w in want):
                     # Integer outputs: equal to the reference kernels, or where LiteRT's
                     # optimized kernels disagree with them, to those.
                     opt = run_litert(model, xs, reference=False, delegates=False)

@@ -13,6 +13,7 @@ mod linear;
 mod movement;
 mod pool;
 mod quant;
+pub(crate) mod recurrent;
 mod reduce;
 mod softmax;
 
@@ -66,7 +67,7 @@ fn build_builtin(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> 
 type Family = fn(B, &OpContext<'_>, &mut BackendContext) -> Option<Result<Built>>;
 
 /// The op families, each with its own dispatch.
-const FAMILIES: [Family; 10] = [
+const FAMILIES: [Family; 11] = [
     conv::build,
     linear::build,
     pool::build,
@@ -77,6 +78,7 @@ const FAMILIES: [Family; 10] = [
     movement::build,
     index::build,
     convert::build,
+    recurrent::build,
 ];
 
 /// Clamp range of a fused activation. LiteRT's builtin kernels turn a fused TANH or
