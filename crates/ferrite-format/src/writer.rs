@@ -702,8 +702,10 @@ fn write_options(b: &mut FlatBufferBuilder, table: fb::BuiltinOptions, o: &Optio
                 )
                 .as_union_value(),
                 T::RNNOptions => fb::RNNOptions::create(b, &fb::RNNOptionsArgs { fused_activation_function, asymmetric_quantize_inputs }).as_union_value(),
-                T::SequenceRNNOptions => fb::SequenceRNNOptions::create(b, &fb::SequenceRNNOptionsArgs { time_major, fused_activation_function, asymmetric_quantize_inputs })
-                    .as_union_value(),
+                T::SequenceRNNOptions => {
+                    fb::SequenceRNNOptions::create(b, &fb::SequenceRNNOptionsArgs { time_major, fused_activation_function, asymmetric_quantize_inputs })
+                        .as_union_value()
+                }
                 T::BidirectionalSequenceRNNOptions => fb::BidirectionalSequenceRNNOptions::create(
                     b,
                     &fb::BidirectionalSequenceRNNOptionsArgs { time_major, fused_activation_function, merge_outputs, asymmetric_quantize_inputs },

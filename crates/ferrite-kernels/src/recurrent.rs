@@ -649,7 +649,17 @@ mod tests {
         let (rank, nf, mem) = (2, 6, 4);
         let feat: Vec<f32> = (0..nf * ni).map(|_| uni(&mut r, -1.0, 1.0)).collect();
         let time: Vec<f32> = (0..nf * mem).map(|_| uni(&mut r, -1.0, 1.0)).collect();
-        let p = Svdf { n_input: ni, filters: nf, memory: mem, rank, features: Mat::F32(&feat), time: &time, bias: None, activation: CellActivation::None, asymmetric: false };
+        let p = Svdf {
+            n_input: ni,
+            filters: nf,
+            memory: mem,
+            rank,
+            features: Mat::F32(&feat),
+            time: &time,
+            bias: None,
+            activation: CellActivation::None,
+            asymmetric: false,
+        };
         let mut state = vec![0.0f32; batch * nf * mem];
         let mut history: Vec<Vec<f32>> = vec![];
         let mut s = SvdfScratch::default();

@@ -1516,7 +1516,17 @@ fn state(m: &mut ModelSpec, name: &str, shape: &[i32]) -> i32 {
 /// One LSTM direction's 17 weight inputs (input, recurrent, peephole, bias,
 /// projection), -1 where a variant leaves one out; and its output size.
 #[allow(clippy::too_many_arguments)]
-fn lstm_weights(m: &mut ModelSpec, r: &mut Rng, tag: &str, ni: usize, nc: usize, hybrid: bool, cifg: bool, peephole: bool, no: Option<usize>) -> (Vec<i32>, usize) {
+fn lstm_weights(
+    m: &mut ModelSpec,
+    r: &mut Rng,
+    tag: &str,
+    ni: usize,
+    nc: usize,
+    hybrid: bool,
+    cifg: bool,
+    peephole: bool,
+    no: Option<usize>,
+) -> (Vec<i32>, usize) {
     let projection = no.is_some();
     let no = no.unwrap_or(nc);
     let (ni, nc_i, no_i) = (ni as i32, nc as i32, no as i32);

@@ -23,7 +23,13 @@ use crate::ops::{Activation, OpParams, RecurrentParams};
 pub(super) fn build(code: B, op: &OpContext<'_>, _ctx: &mut BackendContext) -> Option<Result<Built>> {
     if !matches!(
         code,
-        B::LSTM | B::UNIDIRECTIONAL_SEQUENCE_LSTM | B::BIDIRECTIONAL_SEQUENCE_LSTM | B::RNN | B::UNIDIRECTIONAL_SEQUENCE_RNN | B::BIDIRECTIONAL_SEQUENCE_RNN | B::SVDF
+        B::LSTM
+            | B::UNIDIRECTIONAL_SEQUENCE_LSTM
+            | B::BIDIRECTIONAL_SEQUENCE_LSTM
+            | B::RNN
+            | B::UNIDIRECTIONAL_SEQUENCE_RNN
+            | B::BIDIRECTIONAL_SEQUENCE_RNN
+            | B::SVDF
     ) {
         return None;
     }
@@ -169,7 +175,8 @@ pub(crate) fn layout(code: B, op: &OpContext<'_>) -> Result<Layout> {
     if p.diagonal_recurrent {
         return Err(op.unsupported("diagonal recurrent weights"));
     }
-    let sequence = matches!(code, B::UNIDIRECTIONAL_SEQUENCE_LSTM | B::BIDIRECTIONAL_SEQUENCE_LSTM | B::UNIDIRECTIONAL_SEQUENCE_RNN | B::BIDIRECTIONAL_SEQUENCE_RNN);
+    let sequence =
+        matches!(code, B::UNIDIRECTIONAL_SEQUENCE_LSTM | B::BIDIRECTIONAL_SEQUENCE_LSTM | B::UNIDIRECTIONAL_SEQUENCE_RNN | B::BIDIRECTIONAL_SEQUENCE_RNN);
     let shape = x.shape.clone();
     let (time, batch, n_input) = match (sequence, &shape[..]) {
         (true, &[a, b, i]) => {
@@ -227,7 +234,10 @@ pub(crate) fn layout(code: B, op: &OpContext<'_>) -> Result<Layout> {
                 return Err(op.bad(format!("time weights [{tf}, {memory}] do not match {filters} filters")));
             }
             let time = c.matrix(2, Some(filters), Some(memory))?;
-            let rank = usize::try_from(rank).ok().filter(|&r| r > 0 && filters % r == 0).ok_or_else(|| op.bad(format!("rank {rank} does not divide {filters} filters")))?;
+            let rank = usize::try_from(rank)
+                .ok()
+                .filter(|&r| r > 0 && filters % r == 0)
+                .ok_or_else(|| op.bad(format!("rank {rank} does not divide {filters} filters")))?;
             let bias = c.vector(3, filters / rank, false)?;
             states.push(c.state(4, batch * filters * memory)?);
             Cell::Svdf { filters, memory, rank, features, time, bias }
@@ -407,9 +417,7 @@ impl Layout {
     fn is_int8(&self, k: usize) -> bool {
         let any = |s: &[Option<Slot>]| s.iter().flatten().any(|s| s.idx == k && s.scale.is_some());
         match &self.cell {
-            Cell::Lstm(dirs) => dirs.iter().any(|d| {
-                any(&d.input_w) || any(&d.recurrent_w) || any(&d.peephole) || any(&[d.projection])
-            }),
+            Cell::Lstm(dirs) => dirs.iter().any(|d| any(&d.input_w) || any(&d.recurrent_w) || any(&d.peephole) || any(&[d.projection])),
             Cell::Rnn(dirs) => dirs.iter().any(|d| any(&[Some(d.w), Some(d.r)])),
             Cell::Svdf { features, time, .. } => any(&[Some(*features), Some(*time)]),
         }
@@ -437,12 +445,9 @@ fn matrix<'a>(ins: &[Option<&'a [u8]>], s: &Slot, sums: &'a [i32]) -> Result<Mat
 /// Row sums of a hybrid matrix (needed when inputs are quantized asymmetrically).
 fn row_sums(ins: &[Option<&[u8]>], s: &Option<Slot>, cols: usize, asymmetric: bool) -> Vec<i32> {
     match (s, asymmetric) {
-        (Some(s), true) if s.scale.is_some() => ins
-            .get(s.idx)
-            .copied()
-            .flatten()
-            .map(|b| ferrite_kernels::hybrid::row_sums(bytemuck::cast_slice(b), cols))
-            .unwrap_or_default(),
+        (Some(s), true) if s.scale.is_some() => {
+            ins.get(s.idx).copied().flatten().map(|b| ferrite_kernels::hybrid::row_sums(bytemuck::cast_slice(b), cols)).unwrap_or_default()
+        }
         _ => Vec::new(),
     }
 }
@@ -464,7 +469,8 @@ fn kernel(l: Layout) -> crate::backend::KernelFn {
                     let sums_h: Vec<Vec<i32>> = dir.recurrent_w.iter().map(|s| row_sums(ins, s, dir.n_output, l.asymmetric)).collect();
                     let sums_p = row_sums(ins, &dir.projection, dir.n_cell, l.asymmetric);
                     let peep: Vec<Option<Vec<f32>>> = dir.peephole.iter().map(|s| s.as_ref().map(|s| vector_f32(ins, s)).transpose()).collect::<Result<_>>()?;
-                    let vec_of = |s: &Option<Slot>| -> Result<Option<&[f32]>> { s.as_ref().map(|s| typed::<f32>(crate::backend::arg(ins, s.idx)?)).transpose() };
+                    let vec_of =
+                        |s: &Option<Slot>| -> Result<Option<&[f32]>> { s.as_ref().map(|s| typed::<f32>(crate::backend::arg(ins, s.idx)?)).transpose() };
                     let mut input_w = [None; 4];
                     let mut recurrent_w = [None; 4];
                     let mut bias = [None; 4];
@@ -503,7 +509,20 @@ fn kernel(l: Layout) -> crate::backend::KernelFn {
                     let (w, r) = (matrix(ins, &dir.w, &sw)?, matrix(ins, &dir.r, &sr)?);
                     let bias = typed::<f32>(crate::backend::arg(ins, dir.bias.idx)?)?;
                     let out = &mut *outputs[if l.merge { 0 } else { d }];
-                    kr::rnn_sequence(&w, &r, bias, l.activation, l.asymmetric, l.n_input, dir.units, &l.sequence(d), x, out, &mut *states[d], &mut rnn_scratch[d]);
+                    kr::rnn_sequence(
+                        &w,
+                        &r,
+                        bias,
+                        l.activation,
+                        l.asymmetric,
+                        l.n_input,
+                        dir.units,
+                        &l.sequence(d),
+                        x,
+                        out,
+                        &mut *states[d],
+                        &mut rnn_scratch[d],
+                    );
                 }
             }
             Cell::Svdf { filters, memory, rank, features, time, bias } => {

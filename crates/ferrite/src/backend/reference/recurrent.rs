@@ -21,7 +21,13 @@ pub(crate) fn build(op: &OpContext<'_>) -> Option<Result<Built>> {
     let OpCode::Builtin(code) = op.op.code else { return None };
     if !matches!(
         code,
-        B::LSTM | B::UNIDIRECTIONAL_SEQUENCE_LSTM | B::BIDIRECTIONAL_SEQUENCE_LSTM | B::RNN | B::UNIDIRECTIONAL_SEQUENCE_RNN | B::BIDIRECTIONAL_SEQUENCE_RNN | B::SVDF
+        B::LSTM
+            | B::UNIDIRECTIONAL_SEQUENCE_LSTM
+            | B::BIDIRECTIONAL_SEQUENCE_LSTM
+            | B::RNN
+            | B::UNIDIRECTIONAL_SEQUENCE_RNN
+            | B::BIDIRECTIONAL_SEQUENCE_RNN
+            | B::SVDF
     ) {
         return None;
     }
@@ -221,4 +227,186 @@ fn run(l: &Layout, n_out: usize, ins: &[Option<&[u8]>], outs: &mut [&mut [u8]]) 
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use ferrite_format::writer::{Activation as A, BuiltinOperator as BO, ModelSpec, OpCode, Options, TensorSpec, TensorType};
+
+    use crate::model::Model;
+    use crate::session::{Session, SessionOptions};
+
+    /// A small deterministic generator for weights and inputs.
+    struct Gen(u64);
+    impl Gen {
+        fn f(&mut self) -> f32 {
+            self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        }
+        fn v(&mut self, n: usize, scale: f32) -> Vec<f32> {
+            (0..n).map(|_| self.f() * scale).collect()
+        }
+    }
+
+    fn weights(m: &mut ModelSpec, g: &mut Gen, shape: &[i32], hybrid: bool) -> i32 {
+        let n = shape.iter().product::<i32>() as usize;
+        if hybrid {
+            let data: Vec<u8> = (0..n).map(|_| (g.f() * 127.0) as i8 as u8).collect();
+            m.add_tensor(TensorSpec { data: Some(data), quant: Some((vec![0.004], vec![0], 0)), ..TensorSpec::activation("w", TensorType::INT8, shape) })
+        } else {
+            let v = g.v(n, 0.5);
+            m.add_tensor(TensorSpec::const_f32("w", shape, &v))
+        }
+    }
+
+    fn state(m: &mut ModelSpec, shape: &[i32]) -> i32 {
+        m.add_tensor(TensorSpec { is_variable: true, ..TensorSpec::activation("state", TensorType::FLOAT32, shape) })
+    }
+
+    /// UNIDIRECTIONAL_SEQUENCE_LSTM with peepholes, projection, layer norm and clips
+    /// (batch-major, 2 sequences of 3 steps, 4 features, 5 cells, 3 outputs).
+    fn lstm_model(hybrid: bool) -> ModelSpec {
+        let mut g = Gen(7);
+        let mut m = ModelSpec::default();
+        let (b, t, ni, nc, no) = (2, 3, 4, 5, 3);
+        let x = m.add_tensor(TensorSpec::activation("x", TensorType::FLOAT32, &[b, t, ni]));
+        let mut ins = vec![x];
+        (0..4).for_each(|_| ins.push(weights(&mut m, &mut g, &[nc, ni], hybrid)));
+        (0..4).for_each(|_| ins.push(weights(&mut m, &mut g, &[nc, no], hybrid)));
+        (0..3).for_each(|_| ins.push(weights(&mut m, &mut g, &[nc], hybrid)));
+        for _ in 0..4 {
+            let v = g.v(nc as usize, 0.5);
+            ins.push(m.add_tensor(TensorSpec::const_f32("b", &[nc], &v)));
+        }
+        ins.push(weights(&mut m, &mut g, &[no, nc], hybrid));
+        ins.push(-1);
+        ins.push(state(&mut m, &[b, no]));
+        ins.push(state(&mut m, &[b, nc]));
+        for _ in 0..4 {
+            let v: Vec<f32> = g.v(nc as usize, 0.3).iter().map(|v| v + 1.0).collect();
+            ins.push(m.add_tensor(TensorSpec::const_f32("ln", &[nc], &v)));
+        }
+        let o = m.add_tensor(TensorSpec::activation("out", TensorType::FLOAT32, &[]));
+        let opts = Options::Recurrent {
+            activation: A::TANH,
+            cell_clip: 0.8,
+            proj_clip: 0.6,
+            time_major: false,
+            merge_outputs: false,
+            asymmetric_quantize_inputs: hybrid,
+        };
+        m.add_op(OpCode::Builtin(BO::UNIDIRECTIONAL_SEQUENCE_LSTM), &ins, &[o], opts);
+        m.inputs = vec![x];
+        m.outputs = vec![o];
+        m
+    }
+
+    /// BIDIRECTIONAL_SEQUENCE_RNN, time-major, merged (3 steps, 2 sequences).
+    fn bidi_rnn_model(hybrid: bool) -> ModelSpec {
+        let mut g = Gen(11);
+        let mut m = ModelSpec::default();
+        let (t, b, ni) = (3, 2, 4);
+        let x = m.add_tensor(TensorSpec::activation("x", TensorType::FLOAT32, &[t, b, ni]));
+        let mut ins = vec![x];
+        for u in [3, 5] {
+            ins.push(weights(&mut m, &mut g, &[u, ni], hybrid));
+            ins.push(weights(&mut m, &mut g, &[u, u], hybrid));
+            let v = g.v(u as usize, 0.5);
+            ins.push(m.add_tensor(TensorSpec::const_f32("b", &[u], &v)));
+            ins.push(state(&mut m, &[b, u]));
+        }
+        ins.extend([-1, -1, -1]);
+        let o = m.add_tensor(TensorSpec::activation("out", TensorType::FLOAT32, &[]));
+        let opts = Options::Recurrent {
+            activation: A::RELU,
+            cell_clip: 0.0,
+            proj_clip: 0.0,
+            time_major: true,
+            merge_outputs: true,
+            asymmetric_quantize_inputs: false,
+        };
+        m.add_op(OpCode::Builtin(BO::BIDIRECTIONAL_SEQUENCE_RNN), &ins, &[o], opts);
+        m.inputs = vec![x];
+        m.outputs = vec![o];
+        m
+    }
+
+    /// SVDF of rank 2 (3 units, memory 4) on 2 sequences of 5 features.
+    fn svdf_model(hybrid: bool) -> ModelSpec {
+        let mut g = Gen(13);
+        let mut m = ModelSpec::default();
+        let x = m.add_tensor(TensorSpec::activation("x", TensorType::FLOAT32, &[2, 5]));
+        let wf = weights(&mut m, &mut g, &[6, 5], hybrid);
+        let wt = weights(&mut m, &mut g, &[6, 4], hybrid);
+        let bv = g.v(3, 0.5);
+        let bias = m.add_tensor(TensorSpec::const_f32("b", &[3], &bv));
+        let st = state(&mut m, &[2, 24]);
+        let o = m.add_tensor(TensorSpec::activation("out", TensorType::FLOAT32, &[]));
+        m.add_op(OpCode::Builtin(BO::SVDF), &[x, wf, wt, bias, st], &[o], Options::Svdf { rank: 2, activation: A::NONE, asymmetric_quantize_inputs: false });
+        m.inputs = vec![x];
+        m.outputs = vec![o];
+        m
+    }
+
+    fn session(spec: &ModelSpec, backend: &str) -> Session {
+        let model = Model::from_bytes(Arc::new(spec.to_bytes().unwrap())).unwrap();
+        let options = SessionOptions { backends: vec![backend.into()], ..Default::default() };
+        let mut s = Session::with_options(Arc::new(model), options).unwrap();
+        s.prepare().unwrap();
+        s
+    }
+
+    fn run(s: &mut Session, x: &[f32]) -> Vec<f32> {
+        s.set_input_f32(0, x).unwrap();
+        s.run().unwrap();
+        s.output(0).unwrap().to_f32().unwrap()
+    }
+
+    /// The CPU kernels agree with these reference kernels over several runs (the
+    /// state carrying from run to run), the state changes the result, and
+    /// resetting the variable tensors starts over.
+    #[test]
+    fn cpu_kernels_match_the_reference_and_state_carries_between_runs() {
+        for (name, spec, inputs) in [
+            ("lstm", lstm_model(false), 24),
+            ("lstm hybrid", lstm_model(true), 24),
+            ("bidirectional rnn", bidi_rnn_model(false), 24),
+            ("bidirectional rnn hybrid", bidi_rnn_model(true), 24),
+            ("svdf", svdf_model(false), 10),
+            ("svdf hybrid", svdf_model(true), 10),
+        ] {
+            let (mut cpu, mut reference) = (session(&spec, "cpu"), session(&spec, "reference"));
+            let mut g = Gen(3);
+            let x = g.v(inputs, 1.5);
+            let mut first = Vec::new();
+            for k in 0..4 {
+                let (a, b) = (run(&mut cpu, &x), run(&mut reference, &x));
+                assert!(!a.is_empty() && a.len() == b.len(), "{name}");
+                for (p, q) in a.iter().zip(&b) {
+                    assert!((p - q).abs() <= 1e-5 * q.abs().max(1.0), "{name} run {k}: cpu {p} vs reference {q}");
+                }
+                if k == 0 {
+                    first = a;
+                } else {
+                    assert_ne!(a, first, "{name}: run {k} with the same input gave the first run's result: no state carried");
+                }
+            }
+            cpu.reset_variable_tensors();
+            assert_eq!(run(&mut cpu, &x), first, "{name}: after a reset the first run's result comes back");
+        }
+    }
+
+    #[test]
+    fn state_inputs_must_be_variable_tensors() {
+        let mut spec = svdf_model(false);
+        spec.tensors.iter_mut().for_each(|t| t.is_variable = false);
+        let model = Model::from_bytes(Arc::new(spec.to_bytes().unwrap())).unwrap();
+        let mut s = Session::with_options(Arc::new(model), SessionOptions::default()).unwrap();
+        s.prepare().unwrap();
+        s.set_input_f32(0, &[0.5; 10]).unwrap();
+        let err = s.run().unwrap_err().to_string();
+        assert!(err.contains("variable"), "{err}");
+    }
 }
