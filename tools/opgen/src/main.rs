@@ -101,7 +101,7 @@ fn gen(op: &str, r: &mut Rng) -> Case {
     let mut fixed = vec![];
     let fr = (-2.0f32, 2.0f32);
     match op {
-        op if RECURRENT.iter().any(|c| *c == op) => return gen_recurrent(op, r),
+        op if RECURRENT.contains(&op) => return gen_recurrent(op, r),
         "CONV_2D" | "DEPTHWISE_CONV_2D" => {
             let dw = op == "DEPTHWISE_CONV_2D";
             let (n, h, w, c) = (r.u(1, 2), r.u(4, 11), r.u(4, 11), r.u(1, 6));
@@ -1623,8 +1623,8 @@ fn gen_recurrent(op: &str, r: &mut Rng) -> Case {
             let seq = base != "RNN";
             let x = f32in(&mut m, "x", &if seq { seq_shape(ni) } else { vec![bi, ni as i32] });
             let mut ins = vec![x];
-            for (d, tag) in ["fw_", "bw_"].iter().enumerate().take(if bidi { 2 } else { 1 }) {
-                let u = if d == 0 { r.u(1, 8) } else { r.u(1, 8) };
+            for tag in ["fw_", "bw_"].iter().take(if bidi { 2 } else { 1 }) {
+                let u = r.u(1, 8);
                 ins.push(weights(&mut m, r, &format!("{tag}w"), &[u as i32, ni as i32], hybrid));
                 ins.push(weights(&mut m, r, &format!("{tag}r"), &[u as i32, u as i32], hybrid));
                 let bv = r.floats(u, -0.5, 0.5);

@@ -379,14 +379,12 @@ impl Checker<'_, '_> {
     }
 }
 
+/// A kernel's writable float views: its outputs, and its state tensors.
+pub(crate) type OutputsAndStates<'o> = (Vec<&'o mut [f32]>, Vec<&'o mut [f32]>);
+
 /// The run-time views of one invocation: present inputs checked against the
 /// layout, states split off the outputs.
-pub(crate) fn split_io<'o, 'i>(
-    l: &Layout,
-    ins: &[Option<&'i [u8]>],
-    outs: &'o mut [&mut [u8]],
-    n_outputs: usize,
-) -> Result<(Vec<&'o mut [f32]>, Vec<&'o mut [f32]>)> {
+pub(crate) fn split_io<'o>(l: &Layout, ins: &[Option<&[u8]>], outs: &'o mut [&mut [u8]], n_outputs: usize) -> Result<OutputsAndStates<'o>> {
     for &(k, len) in &l.present {
         let b = ins.get(k).copied().flatten().ok_or_else(|| Error::Runtime(format!("input {k} is a variable tensor or missing").into()))?;
         if b.len() != len * if l.is_int8(k) { 1 } else { 4 } {
