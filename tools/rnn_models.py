@@ -27,7 +27,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-FRAMES, FEATURES, CLASSES = 25, 10, 4
+# 40 features and 32 units: weight matrices of at least 1024 values, which the
+# converter's dynamic-range quantization turns into int8 (smaller ones stay float).
+FRAMES, FEATURES, CLASSES = 25, 40, 4
 
 
 class FusedLstm(tf.Module):
@@ -41,17 +43,16 @@ class FusedLstm(tf.Module):
         self.bidirectional = bidirectional
 
         def weights(n_in, units):
-            k = tf.constant(rng.uniform(-0.4, 0.4, (n_in, 4 * units)).astype(np.float32))
-            r = tf.constant(rng.uniform(-0.4, 0.4, (units, 4 * units)).astype(np.float32))
+            k = tf.constant(rng.uniform(-0.2, 0.2, (n_in, 4 * units)).astype(np.float32))
+            r = tf.constant(rng.uniform(-0.2, 0.2, (units, 4 * units)).astype(np.float32))
             b = tf.constant(rng.uniform(-0.2, 0.2, (4 * units,)).astype(np.float32))
             return k, r, b
 
         if bidirectional:
-            self.fw, self.bw, self.top = weights(FEATURES, 8), weights(FEATURES, 8), weights(16, 12)
-            self.dense = tf.constant(rng.uniform(-0.5, 0.5, (12, CLASSES)).astype(np.float32))
+            self.fw, self.bw, self.top = weights(FEATURES, 32), weights(FEATURES, 32), weights(64, 32)
         else:
-            self.fw = weights(FEATURES, 16)
-            self.dense = tf.constant(rng.uniform(-0.5, 0.5, (16, CLASSES)).astype(np.float32))
+            self.fw = weights(FEATURES, 32)
+        self.dense = tf.constant(rng.uniform(-0.5, 0.5, (32, CLASSES)).astype(np.float32))
 
     @staticmethod
     def layer(go_backwards, index):
@@ -89,13 +90,13 @@ class FusedLstm(tf.Module):
 
 def lstm():
     i = tf.keras.Input((FRAMES, FEATURES), batch_size=1)
-    x = tf.keras.layers.LSTM(16)(i)
+    x = tf.keras.layers.LSTM(32)(i)
     return tf.keras.Model(i, tf.keras.layers.Dense(CLASSES, activation="softmax")(x))
 
 
 def gru():
     i = tf.keras.Input((FRAMES, FEATURES), batch_size=1)
-    x = tf.keras.layers.GRU(16)(i)
+    x = tf.keras.layers.GRU(32)(i)
     return tf.keras.Model(i, tf.keras.layers.Dense(CLASSES, activation="softmax")(x))
 
 

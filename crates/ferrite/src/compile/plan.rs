@@ -50,10 +50,16 @@ pub(super) fn plan_memory(
             last[root(t)] = n_steps.max(1) - 1;
         }
     }
-    // Variable tensors (the state of recurrent ops) hold their values from one run to
-    // the next: they live over the whole run, so no other tensor ever shares their memory.
+    // Variable tensors no op produces (the state of recurrent ops, which their kernels
+    // update in place) hold their values from one run to the next: they live over the
+    // whole run, so no other tensor ever shares their memory.
     for t in 0..tensors.len() {
-        if g.tensors[t].is_variable && root(t) == t && matches!(tensors[t].loc, Loc::None) && steps.iter().any(|st| st.reads(&g.ops[st.op]).any(|r| r == t)) {
+        if g.tensors[t].is_variable
+            && root(t) == t
+            && first[t] == usize::MAX
+            && matches!(tensors[t].loc, Loc::None)
+            && steps.iter().any(|st| st.reads(&g.ops[st.op]).any(|r| r == t))
+        {
             first[t] = 0;
             last[t] = n_steps.max(1) - 1;
         }
@@ -142,7 +148,9 @@ pub(super) fn resolve_io(g: &Subgraph, sg: usize, steps: &mut [Step], tensors: &
         // A variable tensor an op reads is its state, which the kernel updates in place:
         // it reaches the kernel as a writable view after the op's outputs (in input
         // order), and its input slot is empty.
-        let is_state = |t: usize| g.tensors[t].is_variable && matches!(tensors[t].loc, Loc::Arena { .. }) && input_of_root(t).is_none();
+        let is_state = |t: usize| {
+            g.tensors[t].is_variable && produced_by[root(t)] == usize::MAX && matches!(tensors[t].loc, Loc::Arena { .. }) && input_of_root(t).is_none()
+        };
         st.inputs = op
             .inputs
             .iter()
