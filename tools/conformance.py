@@ -32,6 +32,16 @@ OP_TOL = 1e-5
 # Hybrid (dynamic-range) ops quantize activations at run time; the integer part is
 # exact, the float rescale may round differently from LiteRT's.
 HYBRID_TOL = 1e-4
+# Hybrid recurrent ops quantize their state again at every step: a last-bit float
+# difference (an activation, a normalization) can move one value across a rounding
+# boundary, one quantization step that the following steps carry on.
+RECURRENT_HYBRID_TOL = 1e-3
+
+
+def op_tolerance(case):
+    if "_HYBRID" not in case["op"]:
+        return OP_TOL
+    return RECURRENT_HYBRID_TOL if case.get("steps", 1) > 1 else HYBRID_TOL
 
 # Models that need more than their default input shape, or that ferrite does not run yet.
 DYNAMIC_SIZES = {"melspectrogram.tflite": [1, 16000]}
@@ -340,7 +350,7 @@ def cmd_ops(args):
                     opt = run_litert(model, xs, reference=False, delegates=False)
                     want = [np.where(g == w, w, o) if g.shape == w.shape else w for g, w, o in zip(got, want, opt)]
                 err = compare(got, want)
-                ok = err <= (HYBRID_TOL if "_HYBRID" in case["op"] else OP_TOL)
+                ok = err <= op_tolerance(case)
             except Exception as e:  # noqa: BLE001
                 print(f"FAIL {case['file']}: {e}")
                 failed += 1
@@ -357,7 +367,7 @@ def cmd_ops(args):
                 for b, n in counts[0].items():
                     tally[b] = tally.get(b, 0) + n
             if not ok:
-                tol = HYBRID_TOL if "_HYBRID" in case["op"] else OP_TOL
+                tol = op_tolerance(case)
                 print(f"FAIL {case['file']}: worst error {err:.3e} (tolerance {tol:.0e})")
             passed += ok
             failed += not ok
