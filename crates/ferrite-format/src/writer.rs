@@ -215,6 +215,22 @@ pub enum Options {
         container: String,
         shared_name: String,
     },
+    /// The recurrent ops' options (LSTM, the sequence LSTMs and RNNs, RNN): each
+    /// table takes the fields it has and ignores the others.
+    Recurrent {
+        activation: Activation,
+        cell_clip: f32,
+        proj_clip: f32,
+        time_major: bool,
+        merge_outputs: bool,
+        asymmetric_quantize_inputs: bool,
+    },
+    /// SVDF.
+    Svdf {
+        rank: i32,
+        activation: Activation,
+        asymmetric_quantize_inputs: bool,
+    },
     /// These options written as they are, whatever the op reads: a table of the
     /// inner variant's own type (the first it fits; `Empty`'s given type), never
     /// checked against the op table. For tests of how readers treat a file whose
@@ -263,6 +279,15 @@ impl Options {
             Options::While { .. } => &[T::WhileOptions],
             Options::CallOnce { .. } => &[T::CallOnceOptions],
             Options::VarHandle { .. } => &[T::VarHandleOptions],
+            Options::Recurrent { .. } => &[
+                T::LSTMOptions,
+                T::UnidirectionalSequenceLSTMOptions,
+                T::BidirectionalSequenceLSTMOptions,
+                T::RNNOptions,
+                T::SequenceRNNOptions,
+                T::BidirectionalSequenceRNNOptions,
+            ],
+            Options::Svdf { .. } => &[T::SVDFOptions],
         }
     }
 
@@ -676,6 +701,57 @@ fn write_options(b: &mut FlatBufferBuilder, table: fb::BuiltinOptions, o: &Optio
             _ => fb::SpaceToDepthOptions::create(b, &fb::SpaceToDepthOptionsArgs { block_size: *n }).as_union_value(),
         },
         Options::OneHot { axis } => fb::OneHotOptions::create(b, &fb::OneHotOptionsArgs { axis: *axis }).as_union_value(),
+        Options::Recurrent { activation, cell_clip, proj_clip, time_major, merge_outputs, asymmetric_quantize_inputs } => {
+            let (activation, cell_clip, proj_clip, time_major, merge_outputs, asymmetric_quantize_inputs) =
+                (*activation, *cell_clip, *proj_clip, *time_major, *merge_outputs, *asymmetric_quantize_inputs);
+            let fused_activation_function = activation;
+            match table {
+                T::LSTMOptions => fb::LSTMOptions::create(
+                    b,
+                    &fb::LSTMOptionsArgs { fused_activation_function, cell_clip, proj_clip, asymmetric_quantize_inputs, ..Default::default() },
+                )
+                .as_union_value(),
+                T::BidirectionalSequenceLSTMOptions => fb::BidirectionalSequenceLSTMOptions::create(
+                    b,
+                    &fb::BidirectionalSequenceLSTMOptionsArgs {
+                        fused_activation_function,
+                        cell_clip,
+                        proj_clip,
+                        merge_outputs,
+                        time_major,
+                        asymmetric_quantize_inputs,
+                    },
+                )
+                .as_union_value(),
+                T::RNNOptions => fb::RNNOptions::create(b, &fb::RNNOptionsArgs { fused_activation_function, asymmetric_quantize_inputs }).as_union_value(),
+                T::SequenceRNNOptions => {
+                    fb::SequenceRNNOptions::create(b, &fb::SequenceRNNOptionsArgs { time_major, fused_activation_function, asymmetric_quantize_inputs })
+                        .as_union_value()
+                }
+                T::BidirectionalSequenceRNNOptions => fb::BidirectionalSequenceRNNOptions::create(
+                    b,
+                    &fb::BidirectionalSequenceRNNOptionsArgs { time_major, fused_activation_function, merge_outputs, asymmetric_quantize_inputs },
+                )
+                .as_union_value(),
+                _ => fb::UnidirectionalSequenceLSTMOptions::create(
+                    b,
+                    &fb::UnidirectionalSequenceLSTMOptionsArgs {
+                        fused_activation_function,
+                        cell_clip,
+                        proj_clip,
+                        time_major,
+                        asymmetric_quantize_inputs,
+                        ..Default::default()
+                    },
+                )
+                .as_union_value(),
+            }
+        }
+        Options::Svdf { rank, activation, asymmetric_quantize_inputs } => fb::SVDFOptions::create(
+            b,
+            &fb::SVDFOptionsArgs { rank: *rank, fused_activation_function: *activation, asymmetric_quantize_inputs: *asymmetric_quantize_inputs },
+        )
+        .as_union_value(),
         Options::Cumsum { exclusive, reverse } => {
             fb::CumsumOptions::create(b, &fb::CumsumOptionsArgs { exclusive: *exclusive, reverse: *reverse }).as_union_value()
         }

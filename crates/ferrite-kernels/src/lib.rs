@@ -153,6 +153,7 @@ pub mod qelementwise;
 pub mod qgemm;
 pub mod qmatmul;
 pub mod quant;
+pub mod recurrent;
 pub mod reduce;
 pub mod resize;
 pub mod signal;

@@ -192,6 +192,51 @@ pub enum OpParams {
         container: String,
         shared_name: String,
     },
+    /// LSTM, UNIDIRECTIONAL_SEQUENCE_LSTM, BIDIRECTIONAL_SEQUENCE_LSTM and the RNN ops.
+    Recurrent(RecurrentParams),
+    /// SVDF.
+    Svdf {
+        rank: i32,
+        activation: Activation,
+        asymmetric_quantize_inputs: bool,
+    },
+}
+
+/// Options of the recurrent ops (each options table holds a subset; the rest keep
+/// these defaults).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RecurrentParams {
+    /// Activation of the cell gate and of the cell's output (LSTM), of the hidden state (RNN).
+    pub activation: Activation,
+    /// Cell state clipped to `[-cell_clip, cell_clip]` when positive.
+    pub cell_clip: f32,
+    /// Projected output clipped to `[-proj_clip, proj_clip]` when positive.
+    pub proj_clip: f32,
+    /// Sequence input laid out `[time, batch, ..]` rather than `[batch, time, ..]`.
+    pub time_major: bool,
+    /// Bidirectional ops: both directions concatenated into one output.
+    pub merge_outputs: bool,
+    /// Hybrid kernels quantize each input row with its own zero point.
+    pub asymmetric_quantize_inputs: bool,
+    /// LSTM: the four-input "basic" kernel (LSTMKernelType BASIC) rather than the full one.
+    pub basic_kernel: bool,
+    /// UNIDIRECTIONAL_SEQUENCE_LSTM: recurrent weights given as diagonals.
+    pub diagonal_recurrent: bool,
+}
+
+impl Default for RecurrentParams {
+    fn default() -> Self {
+        RecurrentParams {
+            activation: Activation::None,
+            cell_clip: 0.0,
+            proj_clip: 0.0,
+            time_major: false,
+            merge_outputs: false,
+            asymmetric_quantize_inputs: false,
+            basic_kernel: false,
+            diagonal_recurrent: false,
+        }
+    }
 }
 
 fn padding(c: i8) -> Result<Padding> {
@@ -361,6 +406,74 @@ pub fn parse_params(op: BuiltinOp, opt_type: u8, options: Option<Table<'_>>) -> 
             container: t.map(|t| t.string(fb::VarHandleOptions::VT_CONTAINER)).transpose()?.flatten().unwrap_or_default(),
             shared_name: t.map(|t| t.string(fb::VarHandleOptions::VT_SHARED_NAME)).transpose()?.flatten().unwrap_or_default(),
         },
+        T::LSTMOptions => {
+            use fb::LSTMOptions as O;
+            OpParams::Recurrent(RecurrentParams {
+                activation: act(O::VT_FUSED_ACTIVATION_FUNCTION)?,
+                cell_clip: f32f(O::VT_CELL_CLIP, 0.0)?,
+                proj_clip: f32f(O::VT_PROJ_CLIP, 0.0)?,
+                basic_kernel: i8f(O::VT_KERNEL_TYPE, 0)? == 1,
+                asymmetric_quantize_inputs: boolf(O::VT_ASYMMETRIC_QUANTIZE_INPUTS, false)?,
+                ..Default::default()
+            })
+        }
+        T::UnidirectionalSequenceLSTMOptions => {
+            use fb::UnidirectionalSequenceLSTMOptions as O;
+            OpParams::Recurrent(RecurrentParams {
+                activation: act(O::VT_FUSED_ACTIVATION_FUNCTION)?,
+                cell_clip: f32f(O::VT_CELL_CLIP, 0.0)?,
+                proj_clip: f32f(O::VT_PROJ_CLIP, 0.0)?,
+                time_major: boolf(O::VT_TIME_MAJOR, false)?,
+                asymmetric_quantize_inputs: boolf(O::VT_ASYMMETRIC_QUANTIZE_INPUTS, false)?,
+                diagonal_recurrent: boolf(O::VT_DIAGONAL_RECURRENT_TENSORS, false)?,
+                ..Default::default()
+            })
+        }
+        T::BidirectionalSequenceLSTMOptions => {
+            use fb::BidirectionalSequenceLSTMOptions as O;
+            OpParams::Recurrent(RecurrentParams {
+                activation: act(O::VT_FUSED_ACTIVATION_FUNCTION)?,
+                cell_clip: f32f(O::VT_CELL_CLIP, 0.0)?,
+                proj_clip: f32f(O::VT_PROJ_CLIP, 0.0)?,
+                merge_outputs: boolf(O::VT_MERGE_OUTPUTS, false)?,
+                // The schema's default is time-major for this op alone.
+                time_major: boolf(O::VT_TIME_MAJOR, true)?,
+                asymmetric_quantize_inputs: boolf(O::VT_ASYMMETRIC_QUANTIZE_INPUTS, false)?,
+                ..Default::default()
+            })
+        }
+        T::RNNOptions => {
+            use fb::RNNOptions as O;
+            OpParams::Recurrent(RecurrentParams {
+                activation: act(O::VT_FUSED_ACTIVATION_FUNCTION)?,
+                asymmetric_quantize_inputs: boolf(O::VT_ASYMMETRIC_QUANTIZE_INPUTS, false)?,
+                ..Default::default()
+            })
+        }
+        T::SequenceRNNOptions => {
+            use fb::SequenceRNNOptions as O;
+            OpParams::Recurrent(RecurrentParams {
+                activation: act(O::VT_FUSED_ACTIVATION_FUNCTION)?,
+                time_major: boolf(O::VT_TIME_MAJOR, false)?,
+                asymmetric_quantize_inputs: boolf(O::VT_ASYMMETRIC_QUANTIZE_INPUTS, false)?,
+                ..Default::default()
+            })
+        }
+        T::BidirectionalSequenceRNNOptions => {
+            use fb::BidirectionalSequenceRNNOptions as O;
+            OpParams::Recurrent(RecurrentParams {
+                activation: act(O::VT_FUSED_ACTIVATION_FUNCTION)?,
+                time_major: boolf(O::VT_TIME_MAJOR, false)?,
+                merge_outputs: boolf(O::VT_MERGE_OUTPUTS, false)?,
+                asymmetric_quantize_inputs: boolf(O::VT_ASYMMETRIC_QUANTIZE_INPUTS, false)?,
+                ..Default::default()
+            })
+        }
+        T::SVDFOptions => OpParams::Svdf {
+            rank: i32f(fb::SVDFOptions::VT_RANK, 0)?,
+            activation: act(fb::SVDFOptions::VT_FUSED_ACTIVATION_FUNCTION)?,
+            asymmetric_quantize_inputs: boolf(fb::SVDFOptions::VT_ASYMMETRIC_QUANTIZE_INPUTS, false)?,
+        },
         _ => OpParams::None,
     })
 }
@@ -454,6 +567,40 @@ mod tests {
             T::VarHandleOptions => {
                 (Options::VarHandle { container: "c".into(), shared_name: "v".into() }, OpParams::VarHandle { container: "c".into(), shared_name: "v".into() })
             }
+            T::LSTMOptions
+            | T::UnidirectionalSequenceLSTMOptions
+            | T::BidirectionalSequenceLSTMOptions
+            | T::RNNOptions
+            | T::SequenceRNNOptions
+            | T::BidirectionalSequenceRNNOptions => {
+                let lstm = matches!(table, T::LSTMOptions | T::UnidirectionalSequenceLSTMOptions | T::BidirectionalSequenceLSTMOptions);
+                let time = !matches!(table, T::LSTMOptions | T::RNNOptions);
+                let bidi = matches!(table, T::BidirectionalSequenceLSTMOptions | T::BidirectionalSequenceRNNOptions);
+                // BIDIRECTIONAL_SEQUENCE_LSTM defaults to time-major: write the other value.
+                let time_major = time && table != T::BidirectionalSequenceLSTMOptions;
+                let w = Options::Recurrent {
+                    activation: A::TANH,
+                    cell_clip: if lstm { 3.0 } else { 0.0 },
+                    proj_clip: if lstm { 2.0 } else { 0.0 },
+                    time_major,
+                    merge_outputs: bidi,
+                    asymmetric_quantize_inputs: true,
+                };
+                let p = RecurrentParams {
+                    activation: Activation::Tanh,
+                    cell_clip: if lstm { 3.0 } else { 0.0 },
+                    proj_clip: if lstm { 2.0 } else { 0.0 },
+                    time_major,
+                    merge_outputs: bidi,
+                    asymmetric_quantize_inputs: true,
+                    ..Default::default()
+                };
+                (w, OpParams::Recurrent(p))
+            }
+            T::SVDFOptions => (
+                Options::Svdf { rank: 2, activation: A::RELU, asymmetric_quantize_inputs: true },
+                OpParams::Svdf { rank: 2, activation: Activation::Relu, asymmetric_quantize_inputs: true },
+            ),
             _ => return None,
         })
     }

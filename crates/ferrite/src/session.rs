@@ -484,6 +484,9 @@ impl Session {
         self.plan_generation += 1;
         self.compiled_shapes = self.input_shapes.clone();
         self.state = State::Prepared;
+        // Recurrent state starts from zero (an int8 one from its zero point), as LiteRT's
+        // AllocateTensors leaves it.
+        self.reset_variable_tensors();
         Ok(())
     }
 
@@ -514,6 +517,8 @@ impl Session {
             }
             self.plan_cache.push((prev_key, prev));
         }
+        // Another plan's tensors overwrote the state's memory: start it again from zero.
+        self.reset_variable_tensors();
         self.dirty = false;
         if self.tracing {
             self.collect_phases();

@@ -101,6 +101,7 @@ fn gen(op: &str, r: &mut Rng) -> Case {
     let mut fixed = vec![];
     let fr = (-2.0f32, 2.0f32);
     match op {
+        op if RECURRENT.contains(&op) => return gen_recurrent(op, r),
         "CONV_2D" | "DEPTHWISE_CONV_2D" => {
             let dw = op == "DEPTHWISE_CONV_2D";
             let (n, h, w, c) = (r.u(1, 2), r.u(4, 11), r.u(4, 11), r.u(1, 6));
@@ -1815,6 +1816,205 @@ fn gen(op: &str, r: &mut Rng) -> Case {
     Case { spec: m, ranges, fixed }
 }
 
+/// The recurrent cases: every variant of each op (float and hybrid), each run as a
+/// stream of steps so the state in its variable tensors carries from run to run.
+const RECURRENT: &[&str] = &[
+    "UNIDIRECTIONAL_SEQUENCE_LSTM",
+    "UNIDIRECTIONAL_SEQUENCE_LSTM_HYBRID",
+    "LSTM",
+    "LSTM_HYBRID",
+    "BIDIRECTIONAL_SEQUENCE_LSTM",
+    "BIDIRECTIONAL_SEQUENCE_LSTM_HYBRID",
+    "UNIDIRECTIONAL_SEQUENCE_RNN",
+    "UNIDIRECTIONAL_SEQUENCE_RNN_HYBRID",
+    "RNN",
+    "RNN_HYBRID",
+    "BIDIRECTIONAL_SEQUENCE_RNN",
+    "BIDIRECTIONAL_SEQUENCE_RNN_HYBRID",
+    "SVDF",
+    "SVDF_HYBRID",
+];
+
+/// Invocations of one case in one session: recurrent ops carry state between them.
+fn stream_steps(op: &str) -> usize {
+    if RECURRENT.contains(&op) {
+        4
+    } else {
+        1
+    }
+}
+
+/// A weight matrix: float, or int8 with one random scale (hybrid).
+fn weights(m: &mut ModelSpec, r: &mut Rng, name: &str, shape: &[i32], hybrid: bool) -> i32 {
+    let n = n_of(shape);
+    if hybrid {
+        let data: Vec<u8> = (0..n).map(|_| r.int(-127, 127) as i8 as u8).collect();
+        // Scales keep each product of order one (inputs and states are within [-2, 2]).
+        let scale = r.f(0.3, 1.0) / 127.0 / (shape.last().copied().unwrap_or(1).max(1) as f32).sqrt();
+        m.add_tensor(TensorSpec { data: Some(data), quant: Some((vec![scale], vec![0], 0)), ..TensorSpec::activation(name, TensorType::INT8, shape) })
+    } else {
+        let scale = 1.0 / (shape.last().copied().unwrap_or(1).max(1) as f32).sqrt();
+        let v = r.floats(n, -scale, scale);
+        m.add_tensor(TensorSpec::const_f32(name, shape, &v))
+    }
+}
+
+/// A state tensor of the op: variable, zero at the start.
+fn state(m: &mut ModelSpec, name: &str, shape: &[i32]) -> i32 {
+    m.add_tensor(TensorSpec { is_variable: true, ..TensorSpec::activation(name, TensorType::FLOAT32, shape) })
+}
+
+/// One LSTM direction's 17 weight inputs (input, recurrent, peephole, bias,
+/// projection), -1 where a variant leaves one out; and its output size.
+#[allow(clippy::too_many_arguments)]
+fn lstm_weights(
+    m: &mut ModelSpec,
+    r: &mut Rng,
+    tag: &str,
+    ni: usize,
+    nc: usize,
+    hybrid: bool,
+    cifg: bool,
+    peephole: bool,
+    no: Option<usize>,
+) -> (Vec<i32>, usize) {
+    let projection = no.is_some();
+    let no = no.unwrap_or(nc);
+    let (ni, nc_i, no_i) = (ni as i32, nc as i32, no as i32);
+    let mut v = vec![];
+    for g in 0..4 {
+        v.push(if cifg && g == 0 { -1 } else { weights(m, r, &format!("{tag}x{g}"), &[nc_i, ni], hybrid) });
+    }
+    for g in 0..4 {
+        v.push(if cifg && g == 0 { -1 } else { weights(m, r, &format!("{tag}h{g}"), &[nc_i, no_i], hybrid) });
+    }
+    for g in 0..3 {
+        // Peepholes of a hybrid op are int8 too (LiteRT reads them with their scale).
+        v.push(if !peephole || (cifg && g == 0) { -1 } else { weights(m, r, &format!("{tag}p{g}"), &[nc_i], hybrid) });
+    }
+    for g in 0..4 {
+        // A forget bias near 1, as trained LSTMs have.
+        let bv: Vec<f32> = (0..nc).map(|_| r.f(-0.5, 0.5) + if g == 1 { 1.0 } else { 0.0 }).collect();
+        v.push(if cifg && g == 0 { -1 } else { m.add_tensor(TensorSpec::const_f32(&format!("{tag}b{g}"), &[nc_i], &bv)) });
+    }
+    if projection {
+        v.push(weights(m, r, &format!("{tag}proj"), &[no_i, nc_i], hybrid));
+        let pb = r.floats(no, -0.3, 0.3);
+        v.push(if r.coin() { m.add_tensor(TensorSpec::const_f32(&format!("{tag}proj_b"), &[no_i], &pb)) } else { -1 });
+    } else {
+        v.extend([-1, -1]);
+    }
+    (v, no)
+}
+
+fn gen_recurrent(op: &str, r: &mut Rng) -> Case {
+    let mut m = ModelSpec { description: format!("ferrite single-op test: {op}"), ..Default::default() };
+    let hybrid = op.ends_with("_HYBRID");
+    let base = op.trim_end_matches("_HYBRID");
+    let asymmetric_quantize_inputs = hybrid && r.coin();
+    // LiteRT leaves the cell output unactivated with NONE reading stale scratch; the
+    // converter writes TANH. RELU-family activations are exercised too.
+    let activation = if r.int(0, 3) == 0 { r.pick(&[Activation::RELU, Activation::RELU6, Activation::RELU_N1_TO_1]) } else { Activation::TANH };
+    let (t, b, ni) = (r.u(1, 5), r.u(1, 3), r.u(1, 8));
+    // LiteRT's hybrid time-major BIDIRECTIONAL_SEQUENCE_RNN walks the whole sequence
+    // once per time step (its state advances `time` times per run): compare it
+    // batch-major only.
+    // LiteRT's hybrid BIDIRECTIONAL_SEQUENCE_LSTM reads every input as time-major.
+    let time_major = (r.coin() && op != "BIDIRECTIONAL_SEQUENCE_RNN_HYBRID") || op == "BIDIRECTIONAL_SEQUENCE_LSTM_HYBRID";
+    let seq_shape = |f: usize| if time_major { vec![t as i32, b as i32, f as i32] } else { vec![b as i32, t as i32, f as i32] };
+    let bi = b as i32;
+    match base {
+        "LSTM" | "UNIDIRECTIONAL_SEQUENCE_LSTM" | "BIDIRECTIONAL_SEQUENCE_LSTM" => {
+            let bidi = base.starts_with("BIDI");
+            let seq = base != "LSTM";
+            let x = f32in(&mut m, "x", &if seq { seq_shape(ni) } else { vec![bi, ni as i32] });
+            let nc = r.u(1, 8);
+            let (cifg, peephole, projection) = (r.coin(), r.coin(), r.int(0, 2) == 0);
+            // Layer norm: LiteRT's bidirectional op has none.
+            let layer_norm = !bidi && r.coin();
+            let clip = |r: &mut Rng| if r.coin() { r.f(0.5, 3.0) } else { 0.0 };
+            let (cell_clip, proj_clip) = (clip(r), if projection { clip(r) } else { 0.0 });
+            // LiteRT's bidirectional op wants both directions of one output size.
+            let proj_size = projection.then(|| r.u(1, 6));
+            let (fw, no) = lstm_weights(&mut m, r, "fw_", ni, nc, hybrid, cifg, peephole, proj_size);
+            let mut ins = vec![x];
+            ins.extend(&fw);
+            // LiteRT's batch-major merged output disagrees with its own two-output form
+            // (and with its UNIDIRECTIONAL_SEQUENCE_LSTM) once there are several
+            // sequences and steps: merged outputs are compared time-major.
+            let merge_outputs = bidi && r.coin() && time_major;
+            if bidi {
+                let (bw, bno) = lstm_weights(&mut m, r, "bw_", ni, nc, hybrid, cifg, peephole, proj_size);
+                ins.extend(&bw);
+                ins.push(state(&mut m, "fw_h", &[bi, no as i32]));
+                ins.push(state(&mut m, "fw_c", &[bi, nc as i32]));
+                ins.push(state(&mut m, "bw_h", &[bi, bno as i32]));
+                ins.push(state(&mut m, "bw_c", &[bi, nc as i32]));
+                ins.extend([-1; 9]);
+            } else {
+                ins.push(state(&mut m, "h", &[bi, no as i32]));
+                ins.push(state(&mut m, "c", &[bi, nc as i32]));
+                for g in 0..4 {
+                    let lv = r.floats(nc, 0.5, 1.5);
+                    ins.push(if layer_norm && !(cifg && g == 0) { m.add_tensor(TensorSpec::const_f32(&format!("ln{g}"), &[nc as i32], &lv)) } else { -1 });
+                }
+            }
+            let n_out = if bidi && !merge_outputs { 2 } else { 1 };
+            let outs: Vec<i32> = (0..n_out).map(|_| out(&mut m, TensorType::FLOAT32, &[])).collect();
+            let code = match base {
+                "LSTM" => B::LSTM,
+                "UNIDIRECTIONAL_SEQUENCE_LSTM" => B::UNIDIRECTIONAL_SEQUENCE_LSTM,
+                _ => B::BIDIRECTIONAL_SEQUENCE_LSTM,
+            };
+            let opts = Options::Recurrent { activation, cell_clip, proj_clip, time_major, merge_outputs, asymmetric_quantize_inputs };
+            m.add_op(OpCode::Builtin(code), &ins, &outs, opts);
+        }
+        "RNN" | "UNIDIRECTIONAL_SEQUENCE_RNN" | "BIDIRECTIONAL_SEQUENCE_RNN" => {
+            let bidi = base.starts_with("BIDI");
+            let seq = base != "RNN";
+            let x = f32in(&mut m, "x", &if seq { seq_shape(ni) } else { vec![bi, ni as i32] });
+            let mut ins = vec![x];
+            for tag in ["fw_", "bw_"].iter().take(if bidi { 2 } else { 1 }) {
+                let u = r.u(1, 8);
+                ins.push(weights(&mut m, r, &format!("{tag}w"), &[u as i32, ni as i32], hybrid));
+                ins.push(weights(&mut m, r, &format!("{tag}r"), &[u as i32, u as i32], hybrid));
+                let bv = r.floats(u, -0.5, 0.5);
+                ins.push(m.add_tensor(TensorSpec::const_f32(&format!("{tag}b"), &[u as i32], &bv)));
+                ins.push(state(&mut m, &format!("{tag}h"), &[bi, u as i32]));
+            }
+            if bidi {
+                // LiteRT wants the three auxiliary-input slots listed, even when empty.
+                ins.extend([-1; 3]);
+            }
+            let merge_outputs = bidi && r.coin();
+            let n_out = if bidi && !merge_outputs { 2 } else { 1 };
+            let outs: Vec<i32> = (0..n_out).map(|_| out(&mut m, TensorType::FLOAT32, &[])).collect();
+            let code = match base {
+                "RNN" => B::RNN,
+                "UNIDIRECTIONAL_SEQUENCE_RNN" => B::UNIDIRECTIONAL_SEQUENCE_RNN,
+                _ => B::BIDIRECTIONAL_SEQUENCE_RNN,
+            };
+            let opts = Options::Recurrent { activation, cell_clip: 0.0, proj_clip: 0.0, time_major, merge_outputs, asymmetric_quantize_inputs };
+            m.add_op(OpCode::Builtin(code), &ins, &outs, opts);
+        }
+        _ => {
+            // SVDF: filters = rank x units, a memory of a few steps.
+            let (rank, units, memory) = (r.u(1, 2), r.u(1, 5), r.u(1, 5));
+            let nf = rank * units;
+            let x = f32in(&mut m, "x", &[bi, ni as i32]);
+            let wf = weights(&mut m, r, "features", &[nf as i32, ni as i32], hybrid);
+            let wt = weights(&mut m, r, "time", &[nf as i32, memory as i32], hybrid);
+            let bv = r.floats(units, -0.5, 0.5);
+            let bias = if r.coin() { m.add_tensor(TensorSpec::const_f32("bias", &[units as i32], &bv)) } else { -1 };
+            let st = state(&mut m, "memory", &[bi, (nf * memory) as i32]);
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            let activation = r.pick(&[Activation::NONE, Activation::RELU, Activation::RELU6, Activation::TANH]);
+            m.add_op(OpCode::Builtin(B::SVDF), &[x, wf, wt, bias, st], &[o], Options::Svdf { rank: rank as i32, activation, asymmetric_quantize_inputs });
+        }
+    }
+    Case { spec: m, ranges: vec![(-2.0, 2.0)], fixed: vec![] }
+}
+
 /// The int8 case as uint8: every int8 tensor (constants too) shifted by 128 in
 /// both its values and its zero points, which represents the same real numbers.
 fn to_uint8(mut case: Case) -> Case {
@@ -2160,6 +2360,21 @@ const OPS: &[&str] = &[
     "COMPLEX_ABS",
     "REAL",
     "IMAG",
+    // Recurrent ops (see RECURRENT).
+    "UNIDIRECTIONAL_SEQUENCE_LSTM",
+    "UNIDIRECTIONAL_SEQUENCE_LSTM_HYBRID",
+    "LSTM",
+    "LSTM_HYBRID",
+    "BIDIRECTIONAL_SEQUENCE_LSTM",
+    "BIDIRECTIONAL_SEQUENCE_LSTM_HYBRID",
+    "UNIDIRECTIONAL_SEQUENCE_RNN",
+    "UNIDIRECTIONAL_SEQUENCE_RNN_HYBRID",
+    "RNN",
+    "RNN_HYBRID",
+    "BIDIRECTIONAL_SEQUENCE_RNN",
+    "BIDIRECTIONAL_SEQUENCE_RNN_HYBRID",
+    "SVDF",
+    "SVDF_HYBRID",
     // LiteRT has no kernel for these: both runtimes must refuse them.
     "HARD_SWISH_INT16",
     "BATCH_MATMUL_UINT8",
@@ -2252,6 +2467,7 @@ fn main() -> Result<(), String> {
                         "integral": matches!(*op, "EQUAL" | "NOT_EQUAL" | "TOPK_V2_TIES" | "UNIQUE"),
                         "refused": REFUSED.contains(op),
                         "builtin_oracle": BUILTIN_ORACLE.contains(op),
+                        "steps": stream_steps(op),
                     }));
                 }
             }

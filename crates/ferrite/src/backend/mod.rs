@@ -19,6 +19,11 @@ use crate::model::{DType, Op, Quantization, Sparsity, TensorInfo};
 
 /// A compiled kernel: reads input bytes (absent optional inputs are `None`) and
 /// writes output bytes. Shapes and parameters were fixed when it was built.
+///
+/// An input that is a variable tensor of the model (`is_variable`: the state of a
+/// recurrent op, kept from one run to the next) arrives instead as a writable view
+/// after the op's outputs, one per such input in input order, and its input slot is
+/// `None`: the kernel reads and updates the state in place.
 pub type KernelFn = Box<dyn FnMut(&[Option<&[u8]>], &mut [&mut [u8]]) -> Result<()> + Send>;
 
 /// What a backend knows about one input of an op when building its kernel.

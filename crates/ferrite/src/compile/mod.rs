@@ -495,13 +495,15 @@ impl<'m> Compilation<'m> {
         }
 
         // Tensors that are read but never written (nor inputs) read as zeros, as in LiteRT.
+        // Variable tensors are state that kernels write in place: the plan gives them
+        // arena memory that lasts from run to run.
         let mut produced = vec![false; tensors.len()];
         for &t in g.inputs.iter().chain(g.ops.iter().flat_map(|o| o.outputs.iter())) {
             produced[t] = true;
         }
         for op in &g.ops {
             for &t in op.inputs.iter().flatten() {
-                if !produced[t] && matches!(tensors[t].loc, Loc::None) {
+                if !produced[t] && !g.tensors[t].is_variable && matches!(tensors[t].loc, Loc::None) {
                     let n = bytes_of(tensors[t].dtype, &tensors[t].shape, &limits, || format!("subgraph {sg} tensor {t}"))?;
                     tensors[t].loc = Loc::Owned(Arc::new(AlignedBytes::zeroed(n)));
                 }

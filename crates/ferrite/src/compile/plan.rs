@@ -50,6 +50,20 @@ pub(super) fn plan_memory(
             last[root(t)] = n_steps.max(1) - 1;
         }
     }
+    // Variable tensors no op produces (the state of recurrent ops, which their kernels
+    // update in place) hold their values from one run to the next: they live over the
+    // whole run, so no other tensor ever shares their memory.
+    for t in 0..tensors.len() {
+        if g.tensors[t].is_variable
+            && root(t) == t
+            && first[t] == usize::MAX
+            && matches!(tensors[t].loc, Loc::None)
+            && steps.iter().any(|st| st.reads(&g.ops[st.op]).any(|r| r == t))
+        {
+            first[t] = 0;
+            last[t] = n_steps.max(1) - 1;
+        }
+    }
     // Tensors the dynamic tail reads must outlive every static step.
     if let Some(d) = dynamic_from {
         for op in &g.ops[d..] {
@@ -131,11 +145,22 @@ pub(super) fn resolve_io(g: &Subgraph, sg: usize, steps: &mut [Step], tensors: &
     }
     for (si, st) in steps.iter_mut().enumerate() {
         let op = &g.ops[st.op];
+        // A variable tensor an op reads is its state, which the kernel updates in place:
+        // it reaches the kernel as a writable view after the op's outputs (in input
+        // order), and its input slot is empty.
+        let is_state = |t: usize| {
+            g.tensors[t].is_variable && produced_by[root(t)] == usize::MAX && matches!(tensors[t].loc, Loc::Arena { .. }) && input_of_root(t).is_none()
+        };
         st.inputs = op
             .inputs
             .iter()
             .enumerate()
-            .map(|(k, i)| i.map(|t| st.substituted.iter().find(|s| s.0 == k).map_or(t, |s| s.1)).filter(|_| !st.prepacked.contains(&k)).map(src_of).transpose())
+            .map(|(k, i)| {
+                i.map(|t| st.substituted.iter().find(|s| s.0 == k).map_or(t, |s| s.1))
+                    .filter(|&t| !st.prepacked.contains(&k) && !is_state(t))
+                    .map(src_of)
+                    .transpose()
+            })
             .collect::<Result<_>>()?;
         for &t in &st.extra {
             st.inputs.push(Some(src_of(t)?));
@@ -148,6 +173,11 @@ pub(super) fn resolve_io(g: &Subgraph, sg: usize, steps: &mut [Step], tensors: &
                 _ => Err(Error::Runtime(format!("internal: subgraph {sg} op {} output tensor {t} has no arena slot", st.op).into())),
             })
             .collect::<Result<_>>()?;
+        for t in op.inputs.iter().flatten().copied().filter(|&t| is_state(t)) {
+            if let Loc::Arena { offset, len } = tensors[t].loc {
+                st.outputs.push((offset, len, None));
+            }
+        }
     }
     Ok(out_plans)
 }

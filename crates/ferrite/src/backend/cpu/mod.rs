@@ -16,6 +16,7 @@ mod linear;
 mod movement;
 mod pool;
 mod quant;
+pub(crate) mod recurrent;
 mod reduce;
 mod signal;
 mod softmax;
@@ -99,6 +100,8 @@ const FAMILIES: &[Family] = &[
     convert::build,
     #[cfg(feature = "op-signal")]
     signal::build,
+    #[cfg(feature = "op-recurrent")]
+    recurrent::build,
 ];
 
 /// The cargo feature (`op-<family>`) of the CPU family that builds `code`; `None`
@@ -208,6 +211,13 @@ pub(crate) fn family_feature(code: B) -> Option<&'static str> {
         | B::TOPK_V2 => "op-index",
         B::BITCAST | B::CAST | B::DENSIFY | B::DEQUANTIZE | B::QUANTIZE => "op-convert",
         B::RFFT2D | B::COMPLEX_ABS | B::REAL | B::IMAG => "op-signal",
+        B::LSTM
+        | B::UNIDIRECTIONAL_SEQUENCE_LSTM
+        | B::BIDIRECTIONAL_SEQUENCE_LSTM
+        | B::RNN
+        | B::UNIDIRECTIONAL_SEQUENCE_RNN
+        | B::BIDIRECTIONAL_SEQUENCE_RNN
+        | B::SVDF => "op-recurrent",
         _ => return None,
     })
 }

@@ -16,6 +16,7 @@ mod float_test_util;
 mod quant;
 #[cfg(test)]
 mod quant_test_util;
+mod recurrent;
 
 use super::{Backend, BackendContext, Built, OpContext};
 use crate::error::{Error, Result};
@@ -31,6 +32,10 @@ impl Backend for ReferenceBackend {
     }
 
     fn build(&self, op: &OpContext<'_>, _ctx: &mut BackendContext) -> Result<Built> {
+        // Recurrent ops, float and hybrid alike.
+        if let Some(built) = recurrent::build(op) {
+            return built;
+        }
         if !is_quantized(op) {
             return float::build(op);
         }
