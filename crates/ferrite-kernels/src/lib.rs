@@ -140,6 +140,7 @@ pub mod conv;
 pub mod elementwise;
 pub mod fixed16;
 pub mod gemm;
+pub mod grad;
 pub mod hybrid;
 pub mod igemm;
 pub mod index;
