@@ -5,7 +5,11 @@
 //! and partitioned by output element, so results are bit-identical for any thread
 //! count.
 
-pub mod conv;
-mod split;
 #[cfg(test)]
 mod check;
+pub mod conv;
+pub mod matmul;
+pub mod movement;
+pub mod pool;
+pub mod resize;
+mod split;

@@ -478,7 +478,21 @@ mod tests {
                 continue;
             }
             let batch = rng.size(1, 2);
-            return Window { batch, in_h: ih, in_w: iw, out_h: oh, out_w: ow, k_h: kh, k_w: kw, stride_h: sh, stride_w: sw, dil_h: dh, dil_w: dw, pad_top: pt, pad_left: pl };
+            return Window {
+                batch,
+                in_h: ih,
+                in_w: iw,
+                out_h: oh,
+                out_w: ow,
+                k_h: kh,
+                k_w: kw,
+                stride_h: sh,
+                stride_w: sw,
+                dil_h: dh,
+                dil_w: dw,
+                pad_top: pt,
+                pad_left: pl,
+            };
         }
     }
 
@@ -503,7 +517,17 @@ mod tests {
                 let pool = ThreadPool::new(threads);
                 let mut s = Conv2dScratch::new(&g, in_c, out_c, threads);
                 let (mut dx, mut dw, mut db) = (vec![f32::NAN; x.len()], vec![f32::NAN; w.len()], vec![f32::NAN; out_c]);
-                assert!(conv2d_backward(&g, in_c, out_c, &x, &w, &dy, ConvGrads { dx: Some(&mut dx), dw: Some(&mut dw), db: Some(&mut db) }, &mut s, Some(&pool)));
+                assert!(conv2d_backward(
+                    &g,
+                    in_c,
+                    out_c,
+                    &x,
+                    &w,
+                    &dy,
+                    ConvGrads { dx: Some(&mut dx), dw: Some(&mut dw), db: Some(&mut db) },
+                    &mut s,
+                    Some(&pool)
+                ));
                 vec![dx, dw, db]
             };
             let got = bits_equal_across_threads(run);
@@ -521,7 +545,21 @@ mod tests {
         let (ih, iw) = (40, 37);
         let (oh, pt) = out_size_and_pad(ih, 3, 1, 1, true).unwrap();
         let (ow, pl) = out_size_and_pad(iw, 3, 1, 1, true).unwrap();
-        let g = Window { batch: 2, in_h: ih, in_w: iw, out_h: oh, out_w: ow, k_h: 3, k_w: 3, stride_h: 1, stride_w: 1, dil_h: 1, dil_w: 1, pad_top: pt, pad_left: pl };
+        let g = Window {
+            batch: 2,
+            in_h: ih,
+            in_w: iw,
+            out_h: oh,
+            out_w: ow,
+            k_h: 3,
+            k_w: 3,
+            stride_h: 1,
+            stride_w: 1,
+            dil_h: 1,
+            dil_w: 1,
+            pad_top: pt,
+            pad_left: pl,
+        };
         let (in_c, out_c) = (3, 40);
         let x = rng.vec(g.batch * ih * iw * in_c);
         let w = rng.vec(out_c * 9 * in_c);
@@ -603,7 +641,8 @@ mod tests {
 
     #[test]
     fn short_buffers_and_foreign_scratch_are_refused() {
-        let g = Window { batch: 1, in_h: 4, in_w: 4, out_h: 4, out_w: 4, k_h: 3, k_w: 3, stride_h: 1, stride_w: 1, dil_h: 1, dil_w: 1, pad_top: 1, pad_left: 1 };
+        let g =
+            Window { batch: 1, in_h: 4, in_w: 4, out_h: 4, out_w: 4, k_h: 3, k_w: 3, stride_h: 1, stride_w: 1, dil_h: 1, dil_w: 1, pad_top: 1, pad_left: 1 };
         let (x, w, dy) = (vec![0.0; 16 * 2], vec![0.0; 3 * 9 * 2], vec![0.0; 16 * 3]);
         let mut dx = vec![0.0; 16 * 2];
         let mut s = Conv2dScratch::new(&g, 2, 3, 1);

@@ -65,11 +65,3 @@ pub(crate) fn for_rows(pool: Option<&ThreadPool>, out: &mut [f32], rows: usize, 
         _ => f(0, 0..rows, &mut out[..rows * row_len]),
     }
 }
-
-/// Runs `f(i)` for every `i` in `0..n` on the pool (sequentially without one).
-pub(crate) fn each(pool: Option<&ThreadPool>, n: usize, f: &(dyn Fn(usize) + Sync)) {
-    match pool {
-        Some(p) => p.run(n, f),
-        None => (0..n).for_each(f),
-    }
-}
