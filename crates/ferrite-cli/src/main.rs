@@ -1,4 +1,4 @@
-//! `ferrite`: inspect, run and benchmark TensorFlow Lite / circle models.
+//! `ferrite`: inspect, run, benchmark and train TensorFlow Lite / circle models.
 
 mod npy;
 mod observe;
@@ -13,6 +13,8 @@ macro_rules! outln {
         }
     }};
 }
+
+mod train;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -115,6 +117,9 @@ impl BackendArgs {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Train a float32 model on .npy (or raw) data with onert_train's options, and
+    /// export it or save a checkpoint.
+    Train(Box<train::TrainArgs>),
     /// Show subgraphs, inputs/outputs and every op with its tensors.
     Inspect {
         model: PathBuf,
@@ -227,6 +232,7 @@ struct TimingArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
+        Cmd::Train(args) => train::train(&args),
         Cmd::Inspect { model, json, memory, backends, shapes } => model_files(&model).and_then(|files| {
             files.iter().try_for_each(|f| {
                 if memory {

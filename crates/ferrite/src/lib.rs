@@ -21,6 +21,7 @@
 //! - seeing inside a run: per-op callbacks ([`Session::run_with_callbacks`] with
 //!   [`OpEvent`], [`TensorView`], [`Flow`]) and Chrome traces ([`Session::set_tracing`],
 //!   [`Session::write_trace`]);
+//! - training on the device: [`Trainer`] with [`TrainConfig`] ([`Loss`], [`Optimizer`]);
 //! - errors: [`Error`] with a [`Location`] in the model;
 //! - reading a model's structure: [`model`] (subgraphs, tensors, ops, the op table);
 //! - extending the runtime with custom ops and backends: [`ext`].
@@ -42,6 +43,7 @@ mod observe;
 mod ops;
 mod package;
 mod session;
+mod train;
 mod variables;
 
 pub mod ext;
@@ -54,3 +56,4 @@ pub use model::{DType, Model, ModelBytes};
 pub use observe::{Flow, OpEvent, RunOutcome, TensorState, TensorView, MAX_TRACE_EVENTS};
 pub use package::{is_package, IoDesc, Package, PackageSession};
 pub use session::{PlanStats, RunStats, Session, SessionOptions, TensorData, TensorDesc, PLAN_CACHE_SIZE};
+pub use train::{BatchMetrics, Loss, LossReduction, Optimizer, TrainConfig, TrainMemory, TrainableTensor, Trainer};
