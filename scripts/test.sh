@@ -55,6 +55,9 @@ echo "== conformance: the reference backend (naive kernels; cpu only where it ha
 "$CACHE/venv/bin/python" tools/conformance.py ops --ferrite target/release/ferrite --opgen target/release/ferrite-opgen --backends reference
 "$CACHE/venv/bin/python" tools/conformance.py models --ferrite target/release/ferrite --corpus "$CACHE/models" --backends reference
 
+echo "== training: ferrite train against Keras fit, step for step (per-epoch loss, trained weights; export in LiteRT; about a minute)"
+TF_CPP_MIN_LOG_LEVEL=3 "$CACHE/tfvenv/bin/python" tools/train_check.py --ferrite target/release/ferrite --litert-python "$CACHE/venv/bin/python" 2>/dev/null
+
 echo "== conformance: models split op by op between reference and cpu (every tensor crosses) vs LiteRT"
 "$CACHE/venv/bin/python" tools/conformance.py models --ferrite target/release/ferrite --corpus "$CACHE/models" --alternate reference,cpu
 

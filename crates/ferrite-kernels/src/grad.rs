@@ -665,7 +665,10 @@ mod tests {
                 UnaryGrad::Gelu { approximate: true },
                 Box::new(|v: f64| 0.5 * v * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v * v * v)).tanh())),
             ),
-            (UnaryGrad::Gelu { approximate: false }, Box::new(|v: f64| v * 0.5 * (1.0 + f64::from(crate::elementwise::erf((v / std::f64::consts::SQRT_2) as f32))))),
+            (
+                UnaryGrad::Gelu { approximate: false },
+                Box::new(|v: f64| v * 0.5 * (1.0 + f64::from(crate::elementwise::erf((v / std::f64::consts::SQRT_2) as f32)))),
+            ),
         ];
         for (op, f) in cases {
             let y: Vec<f32> = x.iter().map(|&v| f(f64::from(v)) as f32).collect();

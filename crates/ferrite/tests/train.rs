@@ -276,3 +276,160 @@ fn bad_setups_are_refused_with_clear_errors() {
     let e = Trainer::new(model, TrainConfig::default()).unwrap_err();
     assert!(e.to_string().contains("shared"), "{e}");
 }
+
+#[test]
+fn a_model_with_control_flow_is_refused() {
+    let mut m = ModelSpec::default();
+    let x = m.add_tensor(TensorSpec::activation("x", TensorType::FLOAT32, &[1, 2]));
+    let y = m.add_tensor(TensorSpec::activation("y", TensorType::FLOAT32, &[1, 2]));
+    let mut c = TensorSpec::activation("c", TensorType::BOOL, &[]);
+    c.data = Some(vec![1]);
+    let c = m.add_tensor(c);
+    m.add_op(OpCode::Builtin(BO::IF), &[c, x], &[y], Options::If { then_subgraph: 1, else_subgraph: 1 });
+    m.inputs = vec![x];
+    m.outputs = vec![y];
+    let mut sub = ModelSpec::default();
+    let sx = sub.add_tensor(TensorSpec::activation("x", TensorType::FLOAT32, &[1, 2]));
+    let sy = sub.add_tensor(TensorSpec::activation("y", TensorType::FLOAT32, &[1, 2]));
+    sub.add_op(OpCode::Builtin(BO::RELU), &[sx], &[sy], Options::None);
+    sub.inputs = vec![sx];
+    sub.outputs = vec![sy];
+    m.subgraphs.push(sub);
+    let model = Arc::new(Model::from_bytes(Arc::new(m.to_bytes().unwrap())).unwrap());
+    let e = Trainer::new(model, TrainConfig::default()).unwrap_err().to_string();
+    assert!(e.contains("control flow") && e.contains("IF"), "{e}");
+}
+
+#[test]
+fn float16_weights_are_promoted_and_exported_as_float16() {
+    // x[1, 4] -> FC(w = DEQUANTIZE(float16 const)) -> y[1, 2].
+    let w: Vec<f32> = rand(8, 5).iter().map(|v| half_round(*v)).collect();
+    let mut m = ModelSpec::default();
+    let x = m.add_tensor(TensorSpec::activation("x", TensorType::FLOAT32, &[1, 4]));
+    let mut w16 = TensorSpec::activation("w16", TensorType::FLOAT16, &[2, 4]);
+    w16.data = Some(w.iter().flat_map(|v| f32_to_f16_bits(*v).to_le_bytes()).collect());
+    let w16 = m.add_tensor(w16);
+    let w32 = m.add_tensor(TensorSpec::activation("w", TensorType::FLOAT32, &[2, 4]));
+    let y = m.add_tensor(TensorSpec::activation("y", TensorType::FLOAT32, &[1, 2]));
+    m.add_op(OpCode::Builtin(BO::DEQUANTIZE), &[w16], &[w32], Options::None);
+    let fc = Options::FullyConnected { activation: Activation::NONE, keep_num_dims: false, asymmetric_quantize_inputs: false };
+    m.add_op(OpCode::Builtin(BO::FULLY_CONNECTED), &[x, w32, -1], &[y], fc);
+    m.inputs = vec![x];
+    m.outputs = vec![y];
+    let model = Arc::new(Model::from_bytes(Arc::new(m.to_bytes().unwrap())).unwrap());
+    let mut t = Trainer::new(model, TrainConfig { batch_size: 2, optimizer: Optimizer::sgd(0.5), ..Default::default() }).unwrap();
+    assert_eq!(t.trainable_tensors().len(), 1);
+    assert_eq!(t.weights(0).unwrap(), w.as_slice());
+    let xs = rand(8, 6);
+    let ys = rand(4, 7);
+    let before = t.evaluate(&[&xs], &ys).unwrap().loss;
+    for _ in 0..5 {
+        t.step(&[&xs], &ys).unwrap();
+    }
+    let after = t.evaluate(&[&xs], &ys).unwrap().loss;
+    assert!(after < before, "loss {before} -> {after}");
+    let bytes = t.export_bytes(false).unwrap();
+    let exported = Model::from_bytes(Arc::new(bytes)).unwrap();
+    let g = &exported.subgraphs()[0];
+    let d = exported.const_data(&g.tensors[w16 as usize]).unwrap();
+    let got: Vec<f32> = d.chunks_exact(2).map(|c| f16_bits_to_f32(u16::from_le_bytes([c[0], c[1]]))).collect();
+    for (a, b) in got.iter().zip(t.weights(0).unwrap()) {
+        assert!((a - b).abs() <= 1e-3 * (1.0 + b.abs()), "{a} vs {b}");
+    }
+    assert_ne!(got, w);
+}
+
+/// float16 bits of a value (round to nearest even; normal range only, as these tests need).
+fn f32_to_f16_bits(v: f32) -> u16 {
+    let b = v.to_bits();
+    let sign = ((b >> 16) & 0x8000) as u16;
+    let exp = ((b >> 23) & 0xff) as i32 - 127 + 15;
+    if v == 0.0 || exp <= 0 {
+        return sign;
+    }
+    let mant = b & 0x7f_ffff;
+    let mut h = (sign as u32) | ((exp as u32) << 10) | (mant >> 13);
+    let rest = mant & 0x1fff;
+    if rest > 0x1000 || (rest == 0x1000 && (h & 1) == 1) {
+        h += 1;
+    }
+    h as u16
+}
+
+fn f16_bits_to_f32(h: u16) -> f32 {
+    let sign = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
+    let exp = ((h >> 10) & 0x1f) as i32;
+    let mant = (h & 0x3ff) as f32;
+    if exp == 0 {
+        return sign * mant * 2f32.powi(-24);
+    }
+    sign * (1.0 + mant / 1024.0) * 2f32.powi(exp - 15)
+}
+
+fn half_round(v: f32) -> f32 {
+    f16_bits_to_f32(f32_to_f16_bits(v))
+}
+
+/// x[1, 6] -> FC(RELU) h -> LOGISTIC s; MUL(h, s) (h fans out) -> ADD const ->
+/// RESHAPE [1, 2, 2] -> MEAN axis 2 -> TANH -> FC -> y[1, 3].
+fn graph_model(w1: &[f32], b1: &[f32], w2: &[f32]) -> Arc<Model> {
+    let mut m = ModelSpec::default();
+    let x = m.add_tensor(TensorSpec::activation("x", TensorType::FLOAT32, &[1, 6]));
+    let tw1 = m.add_tensor(TensorSpec::const_f32("w1", &[4, 6], w1));
+    let tb1 = m.add_tensor(TensorSpec::const_f32("b1", &[4], b1));
+    let h = m.add_tensor(TensorSpec::activation("h", TensorType::FLOAT32, &[1, 4]));
+    let s = m.add_tensor(TensorSpec::activation("s", TensorType::FLOAT32, &[1, 4]));
+    let p = m.add_tensor(TensorSpec::activation("p", TensorType::FLOAT32, &[1, 4]));
+    let c = m.add_tensor(TensorSpec::const_f32("c", &[4], &[0.1, -0.2, 0.3, 0.05]));
+    let a = m.add_tensor(TensorSpec::activation("a", TensorType::FLOAT32, &[1, 4]));
+    let shape = m.add_tensor(TensorSpec::const_i32("shape", &[3], &[1, 2, 2]));
+    let r = m.add_tensor(TensorSpec::activation("r", TensorType::FLOAT32, &[1, 2, 2]));
+    let axis = m.add_tensor(TensorSpec::const_i32("axis", &[1], &[2]));
+    let mn = m.add_tensor(TensorSpec::activation("mean", TensorType::FLOAT32, &[1, 2]));
+    let th = m.add_tensor(TensorSpec::activation("tanh", TensorType::FLOAT32, &[1, 2]));
+    let tw2 = m.add_tensor(TensorSpec::const_f32("w2", &[3, 2], w2));
+    let y = m.add_tensor(TensorSpec::activation("y", TensorType::FLOAT32, &[1, 3]));
+    let fc = |a| Options::FullyConnected { activation: a, keep_num_dims: false, asymmetric_quantize_inputs: false };
+    m.add_op(OpCode::Builtin(BO::FULLY_CONNECTED), &[x, tw1, tb1], &[h], fc(Activation::RELU));
+    m.add_op(OpCode::Builtin(BO::LOGISTIC), &[h], &[s], Options::None);
+    m.add_op(OpCode::Builtin(BO::MUL), &[h, s], &[p], Options::Binary { activation: Activation::NONE });
+    m.add_op(OpCode::Builtin(BO::ADD), &[p, c], &[a], Options::Binary { activation: Activation::NONE });
+    m.add_op(OpCode::Builtin(BO::RESHAPE), &[a, shape], &[r], Options::None);
+    m.add_op(OpCode::Builtin(BO::MEAN), &[r, axis], &[mn], Options::Reducer { keep_dims: false });
+    m.add_op(OpCode::Builtin(BO::TANH), &[mn], &[th], Options::None);
+    m.add_op(OpCode::Builtin(BO::FULLY_CONNECTED), &[th, tw2, -1], &[y], fc(Activation::NONE));
+    m.inputs = vec![x];
+    m.outputs = vec![y];
+    Arc::new(Model::from_bytes(Arc::new(m.to_bytes().unwrap())).unwrap())
+}
+
+#[test]
+fn gradients_through_fan_out_broadcast_reshape_and_mean_match_finite_differences() {
+    let (w1, b1, w2) = (rand(24, 30), rand(4, 31).iter().map(|v| v + 0.5).collect::<Vec<_>>(), rand(6, 32));
+    let batch = 3;
+    let (xs, ys) = (rand(batch * 6, 33), rand(batch * 3, 34));
+    let cfg = TrainConfig { batch_size: batch, optimizer: Optimizer::sgd(1.0), ..Default::default() };
+    let loss_at = |w1: &[f32], b1: &[f32], w2: &[f32]| -> f64 {
+        let mut t = Trainer::new(graph_model(w1, b1, w2), cfg.clone()).unwrap();
+        f64::from(t.evaluate(&[&xs], &ys).unwrap().loss)
+    };
+    // One SGD step with learning rate 1 moves each weight by its gradient.
+    let mut t = Trainer::new(graph_model(&w1, &b1, &w2), cfg.clone()).unwrap();
+    assert_eq!(t.input_shape(0).unwrap(), &[batch, 6]);
+    t.step(&[&xs], &ys).unwrap();
+    let originals = [w1.clone(), b1.clone(), w2.clone()];
+    let eps = 1e-2f32;
+    for (k, orig) in originals.iter().enumerate() {
+        let moved = t.weights(k).unwrap().to_vec();
+        for i in 0..orig.len() {
+            let got = f64::from(orig[i] - moved[i]);
+            let mut vals = originals.clone();
+            vals[k][i] = orig[i] + eps;
+            let hi = loss_at(&vals[0], &vals[1], &vals[2]);
+            vals[k][i] = orig[i] - eps;
+            let lo = loss_at(&vals[0], &vals[1], &vals[2]);
+            let want = (hi - lo) / (2.0 * f64::from(eps));
+            assert!((got - want).abs() <= 2e-3 * (1.0 + want.abs()), "weight {k}[{i}]: gradient {got} vs finite difference {want}");
+        }
+    }
+}
