@@ -27,7 +27,7 @@ import numpy as np
 
 # The CNN cases train CONV_2D, DEPTHWISE_CONV_2D and pooling: enabled once
 # ferrite has their backward kernels.
-CNN_ENABLED = False
+CNN_ENABLED = True
 
 EPOCHS = 3
 LOSS_RTOL = 1e-4
@@ -58,11 +58,12 @@ def keras_model(case, keras):
     if case["arch"] == "cnn":
         return keras.Sequential([
             L.Input((12, 12, 3)),
-            L.Conv2D(8, 3, activation="relu", kernel_initializer=kern(6), bias_initializer=bias()),
-            L.DepthwiseConv2D(3, padding="same", activation="relu", depthwise_initializer=kern(7), bias_initializer=bias()),
+            # Each bias its own seed: the conv and depthwise biases have the same size.
+            L.Conv2D(8, 3, activation="relu", kernel_initializer=kern(6), bias_initializer=init.RandomUniform(-0.1, 0.1, seed=21)),
+            L.DepthwiseConv2D(3, padding="same", activation="relu", depthwise_initializer=kern(7), bias_initializer=init.RandomUniform(-0.1, 0.1, seed=22)),
             L.MaxPooling2D(2),
             L.Flatten(),
-            L.Dense(5, activation="softmax", kernel_initializer=kern(8), bias_initializer=bias()),
+            L.Dense(5, activation="softmax", kernel_initializer=kern(8), bias_initializer=init.RandomUniform(-0.1, 0.1, seed=23)),
         ])
     raise ValueError(case["arch"])
 
@@ -92,7 +93,17 @@ def data(case, model):
 def run_case(name, case, args, tf, keras, work):
     model = keras_model(case, keras)
     x, y = data(case, model)
-    conv = tf.lite.TFLiteConverter.from_keras_model(model)
+    if case["arch"] == "cnn":
+        # Converted at batch 1 (the same layers, so the same weights): Flatten's
+        # RESHAPE then has a constant shape (with a dynamic batch the converter
+        # computes it from SHAPE at run time).
+        inp = keras.Input(tuple(model.input_shape[1:]), batch_size=1)
+        out = inp
+        for layer in model.layers:
+            out = layer(out)
+        conv = tf.lite.TFLiteConverter.from_keras_model(keras.Model(inp, out))
+    else:
+        conv = tf.lite.TFLiteConverter.from_keras_model(model)
     tfl = os.path.join(work, f"{name}.tflite")
     with open(tfl, "wb") as f:
         f.write(conv.convert())
@@ -158,7 +169,9 @@ def run_case(name, case, args, tf, keras, work):
         for w in layer.weights:
             k = np.array(w)
             cands = []
-            for cand in (k, k.T, np.transpose(k, (3, 0, 1, 2)) if k.ndim == 4 else None,
+            # Keras' conv kernels are HWIO (TFLite OHWI: not the full reversal k.T),
+            # depthwise kernels HWCM (TFLite 1HW(C*M)).
+            for cand in (k, k.T if k.ndim <= 2 else None, np.transpose(k, (3, 0, 1, 2)) if k.ndim == 4 else None,
                          np.transpose(k, (2, 0, 1, 3)).reshape(1, k.shape[0], k.shape[1], -1) if k.ndim == 4 else None):
                 if cand is not None and tuple(cand.shape) in consts:
                     cands.append((cand, consts[tuple(cand.shape)]))
