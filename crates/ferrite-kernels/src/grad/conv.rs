@@ -60,6 +60,35 @@ fn tap_target(g: &Window, q: usize, ky: usize, kx: usize) -> Option<usize> {
     (ty < g.out_h && tx < g.out_w).then(|| (b * g.out_h + ty) * g.out_w + tx)
 }
 
+/// `col[i]` = channel `ch` of the pixel tap (ky, kx) of output pixel `p0 + i`
+/// reads from `gathered` (a map on the window's input positions with `cg`
+/// channels), 0 in the padding: one row of the transposed im2col matrix, walked
+/// one output row segment at a time (no division per element).
+#[allow(clippy::too_many_arguments)]
+fn gather_column(g: &Window, gathered: &[f32], cg: usize, ch: usize, ky: usize, kx: usize, p0: usize, col: &mut [f32]) {
+    let mut p = p0;
+    let mut i = 0;
+    while i < col.len() {
+        let (ox0, oy, b) = (p % g.out_w, p / g.out_w % g.out_h, p / (g.out_w * g.out_h));
+        let seg = (g.out_w - ox0).min(col.len() - i);
+        let out = &mut col[i..i + seg];
+        match (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h) {
+            None => out.fill(0.0),
+            Some(y) => {
+                let row = (b * g.in_h + y) * g.in_w;
+                for (j, c) in out.iter_mut().enumerate() {
+                    *c = match ((ox0 + j) * g.stride_w + kx * g.dil_w).checked_sub(g.pad_left).filter(|&x| x < g.in_w) {
+                        Some(x) => gathered[(row + x) * cg + ch],
+                        None => 0.0,
+                    };
+                }
+            }
+        }
+        i += seg;
+        p += seg;
+    }
+}
+
 /// Per-thread scratch of the GEMM gradients.
 #[derive(Debug, Clone, Default)]
 struct ThreadScratch {
@@ -152,9 +181,7 @@ impl WeightGemm {
                         let (t, ch) = ((r0 + r) / cg.max(1), (r0 + r) % cg.max(1));
                         let (ky, kx) = (t / g.k_w, t % g.k_w);
                         let col = &mut cols[r * block..(r + 1) * block];
-                        for (i, c) in col[..len].iter_mut().enumerate() {
-                            *c = tap_source(g, p0 + i, ky, kx).map_or(0.0, |q| gathered[q * cg + ch]);
-                        }
+                        gather_column(g, gathered, cg, ch, ky, kx, p0, &mut col[..len]);
                         col[len..].fill(0.0);
                     }
                     let cols = &cols[..];
