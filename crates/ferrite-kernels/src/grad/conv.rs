@@ -382,6 +382,87 @@ pub fn transpose_conv2d_backward(
     true
 }
 
+/// Offset / stride when it divides, as an index below `limit`.
+#[inline(always)]
+fn step_index(offset: usize, stride: usize, limit: usize) -> Option<usize> {
+    let i = if stride == 1 {
+        offset
+    } else if offset % stride == 0 {
+        offset / stride
+    } else {
+        return None;
+    };
+    (i < limit).then_some(i)
+}
+
+simd_fn! {
+    /// One input row (`r` = batch * in_h + iy) of a depthwise convolution's input
+    /// gradient: every tap adds the output pixel it came from times its weights.
+    fn depthwise_dx_row(g: &Window, c: usize, mult: usize, w: &[f32], dy: &[f32], r: usize, orow: &mut [f32]) {
+        let oc = c * mult;
+        let (b, iy) = (r / g.in_h, r % g.in_h);
+        orow.fill(0.0);
+        for ky in 0..g.k_h {
+            let Some(oy) = (iy + g.pad_top).checked_sub(ky * g.dil_h).and_then(|t| step_index(t, g.stride_h, g.out_h)) else { continue };
+            let drow = &dy[(b * g.out_h + oy) * g.out_w * oc..][..g.out_w * oc];
+            for (ix, px) in orow.chunks_exact_mut(c.max(1)).enumerate() {
+                for kx in 0..g.k_w {
+                    let Some(ox) = (ix + g.pad_left).checked_sub(kx * g.dil_w).and_then(|t| step_index(t, g.stride_w, g.out_w)) else { continue };
+                    let d = &drow[ox * oc..][..oc];
+                    let wt = &w[(ky * g.k_w + kx) * oc..][..oc];
+                    if mult == 1 {
+                        for ((a, &dv), &wv) in px.iter_mut().zip(d).zip(wt) {
+                            *a += dv * wv;
+                        }
+                    } else {
+                        for (ch, a) in px.iter_mut().enumerate() {
+                            let mut s = 0.0;
+                            for m in 0..mult {
+                                s += d[ch * mult + m] * wt[ch * mult + m];
+                            }
+                            *a += s;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+simd_fn! {
+    /// Filter-gradient sums of a depthwise convolution for filter channels `r`,
+    /// into `acc` laid out [tap][channel in range], over every output pixel in
+    /// order (output row by output row, taps inside).
+    fn depthwise_dw_range(g: &Window, c: usize, mult: usize, x: &[f32], dy: &[f32], r: std::ops::Range<usize>, acc: &mut [f32]) {
+        let oc = c * mult;
+        let width = r.len();
+        acc.fill(0.0);
+        for row in 0..g.batch * g.out_h {
+            let (b, oy) = (row / g.out_h, row % g.out_h);
+            for ox in 0..g.out_w {
+                let d = &dy[((row * g.out_w) + ox) * oc + r.start..][..width];
+                for ky in 0..g.k_h {
+                    let Some(iy) = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h) else { continue };
+                    for kx in 0..g.k_w {
+                        let Some(ix) = (ox * g.stride_w + kx * g.dil_w).checked_sub(g.pad_left).filter(|&v| v < g.in_w) else { continue };
+                        let xs = &x[((b * g.in_h + iy) * g.in_w + ix) * c..][..c];
+                        let a = &mut acc[(ky * g.k_w + kx) * width..][..width];
+                        if mult == 1 {
+                            for ((s, &dv), &xv) in a.iter_mut().zip(d).zip(&xs[r.start..r.end]) {
+                                *s += dv * xv;
+                            }
+                        } else {
+                            for (j, (s, &dv)) in a.iter_mut().zip(d).enumerate() {
+                                *s += dv * xs[(r.start + j) / mult];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Backward pass of DEPTHWISE_CONV_2D (any depth multiplier `mult`): `x` is
 /// `[batch, in_h, in_w, c]`, `w` `[1, k_h, k_w, c * mult]`, `dy`
 /// `[batch, out_h, out_w, c * mult]`. `scratch` holds `k_h * k_w * c * mult`
@@ -413,28 +494,12 @@ pub fn depthwise_conv2d_backward(
         return false;
     }
     if let Some(dx) = grads.dx {
-        // One input pixel per row: gather from the output pixels its taps reach.
-        for_rows(pool, dx, n_in, c, 1, &|_, range, out| {
-            for (q, px) in range.zip(out.chunks_exact_mut(c.max(1))) {
-                px.fill(0.0);
-                for t in 0..taps {
-                    let Some(p) = tap_target(g, q, t / g.k_w, t % g.k_w) else { continue };
-                    let d = &dy[p * oc..][..oc];
-                    let wt = &w[t * oc..][..oc];
-                    if mult == 1 {
-                        for ((a, &dv), &wv) in px.iter_mut().zip(d).zip(wt) {
-                            *a += dv * wv;
-                        }
-                    } else {
-                        for (ch, a) in px.iter_mut().enumerate() {
-                            let mut s = 0.0;
-                            for m in 0..mult {
-                                s += d[ch * mult + m] * wt[ch * mult + m];
-                            }
-                            *a += s;
-                        }
-                    }
-                }
+        // One input row per task row: gather from the output pixels its taps reach,
+        // row by row of taps (divisions only for strides above 1).
+        let row_len = g.in_w * c;
+        for_rows(pool, dx, g.batch * g.in_h, row_len, 1, &|_, range, out| {
+            for (r, orow) in range.zip(out.chunks_exact_mut(row_len.max(1))) {
+                depthwise_dx_row(g, c, mult, w, dy, r, orow);
             }
         });
     }
@@ -445,28 +510,10 @@ pub fn depthwise_conv2d_backward(
         let base = Base::new(scratch);
         let task = |i: usize| {
             let r = crate::parallel::chunk(oc, n, i);
-            let width = r.len();
             // SAFETY: part i owns floats [taps * r.start, taps * r.end) of the
             // scratch (ranges of different parts are disjoint, within taps * oc).
-            let acc = unsafe { base.range(taps * r.start, taps * width) };
-            acc.fill(0.0);
-            for p in 0..n_out {
-                let d = &dy[p * oc + r.start..][..width];
-                for t in 0..taps {
-                    let Some(q) = tap_source(g, p, t / g.k_w, t % g.k_w) else { continue };
-                    let xs = &x[q * c..][..c];
-                    let a = &mut acc[t * width..][..width];
-                    if mult == 1 {
-                        for ((s, &dv), &xv) in a.iter_mut().zip(d).zip(&xs[r.start..r.end]) {
-                            *s += dv * xv;
-                        }
-                    } else {
-                        for (j, (s, &dv)) in a.iter_mut().zip(d).enumerate() {
-                            *s += dv * xs[(r.start + j) / mult];
-                        }
-                    }
-                }
-            }
+            let acc = unsafe { base.range(taps * r.start, taps * r.len()) };
+            depthwise_dw_range(g, c, mult, x, dy, r, acc);
         };
         match pool {
             Some(pl) if n > 1 => pl.run(n, &task),

@@ -31,51 +31,58 @@ fn sizes_ok(g: &Window, c: usize, dy: &[f32], dx: &[f32]) -> bool {
 /// `dy` `[batch, out_h, out_w, c]`; writes `dx` (x's shape). The fused
 /// activation's gradient is the caller's. False, writing nothing, on short slices.
 pub fn max_pool_backward(x: &[f32], c: usize, g: &Window, dy: &[f32], dx: &mut [f32], pool: Option<&ThreadPool>) -> bool {
-    if !sizes_ok(g, c, dy, dx) || !crate::holds(x.len(), &[g.batch, g.in_h, g.in_w, c]) {
+    // Cell indices within an image are kept as u32 (vector lanes).
+    if !sizes_ok(g, c, dy, dx) || !crate::holds(x.len(), &[g.batch, g.in_h, g.in_w, c]) || g.in_h * g.in_w > u32::MAX as usize {
         return false;
     }
     let img = g.in_h * g.in_w * c;
     for_rows(pool, dx, g.batch, img, 1, &|_, images, out| {
-        out.fill(0.0);
         for (b, dxi) in images.zip(out.chunks_exact_mut(img.max(1))) {
-            let xi = &x[b * img..][..img];
-            for oy in 0..g.out_h {
-                for ox in 0..g.out_w {
-                    let (ys, xs) = window_cells(g, oy, ox);
-                    if ys.is_empty() || xs.is_empty() {
-                        continue;
-                    }
-                    let d = &dy[((b * g.out_h + oy) * g.out_w + ox) * c..][..c];
-                    let first = ys.start * g.in_w + xs.start;
-                    for c0 in (0..c).step_by(BLOCK) {
-                        let width = BLOCK.min(c - c0);
-                        // As the forward op: the maximum starts below every value and
-                        // moves on a strict `<`, so the first maximum keeps it (NaN never
-                        // wins); a window of NaNs or minima sends it to its first cell.
-                        let mut best = [f32::MIN; BLOCK];
-                        let mut at = [usize::MAX; BLOCK];
-                        for y in ys.clone() {
-                            for xx in xs.clone() {
-                                let q = y * g.in_w + xx;
-                                let px = &xi[q * c + c0..][..width];
-                                for j in 0..width {
-                                    if best[j] < px[j] {
-                                        best[j] = px[j];
-                                        at[j] = q;
-                                    }
-                                }
+            max_pool_image(&x[b * img..][..img], c, g, &dy[b * g.out_h * g.out_w * c..][..g.out_h * g.out_w * c], dxi);
+        }
+    });
+    true
+}
+
+simd_fn! {
+    /// [`max_pool_backward`] of one image: `xi` its input, `dyi` its output
+    /// gradient, `dxi` its input gradient.
+    fn max_pool_image(xi: &[f32], c: usize, g: &Window, dyi: &[f32], dxi: &mut [f32]) {
+        dxi.fill(0.0);
+        for oy in 0..g.out_h {
+            for ox in 0..g.out_w {
+                let (ys, xs) = window_cells(g, oy, ox);
+                if ys.is_empty() || xs.is_empty() {
+                    continue;
+                }
+                let d = &dyi[(oy * g.out_w + ox) * c..][..c];
+                let first = (ys.start * g.in_w + xs.start) as u32;
+                for c0 in (0..c).step_by(BLOCK) {
+                    let width = BLOCK.min(c - c0);
+                    // As the forward op: the maximum starts below every value and
+                    // moves on a strict `<`, so the first maximum keeps it (NaN never
+                    // wins); a window of NaNs or minima sends it to its first cell.
+                    // Selects, not branches, so the channel loop vectorizes.
+                    let mut best = [f32::MIN; BLOCK];
+                    let mut at = [first; BLOCK];
+                    for y in ys.clone() {
+                        for xx in xs.clone() {
+                            let q = y * g.in_w + xx;
+                            let px = &xi[q * c + c0..][..width];
+                            for j in 0..width {
+                                let more = best[j] < px[j];
+                                best[j] = if more { px[j] } else { best[j] };
+                                at[j] = if more { q as u32 } else { at[j] };
                             }
                         }
-                        for j in 0..width {
-                            let q = if at[j] == usize::MAX { first } else { at[j] };
-                            dxi[q * c + c0 + j] += d[c0 + j];
-                        }
+                    }
+                    for j in 0..width {
+                        dxi[at[j] as usize * c + c0 + j] += d[c0 + j];
                     }
                 }
             }
         }
-    });
-    true
+    }
 }
 
 /// Backward pass of AVERAGE_POOL_2D: `dy` `[batch, out_h, out_w, c]`; writes
