@@ -60,32 +60,50 @@ fn tap_target(g: &Window, q: usize, ky: usize, kx: usize) -> Option<usize> {
     (ty < g.out_h && tx < g.out_w).then(|| (b * g.out_h + ty) * g.out_w + tx)
 }
 
-/// `col[i]` = channel `ch` of the pixel tap (ky, kx) of output pixel `p0 + i`
-/// reads from `gathered` (a map on the window's input positions with `cg`
-/// channels), 0 in the padding: one row of the transposed im2col matrix, walked
-/// one output row segment at a time (no division per element).
+/// Rows `r0..r0 + here` of the transposed im2col matrix (row `t * cg + ch`:
+/// channel `ch` of the pixel tap `t` of each output pixel reads from `gathered`,
+/// a map on the window's input positions with `cg` channels; 0 in the padding)
+/// for output pixels `p0..p0 + len`, into `cols` (row `r` at `r * block`, zeros
+/// past `len`). Rows of one tap take consecutive channels of one source pixel,
+/// read together; pixels are walked one output-row segment at a time (no
+/// division per element).
 #[allow(clippy::too_many_arguments)]
-fn gather_column(g: &Window, gathered: &[f32], cg: usize, ch: usize, ky: usize, kx: usize, p0: usize, col: &mut [f32]) {
-    let mut p = p0;
-    let mut i = 0;
-    while i < col.len() {
-        let (ox0, oy, b) = (p % g.out_w, p / g.out_w % g.out_h, p / (g.out_w * g.out_h));
-        let seg = (g.out_w - ox0).min(col.len() - i);
-        let out = &mut col[i..i + seg];
-        match (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h) {
-            None => out.fill(0.0),
-            Some(y) => {
-                let row = (b * g.in_h + y) * g.in_w;
-                for (j, c) in out.iter_mut().enumerate() {
-                    *c = match ((ox0 + j) * g.stride_w + kx * g.dil_w).checked_sub(g.pad_left).filter(|&x| x < g.in_w) {
-                        Some(x) => gathered[(row + x) * cg + ch],
-                        None => 0.0,
-                    };
+fn gather_columns(g: &Window, gathered: &[f32], cg: usize, r0: usize, here: usize, p0: usize, len: usize, block: usize, cols: &mut [f32]) {
+    let cg1 = cg.max(1);
+    let mut r = 0;
+    while r < here {
+        let (t, ch0) = ((r0 + r) / cg1, (r0 + r) % cg1);
+        let n = (cg1 - ch0).min(here - r);
+        let (ky, kx) = (t / g.k_w, t % g.k_w);
+        let rows = &mut cols[r * block..(r + n) * block];
+        let mut i = 0;
+        while i < len {
+            let p = p0 + i;
+            let (ox0, oy, b) = (p % g.out_w, p / g.out_w % g.out_h, p / (g.out_w * g.out_h));
+            let seg = (g.out_w - ox0).min(len - i);
+            let y = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h);
+            for j in 0..seg {
+                let x = ((ox0 + j) * g.stride_w + kx * g.dil_w).checked_sub(g.pad_left).filter(|&x| x < g.in_w);
+                match (y, x) {
+                    (Some(y), Some(x)) => {
+                        let src = &gathered[((b * g.in_h + y) * g.in_w + x) * cg + ch0..][..n];
+                        for (k, &v) in src.iter().enumerate() {
+                            rows[k * block + i + j] = v;
+                        }
+                    }
+                    _ => {
+                        for k in 0..n {
+                            rows[k * block + i + j] = 0.0;
+                        }
+                    }
                 }
             }
+            i += seg;
         }
-        i += seg;
-        p += seg;
+        for k in 0..n {
+            rows[k * block + len..(k + 1) * block].fill(0.0);
+        }
+        r += n;
     }
 }
 
@@ -177,13 +195,7 @@ impl WeightGemm {
                 let mut r0 = range.start;
                 while r0 < range.end {
                     let here = mr.min(range.end - r0);
-                    for r in 0..here {
-                        let (t, ch) = ((r0 + r) / cg.max(1), (r0 + r) % cg.max(1));
-                        let (ky, kx) = (t / g.k_w, t % g.k_w);
-                        let col = &mut cols[r * block..(r + 1) * block];
-                        gather_column(g, gathered, cg, ch, ky, kx, p0, &mut col[..len]);
-                        col[len..].fill(0.0);
-                    }
+                    gather_columns(g, gathered, cg, r0, here, p0, len, block, cols);
                     let cols = &cols[..];
                     let ok = gemm_gathered(pk, 0..here, |m, _| Some(&cols[m * block..(m + 1) * block]), ptrs, Clamp::NONE, &mut tile[..here * cp]);
                     debug_assert!(ok, "weight-gradient GEMM scratch sized for its tiles");
