@@ -175,7 +175,11 @@ pub fn train(a: &TrainArgs) -> Result<(), String> {
     let raw = !a.load_input_raw.is_empty();
     let input_files = if raw { &a.load_input_raw } else { &a.load_input };
     if input_files.len() != trainer.input_count() {
-        return Err(format!("the model has {} inputs; give one --load_input (or --load_input_raw) per input, {} given", trainer.input_count(), input_files.len()));
+        return Err(format!(
+            "the model has {} inputs; give one --load_input (or --load_input_raw) per input, {} given",
+            trainer.input_count(),
+            input_files.len()
+        ));
     }
     let mut inputs = Vec::new();
     for (i, f) in input_files.iter().enumerate() {
@@ -289,12 +293,7 @@ pub fn train(a: &TrainArgs) -> Result<(), String> {
             })
         );
     } else {
-        outln!(
-            "arena {} bytes (lower bound {}), {} heap allocations per step",
-            mem.arena_bytes,
-            mem.arena_lower_bound_bytes,
-            step_allocs as f64 / total_steps
-        );
+        outln!("arena {} bytes (lower bound {}), {} heap allocations per step", mem.arena_bytes, mem.arena_lower_bound_bytes, step_allocs as f64 / total_steps);
     }
     if let Some(p) = &a.checkpoint_out {
         trainer.save_checkpoint(p).map_err(|e| e.to_string())?;

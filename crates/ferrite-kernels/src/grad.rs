@@ -39,7 +39,7 @@ const MAX_PARTS: usize = 16;
 /// of `row_len`, on the pool when the work is large enough. The split depends on
 /// the thread count, the result does not: each row is written by one call.
 pub fn for_rows(pool: Option<&ThreadPool>, work: usize, out: &mut [f32], row_len: usize, f: &(dyn Fn(Range<usize>, &mut [f32]) + Sync)) {
-    let rows = if row_len == 0 { 0 } else { out.len() / row_len };
+    let rows = out.len().checked_div(row_len).unwrap_or(0);
     let parts = match pool {
         Some(p) if work >= PARALLEL_MIN_WORK => p.threads().min(rows).min(MAX_PARTS),
         _ => 1,
@@ -458,7 +458,7 @@ pub enum Reduction {
 /// Writes `dpred` and returns the loss.
 pub fn mse(pred: &[f32], target: &[f32], batch: usize, reduction: Reduction, dpred: &mut [f32]) -> f32 {
     let n = pred.len();
-    let per_sample = if batch == 0 { 0 } else { n / batch };
+    let per_sample = n.checked_div(batch).unwrap_or(0);
     if per_sample == 0 {
         dpred.fill(0.0);
         return 0.0;
@@ -483,7 +483,7 @@ pub fn mse(pred: &[f32], target: &[f32], batch: usize, reduction: Reduction, dpr
 /// returns the loss.
 #[allow(clippy::too_many_arguments)]
 pub fn softmax_cross_entropy(logits: &[f32], p: &[f32], target: &[f32], n: usize, beta: f32, reduction: Reduction, dlogits: &mut [f32]) -> f32 {
-    let rows = if n == 0 { 0 } else { logits.len() / n };
+    let rows = logits.len().checked_div(n).unwrap_or(0);
     let scale = match reduction {
         Reduction::SumOverBatchSize => 1.0 / rows.max(1) as f32,
         Reduction::Sum => 1.0,
@@ -508,7 +508,7 @@ pub fn softmax_cross_entropy(logits: &[f32], p: &[f32], target: &[f32], n: usize
 /// Categorical accuracy: the fraction of rows (of `n`) whose first maximum in
 /// `pred` is at the first maximum of `target`.
 pub fn categorical_accuracy(pred: &[f32], target: &[f32], n: usize) -> f32 {
-    let rows = if n == 0 { 0 } else { pred.len() / n };
+    let rows = pred.len().checked_div(n).unwrap_or(0);
     if rows == 0 {
         return 0.0;
     }
@@ -652,7 +652,8 @@ mod tests {
         // Keep away from the kinks, where the finite difference straddles two pieces.
         let x: Vec<f32> = rand(64, 8).iter().map(|v| v * 5.0).filter(|v| [0.0f32, 6.0, -1.0, 1.0, -3.0, 3.0].iter().all(|k| (v - k).abs() > 0.01)).collect();
         let dy = rand(x.len(), 9);
-        let cases: Vec<(UnaryGrad, Box<dyn Fn(f64) -> f64>)> = vec![
+        type Forward = Box<dyn Fn(f64) -> f64>;
+        let cases: Vec<(UnaryGrad, Forward)> = vec![
             (UnaryGrad::Relu, Box::new(|v: f64| v.max(0.0))),
             (UnaryGrad::Relu6, Box::new(|v: f64| v.clamp(0.0, 6.0))),
             (UnaryGrad::ReluN1To1, Box::new(|v: f64| v.clamp(-1.0, 1.0))),

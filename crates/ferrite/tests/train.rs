@@ -433,3 +433,54 @@ fn gradients_through_fan_out_broadcast_reshape_and_mean_match_finite_differences
         }
     }
 }
+
+#[test]
+fn training_is_bit_identical_for_any_thread_count_and_from_a_session() {
+    // Wide enough that the kernels split their work over the pool.
+    let (n_in, hid, out, batch) = (96, 64, 10, 32);
+    let mut m = ModelSpec::default();
+    let x = m.add_tensor(TensorSpec::activation("x", TensorType::FLOAT32, &[1, n_in as i32]));
+    let w1 = m.add_tensor(TensorSpec::const_f32("w1", &[hid as i32, n_in as i32], &rand(hid * n_in, 40)));
+    let b1 = m.add_tensor(TensorSpec::const_f32("b1", &[hid as i32], &rand(hid, 41)));
+    let h = m.add_tensor(TensorSpec::activation("h", TensorType::FLOAT32, &[1, hid as i32]));
+    let g = m.add_tensor(TensorSpec::activation("g", TensorType::FLOAT32, &[1, hid as i32]));
+    let w2 = m.add_tensor(TensorSpec::const_f32("w2", &[out as i32, hid as i32], &rand(out * hid, 42)));
+    let b2 = m.add_tensor(TensorSpec::const_f32("b2", &[out as i32], &rand(out, 43)));
+    let z = m.add_tensor(TensorSpec::activation("z", TensorType::FLOAT32, &[1, out as i32]));
+    let p = m.add_tensor(TensorSpec::activation("p", TensorType::FLOAT32, &[1, out as i32]));
+    let fc = |a| Options::FullyConnected { activation: a, keep_num_dims: false, asymmetric_quantize_inputs: false };
+    m.add_op(OpCode::Builtin(BO::FULLY_CONNECTED), &[x, w1, b1], &[h], fc(Activation::NONE));
+    m.add_op(OpCode::Builtin(BO::GELU), &[h], &[g], Options::Gelu { approximate: false });
+    m.add_op(OpCode::Builtin(BO::FULLY_CONNECTED), &[g, w2, b2], &[z], fc(Activation::NONE));
+    m.add_op(OpCode::Builtin(BO::LOG_SOFTMAX), &[z], &[p], Options::None);
+    m.inputs = vec![x];
+    m.outputs = vec![p];
+    let bytes = Arc::new(m.to_bytes().unwrap());
+    let (xs, ys) = (rand(batch * n_in, 44), rand(batch * out, 45));
+    let run = |threads: usize| {
+        let cfg =
+            TrainConfig { batch_size: batch, optimizer: Optimizer::Sgd { learning_rate: 0.002, momentum: 0.9, nesterov: true }, threads, ..Default::default() };
+        let session = ferrite::Session::from_bytes(bytes.clone()).unwrap();
+        let mut t = Trainer::from_session(&session, cfg).unwrap();
+        let losses: Vec<u32> = (0..4).map(|_| t.step(&[&xs], &ys).unwrap().to_bits()).collect();
+        let w: Vec<u32> = (0..4).flat_map(|k| t.weights(k).unwrap().iter().map(|v| v.to_bits()).collect::<Vec<_>>()).collect();
+        (losses, w)
+    };
+    let one = run(1);
+    assert_eq!(one, run(2));
+    assert_eq!(one, run(4));
+    // The loss falls (regressing the log-probabilities to the targets with MSE).
+    let losses: Vec<f32> = one.0.iter().map(|&b| f32::from_bits(b)).collect();
+    assert!(losses[3] < losses[0], "{losses:?}");
+}
+
+#[test]
+fn a_trainer_can_move_between_threads() {
+    fn is_send<T: Send>() {}
+    is_send::<Trainer>();
+    let (bytes, _) = mlp(false);
+    let model = Arc::new(Model::from_bytes(Arc::new(bytes)).unwrap());
+    let mut t = Trainer::new(model, TrainConfig { batch_size: 2, threads: 2, ..Default::default() }).unwrap();
+    let loss = std::thread::spawn(move || t.step(&[&[0.5; 12]], &[0.0; 6]).unwrap()).join().unwrap();
+    assert!(loss.is_finite());
+}

@@ -83,7 +83,7 @@ fn f32s<'a>(ins: &[Option<&'a [u8]>], i: usize) -> Result<&'a [f32]> {
 
 /// Splits the outputs into the (optional) gradients of `needs`, in input order.
 /// No heap allocation: the training step allocates nothing.
-fn grads<'o, 'b>(outs: &'o mut [&'b mut [u8]], needs: &[bool]) -> Result<SmallVec<[Option<&'o mut [f32]>; 4]>> {
+fn grads<'o>(outs: &'o mut [&mut [u8]], needs: &[bool]) -> Result<SmallVec<[Option<&'o mut [f32]>; 4]>> {
     let mut it = outs.iter_mut();
     needs.iter().map(|&n| if n { it.next().map(|o| typed_mut::<f32>(o)).transpose() } else { Ok(None) }).collect()
 }

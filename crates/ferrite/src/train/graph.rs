@@ -236,7 +236,7 @@ pub(super) fn build(model: &Model, sg: usize, cfg: &TrainConfig, ctx: &mut Backe
             let bytes = b.bytes_of(DType::F32, &info.shape, || format!("tensor {t}"))?;
             let value = b.slot(bytes, true);
             let state_n = match cfg.optimizer {
-                Optimizer::Sgd { momentum, .. } if momentum == 0.0 => 0,
+                Optimizer::Sgd { momentum: 0.0, .. } => 0,
                 Optimizer::Sgd { .. } => 1,
                 Optimizer::Adam { .. } => 2,
             };
@@ -378,6 +378,40 @@ pub(super) fn build(model: &Model, sg: usize, cfg: &TrainConfig, ctx: &mut Backe
         ctx.take_packed_by_build();
         if built.outputs.len() != op.outputs.len() {
             return Err(unsupported(k, &name, "kernel output count differs from the model's"));
+        }
+        // Ops on constants (and SHAPE, which reads only its input's shape) run once
+        // here: a converter's dynamic-batch shape arithmetic (SHAPE -> STRIDED_SLICE ->
+        // PACK -> RESHAPE) becomes the constant target of the RESHAPE at batch B.
+        let shape_only = op.code == OpCode::Builtin(B::SHAPE);
+        if shape_only || (op_params[k].is_empty() && srcs.iter().all(|s| matches!(s, None | Some(Src::Const(_))))) {
+            let mut kernel = built.kernel;
+            let mut results = Vec::with_capacity(built.outputs.len());
+            for (&t, (dt, s)) in op.outputs.iter().zip(&built.outputs) {
+                results.push(AlignedBytes::zeroed(b.bytes_of(*dt, s, || format!("tensor {t}"))?));
+            }
+            let placeholders: Vec<Option<AlignedBytes>> =
+                srcs.iter().map(|s| if let Some(Src::Slot(s)) = s { Some(AlignedBytes::zeroed(b.slots[*s].bytes)) } else { None }).collect();
+            let ins: Vec<Option<&[u8]>> = srcs
+                .iter()
+                .zip(&placeholders)
+                .map(|(s, p)| match s {
+                    Some(Src::Const(c)) => Some(b.consts[*c].bytes()),
+                    Some(Src::Slot(_)) => p.as_ref().map(AlignedBytes::bytes),
+                    None => None,
+                })
+                .collect();
+            {
+                let mut outs: Vec<&mut [u8]> = results.iter_mut().map(AlignedBytes::bytes_mut).collect();
+                kernel(&ins, &mut outs).map_err(|e| e.located(Location::op(sg, k, name.clone())))?;
+            }
+            for ((&t, (dt, s)), r) in op.outputs.iter().zip(&built.outputs).zip(results) {
+                b.consts.push(r);
+                const_of[t] = Some(b.consts.len() - 1);
+                shape[t] = Some(s.clone());
+                dtype[t] = *dt;
+            }
+            skip[k] = true;
+            continue;
         }
         let mut outs: SmallVec<[usize; 4]> = SmallVec::new();
         for (&t, (dt, s)) in op.outputs.iter().zip(&built.outputs) {

@@ -80,7 +80,7 @@ fn fingerprint(t: &Trainer) -> u64 {
         mix(p.tensor as u64);
     }
     mix(match t.config.optimizer {
-        super::Optimizer::Sgd { momentum, .. } if momentum == 0.0 => 1,
+        super::Optimizer::Sgd { momentum: 0.0, .. } => 1,
         super::Optimizer::Sgd { .. } => 2,
         super::Optimizer::Adam { .. } => 3,
     });
