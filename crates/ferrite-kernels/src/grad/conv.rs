@@ -81,19 +81,35 @@ fn gather_columns(g: &Window, gathered: &[f32], cg: usize, r0: usize, here: usiz
             let p = p0 + i;
             let (ox0, oy, b) = (p % g.out_w, p / g.out_w % g.out_h, p / (g.out_w * g.out_h));
             let seg = (g.out_w - ox0).min(len - i);
-            let y = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h);
-            for j in 0..seg {
-                let x = ((ox0 + j) * g.stride_w + kx * g.dil_w).checked_sub(g.pad_left).filter(|&x| x < g.in_w);
-                match (y, x) {
-                    (Some(y), Some(x)) => {
-                        let src = &gathered[((b * g.in_h + y) * g.in_w + x) * cg + ch0..][..n];
-                        for (k, &v) in src.iter().enumerate() {
-                            rows[k * block + i + j] = v;
-                        }
-                    }
-                    _ => {
-                        for k in 0..n {
-                            rows[k * block + i + j] = 0.0;
+            // The segment's columns whose tap lands inside the input row: j in lo..hi.
+            let (lo, hi) = match (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h) {
+                None => (0, 0),
+                Some(_) => {
+                    let off = kx * g.dil_w;
+                    let first = if off >= g.pad_left { 0 } else { (g.pad_left - off).div_ceil(g.stride_w) };
+                    let end = (g.in_w + g.pad_left).saturating_sub(off).div_ceil(g.stride_w);
+                    let (lo, hi) = (first.clamp(ox0, ox0 + seg) - ox0, end.clamp(ox0, ox0 + seg) - ox0);
+                    (lo, hi.max(lo))
+                }
+            };
+            for k in 0..n {
+                let row = &mut rows[k * block + i..k * block + i + seg];
+                row[..lo].fill(0.0);
+                row[hi..].fill(0.0);
+            }
+            if lo < hi {
+                let y = oy * g.stride_h + ky * g.dil_h - g.pad_top;
+                let x0 = (ox0 + lo) * g.stride_w + kx * g.dil_w - g.pad_left;
+                let step = g.stride_w * cg;
+                let src0 = ((b * g.in_h + y) * g.in_w + x0) * cg + ch0;
+                let src = &gathered[src0..src0 + (hi - lo - 1) * step + n];
+                for k in 0..n {
+                    let row = &mut rows[k * block + i + lo..k * block + i + hi];
+                    if step == 1 {
+                        row.copy_from_slice(&src[k..k + row.len()]);
+                    } else {
+                        for (j, v) in row.iter_mut().enumerate() {
+                            *v = src[j * step + k];
                         }
                     }
                 }
