@@ -263,7 +263,7 @@ fn bind_batch(s: &mut FerriteSession, data: *const c_void, bytes: usize) -> Resu
     if data.is_null() {
         return Err(FerriteStatus::NullArgument);
     }
-    if !(data as usize).is_multiple_of(std::mem::align_of::<f32>()) {
+    if !data.cast::<f32>().is_aligned() {
         return Err(s.fail(FerriteStatus::InvalidArgument, "invalid argument: training buffers hold floats and must be 4-byte aligned"));
     }
     Ok((data.cast::<u8>(), bytes))

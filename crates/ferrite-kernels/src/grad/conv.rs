@@ -415,7 +415,7 @@ pub fn transpose_conv2d_backward(
 fn step_index(offset: usize, stride: usize, limit: usize) -> Option<usize> {
     let i = if stride == 1 {
         offset
-    } else if offset % stride == 0 {
+    } else if offset.is_multiple_of(stride) {
         offset / stride
     } else {
         return None;
@@ -746,7 +746,7 @@ mod tests {
         let g =
             Window { batch: 1, in_h: 4, in_w: 4, out_h: 4, out_w: 4, k_h: 3, k_w: 3, stride_h: 1, stride_w: 1, dil_h: 1, dil_w: 1, pad_top: 1, pad_left: 1 };
         let (x, w, dy) = (vec![0.0; 16 * 2], vec![0.0; 3 * 9 * 2], vec![0.0; 16 * 3]);
-        let mut dx = vec![0.0; 16 * 2];
+        let mut dx = [0.0; 16 * 2];
         let mut s = Conv2dScratch::new(&g, 2, 3, 1);
         assert!(!conv2d_backward(&g, 2, 3, &x[..31], &w, &dy, ConvGrads::default(), &mut s, None));
         assert!(!conv2d_backward(&g, 2, 3, &x, &w, &dy, ConvGrads { dx: Some(&mut dx[..5]), ..Default::default() }, &mut s, None));

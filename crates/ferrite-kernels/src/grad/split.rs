@@ -43,7 +43,7 @@ pub(crate) fn parts(pool: Option<&ThreadPool>, rows: usize, granule: usize) -> u
 /// `row_len`-float rows of `out`. Rows past what `out` holds are not visited.
 pub(crate) fn for_rows(pool: Option<&ThreadPool>, out: &mut [f32], rows: usize, row_len: usize, granule: usize, f: &RowTask<'_>) {
     let granule = granule.max(1);
-    let rows = if row_len == 0 { rows } else { rows.min(out.len() / row_len) };
+    let rows = out.len().checked_div(row_len).map_or(rows, |fit| rows.min(fit));
     let units = rows.div_ceil(granule);
     let n = parts(pool, rows, granule);
     let range = |i: usize| {
