@@ -116,6 +116,9 @@ echo "== python package: op callbacks and traces (views against an unfused run, 
 echo "== python package: every Interpreter method and error case on both runtimes (differences: docs/python.md)"
 "$CACHE/venv/bin/python" tools/interpreter_probe.py --corpus "$CACHE/models" --timings
 
+echo "== python package: ferrite.Trainer (fit against the same steps by hand, validation split, checkpoints, export in LiteRT, errors; seconds)"
+"$CACHE/venv/bin/python" tools/python_train_test.py models/demo.tflite
+
 echo "== python package: the wheel in a fresh venv, as a user installs it (smoke run, type stubs)"
 rm -rf "$CACHE/wheelvenv"
 python3 -m venv "$CACHE/wheelvenv"

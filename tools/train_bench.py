@@ -26,9 +26,14 @@ def build(name, keras):
     if name == "mlp":
         return keras.Sequential([L.Input((784,)), L.Dense(128, activation="relu"), L.Dense(64, activation="relu"), L.Dense(10, activation="softmax")])
     if name == "cnn":
+        # Random biases, one seed each: zero biases of one size would be merged into
+        # one constant by the converter, which training refuses.
+        b = lambda s: keras.initializers.RandomUniform(-0.1, 0.1, seed=s)
         return keras.Sequential([
-            L.Input((28, 28, 1)), L.Conv2D(16, 3, activation="relu"), L.DepthwiseConv2D(3, activation="relu"), L.MaxPooling2D(2),
-            L.Conv2D(32, 3, activation="relu"), L.MaxPooling2D(2), L.Flatten(), L.Dense(10, activation="softmax"),
+            L.Input((28, 28, 1)), L.Conv2D(16, 3, activation="relu", bias_initializer=b(1)),
+            L.DepthwiseConv2D(3, activation="relu", bias_initializer=b(2)), L.MaxPooling2D(2),
+            L.Conv2D(32, 3, activation="relu", bias_initializer=b(3)), L.MaxPooling2D(2), L.Flatten(),
+            L.Dense(10, activation="softmax", bias_initializer=b(4)),
         ])
     raise ValueError(name)
 
@@ -50,8 +55,14 @@ def main():
         for name in args.models.split(","):
             model = build(name, keras)
             path = os.path.join(work, name + ".tflite")
+            # Converted at batch 1 (the same layers): Flatten's RESHAPE then has a
+            # constant shape, as training needs.
+            inp = keras.Input(tuple(model.input_shape[1:]), batch_size=1)
+            out = inp
+            for layer in model.layers:
+                out = layer(out)
             with open(path, "wb") as f:
-                f.write(tf.lite.TFLiteConverter.from_keras_model(model).convert())
+                f.write(tf.lite.TFLiteConverter.from_keras_model(keras.Model(inp, out)).convert())
             rng = np.random.default_rng(0)
             n = BATCH * args.steps
             x = rng.uniform(-1, 1, (n,) + tuple(model.input_shape[1:])).astype(np.float32)

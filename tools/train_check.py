@@ -27,7 +27,7 @@ import numpy as np
 
 # The CNN cases train CONV_2D, DEPTHWISE_CONV_2D and pooling: enabled once
 # ferrite has their backward kernels.
-CNN_ENABLED = False
+CNN_ENABLED = True
 
 EPOCHS = 3
 LOSS_RTOL = 1e-4

@@ -13,5 +13,6 @@ fn main() {
     let config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml")).expect("read cbindgen.toml");
     cbindgen::Builder::new().with_crate(&crate_dir).with_config(config).generate().expect("generate the C header").write_to_file(include.join("ferrite.h"));
     println!("cargo:rerun-if-changed=src/lib.rs");
+    println!("cargo:rerun-if-changed=src/train.rs");
     println!("cargo:rerun-if-changed=cbindgen.toml");
 }

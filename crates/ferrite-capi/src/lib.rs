@@ -15,6 +15,8 @@
 //! Buffers stay owned by the caller. A model buffer passed to
 //! `ferrite_session_create_from_buffer` and every bound input or output buffer
 //! must stay valid until the session is closed or the buffer is rebound.
+//!
+//! Training (`ferrite_session_train_*`, nnfw's training calls): see [`train`].
 
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -22,6 +24,8 @@ use std::sync::Arc;
 
 use ferrite::ModelBytes;
 use ferrite::{DType, Error, Model, Session, SessionOptions};
+
+pub mod train;
 
 /// Result of every call.
 #[repr(C)]
@@ -268,6 +272,8 @@ pub struct FerriteSession {
     tracing: bool,
     /// Names for per-op callbacks, made on the first run with callbacks.
     callback_names: Option<CallbackNames>,
+    /// Training: its info, trainer and bound batch (`ferrite_session_train_*`).
+    train: train::TrainState,
 }
 
 /// A caller-owned model buffer, used in place.
@@ -349,6 +355,7 @@ impl FerriteSession {
             last_location: None,
             tracing: false,
             callback_names: None,
+            train: train::TrainState::default(),
         };
         s.refresh_io();
         s

@@ -1,7 +1,8 @@
 //! Builds `examples/run_model.c` with the system C compiler against the static
 //! library under AddressSanitizer + UndefinedBehaviorSanitizer (leak checking
 //! included) and against the shared library, and runs both on the demo model and,
-//! when the corpus is present, on a float and an int8 corpus model.
+//! when the corpus is present, on a float and an int8 corpus model; and trains the
+//! demo model through the `ferrite_session_train_*` calls under the sanitizers.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -51,8 +52,8 @@ fn compile(out: &Path, extra: &[&str], link: &[&str]) {
     assert!(status.success(), "compiling {} failed", src.display());
 }
 
-fn run(exe: &Path, model: &Path, env: &[(&str, String)]) {
-    let out = Command::new(exe).arg(model).envs(env.iter().cloned()).output().expect("run the C example");
+fn run(exe: &Path, model: &Path, args: &[&str], env: &[(&str, String)]) {
+    let out = Command::new(exe).arg(model).args(args).envs(env.iter().cloned()).output().expect("run the C example");
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     println!("{} on {}:\n{stdout}{stderr}", exe.display(), model.display());
     assert!(out.status.success() && stdout.contains("c api example: ok"), "C example failed on {}:\n{stdout}\n{stderr}", model.display());
@@ -69,8 +70,10 @@ fn c_example_runs_clean_under_address_sanitizer() {
     compile(&exe, &["-fsanitize=address,undefined", "-fno-sanitize-recover=all"], &[lib.to_str().unwrap()]);
     let asan = [("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:exitcode=23".to_string())];
     for m in models() {
-        run(&exe, &m, &asan);
+        run(&exe, &m, &[], &asan);
     }
+    // Training through the C API (the demo model is a float CNN classifier).
+    run(&exe, &repo_root().join("models/demo.tflite"), &["--train"], &asan);
     std::fs::remove_dir_all(&tmp).ok();
 }
 
@@ -83,6 +86,6 @@ fn c_example_links_the_shared_library() {
     let exe = tmp.join("run_model_shared");
     let libdir = format!("-L{}", dir.display());
     compile(&exe, &[], &[&libdir, "-lferrite_c"]);
-    run(&exe, &repo_root().join("models/demo.tflite"), &[("LD_LIBRARY_PATH", dir.display().to_string())]);
+    run(&exe, &repo_root().join("models/demo.tflite"), &[], &[("LD_LIBRARY_PATH", dir.display().to_string())]);
     std::fs::remove_dir_all(&tmp).ok();
 }

@@ -19,6 +19,17 @@ use std::sync::Mutex;
 use crate::parallel::ThreadPool;
 use crate::{strides, Clamp, MAX_DIMS};
 
+// Backward kernels of the convolutions, pooling, BATCH_MATMUL, data movement and
+// resizing, one file per family.
+#[cfg(test)]
+mod check;
+pub mod conv;
+pub mod matmul;
+pub mod movement;
+pub mod pool;
+pub mod resize;
+mod split;
+
 /// Multiply-adds below which a kernel stays on the calling thread.
 const PARALLEL_MIN_WORK: usize = 1 << 15;
 /// Most chunks one parallel region splits its output into.

@@ -309,6 +309,20 @@ impl Packed {
         }
     }
 
+    /// Writes row `kk` of tap `t` of the packed operand: `row[j]` is what output
+    /// column `j` multiplies input `kk` of tap `t` by. Packs operands that are not
+    /// laid out `[n][taps][k]` (a filter read transposed, activations as the second
+    /// factor of a weight gradient) without an intermediate copy.
+    /// Panics if `t` or `kk` is out of range or `row` is not `n` long.
+    pub fn set_row(&mut self, t: usize, kk: usize, row: &[f32]) {
+        assert!(t < self.taps && kk < self.k && row.len() == self.n, "set_row: tap {t} row {kk} of {} values", row.len());
+        let nr = self.isa.nr();
+        for (panel, part) in row.chunks(nr).enumerate() {
+            let at = ((panel * self.taps + t) * self.k + kk) * nr;
+            self.b[at..at + part.len()].copy_from_slice(part);
+        }
+    }
+
     /// Kernel the weights were packed for.
     pub fn isa(&self) -> Isa {
         self.isa
@@ -521,6 +535,56 @@ pub fn conv2d_pixels(
             }
         }
         p += group;
+    }
+    true
+}
+
+/// GEMM over gathered rows: for every output row `m` in `rows`,
+/// `out[m - rows.start][j] = bias[j] + sum_t sum_kk a(m, t)[kk] * B[t][kk][j]`,
+/// where `a(m, t)` returns the `k` inputs of row `m` for tap `t`, or `None` for
+/// zeros. The implicit GEMM of [`conv2d`] with the row lookup left to the caller
+/// (the gradients of convolutions gather their rows differently). Tiles start at
+/// `rows.start`; callers splitting rows over threads start chunks on multiples of
+/// the tile height so the tiling, and every result, is the same for any split.
+/// `ptrs` is scratch of at least `taps * mr` words. Returns false if `out` or
+/// `ptrs` is too short (writing nothing) or a gathered row is shorter than `k`
+/// (stopping at that row's tile).
+pub fn gemm_gathered<'a>(
+    pk: &Packed,
+    rows: std::ops::Range<usize>,
+    a: impl Fn(usize, usize) -> Option<&'a [f32]>,
+    ptrs: &mut [usize],
+    clamp: Clamp,
+    out: &mut [f32],
+) -> bool {
+    let (mr, nr, n, k, taps) = (pk.isa.mr(), pk.isa.nr(), pk.n, pk.k, pk.taps);
+    if rows.start > rows.end || !holds(out.len(), &[rows.len(), n]) || !holds(ptrs.len(), &[taps, mr]) {
+        return false;
+    }
+    let zero = pk.zero.as_ptr() as usize;
+    let mut m0 = rows.start;
+    while m0 < rows.end {
+        let here = mr.min(rows.end - m0);
+        for t in 0..taps {
+            for r in 0..mr {
+                ptrs[t * mr + r] = match (r < here).then(|| a(m0 + r, t)).flatten() {
+                    Some(row) if row.len() >= k => row.as_ptr() as usize,
+                    Some(_) => return false,
+                    None => zero,
+                };
+            }
+        }
+        // SAFETY: `*const f32` and `usize` have the same size and layout; every word
+        // was written above from a slice of at least k floats or the zero row.
+        let a_rows: &[*const f32] = unsafe { std::slice::from_raw_parts(ptrs.as_ptr().cast(), taps * mr) };
+        for panel in 0..n.div_ceil(nr) {
+            let tile = pk.tile(a_rows, panel, here);
+            // SAFETY: each row pointer addresses k floats (checked above); the tile
+            // writes rows < here and columns < cols of this panel, inside `out`
+            // (checked size: rows.len() x n).
+            unsafe { run_tile(pk.isa, &tile, clamp, out.as_mut_ptr().add((m0 - rows.start) * n + panel * nr), n) };
+        }
+        m0 += here;
     }
     true
 }

@@ -15,13 +15,17 @@
 ``import ferrite as tflite``) replaces those imports. For an application that cannot be
 edited, ``ferrite.install_as("tflite_runtime")`` makes its ``import tflite_runtime...``
 find ferrite.
+
+``ferrite.Trainer`` trains a float32 model on the device with numpy arrays and a
+Keras-like ``fit`` (see ``ferrite.trainer``).
 """
 
 import sys
 
-from . import interpreter
+from . import interpreter, trainer
 from ._ferrite import __version__
 from .interpreter import Delegate, Interpreter, InterpreterWithCustomOps, OpResolverType, SignatureRunner, load_delegate
+from .trainer import Trainer
 
 __all__ = [
     "Delegate",
@@ -29,10 +33,12 @@ __all__ = [
     "InterpreterWithCustomOps",
     "OpResolverType",
     "SignatureRunner",
+    "Trainer",
     "__version__",
     "install_as",
     "interpreter",
     "load_delegate",
+    "trainer",
 ]
 
 

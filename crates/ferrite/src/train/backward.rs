@@ -22,6 +22,8 @@ use crate::error::{Detail, Error, Location, Result};
 use crate::model::{Op, OpCode};
 use crate::ops::OpParams;
 
+mod spatial;
+
 /// What the backward kernel of one op is built from.
 pub(super) struct BackwardOp<'a> {
     /// The forward op.
@@ -118,6 +120,9 @@ pub(super) fn build(b: &BackwardOp<'_>) -> Option<Result<Backward>> {
                 Ok(())
             }),
         }));
+    }
+    if let Some(r) = spatial::build(b, code) {
+        return Some(r);
     }
     Some(match code {
         B::FULLY_CONNECTED => fully_connected(b),

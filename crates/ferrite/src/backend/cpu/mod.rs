@@ -21,6 +21,9 @@ mod reduce;
 mod signal;
 mod softmax;
 
+/// The strided-slice resolution, shared with the training graph's backward op.
+pub(crate) use movement::resolve_strided_slice;
+
 pub(crate) use conv::transpose_conv_built;
 
 use ferrite_format::ops::BuiltinOp as B;

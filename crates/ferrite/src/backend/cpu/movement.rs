@@ -307,19 +307,27 @@ pub(crate) fn split(op: &OpContext<'_>, code: B) -> Result<Built> {
 }
 
 /// Per input dim begin and stride, the sliced sizes, and the final output shape.
-type SlicePlan = (Vec<i64>, Vec<i64>, Vec<usize>, Vec<usize>);
+pub(crate) type SlicePlan = (Vec<i64>, Vec<i64>, Vec<usize>, Vec<usize>);
 
 /// Resolves a strided slice (masks, ellipsis, new axes) against the input shape.
 fn strided_plan(op: &OpContext<'_>, shape: &[usize]) -> Result<SlicePlan> {
-    let OpParams::StridedSlice { begin_mask, end_mask, ellipsis_mask, new_axis_mask, shrink_axis_mask, offset } = op.op.params else {
-        return Err(op.bad("missing StridedSlice options"));
-    };
     let begin = op.const_ints(1)?;
     let end = op.const_ints(2)?;
     let strides = if op.opt_input(3).is_some() { op.const_ints(3)? } else { vec![1; begin.len()] };
+    resolve_strided_slice(&op.op.params, &begin, &end, &strides, shape).map_err(|m| op.bad(m))
+}
+
+/// The strided slice of `params` (STRIDED_SLICE's options) with constant
+/// `begin`, `end` and `strides` over an input of `shape`: per input dim the begin,
+/// stride and count taken, and the output shape. Shared by the forward kernel and
+/// the training graph's backward op; the error is a message for the op.
+pub(crate) fn resolve_strided_slice(params: &OpParams, begin: &[i64], end: &[i64], strides: &[i64], shape: &[usize]) -> std::result::Result<SlicePlan, String> {
+    let OpParams::StridedSlice { begin_mask, end_mask, ellipsis_mask, new_axis_mask, shrink_axis_mask, offset } = *params else {
+        return Err("missing StridedSlice options".into());
+    };
     let n = begin.len();
     if end.len() != n || strides.len() != n || n > 32 {
-        return Err(op.bad("begin, end and strides must have the same length"));
+        return Err("begin, end and strides must have the same length".into());
     }
     let bit = |m: i32, i: usize| (m >> i) & 1 == 1;
     let r = shape.len();
@@ -349,7 +357,7 @@ fn strided_plan(op: &OpContext<'_>, shape: &[usize]) -> Result<SlicePlan> {
             final_shape_plan.push(None);
         } else {
             if dense.len() >= r {
-                return Err(op.bad(format!("slice spec has more dims than the input rank {r}")));
+                return Err(format!("slice spec has more dims than the input rank {r}"));
             }
             if !bit(shrink_axis_mask, i) {
                 final_shape_plan.push(Some(dense.len()));
@@ -367,13 +375,13 @@ fn strided_plan(op: &OpContext<'_>, shape: &[usize]) -> Result<SlicePlan> {
     for (d, dd) in dense.iter().enumerate() {
         let dim = shape[d] as i64;
         if dd.s == 0 {
-            return Err(op.bad("stride 0"));
+            return Err("stride 0".into());
         }
         let norm = |v: i64| if v < 0 { v + dim } else { v };
         if dd.shrink {
             let b = norm(dd.b);
             if b < 0 || b >= dim {
-                return Err(op.bad(format!("shrink index {} out of range for dim {dim}", dd.b)));
+                return Err(format!("shrink index {} out of range for dim {dim}", dd.b));
             }
             bs.push(b);
             ss.push(1);
