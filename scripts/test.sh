@@ -31,6 +31,18 @@ TF_CPP_MIN_LOG_LEVEL=3 "$CACHE/tfvenv/bin/python" tools/tf_models.py --out "$CAC
 echo "== the unseen-model suite: 48 small TinyML-style models, tune and aside halves (about a minute; cached per generator version)"
 TF_CPP_MIN_LOG_LEVEL=3 "$CACHE/tfvenv/bin/python" tools/unseen_models.py --out "$CACHE/models/unseen-2.19.1" 2>/dev/null
 
+echo "== software Vulkan for the gpu backend's tests: Mesa's lavapipe (Debian packages), its ICD pinned"
+if ! ls /usr/share/vulkan/icd.d/lvp_icd.*.json >/dev/null 2>&1 || ! ldconfig -p | grep -q 'libvulkan\.so\.1'; then
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+  $SUDO apt-get update -q
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q mesa-vulkan-drivers libvulkan1 vulkan-tools
+fi
+# Only lavapipe may answer (not a hardware driver the machine happens to have): the
+# loader's old and new variable names both point at its ICD file.
+LVP_ICD=$(ls /usr/share/vulkan/icd.d/lvp_icd.*.json | head -n 1)
+export VK_ICD_FILENAMES="$LVP_ICD" VK_DRIVER_FILES="$LVP_ICD"
+
 echo "== format and lints"
 cargo fmt --all -- --check
 cargo clippy --release --workspace --all-targets --locked -- -D warnings
@@ -47,6 +59,9 @@ scripts/aarch64.sh
 
 echo "== conformance: generated single-op models vs LiteRT reference kernels"
 "$CACHE/venv/bin/python" tools/conformance.py ops --ferrite target/release/ferrite --opgen target/release/ferrite-opgen
+
+echo "== conformance: generated single-op models on the gpu backend (lavapipe) vs LiteRT reference kernels"
+"$CACHE/venv/bin/python" tools/conformance.py ops --ferrite target/release/ferrite --opgen target/release/ferrite-opgen --backends gpu,cpu
 
 echo "== conformance: real models vs LiteRT"
 "$CACHE/venv/bin/python" tools/conformance.py models --ferrite target/release/ferrite --corpus "$CACHE/models"

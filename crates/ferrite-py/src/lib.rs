@@ -213,8 +213,15 @@ impl NativeSession {
     /// Loads from a path or from bytes (copied once into the session's model). Every
     /// load failure is a `ValueError`, as in LiteRT. `threads` -1 means all cores.
     #[new]
-    #[pyo3(signature = (path=None, content=None, threads=1, preserve_all=false, reference=false))]
-    fn new(path: Option<String>, content: Option<&Bound<'_, PyAny>>, threads: i64, preserve_all: bool, reference: bool) -> PyResult<Self> {
+    #[pyo3(signature = (path=None, content=None, threads=1, preserve_all=false, reference=false, backends=None))]
+    fn new(
+        path: Option<String>,
+        content: Option<&Bound<'_, PyAny>>,
+        threads: i64,
+        preserve_all: bool,
+        reference: bool,
+        backends: Option<Vec<String>>,
+    ) -> PyResult<Self> {
         let content = content.map(ReadBuffer::get).transpose()?;
         contain("loading the model", || {
             let model = match (path, content) {
@@ -230,6 +237,10 @@ impl NativeSession {
             if reference {
                 // LiteRT's reference kernels (BUILTIN_REF): ferrite's naive ones.
                 options.backends = vec!["reference".into()];
+            }
+            if let Some(b) = backends {
+                // The session checks the names (an unknown one is a ValueError below).
+                options.backends = b;
             }
             NativeSession::build(Arc::new(model), options, preserve_all, None)
         })

@@ -45,10 +45,15 @@ mod session;
 mod variables;
 
 pub mod ext;
+/// The GPU backend's adapters (`ferrite devices`), with the `gpu` feature.
+#[cfg(feature = "gpu")]
+pub mod gpu {
+    pub use crate::backend::gpu::{available, list_adapters, AdapterSummary};
+}
 pub mod model;
 
 pub use backend::select::{parse_backend_list, parse_op_backend, parse_op_backends, OpSelector, BACKEND_NAMES};
-pub use compile::{Crossing, OpRun};
+pub use compile::{Crossing, GpuPlan, OpRun};
 pub use error::{Detail, Error, Location, Result};
 pub use model::{DType, Model, ModelBytes};
 pub use observe::{Flow, OpEvent, RunOutcome, TensorState, TensorView, MAX_TRACE_EVENTS};

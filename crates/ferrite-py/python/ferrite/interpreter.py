@@ -392,7 +392,8 @@ class Interpreter:
     ``num_threads`` defaults to 1; -1 uses every core. ``experimental_preserve_all_tensors``
     gives every intermediate tensor its own memory, readable with ``get_tensor`` after
     ``invoke``. ``experimental_op_resolver_type=OpResolverType.BUILTIN_REF`` runs ferrite's
-    reference kernels. The other ``experimental_*`` switches concern LiteRT's delegates
+    reference kernels. ``backends=["gpu", "cpu"]`` (ferrite's own) orders the backends ops
+    try, as ``FERRITE_BACKENDS`` does. The other ``experimental_*`` switches concern LiteRT's delegates
     and are accepted and ignored. Runtime errors raise ``ValueError`` / ``RuntimeError``
     as LiteRT does, with ferrite's message; errors about part of the model also carry
     ``subgraph``, ``op_index``, ``op_name`` and ``tensor_index`` attributes.
@@ -411,6 +412,7 @@ class Interpreter:
         experimental_compress_quantization_zero_points=False,
         experimental_disable_delegate_node_fusion=False,
         experimental_force_delegate_node_profiling=False,
+        backends=None,
     ):
         del experimental_disable_delegate_clustering, experimental_default_delegate_latest_features
         del experimental_disable_delegate_node_fusion, experimental_force_delegate_node_profiling
@@ -431,6 +433,10 @@ class Interpreter:
             "preserve_all": bool(experimental_preserve_all_tensors),
             "reference": resolver == "BUILTIN_REF",
         }
+        if backends is not None:
+            if isinstance(backends, str) or not all(isinstance(b, str) for b in backends):
+                raise ValueError("backends is a list of backend names, e.g. ['gpu', 'cpu']")
+            options["backends"] = list(backends)
         if model_path and not model_content:
             native = NativeSession(path=os.fsdecode(model_path), **options)
         elif model_content and not model_path:

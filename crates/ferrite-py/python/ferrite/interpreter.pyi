@@ -92,6 +92,7 @@ class Interpreter:
         experimental_compress_quantization_zero_points: bool = False,
         experimental_disable_delegate_node_fusion: bool = False,
         experimental_force_delegate_node_profiling: bool = False,
+        backends: Sequence[str] | None = None,
     ) -> None: ...
     @property
     def experimental_compress_quantization_zero_points(self) -> bool: ...

@@ -7,6 +7,8 @@
 
 pub(crate) mod cpu;
 pub(crate) mod custom_builtin;
+#[cfg(feature = "gpu")]
+pub(crate) mod gpu;
 pub(crate) mod reference;
 pub(crate) mod select;
 
@@ -206,6 +208,8 @@ pub enum Packing {
     QGemm,
     /// Depthwise weights tiled along output rows of this many pixels.
     DepthwiseRows(usize),
+    /// Uploaded to the GPU as they are (float32).
+    Gpu,
 }
 
 /// Identity of a prepacked constant: tensor ids within the session's model, never addresses.
@@ -237,6 +241,12 @@ pub struct BackendContext {
     pub variables: crate::variables::Variables,
     /// Prepare phases recorded for the session's trace (None while not tracing).
     pub(crate) phases: Option<Vec<crate::observe::PhaseSpan>>,
+    /// Why backends earlier in the list refused ops that a later one took:
+    /// (subgraph, op, refusing backend, reason), for `inspect --backends`.
+    pub(crate) refusals: Vec<(usize, usize, &'static str, String)>,
+    /// The GPU device and the ops built for it, awaiting their segments.
+    #[cfg(feature = "gpu")]
+    pub(crate) gpu: gpu::GpuContext,
 }
 
 impl std::fmt::Debug for BackendContext {
@@ -250,7 +260,17 @@ impl BackendContext {
     pub fn new(threads: usize) -> Self {
         let threads = threads.max(1);
         let pool = (threads > 1).then(|| Arc::new(ferrite_kernels::parallel::ThreadPool::new(threads)));
-        BackendContext { threads, packed: HashMap::new(), packed_by_current_build: Vec::new(), pool, variables: Default::default(), phases: None }
+        BackendContext {
+            threads,
+            packed: HashMap::new(),
+            packed_by_current_build: Vec::new(),
+            pool,
+            variables: Default::default(),
+            phases: None,
+            refusals: Vec::new(),
+            #[cfg(feature = "gpu")]
+            gpu: Default::default(),
+        }
     }
 
     /// Returns the cached packing for `key`, computing it once.

@@ -16,7 +16,11 @@ use crate::model::Op;
 use std::sync::Arc;
 
 /// Names of the backends this build has, in the order `ferrite devices` lists them.
+#[cfg(not(feature = "gpu"))]
 pub const BACKEND_NAMES: &[&str] = &["cpu", "reference"];
+/// Names of the backends this build has, in the order `ferrite devices` lists them.
+#[cfg(feature = "gpu")]
+pub const BACKEND_NAMES: &[&str] = &["cpu", "reference", "gpu"];
 
 /// Where a backend keeps its tensors. Backends sharing a memory read each
 /// other's tensors in place; a crossing between memories needs a copy step.
@@ -24,6 +28,8 @@ pub const BACKEND_NAMES: &[&str] = &["cpu", "reference"];
 pub enum Memory {
     /// Host memory: the session arena, the mapped model, caller buffers.
     Host,
+    /// A GPU's buffers: tensors cross to and from the host by copies.
+    Gpu,
 }
 
 impl Memory {
@@ -31,6 +37,7 @@ impl Memory {
     pub fn name(self) -> &'static str {
         match self {
             Memory::Host => "host",
+            Memory::Gpu => "gpu",
         }
     }
 }
@@ -91,6 +98,8 @@ fn make(name: &str, custom: &[Arc<dyn Backend>]) -> Result<Arc<dyn Backend>> {
     Ok(match name {
         "cpu" => Arc::new(CpuBackend),
         "reference" => Arc::new(ReferenceBackend),
+        #[cfg(feature = "gpu")]
+        "gpu" => Arc::new(super::gpu::GpuBackend),
         _ => {
             if let Some(b) = custom.iter().find(|b| b.name() == name) {
                 return Ok(b.clone());

@@ -114,14 +114,26 @@ pub(crate) fn build_op(octx: &OpContext<'_>, backends: &Backends, custom: &Custo
             Candidates::List(n) => {
                 let mut last = None;
                 let mut found = None;
+                let mut refused: SmallVec<[(&'static str, String); 2]> = SmallVec::new();
                 for b in (0..n).filter_map(|i| backends.get(i)) {
                     match b.build(octx, ctx) {
                         Ok(built) => {
                             found = Some((built, OpRun::Backend(b.name()), b.applies_epilogues(octx)));
                             break;
                         }
-                        Err(Error::Unsupported(m)) => last = Some(Error::Unsupported(m)),
+                        Err(Error::Unsupported(m)) => {
+                            refused.push((b.name(), m.to_string()));
+                            last = Some(Error::Unsupported(m))
+                        }
                         Err(e) => return Err(e),
+                    }
+                }
+                if found.is_some() {
+                    for (b, why) in refused {
+                        let (sg, oi) = (octx.subgraph, octx.op_index);
+                        if !ctx.refusals.iter().any(|r| (r.0, r.1, r.2) == (sg, oi, b)) {
+                            ctx.refusals.push((sg, oi, b, why));
+                        }
                     }
                 }
                 match found {
@@ -198,7 +210,12 @@ pub(super) fn crossings(g: &Subgraph, sg: usize, assignment: &[OpRun]) -> Vec<Cr
             }
             match resolve(p) {
                 Some(from) if from != to && !out.iter().any(|c| c.tensor == t && c.to.1 == to) => {
-                    out.push(Crossing { subgraph: sg, tensor: t, from: (p, from), to: (oi, to), transfer: "in place (host memory)" })
+                    let transfer = match (from, to) {
+                        ("gpu", _) => "copy (GPU readback)",
+                        (_, "gpu") => "copy (GPU upload)",
+                        _ => "in place (host memory)",
+                    };
+                    out.push(Crossing { subgraph: sg, tensor: t, from: (p, from), to: (oi, to), transfer })
                 }
                 _ => {}
             }

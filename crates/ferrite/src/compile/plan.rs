@@ -35,7 +35,7 @@ pub(super) fn plan_memory(
     }
     for (si, st) in steps.iter().enumerate() {
         let op = &g.ops[st.op];
-        for &t in &op.outputs {
+        for &t in st.writes(op) {
             first[root(t)] = first[root(t)].min(si);
             last[root(t)] = last[root(t)].max(si);
         }
@@ -110,7 +110,7 @@ pub(super) fn resolve_io(g: &Subgraph, sg: usize, steps: &mut [Step], tensors: &
     }
     let mut produced_by = vec![usize::MAX; tensors.len()];
     for (si, st) in steps.iter().enumerate() {
-        for &t in &g.ops[st.op].outputs {
+        for &t in st.writes(&g.ops[st.op]) {
             produced_by[root(t)] = si;
         }
     }
@@ -131,6 +131,18 @@ pub(super) fn resolve_io(g: &Subgraph, sg: usize, steps: &mut [Step], tensors: &
     }
     for (si, st) in steps.iter_mut().enumerate() {
         let op = &g.ops[st.op];
+        if let Some(io) = &st.io {
+            st.inputs = io.reads.iter().map(|&t| src_of(t).map(Some)).collect::<Result<_>>()?;
+            let writes = io.writes.clone();
+            st.outputs = writes
+                .iter()
+                .map(|&t| match tensors[t].loc {
+                    Loc::Arena { offset, len } => Ok((offset, len, direct.iter().find(|d| d.0 == si && d.1 == root(t)).map(|d| d.2))),
+                    _ => Err(Error::Runtime(format!("internal: subgraph {sg} segment output tensor {t} has no arena slot").into())),
+                })
+                .collect::<Result<_>>()?;
+            continue;
+        }
         st.inputs = op
             .inputs
             .iter()
@@ -170,6 +182,7 @@ mod tests {
             outputs: SmallVec::new(),
             extra: SmallVec::new(),
             substituted: SmallVec::new(),
+            io: None,
         }
     }
 

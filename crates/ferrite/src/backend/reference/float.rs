@@ -18,6 +18,9 @@ mod movement;
 mod nn;
 mod reduce;
 
+#[cfg(feature = "gpu")]
+pub(crate) use movement::strided_slice_plan;
+
 use ferrite_format::ops::BuiltinOp as B;
 
 use crate::backend::{arg, typed, typed_mut, Built, OpContext};
