@@ -259,10 +259,13 @@ fn corpus_models_match_the_cpu_and_the_expected_assignment() {
         // themselves differ from the CPU by more (fp32 sums in another order on an
         // ill-conditioned output: pose_landmark_full's segmentation logits, up to
         // 1260), twice what they differ by.
-        let (reference, _) = run(&model, &["reference"], "", &[]);
+        // (The reference kernels are slow: run only when an output needs them.)
+        let mut reference: Option<Vec<Vec<f32>>> = None;
+        let mut floor_of = |k: usize| rel_err(&reference.get_or_insert_with(|| run(&model, &["reference"], "", &[]).0)[k], &cpu[k]);
         let mut e = 0.0f32;
         for (k, (c, g)) in cpu.iter().zip(&gpu).enumerate() {
-            let (err, floor) = (rel_err(g, c), rel_err(&reference[k], c));
+            let err = rel_err(g, c);
+            let floor = if err <= 1e-4 { 0.0 } else { floor_of(k) };
             println!("{name} output {k}: gpu vs cpu {err:.2e} (reference vs cpu {floor:.2e})");
             assert!(err <= 1e-4f32.max(2.0 * floor), "{name} output {k}: GPU vs CPU {err} (reference vs CPU {floor})");
             e = e.max(err);
@@ -273,12 +276,17 @@ fn corpus_models_match_the_cpu_and_the_expected_assignment() {
         if want != Some(got.as_str()) {
             changed.push(format!("{name}: {got}"));
         }
-        // Every third op forced to the CPU: crossings in both directions, same results.
+        // Every third op forced to the CPU: crossings in both directions, same
+        // results (on the two smaller models: lavapipe on two cores is slow).
+        if !(name.starts_with("face_detection") || name.starts_with("hand_landmark")) {
+            continue;
+        }
         let n = ran.len();
         let third: Vec<String> = (0..n).filter(|i| i % 3 == 2).map(|i| format!("{i}=cpu")).collect();
         let (alternating, _) = run(&model, &["gpu", "cpu"], &third.join(","), &[]);
         for (k, (c, g)) in cpu.iter().zip(&alternating).enumerate() {
-            let (err, floor) = (rel_err(g, c), rel_err(&reference[k], c));
+            let err = rel_err(g, c);
+            let floor = if err <= 1e-4 { 0.0 } else { floor_of(k) };
             println!("{name} output {k}: every third op on the cpu, vs cpu {err:.2e}");
             assert!(err <= 1e-4f32.max(2.0 * floor), "{name} output {k}: alternating GPU/CPU vs CPU {err} (reference vs CPU {floor})");
         }

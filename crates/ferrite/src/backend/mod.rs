@@ -348,6 +348,13 @@ pub trait Backend: Send + Sync {
     fn applies_epilogues(&self, _op: &OpContext<'_>) -> bool {
         false
     }
+    /// Whether this backend has its own kernel for the custom op `name`. Such a
+    /// backend, when listed, is offered the op before the custom-op registry (the
+    /// GPU's `Convolution2DTransposeBias`); the default, `false`, leaves custom ops
+    /// to the registry.
+    fn builds_custom(&self, _name: &str) -> bool {
+        false
+    }
 }
 
 impl std::fmt::Debug for dyn Backend {

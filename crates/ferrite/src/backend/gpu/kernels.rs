@@ -127,43 +127,53 @@ pub(super) fn build(dev: &GpuDevice, op: &OpContext<'_>, ctx: &mut BackendContex
     if outs.iter().chain(op.inputs.iter().flatten().map(|d| (d.dtype, d.shape.clone())).collect::<Vec<_>>().iter()).any(|(_, s)| s.contains(&0)) {
         return Err(op.unsupported("an empty tensor"));
     }
-    let OpCode::Builtin(code) = op.op.code else { return Err(op.unsupported("custom op")) };
     let mut b = Build { dev, op, ctx, dispatches: Vec::new(), inputs: vec![None; op.inputs.len()] };
     let out = &outs.first().ok_or_else(|| op.bad("no output"))?.1;
     let n_out = numel(out);
+    let code = match &op.op.code {
+        OpCode::Builtin(code) => Some(*code),
+        OpCode::Custom(name) if name == "Convolution2DTransposeBias" => {
+            transpose_conv_bias(&mut b, out)?;
+            None
+        }
+        _ => return Err(op.unsupported("no GPU kernel for this op")),
+    };
     match code {
-        B::CONV_2D => conv(&mut b, out)?,
-        B::DEPTHWISE_CONV_2D => depthwise(&mut b, out)?,
-        B::FULLY_CONNECTED => fully_connected(&mut b, out)?,
-        B::BATCH_MATMUL => batch_matmul(&mut b, out)?,
-        B::TRANSPOSE_CONV => transpose_conv(&mut b, out)?,
-        B::ADD | B::SUB | B::MUL | B::DIV | B::MAXIMUM | B::MINIMUM | B::SQUARED_DIFFERENCE | B::PRELU => binary(&mut b, code, out)?,
-        B::RELU
-        | B::RELU6
-        | B::RELU_N1_TO_1
-        | B::RELU_0_TO_1
-        | B::HARD_SWISH
-        | B::LEAKY_RELU
-        | B::LOGISTIC
-        | B::TANH
-        | B::GELU
-        | B::ABS
-        | B::NEG
-        | B::SQRT
-        | B::RSQRT
-        | B::SQUARE
-        | B::EXP
-        | B::ELU => unary(&mut b, code, n_out)?,
-        B::MAX_POOL_2D | B::AVERAGE_POOL_2D => pool(&mut b, code == B::MAX_POOL_2D, out)?,
-        B::MEAN | B::SUM | B::REDUCE_MAX | B::REDUCE_MIN => reduce(&mut b, code, out)?,
-        B::SOFTMAX => softmax(&mut b, n_out)?,
-        B::CONCATENATION => concatenation(&mut b, out)?,
-        B::PAD | B::PADV2 => pad(&mut b, out)?,
-        B::TRANSPOSE => transpose(&mut b, out)?,
-        B::SLICE | B::STRIDED_SLICE => slice(&mut b, code, out)?,
-        B::DEPTH_TO_SPACE | B::SPACE_TO_DEPTH => depth_space(&mut b, code == B::DEPTH_TO_SPACE, out)?,
-        B::RESIZE_BILINEAR | B::RESIZE_NEAREST_NEIGHBOR => resize(&mut b, code == B::RESIZE_BILINEAR, out)?,
-        other => return Err(op.unsupported(format!("no GPU kernel for {}", other.name()))),
+        None => {}
+        Some(code) => match code {
+            B::CONV_2D => conv(&mut b, out)?,
+            B::DEPTHWISE_CONV_2D => depthwise(&mut b, out)?,
+            B::FULLY_CONNECTED => fully_connected(&mut b, out)?,
+            B::BATCH_MATMUL => batch_matmul(&mut b, out)?,
+            B::TRANSPOSE_CONV => transpose_conv(&mut b, out)?,
+            B::ADD | B::SUB | B::MUL | B::DIV | B::MAXIMUM | B::MINIMUM | B::SQUARED_DIFFERENCE | B::PRELU => binary(&mut b, code, out)?,
+            B::RELU
+            | B::RELU6
+            | B::RELU_N1_TO_1
+            | B::RELU_0_TO_1
+            | B::HARD_SWISH
+            | B::LEAKY_RELU
+            | B::LOGISTIC
+            | B::TANH
+            | B::GELU
+            | B::ABS
+            | B::NEG
+            | B::SQRT
+            | B::RSQRT
+            | B::SQUARE
+            | B::EXP
+            | B::ELU => unary(&mut b, code, n_out)?,
+            B::MAX_POOL_2D | B::AVERAGE_POOL_2D => pool(&mut b, code == B::MAX_POOL_2D, out)?,
+            B::MEAN | B::SUM | B::REDUCE_MAX | B::REDUCE_MIN => reduce(&mut b, code, out)?,
+            B::SOFTMAX => softmax(&mut b, n_out)?,
+            B::CONCATENATION => concatenation(&mut b, out)?,
+            B::PAD | B::PADV2 => pad(&mut b, out)?,
+            B::TRANSPOSE => transpose(&mut b, out)?,
+            B::SLICE | B::STRIDED_SLICE => slice(&mut b, code, out)?,
+            B::DEPTH_TO_SPACE | B::SPACE_TO_DEPTH => depth_space(&mut b, code == B::DEPTH_TO_SPACE, out)?,
+            B::RESIZE_BILINEAR | B::RESIZE_NEAREST_NEIGHBOR => resize(&mut b, code == B::RESIZE_BILINEAR, out)?,
+            other => return Err(op.unsupported(format!("no GPU kernel for {}", other.name()))),
+        },
     }
     let Build { dispatches, mut inputs, .. } = b;
     inputs.resize(op.inputs.len(), None);
@@ -328,8 +338,27 @@ fn batch_matmul(b: &mut Build<'_, '_>, out: &[usize]) -> Result<()> {
 fn transpose_conv(b: &mut Build<'_, '_>, out: &[usize]) -> Result<()> {
     let op = b.op;
     let OpParams::TransposeConv { padding, stride, activation } = op.op.params else { return Err(op.bad("missing TransposeConv options")) };
-    let [_, h, w, c] = rank4(op, &b.shape(2)?)?;
-    let [o, kh, kw, _] = rank4(op, &b.shape(1)?)?;
+    transposed(b, out, padding, stride, activation, [2, 1, 3])
+}
+
+/// MediaPipe's `Convolution2DTransposeBias`: input, weights, bias; options are
+/// int32 padding (1 SAME, 2 VALID), stride width, stride height (checked by the
+/// registered op's build, which gave the output shape).
+fn transpose_conv_bias(b: &mut Build<'_, '_>, out: &[usize]) -> Result<()> {
+    let op = b.op;
+    let o = op.custom_options;
+    let int = |i: usize| o.get(4 * i..4 * i + 4).map(|v| i32::from_le_bytes([v[0], v[1], v[2], v[3]]));
+    let (Some(pad), Some(sw), Some(sh)) = (int(0), int(1), int(2)) else { return Err(op.bad("custom options hold fewer than 12 bytes")) };
+    let padding = if pad == 1 { Padding::Same } else { Padding::Valid };
+    let stride = (usize::try_from(sh).map_err(|_| op.bad("stride"))?, usize::try_from(sw).map_err(|_| op.bad("stride"))?);
+    transposed(b, out, padding, stride, Activation::None, [0, 1, 2])
+}
+
+/// A transposed convolution with its inputs at `at` = [input, weights, bias].
+fn transposed(b: &mut Build<'_, '_>, out: &[usize], padding: Padding, stride: (usize, usize), activation: Activation, at: [usize; 3]) -> Result<()> {
+    let op = b.op;
+    let [_, h, w, c] = rank4(op, &b.shape(at[0])?)?;
+    let [o, kh, kw, _] = rank4(op, &b.shape(at[1])?)?;
     let [_, oh, ow, _] = rank4(op, out)?;
     let (lo, hi) = bounds(op, activation)?;
     let pad = |out: usize, k: usize, s: usize, inp: usize| match padding {
@@ -337,9 +366,9 @@ fn transpose_conv(b: &mut Build<'_, '_>, out: &[usize]) -> Result<()> {
         Padding::Valid => 0,
     };
     let (pt, pl) = (pad(oh, kh, stride.0, h), pad(ow, kw, stride.1, w));
-    let wt = b.operand(1)?;
-    let x = b.operand(2)?;
-    let (bias, has_bias) = b.optional(3)?;
+    let wt = b.operand(at[1])?;
+    let x = b.operand(at[0])?;
+    let (bias, has_bias) = b.optional(at[2])?;
     let params = [u(numel(out))?, u(h)?, u(w)?, u(c)?, u(oh)?, u(ow)?, u(o)?, u(kh)?, u(kw)?, u(stride.0)?, u(stride.1)?, u(pt)?, u(pl)?, lo, hi, has_bias];
     b.elementwise("transpose_conv", &params, vec![x, wt, bias, Bind::Out(0)], numel(out))
 }

@@ -26,6 +26,9 @@ use crate::error::{Error, Result};
 
 pub use device::{list_adapters, AdapterSummary};
 
+/// The one custom op with a GPU kernel (MediaPipe's, in the segmentation models).
+const TRANSPOSE_CONV_BIAS: &str = "Convolution2DTransposeBias";
+
 /// The wgpu backend.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct GpuBackend;
@@ -55,7 +58,14 @@ impl Backend for GpuBackend {
         if crate::backend::reference::is_quantized(op) {
             return Err(op.unsupported("quantized ops have no GPU kernel (float32 only)"));
         }
-        let shapes = ReferenceBackend.build(op, ctx)?.outputs;
+        let shapes = match &op.op.code {
+            // MediaPipe's transposed convolution: its shape rule is the registered op's.
+            crate::model::OpCode::Custom(name) if name == TRANSPOSE_CONV_BIAS => {
+                use crate::backend::CustomOp;
+                crate::backend::custom_builtin::TransposeConvBias.build(op)?.outputs
+            }
+            _ => ReferenceBackend.build(op, ctx)?.outputs,
+        };
         // A refused op must leave no packing recorded as its own: the next backend's
         // step would then skip reading that input.
         let gpu_op = match kernels::build(&dev, op, ctx, &shapes) {
@@ -71,6 +81,10 @@ impl Backend for GpuBackend {
 
     fn memory(&self) -> super::select::Memory {
         super::select::Memory::Gpu
+    }
+
+    fn builds_custom(&self, name: &str) -> bool {
+        name == TRANSPOSE_CONV_BIAS
     }
 }
 
