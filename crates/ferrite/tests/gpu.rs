@@ -9,7 +9,7 @@
 //!   bind, a chain that stays on the GPU between ops (one segment);
 //! - real models (with FERRITE_CORPUS): within 1e-4 of the CPU, with a checked-in
 //!   expectation of which ops run where (`tests/gpu_assignment.txt`), and with
-//!   every third op forced to the CPU;
+//!   every third op forced to the CPU (the two smaller models);
 //! - sessions on several threads sharing the device, and 200 create/run/drop
 //!   cycles without growth of the process's memory.
 
