@@ -122,7 +122,7 @@ fn concatenation_of_more_inputs_than_a_stage_binds() {
     }
     let limit = ferrite::gpu::available().unwrap().max_storage_buffers_per_stage as usize;
     // More inputs than the per-stage limit (lavapipe's is large: cap the model's size).
-    let k = (limit + 1).min(200).max(40);
+    let k = (limit + 1).clamp(40, 200);
     let mut m = ModelSpec::default();
     let ins: Vec<i32> = (0..k).map(|i| m.add_tensor(float(&format!("x{i}"), &[2, 1, 3]))).collect();
     let y = m.add_tensor(float("y", &[2, k as i32, 3]));
