@@ -99,9 +99,10 @@ pub(crate) struct GpuDevice {
 
 static DEVICE: OnceLock<std::result::Result<Arc<GpuDevice>, String>> = OnceLock::new();
 
-/// The process's device, created on first use with the best adapter's limits.
-pub(crate) fn shared() -> Result<Arc<GpuDevice>> {
-    DEVICE.get_or_init(|| create().map(Arc::new)).clone().map_err(|e| Error::Unsupported(e.into()))
+/// The process's device, created on first use with the best adapter's limits, or
+/// why there is none.
+pub(crate) fn shared() -> std::result::Result<Arc<GpuDevice>, String> {
+    DEVICE.get_or_init(|| create().map(Arc::new)).clone()
 }
 
 fn create() -> std::result::Result<GpuDevice, String> {

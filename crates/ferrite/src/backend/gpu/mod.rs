@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use super::reference::ReferenceBackend;
 use super::{Backend, BackendContext, Built, OpContext};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 pub use device::{list_adapters, AdapterSummary};
 
@@ -101,8 +101,5 @@ pub(crate) struct GpuContext {
 
 /// The adapter the GPU backend uses (creating the shared device), or why there is none.
 pub fn available() -> std::result::Result<AdapterSummary, String> {
-    device::shared().map(|d| d.adapter.clone()).map_err(|e| match e {
-        Error::Unsupported(d) => d.to_string(),
-        other => other.to_string(),
-    })
+    device::shared().map(|d| d.adapter.clone())
 }
