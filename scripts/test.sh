@@ -34,6 +34,17 @@ TF_CPP_MIN_LOG_LEVEL=3 "$CACHE/tfvenv/bin/python" tools/unseen_models.py --out "
 # Kept outside $CACHE/models: the corpus other suites walk.
 echo "== recurrent keyword-spotter models made by the converter: fused LSTMs, Keras LSTM and GRU as WHILE loops (cached; a few minutes the first time)"
 TF_CPP_MIN_LOG_LEVEL=3 "$CACHE/tfvenv/bin/python" tools/rnn_models.py --out "$CACHE/rnn-models-2.19.1" 2>/dev/null
+echo "== software Vulkan for the gpu backend's tests: Mesa's lavapipe (Debian packages), its ICD pinned"
+if ! ls /usr/share/vulkan/icd.d/lvp_icd.*.json >/dev/null 2>&1 || ! ldconfig -p | grep -q 'libvulkan\.so\.1'; then
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+  $SUDO apt-get update -q
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q mesa-vulkan-drivers libvulkan1 vulkan-tools
+fi
+# Only lavapipe may answer (not a hardware driver the machine happens to have): the
+# loader's old and new variable names both point at its ICD file.
+LVP_ICD=$(ls /usr/share/vulkan/icd.d/lvp_icd.*.json | head -n 1)
+export VK_ICD_FILENAMES="$LVP_ICD" VK_DRIVER_FILES="$LVP_ICD"
 
 echo "== format and lints"
 cargo fmt --all -- --check
@@ -66,6 +77,10 @@ scripts/aarch64.sh
 
 echo "== conformance: generated single-op models vs LiteRT reference kernels"
 "$CACHE/venv/bin/python" tools/conformance.py ops --ferrite target/release/ferrite --opgen target/release/ferrite-opgen
+
+echo "== conformance: generated single-op models of the ops with GPU kernels, on the gpu backend (lavapipe) vs LiteRT reference kernels (~1.5 min)"
+GPU_OPS='^(ABS|ADD|AVERAGE_POOL_2D|BATCH_MATMUL|CONCATENATION|CONV_.*|DEPTHWISE_CONV_2D|DEPTH_TO_SPACE|DIV|ELU|EXP|FULLY_CONNECTED|GELU|HARD_SWISH|LEAKY_RELU|LOGISTIC|MAXIMUM|MAX_POOL_2D|MEAN|MINIMUM|MUL|NEG|PAD|PADV2|PAD_CONV|PRELU|REDUCE_MAX|REDUCE_MIN|RELU|RELU6|RELU_0_TO_1|RELU_N1_TO_1|RESIZE_.*|RSQRT|SLICE|SOFTMAX|SPACE_TO_DEPTH|SQRT|SQUARE|SQUARED_DIFFERENCE|STRIDED_SLICE.*|SUB|SUM|TANH|TRANSPOSE|TRANSPOSE_CONV)$'
+"$CACHE/venv/bin/python" tools/conformance.py ops --ferrite target/release/ferrite --opgen target/release/ferrite-opgen --backends gpu,cpu --only "$GPU_OPS"
 
 echo "== conformance: real models vs LiteRT"
 "$CACHE/venv/bin/python" tools/conformance.py models --ferrite target/release/ferrite --corpus "$CACHE/models"

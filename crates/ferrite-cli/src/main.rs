@@ -142,6 +142,12 @@ enum Cmd {
         #[command(flatten)]
         pictures: pictures::InspectPictures,
     },
+    /// List the backends of this build and the GPU adapters wgpu finds (name, type,
+    /// driver, limits, fp16 support).
+    Devices {
+        #[arg(long)]
+        json: bool,
+    },
     /// List the builtin ops ferrite implements: arity and element types, from the op table.
     Ops {
         #[arg(long)]
@@ -263,6 +269,10 @@ fn main() -> ExitCode {
                 }
             })
         }),
+        Cmd::Devices { json } => {
+            devices(json);
+            Ok(())
+        }
         Cmd::Ops { json, markdown } => {
             if markdown {
                 print!("{}", ferrite::model::op_table_markdown());
@@ -404,6 +414,47 @@ fn list_ops(as_json: bool) {
     outln!("{} builtin ops", BuiltinOp::ALL.len());
 }
 
+/// Prints the backends of this build and, with the `gpu` feature, every adapter.
+fn devices(as_json: bool) {
+    #[cfg(feature = "gpu")]
+    let adapters: Vec<Value> = ferrite::gpu::list_adapters()
+        .into_iter()
+        .map(|a| {
+            json!({"name": a.name, "type": a.device_type, "api": a.backend, "driver": a.driver,
+                   "max_storage_binding_bytes": a.max_storage_binding, "max_buffer_bytes": a.max_buffer,
+                   "max_storage_buffers_per_stage": a.max_storage_buffers_per_stage,
+                   "max_workgroups_per_dimension": a.max_workgroups_per_dimension,
+                   "max_invocations_per_workgroup": a.max_invocations_per_workgroup, "shader_f16": a.shader_f16})
+        })
+        .collect();
+    #[cfg(not(feature = "gpu"))]
+    let adapters: Vec<Value> = Vec::new();
+    if as_json {
+        outln!("{}", json!({"backends": ferrite::BACKEND_NAMES, "gpu_adapters": adapters}));
+        return;
+    }
+    outln!("backends: {}", ferrite::BACKEND_NAMES.join(", "));
+    if !cfg!(feature = "gpu") {
+        outln!("gpu: not in this build (cargo feature `gpu`)");
+    } else if adapters.is_empty() {
+        outln!("gpu adapters: none (on Debian/Ubuntu, `apt-get install mesa-vulkan-drivers libvulkan1` gives the lavapipe software adapter)");
+    }
+    for (i, a) in adapters.iter().enumerate() {
+        outln!(
+            "gpu adapter {i}: {} ({}, {}), driver {}",
+            a["name"].as_str().unwrap_or(""),
+            a["type"].as_str().unwrap_or(""),
+            a["api"].as_str().unwrap_or(""),
+            a["driver"].as_str().unwrap_or("")
+        );
+        outln!(
+            "  max storage binding {} B, max buffer {} B, {} storage buffers per stage, {} workgroups per dimension, {} invocations per workgroup, shader f16: {}",
+            a["max_storage_binding_bytes"], a["max_buffer_bytes"], a["max_storage_buffers_per_stage"], a["max_workgroups_per_dimension"],
+            a["max_invocations_per_workgroup"], a["shader_f16"]
+        );
+    }
+}
+
 /// Prepares the model with the given backends and prints where each op runs and
 /// the tensors that cross from one backend to another.
 fn inspect_backends(path: &Path, as_json: bool, backends: &BackendArgs, shapes: &[String]) -> Result<(), String> {
@@ -416,13 +467,20 @@ fn inspect_backends(path: &Path, as_json: bool, backends: &BackendArgs, shapes: 
     let assignments = s.op_assignments().map_err(|e| e.to_string())?;
     let crossings = s.backend_crossings().map_err(|e| e.to_string())?;
     let name = |sg: usize, oi: usize| model.subgraphs()[sg].ops[oi].code.name();
+    let fallbacks = s.op_fallbacks();
+    // Why the backends before the one that took the op refused it.
+    let why =
+        |sg: usize, oi: usize| -> Vec<String> { fallbacks.iter().filter(|f| f.0 == sg && f.1 == oi).map(|f| format!("{} refused: {}", f.2, f.3)).collect() };
+    let gpu = s.gpu_plan();
     let mut per_backend: std::collections::BTreeMap<&str, usize> = Default::default();
     for (_, _, r) in &assignments {
         *per_backend.entry(r.kind()).or_default() += 1;
     }
     if as_json {
-        let ops: Vec<Value> =
-            assignments.iter().map(|(sg, oi, r)| json!({"subgraph": sg, "index": oi, "op": name(*sg, *oi), "runs_on": r.describe()})).collect();
+        let ops: Vec<Value> = assignments
+            .iter()
+            .map(|(sg, oi, r)| json!({"subgraph": sg, "index": oi, "op": name(*sg, *oi), "runs_on": r.describe(), "fell_back": why(*sg, *oi)}))
+            .collect();
         let cr: Vec<Value> = crossings
             .iter()
             .map(|c| {
@@ -430,12 +488,28 @@ fn inspect_backends(path: &Path, as_json: bool, backends: &BackendArgs, shapes: 
                             "from_op": c.from.0, "from": c.from.1, "to_op": c.to.0, "to": c.to.1, "transfer": c.transfer})
             })
             .collect();
-        outln!("{}", json!({"file": path.display().to_string(), "backends": s.backend_names(), "ops": ops, "crossings": cr, "ops_per_backend": per_backend}));
+        let segments = json!({"segments": gpu.segments, "ops": gpu.ops, "buffer_bytes": gpu.buffer_bytes, "lower_bound_bytes": gpu.lower_bound_bytes});
+        outln!(
+            "{}",
+            json!({"file": path.display().to_string(), "backends": s.backend_names(), "ops": ops, "crossings": cr, "ops_per_backend": per_backend, "gpu": segments})
+        );
         return Ok(());
     }
     outln!("{}: backends {}", path.display(), s.backend_names().join(", "));
     for (sg, oi, r) in &assignments {
         outln!("  subgraph {sg} op {oi:<4} {:<28} {}", name(*sg, *oi), r.describe());
+        for w in why(*sg, *oi) {
+            outln!("      ({w})");
+        }
+    }
+    if gpu.segments > 0 {
+        outln!(
+            "gpu: {} ops in {} segments (one submission each); GPU buffers {} bytes, lower bound {} bytes",
+            gpu.ops,
+            gpu.segments,
+            gpu.buffer_bytes,
+            gpu.lower_bound_bytes
+        );
     }
     outln!("crossings: {}", crossings.len());
     for c in &crossings {
@@ -870,6 +944,12 @@ fn bench(
     });
     if let Some(file) = trace {
         doc["trace"] = json!(file.display().to_string());
+    }
+    if let Runner::Model(sess) = &s {
+        let g = sess.gpu_plan();
+        if g.segments > 0 {
+            doc["gpu"] = json!({"segments": g.segments, "ops": g.ops, "buffer_bytes": g.buffer_bytes, "lower_bound_bytes": g.lower_bound_bytes});
+        }
     }
     if let (Some(ms), Some(samples)) = (mem_poll, &samples) {
         let max = samples.iter().map(|s| s.1).max().unwrap_or(0);

@@ -155,7 +155,7 @@ impl Drop for ReadBuffer {
 }
 
 /// Session options from the Python arguments; `threads` -1 means all cores.
-fn session_options(threads: i64, reference: bool) -> PyResult<SessionOptions> {
+fn session_options(threads: i64, reference: bool, backends: Option<Vec<String>>) -> PyResult<SessionOptions> {
     let threads = match threads {
         -1 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => usize::try_from(n).ok().filter(|&n| n >= 1).ok_or_else(|| PyValueError::new_err("num_threads should >= 1 (or -1 for all cores)"))?,
@@ -164,6 +164,10 @@ fn session_options(threads: i64, reference: bool) -> PyResult<SessionOptions> {
     if reference {
         // LiteRT's reference kernels (BUILTIN_REF): ferrite's naive ones.
         options.backends = vec!["reference".into()];
+    }
+    if let Some(b) = backends {
+        // The session checks the names (an unknown one is a ValueError when it is built).
+        options.backends = b;
     }
     Ok(options)
 }
@@ -262,8 +266,16 @@ impl NativeSession {
     /// process (same path, same file) is not loaded again: the new session shares its
     /// model and prepared weights.
     #[new]
-    #[pyo3(signature = (path=None, content=None, threads=1, preserve_all=false, reference=false, share=false))]
-    fn new(path: Option<String>, content: Option<&Bound<'_, PyAny>>, threads: i64, preserve_all: bool, reference: bool, share: bool) -> PyResult<Self> {
+    #[pyo3(signature = (path=None, content=None, threads=1, preserve_all=false, reference=false, share=false, backends=None))]
+    fn new(
+        path: Option<String>,
+        content: Option<&Bound<'_, PyAny>>,
+        threads: i64,
+        preserve_all: bool,
+        reference: bool,
+        share: bool,
+        backends: Option<Vec<String>>,
+    ) -> PyResult<Self> {
         let content = content.map(ReadBuffer::get).transpose()?;
         contain("loading the model", || {
             let model = match (path, content) {
@@ -272,15 +284,15 @@ impl NativeSession {
                 (None, Some(c)) => Arc::new(Model::from_bytes(Arc::new(c.bytes().to_vec())).map_err(err_as::<PyValueError>)?),
                 _ => return Err(PyValueError::new_err("give exactly one of model_path and model_content")),
             };
-            NativeSession::build(model, session_options(threads, reference)?, preserve_all, None)
+            NativeSession::build(model, session_options(threads, reference, backends)?, preserve_all, None)
         })
     }
 
     /// A new, independent session of this session's model: no second load, and the
     /// prepared weights are shared (freed with the last session using them).
-    #[pyo3(signature = (threads=1, preserve_all=false, reference=false))]
-    fn shared(&self, threads: i64, preserve_all: bool, reference: bool) -> PyResult<NativeSession> {
-        contain("sharing the model", || NativeSession::build(self.model.clone(), session_options(threads, reference)?, preserve_all, None))
+    #[pyo3(signature = (threads=1, preserve_all=false, reference=false, backends=None))]
+    fn shared(&self, threads: i64, preserve_all: bool, reference: bool, backends: Option<Vec<String>>) -> PyResult<NativeSession> {
+        contain("sharing the model", || NativeSession::build(self.model.clone(), session_options(threads, reference, backends)?, preserve_all, None))
     }
 
     /// Prepared constants (packed weights, converted constants) the sessions of this

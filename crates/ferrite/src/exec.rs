@@ -153,6 +153,8 @@ pub fn execute(g: &mut CompiledGraph, model: &Model, arena: &mut [u8], mut bound
         }
         let op = &sub.ops[st.op];
         let runs_on = assignment.get(st.op).copied().unwrap_or(OpRun::Executor);
+        // A GPU segment runs several ops at once: announced as its first op, without views.
+        let views = views && st.io.is_none();
         if let Some(h) = env.hooks.as_deref_mut() {
             let flow = if views {
                 let inputs = step_input_views(sub, tensors, st, &ins, bytes);

@@ -48,11 +48,16 @@ mod variables;
 
 pub mod compare;
 pub mod ext;
+/// The GPU backend's adapters (`ferrite devices`), with the `gpu` feature.
+#[cfg(feature = "gpu")]
+pub mod gpu {
+    pub use crate::backend::gpu::{available, list_adapters, AdapterSummary};
+}
 pub mod model;
 
 pub use backend::cpu::features_for;
 pub use backend::select::{parse_backend_list, parse_op_backend, parse_op_backends, OpSelector, BACKEND_NAMES};
-pub use compile::{Crossing, OpRun};
+pub use compile::{Crossing, GpuPlan, OpRun};
 pub use error::{Detail, Error, Location, Result};
 pub use memory::ArenaBlock;
 pub use model::{DType, Model, ModelBytes};

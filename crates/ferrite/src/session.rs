@@ -441,6 +441,7 @@ impl Session {
     }
 
     fn compile_current(&mut self) -> Result<CompiledGraph> {
+        self.ctx.refusals.clear();
         let limits = Limits { max_arena_bytes: self.options.max_arena_bytes };
         let model = self.keep_all.as_ref().unwrap_or(&self.model);
         let c = compile::compile(model, self.subgraph, &self.input_shapes, &self.backends, &self.options.custom_ops, &mut self.ctx, limits)?;
@@ -680,6 +681,19 @@ impl Session {
     /// Compile / cache / arena counters, for tests and reports.
     pub fn plan_stats(&self) -> PlanStats {
         self.stats
+    }
+
+    /// Why backends before the one that took an op refused it, from the last
+    /// compilation: (subgraph, op index, refusing backend, reason). With
+    /// `--backends gpu,cpu`, each op the GPU left to the CPU and why.
+    pub fn op_fallbacks(&self) -> Vec<(usize, usize, &'static str, String)> {
+        self.ctx.refusals.clone()
+    }
+
+    /// The GPU segments of the session's subgraph and their planned GPU memory
+    /// (all zero when no op runs on the GPU or before `prepare`).
+    pub fn gpu_plan(&self) -> crate::compile::GpuPlan {
+        self.compiled.as_ref().map(|c| c.gpu).unwrap_or_default()
     }
 
     /// I/O copies of the last run.

@@ -210,9 +210,9 @@ fn an_application_backend_takes_its_ops_and_leaves_the_rest() {
     assert!(err.to_string().contains("ADD"), "{err}");
 
     // Names are checked against the built-ins and the application's backends.
-    let unknown = SessionOptions { backends: vec!["gpu".into()], custom_backends: vec![backend.clone()], ..SessionOptions::default() };
+    let unknown = SessionOptions { backends: vec!["tpu".into()], custom_backends: vec![backend.clone()], ..SessionOptions::default() };
     let err = Session::with_options(model.clone(), unknown).unwrap_err().to_string();
-    assert!(err.contains("'gpu'") && err.contains("abs-only"), "{err}");
+    assert!(err.contains("'tpu'") && err.contains("abs-only"), "{err}");
     // A backend may not take a built-in's name: `cpu` stays the complete fallback.
     struct Impostor;
     impl Backend for Impostor {

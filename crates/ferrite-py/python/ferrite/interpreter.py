@@ -392,7 +392,8 @@ class Interpreter:
     ``num_threads`` defaults to 1; -1 uses every core. ``experimental_preserve_all_tensors``
     gives every intermediate tensor its own memory, readable with ``get_tensor`` after
     ``invoke``. ``experimental_op_resolver_type=OpResolverType.BUILTIN_REF`` runs ferrite's
-    reference kernels. The other ``experimental_*`` switches concern LiteRT's delegates
+    reference kernels. ``backends=["gpu", "cpu"]`` (ferrite's own) orders the backends ops
+    try, as ``FERRITE_BACKENDS`` does. The other ``experimental_*`` switches concern LiteRT's delegates
     and are accepted and ignored. Runtime errors raise ``ValueError`` / ``RuntimeError``
     as LiteRT does, with ferrite's message; errors about part of the model also carry
     ``subgraph``, ``op_index``, ``op_name`` and ``tensor_index`` attributes.
@@ -421,6 +422,7 @@ class Interpreter:
         experimental_force_delegate_node_profiling=False,
         share_weights_with=None,
         share_weights=False,
+        backends=None,
     ):
         del experimental_disable_delegate_clustering, experimental_default_delegate_latest_features
         del experimental_disable_delegate_node_fusion, experimental_force_delegate_node_profiling
@@ -441,6 +443,10 @@ class Interpreter:
             "preserve_all": bool(experimental_preserve_all_tensors),
             "reference": resolver == "BUILTIN_REF",
         }
+        if backends is not None:
+            if isinstance(backends, str) or not all(isinstance(b, str) for b in backends):
+                raise ValueError("backends is a list of backend names, e.g. ['gpu', 'cpu']")
+            options["backends"] = list(backends)
         if share_weights_with is not None:
             if model_path or model_content:
                 raise ValueError("give `share_weights_with` alone, without `model_path` or `model_content`")

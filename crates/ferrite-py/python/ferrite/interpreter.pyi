@@ -94,6 +94,7 @@ class Interpreter:
         experimental_force_delegate_node_profiling: bool = False,
         share_weights_with: Interpreter | None = None,
         share_weights: bool = False,
+        backends: Sequence[str] | None = None,
     ) -> None: ...
     @property
     def experimental_compress_quantization_zero_points(self) -> bool: ...

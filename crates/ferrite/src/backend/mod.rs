@@ -7,6 +7,8 @@
 
 pub(crate) mod cpu;
 pub(crate) mod custom_builtin;
+#[cfg(feature = "gpu")]
+pub(crate) mod gpu;
 #[cfg(feature = "reference")]
 pub(crate) mod reference;
 pub(crate) mod select;
@@ -215,6 +217,8 @@ pub enum Packing {
     /// The outputs of an op on constants, evaluated at prepare (`tensor` is its
     /// first output).
     Folded,
+    /// Uploaded to the GPU as they are (float32).
+    Gpu,
 }
 
 /// Identity of a prepacked constant: tensor ids within the session's model, never addresses.
@@ -309,6 +313,12 @@ pub struct BackendContext {
     /// True while compiling a subgraph whose inputs include constants its caller
     /// passed: values there depend on the call site, so they stay private.
     pub(crate) private_now: bool,
+    /// Why backends earlier in the list refused ops that a later one took:
+    /// (subgraph, op, refusing backend, reason), for `inspect --backends`.
+    pub(crate) refusals: Vec<(usize, usize, &'static str, String)>,
+    /// The GPU device and the ops built for it, awaiting their segments.
+    #[cfg(feature = "gpu")]
+    pub(crate) gpu: gpu::GpuContext,
 }
 
 impl std::fmt::Debug for BackendContext {
@@ -331,6 +341,9 @@ impl BackendContext {
             phases: None,
             shared: None,
             private_now: false,
+            refusals: Vec::new(),
+            #[cfg(feature = "gpu")]
+            gpu: Default::default(),
         }
     }
 
@@ -420,6 +433,13 @@ pub trait Backend: Send + Sync {
     /// ADD after a convolution). Declaring it lets the compiler fold those ops into
     /// the kernel; the default, `false`, runs them as steps of their own.
     fn applies_epilogues(&self, _op: &OpContext<'_>) -> bool {
+        false
+    }
+    /// Whether this backend has its own kernel for the custom op `name`. Such a
+    /// backend, when listed, is offered the op before the custom-op registry (the
+    /// GPU's `Convolution2DTransposeBias`); the default, `false`, leaves custom ops
+    /// to the registry.
+    fn builds_custom(&self, _name: &str) -> bool {
         false
     }
 }

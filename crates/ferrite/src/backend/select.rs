@@ -21,6 +21,8 @@ pub const BACKEND_NAMES: &[&str] = &[
     "cpu",
     #[cfg(feature = "reference")]
     "reference",
+    #[cfg(feature = "gpu")]
+    "gpu",
 ];
 
 /// Where a backend keeps its tensors. Backends sharing a memory read each
@@ -29,6 +31,8 @@ pub const BACKEND_NAMES: &[&str] = &[
 pub enum Memory {
     /// Host memory: the session arena, the mapped model, caller buffers.
     Host,
+    /// A GPU's buffers: tensors cross to and from the host by copies.
+    Gpu,
 }
 
 impl Memory {
@@ -36,6 +40,7 @@ impl Memory {
     pub fn name(self) -> &'static str {
         match self {
             Memory::Host => "host",
+            Memory::Gpu => "gpu",
         }
     }
 }
@@ -97,6 +102,8 @@ fn make(name: &str, custom: &[Arc<dyn Backend>]) -> Result<Arc<dyn Backend>> {
         "cpu" => Arc::new(CpuBackend),
         #[cfg(feature = "reference")]
         "reference" => Arc::new(ReferenceBackend),
+        #[cfg(feature = "gpu")]
+        "gpu" => Arc::new(super::gpu::GpuBackend),
         _ => {
             if let Some(b) = custom.iter().find(|b| b.name() == name) {
                 return Ok(b.clone());

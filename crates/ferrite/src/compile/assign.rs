@@ -95,10 +95,32 @@ pub(super) fn assign(
 pub(crate) fn build_op(octx: &OpContext<'_>, backends: &Backends, custom: &CustomOpRegistry, ctx: &mut BackendContext) -> Result<(Built, OpRun, bool)> {
     let op = octx.op;
     let (built, ran, applies_epilogues) = match &op.code {
-        OpCode::Custom(name) => match custom.get(name) {
-            Some(c) => (c.build(octx)?, OpRun::Custom, false),
-            None => return Err(octx.unsupported(format!("custom op '{name}' is not registered"))),
-        },
+        OpCode::Custom(name) => {
+            // A listed backend with its own kernel for this custom op goes first.
+            let mut own = None;
+            if let Candidates::List(n) = backends.candidates(octx.subgraph, octx.op_index, op) {
+                for b in (0..n).filter_map(|i| backends.get(i)).filter(|b| b.builds_custom(name)) {
+                    match b.build(octx, ctx) {
+                        Ok(built) => {
+                            own = Some((built, OpRun::Backend(b.name()), false));
+                            break;
+                        }
+                        Err(Error::Unsupported(m)) => {
+                            let (sg, oi) = (octx.subgraph, octx.op_index);
+                            if !ctx.refusals.iter().any(|r| (r.0, r.1, r.2) == (sg, oi, b.name())) {
+                                ctx.refusals.push((sg, oi, b.name(), m.to_string()));
+                            }
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+            match (own, custom.get(name)) {
+                (Some(o), _) => o,
+                (None, Some(c)) => (c.build(octx)?, OpRun::Custom, false),
+                (None, None) => return Err(octx.unsupported(format!("custom op '{name}' is not registered"))),
+            }
+        }
         OpCode::Other(_) => return Err(octx.unsupported("ferrite has no kernel for this builtin op yet")),
         OpCode::Builtin(_) => match backends.candidates(octx.subgraph, octx.op_index, op) {
             Candidates::Pinned(i) => {
@@ -114,14 +136,26 @@ pub(crate) fn build_op(octx: &OpContext<'_>, backends: &Backends, custom: &Custo
             Candidates::List(n) => {
                 let mut last = None;
                 let mut found = None;
+                let mut refused: SmallVec<[(&'static str, String); 2]> = SmallVec::new();
                 for b in (0..n).filter_map(|i| backends.get(i)) {
                     match b.build(octx, ctx) {
                         Ok(built) => {
                             found = Some((built, OpRun::Backend(b.name()), b.applies_epilogues(octx)));
                             break;
                         }
-                        Err(Error::Unsupported(m)) => last = Some(Error::Unsupported(m)),
+                        Err(Error::Unsupported(m)) => {
+                            refused.push((b.name(), m.to_string()));
+                            last = Some(Error::Unsupported(m))
+                        }
                         Err(e) => return Err(e),
+                    }
+                }
+                if found.is_some() {
+                    for (b, why) in refused {
+                        let (sg, oi) = (octx.subgraph, octx.op_index);
+                        if !ctx.refusals.iter().any(|r| (r.0, r.1, r.2) == (sg, oi, b)) {
+                            ctx.refusals.push((sg, oi, b, why));
+                        }
                     }
                 }
                 match found {
@@ -198,7 +232,12 @@ pub(super) fn crossings(g: &Subgraph, sg: usize, assignment: &[OpRun]) -> Vec<Cr
             }
             match resolve(p) {
                 Some(from) if from != to && !out.iter().any(|c| c.tensor == t && c.to.1 == to) => {
-                    out.push(Crossing { subgraph: sg, tensor: t, from: (p, from), to: (oi, to), transfer: "in place (host memory)" })
+                    let transfer = match (from, to) {
+                        ("gpu", _) => "copy (GPU readback)",
+                        (_, "gpu") => "copy (GPU upload)",
+                        _ => "in place (host memory)",
+                    };
+                    out.push(Crossing { subgraph: sg, tensor: t, from: (p, from), to: (oi, to), transfer })
                 }
                 _ => {}
             }

@@ -94,6 +94,7 @@ pub(super) fn lower(c: &mut Compilation<'_>, env: &Env<'_>, ctx: &mut BackendCon
         outputs: SmallVec::new(),
         extra: SmallVec::new(),
         substituted: SmallVec::new(),
+        io: None,
     });
     c.assignment[oi] = OpRun::Executor;
     Ok(true)

@@ -87,6 +87,10 @@ pub(super) fn release_consumed(c: &mut Compilation<'_>, oi: usize, unneeded: imp
 pub(super) fn release_unread_constants(g: &Subgraph, steps: &[Step], tensors: &mut [TensorSlot]) {
     let mut keep = vec![false; tensors.len()];
     for st in steps {
+        if let Some(io) = &st.io {
+            io.reads.iter().for_each(|&t| keep[t] = true);
+            continue;
+        }
         for (k, i) in g.ops[st.op].inputs.iter().enumerate() {
             if let (Some(t), Some(_)) = (i, &st.inputs[k]) {
                 keep[st.substituted.iter().find(|s| s.0 == k).map_or(*t, |s| s.1)] = true;

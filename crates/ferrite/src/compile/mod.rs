@@ -30,6 +30,7 @@ mod control_flow;
 mod fold;
 mod fusion;
 mod plan;
+mod segment;
 #[cfg(test)]
 mod test_util;
 
@@ -130,6 +131,17 @@ pub struct Step {
     /// Op inputs read from another tensor: (input slot, tensor). A folded PAD's
     /// reader reads the PAD's input.
     pub(crate) substituted: SmallVec<[(usize, usize); 1]>,
+    /// A step running several ops (a GPU segment): the tensors it reads and
+    /// writes, in place of its op's.
+    pub(crate) io: Option<Box<SegmentIo>>,
+}
+
+/// The host tensors a multi-op step exchanges: those it uploads at entry and
+/// those it reads back at exit (its crossings).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SegmentIo {
+    pub(crate) reads: Vec<usize>,
+    pub(crate) writes: Vec<usize>,
 }
 
 impl Step {
@@ -145,8 +157,24 @@ impl Step {
 
     /// The tensors this step reads: the op's inputs (after substitutions), then the
     /// fused ops' extra inputs.
-    fn reads<'a>(&'a self, op: &'a crate::model::Op) -> impl Iterator<Item = usize> + 'a {
-        op.inputs.iter().enumerate().filter_map(|(k, i)| self.substituted.iter().find(|s| s.0 == k).map(|s| s.1).or(*i)).chain(self.extra.iter().copied())
+    fn reads(&self, op: &crate::model::Op) -> SmallVec<[usize; 8]> {
+        if let Some(io) = &self.io {
+            return io.reads.iter().copied().collect();
+        }
+        op.inputs
+            .iter()
+            .enumerate()
+            .filter_map(|(k, i)| self.substituted.iter().find(|s| s.0 == k).map(|s| s.1).or(*i))
+            .chain(self.extra.iter().copied())
+            .collect()
+    }
+
+    /// The tensors this step writes: its op's outputs, or a segment's crossings.
+    fn writes<'a>(&'a self, op: &'a crate::model::Op) -> &'a [usize] {
+        match &self.io {
+            Some(io) => &io.writes,
+            None => &op.outputs,
+        }
     }
 }
 
@@ -199,6 +227,22 @@ pub struct CompiledGraph {
     pub dynamic: Option<DynamicTail>,
     /// Where each op of the subgraph runs.
     pub assignment: Vec<OpRun>,
+    /// The GPU segments of this subgraph and their memory.
+    pub gpu: GpuPlan,
+}
+
+/// GPU segments of a compiled subgraph: runs of consecutive GPU ops executed as
+/// one submission, and the GPU memory planned for them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GpuPlan {
+    /// Segments (one command submission each per run).
+    pub segments: usize,
+    /// Ops run inside them.
+    pub ops: usize,
+    /// Bytes of GPU buffers planned for their tensors (weights excluded).
+    pub buffer_bytes: usize,
+    /// Sum over segments of the most tensor bytes alive at one op: the plan's lower bound.
+    pub lower_bound_bytes: usize,
 }
 
 /// Where one op runs after compilation.
@@ -364,6 +408,7 @@ fn compile_subgraph(
         }
     }
     fusion::close_epilogues(&mut c);
+    let gpu = segment::form_segments(&mut c, dynamic_from, ctx)?;
 
     let Compilation { mut tensors, mut steps, alias_of, assignment, folded_ops, aliased_ops, fused_ops, .. } = c;
     let (plan, out_plans) = ctx.phase(
@@ -391,7 +436,7 @@ fn compile_subgraph(
     if let Some(start) = compile_started {
         ctx.record_phase(format!("compile subgraph {sg}").into(), &[("subgraph", sg), ("ops", g.ops.len()), ("steps", steps.len())], start);
     }
-    Ok(CompiledGraph { subgraph: sg, tensors, steps, plan, folded_ops, aliased_ops, fused_ops, out_plans, dynamic, assignment })
+    Ok(CompiledGraph { subgraph: sg, tensors, steps, plan, folded_ops, aliased_ops, fused_ops, out_plans, dynamic, assignment, gpu })
 }
 
 /// Op `oi` through the passes, in order, until one takes it. True when its shapes
@@ -587,6 +632,7 @@ impl<'m> Compilation<'m> {
             outputs: SmallVec::new(),
             extra: SmallVec::new(),
             substituted: built.substituted,
+            io: None,
         });
     }
 }
@@ -602,8 +648,8 @@ pub struct Crossing {
     pub from: (usize, &'static str),
     /// The op reading it, and where that runs.
     pub to: (usize, &'static str),
-    /// How the tensor gets across: every backend of this build works in host
-    /// memory, so the reader takes the producer's buffer in place.
+    /// How the tensor gets across: in place between host backends, a copy
+    /// (upload or readback) to and from the GPU.
     pub transfer: &'static str,
 }
 

@@ -35,7 +35,7 @@ pub(super) fn plan_memory(
     }
     for (si, st) in steps.iter().enumerate() {
         let op = &g.ops[st.op];
-        for &t in &op.outputs {
+        for &t in st.writes(op) {
             first[root(t)] = first[root(t)].min(si);
             last[root(t)] = last[root(t)].max(si);
         }
@@ -58,7 +58,7 @@ pub(super) fn plan_memory(
             && root(t) == t
             && first[t] == usize::MAX
             && matches!(tensors[t].loc, Loc::None)
-            && steps.iter().any(|st| st.reads(&g.ops[st.op]).any(|r| r == t))
+            && steps.iter().any(|st| st.reads(&g.ops[st.op]).contains(&t))
         {
             first[t] = 0;
             last[t] = n_steps.max(1) - 1;
@@ -124,7 +124,7 @@ pub(super) fn resolve_io(g: &Subgraph, sg: usize, steps: &mut [Step], tensors: &
     }
     let mut produced_by = vec![usize::MAX; tensors.len()];
     for (si, st) in steps.iter().enumerate() {
-        for &t in &g.ops[st.op].outputs {
+        for &t in st.writes(&g.ops[st.op]) {
             produced_by[root(t)] = si;
         }
     }
@@ -151,6 +151,18 @@ pub(super) fn resolve_io(g: &Subgraph, sg: usize, steps: &mut [Step], tensors: &
         let is_state = |t: usize| {
             g.tensors[t].is_variable && produced_by[root(t)] == usize::MAX && matches!(tensors[t].loc, Loc::Arena { .. }) && input_of_root(t).is_none()
         };
+        if let Some(io) = &st.io {
+            st.inputs = io.reads.iter().map(|&t| src_of(t).map(Some)).collect::<Result<_>>()?;
+            let writes = io.writes.clone();
+            st.outputs = writes
+                .iter()
+                .map(|&t| match tensors[t].loc {
+                    Loc::Arena { offset, len } => Ok((offset, len, direct.iter().find(|d| d.0 == si && d.1 == root(t)).map(|d| d.2))),
+                    _ => Err(Error::Runtime(format!("internal: subgraph {sg} segment output tensor {t} has no arena slot").into())),
+                })
+                .collect::<Result<_>>()?;
+            continue;
+        }
         st.inputs = op
             .inputs
             .iter()
@@ -200,6 +212,7 @@ mod tests {
             outputs: SmallVec::new(),
             extra: SmallVec::new(),
             substituted: SmallVec::new(),
+            io: None,
         }
     }
 

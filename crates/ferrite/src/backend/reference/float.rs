@@ -20,6 +20,9 @@ mod reduce;
 mod sets;
 mod spatial;
 
+#[cfg(feature = "gpu")]
+pub(crate) use movement::strided_slice_plan;
+
 use ferrite_format::ops::BuiltinOp as B;
 
 use crate::backend::{arg, typed, typed_mut, Built, OpContext};

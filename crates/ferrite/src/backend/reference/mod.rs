@@ -11,6 +11,8 @@
 //! session gives it to the next backend in its list.
 
 mod float;
+#[cfg(feature = "gpu")]
+pub(crate) use float::strided_slice_plan;
 #[cfg(test)]
 mod float_test_util;
 mod quant;

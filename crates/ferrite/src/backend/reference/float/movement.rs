@@ -326,7 +326,11 @@ pub(crate) fn slice(op: &OpContext<'_>) -> Result<Built> {
 /// ellipsis_mask stands for as many whole dimensions as the spec leaves out,
 /// new_axis_mask inserts a dimension of 1, shrink_axis_mask takes the single
 /// element at begin and drops the dimension; `offset` makes end relative to begin.
-pub(crate) fn strided_slice(op: &OpContext<'_>) -> Result<Built> {
+/// The slice STRIDED_SLICE takes: the input shape, then per input dimension
+/// its first index, step and element count, and the output shape (shared with
+/// the GPU backend, which copies the same elements).
+#[allow(clippy::type_complexity)]
+pub(crate) fn strided_slice_plan(op: &OpContext<'_>) -> Result<(Vec<usize>, Vec<i64>, Vec<i64>, Vec<usize>, Vec<usize>)> {
     let OpParams::StridedSlice { begin_mask, end_mask, ellipsis_mask, new_axis_mask, shrink_axis_mask, offset } = op.op.params else {
         return Err(op.bad("missing StridedSlice options"));
     };
@@ -423,6 +427,12 @@ pub(crate) fn strided_slice(op: &OpContext<'_>) -> Result<Built> {
         steps.push(s);
     }
     let out_shape: Vec<usize> = layout.iter().map(|l| l.map_or(1, |d| counts[d])).collect();
+    Ok((shape, starts, steps, counts, out_shape))
+}
+
+pub(crate) fn strided_slice(op: &OpContext<'_>) -> Result<Built> {
+    let x = op.input(0)?;
+    let (shape, starts, steps, counts, out_shape) = strided_slice_plan(op)?;
     same_quantization(op, 0)?;
     let es = elem_size(op, x.dtype)?;
     let (n_in, n_out) = (count(op, &shape, es)?, count(op, &counts, es)?);

@@ -1,0 +1,200 @@
+//! The GPU device: one adapter and device per process, shared by every session
+//! through an `Arc` (never thread-local), requested with the adapter's own limits
+//! (wgpu's defaults cap a storage binding at 128 MiB). Pipelines are compiled once
+//! per shader and kept here; wgpu errors are caught by error scopes and turned into
+//! `Error`s instead of wgpu's default panic.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::error::{Error, Result};
+
+/// What `ferrite devices` shows of one adapter.
+#[derive(Debug, Clone)]
+pub struct AdapterSummary {
+    /// Adapter name (`llvmpipe (LLVM 15.0.6, 256 bits)`).
+    pub name: String,
+    /// Discrete, integrated, virtual, CPU or other.
+    pub device_type: String,
+    /// Graphics API (Vulkan, Metal, Dx12).
+    pub backend: String,
+    /// Driver name and version.
+    pub driver: String,
+    /// Largest storage-buffer binding, bytes.
+    pub max_storage_binding: u64,
+    /// Largest buffer, bytes.
+    pub max_buffer: u64,
+    /// Storage buffers per shader stage.
+    pub max_storage_buffers_per_stage: u32,
+    /// Workgroups per dispatch dimension.
+    pub max_workgroups_per_dimension: u32,
+    /// Invocations per workgroup.
+    pub max_invocations_per_workgroup: u32,
+    /// Whether the adapter offers `SHADER_F16` (fp16 arithmetic in shaders).
+    pub shader_f16: bool,
+}
+
+/// The graphics APIs ferrite asks wgpu for (no GL: compute there is too limited).
+fn apis() -> wgpu::Backends {
+    wgpu::Backends::VULKAN | wgpu::Backends::METAL | wgpu::Backends::DX12
+}
+
+fn instance() -> wgpu::Instance {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    desc.backends = apis();
+    wgpu::Instance::new(desc)
+}
+
+/// Every adapter wgpu finds, best first (discrete, integrated, virtual, CPU).
+fn adapters(instance: &wgpu::Instance) -> Vec<wgpu::Adapter> {
+    let mut list = pollster::block_on(instance.enumerate_adapters(apis()));
+    let rank = |a: &wgpu::Adapter| match a.get_info().device_type {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Cpu => 3,
+        wgpu::DeviceType::Other => 4,
+    };
+    list.sort_by_key(rank);
+    list
+}
+
+fn summary(a: &wgpu::Adapter) -> AdapterSummary {
+    let (info, l) = (a.get_info(), a.limits());
+    AdapterSummary {
+        name: info.name,
+        device_type: format!("{:?}", info.device_type),
+        backend: format!("{:?}", info.backend),
+        driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
+        max_storage_binding: l.max_storage_buffer_binding_size,
+        max_buffer: l.max_buffer_size,
+        max_storage_buffers_per_stage: l.max_storage_buffers_per_shader_stage,
+        max_workgroups_per_dimension: l.max_compute_workgroups_per_dimension,
+        max_invocations_per_workgroup: l.max_compute_invocations_per_workgroup,
+        shader_f16: a.features().contains(wgpu::Features::SHADER_F16),
+    }
+}
+
+/// The adapters this machine offers, best first.
+pub fn list_adapters() -> Vec<AdapterSummary> {
+    adapters(&instance()).iter().map(summary).collect()
+}
+
+/// How to get one: the message every "no GPU" error ends with.
+pub(crate) const INSTALL_HINT: &str =
+    "no Vulkan, Metal or DX12 adapter found (on Debian/Ubuntu, `apt-get install mesa-vulkan-drivers libvulkan1` gives the lavapipe software adapter)";
+
+/// A device and its queue, shared by the sessions of a process.
+pub(crate) struct GpuDevice {
+    pub(crate) device: wgpu::Device,
+    pub(crate) queue: wgpu::Queue,
+    pub(crate) adapter: AdapterSummary,
+    pub(crate) limits: wgpu::Limits,
+    pipelines: Mutex<HashMap<&'static str, Arc<wgpu::ComputePipeline>>>,
+    /// Read-only stand-in bound where a shader declares an absent operand (no bias).
+    pub(crate) zeros: wgpu::Buffer,
+    /// Errors wgpu raised outside any error scope (recorded, never a panic).
+    uncaptured: Arc<Mutex<Option<String>>>,
+}
+
+static DEVICE: OnceLock<std::result::Result<Arc<GpuDevice>, String>> = OnceLock::new();
+
+/// The process's device, created on first use with the best adapter's limits, or
+/// why there is none.
+pub(crate) fn shared() -> std::result::Result<Arc<GpuDevice>, String> {
+    DEVICE.get_or_init(|| create().map(Arc::new)).clone()
+}
+
+fn create() -> std::result::Result<GpuDevice, String> {
+    let instance = instance();
+    let adapter = adapters(&instance).into_iter().next().ok_or_else(|| INSTALL_HINT.to_string())?;
+    let limits = adapter.limits();
+    let desc = wgpu::DeviceDescriptor { label: Some("ferrite"), required_limits: limits.clone(), ..Default::default() };
+    let (device, queue) = pollster::block_on(adapter.request_device(&desc)).map_err(|e| format!("GPU device on '{}': {e}", adapter.get_info().name))?;
+    let uncaptured = Arc::new(Mutex::new(None));
+    let sink = uncaptured.clone();
+    device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+        if let Ok(mut s) = sink.lock() {
+            s.get_or_insert_with(|| e.to_string());
+        }
+    }));
+    let zeros = device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("zeros"),
+        size: 16,
+        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    Ok(GpuDevice { device, queue, adapter: summary(&adapter), limits, pipelines: Mutex::new(HashMap::new()), zeros, uncaptured })
+}
+
+impl GpuDevice {
+    /// The pipeline of shader `name`, compiled on first use (at prepare) and cached.
+    pub(crate) fn pipeline(&self, name: &'static str) -> Result<Arc<wgpu::ComputePipeline>> {
+        let mut cache = self.pipelines.lock().map_err(|_| Error::Runtime("GPU pipeline cache poisoned".into()))?;
+        if let Some(p) = cache.get(name) {
+            return Ok(p.clone());
+        }
+        let src = super::shaders::source(name).ok_or_else(|| Error::Runtime(format!("internal: no shader '{name}'").into()))?;
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor { label: Some(name), source: wgpu::ShaderSource::Wgsl(src.into()) });
+        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(name),
+            layout: None,
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(Error::Runtime(format!("GPU shader '{name}' failed to compile: {e}").into()));
+        }
+        let p = Arc::new(pipeline);
+        cache.insert(name, p.clone());
+        Ok(p)
+    }
+
+    /// A storage buffer holding `data` (weights, parameters), uploaded now.
+    pub(crate) fn upload(&self, label: &str, data: &[u8]) -> wgpu::Buffer {
+        use wgpu::util::DeviceExt;
+        // A binding may not be empty; pad to a whole word.
+        let mut owned;
+        let bytes = if data.is_empty() || !data.len().is_multiple_of(4) {
+            owned = data.to_vec();
+            owned.resize(data.len().next_multiple_of(4).max(4), 0);
+            &owned[..]
+        } else {
+            data
+        };
+        self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor { label: Some(label), contents: bytes, usage: wgpu::BufferUsages::STORAGE })
+    }
+
+    /// An uninitialised storage buffer of `bytes` (at least one word) that transfers
+    /// can fill and read.
+    pub(crate) fn storage(&self, label: &str, bytes: u64) -> wgpu::Buffer {
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: bytes.next_multiple_of(4).max(4),
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        })
+    }
+
+    /// The first error wgpu raised outside an error scope since the last call.
+    pub(crate) fn take_uncaptured(&self) -> Option<String> {
+        self.uncaptured.lock().ok().and_then(|mut s| s.take())
+    }
+
+    /// Workgroup counts for `groups` one-dimensional workgroups, folded into a
+    /// second dimension past the per-dimension limit (the shaders rebuild the
+    /// linear index from `num_workgroups`).
+    pub(crate) fn fold(&self, groups: u64) -> Result<[u32; 3]> {
+        let max = u64::from(self.limits.max_compute_workgroups_per_dimension.max(1));
+        let groups = groups.max(1);
+        let y = groups.div_ceil(max);
+        if y > max {
+            return Err(Error::Unsupported(format!("{groups} workgroups exceed the adapter's grid").into()));
+        }
+        let x = groups.div_ceil(y);
+        Ok([x as u32, y as u32, 1])
+    }
+}

@@ -1,0 +1,291 @@
+//! GPU ops and segments. A [`GpuOp`] is what the GPU backend builds for one op:
+//! its dispatches, each a cached pipeline, a parameter buffer and bindings naming
+//! the op's run-time inputs and outputs (constants are already on the device). A
+//! [`Segment`] runs a sequence of GPU ops as one command submission: host inputs
+//! are uploaded at its entry, the tensors passed between its ops stay in GPU
+//! buffers planned from their lifetimes, and the tensors the host needs are read
+//! back at its exit through one staging buffer made at prepare.
+
+use std::sync::{Arc, Mutex};
+
+use super::device::GpuDevice;
+use crate::error::{Error, Result};
+
+/// One binding of a dispatch.
+pub(crate) enum Bind {
+    /// Run-time input `k` of the op.
+    In(usize),
+    /// Output `k` of the op.
+    Out(usize),
+    /// A buffer uploaded at prepare (weights, a constant operand).
+    Const(Arc<wgpu::Buffer>),
+    /// The device's zero buffer, for an absent operand.
+    Zero,
+}
+
+/// One compute dispatch.
+pub(crate) struct Dispatch {
+    pub(crate) pipeline: Arc<wgpu::ComputePipeline>,
+    pub(crate) params: wgpu::Buffer,
+    /// Bindings 1.. of the shader (binding 0 is `params`).
+    pub(crate) binds: Vec<Bind>,
+    pub(crate) groups: [u32; 3],
+}
+
+/// An op built for the GPU.
+pub(crate) struct GpuOp {
+    pub(crate) dispatches: Vec<Dispatch>,
+    /// Bytes of each op input read at run time (None: not read, a constant or absent).
+    pub(crate) inputs: Vec<Option<usize>>,
+    /// Bytes of each output.
+    pub(crate) outputs: Vec<usize>,
+}
+
+/// Where one op of a segment finds its tensors: a key per run-time input and per
+/// output. Keys name tensors (the compiler uses alias roots); equal keys are one
+/// buffer.
+pub(crate) struct Member {
+    pub(crate) op: Arc<GpuOp>,
+    pub(crate) inputs: Vec<Option<usize>>,
+    pub(crate) outputs: Vec<usize>,
+}
+
+/// GPU memory of a segment: bytes of its buffers, and the most bytes live at once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct GpuMemory {
+    /// Bytes of the planned buffers.
+    pub buffer_bytes: usize,
+    /// Largest total of tensors alive at one op: no plan can be smaller.
+    pub lower_bound_bytes: usize,
+}
+
+/// A run of GPU ops executed as one submission.
+pub(crate) struct Segment {
+    dev: Arc<GpuDevice>,
+    buffers: Vec<wgpu::Buffer>,
+    /// (buffer, bytes) of each external input, in the order the kernel receives them.
+    inputs: Vec<(usize, usize)>,
+    /// (buffer, bytes, staging offset) of each external output.
+    outputs: Vec<(usize, usize, u64)>,
+    passes: Vec<(Arc<wgpu::ComputePipeline>, wgpu::BindGroup, [u32; 3])>,
+    staging: Option<wgpu::Buffer>,
+    pub(crate) memory: GpuMemory,
+}
+
+impl Segment {
+    /// Plans the buffers of `members` (run in order) and binds them. `inputs` are the
+    /// keys the host provides (uploaded each run), `outputs` those it reads back.
+    pub(crate) fn new(dev: Arc<GpuDevice>, members: &[Member], inputs: &[usize], outputs: &[usize]) -> Result<Segment> {
+        // Lifetimes over member positions: external inputs from the start, outputs
+        // to the end; each tensor from its producer to its last reader.
+        let mut bytes_of: Vec<(usize, usize)> = Vec::new(); // (key, bytes)
+        let mut first: Vec<usize> = Vec::new();
+        let mut last: Vec<usize> = Vec::new();
+        // Widens tensor `key`'s lifetime to cover position `at` (and its size to `bytes`).
+        let slot = |key: usize, bytes: usize, at: usize, bytes_of: &mut Vec<(usize, usize)>, first: &mut Vec<usize>, last: &mut Vec<usize>| match bytes_of
+            .iter()
+            .position(|&(k, _)| k == key)
+        {
+            Some(i) => {
+                bytes_of[i].1 = bytes_of[i].1.max(bytes);
+                first[i] = first[i].min(at);
+                last[i] = last[i].max(at);
+            }
+            None => {
+                bytes_of.push((key, bytes));
+                first.push(at);
+                last.push(at);
+            }
+        };
+        for (m, member) in members.iter().enumerate() {
+            for (k, key) in member.inputs.iter().enumerate() {
+                if let (Some(key), Some(Some(b))) = (key, member.op.inputs.get(k)) {
+                    slot(*key, *b, m, &mut bytes_of, &mut first, &mut last);
+                }
+            }
+            for (k, &key) in member.outputs.iter().enumerate() {
+                let b = member.op.outputs.get(k).copied().unwrap_or(0);
+                slot(key, b, m, &mut bytes_of, &mut first, &mut last);
+            }
+        }
+        for key in inputs.iter().chain(outputs) {
+            let i = bytes_of.iter().position(|&(k, _)| k == *key).ok_or_else(|| Error::Runtime(format!("internal: GPU segment tensor {key} unused").into()))?;
+            if inputs.contains(key) {
+                first[i] = 0;
+            }
+            if outputs.contains(key) {
+                last[i] = members.len();
+            }
+        }
+        // Buffers reused between tensors whose lifetimes do not meet, best fit first:
+        // at each op its outputs are placed before the tensors it read last are freed,
+        // so an op never reads and writes one buffer.
+        let n = bytes_of.len();
+        let mut buffer_of = vec![usize::MAX; n];
+        let mut sizes: Vec<usize> = Vec::new();
+        let mut free: Vec<usize> = Vec::new();
+        let mut lower = 0usize;
+        for at in 0..=members.len() {
+            let live: usize = (0..n).filter(|&i| first[i] <= at && at <= last[i]).map(|i| bytes_of[i].1).sum();
+            lower = lower.max(live);
+            for i in (0..n).filter(|&i| first[i] == at) {
+                let need = bytes_of[i].1.next_multiple_of(4).max(4);
+                let pick = free.iter().enumerate().filter(|(_, &b)| sizes[b] >= need).min_by_key(|(_, &b)| sizes[b]).map(|(j, _)| j);
+                buffer_of[i] = match pick.or_else(|| (!free.is_empty()).then(|| (0..free.len()).max_by_key(|&j| sizes[free[j]]).unwrap_or(0))) {
+                    Some(j) => {
+                        let b = free.swap_remove(j);
+                        sizes[b] = sizes[b].max(need);
+                        b
+                    }
+                    None => {
+                        sizes.push(need);
+                        sizes.len() - 1
+                    }
+                };
+            }
+            for i in (0..n).filter(|&i| last[i] == at) {
+                free.push(buffer_of[i]);
+            }
+        }
+        let max_binding = dev.limits.max_storage_buffer_binding_size as usize;
+        if let Some(s) = sizes.iter().find(|&&s| s > max_binding) {
+            return Err(Error::Unsupported(format!("a GPU tensor of {s} bytes exceeds the adapter's binding limit of {max_binding}").into()));
+        }
+        let buffers: Vec<wgpu::Buffer> = sizes.iter().enumerate().map(|(i, &s)| dev.storage(&format!("segment buffer {i}"), s as u64)).collect();
+        let buf = |key: usize| -> Result<usize> {
+            bytes_of
+                .iter()
+                .position(|&(k, _)| k == key)
+                .map(|i| buffer_of[i])
+                .ok_or_else(|| Error::Runtime(format!("internal: GPU tensor {key} has no buffer").into()))
+        };
+        let mut passes = Vec::new();
+        for member in members {
+            for d in &member.op.dispatches {
+                let mut entries = vec![wgpu::BindGroupEntry { binding: 0, resource: d.params.as_entire_binding() }];
+                for (j, b) in d.binds.iter().enumerate() {
+                    let buffer: &wgpu::Buffer = match b {
+                        Bind::In(k) => {
+                            let key = member.inputs.get(*k).copied().flatten().ok_or_else(|| Error::Runtime("internal: GPU input unbound".into()))?;
+                            &buffers[buf(key)?]
+                        }
+                        Bind::Out(k) => &buffers[buf(*member.outputs.get(*k).ok_or_else(|| Error::Runtime("internal: GPU output unbound".into()))?)?],
+                        Bind::Const(c) => c,
+                        Bind::Zero => &dev.zeros,
+                    };
+                    entries.push(wgpu::BindGroupEntry { binding: j as u32 + 1, resource: buffer.as_entire_binding() });
+                }
+                let layout = d.pipeline.get_bind_group_layout(0);
+                let group = dev.device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &layout, entries: &entries });
+                passes.push((d.pipeline.clone(), group, d.groups));
+            }
+        }
+        let ins = inputs.iter().map(|&k| Ok((buf(k)?, bytes_of.iter().find(|e| e.0 == k).map_or(0, |e| e.1)))).collect::<Result<Vec<_>>>()?;
+        let mut offset = 0u64;
+        let mut outs = Vec::with_capacity(outputs.len());
+        for &k in outputs {
+            let bytes = bytes_of.iter().find(|e| e.0 == k).map_or(0, |e| e.1);
+            outs.push((buf(k)?, bytes, offset));
+            offset += (bytes as u64).next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT);
+        }
+        let staging = (offset > 0).then(|| {
+            dev.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("readback"),
+                size: offset,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            })
+        });
+        if let Some(e) = dev.take_uncaptured() {
+            return Err(Error::Runtime(format!("GPU: {e}").into()));
+        }
+        let memory = GpuMemory { buffer_bytes: sizes.iter().sum(), lower_bound_bytes: lower };
+        Ok(Segment { dev, buffers, inputs: ins, outputs: outs, passes, staging, memory })
+    }
+
+    /// Uploads `ins`, runs every dispatch in one submission and reads the outputs
+    /// back into `outs`.
+    pub(crate) fn run(&mut self, ins: &[Option<&[u8]>], outs: &mut [&mut [u8]]) -> Result<()> {
+        let dev = &*self.dev;
+        let scope = dev.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        for (k, &(b, bytes)) in self.inputs.iter().enumerate() {
+            let data = ins.get(k).copied().flatten().ok_or_else(|| Error::Runtime(format!("GPU segment input {k} is missing").into()))?;
+            if data.len() != bytes {
+                return Err(Error::Runtime(format!("GPU segment input {k} has {} bytes, expected {bytes}", data.len()).into()));
+            }
+            if bytes > 0 {
+                dev.queue.write_buffer(&self.buffers[b], 0, data);
+            }
+        }
+        let mut encoder = dev.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("segment") });
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
+            for (pipeline, group, groups) in &self.passes {
+                pass.set_pipeline(pipeline);
+                pass.set_bind_group(0, group, &[]);
+                pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+            }
+        }
+        if let Some(staging) = &self.staging {
+            for &(b, bytes, off) in &self.outputs {
+                let len = (bytes as u64).next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT);
+                if len > 0 {
+                    encoder.copy_buffer_to_buffer(&self.buffers[b], 0, staging, off, len);
+                }
+            }
+        }
+        dev.queue.submit([encoder.finish()]);
+        if let Some(staging) = &self.staging {
+            let done: Arc<Mutex<Option<std::result::Result<(), wgpu::BufferAsyncError>>>> = Arc::new(Mutex::new(None));
+            let flag = done.clone();
+            staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+                if let Ok(mut f) = flag.lock() {
+                    *f = Some(r);
+                }
+            });
+            dev.device.poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).map_err(|e| Error::Runtime(format!("GPU: {e}").into()))?;
+            let mapped = done.lock().ok().and_then(|mut d| d.take());
+            if !matches!(mapped, Some(Ok(()))) {
+                let e = pollster::block_on(scope.pop());
+                return Err(Error::Runtime(format!("GPU readback failed: {mapped:?} {e:?}").into()));
+            }
+            {
+                let view = staging.slice(..).get_mapped_range();
+                for (k, &(_, bytes, off)) in self.outputs.iter().enumerate() {
+                    let out = outs.get_mut(k).ok_or_else(|| Error::Runtime(format!("GPU segment output {k} is missing").into()))?;
+                    if out.len() != bytes {
+                        return Err(Error::Runtime(format!("GPU segment output {k} has {} bytes, expected {bytes}", out.len()).into()));
+                    }
+                    out.copy_from_slice(&view[off as usize..off as usize + bytes]);
+                }
+            }
+            staging.unmap();
+        }
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(Error::Runtime(format!("GPU: {e}").into()));
+        }
+        if let Some(e) = dev.take_uncaptured() {
+            return Err(Error::Runtime(format!("GPU: {e}").into()));
+        }
+        Ok(())
+    }
+}
+
+/// A kernel running one op on its own (a segment of one): used where the compiler
+/// leaves a GPU op outside a segment. The segment is made on the first run.
+pub(crate) fn standalone(dev: Arc<GpuDevice>, op: Arc<GpuOp>) -> crate::backend::KernelFn {
+    let mut seg: Option<Segment> = None;
+    Box::new(move |ins, outs| {
+        if seg.is_none() {
+            let n_in = op.inputs.len();
+            let inputs: Vec<usize> = (0..n_in).filter(|&k| op.inputs[k].is_some()).collect();
+            let outputs: Vec<usize> = (0..op.outputs.len()).map(|k| n_in + k).collect();
+            let member = Member { op: op.clone(), inputs: (0..n_in).map(|k| op.inputs[k].map(|_| k)).collect(), outputs: outputs.clone() };
+            seg = Some(Segment::new(dev.clone(), &[member], &inputs, &outputs)?);
+        }
+        let s = seg.as_mut().ok_or_else(|| Error::Runtime("internal: GPU segment missing".into()))?;
+        // The op's run-time inputs only, in input order.
+        let picked: Vec<Option<&[u8]>> = (0..op.inputs.len()).filter(|&k| op.inputs[k].is_some()).map(|k| ins.get(k).copied().flatten()).collect();
+        s.run(&picked, outs)
+    })
+}
