@@ -453,6 +453,7 @@ mod tests {
             "op-index",
             "op-convert",
             "op-signal",
+            "op-recurrent",
         ];
         assert_eq!(names.len(), FAMILIES.len());
         let info = TensorInfo {
