@@ -27,22 +27,27 @@ OUT=target/size
 mkdir -p "$OUT"
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 
-# The wake-word feature list, from the models themselves (the host's full CLI; built
-# with the C library, as below, so the dependencies are built once for both).
-cargo build --profile dist --locked -p ferrite-capi -p ferrite-cli
-FEATURES=$(target/dist/ferrite features "$WAKE"/*.tflite 2>/dev/null)
+# The wake-word feature list, from the models themselves (the release CLI; the CI has
+# built it already).
+[ -x target/release/ferrite ] || cargo build --release --locked -p ferrite-cli
+FEATURES=$(target/release/ferrite features "$WAKE"/*.tflite 2>/dev/null)
 QUALIFIED=$(echo "$FEATURES" | tr ',' '\n' | sed 's|^|ferrite/|' | paste -sd, -)
 echo "wake-word models ($(ls "$WAKE" | tr '\n' ' ')) need: $FEATURES"
 
+# Each package is built on its own: cargo unifies features across the packages of one
+# invocation, and the CLI's `gpu` feature would otherwise pull wgpu into the C library.
+# The CLI (a tool, with the wgpu backend) is measured from the release profile: an LTO
+# build of wgpu costs CI minutes and the CLI is not what an application ships.
 rows=()
 size_of() { stat -c %s "$1"; }
 for t in "${TARGETS[@]}"; do
-  if [ "$t" = x86_64-unknown-linux-gnu ]; then dir=target/dist; strip=strip; tflag=(); else dir=target/$t/dist; strip=aarch64-linux-gnu-strip; tflag=(--target "$t"); fi
-  cargo build --profile dist --locked "${tflag[@]}" -p ferrite-capi -p ferrite-cli
+  if [ "$t" = x86_64-unknown-linux-gnu ]; then dir=target/dist; rel=target/release; strip=strip; tflag=(); else dir=target/$t/dist; rel=target/$t/release; strip=aarch64-linux-gnu-strip; tflag=(--target "$t"); fi
+  cargo build --profile dist --locked "${tflag[@]}" -p ferrite-capi
+  [ -x "$rel/ferrite" ] || cargo build --release --locked "${tflag[@]}" -p ferrite-cli
   $strip -o "$OUT/libferrite_c.$t.full.so" "$dir/libferrite_c.so"
-  $strip -o "$OUT/ferrite.$t.full" "$dir/ferrite"
-  lib=$(size_of "$OUT/libferrite_c.$t.full.so"); cli=$(size_of "$OUT/ferrite.$t.full")
-  echo "$t full:      libferrite_c.so $lib B, ferrite CLI $cli B (stripped)"
+  $strip -o "$OUT/ferrite.$t.release" "$rel/ferrite"
+  lib=$(size_of "$OUT/libferrite_c.$t.full.so"); cli=$(size_of "$OUT/ferrite.$t.release")
+  echo "$t full:      libferrite_c.so $lib B (dist profile), ferrite CLI $cli B (release profile, with the gpu backend) (stripped)"
   rows+=("{\"target\": \"$t\", \"build\": \"full\", \"lib\": $lib, \"cli\": $cli}")
   cargo build --profile dist --locked "${tflag[@]}" -p ferrite-capi --no-default-features --features "$QUALIFIED"
   $strip -o "$OUT/libferrite_c.$t.wakeword.so" "$dir/libferrite_c.so"
