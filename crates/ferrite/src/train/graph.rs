@@ -15,6 +15,7 @@ use smallvec::SmallVec;
 use super::backward::{self, Backward, BackwardOp, Operand};
 use super::{Loss, LossReduction, Optimizer, TrainConfig};
 use crate::backend::cpu::CpuBackend;
+#[cfg(feature = "reference")]
 use crate::backend::reference::ReferenceBackend;
 use crate::backend::{typed, typed_mut, Backend, BackendContext, InputDesc, KernelFn, OpContext};
 use crate::compile::AlignedBytes;
@@ -282,6 +283,9 @@ pub(super) fn build(model: &Model, sg: usize, cfg: &TrainConfig, ctx: &mut Backe
     }
     // Forward steps.
     let cpu = CpuBackend;
+    // Ops the CPU backend lacks (in a selective build too) run on the reference
+    // backend when the build has it.
+    #[cfg(feature = "reference")]
     let reference = ReferenceBackend;
     for (k, op) in g.ops.iter().enumerate() {
         if skip[k] {
@@ -370,6 +374,7 @@ pub(super) fn build(model: &Model, sg: usize, cfg: &TrainConfig, ctx: &mut Backe
                 max_bytes: b.max_bytes,
             };
             match cpu.build(&octx, ctx) {
+                #[cfg(feature = "reference")]
                 Err(Error::Unsupported(_)) => reference.build(&octx, ctx).or_else(|_| cpu.build(&octx, ctx)),
                 r => r,
             }
