@@ -25,6 +25,7 @@ use std::sync::Arc;
 use ferrite::ModelBytes;
 use ferrite::{DType, Error, Model, Session, SessionOptions};
 
+#[cfg(feature = "train")]
 pub mod train;
 
 /// Result of every call.
@@ -273,6 +274,7 @@ pub struct FerriteSession {
     /// Names for per-op callbacks, made on the first run with callbacks.
     callback_names: Option<CallbackNames>,
     /// Training: its info, trainer and bound batch (`ferrite_session_train_*`).
+    #[cfg(feature = "train")]
     train: train::TrainState,
 }
 
@@ -355,6 +357,7 @@ impl FerriteSession {
             last_location: None,
             tracing: false,
             callback_names: None,
+            #[cfg(feature = "train")]
             train: train::TrainState::default(),
         };
         s.refresh_io();
