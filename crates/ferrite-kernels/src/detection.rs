@@ -153,6 +153,88 @@ fn rank(s: f32) -> f32 {
     }
 }
 
+/// The indices of the `k` highest of `values`, highest first, in the order
+/// LiteRT's fast NMS ranks a box's classes. For `k == 1` that is the first
+/// maximum. For more it is C++'s `std::partial_sort` with a "greater" comparison,
+/// whose order among equal values the C++ standard leaves open; LiteRT's Linux
+/// builds use GNU libstdc++'s algorithm (a heap of the first `k` indices, each
+/// later index that beats the heap's least replacing it, then a heap sort), and
+/// equal scores are common with uint8 scores, so the same steps are taken here
+/// to report equal-scoring classes in the order LiteRT does.
+fn top_k_like_litert(values: &[f32], k: usize) -> Vec<usize> {
+    let k = k.min(values.len());
+    if k == 0 {
+        return Vec::new();
+    }
+    // "a ranks before b": a strictly greater score.
+    let before = |a: usize, b: usize| rank(values[a]) > rank(values[b]);
+    if k == 1 {
+        let mut best = 0;
+        for i in 1..values.len() {
+            if before(i, best) {
+                best = i;
+            }
+        }
+        return vec![best];
+    }
+    let mut v: Vec<usize> = (0..values.len()).collect();
+    // Moves the hole at `hole` down to a leaf of the heap v[..len], then sifts
+    // `value` up from there (no higher than `top`).
+    let adjust = |v: &mut [usize], mut hole: usize, len: usize, value: usize| {
+        let top = hole;
+        let mut child = hole;
+        while child < (len - 1) / 2 {
+            child = 2 * (child + 1);
+            if before(v[child], v[child - 1]) {
+                child -= 1;
+            }
+            v[hole] = v[child];
+            hole = child;
+        }
+        if len % 2 == 0 && child == (len - 2) / 2 {
+            child = 2 * (child + 1);
+            v[hole] = v[child - 1];
+            hole = child - 1;
+        }
+        let mut parent = hole.wrapping_sub(1) / 2;
+        while hole > top && before(v[parent], value) {
+            v[hole] = v[parent];
+            hole = parent;
+            parent = hole.wrapping_sub(1) / 2;
+        }
+        v[hole] = value;
+    };
+    // Heap of the first k (its root ranks last among them).
+    if k >= 2 {
+        let mut parent = (k - 2) / 2;
+        loop {
+            let value = v[parent];
+            adjust(&mut v, parent, k, value);
+            if parent == 0 {
+                break;
+            }
+            parent -= 1;
+        }
+    }
+    for i in k..values.len() {
+        if before(v[i], v[0]) {
+            let value = v[i];
+            v[i] = v[0];
+            adjust(&mut v, 0, k, value);
+        }
+    }
+    // Heap sort of the first k.
+    let mut last = k;
+    while last > 1 {
+        last -= 1;
+        let value = v[last];
+        v[last] = v[0];
+        adjust(&mut v, 0, last, value);
+    }
+    v.truncate(k);
+    v
+}
+
 /// Greedy single-class NMS of the post-processing: the boxes scoring at least the
 /// threshold, in decreasing score order (a stable sort: equal scores keep box
 /// order), each kept unless a kept box overlaps it by more than the IoU
@@ -200,7 +282,8 @@ pub enum PostProcessError {
 /// - Fast NMS: each box is ranked by its best class; NMS over those scores keeps
 ///   up to `max_detections` boxes, each reported with its best
 ///   `min(max_classes_per_detection, num_classes)` classes (highest first, equal
-///   scores by class order) in its block of `max_classes_per_detection` rows.
+///   scores in LiteRT's order, see [`top_k_like_litert`]) in its block of
+///   `max_classes_per_detection` rows.
 /// - Regular NMS: NMS per class keeps up to `detections_per_class` boxes; class
 ///   by class they are merged with the best so far, keeping the
 ///   `max_detections` highest scores (a stable merge: on equal scores earlier
@@ -254,13 +337,7 @@ pub fn detection_postprocess(
         Ok(best.len())
     } else {
         let per_box = p.max_classes_per_detection.min(p.num_classes);
-        let top_classes = |i: usize| {
-            let r = row(i);
-            let mut cls: Vec<usize> = (0..p.num_classes).collect();
-            cls.sort_by(|&a, &b| rank(r[b]).total_cmp(&rank(r[a])));
-            cls.truncate(per_box);
-            cls
-        };
+        let top_classes = |i: usize| top_k_like_litert(row(i), per_box);
         if per_box == 0 {
             return Ok(0);
         }
@@ -361,5 +438,31 @@ mod tests {
         assert_eq!(detection_postprocess(&bad, &scores, 3, &p, &mut ob, &mut oc, &mut os), Err(PostProcessError::InvalidBox(0)));
         p.iou_threshold = 0.0;
         assert_eq!(detection_postprocess(&boxes, &scores, 3, &p, &mut ob, &mut oc, &mut os), Err(PostProcessError::IouThreshold));
+    }
+
+    /// The class ranking: the top k, highest first, for any input; among equal
+    /// scores the order libstdc++'s partial sort gives (worked by hand for these).
+    #[test]
+    fn top_k_like_litert_ranks() {
+        let v = [0.5, 0.9, 0.1, 0.9, 0.7, 0.9];
+        assert_eq!(top_k_like_litert(&v, 1), [1]);
+        for k in 1..=v.len() {
+            let t = top_k_like_litert(&v, k);
+            let mut want: Vec<f32> = v.to_vec();
+            want.sort_by(|a, b| b.total_cmp(a));
+            assert_eq!(t.iter().map(|&i| v[i]).collect::<Vec<_>>(), want[..k], "k={k}");
+            let mut seen = t.clone();
+            seen.sort();
+            seen.dedup();
+            assert_eq!(seen.len(), k);
+        }
+        // Equal scores: making the heap of [0, 1] swaps them (root 1); 2 and 3 do
+        // not beat the root; the heap sort swaps them back.
+        assert_eq!(top_k_like_litert(&[0.5, 0.5, 0.5, 0.5], 2), [0, 1]);
+        // A row of uint8 scores from a generated case where LiteRT reported class 3
+        // before class 1 (a stable sort would give 1, 3).
+        let row = [234.0 / 256.0, 250.0 / 256.0, 36.0 / 256.0, 250.0 / 256.0];
+        assert_eq!(top_k_like_litert(&row, 2), [3, 1]);
+        assert_eq!(top_k_like_litert(&[], 3), Vec::<usize>::new());
     }
 }
