@@ -3,11 +3,11 @@
 conv backbone, box and class heads over a 4x4 and a 2x2 feature map (3 anchors per
 cell), and LiteRT's built-in custom op TFLite_Detection_PostProcess, which the
 converter emits from a tf.function declaring that it implements the op (as the
-TensorFlow object detection API's export does). Float, and with uint8 heads
-(full-integer quantization with float I/O keeps the post-processing's inputs
-float, so the uint8 path is covered by the single-op cases instead).
+TensorFlow object detection API's export does),
+with fast and with regular NMS. Float only: the uint8 inputs of the op are covered
+by the generated single-op cases (tools/opgen).
 
-Weights are seeded, so the model is the same on every run of the same TF version.
+Weights are seeded, so the models are the same on every run of the same TF version.
 
   ssd_model.py --out DIR     (skips the work when DIR/.complete exists)
 """
