@@ -212,7 +212,7 @@ pub fn encode_map(entries: &[(&str, FlexValue)]) -> Vec<u8> {
         out.push(0);
     }
     let put = |out: &mut Vec<u8>, v: u32| out.extend_from_slice(&v.to_le_bytes());
-    while out.len() % 4 != 0 {
+    while !out.len().is_multiple_of(4) {
         out.push(0);
     }
     // Keys vector: its length, then one offset per key back to the key's bytes.
@@ -241,7 +241,7 @@ pub fn encode_map(entries: &[(&str, FlexValue)]) -> Vec<u8> {
     }
     out.extend_from_slice(&types);
     // Root: offset back to the map, its packed type (map of 32-bit values), root width.
-    while out.len() % 4 != 0 {
+    while !out.len().is_multiple_of(4) {
         out.push(0);
     }
     let here = out.len();
@@ -287,7 +287,7 @@ mod tests {
         for (j, k) in [0usize, 2, 4].iter().enumerate() {
             b.push((kv + j - k) as u8);
         }
-        while b.len() % 8 != 0 {
+        while !b.len().is_multiple_of(8) {
             b.push(0);
         }
         let prefix = b.len();
@@ -318,7 +318,7 @@ mod tests {
             100, 0, 117, 115, 101, 95, 114, 101, 103, 117, 108, 97, 114, 95, 110, 109, 115, 0, 3, 50, 36, 19, 0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0,
             0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0, 0, 0, 51, 51, 51, 51, 51, 51, 227, 63, 0, 0, 0, 0, 0, 0, 0, 0, 7, 15, 107, 27, 39, 1,
         ];
-        let m = FlexMap::root(&b).unwrap();
+        let m = FlexMap::root(b).unwrap();
         assert_eq!(m.get("max_detections").unwrap(), FlexValue::Int(10));
         assert_eq!(m.get("nms_iou_threshold").unwrap(), FlexValue::Float(0.6));
         assert_eq!(m.get("use_regular_nms").unwrap(), FlexValue::Bool(false));

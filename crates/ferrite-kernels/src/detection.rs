@@ -191,7 +191,7 @@ fn top_k_like_litert(values: &[f32], k: usize) -> Vec<usize> {
             v[hole] = v[child];
             hole = child;
         }
-        if len % 2 == 0 && child == (len - 2) / 2 {
+        if len.is_multiple_of(2) && child == (len - 2) / 2 {
             child = 2 * (child + 1);
             v[hole] = v[child - 1];
             hole = child - 1;

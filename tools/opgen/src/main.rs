@@ -2061,7 +2061,7 @@ fn gen_detection_postprocess(op: &str, r: &mut Rng) -> Case {
     let anchors: Vec<f32> = (0..boxes).flat_map(|_| [r.f(0.2, 0.8), r.f(0.2, 0.8), r.f(0.1, 0.5), r.f(0.1, 0.5)]).collect();
     let (enc_t, cls_t, anc_t) = match qtype {
         None => {
-            let e = f32in(&mut m, "box_encodings", &[1, boxes as i32, stride as i32]);
+            let e = f32in(&mut m, "box_encodings", &[1, boxes as i32, stride]);
             let c = f32in(&mut m, "class_predictions", &[1, boxes as i32, cols as i32]);
             let a = m.add_tensor(TensorSpec::const_f32("anchors", &[boxes as i32, 4], &anchors));
             (e, c, a)
@@ -2073,7 +2073,7 @@ fn gen_detection_postprocess(op: &str, r: &mut Rng) -> Case {
                 m.inputs.push(t);
                 t
             };
-            let e = qin(&mut m, "box_encodings", &[1, boxes as i32, stride as i32], r.f(0.01, 0.04), r.int(lo + 100, hi - 100));
+            let e = qin(&mut m, "box_encodings", &[1, boxes as i32, stride], r.f(0.01, 0.04), r.int(lo + 100, hi - 100));
             let c = qin(&mut m, "class_predictions", &[1, boxes as i32, cols as i32], 1.0 / 256.0, lo);
             // Anchors quantized with a step of 1/256 from zero (all values are positive).
             let (scale, zp) = (1.0f32 / 256.0, lo);
