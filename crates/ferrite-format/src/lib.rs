@@ -4,6 +4,7 @@
 //!   (ferrite's own schema file). Used for the field layout and by the writer.
 //! - [`reader`]: a lenient, bounds-checked reader for untrusted model bytes.
 //! - [`ops`]: the op table — every builtin ferrite knows, its options, arity and kernel types.
+//! - [`flexbuffers`]: FlexBuffers maps of scalars (custom ops' options).
 //! - [`writer`]: builds `.tflite` files (single-op test models, exported models).
 //!
 //! This crate knows nothing of execution; `ferrite` turns the view into its IR.
@@ -20,6 +21,7 @@ mod generated {
 /// Generated schema bindings (enums, slot constants and builders).
 pub use generated::tflite as schema;
 
+pub mod flexbuffers;
 pub mod ops;
 pub mod reader;
 pub mod writer;

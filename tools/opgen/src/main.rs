@@ -874,6 +874,7 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             single(code, &[z], o, Options::None, &mut m);
             ranges.push(fr);
         }
+        op if op.starts_with("DETECTION_POSTPROCESS") => return gen_detection_postprocess(op, r),
         "NON_MAX_SUPPRESSION_V4" | "NON_MAX_SUPPRESSION_V4_DYNAMIC" | "NON_MAX_SUPPRESSION_V5" | "NON_MAX_SUPPRESSION_V5_SOFT" => {
             // Boxes around a few centres (so they overlap), corners sometimes given in
             // reverse order; scores as a model input; constant thresholds. DYNAMIC:
@@ -2034,6 +2035,91 @@ fn to_uint8(mut case: Case) -> Case {
     case
 }
 
+/// `TFLite_Detection_PostProcess` (LiteRT's built-in custom op): box encodings and
+/// class scores as model inputs, constant anchors clustered in the unit square (so
+/// boxes overlap), randomized options (some left out, as LiteRT defaults them),
+/// fast NMS with 1 to 3 classes per box or regular NMS, with or without the
+/// background column. `_UINT8` / `_INT8`: every input quantized (anchors too,
+/// as LiteRT reads them with the box encodings' type); whole-range integer inputs
+/// give many equal scores, which checks the tie order.
+fn gen_detection_postprocess(op: &str, r: &mut Rng) -> Case {
+    use ferrite_format::flexbuffers::{encode_map, FlexValue};
+    let mut m = ModelSpec { description: format!("ferrite single-op test: {op}"), ..Default::default() };
+    let regular = op.contains("REGULAR");
+    let qtype = if op.ends_with("_UINT8") {
+        Some(TensorType::UINT8)
+    } else if op.ends_with("_INT8") {
+        Some(TensorType::INT8)
+    } else {
+        None
+    };
+    let boxes = r.u(1, 40);
+    let stride = r.pick(&[4, 4, 6]);
+    let num_classes = r.u(1, 6);
+    let with_bg = r.coin();
+    let cols = num_classes + with_bg as usize;
+    let anchors: Vec<f32> = (0..boxes).flat_map(|_| [r.f(0.2, 0.8), r.f(0.2, 0.8), r.f(0.1, 0.5), r.f(0.1, 0.5)]).collect();
+    let (enc_t, cls_t, anc_t) = match qtype {
+        None => {
+            let e = f32in(&mut m, "box_encodings", &[1, boxes as i32, stride]);
+            let c = f32in(&mut m, "class_predictions", &[1, boxes as i32, cols as i32]);
+            let a = m.add_tensor(TensorSpec::const_f32("anchors", &[boxes as i32, 4], &anchors));
+            (e, c, a)
+        }
+        Some(ty) => {
+            let (lo, hi) = if ty == TensorType::UINT8 { (0i64, 255i64) } else { (-128, 127) };
+            let qin = |m: &mut ModelSpec, name: &str, shape: &[i32], scale: f32, zp: i64| {
+                let t = m.add_tensor(TensorSpec { quant: Some((vec![scale], vec![zp], 0)), ..TensorSpec::activation(name, ty, shape) });
+                m.inputs.push(t);
+                t
+            };
+            let e = qin(&mut m, "box_encodings", &[1, boxes as i32, stride], r.f(0.01, 0.04), r.int(lo + 100, hi - 100));
+            let c = qin(&mut m, "class_predictions", &[1, boxes as i32, cols as i32], 1.0 / 256.0, lo);
+            // Anchors quantized with a step of 1/256 from zero (all values are positive).
+            let (scale, zp) = (1.0f32 / 256.0, lo);
+            let data: Vec<u8> = anchors.iter().map(|&v| ((v / scale).round() as i64 + zp).clamp(lo, hi) as i8 as u8).collect();
+            let a = m.add_tensor(TensorSpec {
+                data: Some(data),
+                quant: Some((vec![scale], vec![zp], 0)),
+                ..TensorSpec::activation("anchors", ty, &[boxes as i32, 4])
+            });
+            (e, c, a)
+        }
+    };
+    let outs: Vec<i32> = ["detection_boxes", "detection_classes", "detection_scores", "num_detections"]
+        .iter()
+        .map(|n| {
+            let t = m.add_tensor(TensorSpec::activation(n, TensorType::FLOAT32, &[]));
+            m.outputs.push(t);
+            t
+        })
+        .collect();
+    let mut opts = vec![
+        ("max_detections", FlexValue::Int(r.int(1, 12))),
+        ("max_classes_per_detection", FlexValue::Int(r.int(1, 3))),
+        ("nms_score_threshold", FlexValue::Float(if qtype.is_some() { r.f(0.0, 0.6) } else { r.f(-0.5, 0.6) } as f64)),
+        ("nms_iou_threshold", FlexValue::Float(r.f(0.05, 1.0) as f64)),
+        ("num_classes", FlexValue::Int(num_classes as i64)),
+        ("y_scale", FlexValue::Float(r.f(1.0, 10.0) as f64)),
+        ("x_scale", FlexValue::Float(r.f(1.0, 10.0) as f64)),
+        ("h_scale", FlexValue::Float(r.f(1.0, 5.0) as f64)),
+        ("w_scale", FlexValue::Float(r.f(1.0, 5.0) as f64)),
+    ];
+    if r.coin() {
+        opts.push(("detections_per_class", FlexValue::Int(r.int(1, 8))));
+    }
+    if regular || r.coin() {
+        opts.push(("use_regular_nms", FlexValue::Bool(regular)));
+    }
+    m.add_op(OpCode::Custom("TFLite_Detection_PostProcess".into()), &[enc_t, cls_t, anc_t], &outs, Options::None);
+    if let Some(o) = m.ops.last_mut() {
+        o.custom_options = Some(encode_map(&opts));
+    }
+    // Float inputs: encodings around zero, scores in [0, 1).
+    let ranges = if qtype.is_some() { vec![] } else { vec![(-1.5, 1.5), (0.0, 1.0)] };
+    Case { spec: m, ranges, fixed: vec![] }
+}
+
 /// The float case with every float activation turned into `ty`, all sharing one
 /// randomized (scale, zero point): the form converters give ops that only move or
 /// select values, which LiteRT runs without requantizing. int16 keeps zero point 0.
@@ -2355,6 +2441,10 @@ const OPS: &[&str] = &[
     "RFFT2D",
     "NON_MAX_SUPPRESSION_V4",
     "NON_MAX_SUPPRESSION_V4_DYNAMIC",
+    "DETECTION_POSTPROCESS",
+    "DETECTION_POSTPROCESS_REGULAR",
+    "DETECTION_POSTPROCESS_UINT8",
+    "DETECTION_POSTPROCESS_REGULAR_UINT8",
     "NON_MAX_SUPPRESSION_V5",
     "NON_MAX_SUPPRESSION_V5_SOFT",
     "COMPLEX_ABS",
@@ -2378,6 +2468,7 @@ const OPS: &[&str] = &[
     // LiteRT has no kernel for these: both runtimes must refuse them.
     "HARD_SWISH_INT16",
     "BATCH_MATMUL_UINT8",
+    "DETECTION_POSTPROCESS_INT8",
 ];
 
 /// Ops compared with LiteRT's builtin (optimized) kernels rather than its reference
@@ -2388,7 +2479,29 @@ const BUILTIN_ORACLE: &[&str] = &["LOCAL_RESPONSE_NORMALIZATION"];
 
 /// Type combinations LiteRT has no kernel for; the suite checks that ferrite, like
 /// it, refuses them with an error rather than computing something.
-const REFUSED: &[&str] = &["HARD_SWISH_INT16", "BATCH_MATMUL_UINT8"];
+const REFUSED: &[&str] = &["HARD_SWISH_INT16", "BATCH_MATMUL_UINT8", "DETECTION_POSTPROCESS_INT8"];
+
+/// Which output rows of a `TFLite_Detection_PostProcess` case LiteRT defines:
+/// fast NMS writes `min(max_classes_per_detection, num_classes)` rows per kept
+/// box in blocks of `max_classes_per_detection`; regular NMS the first
+/// `max_detections` rows (zero past the detections). LiteRT leaves the other
+/// rows as it found them (ferrite zeroes them), so the harness compares these
+/// only. `null` for other ops.
+fn detection_rows(case: &Case) -> Value {
+    use ferrite_format::flexbuffers::FlexMap;
+    let Some(bytes) = case.spec.ops.iter().find(|o| o.code == OpCode::Custom("TFLite_Detection_PostProcess".into())).and_then(|o| o.custom_options.as_ref())
+    else {
+        return Value::Null;
+    };
+    let Ok(m) = FlexMap::root(bytes) else { return Value::Null };
+    let int = |k: &str| m.get(k).map(|v| v.as_i64()).unwrap_or(0);
+    json!({
+        "regular": m.get("use_regular_nms").map(|v| v.as_bool()).unwrap_or(false),
+        "max_detections": int("max_detections"),
+        "max_classes_per_detection": int("max_classes_per_detection"),
+        "num_classes": int("num_classes"),
+    })
+}
 
 /// A small float CNN, built with the writer: conv -> depthwise -> pool -> FC -> softmax.
 fn demo() -> Result<Vec<u8>, String> {
@@ -2468,6 +2581,7 @@ fn main() -> Result<(), String> {
                         "refused": REFUSED.contains(op),
                         "builtin_oracle": BUILTIN_ORACLE.contains(op),
                         "steps": stream_steps(op),
+                        "detection_rows": detection_rows(&case),
                     }));
                 }
             }

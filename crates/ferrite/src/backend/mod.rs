@@ -470,10 +470,11 @@ impl std::fmt::Debug for CustomOpRegistry {
 
 impl CustomOpRegistry {
     /// The registry with ferrite's built-in custom ops (MediaPipe's
-    /// `Convolution2DTransposeBias`).
+    /// `Convolution2DTransposeBias`, LiteRT's `TFLite_Detection_PostProcess`).
     pub fn with_builtins() -> Self {
         let mut r = CustomOpRegistry::default();
         r.register("Convolution2DTransposeBias", Arc::new(custom_builtin::TransposeConvBias));
+        r.register("TFLite_Detection_PostProcess", Arc::new(custom_builtin::DetectionPostProcess));
         r
     }
     /// Registers (or replaces) a custom op.
