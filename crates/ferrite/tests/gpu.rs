@@ -254,7 +254,8 @@ fn fp16_precision_single_ops_within_2e_3_of_the_reference() {
         eprintln!("the adapter lacks SHADER_F16: fp16 kernels not tested");
         return;
     }
-    let mut cases: Vec<(String, Arc<Model>, Vec<Vec<f32>>)> = vec![("CONV_2D/DEPTHWISE/LOGISTIC/ADD/MEAN chain".into(), chain_model(), vec![]), ("FULLY_CONNECTED".into(), fc_model(), vec![])];
+    let mut cases: Vec<(String, Arc<Model>, Vec<Vec<f32>>)> =
+        vec![("CONV_2D/DEPTHWISE/LOGISTIC/ADD/MEAN chain".into(), chain_model(), vec![]), ("FULLY_CONNECTED".into(), fc_model(), vec![])];
     let x: Vec<f32> = (0..2 * 3 * 5 * 7).map(|i| ((i * 37 % 101) as f32 - 50.0) / 12.5).collect();
     for op in [BuiltinOp::HARD_SWISH, BuiltinOp::LOGISTIC, BuiltinOp::TANH, BuiltinOp::GELU, BuiltinOp::RELU6, BuiltinOp::EXP, BuiltinOp::ABS] {
         cases.push((format!("{op:?}"), unary_model(op, &[2, 3, 5, 7]), vec![x.clone()]));

@@ -58,7 +58,10 @@ impl Backend for GpuBackend {
         if ctx.gpu.half && !dev.adapter.shader_f16 {
             if !ctx.gpu.warned {
                 ctx.gpu.warned = true;
-                eprintln!("ferrite: warning: fp16 GPU precision asked for, but adapter '{}' lacks SHADER_F16; its ops run on the next backend", dev.adapter.name);
+                eprintln!(
+                    "ferrite: warning: fp16 GPU precision asked for, but adapter '{}' lacks SHADER_F16; its ops run on the next backend",
+                    dev.adapter.name
+                );
             }
             return Err(op.unsupported("fp16 GPU precision: the adapter lacks SHADER_F16"));
         }

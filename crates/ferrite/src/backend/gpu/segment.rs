@@ -287,8 +287,11 @@ impl Segment {
         let t_gpu = Instant::now();
         let mut encoder = dev.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("segment") });
         {
-            let timestamp_writes =
-                self.timestamps.as_ref().map(|(set, _, _)| wgpu::ComputePassTimestampWrites { query_set: set, beginning_of_pass_write_index: Some(0), end_of_pass_write_index: Some(1) });
+            let timestamp_writes = self.timestamps.as_ref().map(|(set, _, _)| wgpu::ComputePassTimestampWrites {
+                query_set: set,
+                beginning_of_pass_write_index: Some(0),
+                end_of_pass_write_index: Some(1),
+            });
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes });
             for (pipeline, group, groups) in &self.passes {
                 pass.set_pipeline(pipeline);
