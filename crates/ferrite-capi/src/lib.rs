@@ -271,6 +271,10 @@ pub struct FerriteSession {
     last_location: Option<ferrite::Location>,
     /// Tracing was asked for (kept when the session is re-created for a thread count).
     tracing: bool,
+    /// Thread count and backend list asked for (None: the defaults), kept when the
+    /// session is re-created for the other.
+    threads: usize,
+    backends: Option<Vec<String>>,
     /// Names for per-op callbacks, made on the first run with callbacks.
     callback_names: Option<CallbackNames>,
     /// Training: its info, trainer and bound batch (`ferrite_session_train_*`).
@@ -344,6 +348,26 @@ unsafe fn write_message(buf: *mut c_char, len: usize, msg: &str) {
 }
 
 impl FerriteSession {
+    /// Re-creates the (not yet configured) session with `threads` and `backends`
+    /// over the environment's defaults; the bindings made so far stay (same model,
+    /// same inputs and outputs).
+    fn recreate(&mut self, threads: usize, backends: Option<Vec<String>>) -> FerriteStatus {
+        let options = SessionOptions::default().with_env_backends().map(|o| SessionOptions {
+            threads,
+            trace: self.tracing,
+            backends: backends.clone().unwrap_or(o.backends.clone()),
+            ..o
+        });
+        match options.and_then(|options| Session::with_options(self.model.clone(), options)) {
+            Ok(new) => {
+                self.session = new;
+                (self.threads, self.backends) = (threads, backends);
+                FerriteStatus::Ok
+            }
+            Err(e) => self.fail_error(&e),
+        }
+    }
+
     fn new(session: Session, model: Arc<Model>) -> FerriteSession {
         let mut s = FerriteSession {
             session,
@@ -356,6 +380,8 @@ impl FerriteSession {
             last_error: CString::default(),
             last_location: None,
             tracing: false,
+            threads: 1,
+            backends: None,
             callback_names: None,
             #[cfg(feature = "train")]
             train: train::TrainState::default(),
@@ -694,13 +720,35 @@ pub unsafe extern "C" fn ferrite_session_set_num_threads(s: *mut FerriteSession,
             if threads == 0 {
                 return s.fail(FerriteStatus::InvalidArgument, "invalid argument: the thread count must be at least 1");
             }
-            let options = SessionOptions::default().with_env_backends().map(|o| SessionOptions { threads, trace: s.tracing, ..o });
-            match options.and_then(|options| Session::with_options(s.model.clone(), options)) {
-                Ok(new) => {
-                    // Same model, same inputs and outputs: bindings made so far stay.
-                    s.session = new;
-                    FerriteStatus::Ok
-                }
+            s.recreate(threads, s.backends.clone())
+        })
+    }
+}
+
+/// Sets the backends the session's ops run on, in order of preference, as a
+/// comma-separated list (`"gpu,cpu"`, `"reference,cpu"`; cpu is always tried
+/// last): each op runs on the first with a kernel for it. Only before the first
+/// resize or prepare. `gpu` needs a library built with the `gpu` feature; without
+/// an adapter its ops run on the next backend (with a warning on stderr).
+/// `FERRITE_BACKENDS` is the default; this call overrides it.
+///
+/// # Safety
+/// `s` is NULL or a live session; `backends` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_session_set_backends(s: *mut FerriteSession, backends: *const c_char) -> FerriteStatus {
+    if backends.is_null() {
+        return FerriteStatus::NullArgument;
+    }
+    // SAFETY: non-null and NUL-terminated (caller contract).
+    let list = unsafe { CStr::from_ptr(backends) }.to_string_lossy().into_owned();
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        with_session(s, |s| {
+            if s.configured {
+                return s.fail(FerriteStatus::InvalidState, "invalid state: the backends are set before resizing or preparing");
+            }
+            match ferrite::parse_backend_list(&list) {
+                Ok(b) => s.recreate(s.threads, Some(b)),
                 Err(e) => s.fail_error(&e),
             }
         })

@@ -98,6 +98,10 @@ struct BackendArgs {
     /// Repeatable. Default: $FERRITE_OP_BACKEND.
     #[arg(long = "op-backend")]
     op_backends: Vec<String>,
+    /// How the gpu backend stores tensors: fp32 (default) or fp16 (adapters with
+    /// SHADER_F16; arithmetic stays float32). Default: $FERRITE_GPU_PRECISION, else fp32.
+    #[arg(long = "gpu-precision")]
+    gpu_precision: Option<String>,
 }
 
 impl BackendArgs {
@@ -113,6 +117,9 @@ impl BackendArgs {
         }
         if !self.op_backends.is_empty() {
             o.op_backends = self.op_backends.iter().map(|b| parse_op_backend(b)).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+        }
+        if let Some(p) = &self.gpu_precision {
+            o.gpu_precision = p.parse().map_err(|e: ferrite::Error| format!("--gpu-precision: {e}"))?;
         }
         Ok(o)
     }
@@ -424,7 +431,8 @@ fn devices(as_json: bool) {
                    "max_storage_binding_bytes": a.max_storage_binding, "max_buffer_bytes": a.max_buffer,
                    "max_storage_buffers_per_stage": a.max_storage_buffers_per_stage,
                    "max_workgroups_per_dimension": a.max_workgroups_per_dimension,
-                   "max_invocations_per_workgroup": a.max_invocations_per_workgroup, "shader_f16": a.shader_f16})
+                   "max_invocations_per_workgroup": a.max_invocations_per_workgroup, "shader_f16": a.shader_f16,
+                   "timestamp_query": a.timestamps})
         })
         .collect();
     #[cfg(not(feature = "gpu"))]
@@ -448,9 +456,9 @@ fn devices(as_json: bool) {
             a["driver"].as_str().unwrap_or("")
         );
         outln!(
-            "  max storage binding {} B, max buffer {} B, {} storage buffers per stage, {} workgroups per dimension, {} invocations per workgroup, shader f16: {}",
+            "  max storage binding {} B, max buffer {} B, {} storage buffers per stage, {} workgroups per dimension, {} invocations per workgroup, shader f16: {}, timestamp query: {}",
             a["max_storage_binding_bytes"], a["max_buffer_bytes"], a["max_storage_buffers_per_stage"], a["max_workgroups_per_dimension"],
-            a["max_invocations_per_workgroup"], a["shader_f16"]
+            a["max_invocations_per_workgroup"], a["shader_f16"], a["timestamp_query"]
         );
     }
 }
@@ -862,6 +870,10 @@ fn bench(
     }
     // Timed runs: at least --runs and --min-secs, at most --max-secs (at least one).
     let mut times = Vec::with_capacity(runs);
+    let gpu_before = match &s {
+        Runner::Model(sess) => sess.gpu_times(),
+        _ => Default::default(),
+    };
     let mut progress = observe::Progress::new();
     let started = Instant::now();
     ALLOCS.store(0, Ordering::Relaxed);
@@ -948,7 +960,15 @@ fn bench(
     if let Runner::Model(sess) = &s {
         let g = sess.gpu_plan();
         if g.segments > 0 {
-            doc["gpu"] = json!({"segments": g.segments, "ops": g.ops, "buffer_bytes": g.buffer_bytes, "lower_bound_bytes": g.lower_bound_bytes});
+            // Per timed run (warm-up excluded): the three phases of the GPU segments.
+            let (a, b) = (gpu_before, sess.gpu_times());
+            let per_run = |x: f64, y: f64| (y - x) * 1e3 / n as f64;
+            doc["gpu"] = json!({
+                "segments": g.segments, "ops": g.ops, "buffer_bytes": g.buffer_bytes, "lower_bound_bytes": g.lower_bound_bytes,
+                "upload_ms": per_run(a.upload_s, b.upload_s), "gpu_ms": per_run(a.gpu_s, b.gpu_s), "readback_ms": per_run(a.readback_s, b.readback_s),
+                "gpu_ms_from": if b.gpu_timestamps { "GPU timestamps (TIMESTAMP_QUERY)" } else { "host clock: submission until the GPU is done (no TIMESTAMP_QUERY)" },
+                "upload_readback_from": "host clock",
+            });
         }
     }
     if let (Some(ms), Some(samples)) = (mem_poll, &samples) {

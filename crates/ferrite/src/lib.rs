@@ -52,13 +52,13 @@ pub mod ext;
 /// The GPU backend's adapters (`ferrite devices`), with the `gpu` feature.
 #[cfg(feature = "gpu")]
 pub mod gpu {
-    pub use crate::backend::gpu::{available, list_adapters, AdapterSummary};
+    pub use crate::backend::gpu::{available, list_adapters, memory_in_use, AdapterSummary};
 }
 pub mod model;
 
 pub use backend::cpu::features_for;
-pub use backend::select::{parse_backend_list, parse_op_backend, parse_op_backends, OpSelector, BACKEND_NAMES};
-pub use compile::{Crossing, GpuPlan, OpRun};
+pub use backend::select::{parse_backend_list, parse_op_backend, parse_op_backends, GpuPrecision, OpSelector, BACKEND_NAMES};
+pub use compile::{Crossing, GpuPlan, GpuTimes, OpRun};
 pub use error::{Detail, Error, Location, Result};
 pub use memory::ArenaBlock;
 pub use model::{DType, Model, ModelBytes};

@@ -30,6 +30,8 @@ pub struct SessionOptions {
     /// Record a trace from the start: the model's parse, every prepare phase, every
     /// run (see [`Session::set_tracing`], [`Session::write_trace`]).
     pub trace: bool,
+    /// How the GPU backend stores tensors (float32 unless float16 is asked for).
+    pub gpu_precision: crate::GpuPrecision,
 }
 
 impl Default for SessionOptions {
@@ -43,13 +45,15 @@ impl Default for SessionOptions {
             op_backends: Vec::new(),
             custom_backends: Vec::new(),
             trace: false,
+            gpu_precision: crate::GpuPrecision::Fp32,
         }
     }
 }
 
 impl SessionOptions {
-    /// Takes the backends named by `FERRITE_BACKENDS` (`reference,cpu`) and the
-    /// overrides in `FERRITE_OP_BACKEND` (`CONV_2D=cpu;17=reference`), where set, so an
+    /// Takes the backends named by `FERRITE_BACKENDS` (`reference,cpu`), the
+    /// overrides in `FERRITE_OP_BACKEND` (`CONV_2D=cpu;17=reference`) and the GPU's
+    /// `FERRITE_GPU_PRECISION` (`fp16`), where set, so an
     /// app that cannot be rebuilt can still choose. [`Session::from_file`],
     /// [`Session::from_bytes`], the C API, Python and the CLI apply it.
     pub fn with_env_backends(mut self) -> Result<Self> {
@@ -58,6 +62,9 @@ impl SessionOptions {
         }
         if let Ok(v) = std::env::var("FERRITE_OP_BACKEND") {
             self.op_backends = select::parse_op_backends(&v).map_err(|e| Error::InvalidArgument(format!("FERRITE_OP_BACKEND: {e}").into()))?;
+        }
+        if let Ok(v) = std::env::var("FERRITE_GPU_PRECISION") {
+            self.gpu_precision = v.parse().map_err(|e| Error::InvalidArgument(format!("FERRITE_GPU_PRECISION: {e}").into()))?;
         }
         Ok(self)
     }
@@ -219,6 +226,10 @@ impl Session {
         let mut ctx = BackendContext::new(options.threads);
         // Sessions of one loaded model hold one copy of its prepared constants.
         ctx.shared = Some(model.shared_constants());
+        #[cfg(feature = "gpu")]
+        {
+            ctx.gpu.half = options.gpu_precision == crate::GpuPrecision::Fp16;
+        }
         let backends = Backends::new(&options.backends, &options.op_backends, &options.custom_backends)?;
         let trace = options.trace;
         let mut s = Session {
@@ -675,6 +686,20 @@ impl Session {
                 };
                 arena[*offset..*offset + *len].fill(zero_point);
             }
+        }
+    }
+
+    /// Upload / GPU / readback time of the GPU segments, summed over the session's
+    /// runs (zero without GPU ops): differences between two calls time the runs
+    /// between them.
+    pub fn gpu_times(&self) -> crate::GpuTimes {
+        #[cfg(feature = "gpu")]
+        {
+            self.ctx.gpu.times.snapshot()
+        }
+        #[cfg(not(feature = "gpu"))]
+        {
+            crate::GpuTimes::default()
         }
     }
 

@@ -219,6 +219,8 @@ pub enum Packing {
     Folded,
     /// Uploaded to the GPU as they are (float32).
     Gpu,
+    /// Uploaded to the GPU converted to float16 (once per model, like the others).
+    GpuF16,
 }
 
 /// Identity of a prepacked constant: tensor ids within the session's model, never addresses.

@@ -252,3 +252,29 @@ mod tests {
         assert!(matches!(Backends::new(&["cpu".into()], &tpu, &[]), Err(Error::InvalidArgument(_))));
     }
 }
+
+/// How the GPU backend stores tensors (`--gpu-precision`). Float16 halves GPU
+/// memory and bandwidth; arithmetic stays float32 in both (see the shaders).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum GpuPrecision {
+    /// float32 everywhere (the default; within 1e-5 of the reference kernels per op).
+    #[default]
+    Fp32,
+    /// float16 tensors and weights on the GPU, float32 arithmetic: an opt-in for
+    /// adapters with `SHADER_F16` (within about 2e-3 per op); a session asking for it
+    /// on an adapter without it fails to prepare its GPU ops with that reason.
+    Fp16,
+}
+
+impl std::str::FromStr for GpuPrecision {
+    type Err = Error;
+
+    /// `fp32` or `fp16`.
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim() {
+            "fp32" | "f32" | "float32" => Ok(GpuPrecision::Fp32),
+            "fp16" | "f16" | "float16" => Ok(GpuPrecision::Fp16),
+            other => Err(Error::InvalidArgument(format!("GPU precision '{other}': expected fp32 or fp16").into())),
+        }
+    }
+}

@@ -245,6 +245,25 @@ pub struct GpuPlan {
     pub lower_bound_bytes: usize,
 }
 
+/// Where the GPU segments' run time went, summed over the runs since prepare:
+/// uploading host inputs, the GPU's work, reading outputs back.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct GpuTimes {
+    /// Segment runs counted.
+    pub runs: u64,
+    /// Host time writing inputs into GPU buffers (converted to float16 there with
+    /// that precision), seconds.
+    pub upload_s: f64,
+    /// GPU time: from the adapter's timestamps around each submission's compute
+    /// pass where it has `TIMESTAMP_QUERY` (`gpu_timestamps`), else host time from
+    /// the submission until the GPU is done, seconds.
+    pub gpu_s: f64,
+    /// Host time mapping the staging buffer and copying (converting) the outputs, seconds.
+    pub readback_s: f64,
+    /// Whether `gpu_s` comes from GPU timestamps.
+    pub gpu_timestamps: bool,
+}
+
 /// Where one op runs after compilation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OpRun {

@@ -116,6 +116,7 @@ pub(super) fn form_segments(c: &mut Compilation<'_>, dynamic_from: Option<usize>
         }
         let write_roots: Vec<usize> = writes.iter().map(|&t| root(t)).collect();
         let mut seg = Segment::new(dev.clone(), &members, &read_roots, &write_roots)?;
+        seg.times = ctx.gpu.times.clone();
         plan.segments += 1;
         plan.ops += end - si;
         plan.buffer_bytes += seg.memory.buffer_bytes;

@@ -32,6 +32,8 @@ pub struct AdapterSummary {
     pub max_invocations_per_workgroup: u32,
     /// Whether the adapter offers `SHADER_F16` (fp16 arithmetic in shaders).
     pub shader_f16: bool,
+    /// Whether the adapter offers `TIMESTAMP_QUERY` (GPU time of a submission).
+    pub timestamps: bool,
 }
 
 /// The graphics APIs ferrite asks wgpu for (no GL: compute there is too limited).
@@ -72,6 +74,7 @@ fn summary(a: &wgpu::Adapter) -> AdapterSummary {
         max_workgroups_per_dimension: l.max_compute_workgroups_per_dimension,
         max_invocations_per_workgroup: l.max_compute_invocations_per_workgroup,
         shader_f16: a.features().contains(wgpu::Features::SHADER_F16),
+        timestamps: a.features().contains(wgpu::Features::TIMESTAMP_QUERY),
     }
 }
 
@@ -90,7 +93,8 @@ pub(crate) struct GpuDevice {
     pub(crate) queue: wgpu::Queue,
     pub(crate) adapter: AdapterSummary,
     pub(crate) limits: wgpu::Limits,
-    pipelines: Mutex<HashMap<&'static str, Arc<wgpu::ComputePipeline>>>,
+    /// Compiled pipelines by (shader, float16 storage).
+    pipelines: Mutex<HashMap<(&'static str, bool), Arc<wgpu::ComputePipeline>>>,
     /// Read-only stand-in bound where a shader declares an absent operand (no bias).
     pub(crate) zeros: wgpu::Buffer,
     /// Errors wgpu raised outside any error scope (recorded, never a panic).
@@ -109,7 +113,11 @@ fn create() -> std::result::Result<GpuDevice, String> {
     let instance = instance();
     let adapter = adapters(&instance).into_iter().next().ok_or_else(|| INSTALL_HINT.to_string())?;
     let limits = adapter.limits();
-    let desc = wgpu::DeviceDescriptor { label: Some("ferrite"), required_limits: limits.clone(), ..Default::default() };
+    // SHADER_F16 where offered: sessions that ask for float16 precision need it, and
+    // enabling it costs the float32 shaders nothing.
+    // TIMESTAMP_QUERY where offered, for `bench`'s GPU time.
+    let required_features = adapter.features() & (wgpu::Features::SHADER_F16 | wgpu::Features::TIMESTAMP_QUERY);
+    let desc = wgpu::DeviceDescriptor { label: Some("ferrite"), required_limits: limits.clone(), required_features, ..Default::default() };
     let (device, queue) = pollster::block_on(adapter.request_device(&desc)).map_err(|e| format!("GPU device on '{}': {e}", adapter.get_info().name))?;
     let uncaptured = Arc::new(Mutex::new(None));
     let sink = uncaptured.clone();
@@ -128,13 +136,17 @@ fn create() -> std::result::Result<GpuDevice, String> {
 }
 
 impl GpuDevice {
-    /// The pipeline of shader `name`, compiled on first use (at prepare) and cached.
-    pub(crate) fn pipeline(&self, name: &'static str) -> Result<Arc<wgpu::ComputePipeline>> {
+    /// The pipeline of shader `name` (tensors stored as float16 when `half`),
+    /// compiled on first use (at prepare) and cached.
+    pub(crate) fn pipeline(&self, name: &'static str, half: bool) -> Result<Arc<wgpu::ComputePipeline>> {
+        if half && !self.adapter.shader_f16 {
+            return Err(Error::Unsupported(format!("float16 GPU precision: adapter '{}' lacks SHADER_F16", self.adapter.name).into()));
+        }
         let mut cache = self.pipelines.lock().map_err(|_| Error::Runtime("GPU pipeline cache poisoned".into()))?;
-        if let Some(p) = cache.get(name) {
+        if let Some(p) = cache.get(&(name, half)) {
             return Ok(p.clone());
         }
-        let src = super::shaders::source(name).ok_or_else(|| Error::Runtime(format!("internal: no shader '{name}'").into()))?;
+        let src = super::shaders::source(name, half).ok_or_else(|| Error::Runtime(format!("internal: no shader '{name}'").into()))?;
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor { label: Some(name), source: wgpu::ShaderSource::Wgsl(src.into()) });
         let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
@@ -149,7 +161,7 @@ impl GpuDevice {
             return Err(Error::Runtime(format!("GPU shader '{name}' failed to compile: {e}").into()));
         }
         let p = Arc::new(pipeline);
-        cache.insert(name, p.clone());
+        cache.insert((name, half), p.clone());
         Ok(p)
     }
 

@@ -25,6 +25,8 @@ struct Build<'a, 'o> {
     dispatches: Vec<Dispatch>,
     /// Bytes of each input read at run time.
     inputs: Vec<Option<usize>>,
+    /// Tensors stored as float16 (2 bytes an element on the GPU instead of 4).
+    half: bool,
 }
 
 fn f(v: f32) -> u32 {
@@ -37,6 +39,21 @@ fn u(v: usize) -> Result<u32> {
 
 fn i(v: i64) -> Result<u32> {
     i32::try_from(v).map(|x| x as u32).map_err(|_| crate::error::Error::Unsupported(format!("{v} exceeds the GPU kernels' 32-bit indices").into()))
+}
+
+/// Bytes of one tensor element on the GPU.
+fn elem_bytes(half: bool) -> usize {
+    if half {
+        2
+    } else {
+        4
+    }
+}
+
+/// Little-endian float32 bytes as float16 bytes (round to nearest even; a value
+/// past float16's range becomes ±inf, as the GPU's own conversion would make it).
+pub(super) fn to_f16_bytes(v: &[u8]) -> Vec<u8> {
+    v.chunks_exact(4).flat_map(|c| half::f16::from_f32(f32::from_le_bytes([c[0], c[1], c[2], c[3]])).to_le_bytes()).collect()
 }
 
 fn numel(shape: &[usize]) -> usize {
@@ -66,7 +83,7 @@ fn bounds(op: &OpContext<'_>, a: Activation) -> Result<(u32, u32)> {
 impl<'a, 'o> Build<'a, 'o> {
     /// A dispatch of `shader` with `params` over `groups` workgroups.
     fn dispatch(&mut self, shader: &'static str, params: &[u32], binds: Vec<Bind>, groups: [u32; 3]) -> Result<()> {
-        let pipeline = self.dev.pipeline(shader)?;
+        let pipeline = self.dev.pipeline(shader, self.half)?;
         let params = self.dev.upload(shader, bytemuck::cast_slice(params));
         self.dispatches.push(Dispatch { pipeline, params, binds, groups });
         Ok(())
@@ -87,13 +104,15 @@ impl<'a, 'o> Build<'a, 'o> {
         }
         match d.value {
             Some(v) => {
-                let key = PackKey { subgraph: self.op.subgraph, tensor: d.tensor, with: None, packing: Packing::Gpu };
-                let dev = self.dev;
-                let buf = self.ctx.packed(key, || Ok(dev.upload("constant", v)))?;
+                let packing = if self.half { Packing::GpuF16 } else { Packing::Gpu };
+                let key = PackKey { subgraph: self.op.subgraph, tensor: d.tensor, with: None, packing };
+                let (dev, half) = (self.dev, self.half);
+                // float16 weights are converted once, here, and shared like the others.
+                let buf = self.ctx.packed(key, || Ok(if half { dev.upload("constant", &to_f16_bytes(v)) } else { dev.upload("constant", v) }))?;
                 Ok(Bind::Const(buf))
             }
             None => {
-                let bytes = numel(&d.shape) * 4;
+                let bytes = numel(&d.shape) * elem_bytes(self.half);
                 if self.inputs.len() <= k {
                     self.inputs.resize(k + 1, None);
                 }
@@ -127,7 +146,8 @@ pub(super) fn build(dev: &GpuDevice, op: &OpContext<'_>, ctx: &mut BackendContex
     if outs.iter().chain(op.inputs.iter().flatten().map(|d| (d.dtype, d.shape.clone())).collect::<Vec<_>>().iter()).any(|(_, s)| s.contains(&0)) {
         return Err(op.unsupported("an empty tensor"));
     }
-    let mut b = Build { dev, op, ctx, dispatches: Vec::new(), inputs: vec![None; op.inputs.len()] };
+    let half = ctx.gpu.half;
+    let mut b = Build { dev, op, ctx, dispatches: Vec::new(), inputs: vec![None; op.inputs.len()], half };
     let out = &outs.first().ok_or_else(|| op.bad("no output"))?.1;
     let n_out = numel(out);
     let code = match &op.op.code {
@@ -177,7 +197,7 @@ pub(super) fn build(dev: &GpuDevice, op: &OpContext<'_>, ctx: &mut BackendContex
     }
     let Build { dispatches, mut inputs, .. } = b;
     inputs.resize(op.inputs.len(), None);
-    Ok(GpuOp { dispatches, inputs, outputs: outs.iter().map(|(_, s)| numel(s) * 4).collect() })
+    Ok(GpuOp { dispatches, inputs, outputs: outs.iter().map(|(_, s)| numel(s) * elem_bytes(half)).collect(), half })
 }
 
 /// SAME padding before the first element: half of what covering the output needs.

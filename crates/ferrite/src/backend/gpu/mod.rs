@@ -55,6 +55,16 @@ impl Backend for GpuBackend {
                 }
             },
         };
+        if ctx.gpu.half && !dev.adapter.shader_f16 {
+            if !ctx.gpu.warned {
+                ctx.gpu.warned = true;
+                eprintln!(
+                    "ferrite: warning: fp16 GPU precision asked for, but adapter '{}' lacks SHADER_F16; its ops run on the next backend",
+                    dev.adapter.name
+                );
+            }
+            return Err(op.unsupported("fp16 GPU precision: the adapter lacks SHADER_F16"));
+        }
         if crate::backend::reference::is_quantized(op) {
             return Err(op.unsupported("quantized ops have no GPU kernel (float32 only)"));
         }
@@ -76,7 +86,7 @@ impl Backend for GpuBackend {
             }
         };
         ctx.gpu.built.insert((op.subgraph, op.op_index), gpu_op.clone());
-        Ok(Built { outputs: shapes, kernel: segment::standalone(dev, gpu_op) })
+        Ok(Built { outputs: shapes, kernel: segment::standalone(dev, gpu_op, ctx.gpu.times.clone()) })
     }
 
     fn memory(&self) -> super::select::Memory {
@@ -97,9 +107,23 @@ pub(crate) struct GpuContext {
     pub(crate) built: std::collections::HashMap<(usize, usize), Arc<segment::GpuOp>>,
     /// Whether the missing-adapter warning was printed.
     pub(crate) warned: bool,
+    /// Tensors stored as float16 on the GPU (the session's `gpu_precision`).
+    pub(crate) half: bool,
+    /// Upload / GPU / readback time of the session's segments.
+    pub(crate) times: Arc<segment::Times>,
 }
 
 /// The adapter the GPU backend uses (creating the shared device), or why there is none.
 pub fn available() -> std::result::Result<AdapterSummary, String> {
     device::shared().map(|d| d.adapter.clone())
+}
+
+/// GPU memory the shared device holds now, as wgpu counts it: (buffers, bytes of
+/// their allocations, device memory allocations). What the 200-session test
+/// watches for growth; read from wgpu-hal's counters, which the `gpu` feature
+/// turns on. None without an adapter.
+pub fn memory_in_use() -> Option<(isize, isize, isize)> {
+    let dev = device::shared().ok()?;
+    let c = dev.device.get_internal_counters().hal;
+    Some((c.buffers.read(), c.buffer_memory.read(), c.memory_allocations.read()))
 }

@@ -6,7 +6,9 @@
 //! buffers planned from their lifetimes, and the tensors the host needs are read
 //! back at its exit through one staging buffer made at prepare.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use super::device::GpuDevice;
 use crate::error::{Error, Result};
@@ -39,6 +41,9 @@ pub(crate) struct GpuOp {
     pub(crate) inputs: Vec<Option<usize>>,
     /// Bytes of each output.
     pub(crate) outputs: Vec<usize>,
+    /// Tensors stored as float16 on the GPU: host float32 data is converted on
+    /// upload and readback.
+    pub(crate) half: bool,
 }
 
 /// Where one op of a segment finds its tensors: a key per run-time input and per
@@ -59,6 +64,33 @@ pub(crate) struct GpuMemory {
     pub lower_bound_bytes: usize,
 }
 
+/// Upload / GPU / readback time of a session's segments, nanoseconds summed over runs.
+#[derive(Default)]
+pub(crate) struct Times {
+    runs: AtomicU64,
+    upload_ns: AtomicU64,
+    gpu_ns: AtomicU64,
+    readback_ns: AtomicU64,
+    timestamps: AtomicBool,
+}
+
+impl Times {
+    pub(crate) fn snapshot(&self) -> crate::GpuTimes {
+        let s = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 * 1e-9;
+        crate::GpuTimes {
+            runs: self.runs.load(Ordering::Relaxed),
+            upload_s: s(&self.upload_ns),
+            gpu_s: s(&self.gpu_ns),
+            readback_s: s(&self.readback_ns),
+            gpu_timestamps: self.timestamps.load(Ordering::Relaxed),
+        }
+    }
+}
+
+fn ns(since: Instant) -> u64 {
+    u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// A run of GPU ops executed as one submission.
 pub(crate) struct Segment {
     dev: Arc<GpuDevice>,
@@ -70,6 +102,15 @@ pub(crate) struct Segment {
     passes: Vec<(Arc<wgpu::ComputePipeline>, wgpu::BindGroup, [u32; 3])>,
     staging: Option<wgpu::Buffer>,
     pub(crate) memory: GpuMemory,
+    /// float16 tensors on the GPU (the host's are float32, twice the bytes).
+    half: bool,
+    /// Converted inputs, kept between runs (float16 only).
+    scratch: Vec<u8>,
+    /// Where the run time goes (shared by the session's segments).
+    pub(crate) times: Arc<Times>,
+    /// Timestamps at the compute pass's start and end, resolved into the end of the
+    /// staging buffer (adapters with TIMESTAMP_QUERY, segments with outputs).
+    timestamps: Option<(wgpu::QuerySet, wgpu::Buffer, u64)>,
 }
 
 impl Segment {
@@ -188,6 +229,19 @@ impl Segment {
             outs.push((buf(k)?, bytes, offset));
             offset += (bytes as u64).next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT);
         }
+        // Two timestamps (16 bytes) resolved after the outputs in the staging buffer.
+        let timestamps = (offset > 0 && dev.adapter.timestamps).then(|| {
+            let set = dev.device.create_query_set(&wgpu::QuerySetDescriptor { label: Some("segment time"), ty: wgpu::QueryType::Timestamp, count: 2 });
+            let resolve = dev.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("segment time"),
+                size: 16,
+                usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: false,
+            });
+            let at = offset;
+            offset += 16;
+            (set, resolve, at)
+        });
         let staging = (offset > 0).then(|| {
             dev.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("readback"),
@@ -200,7 +254,8 @@ impl Segment {
             return Err(Error::Runtime(format!("GPU: {e}").into()));
         }
         let memory = GpuMemory { buffer_bytes: sizes.iter().sum(), lower_bound_bytes: lower };
-        Ok(Segment { dev, buffers, inputs: ins, outputs: outs, passes, staging, memory })
+        let half = members.first().is_some_and(|m| m.op.half);
+        Ok(Segment { dev, buffers, inputs: ins, outputs: outs, passes, staging, memory, half, scratch: Vec::new(), times: Arc::default(), timestamps })
     }
 
     /// Uploads `ins`, runs every dispatch in one submission and reads the outputs
@@ -208,18 +263,36 @@ impl Segment {
     pub(crate) fn run(&mut self, ins: &[Option<&[u8]>], outs: &mut [&mut [u8]]) -> Result<()> {
         let dev = &*self.dev;
         let scope = dev.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let t_upload = Instant::now();
         for (k, &(b, bytes)) in self.inputs.iter().enumerate() {
             let data = ins.get(k).copied().flatten().ok_or_else(|| Error::Runtime(format!("GPU segment input {k} is missing").into()))?;
-            if data.len() != bytes {
-                return Err(Error::Runtime(format!("GPU segment input {k} has {} bytes, expected {bytes}", data.len()).into()));
+            let host = if self.half { bytes * 2 } else { bytes };
+            if data.len() != host {
+                return Err(Error::Runtime(format!("GPU segment input {k} has {} bytes, expected {host}", data.len()).into()));
             }
-            if bytes > 0 {
+            if bytes == 0 {
+                continue;
+            }
+            if self.half {
+                // Transfers are whole words: an odd element count gets a zero pad.
+                self.scratch.clear();
+                self.scratch.extend(data.chunks_exact(4).flat_map(|c| half::f16::from_f32(f32::from_le_bytes([c[0], c[1], c[2], c[3]])).to_le_bytes()));
+                self.scratch.resize(bytes.next_multiple_of(4), 0);
+                dev.queue.write_buffer(&self.buffers[b], 0, &self.scratch);
+            } else {
                 dev.queue.write_buffer(&self.buffers[b], 0, data);
             }
         }
+        let upload_ns = ns(t_upload);
+        let t_gpu = Instant::now();
         let mut encoder = dev.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("segment") });
         {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
+            let timestamp_writes = self.timestamps.as_ref().map(|(set, _, _)| wgpu::ComputePassTimestampWrites {
+                query_set: set,
+                beginning_of_pass_write_index: Some(0),
+                end_of_pass_write_index: Some(1),
+            });
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes });
             for (pipeline, group, groups) in &self.passes {
                 pass.set_pipeline(pipeline);
                 pass.set_bind_group(0, group, &[]);
@@ -233,6 +306,10 @@ impl Segment {
                     encoder.copy_buffer_to_buffer(&self.buffers[b], 0, staging, off, len);
                 }
             }
+            if let Some((set, resolve, at)) = &self.timestamps {
+                encoder.resolve_query_set(set, 0..2, resolve, 0);
+                encoder.copy_buffer_to_buffer(resolve, 0, staging, *at, 16);
+            }
         }
         dev.queue.submit([encoder.finish()]);
         if let Some(staging) = &self.staging {
@@ -244,6 +321,8 @@ impl Segment {
                 }
             });
             dev.device.poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).map_err(|e| Error::Runtime(format!("GPU: {e}").into()))?;
+            let mut gpu_ns = ns(t_gpu);
+            let t_readback = Instant::now();
             let mapped = done.lock().ok().and_then(|mut d| d.take());
             if !matches!(mapped, Some(Ok(()))) {
                 let e = pollster::block_on(scope.pop());
@@ -253,14 +332,34 @@ impl Segment {
                 let view = staging.slice(..).get_mapped_range();
                 for (k, &(_, bytes, off)) in self.outputs.iter().enumerate() {
                     let out = outs.get_mut(k).ok_or_else(|| Error::Runtime(format!("GPU segment output {k} is missing").into()))?;
-                    if out.len() != bytes {
-                        return Err(Error::Runtime(format!("GPU segment output {k} has {} bytes, expected {bytes}", out.len()).into()));
+                    let host = if self.half { bytes * 2 } else { bytes };
+                    if out.len() != host {
+                        return Err(Error::Runtime(format!("GPU segment output {k} has {} bytes, expected {host}", out.len()).into()));
                     }
-                    out.copy_from_slice(&view[off as usize..off as usize + bytes]);
+                    let from = &view[off as usize..off as usize + bytes];
+                    if self.half {
+                        for (o, h) in out.chunks_exact_mut(4).zip(from.chunks_exact(2)) {
+                            o.copy_from_slice(&half::f16::from_le_bytes([h[0], h[1]]).to_f32().to_le_bytes());
+                        }
+                    } else {
+                        out.copy_from_slice(from);
+                    }
+                }
+                if let Some((_, _, at)) = &self.timestamps {
+                    let at = *at as usize;
+                    let tick = |i: usize| u64::from_le_bytes(view[at + 8 * i..at + 8 * i + 8].try_into().unwrap_or([0; 8]));
+                    // Ticks times the queue's period (ns per tick); a reset or
+                    // wrapped counter reads as no time rather than a huge one.
+                    gpu_ns = (tick(1).saturating_sub(tick(0)) as f64 * f64::from(dev.queue.get_timestamp_period())) as u64;
                 }
             }
             staging.unmap();
+            self.times.timestamps.store(self.timestamps.is_some(), Ordering::Relaxed);
+            self.times.gpu_ns.fetch_add(gpu_ns, Ordering::Relaxed);
+            self.times.readback_ns.fetch_add(ns(t_readback), Ordering::Relaxed);
         }
+        self.times.upload_ns.fetch_add(upload_ns, Ordering::Relaxed);
+        self.times.runs.fetch_add(1, Ordering::Relaxed);
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(Error::Runtime(format!("GPU: {e}").into()));
         }
@@ -273,7 +372,7 @@ impl Segment {
 
 /// A kernel running one op on its own (a segment of one): used where the compiler
 /// leaves a GPU op outside a segment. The segment is made on the first run.
-pub(crate) fn standalone(dev: Arc<GpuDevice>, op: Arc<GpuOp>) -> crate::backend::KernelFn {
+pub(crate) fn standalone(dev: Arc<GpuDevice>, op: Arc<GpuOp>, times: Arc<Times>) -> crate::backend::KernelFn {
     let mut seg: Option<Segment> = None;
     Box::new(move |ins, outs| {
         if seg.is_none() {
@@ -281,7 +380,9 @@ pub(crate) fn standalone(dev: Arc<GpuDevice>, op: Arc<GpuOp>) -> crate::backend:
             let inputs: Vec<usize> = (0..n_in).filter(|&k| op.inputs[k].is_some()).collect();
             let outputs: Vec<usize> = (0..op.outputs.len()).map(|k| n_in + k).collect();
             let member = Member { op: op.clone(), inputs: (0..n_in).map(|k| op.inputs[k].map(|_| k)).collect(), outputs: outputs.clone() };
-            seg = Some(Segment::new(dev.clone(), &[member], &inputs, &outputs)?);
+            let mut s = Segment::new(dev.clone(), &[member], &inputs, &outputs)?;
+            s.times = times.clone();
+            seg = Some(s);
         }
         let s = seg.as_mut().ok_or_else(|| Error::Runtime("internal: GPU segment missing".into()))?;
         // The op's run-time inputs only, in input order.

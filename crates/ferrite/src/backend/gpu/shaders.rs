@@ -1,4 +1,8 @@
-//! The WGSL compute shaders, float32. Every shader reads its parameters from
+//! The WGSL compute shaders. Tensors are stored as `T`: `f32`, or `f16` in the
+//! opt-in float16 precision (adapters with `SHADER_F16`), where only storage is
+//! halved: every load is widened to f32 and arithmetic and accumulation stay f32,
+//! so the error is float16 rounding of inputs, weights and outputs only, not of
+//! long sums. Every shader reads its parameters from
 //! binding 0 (an array of u32 words; floats are bit-cast), its inputs from the
 //! following bindings (read-only) and writes its last binding (read-write): one
 //! buffer per tensor, so no buffer is ever bound read-only and writable in the same
@@ -22,8 +26,8 @@ fn act(v: f32, lo: f32, hi: f32) -> f32 {
 }
 "#;
 
-/// The shader named `name`, with the prelude.
-pub(super) fn source(name: &str) -> Option<String> {
+/// The shader named `name`, with the prelude, storing tensors as f16 when `half`.
+pub(super) fn source(name: &str, half: bool) -> Option<String> {
     let body = match name {
         "unary" => UNARY,
         "binary" => BINARY,
@@ -39,15 +43,17 @@ pub(super) fn source(name: &str) -> Option<String> {
         "transpose_conv" => TRANSPOSE_CONV,
         _ => return None,
     };
-    Some(format!("{PRELUDE}{body}"))
+    // `enable` must come before any declaration.
+    let storage = if half { "enable f16;\nalias T = f16;\n" } else { "alias T = f32;\n" };
+    Some(format!("{storage}{PRELUDE}{body}"))
 }
 
 /// p: [n, op, a, b]. The exp-based activations clamp their argument where the
 /// result has saturated, so no intermediate overflows to inf (tanh of a large
 /// argument computed as a ratio of exponentials would be inf/inf).
 const UNARY: &str = r#"
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@group(0) @binding(1) var<storage, read> x: array<T>;
+@group(0) @binding(2) var<storage, read_write> y: array<T>;
 
 // erfc with a relative error below 2e-7 everywhere (a Chebyshev-fitted
 // rational form of exp(-z^2) times a polynomial in 1/(1+|z|/2)).
@@ -72,7 +78,7 @@ fn sigmoid(v: f32) -> f32 {
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = linear_index(wid, lid, nwg);
     if (i >= p[0]) { return; }
-    let v = x[i];
+    let v = f32(x[i]);
     let a = pf(2u);
     let b = pf(3u);
     var r = v;
@@ -96,16 +102,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         case 13u: { r = select(exp(max(v, -88.0)) - 1.0, v, v > 0.0); }  // ELU
         default: { r = v; }
     }
-    y[i] = r;
+    y[i] = T(r);
 }
 "#;
 
 /// p: [n, op, lo, hi, dims[6], a_strides[6], b_strides[6]]; a stride of 0
 /// broadcasts that dimension.
 const BINARY: &str = r#"
-@group(0) @binding(1) var<storage, read> a: array<f32>;
-@group(0) @binding(2) var<storage, read> b: array<f32>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@group(0) @binding(1) var<storage, read> a: array<T>;
+@group(0) @binding(2) var<storage, read> b: array<T>;
+@group(0) @binding(3) var<storage, read_write> y: array<T>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -121,8 +127,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         ia = ia + c * p[10u + u32(d)];
         ib = ib + c * p[16u + u32(d)];
     }
-    let u = a[ia];
-    let v = b[ib];
+    let u = f32(a[ia]);
+    let v = f32(b[ib]);
     var r = 0.0;
     switch p[1] {
         case 0u: { r = u + v; }
@@ -135,7 +141,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         case 7u: { r = select(u, u * v, u < 0.0); }  // PRELU: v is alpha
         default: { r = u; }
     }
-    y[i] = act(r, pf(2u), pf(3u));
+    y[i] = T(act(r, pf(2u), pf(3u)));
 }
 "#;
 
@@ -143,8 +149,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
 /// y[dst] = x[src] over a 6-D index space with signed strides (TRANSPOSE, slices,
 /// one input of a CONCATENATION, PAD's interior, DEPTH_TO_SPACE).
 const COPY: &str = r#"
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@group(0) @binding(1) var<storage, read> x: array<T>;
+@group(0) @binding(2) var<storage, read_write> y: array<T>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -166,13 +172,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
 
 /// p: [n, value].
 const FILL: &str = r#"
-@group(0) @binding(1) var<storage, read_write> y: array<f32>;
+@group(0) @binding(1) var<storage, read_write> y: array<T>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = linear_index(wid, lid, nwg);
     if (i >= p[0]) { return; }
-    y[i] = pf(1u);
+    y[i] = T(pf(1u));
 }
 "#;
 
@@ -180,10 +186,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
 /// OH, OW, O, KH, KW, sh, sw, dh, dw, pad_t, pad_l, lo, hi, has_bias, group_c,
 /// group_o]; input NHWC, filter OHWI (I = channels per group).
 const CONV: &str = r#"
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> w: array<f32>;
-@group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+@group(0) @binding(1) var<storage, read> x: array<T>;
+@group(0) @binding(2) var<storage, read> w: array<T>;
+@group(0) @binding(3) var<storage, read> bias: array<T>;
+@group(0) @binding(4) var<storage, read_write> y: array<T>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -198,7 +204,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let n = i / (O * OW * OH);
     let c0 = (o / go) * gc;
     var acc = 0.0;
-    if (p[17] != 0u) { acc = bias[o]; }
+    if (p[17] != 0u) { acc = f32(bias[o]); }
     for (var ky = 0u; ky < KH; ky = ky + 1u) {
         let iy = i32(oy * p[9] + ky * p[11]) - pi(13u);
         if (iy < 0 || iy >= i32(H)) { continue; }
@@ -208,21 +214,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             let xb = ((n * H + u32(iy)) * W + u32(ix)) * C + c0;
             let wb = ((o * KH + ky) * KW + kx) * gc;
             for (var c = 0u; c < gc; c = c + 1u) {
-                acc = acc + x[xb + c] * w[wb + c];
+                acc = fma(f32(x[xb + c]), f32(w[wb + c]), acc);
             }
         }
     }
-    y[i] = act(acc, pf(15u), pf(16u));
+    y[i] = T(act(acc, pf(15u), pf(16u)));
 }
 "#;
 
 /// Depthwise convolution, any multiplier. p: [n_out, H, W, C, OH, OW, OC, KH, KW,
 /// sh, sw, dh, dw, pad_t, pad_l, lo, hi, has_bias, multiplier]; filter [1, KH, KW, OC].
 const DEPTHWISE: &str = r#"
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> w: array<f32>;
-@group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+@group(0) @binding(1) var<storage, read> x: array<T>;
+@group(0) @binding(2) var<storage, read> w: array<T>;
+@group(0) @binding(3) var<storage, read> bias: array<T>;
+@group(0) @binding(4) var<storage, read_write> y: array<T>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -236,17 +242,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let n = i / (OC * OW * OH);
     let c = oc / p[18];
     var acc = 0.0;
-    if (p[17] != 0u) { acc = bias[oc]; }
+    if (p[17] != 0u) { acc = f32(bias[oc]); }
     for (var ky = 0u; ky < KH; ky = ky + 1u) {
         let iy = i32(oy * p[9] + ky * p[11]) - pi(13u);
         if (iy < 0 || iy >= i32(H)) { continue; }
         for (var kx = 0u; kx < KW; kx = kx + 1u) {
             let ix = i32(ox * p[10] + kx * p[12]) - pi(14u);
             if (ix < 0 || ix >= i32(W)) { continue; }
-            acc = acc + x[((n * H + u32(iy)) * W + u32(ix)) * C + c] * w[(ky * KW + kx) * OC + oc];
+            acc = fma(f32(x[((n * H + u32(iy)) * W + u32(ix)) * C + c]), f32(w[(ky * KW + kx) * OC + oc]), acc);
         }
     }
-    y[i] = act(acc, pf(15u), pf(16u));
+    y[i] = T(act(acc, pf(15u), pf(16u)));
 }
 "#;
 
@@ -257,10 +263,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
 /// b_b, lo, hi, has_bias, m_tiles]. Workgroups: x = N tiles, (y, z) = the (M
 /// tile, batch) pairs folded past the per-dimension limit.
 const GEMM: &str = r#"
-@group(0) @binding(1) var<storage, read> A: array<f32>;
-@group(0) @binding(2) var<storage, read> B: array<f32>;
-@group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read_write> C: array<f32>;
+@group(0) @binding(1) var<storage, read> A: array<T>;
+@group(0) @binding(2) var<storage, read> B: array<T>;
+@group(0) @binding(3) var<storage, read> bias: array<T>;
+@group(0) @binding(4) var<storage, read_write> C: array<T>;
 
 var<workgroup> ta: array<array<f32, 16>, 16>;
 var<workgroup> tb: array<array<f32, 16>, 16>;
@@ -277,26 +283,29 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let col = n0 + lid.x;
     let abase = batch * p[6];
     let bbase = batch * p[9];
+    // The bias first, then the products in k order with fma: the CPU's GEMM
+    // kernels sum in this order with FMA, so where the driver fuses fma the two
+    // round alike (lavapipe rounds the product first: ~1e-7 apart per op).
     var acc = 0.0;
+    if (p[12] != 0u && col < N) { acc = f32(bias[col]); }
     for (var k0 = 0u; k0 < K; k0 = k0 + 16u) {
         // ta[r][k]: A row m0+r, column k0+k; tb[c][k]: B row n0+c, column k0+k.
         let ka = k0 + lid.x;
         var va = 0.0;
-        if (row < M && ka < K) { va = A[abase + row * p[4] + ka * p[5]]; }
+        if (row < M && ka < K) { va = f32(A[abase + row * p[4] + ka * p[5]]); }
         ta[lid.y][lid.x] = va;
         let nb = n0 + lid.y;
         var vb = 0.0;
-        if (nb < N && ka < K) { vb = B[bbase + nb * p[7] + ka * p[8]]; }
+        if (nb < N && ka < K) { vb = f32(B[bbase + nb * p[7] + ka * p[8]]); }
         tb[lid.y][lid.x] = vb;
         workgroupBarrier();
         for (var k = 0u; k < 16u; k = k + 1u) {
-            acc = acc + ta[lid.y][k] * tb[lid.x][k];
+            acc = fma(ta[lid.y][k], tb[lid.x][k], acc);
         }
         workgroupBarrier();
     }
     if (row < M && col < N) {
-        if (p[12] != 0u) { acc = acc + bias[col]; }
-        C[(batch * M + row) * N + col] = act(acc, pf(10u), pf(11u));
+        C[(batch * M + row) * N + col] = T(act(acc, pf(10u), pf(11u)));
     }
 }
 "#;
@@ -304,8 +313,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
 /// MAX / AVERAGE_POOL_2D. p: [n_out, H, W, C, OH, OW, KH, KW, sh, sw, pad_t,
 /// pad_l, is_max, lo, hi]. The average counts only the taps inside the input.
 const POOL: &str = r#"
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@group(0) @binding(1) var<storage, read> x: array<T>;
+@group(0) @binding(2) var<storage, read_write> y: array<T>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -326,21 +335,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         for (var kx = 0u; kx < p[7]; kx = kx + 1u) {
             let ix = i32(ox * p[9] + kx) - pi(11u);
             if (ix < 0 || ix >= i32(W)) { continue; }
-            let v = x[((n * H + u32(iy)) * W + u32(ix)) * C + c];
+            let v = f32(x[((n * H + u32(iy)) * W + u32(ix)) * C + c]);
             if (is_max) { acc = max(acc, v); } else { acc = acc + v; }
             count = count + 1u;
         }
     }
     if (!is_max) { acc = acc / f32(max(count, 1u)); }
-    y[i] = act(acc, pf(13u), pf(14u));
+    y[i] = T(act(acc, pf(13u), pf(14u)));
 }
 "#;
 
 /// Reductions over any axes. p: [n_out, op, count, out_dims[6], out_strides[6]
 /// (into the input), red_dims[6], red_strides[6]]; op 0 mean, 1 sum, 2 max, 3 min.
 const REDUCE: &str = r#"
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@group(0) @binding(1) var<storage, read> x: array<T>;
+@group(0) @binding(2) var<storage, read_write> y: array<T>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -365,18 +374,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             off = off + (rr % dim) * p[21u + u32(d)];
             rr = rr / dim;
         }
-        let v = x[off];
+        let v = f32(x[off]);
         if (op == 2u) { acc = max(acc, v); } else if (op == 3u) { acc = min(acc, v); } else { acc = acc + v; }
     }
     if (op == 0u) { acc = acc / f32(max(p[2], 1u)); }
-    y[i] = acc;
+    y[i] = T(acc);
 }
 "#;
 
 /// SOFTMAX over the last axis, one invocation per row. p: [rows, len, beta].
 const SOFTMAX: &str = r#"
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@group(0) @binding(1) var<storage, read> x: array<T>;
+@group(0) @binding(2) var<storage, read_write> y: array<T>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -386,22 +395,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let beta = pf(2u);
     let base = r * len;
     var m = -3.4028234663852886e38;
-    for (var j = 0u; j < len; j = j + 1u) { m = max(m, x[base + j]); }
+    for (var j = 0u; j < len; j = j + 1u) { m = max(m, f32(x[base + j])); }
     var s = 0.0;
-    for (var j = 0u; j < len; j = j + 1u) {
-        let e = exp((x[base + j] - m) * beta);
-        y[base + j] = e;
-        s = s + e;
-    }
-    for (var j = 0u; j < len; j = j + 1u) { y[base + j] = y[base + j] / s; }
+    for (var j = 0u; j < len; j = j + 1u) { s = s + exp((f32(x[base + j]) - m) * beta); }
+    // The exponentials are computed again rather than kept in y: a float16 y would
+    // round them before the division.
+    for (var j = 0u; j < len; j = j + 1u) { y[base + j] = T(exp((f32(x[base + j]) - m) * beta) / s); }
 }
 "#;
 
 /// RESIZE_BILINEAR / RESIZE_NEAREST_NEIGHBOR. p: [n_out, H, W, C, OH, OW,
 /// scale_y, scale_x, bilinear, align_corners, half_pixel_centers].
 const RESIZE: &str = r#"
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@group(0) @binding(1) var<storage, read> x: array<T>;
+@group(0) @binding(2) var<storage, read_write> y: array<T>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -423,9 +430,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         let y0 = u32(max(y0f, 0.0)); let x0 = u32(max(x0f, 0.0));
         let y1 = min(u32(max(ceil(fy), 0.0)), H - 1u); let x1 = min(u32(max(ceil(fx), 0.0)), W - 1u);
         let dy = fy - y0f; let dx = fx - x0f;
-        let v00 = x[base + (y0 * W + x0) * C]; let v01 = x[base + (y0 * W + x1) * C];
-        let v10 = x[base + (y1 * W + x0) * C]; let v11 = x[base + (y1 * W + x1) * C];
-        y[i] = v00 * (1.0 - dy) * (1.0 - dx) + v01 * (1.0 - dy) * dx + v10 * dy * (1.0 - dx) + v11 * dy * dx;
+        let v00 = f32(x[base + (y0 * W + x0) * C]); let v01 = f32(x[base + (y0 * W + x1) * C]);
+        let v10 = f32(x[base + (y1 * W + x0) * C]); let v11 = f32(x[base + (y1 * W + x1) * C]);
+        y[i] = T(v00 * (1.0 - dy) * (1.0 - dx) + v01 * (1.0 - dy) * dx + v10 * dy * (1.0 - dx) + v11 * dy * dx);
     } else {
         var fy = f32(oy) * sy;
         var fx = f32(ox) * sx;
@@ -442,10 +449,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
 /// output element. p: [n_out, H, W, C, OH, OW, O, KH, KW, sh, sw, pad_t, pad_l,
 /// lo, hi, has_bias]; filter [O, KH, KW, C].
 const TRANSPOSE_CONV: &str = r#"
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> w: array<f32>;
-@group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+@group(0) @binding(1) var<storage, read> x: array<T>;
+@group(0) @binding(2) var<storage, read> w: array<T>;
+@group(0) @binding(3) var<storage, read> bias: array<T>;
+@group(0) @binding(4) var<storage, read_write> y: array<T>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -458,7 +465,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     let oy = (i / (O * OW)) % OH;
     let n = i / (O * OW * OH);
     var acc = 0.0;
-    if (p[15] != 0u) { acc = bias[o]; }
+    if (p[15] != 0u) { acc = f32(bias[o]); }
     for (var ky = 0u; ky < KH; ky = ky + 1u) {
         let ty = i32(oy) + pi(11u) - i32(ky);
         if (ty < 0 || ty % sh != 0) { continue; }
@@ -471,9 +478,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             if (ix >= i32(W)) { continue; }
             let xb = ((n * H + u32(iy)) * W + u32(ix)) * C;
             let wb = ((o * KH + ky) * KW + kx) * C;
-            for (var c = 0u; c < C; c = c + 1u) { acc = acc + x[xb + c] * w[wb + c]; }
+            for (var c = 0u; c < C; c = c + 1u) { acc = fma(f32(x[xb + c]), f32(w[wb + c]), acc); }
         }
     }
-    y[i] = act(acc, pf(13u), pf(14u));
+    y[i] = T(act(acc, pf(13u), pf(14u)));
 }
 "#;
