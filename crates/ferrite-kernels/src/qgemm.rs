@@ -12,7 +12,7 @@
 //! The activation shift is undone exactly through the weights' column sums:
 //! `sum (x - zp) * w = sum (x + 128) * w - (128 + zp) * sum w`.
 
-use crate::quant::{QConv, Requant};
+use crate::quant::{QConv, Requant, Rounding};
 
 /// Output channels per packed panel.
 const NR: usize = 16;
@@ -216,8 +216,16 @@ pub struct ConvScratch {
 impl ConvScratch {
     /// Scratch for [`conv_i8`] with these packed weights and requantization.
     pub fn new(pk: &QPacked, rq: &Requant) -> ConvScratch {
+        ConvScratch::with_rounding(pk, rq, Rounding::Double)
+    }
+
+    /// [`ConvScratch::new`] requantizing with `rounding`: LiteRT's int8
+    /// fully-connected layers with a weight scale per output row round the
+    /// rescaled product once ([`Rounding::Single`]), its convolutions twice.
+    pub fn with_rounding(pk: &QPacked, rq: &Requant, rounding: Rounding) -> ConvScratch {
         // 16 bytes of slack for the last row's over-long copies (see `flip_copy`).
-        ConvScratch { rows: vec![0; BLOCK_ROWS * pk.kq + 16], dots: vec![0; BLOCK_ROWS * pk.n], row_sums: vec![0; BLOCK_ROWS], rq: RowRequant::new(rq, pk.n) }
+        let rq = RowRequant::new(rq, pk.n).with_rounding(rounding);
+        ConvScratch { rows: vec![0; BLOCK_ROWS * pk.kq + 16], dots: vec![0; BLOCK_ROWS * pk.n], row_sums: vec![0; BLOCK_ROWS], rq }
     }
 
     /// Scratch for [`conv_u8`]: `rq` in uint8 terms (output zero point and clamp
@@ -856,6 +864,8 @@ pub struct RowRequant {
     out_zp: i32,
     min: i32,
     max: i32,
+    /// How the rescaled product is rounded ([`Rounding::Double`] unless set).
+    rounding: Rounding,
 }
 
 impl RowRequant {
@@ -870,7 +880,13 @@ impl RowRequant {
             out_zp: rq.out_zp,
             min: rq.min,
             max: rq.max,
+            rounding: Rounding::Double,
         }
+    }
+
+    /// The same parameters rounding as `rounding` says.
+    pub fn with_rounding(self, rounding: Rounding) -> RowRequant {
+        RowRequant { rounding, ..self }
     }
 
     /// The per-channel offsets added before rescaling (bias and zero-point terms).
@@ -881,6 +897,13 @@ impl RowRequant {
     /// Requantizes rows of `n` accumulators into int8.
     pub fn apply(&self, dots: &[i32], out: &mut [i8]) {
         assert!(dots.len() == out.len() && dots.len().is_multiple_of(self.offset.len().max(1)), "requant operands disagree");
+        if self.rounding == Rounding::Single {
+            // Only the fully-connected layers round once, and they requantize one
+            // row of a few hundred channels per run at batch 1: next to the
+            // products that made them, this costs little even without a SIMD form.
+            requant_rows_single(self, dots, out);
+            return;
+        }
         #[cfg(target_arch = "x86_64")]
         if crate::level::has_avx512f() {
             // SAFETY: AVX-512F is present (checked just above); the lengths were checked.
@@ -915,6 +938,27 @@ simd_fn! {
     }
 }
 
+simd_fn! {
+    /// [`RowRequant::apply`] with one rounding: `round_half_up(x * m / 2^(31 - shift))`
+    /// of the exact 64-bit product, saturated to int32, as LiteRT's single-rounding
+    /// `MultiplyByQuantizedMultiplier` (the same value as
+    /// [`crate::quant::multiply_by_quantized_multiplier_i64_full`]).
+    pub fn requant_rows_single(rq: &RowRequant, dots: &[i32], out: &mut [i8]) {
+        let n = rq.offset.len();
+        for (row, orow) in dots.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+            for j in 0..n {
+                let x = i64::from(row[j].wrapping_add(rq.offset[j]));
+                // shift = left - right is in -31..=30 (as `quantize_multiplier`
+                // makes it), so total is in 1..=62 and x * m + half below 2^63.
+                let total = (31 + rq.right[j] as i32 - rq.left[j] as i32).clamp(1, 62);
+                let v = (x * i64::from(rq.multiplier[j]) + (1i64 << (total - 1))) >> total;
+                let v = v.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32;
+                orow[j] = v.wrapping_add(rq.out_zp).clamp(rq.min, rq.max) as i8;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -927,6 +971,47 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn single_rounding_row_requant_matches_the_scalar_definition() {
+        let mut seed = 5u64;
+        let mut next = || {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 33) as i32
+        };
+        let mut halves = 0;
+        for case in 0..300 {
+            let n = 1 + case % 23;
+            // Every third case scales by powers of two, whose exact halves (negative
+            // ones above all) the two roundings resolve differently.
+            let halving = case % 3 == 0;
+            let real: Vec<f64> = (0..n)
+                .map(|j| {
+                    if halving {
+                        0.5f64.powi(2 + ((case + j) % 6) as i32)
+                    } else {
+                        f64::from(next().unsigned_abs() % 100_000 + 1) / 1e5 * if case % 7 == 0 { 40.0 } else { 0.05 }
+                    }
+                })
+                .collect();
+            let (multiplier, shift): (Vec<i32>, Vec<i32>) = real.iter().map(|&r| crate::quant::quantize_multiplier(r)).unzip();
+            let rq = Requant { multiplier, shift, out_zp: next() % 50, min: -128, max: 127 };
+            let mut rr = RowRequant::new(&rq, n).with_rounding(Rounding::Single);
+            let span = if halving { 200 } else { 200_000 };
+            rr.offset.iter_mut().for_each(|o| *o = next() % (span / 40));
+            let dots: Vec<i32> = (0..3 * n).map(|_| next() % span - span / 2).collect();
+            let mut got = vec![0i8; 3 * n];
+            rr.apply(&dots, &mut got);
+            for (i, (&d, &g)) in dots.iter().zip(&got).enumerate() {
+                let acc = d.wrapping_add(rr.offset[i % n]);
+                let want = rq.apply_rounded(acc, i % n, Rounding::Single);
+                assert_eq!(i32::from(g), want, "case {case} element {i}");
+                halves += i32::from(want != rq.apply_rounded(acc, i % n, Rounding::Double));
+            }
+        }
+        // The two roundings must differ somewhere, or this test could not tell them apart.
+        assert!(halves > 0, "no accumulator where single and double rounding differ");
     }
 
     #[test]

@@ -282,8 +282,8 @@ pub enum Rounding {
     Double,
     /// One rounding of the exact product, half up
     /// ([`multiply_by_quantized_multiplier_i64_full`]): LiteRT 2.3.0's uint8
-    /// fully-connected layers (measured: the two differ where the double rounding
-    /// meets an exact half).
+    /// fully-connected layers and its int8 ones with a weight scale per output row
+    /// (measured: the two differ where the double rounding meets an exact half).
     Single,
 }
 

@@ -231,40 +231,66 @@ pub(crate) fn depthwise(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<
     let rows = g.batch * g.out_h;
     let flops = 2 * rows * g.out_w * oc * kh * kw;
     let epilogue = op.epilogue.clone();
-    // Multiplier 1, horizontal stride 1, constant weights, and a channel count the
-    // 16-lane kernel leaves a scalar remainder of (not a multiple of 16 nor a
-    // divisor): weights tiled along the output row once here, each tap then one flat
+    // A multiplier above 1 (first layers: 4-16 on 1-3 channels) runs as multiplier 1
+    // over the input's channels repeated `mult` times into scratch once per run: the
+    // copy costs one output-sized write, the multiplier-1 kernels are vectorized where
+    // the general path goes pixel by pixel.
+    let wide = if mult > 1 { Some(Mutex::new(vec![0.0f32; op.checked_elements(&[g.batch, g.in_h, g.in_w, oc], 4)?])) } else { None };
+    // Channels the kernel sees.
+    let kc = if wide.is_some() { oc } else { ic };
+    // Runs the rows on the (possibly repeated) input.
+    let with_input = move |ins: &[Option<&[u8]>], run: &mut dyn FnMut(&[f32]) -> Result<()>| -> Result<()> {
+        let raw = typed::<f32>(arg(ins, 0)?)?;
+        match &wide {
+            Some(buf) => {
+                let mut b = buf.lock().unwrap_or_else(|e| e.into_inner());
+                conv::expand_channels(raw, ic, mult, &mut b);
+                run(&b)
+            }
+            None => run(raw),
+        }
+    };
+    // Horizontal stride 1, constant weights, and a channel count the 16-lane kernel
+    // leaves a scalar remainder of (not a multiple of 16; without AVX-512 that
+    // includes the divisors of 16, whose whole-pixel strips are AVX-512 code):
+    // weights tiled along the output row once here, each tap then one flat
     // multiply-add per row. (With 16-multiple channels the register-tiled kernel is
     // faster: the tiled rows cost cache traffic.)
     let wt = op.input(1)?;
-    let awkward = ic % 16 != 0 && !(ic < 16 && 16 % ic == 0) && !conv::depthwise_masks_tails();
-    if mult == 1 && g.stride_w == 1 && wt.constant && awkward {
+    let awkward = kc % 16 != 0 && !conv::depthwise_masks_tails();
+    if g.stride_w == 1 && wt.constant && awkward {
         let bytes = wt.value.ok_or_else(|| op.bad("constant weights without data"))?;
         let key = PackKey { subgraph: op.subgraph, tensor: wt.tensor, with: None, packing: Packing::DepthwiseRows(g.out_w) };
-        let tiled = ctx.packed(key, || Ok(conv::tile_depthwise(typed::<f32>(bytes)?, ic, kh * kw, g.out_w)))?;
+        let tiled = ctx.packed(key, || Ok(conv::tile_depthwise(typed::<f32>(bytes)?, kc, kh * kw, g.out_w)))?;
         return Ok(Built {
             outputs: vec![(DType::F32, vec![g.batch, g.out_h, g.out_w, oc])],
             kernel: Box::new(move |ins, outs| {
                 let bias = if has_bias { Some(typed::<f32>(arg(ins, 2)?)?) } else { None };
-                let input = typed::<f32>(arg(ins, 0)?)?;
-                for_row_chunks(pool.as_deref(), flops, typed_mut::<f32>(outs[0])?, rows, g.out_w * oc, &|_, r, out| {
-                    rows_with_epilogue(epilogue.as_ref(), ins, oc, g.out_w * oc, 1, r, out, |r, out| {
-                        conv::depthwise_rows(input, ic, &tiled, bias, &g, clamp, out, r);
-                        true
+                let out = typed_mut::<f32>(outs[0])?;
+                with_input(ins, &mut |input| {
+                    for_row_chunks(pool.as_deref(), flops, &mut *out, rows, g.out_w * oc, &|_, r, out| {
+                        rows_with_epilogue(epilogue.as_ref(), ins, oc, g.out_w * oc, 1, r, out, |r, out| {
+                            conv::depthwise_rows(input, kc, &tiled, bias, &g, clamp, out, r);
+                            true
+                        })
                     })
                 })
             }),
         });
     }
+    let kmult = if kc == ic { mult } else { 1 };
     Ok(Built {
         outputs: vec![(DType::F32, vec![g.batch, g.out_h, g.out_w, oc])],
         kernel: Box::new(move |ins, outs| {
             let bias = if has_bias { Some(typed::<f32>(arg(ins, 2)?)?) } else { None };
-            let (input, w) = (typed::<f32>(arg(ins, 0)?)?, typed::<f32>(arg(ins, 1)?)?);
-            for_row_chunks(pool.as_deref(), flops, typed_mut::<f32>(outs[0])?, rows, g.out_w * oc, &|_, r, out| {
-                rows_with_epilogue(epilogue.as_ref(), ins, oc, g.out_w * oc, 1, r, out, |r, out| {
-                    conv::depthwise_conv2d(input, ic, mult, w, bias, &g, clamp, out, r);
-                    true
+            let w = typed::<f32>(arg(ins, 1)?)?;
+            let out = typed_mut::<f32>(outs[0])?;
+            with_input(ins, &mut |input| {
+                for_row_chunks(pool.as_deref(), flops, &mut *out, rows, g.out_w * oc, &|_, r, out| {
+                    rows_with_epilogue(epilogue.as_ref(), ins, oc, g.out_w * oc, 1, r, out, |r, out| {
+                        conv::depthwise_conv2d(input, kc, kmult, w, bias, &g, clamp, out, r);
+                        true
+                    })
                 })
             })
         }),

@@ -281,14 +281,11 @@ pub(crate) fn fully_connected_int(op: &OpContext<'_>, ctx: &mut BackendContext) 
     // fully-connected weights per-row scales; the two differ where the first rounding
     // meets an exact half).
     let i8_rounding = if wq.scale.len() > 1 { kq::Rounding::Single } else { kq::Rounding::Double };
-    if let (None, Some(bytes), true, kq::Rounding::Double) =
-        (&flipped, w.value.filter(|_| w.constant), out_n >= 8 && (-128..=127).contains(&in_zp) && (-128..=127).contains(&w_zp), i8_rounding)
-    {
-        // int8 with constant weights: the rows as 1x1 "pixels" of the int8 GEMM
-        // (its requantization rounds twice, as LiteRT's int8 layer with one weight scale;
-        // per-row scales and uint8 round once and keep the kernel below). A layer of a
-        // few outputs (a classifier's last) stays on the plain dot products, which cost
-        // less than the GEMM's setup there.
+    if let (None, Some(bytes), true) = (&flipped, w.value.filter(|_| w.constant), out_n >= 8 && (-128..=127).contains(&in_zp) && (-128..=127).contains(&w_zp)) {
+        // int8 with constant weights: the rows as 1x1 "pixels" of the int8 GEMM,
+        // requantized with the layer's rounding (twice with one weight scale, once
+        // with per-row scales). A layer of a few outputs (a classifier's last) stays
+        // on the plain dot products, which cost less than the GEMM's setup there.
         let g = ferrite_kernels::conv::Window {
             batch,
             in_h: 1,
@@ -308,7 +305,7 @@ pub(crate) fn fully_connected_int(op: &OpContext<'_>, ctx: &mut BackendContext) 
         // Packed once for every session of the model (the kernel reads only the packing).
         let key = crate::backend::PackKey { subgraph: op.subgraph, tensor: op.input(1)?.tensor, with: None, packing: crate::backend::Packing::QGemm };
         let pk = ctx.packed(key, || Ok(qgemm::QPacked::new(typed::<i8>(bytes)?, out_n, in_n)))?;
-        let scratch = Mutex::new(qgemm::ConvScratch::new(&pk, &q.rq));
+        let scratch = Mutex::new(qgemm::ConvScratch::with_rounding(&pk, &q.rq, i8_rounding));
         return Ok(Built {
             outputs: vec![(x.dtype, out_shape)],
             kernel: Box::new(move |ins, outs| {
