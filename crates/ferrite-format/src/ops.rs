@@ -322,7 +322,8 @@ op_table! {
     ASSIGN_VARIABLE:         NONE,                        2..=2, 0..=0, EXECUTOR;
 }
 
-/// The op table as a Markdown document (`docs/ops.md` is this, kept in sync by a test).
+/// The op table and the coverage report as a Markdown document (`docs/ops.md` is
+/// this, kept in sync by a test).
 pub fn markdown_table() -> String {
     let mut out = String::from(
         "# Builtin ops\n\nGenerated from the op table (`crates/ferrite-format/src/ops.rs`) by `ferrite ops --markdown`; a test keeps this \
@@ -334,7 +335,8 @@ pub fn markdown_table() -> String {
         let options = if options == "NONE" { "—" } else { options };
         out.push_str(&format!("| {} | {} | {} | {} | {} |\n", op.name(), options, op.inputs(), op.outputs(), op.types().names().join(", ")));
     }
-    out.push_str(&format!("\n{} builtin ops.\n", BuiltinOp::ALL.len()));
+    out.push_str(&format!("\n{} builtin ops.\n\n", BuiltinOp::ALL.len()));
+    out.push_str(&crate::coverage::markdown());
     out
 }
 
