@@ -17,6 +17,8 @@ use crate::ops::parse_params;
 pub use crate::ops::{Activation, OpParams, Padding};
 pub use ferrite_format::ops::{markdown_table as op_table_markdown, Arity, BuiltinOp, Types, MANY};
 pub use ferrite_format::FileKind;
+/// The coverage report: every builtin of the schema per element type.
+pub use ferrite_format::coverage;
 
 /// Largest tensor rank accepted from a file.
 pub const MAX_RANK: usize = 16;
