@@ -8,7 +8,10 @@ and full int8 (float I/O), where the converter makes them:
   the form Keras 2's LSTM layer had); the bidirectional one runs a second LSTM on
   reversed time and concatenates, then a stacked LSTM;
 - `lstm`, `gru`: Keras 3 LSTM and GRU layers, which TF 2.19's converter turns into
-  WHILE loops of ordinary ops.
+  WHILE loops of ordinary ops;
+- `bilstm`, `simple_rnn`: a Keras 3 bidirectional LSTM and two stacked SimpleRNNs,
+  WHILE loops too, whose bodies slice the sequence at the loop counter: shapes that
+  come from values at run time.
 
 Weights and calibration data are seeded.
 

@@ -16,14 +16,8 @@ const LITERT_BUILTINS: &str = include_str!("../coverage/litert_builtins.txt");
 const GAPS: &str = include_str!("../coverage/gaps.txt");
 
 /// The element-type columns of the report, with the op-table types that cover each.
-pub const TYPE_COLUMNS: [(&str, Types); 6] = [
-    ("float32", Types::F32),
-    ("int8", Types::I8),
-    ("uint8", Types::U8),
-    ("int16x8", Types::I16),
-    ("hybrid", Types::HYBRID),
-    ("int", Types::INT),
-];
+pub const TYPE_COLUMNS: [(&str, Types); 6] =
+    [("float32", Types::F32), ("int8", Types::I8), ("uint8", Types::U8), ("int16x8", Types::I16), ("hybrid", Types::HYBRID), ("int", Types::INT)];
 
 /// How ferrite stands on one builtin and element type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

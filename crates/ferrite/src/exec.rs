@@ -32,9 +32,11 @@ impl Child {
         let sub = &model.subgraphs[graph.subgraph];
         for (k, &t) in sub.inputs.iter().enumerate() {
             let Loc::Arena { offset, len } = graph.tensors[t].loc else { continue };
-            let data = inputs.get(k).copied().filter(|d| d.len() == len).ok_or_else(|| {
-                Error::Runtime(format!("subgraph {}: input {k} is not the {len} bytes it was compiled for", graph.subgraph).into())
-            })?;
+            let data = inputs
+                .get(k)
+                .copied()
+                .filter(|d| d.len() == len)
+                .ok_or_else(|| Error::Runtime(format!("subgraph {}: input {k} is not the {len} bytes it was compiled for", graph.subgraph).into()))?;
             arena[offset..offset + len].copy_from_slice(data);
         }
         execute(graph, model, arena, None, env)?;
