@@ -32,8 +32,10 @@ echo "== the unseen-model suite: 48 small TinyML-style models, tune and aside ha
 TF_CPP_MIN_LOG_LEVEL=3 "$CACHE/tfvenv/bin/python" tools/unseen_models.py --out "$CACHE/models/unseen-2.19.1" 2>/dev/null
 
 # Kept outside $CACHE/models: the corpus other suites walk.
-echo "== recurrent keyword-spotter models made by the converter: fused LSTMs, Keras LSTM and GRU as WHILE loops (cached; a few minutes the first time)"
-TF_CPP_MIN_LOG_LEVEL=3 "$CACHE/tfvenv/bin/python" tools/rnn_models.py --out "$CACHE/rnn-models-2.19.1" 2>/dev/null
+# Its own directory per generator version: runs sharing the cache never see a half-made set.
+RNN_MODELS="$CACHE/rnn-models-cover-2.19.1"
+echo "== recurrent keyword-spotter models made by the converter: fused LSTMs; Keras LSTM, GRU, bidirectional LSTM and SimpleRNN as WHILE loops (cached; a few minutes the first time)"
+TF_CPP_MIN_LOG_LEVEL=3 "$CACHE/tfvenv/bin/python" tools/rnn_models.py --out "$RNN_MODELS" 2>/dev/null
 # Kept outside $CACHE/models too (runs without TFLite_Detection_PostProcess would fail on it).
 echo "== a tiny SSD-style detector ending in TFLite_Detection_PostProcess, fast and regular NMS (tools/ssd_model.py; cached; seconds)"
 TF_CPP_MIN_LOG_LEVEL=3 "$CACHE/tfvenv/bin/python" tools/ssd_model.py --out "$CACHE/detect-models-2.19.1" 2>/dev/null
@@ -65,7 +67,7 @@ if ! command -v dot >/dev/null || ! command -v rsvg-convert >/dev/null; then
 fi
 
 echo "== rust tests (unit, corruption over the corpus, API; the C API library against LiteRT's)"
-FERRITE_CORPUS="$CACHE/models" FERRITE_TFLITE_C_REFERENCE="$CACHE/lib/pymicro-wakeword-2.5.0/libtensorflowlite_c.so" \
+FERRITE_CORPUS="$CACHE/models" FERRITE_RNN_MODELS="$RNN_MODELS" FERRITE_TFLITE_C_REFERENCE="$CACHE/lib/pymicro-wakeword-2.5.0/libtensorflowlite_c.so" \
   cargo test --release --workspace --locked
 
 echo "== footprint: sessions of one model share its weights (1 and 4 sessions of the largest float model, each in its own process)"
@@ -88,9 +90,16 @@ GPU_OPS='^(ABS|ADD|AVERAGE_POOL_2D|BATCH_MATMUL|CONCATENATION|CONV_.*|DEPTHWISE_
 echo "== conformance: real models vs LiteRT"
 "$CACHE/venv/bin/python" tools/conformance.py models --ferrite target/release/ferrite --corpus "$CACHE/models"
 
-echo "== conformance: recurrent models made by the converter vs LiteRT (cpu, then reference backend)"
-"$CACHE/venv/bin/python" tools/conformance.py models --ferrite target/release/ferrite --corpus "$CACHE/rnn-models-2.19.1"
-"$CACHE/venv/bin/python" tools/conformance.py models --ferrite target/release/ferrite --corpus "$CACHE/rnn-models-2.19.1" --backends reference
+echo "== conformance: recurrent models made by the converter vs LiteRT (cpu, then reference backend); bench runs the WHILE-loop ones"
+"$CACHE/venv/bin/python" tools/conformance.py models --ferrite target/release/ferrite --corpus "$RNN_MODELS"
+"$CACHE/venv/bin/python" tools/conformance.py models --ferrite target/release/ferrite --corpus "$RNN_MODELS" --backends reference
+for m in kws_simple_rnn_float kws_bilstm_dynamic kws_lstm_float; do
+  target/release/ferrite bench "$RNN_MODELS/$m.tflite" >/dev/null
+done
+
+echo "== coverage: the list of builtins LiteRT's default resolver registers is the one checked in (a second)"
+"$CACHE/venv/bin/python" tools/litert_builtins.py --out target/litert_builtins.txt 2>/dev/null
+diff -u crates/ferrite-format/coverage/litert_builtins.txt target/litert_builtins.txt
 
 echo "== conformance: the SSD-style detector, image to boxes, vs LiteRT (cpu, then reference backend; seconds)"
 "$CACHE/venv/bin/python" tools/conformance.py models --ferrite target/release/ferrite --corpus "$CACHE/detect-models-2.19.1"
@@ -126,8 +135,9 @@ WHEEL=$(ls target/wheels/ferrite-*-abi3-*.whl)
 echo "wheel: $(basename "$WHEEL"), $(( $(stat -c %s "$WHEEL") / 1024 )) KiB"
 "$CACHE/venv/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$WHEEL"
 
-echo "== python package: one script against LiteRT's Interpreter and ferrite's"
+echo "== python package: one script against LiteRT's Interpreter and ferrite's (the corpus, then the recurrent models with data-dependent shapes)"
 "$CACHE/venv/bin/python" tools/python_api_test.py --corpus "$CACHE/models"
+"$CACHE/venv/bin/python" tools/python_api_test.py --corpus "$RNN_MODELS"
 
 echo "== python package: interpreters sharing one model's weights (same bits, 4 threads, any drop order)"
 "$CACHE/venv/bin/python" tools/python_shared_test.py --corpus "$CACHE/models"

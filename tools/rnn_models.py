@@ -8,7 +8,10 @@ and full int8 (float I/O), where the converter makes them:
   the form Keras 2's LSTM layer had); the bidirectional one runs a second LSTM on
   reversed time and concatenates, then a stacked LSTM;
 - `lstm`, `gru`: Keras 3 LSTM and GRU layers, which TF 2.19's converter turns into
-  WHILE loops of ordinary ops.
+  WHILE loops of ordinary ops;
+- `bilstm`, `simple_rnn`: a Keras 3 bidirectional LSTM and two stacked SimpleRNNs,
+  WHILE loops too, whose bodies slice the sequence at the loop counter: shapes that
+  come from values at run time.
 
 Weights and calibration data are seeded.
 
@@ -120,9 +123,22 @@ def convert(model, kind):
     return conv.convert()
 
 
-# Keras 3's bidirectional LSTM and SimpleRNN convert to WHILE loops whose shapes
-# ferrite's `run` path does not take yet (issue 14, item 7): not generated.
-MODELS = {"fused_lstm": lambda: FusedLstm(False), "fused_bilstm": lambda: FusedLstm(True), "lstm": lstm, "gru": gru}
+def bilstm():
+    i = tf.keras.Input((FRAMES, FEATURES), batch_size=1)
+    x = tf.keras.layers.Bidirectional(tf.keras.layers.LSTM(16))(i)
+    return tf.keras.Model(i, tf.keras.layers.Dense(CLASSES, activation="softmax")(x))
+
+
+def simple_rnn():
+    i = tf.keras.Input((FRAMES, FEATURES), batch_size=1)
+    x = tf.keras.layers.SimpleRNN(32, return_sequences=True)(i)
+    x = tf.keras.layers.SimpleRNN(32)(x)
+    return tf.keras.Model(i, tf.keras.layers.Dense(CLASSES, activation="softmax")(x))
+
+
+# Keras 3's bidirectional LSTM and SimpleRNN convert to WHILE loops whose tensor
+# shapes are computed from values inside the loop (a data-dependent tail).
+MODELS = {"fused_lstm": lambda: FusedLstm(False), "fused_bilstm": lambda: FusedLstm(True), "lstm": lstm, "gru": gru, "bilstm": bilstm, "simple_rnn": simple_rnn}
 KINDS = ("float", "dynamic", "int8")
 
 

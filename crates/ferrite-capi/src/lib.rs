@@ -501,8 +501,11 @@ impl FerriteSession {
         // SAFETY: bound buffers are live caller memory of the recorded sizes (the
         // binding contract of ferrite_session_set_input).
         let in_slices: Vec<&[u8]> = ins.iter().map(|&(p, n)| unsafe { std::slice::from_raw_parts(p, n) }).collect();
-        if let Some(outs) = self.outputs.iter().copied().collect::<Option<Vec<_>>>() {
-            // Every output bound: kernels read and write the caller's memory directly.
+        let outs = self.outputs.iter().copied().collect::<Option<Vec<_>>>().filter(|_| !self.session.has_dynamic_shapes());
+        if let Some(outs) = outs {
+            // Every output bound and sizes known before the run: kernels read and
+            // write the caller's memory directly. Outputs of data-dependent size take
+            // the copying path below, which accepts any buffer large enough.
             // SAFETY: as above, for the output bindings (writable, not aliased by inputs).
             let mut out_slices: Vec<&mut [u8]> = outs.iter().map(|&(p, n)| unsafe { std::slice::from_raw_parts_mut(p, n) }).collect();
             let r = self.session.run_with(&in_slices, &mut out_slices).map(|_| ());

@@ -1,7 +1,8 @@
 //! Builds `examples/run_model.c` with the system C compiler against the static
 //! library under AddressSanitizer + UndefinedBehaviorSanitizer (leak checking
 //! included) and against the shared library, and runs both on the demo model and,
-//! when the corpus is present, on a float and an int8 corpus model; and trains the
+//! when the corpus is present, on a float and an int8 corpus model (and with
+//! `FERRITE_RNN_MODELS`, on recurrent models with data-dependent shapes); and trains the
 //! demo model through the `ferrite_session_train_*` calls under the sanitizers.
 
 use std::path::{Path, PathBuf};
@@ -27,6 +28,15 @@ fn models() -> Vec<PathBuf> {
         ] {
             let p = corpus.join(rel);
             assert!(p.exists(), "corpus model {} is missing", p.display());
+            m.push(p);
+        }
+    }
+    // Keras recurrent layers converted as WHILE loops whose bodies compute shapes
+    // from values (tools/rnn_models.py): the C API runs them through the same calls.
+    if let Ok(dir) = std::env::var("FERRITE_RNN_MODELS") {
+        for name in ["kws_simple_rnn_float.tflite", "kws_bilstm_dynamic.tflite"] {
+            let p = PathBuf::from(&dir).join(name);
+            assert!(p.exists(), "recurrent model {} is missing", p.display());
             m.push(p);
         }
     }

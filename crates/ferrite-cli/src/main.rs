@@ -155,7 +155,9 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// List the builtin ops ferrite implements: arity and element types, from the op table.
+    /// List the builtin ops ferrite implements (arity and element types, from the op
+    /// table), then every builtin of the schema per element type: supported, refused
+    /// as LiteRT refuses it, or missing (with the reason).
     Ops {
         #[arg(long)]
         json: bool,
@@ -411,7 +413,21 @@ fn list_ops(as_json: bool) {
         .map(|op| json!({"op": op.name(), "code": op.code(), "inputs": arity(op.inputs()), "outputs": arity(op.outputs()), "types": op.types().names()}))
         .collect();
     if as_json {
-        outln!("{}", json!({"ops": rows}));
+        let report = ferrite::model::coverage::report();
+        let (supported, refused, missing) = ferrite::model::coverage::counts(&report);
+        let coverage: Vec<Value> = report
+            .iter()
+            .map(|op| {
+                let types: serde_json::Map<String, Value> = ferrite::model::coverage::TYPE_COLUMNS
+                    .iter()
+                    .zip(&op.types)
+                    .map(|(c, t)| (c.0.to_string(), json!({"status": t.0.name(), "reason": t.1})))
+                    .collect();
+                json!({"op": op.name, "code": op.code, "litert": op.litert, "status": op.status().name(), "reason": op.reason(), "types": types})
+            })
+            .collect();
+        let counts = json!({"supported": supported, "refused": refused, "missing": missing});
+        outln!("{}", json!({"ops": rows, "coverage": coverage, "counts": counts}));
         return;
     }
     outln!("{:<24} {:<12} {:<12} element types", "op", "inputs", "outputs");
@@ -419,6 +435,16 @@ fn list_ops(as_json: bool) {
         outln!("{:<24} {:<12} {:<12} {}", op.name(), op.inputs().to_string(), op.outputs().to_string(), op.types().names().join(", "));
     }
     outln!("{} builtin ops", BuiltinOp::ALL.len());
+    let report = ferrite::model::coverage::report();
+    let (supported, refused, missing) = ferrite::model::coverage::counts(&report);
+    let columns: Vec<&str> = ferrite::model::coverage::TYPE_COLUMNS.iter().map(|c| c.0).collect();
+    outln!("\ncoverage of the schema's {} builtins (refused: LiteRT refuses it too; missing: LiteRT runs it, ferrite does not)", report.len());
+    outln!("{:<30} {:<7} {}  reason", "op", "LiteRT", columns.iter().map(|c| format!("{c:<9}")).collect::<String>());
+    for op in &report {
+        let cells: String = op.types.iter().map(|t| format!("{:<9}", t.0.name())).collect();
+        outln!("{:<30} {:<7} {cells}  {}", op.name, if op.litert { "yes" } else { "no" }, op.reason().unwrap_or(""));
+    }
+    outln!("{supported} supported, {refused} refused as LiteRT refuses them, {missing} missing");
 }
 
 /// Prints the backends of this build and, with the `gpu` feature, every adapter.

@@ -4,6 +4,7 @@
 //!   (ferrite's own schema file). Used for the field layout and by the writer.
 //! - [`reader`]: a lenient, bounds-checked reader for untrusted model bytes.
 //! - [`ops`]: the op table — every builtin ferrite knows, its options, arity and kernel types.
+//! - [`coverage`]: every builtin of the schema, per element type: supported, refused as LiteRT refuses it, or missing.
 //! - [`flexbuffers`]: FlexBuffers maps of scalars (custom ops' options).
 //! - [`writer`]: builds `.tflite` files (single-op test models, exported models).
 //!
@@ -21,6 +22,7 @@ mod generated {
 /// Generated schema bindings (enums, slot constants and builders).
 pub use generated::tflite as schema;
 
+pub mod coverage;
 pub mod flexbuffers;
 pub mod ops;
 pub mod reader;

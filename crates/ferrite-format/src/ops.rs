@@ -174,6 +174,8 @@ op_table! {
     CONV_2D:                 Conv2DOptions,               2..=3, 1..=1, F32 | I8 | U8 | I16 | HYBRID;
     DEPTHWISE_CONV_2D:       DepthwiseConv2DOptions,      2..=3, 1..=1, F32 | I8 | U8 | I16 | HYBRID;
     TRANSPOSE_CONV:          TransposeConvOptions,        3..=4, 1..=1, F32 | I8 | U8 | I16;
+    CONV_3D:                 Conv3DOptions,               2..=3, 1..=1, F32;
+    CONV_3D_TRANSPOSE:       Conv3DOptions,               3..=4, 1..=1, F32;
     FULLY_CONNECTED:         FullyConnectedOptions,       2..=3, 1..=1, F32 | I8 | U8 | I16 | HYBRID;
     BATCH_MATMUL:            BatchMatMulOptions,          2..=2, 1..=1, F32 | I8 | I16 | HYBRID;
     AVERAGE_POOL_2D:         Pool2DOptions,               1..=1, 1..=1, F32 | I8 | U8 | I16;
@@ -322,7 +324,8 @@ op_table! {
     ASSIGN_VARIABLE:         NONE,                        2..=2, 0..=0, EXECUTOR;
 }
 
-/// The op table as a Markdown document (`docs/ops.md` is this, kept in sync by a test).
+/// The op table and the coverage report as a Markdown document (`docs/ops.md` is
+/// this, kept in sync by a test).
 pub fn markdown_table() -> String {
     let mut out = String::from(
         "# Builtin ops\n\nGenerated from the op table (`crates/ferrite-format/src/ops.rs`) by `ferrite ops --markdown`; a test keeps this \
@@ -334,7 +337,8 @@ pub fn markdown_table() -> String {
         let options = if options == "NONE" { "—" } else { options };
         out.push_str(&format!("| {} | {} | {} | {} | {} |\n", op.name(), options, op.inputs(), op.outputs(), op.types().names().join(", ")));
     }
-    out.push_str(&format!("\n{} builtin ops.\n", BuiltinOp::ALL.len()));
+    out.push_str(&format!("\n{} builtin ops.\n\n", BuiltinOp::ALL.len()));
+    out.push_str(&crate::coverage::markdown());
     out
 }
 

@@ -75,6 +75,13 @@ pub enum Options {
         depth_multiplier: i32,
         activation: Activation,
     },
+    /// CONV_3D and CONV_3D_TRANSPOSE; strides and dilations as (depth, height, width).
+    Conv3D {
+        padding: Padding,
+        stride: (i32, i32, i32),
+        dilation: (i32, i32, i32),
+        activation: Activation,
+    },
     Pool2D {
         padding: Padding,
         stride: (i32, i32),
@@ -246,6 +253,7 @@ impl Options {
             Options::None | Options::Empty(_) | Options::Unchecked(_) => &[],
             Options::Conv2D { .. } => &[T::Conv2DOptions],
             Options::DepthwiseConv2D { .. } => &[T::DepthwiseConv2DOptions],
+            Options::Conv3D { .. } => &[T::Conv3DOptions],
             Options::Pool2D { .. } => &[T::Pool2DOptions],
             Options::FullyConnected { .. } => &[T::FullyConnectedOptions],
             Options::Softmax { .. } => &[T::SoftmaxOptions],
@@ -651,6 +659,20 @@ fn write_options(b: &mut FlatBufferBuilder, table: fb::BuiltinOptions, o: &Optio
                 fused_activation_function: *activation,
                 dilation_w_factor: dilation.1,
                 dilation_h_factor: dilation.0,
+            },
+        )
+        .as_union_value(),
+        Options::Conv3D { padding, stride, dilation, activation } => fb::Conv3DOptions::create(
+            b,
+            &fb::Conv3DOptionsArgs {
+                padding: *padding,
+                stride_d: stride.0,
+                stride_h: stride.1,
+                stride_w: stride.2,
+                fused_activation_function: *activation,
+                dilation_d_factor: dilation.0,
+                dilation_h_factor: dilation.1,
+                dilation_w_factor: dilation.2,
             },
         )
         .as_union_value(),

@@ -137,6 +137,7 @@ pub(crate) fn hsum16(lanes: [f32; 16]) -> f32 {
 }
 
 pub mod conv;
+pub mod conv3d;
 pub mod detection;
 pub mod elementwise;
 pub mod fixed16;

@@ -17,9 +17,46 @@ use crate::variables::resource_id;
 
 impl Child {
     /// Runs on bound inputs and outputs (read and written in place).
+    ///
+    /// A child whose shapes depend on values (a WHILE body that slices at its loop
+    /// counter) cannot run bound: its tail reads tensors where the plan put them and
+    /// writes outputs whose size is known only after it ran. Its inputs are then
+    /// copied into their arena slots, it runs unbound, and its outputs are copied
+    /// out; an output whose size is not the one the caller planned is an error.
     pub(crate) fn run(&mut self, model: &Model, inputs: &[&[u8]], outputs: &mut [&mut [u8]], env: &mut DynEnv<'_>) -> Result<()> {
         let Child { graph, arena } = self;
-        execute(graph, model, bytemuck::cast_slice_mut(arena), Some((inputs, outputs)), env).map(|_| ())
+        let arena: &mut [u8] = bytemuck::cast_slice_mut(arena);
+        if graph.dynamic.is_none() {
+            return execute(graph, model, arena, Some((inputs, outputs)), env).map(|_| ());
+        }
+        let sub = &model.subgraphs[graph.subgraph];
+        for (k, &t) in sub.inputs.iter().enumerate() {
+            let Loc::Arena { offset, len } = graph.tensors[t].loc else { continue };
+            let data = inputs
+                .get(k)
+                .copied()
+                .filter(|d| d.len() == len)
+                .ok_or_else(|| Error::Runtime(format!("subgraph {}: input {k} is not the {len} bytes it was compiled for", graph.subgraph).into()))?;
+            arena[offset..offset + len].copy_from_slice(data);
+        }
+        execute(graph, model, arena, None, env)?;
+        for (k, &t) in sub.outputs.iter().enumerate() {
+            let data: &[u8] = match (graph.dynamic.as_ref().and_then(|d| d.values[t].as_ref()), &graph.tensors[t].loc) {
+                (Some(v), _) => v.data.bytes(),
+                (None, Loc::Arena { offset, len }) => &arena[*offset..*offset + *len],
+                (None, Loc::Model(r)) => model.bytes().get(r.clone()).unwrap_or(&[]),
+                (None, Loc::Owned(b)) => b.bytes(),
+                (None, Loc::None) => &[],
+            };
+            let out = outputs.get_mut(k).ok_or_else(|| Error::Runtime(format!("subgraph {}: output {k} has no buffer", graph.subgraph).into()))?;
+            if out.len() != data.len() {
+                return Err(Error::Runtime(
+                    format!("subgraph {}: output {k} is {} bytes at run time, its caller planned {} bytes", graph.subgraph, data.len(), out.len()).into(),
+                ));
+            }
+            out.copy_from_slice(data);
+        }
+        Ok(())
     }
 }
 

@@ -15,6 +15,8 @@ use ferrite_format::Table;
 use crate::error::{invalid, Error, Location, Result};
 use crate::ops::parse_params;
 pub use crate::ops::{Activation, OpParams, Padding};
+/// The coverage report: every builtin of the schema per element type.
+pub use ferrite_format::coverage;
 pub use ferrite_format::ops::{markdown_table as op_table_markdown, Arity, BuiltinOp, Types, MANY};
 pub use ferrite_format::FileKind;
 

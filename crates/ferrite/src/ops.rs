@@ -75,6 +75,13 @@ pub enum OpParams {
         depth_multiplier: i32,
         activation: Activation,
     },
+    /// CONV_3D and CONV_3D_TRANSPOSE: strides and dilations as (depth, height, width).
+    Conv3D {
+        padding: Padding,
+        stride: [usize; 3],
+        dilation: [usize; 3],
+        activation: Activation,
+    },
     Pool2D {
         padding: Padding,
         stride: (usize, usize),
@@ -295,6 +302,23 @@ pub fn parse_params(op: BuiltinOp, opt_type: u8, options: Option<Table<'_>>) -> 
                 activation: act(O::VT_FUSED_ACTIVATION_FUNCTION)?,
             }
         }
+        T::Conv3DOptions => {
+            use fb::Conv3DOptions as O;
+            OpParams::Conv3D {
+                padding: padding(i8f(O::VT_PADDING, 0)?)?,
+                stride: [
+                    positive(i32f(O::VT_STRIDE_D, 0)?, "stride_d")?,
+                    positive(i32f(O::VT_STRIDE_H, 0)?, "stride_h")?,
+                    positive(i32f(O::VT_STRIDE_W, 0)?, "stride_w")?,
+                ],
+                dilation: [
+                    positive(i32f(O::VT_DILATION_D_FACTOR, 1)?, "dilation_d")?,
+                    positive(i32f(O::VT_DILATION_H_FACTOR, 1)?, "dilation_h")?,
+                    positive(i32f(O::VT_DILATION_W_FACTOR, 1)?, "dilation_w")?,
+                ],
+                activation: act(O::VT_FUSED_ACTIVATION_FUNCTION)?,
+            }
+        }
         T::Pool2DOptions => {
             use fb::Pool2DOptions as O;
             OpParams::Pool2D {
@@ -503,6 +527,10 @@ mod tests {
             T::DepthwiseConv2DOptions => (
                 Options::DepthwiseConv2D { padding: P::VALID, stride: (2, 3), dilation: (3, 2), depth_multiplier: 4, activation: A::RELU },
                 OpParams::DepthwiseConv2D { padding: Padding::Valid, stride: (2, 3), dilation: (3, 2), depth_multiplier: 4, activation: Activation::Relu },
+            ),
+            T::Conv3DOptions => (
+                Options::Conv3D { padding: P::VALID, stride: (2, 3, 4), dilation: (3, 2, 5), activation: A::RELU6 },
+                OpParams::Conv3D { padding: Padding::Valid, stride: [2, 3, 4], dilation: [3, 2, 5], activation: act },
             ),
             T::TransposeConvOptions => (
                 Options::TransposeConv { padding: P::VALID, stride: (2, 3), activation: A::RELU_N1_TO_1 },

@@ -846,7 +846,9 @@ impl Session {
     /// Runs on caller-owned buffers without copying them: kernels read `inputs`
     /// directly and write each output straight into `outputs[k]` where the graph
     /// allows it (see [`RunStats`] for what was copied). Buffer sizes must match
-    /// the inputs' and outputs' byte sizes exactly.
+    /// the inputs' and outputs' byte sizes exactly. A model with data-dependent
+    /// shapes runs as [`Session::run`] does and its outputs are copied into
+    /// `outputs`, whose sizes must then match the sizes the run produced.
     pub fn run_with(&mut self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<RunStats> {
         self.require(State::Prepared, "run_with")?;
         self.ensure_plan()?;
@@ -868,10 +870,16 @@ impl Session {
         for (k, (_, t)) in self.inputs.iter().enumerate() {
             check("input", k, *t, inputs[k].len())?;
         }
+        // Outputs of a model with data-dependent shapes have their size only after
+        // the run: it runs on the arena and copies at both ends (the zero-copy path
+        // is for static models and never the reason to refuse one).
+        let dynamic = c.dynamic.is_some();
         for (k, (_, t)) in self.outputs.iter().enumerate() {
-            check("output", k, *t, outputs[k].len())?;
+            if !dynamic {
+                check("output", k, *t, outputs[k].len())?;
+            }
         }
-        if self.keep_all.is_some() {
+        if self.keep_all.is_some() || dynamic {
             return self.run_with_copies(inputs, outputs);
         }
         self.ran = false;
@@ -908,9 +916,10 @@ impl Session {
         Ok(self.last_run)
     }
 
-    /// `run_with` when every tensor is preserved: the compiled graph lists every
-    /// intermediate among its outputs, so the caller's buffers (the model's outputs
-    /// only) cannot be bound; the run uses the arena and copies at both ends.
+    /// `run_with` when every tensor is preserved (the compiled graph lists every
+    /// intermediate among its outputs, so the caller's buffers, the model's outputs
+    /// only, cannot be bound) or when output sizes come from values: the run uses
+    /// the arena and copies at both ends.
     fn run_with_copies(&mut self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<RunStats> {
         for (k, data) in inputs.iter().enumerate() {
             self.set_input(k, data)?;

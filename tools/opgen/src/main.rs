@@ -177,6 +177,61 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             );
             ranges.push(fr);
         }
+        "CONV_3D" | "CONV_3D_TRANSPOSE" => {
+            // Small volumes (a few frames of a few pixels); strides or dilations per axis,
+            // both paddings, every fused activation, the bias sometimes left out.
+            let transpose = op == "CONV_3D_TRANSPOSE";
+            let n = r.u(1, 2);
+            let dims = [r.u(1, 5), r.u(2, 6), r.u(2, 6)];
+            let (c, oc) = (r.u(1, 4), r.u(1, 4));
+            let k = [r.u(1, 3), r.u(1, 3), r.u(1, 3)];
+            let stride = [r.u(1, 2), r.u(1, 2), r.u(1, 2)];
+            let dil: Vec<usize> = stride.iter().map(|&s| if s == 1 { r.u(1, 2) } else { 1 }).collect();
+            let mut padding = same_or_valid(r);
+            // VALID needs the dilated window inside the input on every axis.
+            if (0..3).any(|a| (k[a] - 1) * dil[a] + 1 > dims[a]) {
+                padding = Padding::SAME;
+            }
+            let i32s = |v: &[usize]| v.iter().map(|&d| d as i32).collect::<Vec<_>>();
+            let activation = act(r);
+            let opts = Options::Conv3D {
+                padding,
+                stride: (stride[0] as i32, stride[1] as i32, stride[2] as i32),
+                dilation: (dil[0] as i32, dil[1] as i32, dil[2] as i32),
+                activation,
+            };
+            let with_bias = r.u(0, 3) > 0;
+            let bv = r.floats(oc, -1.0, 1.0);
+            if transpose {
+                // The transpose's output size: what the forward convolution of that size
+                // would map onto the input (SAME: input * stride; VALID: the full span).
+                let o_sz = |a: usize| if padding == Padding::SAME { dims[a] * stride[a] } else { (dims[a] - 1) * stride[a] + (k[a] - 1) * dil[a] + 1 };
+                let shape = [n as i32, o_sz(0) as i32, o_sz(1) as i32, o_sz(2) as i32, oc as i32];
+                let os = m.add_tensor(TensorSpec::const_i32("output_shape", &[5], &shape));
+                let wshape = i32s(&[k[0], k[1], k[2], oc, c]);
+                let wv = r.floats(n_of(&wshape), -1.0, 1.0);
+                let wt = m.add_tensor(TensorSpec::const_f32("w", &wshape, &wv));
+                let x = f32in(&mut m, "x", &i32s(&[n, dims[0], dims[1], dims[2], c]));
+                let o = out(&mut m, TensorType::FLOAT32, &[]);
+                let mut ins = vec![os, wt, x];
+                if with_bias {
+                    ins.push(m.add_tensor(TensorSpec::const_f32("b", &[oc as i32], &bv)));
+                }
+                single(B::CONV_3D_TRANSPOSE, &ins, o, opts, &mut m);
+            } else {
+                let x = f32in(&mut m, "x", &i32s(&[n, dims[0], dims[1], dims[2], c]));
+                let wshape = i32s(&[k[0], k[1], k[2], c, oc]);
+                let wv = r.floats(n_of(&wshape), -1.0, 1.0);
+                let wt = m.add_tensor(TensorSpec::const_f32("w", &wshape, &wv));
+                let o = out(&mut m, TensorType::FLOAT32, &[]);
+                let mut ins = vec![x, wt];
+                if with_bias {
+                    ins.push(m.add_tensor(TensorSpec::const_f32("b", &[oc as i32], &bv)));
+                }
+                single(B::CONV_3D, &ins, o, opts, &mut m);
+            }
+            ranges.push(fr);
+        }
         "BATCH_MATMUL" => {
             let (bt, mm, k, n) = (r.u(1, 3) as i32, r.u(1, 6) as i32, r.u(1, 6) as i32, r.u(1, 6) as i32);
             let (adj_x, adj_y) = (r.coin(), r.coin());
@@ -2169,6 +2224,8 @@ const OPS: &[&str] = &[
     "MAX_POOL_2D",
     "FULLY_CONNECTED",
     "TRANSPOSE_CONV",
+    "CONV_3D",
+    "CONV_3D_TRANSPOSE",
     "BATCH_MATMUL",
     "ADD",
     "SUB",

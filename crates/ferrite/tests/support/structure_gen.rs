@@ -497,6 +497,10 @@ fn options(rng: &mut Rng, op: B, rank: usize, n_out: usize, subgraphs: usize) ->
     let stride = |rng: &mut Rng| (small(rng), small(rng));
     match op {
         B::CONV_2D => Options::Conv2D { padding: padding(rng), stride: stride(rng), dilation: stride(rng), activation: activation(rng) },
+        B::CONV_3D | B::CONV_3D_TRANSPOSE => {
+            let (s, d) = (stride(rng), stride(rng));
+            Options::Conv3D { padding: padding(rng), stride: (s.0, s.1, s.0), dilation: (d.0, d.1, d.1), activation: activation(rng) }
+        }
         B::DEPTHWISE_CONV_2D => Options::DepthwiseConv2D {
             padding: padding(rng),
             stride: stride(rng),

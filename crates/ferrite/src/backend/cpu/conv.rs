@@ -6,6 +6,8 @@ use std::sync::{Arc, Mutex};
 
 use ferrite_format::ops::BuiltinOp as B;
 use ferrite_kernels::conv::{self, out_size_and_pad, Window};
+#[cfg(feature = "type-float")]
+use ferrite_kernels::conv3d;
 use ferrite_kernels::igemm::{self, Isa, Packed};
 use ferrite_kernels::quant::{self as kq, QConv};
 use ferrite_kernels::{qgemm, Clamp};
@@ -32,9 +34,13 @@ pub(super) fn build(code: B, op: &OpContext<'_>, ctx: &mut BackendContext) -> Op
         B::TRANSPOSE_CONV if op.opt_input(2).is_some_and(|d| matches!(d.dtype, DType::I8 | DType::U8 | DType::I16)) => transpose_conv_int(op),
         #[cfg(feature = "type-float")]
         B::TRANSPOSE_CONV => transpose_conv(op),
+        #[cfg(feature = "type-float")]
+        B::CONV_3D => conv3d(op),
+        #[cfg(feature = "type-float")]
+        B::CONV_3D_TRANSPOSE => conv3d_transpose(op),
         // Reached only when a type feature left the op's kernel out of this build.
         #[allow(unreachable_patterns)]
-        B::CONV_2D | B::DEPTHWISE_CONV_2D | B::TRANSPOSE_CONV => super::type_not_built(op),
+        B::CONV_2D | B::DEPTHWISE_CONV_2D | B::TRANSPOSE_CONV | B::CONV_3D | B::CONV_3D_TRANSPOSE => super::type_not_built(op),
         _ => return None,
     })
 }
@@ -589,6 +595,53 @@ pub(crate) fn transpose_conv_int(op: &OpContext<'_>) -> Result<Built> {
                     kq::flip_sign_bits(outs[0]);
                 }
             }
+            Ok(())
+        }),
+    })
+}
+
+/// CONV_3D (float32): input [n, d, h, w, c], filter [kd, kh, kw, c, out_c], optional bias.
+#[cfg(feature = "type-float")]
+fn conv3d(op: &OpContext<'_>) -> Result<Built> {
+    let OpParams::Conv3D { padding, stride, dilation, activation } = op.op.params else { return Err(op.bad("missing Conv3D options")) };
+    require_f32(op, &[0, 1, 2])?;
+    let g = conv3d::conv3d_geometry(&op.input(0)?.shape, &op.input(1)?.shape, stride, dilation, padding == Padding::Same).map_err(|e| op.bad(e))?;
+    let has_bias = op.opt_input(2).is_some();
+    if has_bias {
+        check_bias(op, 2, g.out_c)?;
+    }
+    let clamp = clamp_of(op, activation)?;
+    Ok(Built {
+        outputs: vec![(DType::F32, vec![g.batch, g.output[0], g.output[1], g.output[2], g.out_c])],
+        kernel: Box::new(move |ins, outs| {
+            let bias = if has_bias { Some(typed::<f32>(arg(ins, 2)?)?) } else { None };
+            conv3d::conv3d(typed(arg(ins, 0)?)?, typed(arg(ins, 1)?)?, bias, &g, clamp, typed_mut(outs[0])?);
+            Ok(())
+        }),
+    })
+}
+
+/// CONV_3D_TRANSPOSE (float32): output_shape (constant), filter [kd, kh, kw, out_c, c],
+/// input [n, d, h, w, c], optional bias [out_c].
+#[cfg(feature = "type-float")]
+fn conv3d_transpose(op: &OpContext<'_>) -> Result<Built> {
+    let OpParams::Conv3D { padding, stride, dilation, activation } = op.op.params else { return Err(op.bad("missing Conv3D options")) };
+    require_f32(op, &[1, 2, 3])?;
+    let target = op.const_ints(0)?;
+    let out: Vec<usize> =
+        target.iter().map(|&d| usize::try_from(d).ok().filter(|&d| d > 0)).collect::<Option<_>>().ok_or_else(|| op.bad(format!("output_shape {target:?}")))?;
+    let g =
+        conv3d::conv3d_transpose_geometry(&out, &op.input(1)?.shape, &op.input(2)?.shape, stride, dilation, padding == Padding::Same).map_err(|e| op.bad(e))?;
+    let has_bias = op.opt_input(3).is_some();
+    if has_bias {
+        check_bias(op, 3, g.in_c)?;
+    }
+    let clamp = clamp_of(op, activation)?;
+    Ok(Built {
+        outputs: vec![(DType::F32, out)],
+        kernel: Box::new(move |ins, outs| {
+            let bias = if has_bias { Some(typed::<f32>(arg(ins, 3)?)?) } else { None };
+            conv3d::conv3d_transpose(typed(arg(ins, 2)?)?, typed(arg(ins, 1)?)?, bias, &g, clamp, typed_mut(outs[0])?);
             Ok(())
         }),
     })

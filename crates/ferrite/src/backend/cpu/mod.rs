@@ -112,7 +112,7 @@ const FAMILIES: &[Family] = &[
 /// A test checks it against the families' own dispatch.
 pub(crate) fn family_feature(code: B) -> Option<&'static str> {
     Some(match code {
-        B::CONV_2D | B::DEPTHWISE_CONV_2D | B::TRANSPOSE_CONV => "op-conv",
+        B::CONV_2D | B::DEPTHWISE_CONV_2D | B::TRANSPOSE_CONV | B::CONV_3D | B::CONV_3D_TRANSPOSE => "op-conv",
         B::FULLY_CONNECTED | B::BATCH_MATMUL => "op-linear",
         B::AVERAGE_POOL_2D | B::MAX_POOL_2D => "op-pool",
         B::SOFTMAX | B::LOG_SOFTMAX | B::L2_NORMALIZATION | B::LOCAL_RESPONSE_NORMALIZATION => "op-softmax",

@@ -40,6 +40,8 @@ pub(crate) fn build(op: &OpContext<'_>) -> Result<Built> {
         B::DEPTHWISE_CONV_2D => nn::depthwise(op),
         B::FULLY_CONNECTED => nn::fully_connected(op),
         B::TRANSPOSE_CONV => nn::transpose_conv(op),
+        B::CONV_3D => nn::conv3d(op),
+        B::CONV_3D_TRANSPOSE => nn::conv3d_transpose(op),
         B::BATCH_MATMUL => nn::batch_matmul(op),
         B::AVERAGE_POOL_2D => nn::pool(op, false),
         B::MAX_POOL_2D => nn::pool(op, true),
@@ -330,6 +332,9 @@ mod tests {
                 OpParams::FullyConnected { activation: act, keep_num_dims: r.coin(), shuffled_weights: false, asymmetric_quantize_inputs: false }
             }
             B::TRANSPOSE_CONV => OpParams::TransposeConv { padding, stride: (big(r), big(r)), activation: act },
+            B::CONV_3D | B::CONV_3D_TRANSPOSE => {
+                OpParams::Conv3D { padding, stride: [big(r), big(r), big(r)], dilation: [big(r), big(r), big(r)], activation: act }
+            }
             B::BATCH_MATMUL => OpParams::BatchMatMul { adj_x: r.coin(), adj_y: r.coin(), asymmetric_quantize_inputs: false },
             B::CONCATENATION => OpParams::Concatenation { axis: int(r), activation: act },
             B::PACK => OpParams::Pack { values_count: int(r), axis: int(r) },
@@ -363,6 +368,8 @@ mod tests {
             B::MAX_POOL_2D,
             B::FULLY_CONNECTED,
             B::TRANSPOSE_CONV,
+            B::CONV_3D,
+            B::CONV_3D_TRANSPOSE,
             B::BATCH_MATMUL,
             B::SOFTMAX,
             B::ADD,

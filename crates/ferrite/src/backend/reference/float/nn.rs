@@ -441,6 +441,127 @@ pub(crate) fn softmax(op: &OpContext<'_>, log: bool) -> Result<Built> {
     })
 }
 
+/// Shape checks and geometry of CONV_3D / CONV_3D_TRANSPOSE, shared with the CPU
+/// kernels (ferrite-kernels); the arithmetic below is this backend's own.
+fn conv3d_geometry(op: &OpContext<'_>, transpose: bool) -> Result<(ferrite_kernels::conv3d::Window3, Vec<usize>, (f32, f32))> {
+    let OpParams::Conv3D { padding, stride, dilation, activation } = op.op.params else { return Err(op.bad("missing Conv3D options")) };
+    let same = padding == Padding::Same;
+    let g = if transpose {
+        require_f32(op, &[1, 2, 3])?;
+        let target = op.const_ints(0)?;
+        let out: Vec<usize> = target
+            .iter()
+            .map(|&d| usize::try_from(d).ok().filter(|&d| d > 0))
+            .collect::<Option<_>>()
+            .ok_or_else(|| op.bad(format!("output_shape {target:?}")))?;
+        ferrite_kernels::conv3d::conv3d_transpose_geometry(&out, &op.input(1)?.shape, &op.input(2)?.shape, stride, dilation, same)
+    } else {
+        require_f32(op, &[0, 1, 2])?;
+        ferrite_kernels::conv3d::conv3d_geometry(&op.input(0)?.shape, &op.input(1)?.shape, stride, dilation, same)
+    }
+    .map_err(|e| op.bad(e))?;
+    let (big, small) = if transpose { (g.input, g.output) } else { (g.output, g.input) };
+    let out_c = if transpose { g.in_c } else { g.out_c };
+    let out = vec![g.batch, big[0], big[1], big[2], out_c];
+    // Bounds every index the loops compute.
+    count(op, &[g.batch, small[0], small[1], small[2], g.in_c.max(g.out_c)], 4)?;
+    count(op, &out, 4)?;
+    count(op, &[g.kernel[0], g.kernel[1], g.kernel[2], g.in_c, g.out_c], 4)?;
+    Ok((g, out, clamp_bounds(activation)))
+}
+
+/// CONV_3D: out[b, z, y, x, o] = bias[o] + sum over (kz, ky, kx, c) of
+/// in[b, z*sd + kz*dd - pd, y*sh + ky*dh - ph, x*sw + kx*dw - pw, c] * w[kz, ky, kx, c, o],
+/// taps in the padding reading zero.
+pub(crate) fn conv3d(op: &OpContext<'_>) -> Result<Built> {
+    let (g, out_shape, bounds) = conv3d_geometry(op, false)?;
+    let has_bias = check_bias(op, 2, g.out_c)?;
+    let [id, ih, iw] = g.input;
+    let [od, oh, ow] = g.output;
+    let [kd, kh, kw] = g.kernel;
+    let (ic, oc) = (g.in_c, g.out_c);
+    let (n_in, n_w, n_out) = (g.batch * id * ih * iw * ic, kd * kh * kw * ic * oc, g.batch * od * oh * ow * oc);
+    Ok(Built {
+        outputs: vec![(DType::F32, out_shape)],
+        kernel: Box::new(move |ins, outs| {
+            let x = input::<f32>(ins, 0, n_in)?;
+            let wt = input::<f32>(ins, 1, n_w)?;
+            let bias = if has_bias { Some(input::<f32>(ins, 2, oc)?) } else { None };
+            let out = output::<f32>(outs, 0, n_out)?;
+            let at = |o: usize, k: usize, a: usize| (o * g.stride[a] + k * g.dilation[a]) as i64 - g.pad[a] as i64;
+            for (i, v) in out.iter_mut().enumerate() {
+                let o = i % oc;
+                let (x_, y_, z_, b) = ((i / oc) % ow, (i / oc / ow) % oh, (i / oc / ow / oh) % od, i / oc / ow / oh / od);
+                let mut acc = bias.map_or(0.0, |bv| f64::from(bv[o]));
+                for kz in 0..kd {
+                    for ky in 0..kh {
+                        for kx in 0..kw {
+                            let (pz, py, px) = (at(z_, kz, 0), at(y_, ky, 1), at(x_, kx, 2));
+                            if pz < 0 || py < 0 || px < 0 || pz >= id as i64 || py >= ih as i64 || px >= iw as i64 {
+                                continue;
+                            }
+                            let (pz, py, px) = (pz as usize, py as usize, px as usize);
+                            for c in 0..ic {
+                                acc += f64::from(x[(((b * id + pz) * ih + py) * iw + px) * ic + c])
+                                    * f64::from(wt[(((kz * kh + ky) * kw + kx) * ic + c) * oc + o]);
+                            }
+                        }
+                    }
+                }
+                *v = clamp(acc as f32, bounds);
+            }
+            Ok(())
+        }),
+    })
+}
+
+/// CONV_3D_TRANSPOSE: out[b, z, y, x, o] = bias[o] + sum over the input positions
+/// (iz, iy, ix) and taps (kz, ky, kx) with iz*sd + kz*dd - pd == z (likewise for y and
+/// x) of in[b, iz, iy, ix, c] * w[kz, ky, kx, o, c].
+pub(crate) fn conv3d_transpose(op: &OpContext<'_>) -> Result<Built> {
+    let (g, out_shape, bounds) = conv3d_geometry(op, true)?;
+    // In the forward view: g.input is this op's output, g.output its input.
+    let [od, oh, ow] = g.input;
+    let [id, ih, iw] = g.output;
+    let [kd, kh, kw] = g.kernel;
+    let (oc, ic) = (g.in_c, g.out_c);
+    let has_bias = check_bias(op, 3, oc)?;
+    let (n_in, n_w, n_out) = (g.batch * id * ih * iw * ic, kd * kh * kw * oc * ic, g.batch * od * oh * ow * oc);
+    Ok(Built {
+        outputs: vec![(DType::F32, out_shape)],
+        kernel: Box::new(move |ins, outs| {
+            let x = input::<f32>(ins, 2, n_in)?;
+            let wt = input::<f32>(ins, 1, n_w)?;
+            let bias = if has_bias { Some(input::<f32>(ins, 3, oc)?) } else { None };
+            let out = output::<f32>(outs, 0, n_out)?;
+            // Input coordinate reaching output coordinate `o` through tap `k`.
+            let source = |o: usize, k: usize, a: usize, size: usize| {
+                (o + g.pad[a]).checked_sub(k * g.dilation[a]).filter(|v| v % g.stride[a] == 0).map(|v| v / g.stride[a]).filter(|&i| i < size)
+            };
+            for (i, v) in out.iter_mut().enumerate() {
+                let o = i % oc;
+                let (x_, y_, z_, b) = ((i / oc) % ow, (i / oc / ow) % oh, (i / oc / ow / oh) % od, i / oc / ow / oh / od);
+                let mut acc = 0f64;
+                for kz in 0..kd {
+                    let Some(iz) = source(z_, kz, 0, id) else { continue };
+                    for ky in 0..kh {
+                        let Some(iy) = source(y_, ky, 1, ih) else { continue };
+                        for kx in 0..kw {
+                            let Some(ix) = source(x_, kx, 2, iw) else { continue };
+                            for c in 0..ic {
+                                acc += f64::from(x[(((b * id + iz) * ih + iy) * iw + ix) * ic + c])
+                                    * f64::from(wt[(((kz * kh + ky) * kw + kx) * oc + o) * ic + c]);
+                            }
+                        }
+                    }
+                }
+                *v = clamp((acc + bias.map_or(0.0, |bv| f64::from(bv[o]))) as f32, bounds);
+            }
+            Ok(())
+        }),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::super::float_test_util::*;
