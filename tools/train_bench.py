@@ -2,10 +2,11 @@
 """ms per training step: `ferrite train --json` against TensorFlow's
 `model.train_on_batch`, same model, batch, optimizer and thread count, side by side.
 
-  tfvenv/bin/python tools/train_bench.py --ferrite target/release/ferrite [--threads 1] [--models mlp,cnn]
+  tfvenv/bin/python tools/train_bench.py --ferrite target/release/ferrite [--threads 1] [--models mlp,cnn] [--runs 5]
 
-The CNN needs ferrite's convolution backward kernels (run it with --models cnn
-once they exist).
+Each model runs `--runs` rounds, each round one ferrite run and one TensorFlow
+timing back to back (interleaved, so that both see the same load on a shared
+machine); the table gives the medians over the rounds and the per-round ratios.
 """
 
 import argparse
@@ -44,6 +45,7 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--models", default="mlp")
     ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--runs", type=int, default=1, help="interleaved rounds per model; medians reported")
     args = ap.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import tensorflow as tf
@@ -70,24 +72,28 @@ def main():
             xp, yp = os.path.join(work, "x.npy"), os.path.join(work, "y.npy")
             np.save(xp, x)
             np.save(yp, y)
-            r = subprocess.run([args.ferrite, "train", path, "--epoch", "2", "--batch_size", str(BATCH), "--loss", "cce", "--optimizer", "adam",
-                                "--learning_rate", "0.001", "--load_input", xp, "--load_expected", yp, "--threads", str(args.threads), "--json"],
-                               capture_output=True, text=True, check=True)
-            lines = [json.loads(l) for l in r.stdout.splitlines() if l.strip()]
-            # The second epoch: warm caches, as the TensorFlow timing below.
-            fer = lines[-2]["ms_per_step"]
             model.compile(optimizer=keras.optimizers.Adam(0.001), loss="categorical_crossentropy")
             for i in range(20):
                 model.train_on_batch(x[i * BATCH:(i + 1) * BATCH], y[i * BATCH:(i + 1) * BATCH])
-            t0 = time.perf_counter()
-            for i in range(args.steps):
-                model.train_on_batch(x[i * BATCH:(i + 1) * BATCH], y[i * BATCH:(i + 1) * BATCH])
-            tfms = (time.perf_counter() - t0) * 1e3 / args.steps
-            rows.append((name, fer, tfms, lines[-1]["arena_bytes"], lines[-1]["arena_lower_bound_bytes"], lines[-1]["heap_allocs_per_step"]))
-    print(f"| model | batch | threads | ferrite ms/step | TensorFlow train_on_batch ms/step | ratio | arena (lower bound) | heap allocs/step |")
-    print("|---|---|---|---|---|---|---|---|")
-    for name, fer, tfms, arena, lb, allocs in rows:
-        print(f"| {name} | {BATCH} | {args.threads} | {fer:.3f} | {tfms:.3f} | {fer / tfms:.3f} | {arena} ({lb}) | {allocs:g} |")
+            fers, tfs = [], []
+            for _ in range(max(1, args.runs)):
+                r = subprocess.run([args.ferrite, "train", path, "--epoch", "2", "--batch_size", str(BATCH), "--loss", "cce", "--optimizer", "adam",
+                                    "--learning_rate", "0.001", "--load_input", xp, "--load_expected", yp, "--threads", str(args.threads), "--json"],
+                                   capture_output=True, text=True, check=True)
+                lines = [json.loads(l) for l in r.stdout.splitlines() if l.strip()]
+                # The second epoch: warm caches, as the TensorFlow timing below.
+                fers.append(lines[-2]["ms_per_step"])
+                t0 = time.perf_counter()
+                for i in range(args.steps):
+                    model.train_on_batch(x[i * BATCH:(i + 1) * BATCH], y[i * BATCH:(i + 1) * BATCH])
+                tfs.append((time.perf_counter() - t0) * 1e3 / args.steps)
+            fer, tfms = float(np.median(fers)), float(np.median(tfs))
+            per_run = ", ".join(f"{a / b:.2f}" for a, b in zip(fers, tfs))
+            rows.append((name, fer, tfms, lines[-1]["arena_bytes"], lines[-1]["arena_lower_bound_bytes"], lines[-1]["heap_allocs_per_step"], per_run))
+    print(f"| model | batch | threads | ferrite ms/step | TensorFlow train_on_batch ms/step | ratio | per-round ratios | arena (lower bound) | heap allocs/step |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, fer, tfms, arena, lb, allocs, per_run in rows:
+        print(f"| {name} | {BATCH} | {args.threads} | {fer:.3f} | {tfms:.3f} | {fer / tfms:.3f} | {per_run} | {arena} ({lb}) | {allocs:g} |")
     return 0
 
 

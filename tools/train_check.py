@@ -64,6 +64,18 @@ def keras_model(case, keras):
             L.Flatten(),
             L.Dense(5, activation="softmax", kernel_initializer=kern(8), bias_initializer=bias()),
         ])
+    if case["arch"] == "cnn_deep":
+        # A second convolution (its input gradient: stride 1, SAME) and a strided
+        # depthwise convolution (the gathered input-gradient path).
+        return keras.Sequential([
+            L.Input((12, 12, 3)),
+            L.Conv2D(8, 3, activation="relu", kernel_initializer=kern(9), bias_initializer=bias()),
+            L.Conv2D(16, 3, padding="same", activation="relu", kernel_initializer=kern(10), bias_initializer=bias()),
+            L.DepthwiseConv2D(3, strides=2, activation="relu", depthwise_initializer=kern(11), bias_initializer=bias()),
+            L.Conv2D(8, 2, strides=2, activation="relu", kernel_initializer=kern(12), bias_initializer=bias()),
+            L.Flatten(),
+            L.Dense(5, activation="softmax", kernel_initializer=kern(13), bias_initializer=bias()),
+        ])
     raise ValueError(case["arch"])
 
 
@@ -73,6 +85,7 @@ CASES = {
     "classifier_cce_adam": dict(arch="classifier", loss="cce", optimizer="adam", lr=0.01, n=160, batch=16, metric=True, args=[]),
     "classifier_cce_adam_val": dict(arch="classifier", loss="cce", optimizer="adam", lr=0.01, n=200, batch=20, metric=True, validation_split=0.2, args=[]),
     "cnn_cce_sgd": dict(arch="cnn", loss="cce", optimizer="sgd", lr=0.05, n=64, batch=8, metric=True, cnn=True, args=[]),
+    "cnn_deep_cce_sgd": dict(arch="cnn_deep", loss="cce", optimizer="sgd", lr=0.05, n=64, batch=8, metric=True, cnn=True, args=[]),
     # Only the head trains: the convolutions run forward only, so this case needs no conv backward.
     "cnn_cce_sgd_last2": dict(arch="cnn", loss="cce", optimizer="sgd", lr=0.05, n=64, batch=8, metric=True, trainable_ops=2, args=[]),
 }

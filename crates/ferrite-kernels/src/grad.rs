@@ -133,12 +133,14 @@ pub fn fully_connected(
     }
 }
 
-/// Backward of a fused activation that clamps (RELU, RELU6, RELU_N1_TO_1, NONE),
-/// from the op's output `y`: the gradient passes where the clamp did not bind.
-/// `dx` may be `dy` itself (pass the same slice through [`clamp_in_place`]).
-pub fn clamp(c: Clamp, y: &[f32], dy: &[f32], dx: &mut [f32]) {
-    for ((d, &g), &v) in dx.iter_mut().zip(dy).zip(y) {
-        *d = if v > c.min && v < c.max { g } else { 0.0 };
+simd_fn! {
+    /// Backward of a fused activation that clamps (RELU, RELU6, RELU_N1_TO_1, NONE),
+    /// from the op's output `y`: the gradient passes where the clamp did not bind.
+    /// `dx` may be `dy` itself (pass the same slice through [`clamp_in_place`]).
+    pub fn clamp(c: Clamp, y: &[f32], dy: &[f32], dx: &mut [f32]) {
+        for ((d, &g), &v) in dx.iter_mut().zip(dy).zip(y) {
+            *d = if v > c.min && v < c.max { g } else { 0.0 };
+        }
     }
 }
 

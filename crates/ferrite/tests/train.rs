@@ -484,3 +484,63 @@ fn a_trainer_can_move_between_threads() {
     let loss = std::thread::spawn(move || t.step(&[&[0.5; 12]], &[0.0; 6]).unwrap()).join().unwrap();
     assert!(loss.is_finite());
 }
+
+/// x[1, 4] + GATHER(table[3, 4], [2]) -> RESHAPE [1, 2, 2] -> MEAN over an int64
+/// axis constant -> BATCH_MATMUL by a constant [2, 3] -> y[1, 3]: the embedding
+/// table and the matmul's constant operand are the trainable weights.
+fn embedding_model(table: &[f32], w: &[f32]) -> Arc<Model> {
+    let mut m = ModelSpec::default();
+    let x = m.add_tensor(TensorSpec::activation("x", TensorType::FLOAT32, &[1, 4]));
+    let tt = m.add_tensor(TensorSpec::const_f32("table", &[3, 4], table));
+    let idx = m.add_tensor(TensorSpec::const_i32("idx", &[1], &[2]));
+    let e = m.add_tensor(TensorSpec::activation("e", TensorType::FLOAT32, &[1, 4]));
+    let a = m.add_tensor(TensorSpec::activation("a", TensorType::FLOAT32, &[1, 4]));
+    let shape = m.add_tensor(TensorSpec::const_i32("shape", &[3], &[1, 2, 2]));
+    let r = m.add_tensor(TensorSpec::activation("r", TensorType::FLOAT32, &[1, 2, 2]));
+    let axis = m.add_tensor(TensorSpec { data: Some(2i64.to_le_bytes().to_vec()), ..TensorSpec::activation("axis", TensorType::INT64, &[1]) });
+    let mn = m.add_tensor(TensorSpec::activation("mean", TensorType::FLOAT32, &[1, 2]));
+    let tw = m.add_tensor(TensorSpec::const_f32("w", &[2, 3], w));
+    let y = m.add_tensor(TensorSpec::activation("y", TensorType::FLOAT32, &[1, 3]));
+    m.add_op(OpCode::Builtin(BO::GATHER), &[tt, idx], &[e], Options::Gather { axis: 0, batch_dims: 0 });
+    m.add_op(OpCode::Builtin(BO::ADD), &[x, e], &[a], Options::Binary { activation: Activation::NONE });
+    m.add_op(OpCode::Builtin(BO::RESHAPE), &[a, shape], &[r], Options::None);
+    m.add_op(OpCode::Builtin(BO::MEAN), &[r, axis], &[mn], Options::Reducer { keep_dims: false });
+    m.add_op(OpCode::Builtin(BO::BATCH_MATMUL), &[mn, tw], &[y], Options::BatchMatMul { adj_x: false, adj_y: false, asymmetric_quantize_inputs: false });
+    m.inputs = vec![x];
+    m.outputs = vec![y];
+    Arc::new(Model::from_bytes(Arc::new(m.to_bytes().unwrap())).unwrap())
+}
+
+#[test]
+fn gather_params_and_batch_matmul_constants_train_as_weights() {
+    let (table, w) = (rand(12, 40), rand(6, 41));
+    let batch = 3;
+    let (xs, ys) = (rand(batch * 4, 42), rand(batch * 3, 43));
+    let cfg = TrainConfig { batch_size: batch, optimizer: Optimizer::sgd(1.0), ..Default::default() };
+    let loss_at = |table: &[f32], w: &[f32]| -> f64 {
+        let mut t = Trainer::new(embedding_model(table, w), cfg.clone()).unwrap();
+        f64::from(t.evaluate(&[&xs], &ys).unwrap().loss)
+    };
+    let mut t = Trainer::new(embedding_model(&table, &w), cfg.clone()).unwrap();
+    t.step(&[&xs], &ys).unwrap();
+    let originals = [table.clone(), w.clone()];
+    let eps = 1e-2f32;
+    for (k, orig) in originals.iter().enumerate() {
+        let moved = t.weights(k).unwrap().to_vec();
+        for i in 0..orig.len() {
+            let got = f64::from(orig[i] - moved[i]);
+            let mut vals = originals.clone();
+            vals[k][i] = orig[i] + eps;
+            let hi = loss_at(&vals[0], &vals[1]);
+            vals[k][i] = orig[i] - eps;
+            let lo = loss_at(&vals[0], &vals[1]);
+            let want = (hi - lo) / (2.0 * f64::from(eps));
+            assert!((got - want).abs() <= 2e-3 * (1.0 + want.abs()), "weight {k}[{i}]: gradient {got} vs finite difference {want}");
+        }
+        // Rows of the table that no index selects get no gradient.
+        if k == 0 {
+            assert_eq!(&moved[..8], &orig[..8], "unselected embedding rows moved");
+            assert_ne!(&moved[8..], &orig[8..], "the selected embedding row did not train");
+        }
+    }
+}

@@ -14,7 +14,7 @@
 
 use super::split::{for_rows, parts, Base};
 use crate::conv::Window;
-use crate::igemm::{gemm_gathered, Isa, Packed};
+use crate::igemm::{conv2d_pixels, gemm_gathered, ConvScratch, Isa, Packed};
 use crate::parallel::ThreadPool;
 use crate::Clamp;
 use std::sync::Mutex;
@@ -103,13 +103,17 @@ fn gather_columns(g: &Window, gathered: &[f32], cg: usize, r0: usize, here: usiz
                 let step = g.stride_w * cg;
                 let src0 = ((b * g.in_h + y) * g.in_w + x0) * cg + ch0;
                 let src = &gathered[src0..src0 + (hi - lo - 1) * step + n];
-                for k in 0..n {
-                    let row = &mut rows[k * block + i + lo..k * block + i + hi];
-                    if step == 1 {
+                if step == 1 {
+                    for k in 0..n {
+                        let row = &mut rows[k * block + i + lo..k * block + i + hi];
                         row.copy_from_slice(&src[k..k + row.len()]);
-                    } else {
-                        for (j, v) in row.iter_mut().enumerate() {
-                            *v = src[j * step + k];
+                    }
+                } else {
+                    // Pixel by pixel, its n consecutive channels to the n rows: each
+                    // source pixel is read once (not once per row, strided).
+                    for j in 0..hi - lo {
+                        for (k, &v) in src[j * step..][..n].iter().enumerate() {
+                            rows[k * block + i + lo + j] = v;
                         }
                     }
                 }
@@ -132,6 +136,8 @@ struct ThreadScratch {
     cols: Vec<f32>,
     /// One tile's product (mr x channels) before it is added to the sum.
     tile: Vec<f32>,
+    /// Row pointers of the input gradient run as a forward convolution.
+    conv: ConvScratch,
 }
 
 /// The input gradient's GEMM: rows = pixels receiving the gradient, taps = filter
@@ -184,7 +190,7 @@ impl WeightGemm {
     fn thread_scratch(&self, taps_rows: usize) -> ThreadScratch {
         let mr = self.pk.isa().mr();
         let _ = taps_rows;
-        ThreadScratch { ptrs: vec![0; mr], cols: vec![0.0; mr * self.block], tile: vec![0.0; mr * self.pk.n()] }
+        ThreadScratch { ptrs: vec![0; mr], cols: vec![0.0; mr * self.block], tile: vec![0.0; mr * self.pk.n()], conv: ConvScratch::default() }
     }
 
     /// Sums into `self.acc`. `gathered` is a map on the window's input positions
@@ -207,7 +213,7 @@ impl WeightGemm {
             let pk = &self.pk;
             for_rows(pool, &mut self.acc, rows, cp, mr, &|part, range, acc| {
                 let mut guard = scratch[part].lock().unwrap_or_else(|e| e.into_inner());
-                let ThreadScratch { ptrs, cols, tile } = &mut *guard;
+                let ThreadScratch { ptrs, cols, tile, .. } = &mut *guard;
                 let mut r0 = range.start;
                 while r0 < range.end {
                     let here = mr.min(range.end - r0);
@@ -227,13 +233,15 @@ impl WeightGemm {
     }
 }
 
-/// Sums `dy` (`rows` rows of `c`) over its rows into `db`, in row order.
-fn bias_grad(dy: &[f32], rows: usize, c: usize, db: &mut [f32]) {
-    let db = &mut db[..c];
-    db.fill(0.0);
-    for px in dy.chunks_exact(c.max(1)).take(rows) {
-        for (d, &v) in db.iter_mut().zip(px) {
-            *d += v;
+simd_fn! {
+    /// Sums `dy` (`rows` rows of `c`) over its rows into `db`, in row order.
+    fn bias_grad(dy: &[f32], rows: usize, c: usize, db: &mut [f32]) {
+        let db = &mut db[..c];
+        db.fill(0.0);
+        for px in dy.chunks_exact(c.max(1)).take(rows) {
+            for (d, &v) in db.iter_mut().zip(px) {
+                *d += v;
+            }
         }
     }
 }
@@ -246,8 +254,56 @@ pub struct Conv2dScratch {
     in_c: usize,
     out_c: usize,
     dx: InputGemm,
+    /// With stride 1, the input gradient as a forward convolution of `dy`.
+    flipped: Option<FlippedConv>,
     dw: WeightGemm,
     threads: Vec<Mutex<ThreadScratch>>,
+}
+
+/// A stride-1 convolution's input gradient as the forward convolution kernel
+/// computes it: `dx = conv(dy, w')` over a window of `dy` padded by
+/// `(k - 1) * dilation - pad` on the top and left (the bottom and right as the
+/// sizes give), with `w'[i][ky][kx][o] = w[o][k_h-1-ky][k_w-1-kx][i]`. This runs
+/// the forward pass's tiles over whole output rows, with no per-tap lookup of
+/// which output pixel a tap came from.
+#[derive(Debug)]
+struct FlippedConv {
+    g: Window,
+    pk: Packed,
+}
+
+/// The window of a stride-1 convolution's input gradient run as a forward
+/// convolution of `dy` (see [`FlippedConv`]), or None when `g` is strided or its
+/// padding exceeds the filter's reach.
+fn flipped_window(g: &Window) -> Option<Window> {
+    if g.stride_h != 1 || g.stride_w != 1 {
+        return None;
+    }
+    let pad_top = (g.k_h.checked_sub(1)? * g.dil_h).checked_sub(g.pad_top)?;
+    let pad_left = (g.k_w.checked_sub(1)? * g.dil_w).checked_sub(g.pad_left)?;
+    Some(Window { in_h: g.out_h, in_w: g.out_w, out_h: g.in_h, out_w: g.in_w, pad_top, pad_left, ..*g })
+}
+
+impl FlippedConv {
+    /// For window `g` (the forward convolution's), or None where
+    /// [`flipped_window`] is (then the gathered GEMM runs).
+    fn new(g: &Window, in_c: usize, out_c: usize) -> Option<FlippedConv> {
+        let fg = flipped_window(g)?;
+        let taps = g.k_h * g.k_w;
+        let pk = Packed::new(Isa::for_channels(in_c), &vec![0.0; in_c * taps * out_c], None, in_c, taps, out_c);
+        Some(FlippedConv { g: fg, pk })
+    }
+
+    /// Packs `w` (`[out_c][taps][in_c]`) flipped and transposed: tap `t` of the
+    /// gradient's convolution is tap `taps - 1 - t` of the forward one.
+    fn pack(&mut self, w: &[f32]) {
+        let (n, taps, k) = (self.pk.n(), self.pk.taps(), self.pk.k());
+        for o in 0..k {
+            for t in 0..taps {
+                self.pk.set_row(t, o, &w[(o * taps + taps - 1 - t) * n..][..n]);
+            }
+        }
+    }
 }
 
 impl Conv2dScratch {
@@ -260,7 +316,11 @@ impl Conv2dScratch {
         let mut t = dw.thread_scratch(taps * in_c);
         let mr = dx.pk.isa().mr().max(dw.pk.isa().mr());
         t.ptrs = vec![0; taps.max(1) * mr];
-        Conv2dScratch { g: *g, in_c, out_c, dx, dw, threads: (0..threads.max(1)).map(|_| Mutex::new(t.clone())).collect() }
+        let flipped = FlippedConv::new(g, in_c, out_c);
+        if let Some(f) = &flipped {
+            t.conv = f.pk.scratch(&f.g);
+        }
+        Conv2dScratch { g: *g, in_c, out_c, dx, flipped, dw, threads: (0..threads.max(1)).map(|_| Mutex::new(t.clone())).collect() }
     }
 
     fn fits(&self, g: &Window, in_c: usize, out_c: usize, pool: Option<&ThreadPool>) -> bool {
@@ -298,17 +358,31 @@ pub fn conv2d_backward(
     {
         return false;
     }
-    let Conv2dScratch { dx: dx_gemm, dw: dw_gemm, threads, .. } = scratch;
-    if let Some(dx) = grads.dx {
-        dx_gemm.pack(w);
-        let pk = &dx_gemm.pk;
-        let mr = pk.isa().mr();
-        for_rows(pool, dx, n_in, in_c, mr, &|part, range, out| {
-            let mut s = threads[part].lock().unwrap_or_else(|e| e.into_inner());
-            let a = |q: usize, t: usize| tap_target(g, q, t / g.k_w, t % g.k_w).map(|p| &dy[p * out_c..][..out_c]);
-            let ok = gemm_gathered(pk, range, a, &mut s.ptrs, Clamp::NONE, out);
-            debug_assert!(ok, "input-gradient GEMM scratch sized for its tiles");
-        });
+    let Conv2dScratch { dx: dx_gemm, flipped, dw: dw_gemm, threads, .. } = scratch;
+    match (grads.dx, flipped.as_mut()) {
+        (Some(dx), Some(f)) => {
+            f.pack(w);
+            let (pk, fg) = (&f.pk, &f.g);
+            // Chunks start on whole tiles (mr pixels): the tiling, and every sum, is
+            // the same for any split.
+            for_rows(pool, dx, n_in, in_c, pk.isa().mr(), &|part, range, out| {
+                let mut s = threads[part].lock().unwrap_or_else(|e| e.into_inner());
+                let ok = conv2d_pixels(dy, pk, fg, Clamp::NONE, out, range, &mut s.conv);
+                debug_assert!(ok, "input-gradient convolution scratch sized for its geometry");
+            });
+        }
+        (Some(dx), None) => {
+            dx_gemm.pack(w);
+            let pk = &dx_gemm.pk;
+            let mr = pk.isa().mr();
+            for_rows(pool, dx, n_in, in_c, mr, &|part, range, out| {
+                let mut s = threads[part].lock().unwrap_or_else(|e| e.into_inner());
+                let a = |q: usize, t: usize| tap_target(g, q, t / g.k_w, t % g.k_w).map(|p| &dy[p * out_c..][..out_c]);
+                let ok = gemm_gathered(pk, range, a, &mut s.ptrs, Clamp::NONE, out);
+                debug_assert!(ok, "input-gradient GEMM scratch sized for its tiles");
+            });
+        }
+        (None, _) => {}
     }
     if let Some(dw) = grads.dw {
         dw_gemm.run(g, x, in_c, dy, threads, pool);
@@ -423,9 +497,33 @@ fn step_index(offset: usize, stride: usize, limit: usize) -> Option<usize> {
     (i < limit).then_some(i)
 }
 
+/// Output columns `lo..hi` whose tap at filter column offset `off` (`kx * dil_w`)
+/// lands inside an input row of the window (`ox * stride_w + off - pad_left` in
+/// `0..in_w`).
+#[inline(always)]
+fn valid_columns(g: &Window, off: usize) -> (usize, usize) {
+    let lo = if off >= g.pad_left { 0 } else { (g.pad_left - off).div_ceil(g.stride_w) };
+    let hi = (g.in_w + g.pad_left).saturating_sub(off).div_ceil(g.stride_w).min(g.out_w);
+    (lo, hi.max(lo))
+}
+
+/// `acc[j] += a[j] * b[j]` over `L` lanes (fixed length: one or two vectors).
+#[inline(always)]
+fn mul_add_lanes<const L: usize>(acc: &mut [f32; L], a: &[f32], b: &[f32]) {
+    let (a, b) = (&a[..L], &b[..L]);
+    for j in 0..L {
+        acc[j] += a[j] * b[j];
+    }
+}
+
+/// Lanes of the depthwise gradients' channel blocks (two AVX2 vectors, half an
+/// AVX-512 one; the compiler keeps a block's sums in registers).
+const DW_LANES: usize = 16;
+
 simd_fn! {
     /// One input row (`r` = batch * in_h + iy) of a depthwise convolution's input
     /// gradient: every tap adds the output pixel it came from times its weights.
+    /// Per element the taps add up in (ky, kx) order whatever the blocking.
     fn depthwise_dx_row(g: &Window, c: usize, mult: usize, w: &[f32], dy: &[f32], r: usize, orow: &mut [f32]) {
         let oc = c * mult;
         let (b, iy) = (r / g.in_h, r % g.in_h);
@@ -433,13 +531,23 @@ simd_fn! {
         for ky in 0..g.k_h {
             let Some(oy) = (iy + g.pad_top).checked_sub(ky * g.dil_h).and_then(|t| step_index(t, g.stride_h, g.out_h)) else { continue };
             let drow = &dy[(b * g.out_h + oy) * g.out_w * oc..][..g.out_w * oc];
-            for (ix, px) in orow.chunks_exact_mut(c.max(1)).enumerate() {
-                for kx in 0..g.k_w {
-                    let Some(ox) = (ix + g.pad_left).checked_sub(kx * g.dil_w).and_then(|t| step_index(t, g.stride_w, g.out_w)) else { continue };
+            for kx in 0..g.k_w {
+                let off = kx * g.dil_w;
+                let (lo, hi) = valid_columns(g, off);
+                let wt = &w[(ky * g.k_w + kx) * oc..][..oc];
+                // Each output column of the range feeds one input column, in order.
+                for ox in lo..hi {
+                    let ix = ox * g.stride_w + off - g.pad_left;
+                    let px = &mut orow[ix * c..][..c];
                     let d = &drow[ox * oc..][..oc];
-                    let wt = &w[(ky * g.k_w + kx) * oc..][..oc];
                     if mult == 1 {
-                        for ((a, &dv), &wv) in px.iter_mut().zip(d).zip(wt) {
+                        let mut j = 0;
+                        while j + 8 <= c {
+                            let a: &mut [f32; 8] = (&mut px[j..j + 8]).try_into().expect("8 lanes");
+                            mul_add_lanes(a, &d[j..], &wt[j..]);
+                            j += 8;
+                        }
+                        for ((a, &dv), &wv) in px[j..].iter_mut().zip(&d[j..]).zip(&wt[j..]) {
                             *a += dv * wv;
                         }
                     } else {
@@ -457,29 +565,61 @@ simd_fn! {
     }
 }
 
+/// Adds the filter-gradient terms of taps at column offset `off` over output
+/// columns `lo..hi` of one output row (`drow`, `oc` per pixel) and the input row
+/// it reads (`xrow`, `c` per pixel) to `acc`, `L` channels from `ch` (depth
+/// multiplier 1). The sums stay in registers over the columns; each channel adds
+/// its terms in column order.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn depthwise_dw_block<const L: usize>(g: &Window, c: usize, drow: &[f32], xrow: &[f32], (lo, hi): (usize, usize), off: usize, ch: usize, acc: &mut [f32]) {
+    let a: &mut [f32; L] = (&mut acc[..L]).try_into().expect("L lanes");
+    let mut s = *a;
+    for ox in lo..hi {
+        let ix = ox * g.stride_w + off - g.pad_left;
+        mul_add_lanes(&mut s, &drow[ox * c + ch..], &xrow[ix * c + ch..]);
+    }
+    *a = s;
+}
+
 simd_fn! {
     /// Filter-gradient sums of a depthwise convolution for filter channels `r`,
     /// into `acc` laid out [tap][channel in range], over every output pixel in
-    /// order (output row by output row, taps inside).
+    /// order (output row by output row): for each (tap, channel) one running sum
+    /// over the pixels in that order, whatever the blocking of the loops.
     fn depthwise_dw_range(g: &Window, c: usize, mult: usize, x: &[f32], dy: &[f32], r: std::ops::Range<usize>, acc: &mut [f32]) {
         let oc = c * mult;
         let width = r.len();
         acc.fill(0.0);
         for row in 0..g.batch * g.out_h {
             let (b, oy) = (row / g.out_h, row % g.out_h);
-            for ox in 0..g.out_w {
-                let d = &dy[((row * g.out_w) + ox) * oc + r.start..][..width];
-                for ky in 0..g.k_h {
-                    let Some(iy) = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h) else { continue };
-                    for kx in 0..g.k_w {
-                        let Some(ix) = (ox * g.stride_w + kx * g.dil_w).checked_sub(g.pad_left).filter(|&v| v < g.in_w) else { continue };
-                        let xs = &x[((b * g.in_h + iy) * g.in_w + ix) * c..][..c];
-                        let a = &mut acc[(ky * g.k_w + kx) * width..][..width];
-                        if mult == 1 {
-                            for ((s, &dv), &xv) in a.iter_mut().zip(d).zip(&xs[r.start..r.end]) {
-                                *s += dv * xv;
-                            }
-                        } else {
+            let drow = &dy[row * g.out_w * oc..][..g.out_w * oc];
+            for ky in 0..g.k_h {
+                let Some(iy) = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h) else { continue };
+                let xrow = &x[(b * g.in_h + iy) * g.in_w * c..][..g.in_w * c];
+                for kx in 0..g.k_w {
+                    let off = kx * g.dil_w;
+                    let cols = valid_columns(g, off);
+                    let a = &mut acc[(ky * g.k_w + kx) * width..][..width];
+                    if mult == 1 {
+                        let mut j = 0;
+                        while j + DW_LANES <= width {
+                            depthwise_dw_block::<DW_LANES>(g, c, drow, xrow, cols, off, r.start + j, &mut a[j..]);
+                            j += DW_LANES;
+                        }
+                        while j + 8 <= width {
+                            depthwise_dw_block::<8>(g, c, drow, xrow, cols, off, r.start + j, &mut a[j..]);
+                            j += 8;
+                        }
+                        while j < width {
+                            depthwise_dw_block::<1>(g, c, drow, xrow, cols, off, r.start + j, &mut a[j..]);
+                            j += 1;
+                        }
+                    } else {
+                        for ox in cols.0..cols.1 {
+                            let ix = ox * g.stride_w + off - g.pad_left;
+                            let d = &drow[ox * oc + r.start..][..width];
+                            let xs = &xrow[ix * c..][..c];
                             for (j, (s, &dv)) in a.iter_mut().zip(d).enumerate() {
                                 *s += dv * xs[(r.start + j) / mult];
                             }
@@ -522,14 +662,29 @@ pub fn depthwise_conv2d_backward(
         return false;
     }
     if let Some(dx) = grads.dx {
-        // One input row per task row: gather from the output pixels its taps reach,
-        // row by row of taps (divisions only for strides above 1).
         let row_len = g.in_w * c;
-        for_rows(pool, dx, g.batch * g.in_h, row_len, 1, &|_, range, out| {
-            for (r, orow) in range.zip(out.chunks_exact_mut(row_len.max(1))) {
-                depthwise_dx_row(g, c, mult, w, dy, r, orow);
+        if let Some(fg) = flipped_window(g).filter(|fg| mult == 1 && fg.indices_fit(c)) {
+            // Stride 1, multiplier 1: the input gradient is the forward depthwise
+            // convolution of dy by the filter flipped in both axes (see
+            // `FlippedConv`), on the forward kernel's register tiles. The flipped
+            // filter goes in `scratch` until the filter gradient needs it.
+            let flipped = &mut scratch[..taps * c];
+            for t in 0..taps {
+                flipped[t * c..(t + 1) * c].copy_from_slice(&w[(taps - 1 - t) * c..][..c]);
             }
-        });
+            let flipped = &*flipped;
+            for_rows(pool, dx, g.batch * g.in_h, row_len, 1, &|_, range, out| {
+                crate::conv::depthwise_conv2d(dy, c, 1, flipped, None, &fg, Clamp::NONE, out, range);
+            });
+        } else {
+            // One input row per task row: gather from the output pixels its taps
+            // reach, row by row of taps (divisions only for strides above 1).
+            for_rows(pool, dx, g.batch * g.in_h, row_len, 1, &|_, range, out| {
+                for (r, orow) in range.zip(out.chunks_exact_mut(row_len.max(1))) {
+                    depthwise_dx_row(g, c, mult, w, dy, r, orow);
+                }
+            });
+        }
     }
     if let Some(dw) = grads.dw {
         // Filter channels split over the threads; each range's sums, laid out

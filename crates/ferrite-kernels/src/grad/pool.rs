@@ -11,7 +11,7 @@ use crate::conv::Window;
 use crate::parallel::ThreadPool;
 
 /// Channels whose running maxima and positions live on the stack at a time.
-const BLOCK: usize = 64;
+const BLOCK: usize = 16;
 
 /// The input rows and columns of output pixel (oy, ox)'s window, clipped.
 fn window_cells(g: &Window, oy: usize, ox: usize) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
@@ -57,31 +57,67 @@ simd_fn! {
                 }
                 let d = &dyi[(oy * g.out_w + ox) * c..][..c];
                 let first = (ys.start * g.in_w + xs.start) as u32;
-                for c0 in (0..c).step_by(BLOCK) {
-                    let width = BLOCK.min(c - c0);
-                    // As the forward op: the maximum starts below every value and
-                    // moves on a strict `<`, so the first maximum keeps it (NaN never
-                    // wins); a window of NaNs or minima sends it to its first cell.
-                    // Selects, not branches, so the channel loop vectorizes.
-                    let mut best = [f32::MIN; BLOCK];
-                    let mut at = [first; BLOCK];
-                    for y in ys.clone() {
-                        for xx in xs.clone() {
-                            let q = y * g.in_w + xx;
-                            let px = &xi[q * c + c0..][..width];
-                            for j in 0..width {
-                                let more = best[j] < px[j];
-                                best[j] = if more { px[j] } else { best[j] };
-                                at[j] = if more { q as u32 } else { at[j] };
-                            }
-                        }
-                    }
-                    for j in 0..width {
-                        dxi[at[j] as usize * c + c0 + j] += d[c0 + j];
-                    }
+                let mut c0 = 0;
+                while c0 + BLOCK <= c {
+                    max_pool_block::<BLOCK>(xi, c, g.in_w, (&ys, &xs), first, c0, BLOCK, &d[c0..], dxi);
+                    c0 += BLOCK;
+                }
+                while c0 + 8 <= c {
+                    max_pool_block::<8>(xi, c, g.in_w, (&ys, &xs), first, c0, 8, &d[c0..], dxi);
+                    c0 += 8;
+                }
+                if c0 < c {
+                    max_pool_block::<8>(xi, c, g.in_w, (&ys, &xs), first, c0, c - c0, &d[c0..], dxi);
                 }
             }
         }
+    }
+}
+
+/// One output pixel's window of [`max_pool_image`] for `width <= L` channels from
+/// `c0`: finds each channel's first maximum over the cells `ys` x `xs` and adds
+/// `d` (the pixel's gradient from `c0`) there. Fixed `L` lanes so that the selects
+/// vectorize (a last block narrower than `L` takes the same steps lane by lane).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn max_pool_block<const L: usize>(
+    xi: &[f32],
+    c: usize,
+    in_w: usize,
+    (ys, xs): (&std::ops::Range<usize>, &std::ops::Range<usize>),
+    first: u32,
+    c0: usize,
+    width: usize,
+    d: &[f32],
+    dxi: &mut [f32],
+) {
+    // As the forward op: the maximum starts below every value and moves on a
+    // strict `<`, so the first maximum keeps it (NaN never wins); a window of
+    // NaNs or minima sends it to its first cell. Selects, not branches.
+    let mut best = [f32::MIN; L];
+    let mut at = [first; L];
+    for y in ys.clone() {
+        for xx in xs.clone() {
+            let q = y * in_w + xx;
+            if width == L {
+                let px: &[f32; L] = xi[q * c + c0..][..L].try_into().expect("L lanes");
+                for j in 0..L {
+                    let more = best[j] < px[j];
+                    best[j] = if more { px[j] } else { best[j] };
+                    at[j] = if more { q as u32 } else { at[j] };
+                }
+            } else {
+                let px = &xi[q * c + c0..][..width];
+                for j in 0..width {
+                    let more = best[j] < px[j];
+                    best[j] = if more { px[j] } else { best[j] };
+                    at[j] = if more { q as u32 } else { at[j] };
+                }
+            }
+        }
+    }
+    for j in 0..width {
+        dxi[at[j] as usize * c + c0 + j] += d[j];
     }
 }
 

@@ -52,9 +52,17 @@ impl BackwardOp<'_> {
     fn shape(&self, i: usize) -> Result<&[usize]> {
         self.in_shapes.get(i).and_then(|s| s.as_deref()).ok_or_else(|| self.bad(format!("input {i} is missing")))
     }
-    /// Integer values of a constant input (axes).
+    /// Integer values of a constant input (axes, paddings, slice bounds), int32 or
+    /// int64: told apart by the bytes per element of the input's shape.
     fn const_ints(&self, i: usize) -> Result<Vec<i64>> {
         let v = self.consts.get(i).copied().flatten().ok_or_else(|| self.bad(format!("input {i} must be a constant for training")))?;
+        let n: usize = self.shape(i)?.iter().product();
+        if n > 0 && v.len() == n * 8 {
+            return Ok(v.chunks_exact(8).map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect());
+        }
+        if v.len() != n * 4 {
+            return Err(self.bad(format!("input {i} must be an int32 or int64 constant of {n} values, got {} bytes", v.len())));
+        }
         Ok(v.chunks_exact(4).map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect())
     }
 }
@@ -257,12 +265,16 @@ fn reduce(b: &BackwardOp<'_>, code: B) -> Result<Backward> {
 }
 
 /// The inputs of `op` that are trainable weights when they are float constants:
-/// the weights and biases of the layers Keras trains (and PRELU's alpha).
+/// the weights and biases of the layers Keras trains, PRELU's alpha, GATHER's
+/// params (an embedding table) and BATCH_MATMUL's constant operands (a dense
+/// layer on a rank-3 input converts to one).
 pub(super) fn trainable_inputs(op: &Op) -> &'static [usize] {
     match op.code {
         OpCode::Builtin(B::FULLY_CONNECTED | B::CONV_2D | B::DEPTHWISE_CONV_2D) => &[1, 2],
         OpCode::Builtin(B::TRANSPOSE_CONV) => &[1, 3],
         OpCode::Builtin(B::PRELU) => &[1],
+        OpCode::Builtin(B::GATHER) => &[0],
+        OpCode::Builtin(B::BATCH_MATMUL) => &[0, 1],
         _ => &[],
     }
 }
