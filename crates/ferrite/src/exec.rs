@@ -12,15 +12,67 @@ use crate::compile::{build_op, bytes_of, AlignedBytes, Child, CompiledGraph, Dyn
 use crate::error::{Error, Location, Result};
 use crate::memory;
 use crate::model::{DType, Model, Subgraph};
-use crate::observe::{self, tensor_view, Flow, Hooks, OpEvent, TensorState, TensorView};
+use crate::observe::{self, tensor_view, CallFrame, Flow, Hooks, OpEvent, TensorState, TensorView};
 use crate::variables::resource_id;
 
 impl Child {
     /// Runs on bound inputs and outputs (read and written in place).
+    ///
+    /// With callbacks, the child runs as the session runs its own subgraph instead:
+    /// inputs copied into their arena slots, outputs copied out after. Views of ops
+    /// that run no step read tensors from the arena, which a bound run bypasses for
+    /// its inputs and in-place outputs; the copies cost only observed runs.
     pub(crate) fn run(&mut self, model: &Model, inputs: &[&[u8]], outputs: &mut [&mut [u8]], env: &mut DynEnv<'_>) -> Result<()> {
         let Child { graph, arena } = self;
-        execute(graph, model, bytemuck::cast_slice_mut(arena), Some((inputs, outputs)), env).map(|_| ())
+        let arena: &mut [u8] = bytemuck::cast_slice_mut(arena);
+        if !env.hooks.as_deref().is_some_and(|h| h.wants_views()) {
+            return execute(graph, model, arena, Some((inputs, outputs)), env).map(|_| ());
+        }
+        let sg = graph.subgraph;
+        let sub = &model.subgraphs[sg];
+        let wrong = |what: &str, k: usize, want: usize, got: usize| Error::Runtime(format!("subgraph {sg} {what} {k}: {want} bytes expected, {got} given").into());
+        for (k, &t) in sub.inputs.iter().enumerate() {
+            // Constant operands (an IF's) were compiled into the child: nothing to copy.
+            if let (Loc::Arena { offset, len }, Some(src)) = (&graph.tensors[t].loc, inputs.get(k)) {
+                let dst = arena.get_mut(*offset..offset + len).ok_or_else(|| wrong("input", k, *len, 0))?;
+                if src.len() != *len {
+                    return Err(wrong("input", k, *len, src.len()));
+                }
+                dst.copy_from_slice(src);
+            }
+        }
+        execute(graph, model, arena, None, env)?;
+        if stopped(env) {
+            return Ok(());
+        }
+        for (k, &t) in sub.outputs.iter().enumerate() {
+            let src = observe::loc_bytes(&graph.tensors[t].loc, arena, model.bytes())
+                .ok_or_else(|| Error::Unsupported(format!("subgraph {sg} output {k} has a data-dependent shape inside control flow").into()))?;
+            let dst = outputs.get_mut(k).ok_or_else(|| wrong("output", k, src.len(), 0))?;
+            if dst.len() != src.len() {
+                return Err(wrong("output", k, src.len(), dst.len()));
+            }
+            dst.copy_from_slice(src);
+        }
+        Ok(())
     }
+}
+
+/// Whether a hook stopped the run (a control-flow op's child may have).
+fn stopped(env: &DynEnv<'_>) -> bool {
+    env.hooks.as_deref().is_some_and(|h| h.stopped())
+}
+
+/// Runs `f` with `frame` on the hooks' call path.
+fn in_frame<T>(env: &mut DynEnv<'_>, frame: CallFrame, f: impl FnOnce(&mut DynEnv<'_>) -> T) -> T {
+    if let Some(h) = env.hooks.as_deref_mut() {
+        h.enter(frame);
+    }
+    let r = f(env);
+    if let Some(h) = env.hooks.as_deref_mut() {
+        h.leave();
+    }
+    r
 }
 
 /// Most iterations a WHILE may run, so a hostile model cannot hang a session.
@@ -61,7 +113,7 @@ pub fn execute(g: &mut CompiledGraph, model: &Model, arena: &mut [u8], mut bound
     let subgraph = g.subgraph;
     let sub = &model.subgraphs[subgraph];
     let op_error = |op: usize, e: Error| e.located(Location::op(subgraph, op, sub.ops[op].code.name()));
-    let views = !is_bound && env.hooks.as_deref().is_some_and(|h| h.wants_views(subgraph));
+    let views = !is_bound && env.hooks.as_deref().is_some_and(|h| h.wants_views());
     let (steps, tensors, assignment) = (&mut g.steps, &g.tensors, &g.assignment);
     // Ops below this index were announced to the hooks (with views).
     let mut announced = 0;
@@ -112,8 +164,12 @@ pub fn execute(g: &mut CompiledGraph, model: &Model, arena: &mut [u8], mut bound
                     Some(Src::Owned(b)) => Some(b.bytes()),
                 });
             }
-            let result =
-                if st.outputs.is_empty() { run_work(&mut st.work, &ins, &mut [], model, env) } else { run_work(&mut st.work, &ins, &mut [out], model, env) };
+            let at = (subgraph, st.op);
+            let result = if st.outputs.is_empty() {
+                run_work(&mut st.work, at, &ins, &mut [], model, env)
+            } else {
+                run_work(&mut st.work, at, &ins, &mut [out], model, env)
+            };
             result.map_err(|e| op_error(st.op, e))?;
             continue;
         }
@@ -159,9 +215,9 @@ pub fn execute(g: &mut CompiledGraph, model: &Model, arena: &mut [u8], mut bound
             let flow = if views {
                 let inputs = step_input_views(sub, tensors, st, &ins, bytes);
                 let outputs = observe::output_views(op, |_, t| tensor_view(sub, tensors, t, TensorState::Pending, None));
-                h.before(&OpEvent { subgraph, index: st.op, op, runs_on, inputs: &inputs, outputs: &outputs }, true)
+                h.before(&OpEvent { calls: &[], subgraph, index: st.op, op, runs_on, inputs: &inputs, outputs: &outputs }, true)
             } else {
-                h.before(&OpEvent { subgraph, index: st.op, op, runs_on, inputs: &[], outputs: &[] }, true)
+                h.before(&OpEvent { calls: &[], subgraph, index: st.op, op, runs_on, inputs: &[], outputs: &[] }, true)
             };
             match flow {
                 Flow::Continue => {}
@@ -169,8 +225,12 @@ pub fn execute(g: &mut CompiledGraph, model: &Model, arena: &mut [u8], mut bound
                 Flow::Stop => return Ok(0),
             }
         }
-        let result = run_work(&mut st.work, &ins, &mut outs, model, env);
+        let result = run_work(&mut st.work, (subgraph, st.op), &ins, &mut outs, model, env);
         result.map_err(|e| op_error(st.op, e))?;
+        if stopped(env) {
+            // Stopped inside a control-flow op's child: the op did not finish.
+            return Ok(0);
+        }
         if let Some(h) = env.hooks.as_deref_mut() {
             let written: SmallVec<[&[u8]; 4]> = outs.iter().map(|o| &**o).collect();
             let flow = if views {
@@ -179,12 +239,12 @@ pub fn execute(g: &mut CompiledGraph, model: &Model, arena: &mut [u8], mut bound
                 let state = if fused_away { TensorState::Fused } else { TensorState::Ready };
                 let inputs = step_input_views(sub, tensors, st, &ins, bytes);
                 let outputs = observe::output_views(op, |k, t| tensor_view(sub, tensors, t, state, written.get(k).copied()));
-                match h.after(&OpEvent { subgraph, index: st.op, op, runs_on, inputs: &inputs, outputs: &outputs }, true) {
+                match h.after(&OpEvent { calls: &[], subgraph, index: st.op, op, runs_on, inputs: &inputs, outputs: &outputs }, true) {
                     Flow::Stop => Flow::Stop,
                     _ => announce_epilogues(sub, subgraph, tensors, assignment, st, &ins, written.first().copied(), bytes, h),
                 }
             } else {
-                h.after(&OpEvent { subgraph, index: st.op, op, runs_on, inputs: &[], outputs: &[] }, true)
+                h.after(&OpEvent { calls: &[], subgraph, index: st.op, op, runs_on, inputs: &[], outputs: &[] }, true)
             };
             if flow == Flow::Stop {
                 return Ok(0);
@@ -271,7 +331,7 @@ fn announce_epilogues(
         });
         let pending = observe::output_views(op, |_, t| tensor_view(sub, tensors, t, TensorState::Pending, None));
         let runs_on = OpRun::Fused { into: host };
-        match h.before(&OpEvent { subgraph, index: e, op, runs_on, inputs: &inputs, outputs: &pending }, false) {
+        match h.before(&OpEvent { calls: &[], subgraph, index: e, op, runs_on, inputs: &inputs, outputs: &pending }, false) {
             Flow::Stop => return Flow::Stop,
             Flow::Skip => continue,
             Flow::Continue => {}
@@ -284,7 +344,7 @@ fn announce_epilogues(
                 tensor_view(sub, tensors, t, TensorState::Fused, None)
             }
         });
-        if h.after(&OpEvent { subgraph, index: e, op, runs_on, inputs: &inputs, outputs: &outputs }, false) == Flow::Stop {
+        if h.after(&OpEvent { calls: &[], subgraph, index: e, op, runs_on, inputs: &inputs, outputs: &outputs }, false) == Flow::Stop {
             return Flow::Stop;
         }
     }
@@ -318,7 +378,7 @@ impl Announce<'_> {
             let op = &sub.ops[oi];
             let inputs = observe::input_views(op, |_, t| self.view(t));
             let pending = observe::output_views(op, |_, t| tensor_view(sub, tensors, t, TensorState::Pending, None));
-            match h.before(&OpEvent { subgraph: self.subgraph, index: oi, op, runs_on, inputs: &inputs, outputs: &pending }, false) {
+            match h.before(&OpEvent { calls: &[], subgraph: self.subgraph, index: oi, op, runs_on, inputs: &inputs, outputs: &pending }, false) {
                 Flow::Stop => return Flow::Stop,
                 Flow::Skip => continue,
                 Flow::Continue => {}
@@ -327,7 +387,7 @@ impl Announce<'_> {
                 OpRun::Fused { .. } => tensor_view(sub, tensors, t, TensorState::Fused, None),
                 _ => self.view(t),
             });
-            if h.after(&OpEvent { subgraph: self.subgraph, index: oi, op, runs_on, inputs: &inputs, outputs: &outputs }, false) == Flow::Stop {
+            if h.after(&OpEvent { calls: &[], subgraph: self.subgraph, index: oi, op, runs_on, inputs: &inputs, outputs: &outputs }, false) == Flow::Stop {
                 return Flow::Stop;
             }
         }
@@ -370,21 +430,26 @@ impl Announce<'_> {
     }
 }
 
-/// Runs one step's work on its input and output views.
-fn run_work(work: &mut Work, ins: &[Option<&[u8]>], outs: &mut [&mut [u8]], model: &Model, env: &mut DynEnv<'_>) -> Result<()> {
+/// Runs one step's work on its input and output views; `at` is the step's op
+/// (subgraph, index), the call frame of a control-flow op's child.
+fn run_work(work: &mut Work, at: (usize, usize), ins: &[Option<&[u8]>], outs: &mut [&mut [u8]], model: &Model, env: &mut DynEnv<'_>) -> Result<()> {
+    let frame = |callee: &Child, iteration: Option<usize>| CallFrame { subgraph: at.0, op: at.1, callee: callee.graph.subgraph, iteration };
     match work {
         Work::Kernel(k) => k(ins, outs),
         Work::If { then, otherwise } => {
             let cond = ins.first().copied().flatten().and_then(|c| c.first()).ok_or_else(|| Error::Runtime("IF condition is empty".into()))?;
             let args: SmallVec<[&[u8]; 16]> = ins.get(1..).unwrap_or(&[]).iter().map(|i| i.unwrap_or(&[])).collect();
             let branch = if *cond != 0 { then } else { otherwise };
-            branch.run(model, &args, outs, env)
+            in_frame(env, frame(branch, None), |env| branch.run(model, &args, outs, env))
         }
-        Work::While { cond, body, next, flag } => run_while(model, ins, outs, cond, body, next, flag, env),
+        Work::While { cond, body, next, flag } => run_while(model, at, ins, outs, cond, body, next, flag, env),
         Work::CallOnce { init, ran_at } => {
             if *ran_at != Some(env.ctx.variables.generation()) {
-                init.run(model, &[], &mut [], env)?;
-                *ran_at = Some(env.ctx.variables.generation());
+                in_frame(env, frame(init, None), |env| init.run(model, &[], &mut [], env))?;
+                // An initializer a callback stopped has not run: it runs again next time.
+                if !stopped(env) {
+                    *ran_at = Some(env.ctx.variables.generation());
+                }
             }
             Ok(())
         }
@@ -416,7 +481,7 @@ fn run_dynamic_tail(g: &mut CompiledGraph, model: &Model, arena: &[u8], env: &mu
     let bytes = model.bytes();
     let CompiledGraph { tensors, dynamic, subgraph, .. } = g;
     let Some(tail) = dynamic.as_mut() else { return Ok(Flow::Continue) };
-    let views_on = env.hooks.as_deref().is_some_and(|h| h.wants_views(*subgraph));
+    let views_on = env.hooks.as_deref().is_some_and(|h| h.wants_views());
     for v in tail.values.iter_mut() {
         *v = None;
     }
@@ -481,7 +546,7 @@ fn run_dynamic_tail(g: &mut CompiledGraph, model: &Model, arena: &[u8], env: &mu
                 } else {
                     SmallVec::new()
                 };
-                flow = h.before(&OpEvent { subgraph: *subgraph, index: oi, op, runs_on, inputs: &inputs, outputs: &outputs }, true);
+                flow = h.before(&OpEvent { calls: &[], subgraph: *subgraph, index: oi, op, runs_on, inputs: &inputs, outputs: &outputs }, true);
             }
             if flow == Flow::Continue {
                 let mut out_views: Vec<&mut [u8]> = outs.iter_mut().map(|(_, v)| v.data.bytes_mut()).collect();
@@ -490,7 +555,7 @@ fn run_dynamic_tail(g: &mut CompiledGraph, model: &Model, arena: &[u8], env: &mu
             if let (Flow::Continue, Some(h)) = (flow, env.hooks.as_deref_mut()) {
                 let inputs = input_views(views_on);
                 let outputs: SmallVec<[TensorView<'_>; 4]> = if views_on { outs.iter().map(|(t, v)| dyn_view(sub, *t, v)).collect() } else { SmallVec::new() };
-                flow = h.after(&OpEvent { subgraph: *subgraph, index: oi, op, runs_on, inputs: &inputs, outputs: &outputs }, true);
+                flow = h.after(&OpEvent { calls: &[], subgraph: *subgraph, index: oi, op, runs_on, inputs: &inputs, outputs: &outputs }, true);
             }
         }
         for (t, v) in outs {
@@ -533,6 +598,7 @@ fn dyn_view<'a>(sub: &'a Subgraph, t: usize, v: &'a DynValue) -> TensorView<'a> 
 #[allow(clippy::too_many_arguments)]
 fn run_while(
     model: &Model,
+    at: (usize, usize),
     ins: &[Option<&[u8]>],
     outs: &mut [&mut [u8]],
     cond: &mut Child,
@@ -545,18 +611,22 @@ fn run_while(
         let i = i.ok_or_else(|| Error::Runtime("WHILE loop variable is missing".into()))?;
         o.copy_from_slice(i);
     }
-    for _ in 0..MAX_WHILE_ITERATIONS {
+    let frame = |callee: &Child, i: usize| CallFrame { subgraph: at.0, op: at.1, callee: callee.graph.subgraph, iteration: Some(i) };
+    for i in 0..MAX_WHILE_ITERATIONS {
         {
             let vars: SmallVec<[&[u8]; 8]> = outs.iter().map(|o| &**o).collect();
-            cond.run(model, &vars, &mut [flag.bytes_mut()], env)?;
+            in_frame(env, frame(cond, i), |env| cond.run(model, &vars, &mut [flag.bytes_mut()], env))?;
         }
-        if flag.bytes().first().is_none_or(|&b| b == 0) {
+        if stopped(env) || flag.bytes().first().is_none_or(|&b| b == 0) {
             return Ok(());
         }
         {
             let vars: SmallVec<[&[u8]; 8]> = outs.iter().map(|o| &**o).collect();
             let mut out_views: SmallVec<[&mut [u8]; 8]> = next.iter_mut().map(|n| n.bytes_mut()).collect();
-            body.run(model, &vars, &mut out_views, env)?;
+            in_frame(env, frame(body, i), |env| body.run(model, &vars, &mut out_views, env))?;
+        }
+        if stopped(env) {
+            return Ok(());
         }
         for (o, n) in outs.iter_mut().zip(next.iter()) {
             o.copy_from_slice(n.bytes());
