@@ -8,11 +8,13 @@ use smallvec::SmallVec;
 
 use crate::backend::select::Backends;
 use crate::backend::{BackendContext, Built, CustomOpRegistry, InputDesc, OpContext};
-use crate::compile::{build_op, bytes_of, AlignedBytes, Child, CompiledGraph, DynValue, Limits, Loc, OpRun, OutPlan, Src, Step, TensorSlot, Work};
+use crate::compile::{
+    build_op, bytes_of, AlignedBytes, Child, CompiledGraph, DynValue, Limits, Loc, OpRun, OutPlan, SegmentIo, Src, Step, TensorSlot, Work,
+};
 use crate::error::{Error, Location, Result};
 use crate::memory;
 use crate::model::{DType, Model, Subgraph};
-use crate::observe::{self, tensor_view, CallFrame, Flow, Hooks, OpEvent, TensorState, TensorView};
+use crate::observe::{self, tensor_view, CallFrame, Flow, Hooks, OpByOpHandle, OpEvent, TensorState, TensorView};
 use crate::variables::resource_id;
 
 impl Child {
@@ -209,7 +211,17 @@ pub fn execute(g: &mut CompiledGraph, model: &Model, arena: &mut [u8], mut bound
         }
         let op = &sub.ops[st.op];
         let runs_on = assignment.get(st.op).copied().unwrap_or(OpRun::Executor);
-        // A GPU segment runs several ops at once: announced as its first op, without views.
+        if let (Some(h), Some(io)) = (env.hooks.as_deref_mut(), st.io.as_deref()) {
+            if let Some(by_op) = &io.by_op {
+                // A GPU segment, observed: its ops run one at a time, each reported.
+                let seg = Segment { sub, subgraph, tensors, assignment, io, bytes, views };
+                if seg.run(by_op, &ins, &mut outs, h).map_err(|e| op_error(st.op, e))? == Flow::Stop {
+                    return Ok(0);
+                }
+                continue;
+            }
+        }
+        // A multi-op step that cannot run op by op: announced as its first op, without views.
         let views = views && st.io.is_none();
         if let Some(h) = env.hooks.as_deref_mut() {
             let flow = if views {
@@ -241,7 +253,7 @@ pub fn execute(g: &mut CompiledGraph, model: &Model, arena: &mut [u8], mut bound
                 let outputs = observe::output_views(op, |k, t| tensor_view(sub, tensors, t, state, written.get(k).copied()));
                 match h.after(&OpEvent { calls: &[], subgraph, index: st.op, op, runs_on, inputs: &inputs, outputs: &outputs }, true) {
                     Flow::Stop => Flow::Stop,
-                    _ => announce_epilogues(sub, subgraph, tensors, assignment, st, &ins, written.first().copied(), bytes, h),
+                    _ => announce_epilogues(sub, subgraph, tensors, assignment, (st.op, &st.extra), &ins, written.first().copied(), bytes, h),
                 }
             } else {
                 h.after(&OpEvent { calls: &[], subgraph, index: st.op, op, runs_on, inputs: &[], outputs: &[] }, true)
@@ -297,22 +309,22 @@ fn step_input_views<'a>(sub: &'a Subgraph, tensors: &'a [TensorSlot], st: &Step,
     })
 }
 
-/// Announces the epilogue ops fused into step `st` (they ran inside its kernel):
-/// the tensors between them were never materialised, the last one's output is the
-/// kernel's, and their other operands were the kernel's extra inputs.
+/// Announces the epilogue ops fused into the kernel of op `host` (they ran inside
+/// it): the tensors between them were never materialised, the last one's output is
+/// the kernel's, and their other operands were the kernel's `extra` inputs (passed
+/// after the op's own in `ins`).
 #[allow(clippy::too_many_arguments)]
 fn announce_epilogues(
     sub: &Subgraph,
     subgraph: usize,
     tensors: &[TensorSlot],
     assignment: &[OpRun],
-    st: &Step,
+    (host, extra): (usize, &[usize]),
     ins: &[Option<&[u8]>],
     written: Option<&[u8]>,
     bytes: &[u8],
     h: &mut dyn Hooks,
 ) -> Flow {
-    let host = st.op;
     let chain: SmallVec<[usize; 4]> = (host + 1..sub.ops.len()).filter(|&o| assignment.get(o) == Some(&OpRun::Fused { into: host })).collect();
     let first_extra = sub.ops[host].inputs.len();
     for (i, &e) in chain.iter().enumerate() {
@@ -322,7 +334,7 @@ fn announce_epilogues(
             if inside(t) {
                 return tensor_view(sub, tensors, t, TensorState::Fused, None);
             }
-            let data = match st.extra.iter().position(|&x| x == t) {
+            let data = match extra.iter().position(|&x| x == t) {
                 Some(j) => ins.get(first_extra + j).copied().flatten(),
                 // Only constants are left (an arena tensor not passed to the kernel is not known to be live).
                 None => observe::loc_bytes(&tensors[t].loc, &[], bytes),
@@ -349,6 +361,63 @@ fn announce_epilogues(
         }
     }
     Flow::Continue
+}
+
+/// A GPU segment step of an observed run: what reporting its ops needs.
+struct Segment<'a> {
+    sub: &'a Subgraph,
+    subgraph: usize,
+    tensors: &'a [TensorSlot],
+    assignment: &'a [OpRun],
+    io: &'a SegmentIo,
+    bytes: &'a [u8],
+    /// Callbacks want tensor views: each op's outputs are read back after it.
+    views: bool,
+}
+
+impl Segment<'_> {
+    /// Runs the segment op by op, each announced to `h` as a step of its own (so
+    /// timed and traced one by one), with views of what it read and wrote when
+    /// callbacks want them.
+    fn run(&self, by_op: &OpByOpHandle, ins: &[Option<&[u8]>], outs: &mut [&mut [u8]], h: &mut dyn Hooks) -> Result<Flow> {
+        let Segment { sub, subgraph, tensors, assignment, io, bytes, views } = *self;
+        let mut seg = by_op.0.lock().map_err(|_| Error::Runtime("GPU segment lock poisoned".into()))?;
+        seg.run_op_by_op(ins, outs, views, &mut |m, op_ins, op_outs| {
+            let Some((oi, through_pad)) = io.ops.get(m) else { return Flow::Stop };
+            let (oi, op) = (*oi, &sub.ops[*oi]);
+            let runs_on = assignment.get(oi).copied().unwrap_or(OpRun::Executor);
+            let ev = |inputs, outputs| OpEvent { calls: &[], subgraph, index: oi, op, runs_on, inputs, outputs };
+            if !views {
+                return match op_outs {
+                    None => h.before(&ev(&[], &[]), true),
+                    Some(_) => h.after(&ev(&[], &[]), true),
+                };
+            }
+            let inputs = observe::input_views(op, |k, t| {
+                if through_pad.contains(&k) {
+                    return tensor_view(sub, tensors, t, TensorState::Fused, None);
+                }
+                // Constants stay on the host where the GPU did not take them away.
+                let data = op_ins.get(k).copied().flatten().or_else(|| observe::loc_bytes(&tensors[t].loc, &[], bytes));
+                tensor_view(sub, tensors, t, TensorState::Ready, data)
+            });
+            match op_outs {
+                None => {
+                    let outputs = observe::output_views(op, |_, t| tensor_view(sub, tensors, t, TensorState::Pending, None));
+                    h.before(&ev(&inputs, &outputs), true)
+                }
+                Some(written) => {
+                    let fused_away = assignment.iter().skip(oi + 1).any(|r| *r == OpRun::Fused { into: oi });
+                    let state = if fused_away { TensorState::Fused } else { TensorState::Ready };
+                    let outputs = observe::output_views(op, |k, t| tensor_view(sub, tensors, t, state, written.get(k).copied()));
+                    match h.after(&ev(&inputs, &outputs), true) {
+                        Flow::Stop => Flow::Stop,
+                        _ => announce_epilogues(sub, subgraph, tensors, assignment, (oi, &[]), op_ins, written.first().copied(), bytes, h),
+                    }
+                }
+            }
+        })
+    }
 }
 
 /// What announcing the ops without a step of their own needs: the subgraph, its

@@ -187,6 +187,36 @@ pub(crate) trait Hooks {
     fn after(&mut self, ev: &OpEvent<'_>, step: bool) -> Flow;
 }
 
+/// A step that runs several ops (a GPU segment) and can run them one at a time for
+/// observation.
+pub(crate) trait OpByOp: Send {
+    /// Runs the step's ops in order, each on its own, calling `on_op(member, inputs,
+    /// None)` before and `on_op(member, inputs, Some(outputs))` after each (a
+    /// `before` answer of [`Flow::Skip`] leaves the op out, [`Flow::Stop`] ends the
+    /// step). With `read_back`, `inputs` (one per op input, None for a constant or
+    /// an absent one) and `outputs` hold copies of the op's tensors read back from
+    /// the device; without, both are empty and the ops are only run one by one, so
+    /// each can be timed. The step's outputs are written to `outs` as its plain run
+    /// writes them, unless it stopped.
+    fn run_op_by_op(
+        &mut self,
+        ins: &[Option<&[u8]>],
+        outs: &mut [&mut [u8]],
+        read_back: bool,
+        on_op: &mut dyn FnMut(usize, &[Option<&[u8]>], Option<&[&[u8]]>) -> Flow,
+    ) -> crate::error::Result<Flow>;
+}
+
+/// A multi-op step's way of running op by op, shared with its kernel.
+#[derive(Clone)]
+pub(crate) struct OpByOpHandle(pub Arc<std::sync::Mutex<dyn OpByOp>>);
+
+impl std::fmt::Debug for OpByOpHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OpByOpHandle")
+    }
+}
+
 /// A user callback over ops.
 pub(crate) type OpCallback<'c> = &'c mut dyn FnMut(&OpEvent<'_>) -> Flow;
 
