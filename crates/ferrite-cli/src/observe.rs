@@ -115,11 +115,8 @@ pub fn dump_run(s: &mut Session, dir: &Path, only: Option<&OpFilter>, model_path
         });
         if !ev.calls.is_empty() {
             entry["subgraph"] = json!(ev.subgraph);
-            entry["calls"] = ev
-                .calls
-                .iter()
-                .map(|f| json!({"subgraph": f.subgraph, "op_index": f.op, "callee": f.callee, "iteration": f.iteration}))
-                .collect::<Value>();
+            entry["calls"] =
+                ev.calls.iter().map(|f| json!({"subgraph": f.subgraph, "op_index": f.op, "callee": f.callee, "iteration": f.iteration})).collect::<Value>();
         }
         Ok(entry)
     };

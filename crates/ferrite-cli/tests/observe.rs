@@ -243,7 +243,7 @@ fn dump_writes_each_execution_of_the_ops_inside_a_while() {
     let body_mul = &ops[2];
     assert_eq!((body_mul["subgraph"].as_u64(), body_mul["op_index"].as_u64()), (Some(2), Some(1)));
     assert_eq!(body_mul["calls"], serde_json::json!([{"subgraph": 0, "op_index": 0, "callee": 2, "iteration": 0}]));
-    assert!(ops[9].get("calls").is_none(), "the WHILE itself is the session's op");
+    assert!(ops[10].get("calls").is_none(), "the WHILE itself is the session's op");
     // The last pass's MUL wrote the model's output; the WHILE's second output is the same.
     let last_mul = std::fs::read(d.join("dump/0000-it2_sg2_0001_MUL_x_next.npy")).unwrap();
     assert_eq!(last_mul, std::fs::read(d.join("out/output_0.npy")).unwrap());

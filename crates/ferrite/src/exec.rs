@@ -8,9 +8,7 @@ use smallvec::SmallVec;
 
 use crate::backend::select::Backends;
 use crate::backend::{BackendContext, Built, CustomOpRegistry, InputDesc, OpContext};
-use crate::compile::{
-    build_op, bytes_of, AlignedBytes, Child, CompiledGraph, DynValue, Limits, Loc, OpRun, OutPlan, SegmentIo, Src, Step, TensorSlot, Work,
-};
+use crate::compile::{build_op, bytes_of, AlignedBytes, Child, CompiledGraph, DynValue, Limits, Loc, OpRun, OutPlan, SegmentIo, Src, Step, TensorSlot, Work};
 use crate::error::{Error, Location, Result};
 use crate::memory;
 use crate::model::{DType, Model, Subgraph};
@@ -32,7 +30,8 @@ impl Child {
         }
         let sg = graph.subgraph;
         let sub = &model.subgraphs[sg];
-        let wrong = |what: &str, k: usize, want: usize, got: usize| Error::Runtime(format!("subgraph {sg} {what} {k}: {want} bytes expected, {got} given").into());
+        let wrong =
+            |what: &str, k: usize, want: usize, got: usize| Error::Runtime(format!("subgraph {sg} {what} {k}: {want} bytes expected, {got} given").into());
         for (k, &t) in sub.inputs.iter().enumerate() {
             // Constant operands (an IF's) were compiled into the child: nothing to copy.
             if let (Loc::Arena { offset, len }, Some(src)) = (&graph.tensors[t].loc, inputs.get(k)) {
@@ -443,6 +442,10 @@ impl Announce<'_> {
                 OpRun::Fused { into } if into < oi => continue,
                 OpRun::Dynamic => continue,
                 _ => {}
+            }
+            // An op of a GPU segment is announced by its segment, which runs it op by op.
+            if self.steps.iter().any(|st| st.io.as_ref().is_some_and(|io| io.ops.iter().any(|o| o.0 == oi))) {
+                continue;
             }
             let op = &sub.ops[oi];
             let inputs = observe::input_views(op, |_, t| self.view(t));

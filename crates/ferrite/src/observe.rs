@@ -395,12 +395,34 @@ struct Time {
 
 #[derive(Debug)]
 enum Event {
-    Phase { name: Cow<'static, str>, args: SmallVec<[(&'static str, usize); 3]>, t: Time },
-    Run { run: u32, completed: bool, t: Time },
+    Phase {
+        name: Cow<'static, str>,
+        args: SmallVec<[(&'static str, usize); 3]>,
+        t: Time,
+    },
+    Run {
+        run: u32,
+        completed: bool,
+        t: Time,
+    },
     /// `caller`: the innermost control-flow op running the op's subgraph (subgraph,
     /// op, WHILE pass or `u32::MAX`), `u32::MAX` in its first field for none.
-    Op { sg: u32, op: u32, run: u32, plan: u32, caller: [u32; 3], t: Time },
-    Worker { thread: u32, sg: u32, op: u32, run: u32, tasks: u32, t: Time },
+    Op {
+        sg: u32,
+        op: u32,
+        run: u32,
+        plan: u32,
+        caller: [u32; 3],
+        t: Time,
+    },
+    Worker {
+        thread: u32,
+        sg: u32,
+        op: u32,
+        run: u32,
+        tasks: u32,
+        t: Time,
+    },
 }
 
 /// Each op's static description for the trace (type, backend, tensor shapes and

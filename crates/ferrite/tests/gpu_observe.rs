@@ -125,10 +125,13 @@ fn callbacks_see_each_op_of_a_gpu_segment_with_its_tensors() {
     for (g, c) in after.iter().zip(&cpu_after) {
         for (gv, cv) in g.2.iter().chain(&g.3).zip(c.2.iter().chain(&c.3)) {
             assert_eq!((gv.0, gv.1), (cv.0, cv.1), "op {}", g.0);
-            let (Some(gd), Some(cd)) = (&gv.2, &cv.2) else { panic!("op {} tensor {}: no data ({:?}, {:?})", g.0, gv.0, gv.1, cv.1) };
+            // Constants a backend packed and released have no data on that side.
+            let (Some(gd), Some(cd)) = (&gv.2, &cv.2) else { continue };
             assert!(close(gd, cd), "op {} tensor {}: GPU view {gd:?} vs CPU {cd:?}", g.0, gv.0);
         }
     }
+    // What the GPU computed is always shown: each op's first input and its output.
+    assert!(after.iter().all(|e| e.2[0].2.is_some() && e.3.iter().all(|o| o.1 == TensorState::Ready && o.2.is_some())), "{after:?}");
     // An op's input is what the op before it wrote; the last output is the model's.
     for pair in after.windows(2) {
         assert_eq!(pair[1].2[0].2, pair[0].3[0].2, "op {} reads op {}'s output", pair[1].0, pair[0].0);

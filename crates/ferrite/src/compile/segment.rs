@@ -127,7 +127,9 @@ pub(super) fn form_segments(c: &mut Compilation<'_>, dynamic_from: Option<usize>
         let by_op = crate::observe::OpByOpHandle(seg.clone());
         out.push(Step {
             op: first,
-            work: Work::Kernel(Box::new(move |ins, outs| seg.lock().map_err(|_| crate::error::Error::Runtime("GPU segment lock poisoned".into()))?.run(ins, outs))),
+            work: Work::Kernel(Box::new(move |ins, outs| {
+                seg.lock().map_err(|_| crate::error::Error::Runtime("GPU segment lock poisoned".into()))?.run(ins, outs)
+            })),
             inputs: SmallVec::new(),
             prepacked: SmallVec::new(),
             outputs: SmallVec::new(),
