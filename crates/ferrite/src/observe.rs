@@ -187,6 +187,10 @@ pub(crate) trait Hooks {
     fn after(&mut self, ev: &OpEvent<'_>, step: bool) -> Flow;
 }
 
+/// What a multi-op step calls around each of its ops when run op by op: (op's
+/// position in the step, its inputs, None before it runs or its outputs after).
+pub(crate) type OnOp<'c> = &'c mut dyn FnMut(usize, &[Option<&[u8]>], Option<&[&[u8]]>) -> Flow;
+
 /// A step that runs several ops (a GPU segment) and can run them one at a time for
 /// observation.
 pub(crate) trait OpByOp: Send {
@@ -198,13 +202,7 @@ pub(crate) trait OpByOp: Send {
     /// the device; without, both are empty and the ops are only run one by one, so
     /// each can be timed. The step's outputs are written to `outs` as its plain run
     /// writes them, unless it stopped.
-    fn run_op_by_op(
-        &mut self,
-        ins: &[Option<&[u8]>],
-        outs: &mut [&mut [u8]],
-        read_back: bool,
-        on_op: &mut dyn FnMut(usize, &[Option<&[u8]>], Option<&[&[u8]]>) -> Flow,
-    ) -> crate::error::Result<Flow>;
+    fn run_op_by_op(&mut self, ins: &[Option<&[u8]>], outs: &mut [&mut [u8]], read_back: bool, on_op: OnOp<'_>) -> crate::error::Result<Flow>;
 }
 
 /// A multi-op step's way of running op by op, shared with its kernel.

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use super::device::GpuDevice;
 use crate::error::{Error, Result};
-use crate::observe::{Flow, OpByOp};
+use crate::observe::{Flow, OnOp, OpByOp};
 
 /// One binding of a dispatch.
 pub(crate) enum Bind {
@@ -367,13 +367,7 @@ impl Segment {
 }
 
 impl OpByOp for Segment {
-    fn run_op_by_op(
-        &mut self,
-        ins: &[Option<&[u8]>],
-        outs: &mut [&mut [u8]],
-        read_back: bool,
-        on_op: &mut dyn FnMut(usize, &[Option<&[u8]>], Option<&[&[u8]]>) -> Flow,
-    ) -> Result<Flow> {
+    fn run_op_by_op(&mut self, ins: &[Option<&[u8]>], outs: &mut [&mut [u8]], read_back: bool, on_op: OnOp<'_>) -> Result<Flow> {
         self.upload(ins)?;
         // Host copies of the buffers read back so far, by buffer: an op's inputs are
         // the segment's inputs or earlier ops' outputs, read back right after those
