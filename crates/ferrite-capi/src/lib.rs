@@ -173,6 +173,13 @@ pub struct FerriteOpInfo {
     pub output_count: usize,
     /// `output_count` output views (`FERRITE_TENSOR_STATE_PENDING` before the op runs).
     pub outputs: *const FerriteTensorView,
+    /// For an op inside an IF/WHILE/CALL_ONCE body: the subgraph and op index of the
+    /// innermost control-flow op running it; -1 for the session's own ops.
+    pub caller_subgraph: isize,
+    /// See `caller_subgraph`.
+    pub caller_op: isize,
+    /// The pass (from 0) of the innermost WHILE the op runs inside; -1 outside loops.
+    pub iteration: isize,
 }
 
 /// A per-op callback: returns a [`FerriteFlow`] value (any other value stops the run).
@@ -180,31 +187,32 @@ pub type FerriteOpCallback = Option<unsafe extern "C" fn(info: *const FerriteOpI
 
 /// The C strings per-op callbacks point to, made once per session.
 struct CallbackNames {
-    ops: Vec<CString>,
-    tensors: Vec<CString>,
+    /// Per subgraph: control-flow bodies report their ops too.
+    ops: Vec<Vec<CString>>,
+    tensors: Vec<Vec<CString>>,
     runs_on: Vec<(&'static str, CString)>,
 }
 
 impl CallbackNames {
     fn new(s: &Session) -> CallbackNames {
-        let g = &s.model().subgraphs()[s.subgraph_index()];
+        let gs = s.model().subgraphs();
         let mut kinds: Vec<&'static str> = s.backend_names();
         kinds.extend(["custom", "executor", "folded", "alias", "fused", "dynamic"]);
         CallbackNames {
-            ops: g.ops.iter().map(|o| c_string(&o.code.name())).collect(),
-            tensors: g.tensors.iter().map(|t| c_string(&t.name)).collect(),
+            ops: gs.iter().map(|g| g.ops.iter().map(|o| c_string(&o.code.name())).collect()).collect(),
+            tensors: gs.iter().map(|g| g.tensors.iter().map(|t| c_string(&t.name)).collect()).collect(),
             runs_on: kinds.into_iter().map(|k| (k, c_string(k))).collect(),
         }
     }
 
-    fn view(&self, v: &ferrite::TensorView<'_>) -> FerriteTensorView {
+    fn view(&self, subgraph: usize, v: &ferrite::TensorView<'_>) -> FerriteTensorView {
         let (quant_count, scales, zero_points, quant_axis) = match v.quant {
             Some(q) => (q.scale.len().min(q.zero_point.len()), q.scale.as_ptr(), q.zero_point.as_ptr(), q.axis),
             None => (0, std::ptr::null(), std::ptr::null(), 0),
         };
         FerriteTensorView {
             tensor: v.tensor,
-            name: self.tensors.get(v.tensor).map_or(c"".as_ptr(), |c| c.as_ptr()),
+            name: self.tensors.get(subgraph).and_then(|t| t.get(v.tensor)).map_or(c"".as_ptr(), |c| c.as_ptr()),
             dtype: dtype_of(v.dtype),
             rank: v.shape.len(),
             dims: v.shape.as_ptr(),
@@ -228,13 +236,13 @@ impl CallbackNames {
     /// # Safety
     /// `cb` is a function of the [`FerriteOpCallback`] contract; `user` is passed through.
     unsafe fn call(&self, cb: unsafe extern "C" fn(*const FerriteOpInfo, *mut c_void) -> i32, user: *mut c_void, ev: &ferrite::OpEvent<'_>) -> ferrite::Flow {
-        let inputs: Vec<FerriteTensorView> = ev.inputs.iter().map(|v| self.view(v)).collect();
-        let outputs: Vec<FerriteTensorView> = ev.outputs.iter().map(|v| self.view(v)).collect();
+        let inputs: Vec<FerriteTensorView> = ev.inputs.iter().map(|v| self.view(ev.subgraph, v)).collect();
+        let outputs: Vec<FerriteTensorView> = ev.outputs.iter().map(|v| self.view(ev.subgraph, v)).collect();
         let kind = ev.runs_on.kind();
         let info = FerriteOpInfo {
             subgraph: ev.subgraph,
             index: ev.index,
-            op_type: self.ops.get(ev.index).map_or(c"".as_ptr(), |c| c.as_ptr()),
+            op_type: self.ops.get(ev.subgraph).and_then(|o| o.get(ev.index)).map_or(c"".as_ptr(), |c| c.as_ptr()),
             runs_on: self.runs_on.iter().find(|k| k.0 == kind).map_or(c"".as_ptr(), |k| k.1.as_ptr()),
             fused_into: match ev.runs_on {
                 ferrite::OpRun::Fused { into } => isize::try_from(into).unwrap_or(-1),
@@ -244,6 +252,9 @@ impl CallbackNames {
             inputs: inputs.as_ptr(),
             output_count: outputs.len(),
             outputs: outputs.as_ptr(),
+            caller_subgraph: ev.calls.last().map_or(-1, |f| isize::try_from(f.subgraph).unwrap_or(-1)),
+            caller_op: ev.calls.last().map_or(-1, |f| isize::try_from(f.op).unwrap_or(-1)),
+            iteration: ev.iteration().map_or(-1, |i| isize::try_from(i).unwrap_or(-1)),
         };
         // SAFETY: `info` and the views it points to live until the call returns; the
         // caller guarantees `cb` follows the callback contract.

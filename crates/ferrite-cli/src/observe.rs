@@ -12,7 +12,8 @@ use serde_json::{json, Value};
 
 use crate::npy;
 
-/// Which ops `--dump-ops` selects: op indices and op types (`3,17`, `CONV_2D`, mixed).
+/// Which ops `--dump-ops` selects: op indices of the session's subgraph and op types
+/// in any subgraph (`3,17`, `CONV_2D`, mixed).
 #[derive(Debug, Clone, Default)]
 pub struct OpFilter {
     indices: Vec<usize>,
@@ -20,16 +21,17 @@ pub struct OpFilter {
 }
 
 impl OpFilter {
-    /// Parses a comma-separated list, checked against the ops of `s`'s subgraph:
-    /// an index must exist, a type must occur.
+    /// Parses a comma-separated list: an index must exist in `s`'s subgraph, a type
+    /// must occur in the model (control-flow bodies included).
     pub fn parse(spec: &str, s: &Session) -> Result<OpFilter, String> {
         let ops = &s.model().subgraphs()[s.subgraph_index()].ops;
+        let mut all = s.model().subgraphs().iter().flat_map(|g| &g.ops);
         let mut f = OpFilter::default();
         for item in spec.split(',').map(str::trim).filter(|i| !i.is_empty()) {
             match item.parse::<usize>() {
                 Ok(i) if i < ops.len() => f.indices.push(i),
                 Ok(i) => return Err(format!("--dump-ops: op {i} does not exist (the model has {} ops)", ops.len())),
-                Err(_) if ops.iter().any(|o| o.code.name().eq_ignore_ascii_case(item)) => f.types.push(item.to_ascii_uppercase()),
+                Err(_) if all.any(|o| o.code.name().eq_ignore_ascii_case(item)) => f.types.push(item.to_ascii_uppercase()),
                 Err(_) => return Err(format!("--dump-ops: no op of type '{item}' in the model")),
             }
         }
@@ -40,7 +42,7 @@ impl OpFilter {
     }
 
     fn selects(&self, ev: &OpEvent<'_>) -> bool {
-        self.indices.contains(&ev.index) || self.types.iter().any(|t| t.eq_ignore_ascii_case(&ev.op_name()))
+        (ev.calls.is_empty() && self.indices.contains(&ev.index)) || self.types.iter().any(|t| t.eq_ignore_ascii_case(&ev.op_name()))
     }
 }
 
@@ -55,8 +57,28 @@ fn file_safe(name: &str) -> String {
     }
 }
 
+/// The file-name prefix of an op inside control flow: for each control-flow op on its
+/// path, its index (and `-it<pass>` for a WHILE), then `sg<subgraph>`; e.g.
+/// `0001-it2_sg2_` for an op of the body run by WHILE op 1 in its third pass. Empty
+/// for the session's own ops, so their names stay `<op index>_<TYPE>_<tensor>`.
+fn call_prefix(ev: &OpEvent<'_>) -> String {
+    let mut p = String::new();
+    for f in ev.calls {
+        p += &format!("{:04}", f.op);
+        if let Some(i) = f.iteration {
+            p += &format!("-it{i}");
+        }
+        p += "_";
+    }
+    if !ev.calls.is_empty() {
+        p += &format!("sg{}_", ev.subgraph);
+    }
+    p
+}
+
 /// Runs `s` once, writing the outputs of every op (or those `only` selects) to `dir`
-/// as `.npy` files named `<op index>_<TYPE>_<tensor name>.npy`, and `index.json`
+/// as `.npy` files named `<op index>_<TYPE>_<tensor name>.npy` (ops inside
+/// IF/WHILE/CALL_ONCE bodies: each execution, prefixed by [`call_prefix`]), and `index.json`
 /// describing each: op, backend, tensor, dtype, shape, quantization, file. A tensor
 /// the run never materialised (fused into a neighbouring kernel) is listed with its
 /// state and no file.
@@ -75,9 +97,10 @@ pub fn dump_run(s: &mut Session, dir: &Path, only: Option<&OpFilter>, model_path
                 entry["quantization"] = json!({"scale": q.scale, "zero_point": q.zero_point, "axis": q.axis});
             }
             if let (TensorState::Ready, Some(data)) = (v.state, v.data) {
-                let mut file = format!("{:04}_{}_{}.npy", ev.index, file_safe(&ev.op_name()), file_safe(v.name));
+                let prefix = call_prefix(ev);
+                let mut file = format!("{prefix}{:04}_{}_{}.npy", ev.index, file_safe(&ev.op_name()), file_safe(v.name));
                 if used.contains(&file) {
-                    file = format!("{:04}_{}_{}_{}.npy", ev.index, file_safe(&ev.op_name()), file_safe(v.name), v.tensor);
+                    file = format!("{prefix}{:04}_{}_{}_{}.npy", ev.index, file_safe(&ev.op_name()), file_safe(v.name), v.tensor);
                 }
                 let p = dir.join(&file);
                 std::fs::write(&p, npy::write(v.dtype, v.shape, data)?).map_err(|e| format!("{}: {e}", p.display()))?;
@@ -86,10 +109,16 @@ pub fn dump_run(s: &mut Session, dir: &Path, only: Option<&OpFilter>, model_path
             }
             outputs.push(entry);
         }
-        Ok(json!({
+        let mut entry = json!({
             "op_index": ev.index, "type": ev.op_name(), "runs_on": ev.runs_on.describe(),
             "inputs": ev.inputs.iter().map(|v| v.tensor).collect::<Vec<_>>(), "outputs": outputs,
-        }))
+        });
+        if !ev.calls.is_empty() {
+            entry["subgraph"] = json!(ev.subgraph);
+            entry["calls"] =
+                ev.calls.iter().map(|f| json!({"subgraph": f.subgraph, "op_index": f.op, "callee": f.callee, "iteration": f.iteration})).collect::<Value>();
+        }
+        Ok(entry)
     };
     let outcome = s
         .run_with_callbacks(

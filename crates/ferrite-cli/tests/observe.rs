@@ -185,3 +185,76 @@ fn compare_against_litert_agrees_on_a_clean_model() {
     let (stdout, _) = ok(ferrite().arg("compare").arg(demo()).args(["--reference", "litert", "--python"]).arg(python));
     assert!(stdout.contains("against LiteRT") && stdout.contains("no divergence"), "{stdout}");
 }
+
+/// x -WHILE(i from 0 while i < 3: i + 1, x * 2)-> y: the counter starts as a constant.
+fn while_model() -> Vec<u8> {
+    let f = TensorType::FLOAT32;
+    let mul = Options::Binary { activation: Activation::NONE };
+    let mut m = ModelSpec::default();
+    let i0 = m.add_tensor(TensorSpec::const_f32("i0", &[1], &[0.0]));
+    let x = m.add_tensor(TensorSpec::activation("x", f, &[4]));
+    let i = m.add_tensor(TensorSpec::activation("i", f, &[1]));
+    let y = m.add_tensor(TensorSpec::activation("y", f, &[4]));
+    m.add_op(OpCode::Builtin(B::WHILE), &[i0, x], &[i, y], Options::While { cond_subgraph: 1, body_subgraph: 2 });
+    (m.inputs, m.outputs) = (vec![x], vec![y]);
+    let mut cond = ModelSpec::default();
+    let ci = cond.add_tensor(TensorSpec::activation("i", f, &[1]));
+    let cx = cond.add_tensor(TensorSpec::activation("x", f, &[4]));
+    let limit = cond.add_tensor(TensorSpec::const_f32("limit", &[1], &[3.0]));
+    let b = cond.add_tensor(TensorSpec::activation("go_on", TensorType::BOOL, &[1]));
+    cond.add_op(OpCode::Builtin(B::LESS), &[ci, limit], &[b], Options::None);
+    (cond.inputs, cond.outputs) = (vec![ci, cx], vec![b]);
+    let mut body = ModelSpec::default();
+    let bi = body.add_tensor(TensorSpec::activation("i", f, &[1]));
+    let bx = body.add_tensor(TensorSpec::activation("x", f, &[4]));
+    let one = body.add_tensor(TensorSpec::const_f32("one", &[1], &[1.0]));
+    let two = body.add_tensor(TensorSpec::const_f32("two", &[1], &[2.0]));
+    let ni = body.add_tensor(TensorSpec::activation("i_next", f, &[1]));
+    body.add_op(OpCode::Builtin(B::ADD), &[bi, one], &[ni], mul.clone());
+    let nx = body.add_tensor(TensorSpec::activation("x_next", f, &[4]));
+    body.add_op(OpCode::Builtin(B::MUL), &[bx, two], &[nx], mul);
+    (body.inputs, body.outputs) = (vec![bi, bx], vec![ni, nx]);
+    m.subgraphs = vec![cond, body];
+    m.to_bytes().unwrap()
+}
+
+#[test]
+fn dump_writes_each_execution_of_the_ops_inside_a_while() {
+    let d = tmp("while");
+    let model = d.join("while.tflite");
+    std::fs::write(&model, while_model()).unwrap();
+    ok(ferrite().arg("run").arg(&model).arg("-o").arg(d.join("out")).arg("--dump").arg(d.join("dump")).arg("--seed").arg("3"));
+    let index = json(&d.join("dump/index.json"));
+    let ops = index["ops"].as_array().unwrap();
+    // Execution order: the condition and the body per pass, the condition once more, the WHILE.
+    let mut want: Vec<String> = Vec::new();
+    for pass in 0..3 {
+        want.push(format!("0000-it{pass}_sg1_0000_LESS_go_on.npy"));
+        want.push(format!("0000-it{pass}_sg2_0000_ADD_i_next.npy"));
+        want.push(format!("0000-it{pass}_sg2_0001_MUL_x_next.npy"));
+    }
+    want.push("0000-it3_sg1_0000_LESS_go_on.npy".into());
+    want.push("0000_WHILE_i.npy".into());
+    let files: Vec<String> = ops.iter().map(|o| o["outputs"][0]["file"].as_str().unwrap().to_string()).collect();
+    assert_eq!(files, want);
+    for f in &files {
+        assert!(d.join("dump").join(f).exists(), "{f}");
+    }
+    let body_mul = &ops[2];
+    assert_eq!((body_mul["subgraph"].as_u64(), body_mul["op_index"].as_u64()), (Some(2), Some(1)));
+    assert_eq!(body_mul["calls"], serde_json::json!([{"subgraph": 0, "op_index": 0, "callee": 2, "iteration": 0}]));
+    assert!(ops[10].get("calls").is_none(), "the WHILE itself is the session's op");
+    // The last pass's MUL wrote the model's output; the WHILE's second output is the same.
+    let last_mul = std::fs::read(d.join("dump/0000-it2_sg2_0001_MUL_x_next.npy")).unwrap();
+    assert_eq!(last_mul, std::fs::read(d.join("out/output_0.npy")).unwrap());
+    let npy_f32 = |b: &[u8]| -> Vec<f32> { b[b.len() - 16..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect() };
+    let first_mul = std::fs::read(d.join("dump/0000-it0_sg2_0001_MUL_x_next.npy")).unwrap();
+    let eight: Vec<f32> = npy_f32(&first_mul).iter().map(|v| v * 4.0).collect();
+    assert_eq!(npy_f32(&last_mul), eight, "three doublings");
+    let counter = std::fs::read(d.join("dump/0000-it1_sg2_0000_ADD_i_next.npy")).unwrap();
+    assert_eq!(counter[counter.len() - 4..], 2.0f32.to_le_bytes(), "the second pass counts to 2");
+    // Selecting by type reaches into the body.
+    ok(ferrite().arg("run").arg(&model).arg("-o").arg(d.join("out2")).arg("--dump").arg(d.join("muls")).args(["--dump-ops", "MUL"]));
+    let index = json(&d.join("muls/index.json"));
+    assert_eq!(index["ops"].as_array().unwrap().len(), 3);
+}

@@ -565,16 +565,23 @@ fn tensor_tuple<'py>(py: Python<'py>, v: &ferrite::TensorView<'_>) -> TensorTupl
     (v.tensor, v.name.to_string(), dtype_name(v.dtype), v.shape.to_vec(), scales, zps, axis, v.state.name(), data)
 }
 
+/// A control-flow op on an op's call path: (subgraph, op index, callee, WHILE pass).
+type FrameTuple = (usize, usize, usize, Option<usize>);
+
 /// An op for a Python callback: (subgraph, index, type, runs on, fused into or -1,
-/// inputs, outputs).
+/// inputs, outputs, call path).
 #[allow(clippy::type_complexity)]
-fn event_tuple<'py>(py: Python<'py>, ev: &ferrite::OpEvent<'_>) -> (usize, usize, String, &'static str, i64, Vec<TensorTuple<'py>>, Vec<TensorTuple<'py>>) {
+fn event_tuple<'py>(
+    py: Python<'py>,
+    ev: &ferrite::OpEvent<'_>,
+) -> (usize, usize, String, &'static str, i64, Vec<TensorTuple<'py>>, Vec<TensorTuple<'py>>, Vec<FrameTuple>) {
     let fused_into = match ev.runs_on {
         ferrite::OpRun::Fused { into } => i64::try_from(into).unwrap_or(-1),
         _ => -1,
     };
     let tensors = |vs: &[ferrite::TensorView<'_>]| vs.iter().map(|v| tensor_tuple(py, v)).collect();
-    (ev.subgraph, ev.index, ev.op_name(), ev.runs_on.kind(), fused_into, tensors(ev.inputs), tensors(ev.outputs))
+    let calls = ev.calls.iter().map(|f| (f.subgraph, f.op, f.callee, f.iteration)).collect();
+    (ev.subgraph, ev.index, ev.op_name(), ev.runs_on.kind(), fused_into, tensors(ev.inputs), tensors(ev.outputs), calls)
 }
 
 /// The shape to present `len` bytes of `dtype` in: `shape`, or one flat dimension when

@@ -8,11 +8,11 @@ use smallvec::SmallVec;
 
 use crate::backend::select::Backends;
 use crate::backend::{BackendContext, Built, CustomOpRegistry, InputDesc, OpContext};
-use crate::compile::{build_op, bytes_of, AlignedBytes, Child, CompiledGraph, DynValue, Limits, Loc, OpRun, OutPlan, Src, Step, TensorSlot, Work};
+use crate::compile::{build_op, bytes_of, AlignedBytes, Child, CompiledGraph, DynValue, Limits, Loc, OpRun, OutPlan, SegmentIo, Src, Step, TensorSlot, Work};
 use crate::error::{Error, Location, Result};
 use crate::memory;
 use crate::model::{DType, Model, Subgraph};
-use crate::observe::{self, tensor_view, Flow, Hooks, OpEvent, TensorState, TensorView};
+use crate::observe::{self, tensor_view, CallFrame, Flow, Hooks, OpByOpHandle, OpEvent, TensorState, TensorView};
 use crate::variables::resource_id;
 
 impl Child {
@@ -20,44 +20,70 @@ impl Child {
     ///
     /// A child whose shapes depend on values (a WHILE body that slices at its loop
     /// counter) cannot run bound: its tail reads tensors where the plan put them and
-    /// writes outputs whose size is known only after it ran. Its inputs are then
-    /// copied into their arena slots, it runs unbound, and its outputs are copied
-    /// out; an output whose size is not the one the caller planned is an error.
+    /// writes outputs whose size is known only after it ran. With callbacks, a child
+    /// runs unbound too: views of ops that run no step read tensors from the arena,
+    /// which a bound run bypasses for its inputs and in-place outputs. Then its inputs
+    /// are copied into their arena slots, it runs unbound, and its outputs are copied
+    /// out (the copies cost only such runs); an output whose size is not the one the
+    /// caller planned is an error.
     pub(crate) fn run(&mut self, model: &Model, inputs: &[&[u8]], outputs: &mut [&mut [u8]], env: &mut DynEnv<'_>) -> Result<()> {
         let Child { graph, arena } = self;
         let arena: &mut [u8] = bytemuck::cast_slice_mut(arena);
-        if graph.dynamic.is_none() {
+        let observed = env.hooks.as_deref().is_some_and(|h| h.wants_views());
+        if graph.dynamic.is_none() && !observed {
             return execute(graph, model, arena, Some((inputs, outputs)), env).map(|_| ());
         }
-        let sub = &model.subgraphs[graph.subgraph];
+        let sg = graph.subgraph;
+        let sub = &model.subgraphs[sg];
+        let wrong =
+            |what: &str, k: usize, want: usize, got: usize| Error::Runtime(format!("subgraph {sg} {what} {k}: {want} bytes expected, {got} given").into());
         for (k, &t) in sub.inputs.iter().enumerate() {
-            let Loc::Arena { offset, len } = graph.tensors[t].loc else { continue };
-            let data = inputs
-                .get(k)
-                .copied()
-                .filter(|d| d.len() == len)
-                .ok_or_else(|| Error::Runtime(format!("subgraph {}: input {k} is not the {len} bytes it was compiled for", graph.subgraph).into()))?;
-            arena[offset..offset + len].copy_from_slice(data);
+            // Constant operands (an IF's) were compiled into the child: nothing to copy.
+            if let (Loc::Arena { offset, len }, Some(src)) = (&graph.tensors[t].loc, inputs.get(k)) {
+                let dst = arena.get_mut(*offset..offset + len).ok_or_else(|| wrong("input", k, *len, 0))?;
+                if src.len() != *len {
+                    return Err(wrong("input", k, *len, src.len()));
+                }
+                dst.copy_from_slice(src);
+            }
         }
         execute(graph, model, arena, None, env)?;
+        if stopped(env) {
+            return Ok(());
+        }
         for (k, &t) in sub.outputs.iter().enumerate() {
-            let data: &[u8] = match (graph.dynamic.as_ref().and_then(|d| d.values[t].as_ref()), &graph.tensors[t].loc) {
+            let src: &[u8] = match (graph.dynamic.as_ref().and_then(|d| d.values[t].as_ref()), &graph.tensors[t].loc) {
                 (Some(v), _) => v.data.bytes(),
-                (None, Loc::Arena { offset, len }) => &arena[*offset..*offset + *len],
+                (None, Loc::Arena { offset, len }) => arena.get(*offset..*offset + *len).unwrap_or(&[]),
                 (None, Loc::Model(r)) => model.bytes().get(r.clone()).unwrap_or(&[]),
                 (None, Loc::Owned(b)) => b.bytes(),
                 (None, Loc::None) => &[],
             };
-            let out = outputs.get_mut(k).ok_or_else(|| Error::Runtime(format!("subgraph {}: output {k} has no buffer", graph.subgraph).into()))?;
-            if out.len() != data.len() {
-                return Err(Error::Runtime(
-                    format!("subgraph {}: output {k} is {} bytes at run time, its caller planned {} bytes", graph.subgraph, data.len(), out.len()).into(),
-                ));
+            let dst = outputs.get_mut(k).ok_or_else(|| wrong("output", k, src.len(), 0))?;
+            if dst.len() != src.len() {
+                return Err(wrong("output", k, src.len(), dst.len()));
             }
-            out.copy_from_slice(data);
+            dst.copy_from_slice(src);
         }
         Ok(())
     }
+}
+
+/// Whether a hook stopped the run (a control-flow op's child may have).
+fn stopped(env: &DynEnv<'_>) -> bool {
+    env.hooks.as_deref().is_some_and(|h| h.stopped())
+}
+
+/// Runs `f` with `frame` on the hooks' call path.
+fn in_frame<T>(env: &mut DynEnv<'_>, frame: CallFrame, f: impl FnOnce(&mut DynEnv<'_>) -> T) -> T {
+    if let Some(h) = env.hooks.as_deref_mut() {
+        h.enter(frame);
+    }
+    let r = f(env);
+    if let Some(h) = env.hooks.as_deref_mut() {
+        h.leave();
+    }
+    r
 }
 
 /// Most iterations a WHILE may run, so a hostile model cannot hang a session.
@@ -98,7 +124,7 @@ pub fn execute(g: &mut CompiledGraph, model: &Model, arena: &mut [u8], mut bound
     let subgraph = g.subgraph;
     let sub = &model.subgraphs[subgraph];
     let op_error = |op: usize, e: Error| e.located(Location::op(subgraph, op, sub.ops[op].code.name()));
-    let views = !is_bound && env.hooks.as_deref().is_some_and(|h| h.wants_views(subgraph));
+    let views = !is_bound && env.hooks.as_deref().is_some_and(|h| h.wants_views());
     let (steps, tensors, assignment) = (&mut g.steps, &g.tensors, &g.assignment);
     // Ops below this index were announced to the hooks (with views).
     let mut announced = 0;
@@ -149,8 +175,12 @@ pub fn execute(g: &mut CompiledGraph, model: &Model, arena: &mut [u8], mut bound
                     Some(Src::Owned(b)) => Some(b.bytes()),
                 });
             }
-            let result =
-                if st.outputs.is_empty() { run_work(&mut st.work, &ins, &mut [], model, env) } else { run_work(&mut st.work, &ins, &mut [out], model, env) };
+            let at = (subgraph, st.op);
+            let result = if st.outputs.is_empty() {
+                run_work(&mut st.work, at, &ins, &mut [], model, env)
+            } else {
+                run_work(&mut st.work, at, &ins, &mut [out], model, env)
+            };
             result.map_err(|e| op_error(st.op, e))?;
             continue;
         }
@@ -190,15 +220,25 @@ pub fn execute(g: &mut CompiledGraph, model: &Model, arena: &mut [u8], mut bound
         }
         let op = &sub.ops[st.op];
         let runs_on = assignment.get(st.op).copied().unwrap_or(OpRun::Executor);
-        // A GPU segment runs several ops at once: announced as its first op, without views.
+        if let (Some(h), Some(io)) = (env.hooks.as_deref_mut(), st.io.as_deref()) {
+            if let Some(by_op) = &io.by_op {
+                // A GPU segment, observed: its ops run one at a time, each reported.
+                let seg = Segment { sub, subgraph, tensors, assignment, io, bytes, views };
+                if seg.run(by_op, &ins, &mut outs, h).map_err(|e| op_error(st.op, e))? == Flow::Stop {
+                    return Ok(0);
+                }
+                continue;
+            }
+        }
+        // A multi-op step that cannot run op by op: announced as its first op, without views.
         let views = views && st.io.is_none();
         if let Some(h) = env.hooks.as_deref_mut() {
             let flow = if views {
                 let inputs = step_input_views(sub, tensors, st, &ins, bytes);
                 let outputs = observe::output_views(op, |_, t| tensor_view(sub, tensors, t, TensorState::Pending, None));
-                h.before(&OpEvent { subgraph, index: st.op, op, runs_on, inputs: &inputs, outputs: &outputs }, true)
+                h.before(&OpEvent { calls: &[], subgraph, index: st.op, op, runs_on, inputs: &inputs, outputs: &outputs }, true)
             } else {
-                h.before(&OpEvent { subgraph, index: st.op, op, runs_on, inputs: &[], outputs: &[] }, true)
+                h.before(&OpEvent { calls: &[], subgraph, index: st.op, op, runs_on, inputs: &[], outputs: &[] }, true)
             };
             match flow {
                 Flow::Continue => {}
@@ -206,8 +246,12 @@ pub fn execute(g: &mut CompiledGraph, model: &Model, arena: &mut [u8], mut bound
                 Flow::Stop => return Ok(0),
             }
         }
-        let result = run_work(&mut st.work, &ins, &mut outs, model, env);
+        let result = run_work(&mut st.work, (subgraph, st.op), &ins, &mut outs, model, env);
         result.map_err(|e| op_error(st.op, e))?;
+        if stopped(env) {
+            // Stopped inside a control-flow op's child: the op did not finish.
+            return Ok(0);
+        }
         if let Some(h) = env.hooks.as_deref_mut() {
             let written: SmallVec<[&[u8]; 4]> = outs.iter().map(|o| &**o).collect();
             let flow = if views {
@@ -216,12 +260,12 @@ pub fn execute(g: &mut CompiledGraph, model: &Model, arena: &mut [u8], mut bound
                 let state = if fused_away { TensorState::Fused } else { TensorState::Ready };
                 let inputs = step_input_views(sub, tensors, st, &ins, bytes);
                 let outputs = observe::output_views(op, |k, t| tensor_view(sub, tensors, t, state, written.get(k).copied()));
-                match h.after(&OpEvent { subgraph, index: st.op, op, runs_on, inputs: &inputs, outputs: &outputs }, true) {
+                match h.after(&OpEvent { calls: &[], subgraph, index: st.op, op, runs_on, inputs: &inputs, outputs: &outputs }, true) {
                     Flow::Stop => Flow::Stop,
-                    _ => announce_epilogues(sub, subgraph, tensors, assignment, st, &ins, written.first().copied(), bytes, h),
+                    _ => announce_epilogues(sub, subgraph, tensors, assignment, (st.op, &st.extra), &ins, written.first().copied(), bytes, h),
                 }
             } else {
-                h.after(&OpEvent { subgraph, index: st.op, op, runs_on, inputs: &[], outputs: &[] }, true)
+                h.after(&OpEvent { calls: &[], subgraph, index: st.op, op, runs_on, inputs: &[], outputs: &[] }, true)
             };
             if flow == Flow::Stop {
                 return Ok(0);
@@ -274,22 +318,22 @@ fn step_input_views<'a>(sub: &'a Subgraph, tensors: &'a [TensorSlot], st: &Step,
     })
 }
 
-/// Announces the epilogue ops fused into step `st` (they ran inside its kernel):
-/// the tensors between them were never materialised, the last one's output is the
-/// kernel's, and their other operands were the kernel's extra inputs.
+/// Announces the epilogue ops fused into the kernel of op `host` (they ran inside
+/// it): the tensors between them were never materialised, the last one's output is
+/// the kernel's, and their other operands were the kernel's `extra` inputs (passed
+/// after the op's own in `ins`).
 #[allow(clippy::too_many_arguments)]
 fn announce_epilogues(
     sub: &Subgraph,
     subgraph: usize,
     tensors: &[TensorSlot],
     assignment: &[OpRun],
-    st: &Step,
+    (host, extra): (usize, &[usize]),
     ins: &[Option<&[u8]>],
     written: Option<&[u8]>,
     bytes: &[u8],
     h: &mut dyn Hooks,
 ) -> Flow {
-    let host = st.op;
     let chain: SmallVec<[usize; 4]> = (host + 1..sub.ops.len()).filter(|&o| assignment.get(o) == Some(&OpRun::Fused { into: host })).collect();
     let first_extra = sub.ops[host].inputs.len();
     for (i, &e) in chain.iter().enumerate() {
@@ -299,7 +343,7 @@ fn announce_epilogues(
             if inside(t) {
                 return tensor_view(sub, tensors, t, TensorState::Fused, None);
             }
-            let data = match st.extra.iter().position(|&x| x == t) {
+            let data = match extra.iter().position(|&x| x == t) {
                 Some(j) => ins.get(first_extra + j).copied().flatten(),
                 // Only constants are left (an arena tensor not passed to the kernel is not known to be live).
                 None => observe::loc_bytes(&tensors[t].loc, &[], bytes),
@@ -308,7 +352,7 @@ fn announce_epilogues(
         });
         let pending = observe::output_views(op, |_, t| tensor_view(sub, tensors, t, TensorState::Pending, None));
         let runs_on = OpRun::Fused { into: host };
-        match h.before(&OpEvent { subgraph, index: e, op, runs_on, inputs: &inputs, outputs: &pending }, false) {
+        match h.before(&OpEvent { calls: &[], subgraph, index: e, op, runs_on, inputs: &inputs, outputs: &pending }, false) {
             Flow::Stop => return Flow::Stop,
             Flow::Skip => continue,
             Flow::Continue => {}
@@ -321,11 +365,68 @@ fn announce_epilogues(
                 tensor_view(sub, tensors, t, TensorState::Fused, None)
             }
         });
-        if h.after(&OpEvent { subgraph, index: e, op, runs_on, inputs: &inputs, outputs: &outputs }, false) == Flow::Stop {
+        if h.after(&OpEvent { calls: &[], subgraph, index: e, op, runs_on, inputs: &inputs, outputs: &outputs }, false) == Flow::Stop {
             return Flow::Stop;
         }
     }
     Flow::Continue
+}
+
+/// A GPU segment step of an observed run: what reporting its ops needs.
+struct Segment<'a> {
+    sub: &'a Subgraph,
+    subgraph: usize,
+    tensors: &'a [TensorSlot],
+    assignment: &'a [OpRun],
+    io: &'a SegmentIo,
+    bytes: &'a [u8],
+    /// Callbacks want tensor views: each op's outputs are read back after it.
+    views: bool,
+}
+
+impl Segment<'_> {
+    /// Runs the segment op by op, each announced to `h` as a step of its own (so
+    /// timed and traced one by one), with views of what it read and wrote when
+    /// callbacks want them.
+    fn run(&self, by_op: &OpByOpHandle, ins: &[Option<&[u8]>], outs: &mut [&mut [u8]], h: &mut dyn Hooks) -> Result<Flow> {
+        let Segment { sub, subgraph, tensors, assignment, io, bytes, views } = *self;
+        let mut seg = by_op.0.lock().map_err(|_| Error::Runtime("GPU segment lock poisoned".into()))?;
+        seg.run_op_by_op(ins, outs, views, &mut |m, op_ins, op_outs| {
+            let Some((oi, through_pad)) = io.ops.get(m) else { return Flow::Stop };
+            let (oi, op) = (*oi, &sub.ops[*oi]);
+            let runs_on = assignment.get(oi).copied().unwrap_or(OpRun::Executor);
+            let ev = |inputs, outputs| OpEvent { calls: &[], subgraph, index: oi, op, runs_on, inputs, outputs };
+            if !views {
+                return match op_outs {
+                    None => h.before(&ev(&[], &[]), true),
+                    Some(_) => h.after(&ev(&[], &[]), true),
+                };
+            }
+            let inputs = observe::input_views(op, |k, t| {
+                if through_pad.contains(&k) {
+                    return tensor_view(sub, tensors, t, TensorState::Fused, None);
+                }
+                // Constants stay on the host where the GPU did not take them away.
+                let data = op_ins.get(k).copied().flatten().or_else(|| observe::loc_bytes(&tensors[t].loc, &[], bytes));
+                tensor_view(sub, tensors, t, TensorState::Ready, data)
+            });
+            match op_outs {
+                None => {
+                    let outputs = observe::output_views(op, |_, t| tensor_view(sub, tensors, t, TensorState::Pending, None));
+                    h.before(&ev(&inputs, &outputs), true)
+                }
+                Some(written) => {
+                    let fused_away = assignment.iter().skip(oi + 1).any(|r| *r == OpRun::Fused { into: oi });
+                    let state = if fused_away { TensorState::Fused } else { TensorState::Ready };
+                    let outputs = observe::output_views(op, |k, t| tensor_view(sub, tensors, t, state, written.get(k).copied()));
+                    match h.after(&ev(&inputs, &outputs), true) {
+                        Flow::Stop => Flow::Stop,
+                        _ => announce_epilogues(sub, subgraph, tensors, assignment, (oi, &[]), op_ins, written.first().copied(), bytes, h),
+                    }
+                }
+            }
+        })
+    }
 }
 
 /// What announcing the ops without a step of their own needs: the subgraph, its
@@ -352,10 +453,14 @@ impl Announce<'_> {
                 OpRun::Dynamic => continue,
                 _ => {}
             }
+            // An op of a GPU segment is announced by its segment, which runs it op by op.
+            if self.steps.iter().any(|st| st.io.as_ref().is_some_and(|io| io.ops.iter().any(|o| o.0 == oi))) {
+                continue;
+            }
             let op = &sub.ops[oi];
             let inputs = observe::input_views(op, |_, t| self.view(t));
             let pending = observe::output_views(op, |_, t| tensor_view(sub, tensors, t, TensorState::Pending, None));
-            match h.before(&OpEvent { subgraph: self.subgraph, index: oi, op, runs_on, inputs: &inputs, outputs: &pending }, false) {
+            match h.before(&OpEvent { calls: &[], subgraph: self.subgraph, index: oi, op, runs_on, inputs: &inputs, outputs: &pending }, false) {
                 Flow::Stop => return Flow::Stop,
                 Flow::Skip => continue,
                 Flow::Continue => {}
@@ -364,7 +469,7 @@ impl Announce<'_> {
                 OpRun::Fused { .. } => tensor_view(sub, tensors, t, TensorState::Fused, None),
                 _ => self.view(t),
             });
-            if h.after(&OpEvent { subgraph: self.subgraph, index: oi, op, runs_on, inputs: &inputs, outputs: &outputs }, false) == Flow::Stop {
+            if h.after(&OpEvent { calls: &[], subgraph: self.subgraph, index: oi, op, runs_on, inputs: &inputs, outputs: &outputs }, false) == Flow::Stop {
                 return Flow::Stop;
             }
         }
@@ -407,21 +512,26 @@ impl Announce<'_> {
     }
 }
 
-/// Runs one step's work on its input and output views.
-fn run_work(work: &mut Work, ins: &[Option<&[u8]>], outs: &mut [&mut [u8]], model: &Model, env: &mut DynEnv<'_>) -> Result<()> {
+/// Runs one step's work on its input and output views; `at` is the step's op
+/// (subgraph, index), the call frame of a control-flow op's child.
+fn run_work(work: &mut Work, at: (usize, usize), ins: &[Option<&[u8]>], outs: &mut [&mut [u8]], model: &Model, env: &mut DynEnv<'_>) -> Result<()> {
+    let frame = |callee: &Child, iteration: Option<usize>| CallFrame { subgraph: at.0, op: at.1, callee: callee.graph.subgraph, iteration };
     match work {
         Work::Kernel(k) => k(ins, outs),
         Work::If { then, otherwise } => {
             let cond = ins.first().copied().flatten().and_then(|c| c.first()).ok_or_else(|| Error::Runtime("IF condition is empty".into()))?;
             let args: SmallVec<[&[u8]; 16]> = ins.get(1..).unwrap_or(&[]).iter().map(|i| i.unwrap_or(&[])).collect();
             let branch = if *cond != 0 { then } else { otherwise };
-            branch.run(model, &args, outs, env)
+            in_frame(env, frame(branch, None), |env| branch.run(model, &args, outs, env))
         }
-        Work::While { cond, body, next, flag } => run_while(model, ins, outs, cond, body, next, flag, env),
+        Work::While { cond, body, next, flag } => run_while(model, at, ins, outs, cond, body, next, flag, env),
         Work::CallOnce { init, ran_at } => {
             if *ran_at != Some(env.ctx.variables.generation()) {
-                init.run(model, &[], &mut [], env)?;
-                *ran_at = Some(env.ctx.variables.generation());
+                in_frame(env, frame(init, None), |env| init.run(model, &[], &mut [], env))?;
+                // An initializer a callback stopped has not run: it runs again next time.
+                if !stopped(env) {
+                    *ran_at = Some(env.ctx.variables.generation());
+                }
             }
             Ok(())
         }
@@ -453,7 +563,7 @@ fn run_dynamic_tail(g: &mut CompiledGraph, model: &Model, arena: &[u8], env: &mu
     let bytes = model.bytes();
     let CompiledGraph { tensors, dynamic, subgraph, .. } = g;
     let Some(tail) = dynamic.as_mut() else { return Ok(Flow::Continue) };
-    let views_on = env.hooks.as_deref().is_some_and(|h| h.wants_views(*subgraph));
+    let views_on = env.hooks.as_deref().is_some_and(|h| h.wants_views());
     for v in tail.values.iter_mut() {
         *v = None;
     }
@@ -518,7 +628,7 @@ fn run_dynamic_tail(g: &mut CompiledGraph, model: &Model, arena: &[u8], env: &mu
                 } else {
                     SmallVec::new()
                 };
-                flow = h.before(&OpEvent { subgraph: *subgraph, index: oi, op, runs_on, inputs: &inputs, outputs: &outputs }, true);
+                flow = h.before(&OpEvent { calls: &[], subgraph: *subgraph, index: oi, op, runs_on, inputs: &inputs, outputs: &outputs }, true);
             }
             if flow == Flow::Continue {
                 let mut out_views: Vec<&mut [u8]> = outs.iter_mut().map(|(_, v)| v.data.bytes_mut()).collect();
@@ -527,7 +637,7 @@ fn run_dynamic_tail(g: &mut CompiledGraph, model: &Model, arena: &[u8], env: &mu
             if let (Flow::Continue, Some(h)) = (flow, env.hooks.as_deref_mut()) {
                 let inputs = input_views(views_on);
                 let outputs: SmallVec<[TensorView<'_>; 4]> = if views_on { outs.iter().map(|(t, v)| dyn_view(sub, *t, v)).collect() } else { SmallVec::new() };
-                flow = h.after(&OpEvent { subgraph: *subgraph, index: oi, op, runs_on, inputs: &inputs, outputs: &outputs }, true);
+                flow = h.after(&OpEvent { calls: &[], subgraph: *subgraph, index: oi, op, runs_on, inputs: &inputs, outputs: &outputs }, true);
             }
         }
         for (t, v) in outs {
@@ -570,6 +680,7 @@ fn dyn_view<'a>(sub: &'a Subgraph, t: usize, v: &'a DynValue) -> TensorView<'a> 
 #[allow(clippy::too_many_arguments)]
 fn run_while(
     model: &Model,
+    at: (usize, usize),
     ins: &[Option<&[u8]>],
     outs: &mut [&mut [u8]],
     cond: &mut Child,
@@ -582,18 +693,22 @@ fn run_while(
         let i = i.ok_or_else(|| Error::Runtime("WHILE loop variable is missing".into()))?;
         o.copy_from_slice(i);
     }
-    for _ in 0..MAX_WHILE_ITERATIONS {
+    let frame = |callee: &Child, i: usize| CallFrame { subgraph: at.0, op: at.1, callee: callee.graph.subgraph, iteration: Some(i) };
+    for i in 0..MAX_WHILE_ITERATIONS {
         {
             let vars: SmallVec<[&[u8]; 8]> = outs.iter().map(|o| &**o).collect();
-            cond.run(model, &vars, &mut [flag.bytes_mut()], env)?;
+            in_frame(env, frame(cond, i), |env| cond.run(model, &vars, &mut [flag.bytes_mut()], env))?;
         }
-        if flag.bytes().first().is_none_or(|&b| b == 0) {
+        if stopped(env) || flag.bytes().first().is_none_or(|&b| b == 0) {
             return Ok(());
         }
         {
             let vars: SmallVec<[&[u8]; 8]> = outs.iter().map(|o| &**o).collect();
             let mut out_views: SmallVec<[&mut [u8]; 8]> = next.iter_mut().map(|n| n.bytes_mut()).collect();
-            body.run(model, &vars, &mut out_views, env)?;
+            in_frame(env, frame(body, i), |env| body.run(model, &vars, &mut out_views, env))?;
+        }
+        if stopped(env) {
+            return Ok(());
         }
         for (o, n) in outs.iter_mut().zip(next.iter()) {
             o.copy_from_slice(n.bytes());

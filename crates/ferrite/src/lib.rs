@@ -62,7 +62,7 @@ pub use compile::{Crossing, GpuPlan, GpuTimes, OpRun};
 pub use error::{Detail, Error, Location, Result};
 pub use memory::ArenaBlock;
 pub use model::{DType, Model, ModelBytes};
-pub use observe::{Flow, OpEvent, RunOutcome, TensorState, TensorView, MAX_TRACE_EVENTS};
+pub use observe::{CallFrame, Flow, OpEvent, RunOutcome, TensorState, TensorView, MAX_TRACE_EVENTS};
 pub use package::{is_package, IoDesc, Package, PackageSession};
 pub use session::{PlanStats, RunStats, Session, SessionOptions, TensorData, TensorDesc, PLAN_CACHE_SIZE};
 #[cfg(feature = "train")]

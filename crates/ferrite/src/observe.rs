@@ -114,13 +114,37 @@ impl TensorView<'_> {
     }
 }
 
+/// A control-flow op (IF, WHILE, CALL_ONCE) whose child subgraph is running: one
+/// level of the path from the session's subgraph down to an op inside a body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallFrame {
+    /// Subgraph of the control-flow op.
+    pub subgraph: usize,
+    /// Its op index in that subgraph.
+    pub op: usize,
+    /// The subgraph it is running: a branch of IF, the condition or the body of
+    /// WHILE, the initializer of CALL_ONCE.
+    pub callee: usize,
+    /// For WHILE, the loop's pass, from 0: pass `i` evaluates the condition for the
+    /// `i + 1`-th time and, when it holds, runs the body for the `i + 1`-th time.
+    /// None for IF and CALL_ONCE.
+    pub iteration: Option<usize>,
+}
+
 /// One op as a callback sees it.
+///
+/// An op is identified by `(subgraph, index)`; an op inside a control-flow body
+/// (a WHILE body runs its ops once per pass) is one execution of it, told apart by
+/// `calls`, the control-flow ops it runs inside, outermost first.
 #[derive(Debug, Clone, Copy)]
 pub struct OpEvent<'a> {
-    /// Subgraph of the op (the session's own: callbacks see its ops).
+    /// Subgraph of the op: the session's own, or a control-flow op's child.
     pub subgraph: usize,
     /// Op index in the subgraph, as the model file numbers it.
     pub index: usize,
+    /// The control-flow ops running this op's subgraph, outermost first; empty for an
+    /// op of the session's subgraph.
+    pub calls: &'a [CallFrame],
     /// The op: its type (`op.code.name()`), options and tensor indices.
     pub op: &'a Op,
     /// Where it runs: a backend, or fused into another op, folded at prepare, an alias.
@@ -136,17 +160,59 @@ impl OpEvent<'_> {
     pub fn op_name(&self) -> String {
         self.op.code.name()
     }
+
+    /// The pass of the innermost WHILE this op runs inside, if any.
+    pub fn iteration(&self) -> Option<usize> {
+        self.calls.iter().rev().find_map(|f| f.iteration)
+    }
 }
 
 /// The executor's view of whoever watches a run.
 pub(crate) trait Hooks {
-    /// Whether ops of `subgraph` are reported with tensor views (and ops that run no
-    /// step of their own reported at all): callbacks want them, timers do not.
-    fn wants_views(&self, subgraph: usize) -> bool;
+    /// Whether ops are reported with tensor views (and ops that run no step of their
+    /// own reported at all): callbacks want them, timers do not. Control-flow
+    /// children then run on their own arenas, as the session's subgraph does.
+    fn wants_views(&self) -> bool;
+    /// A control-flow op starts running a child subgraph; ops reported until the
+    /// matching `leave` run inside it.
+    fn enter(&mut self, frame: CallFrame);
+    /// The child started by the last `enter` returned.
+    fn leave(&mut self);
+    /// Whether a callback stopped the run: a control-flow op whose child was
+    /// stopped ends the run too.
+    fn stopped(&self) -> bool;
     /// Before an op. `step`: the op runs as a step of its own (it is timed and traced).
     fn before(&mut self, ev: &OpEvent<'_>, step: bool) -> Flow;
     /// After an op that `before` let run.
     fn after(&mut self, ev: &OpEvent<'_>, step: bool) -> Flow;
+}
+
+/// What a multi-op step calls around each of its ops when run op by op: (op's
+/// position in the step, its inputs, None before it runs or its outputs after).
+pub(crate) type OnOp<'c> = &'c mut dyn FnMut(usize, &[Option<&[u8]>], Option<&[&[u8]]>) -> Flow;
+
+/// A step that runs several ops (a GPU segment) and can run them one at a time for
+/// observation.
+pub(crate) trait OpByOp: Send {
+    /// Runs the step's ops in order, each on its own, calling `on_op(member, inputs,
+    /// None)` before and `on_op(member, inputs, Some(outputs))` after each (a
+    /// `before` answer of [`Flow::Skip`] leaves the op out, [`Flow::Stop`] ends the
+    /// step). With `read_back`, `inputs` (one per op input, None for a constant or
+    /// an absent one) and `outputs` hold copies of the op's tensors read back from
+    /// the device; without, both are empty and the ops are only run one by one, so
+    /// each can be timed. The step's outputs are written to `outs` as its plain run
+    /// writes them, unless it stopped.
+    fn run_op_by_op(&mut self, ins: &[Option<&[u8]>], outs: &mut [&mut [u8]], read_back: bool, on_op: OnOp<'_>) -> crate::error::Result<Flow>;
+}
+
+/// A multi-op step's way of running op by op, shared with its kernel.
+#[derive(Clone)]
+pub(crate) struct OpByOpHandle(pub Arc<std::sync::Mutex<dyn OpByOp>>);
+
+impl std::fmt::Debug for OpByOpHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OpByOpHandle")
+    }
 }
 
 /// A user callback over ops.
@@ -154,8 +220,6 @@ pub(crate) type OpCallback<'c> = &'c mut dyn FnMut(&OpEvent<'_>) -> Flow;
 
 /// The hooks of one session run: any of tracing, profiling and user callbacks.
 pub(crate) struct RunHooks<'h> {
-    /// The session's subgraph: callbacks and the profile cover its ops.
-    pub main: usize,
     pub trace: Option<&'h mut TraceLog>,
     /// The session's thread pool, whose worker spans the trace collects after each op.
     pub pool: Option<Arc<ThreadPool>>,
@@ -164,13 +228,15 @@ pub(crate) struct RunHooks<'h> {
     pub after: Option<OpCallback<'h>>,
     /// Start times of the steps in progress (control flow nests them).
     starts: SmallVec<[Instant; 8]>,
+    /// The control-flow ops whose children are running, outermost first.
+    frames: SmallVec<[CallFrame; 4]>,
     /// The op a callback stopped the run at.
     pub stopped: Option<(usize, usize)>,
 }
 
 impl<'h> RunHooks<'h> {
-    pub fn new(main: usize) -> Self {
-        RunHooks { main, trace: None, pool: None, profile: None, before: None, after: None, starts: SmallVec::new(), stopped: None }
+    pub fn new() -> Self {
+        RunHooks { trace: None, pool: None, profile: None, before: None, after: None, starts: SmallVec::new(), frames: SmallVec::new(), stopped: None }
     }
 
     fn timing(&self) -> bool {
@@ -183,12 +249,25 @@ impl<'h> RunHooks<'h> {
 }
 
 impl Hooks for RunHooks<'_> {
-    fn wants_views(&self, subgraph: usize) -> bool {
-        subgraph == self.main && (self.before.is_some() || self.after.is_some())
+    fn wants_views(&self) -> bool {
+        self.before.is_some() || self.after.is_some()
+    }
+
+    fn enter(&mut self, frame: CallFrame) {
+        self.frames.push(frame);
+    }
+
+    fn leave(&mut self) {
+        self.frames.pop();
+    }
+
+    fn stopped(&self) -> bool {
+        self.stopped.is_some()
     }
 
     fn before(&mut self, ev: &OpEvent<'_>, step: bool) -> Flow {
-        let flow = if ev.subgraph == self.main { Self::call(&mut self.before, ev) } else { Flow::Continue };
+        // The executor does not know the call path; the hooks keep it.
+        let flow = Self::call(&mut self.before, &OpEvent { calls: &self.frames, ..*ev });
         match flow {
             Flow::Stop => self.stopped = Some((ev.subgraph, ev.index)),
             // Taken last, so a callback's own time is not counted as the op's.
@@ -203,13 +282,14 @@ impl Hooks for RunHooks<'_> {
             let end = Instant::now();
             let start = self.starts.pop().unwrap_or(end);
             if let Some(t) = self.trace.as_deref_mut() {
-                t.op(ev.subgraph, ev.index, start, end, self.pool.as_deref());
+                t.op(ev.subgraph, ev.index, self.frames.last(), start, end, self.pool.as_deref());
             }
-            if let (Some(p), true) = (self.profile.as_deref_mut(), ev.subgraph == self.main) {
+            // The profile covers the session's subgraph: a body's time is its control-flow op's.
+            if let (Some(p), true) = (self.profile.as_deref_mut(), self.frames.is_empty()) {
                 p.push((ev.index, end - start));
             }
         }
-        let flow = if ev.subgraph == self.main { Self::call(&mut self.after, ev) } else { Flow::Continue };
+        let flow = Self::call(&mut self.after, &OpEvent { calls: &self.frames, ..*ev });
         if flow == Flow::Stop {
             self.stopped = Some((ev.subgraph, ev.index));
         }
@@ -313,10 +393,34 @@ struct Time {
 
 #[derive(Debug)]
 enum Event {
-    Phase { name: Cow<'static, str>, args: SmallVec<[(&'static str, usize); 3]>, t: Time },
-    Run { run: u32, completed: bool, t: Time },
-    Op { sg: u32, op: u32, run: u32, plan: u32, t: Time },
-    Worker { thread: u32, sg: u32, op: u32, run: u32, tasks: u32, t: Time },
+    Phase {
+        name: Cow<'static, str>,
+        args: SmallVec<[(&'static str, usize); 3]>,
+        t: Time,
+    },
+    Run {
+        run: u32,
+        completed: bool,
+        t: Time,
+    },
+    /// `caller`: the innermost control-flow op running the op's subgraph (subgraph,
+    /// op, WHILE pass or `u32::MAX`), `u32::MAX` in its first field for none.
+    Op {
+        sg: u32,
+        op: u32,
+        run: u32,
+        plan: u32,
+        caller: [u32; 3],
+        t: Time,
+    },
+    Worker {
+        thread: u32,
+        sg: u32,
+        op: u32,
+        run: u32,
+        tasks: u32,
+        t: Time,
+    },
 }
 
 /// Each op's static description for the trace (type, backend, tensor shapes and
@@ -395,11 +499,12 @@ impl TraceLog {
     }
 
     /// An executed op, and the worker spans its kernel left in `pool`.
-    fn op(&mut self, sg: usize, op: usize, start: Instant, end: Instant, pool: Option<&ThreadPool>) {
+    fn op(&mut self, sg: usize, op: usize, caller: Option<&CallFrame>, start: Instant, end: Instant, pool: Option<&ThreadPool>) {
         let t = self.time(start, end);
         let (sg, op) = (sg as u32, op as u32);
         let plan = self.plans.len().saturating_sub(1) as u32;
-        self.push(Event::Op { sg, op, run: self.runs, plan, t });
+        let caller = caller.map_or([u32::MAX; 3], |f| [f.subgraph as u32, f.op as u32, f.iteration.map_or(u32::MAX, |i| i as u32)]);
+        self.push(Event::Op { sg, op, run: self.runs, plan, caller, t });
         let Some(pool) = pool else { return };
         let mut spans = std::mem::take(&mut self.spans);
         pool.take_spans(&mut spans);
@@ -446,7 +551,7 @@ impl TraceLog {
                 }
                 Event::Run { run, completed, t } => json!({"name": format!("run {run}"), "cat": "run", "ph": "X", "ts": us(t.start), "dur": us(t.dur),
                     "pid": pid, "tid": SESSION_TID, "args": {"run": run, "completed": completed}}),
-                Event::Op { sg, op, run, plan, t } => {
+                Event::Op { sg, op, run, plan, caller, t } => {
                     let described = self.plans.get(*plan as usize).and_then(|p| p.1.get(&(*sg as usize, *op as usize)));
                     let (name, mut args) = match described {
                         Some((name, args)) => (name.clone(), args.clone()),
@@ -455,6 +560,12 @@ impl TraceLog {
                     args.insert("op_index".into(), json!(op));
                     args.insert("subgraph".into(), json!(sg));
                     args.insert("run".into(), json!(run));
+                    if caller[0] != u32::MAX {
+                        args.insert("called_by".into(), json!({"subgraph": caller[0], "op_index": caller[1]}));
+                    }
+                    if caller[2] != u32::MAX {
+                        args.insert("iteration".into(), json!(caller[2]));
+                    }
                     json!({"name": name, "cat": "op", "ph": "X", "ts": us(t.start), "dur": us(t.dur), "pid": pid, "tid": SESSION_TID, "args": args})
                 }
                 Event::Worker { thread, sg, op, run, tasks, t } => json!({"name": op_name(*sg, *op), "cat": "worker", "ph": "X", "ts": us(t.start),

@@ -787,7 +787,10 @@ impl Session {
     /// computed it. A tensor that never held its own value (a fused op's output, a
     /// convolution output its epilogue was applied to) has state
     /// [`TensorState::Fused`](crate::TensorState::Fused) and no data. Ops inside
-    /// IF/WHILE bodies run within their control-flow op and are not reported one by one.
+    /// IF, WHILE and CALL_ONCE bodies are reported the same way, at each execution,
+    /// after their control-flow op's `before` and before its `after`; `OpEvent::calls`
+    /// says which control-flow op (and WHILE pass) runs them. A
+    /// [`Flow::Stop`] inside a body ends the whole run.
     ///
     /// Without callbacks, [`Session::run`] takes none of this path.
     pub fn run_with_callbacks(&mut self, mut before: impl FnMut(&OpEvent<'_>) -> Flow, mut after: impl FnMut(&OpEvent<'_>) -> Flow) -> Result<RunOutcome> {
@@ -813,7 +816,7 @@ impl Session {
             crate::exec::execute(c, model, arena, None, &mut env)?;
             RunOutcome::Completed
         } else {
-            let mut hooks = RunHooks::new(self.subgraph);
+            let mut hooks = RunHooks::new();
             // Shortens the callbacks' lifetime to the hooks' (a coercion, which `Option` does not apply itself).
             hooks.before = before.map(|f| -> observe::OpCallback<'_> { f });
             hooks.after = after.map(|f| -> observe::OpCallback<'_> { f });
@@ -895,7 +898,7 @@ impl Session {
             crate::exec::execute(c, &self.model, arena, Some((inputs, outputs)), &mut env)?
         } else {
             // Timers only: callbacks need the arena run (`run_with_callbacks`).
-            let mut hooks = RunHooks::new(self.subgraph);
+            let mut hooks = RunHooks::new();
             hooks.profile = self.profile.as_mut();
             if let (true, Some(t)) = (self.tracing, self.trace.as_deref_mut()) {
                 let generation = self.plan_generation;

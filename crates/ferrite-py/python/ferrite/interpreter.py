@@ -361,12 +361,17 @@ class OpInfo:
     it: ``index``, ``op_name`` (``"CONV_2D"``), ``runs_on`` (a backend's name, ``"cpu"``,
     or how it runs: ``"fused"``, ``"folded"``, ``"alias"``, ``"executor"``, ...),
     ``fused_into`` (the op whose kernel computes it, or None), ``inputs`` and ``outputs``
-    (lists of :class:`OpTensor`; omitted optional inputs are left out)."""
+    (lists of :class:`OpTensor`; omitted optional inputs are left out). Ops inside
+    IF/WHILE/CALL_ONCE bodies are reported at each execution: ``subgraph`` is then the
+    body's, and ``calls`` lists the control-flow ops running it, outermost first, as
+    ``(subgraph, op index, callee subgraph, WHILE pass or None)``; empty for the
+    interpreter's own ops."""
 
-    __slots__ = ("subgraph", "index", "op_name", "runs_on", "fused_into", "inputs", "outputs")
+    __slots__ = ("subgraph", "index", "op_name", "runs_on", "fused_into", "inputs", "outputs", "calls")
 
     def __init__(self, raw):
-        self.subgraph, self.index, self.op_name, self.runs_on, fused_into, inputs, outputs = raw
+        self.subgraph, self.index, self.op_name, self.runs_on, fused_into, inputs, outputs, calls = raw
+        self.calls = [tuple(c) for c in calls]
         self.fused_into = None if fused_into < 0 else fused_into
         self.inputs = [OpTensor(t) for t in inputs]
         self.outputs = [OpTensor(t) for t in outputs]

@@ -72,6 +72,7 @@ class OpInfo:
     op_name: str
     runs_on: str
     fused_into: int | None
+    calls: list[tuple[int, int, int, int | None]]
     inputs: list[OpTensor]
     outputs: list[OpTensor]
     def __init__(self, raw: tuple[Any, ...]) -> None: ...

@@ -142,6 +142,10 @@ pub struct Step {
 pub(crate) struct SegmentIo {
     pub(crate) reads: Vec<usize>,
     pub(crate) writes: Vec<usize>,
+    /// Its ops, in order: (op index, input slots read through a folded PAD).
+    pub(crate) ops: Vec<(usize, SmallVec<[usize; 1]>)>,
+    /// Runs them one by one when a run is observed (callbacks, tracing, profile).
+    pub(crate) by_op: Option<crate::observe::OpByOpHandle>,
 }
 
 impl Step {

@@ -122,15 +122,21 @@ pub(super) fn form_segments(c: &mut Compilation<'_>, dynamic_from: Option<usize>
         plan.buffer_bytes += seg.memory.buffer_bytes;
         plan.lower_bound_bytes += seg.memory.lower_bound_bytes;
         let first = pending[si].as_ref().map_or(0, |st| st.op);
+        let ops = pending[si..end].iter().flatten().map(|st| (st.op, st.substituted.iter().map(|s| s.0).collect())).collect();
+        // Shared with the executor, which runs it op by op when the run is observed.
+        let seg = std::sync::Arc::new(std::sync::Mutex::new(seg));
+        let by_op = crate::observe::OpByOpHandle(seg.clone());
         out.push(Step {
             op: first,
-            work: Work::Kernel(Box::new(move |ins, outs| seg.run(ins, outs))),
+            work: Work::Kernel(Box::new(move |ins, outs| {
+                seg.lock().map_err(|_| crate::error::Error::Runtime("GPU segment lock poisoned".into()))?.run(ins, outs)
+            })),
             inputs: SmallVec::new(),
             prepacked: SmallVec::new(),
             outputs: SmallVec::new(),
             extra: SmallVec::new(),
             substituted: SmallVec::new(),
-            io: Some(Box::new(SegmentIo { reads, writes })),
+            io: Some(Box::new(SegmentIo { reads, writes, ops, by_op: Some(by_op) })),
         });
         si = end;
     }

@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use super::device::GpuDevice;
 use crate::error::{Error, Result};
+use crate::observe::{Flow, OnOp, OpByOp};
 
 /// One binding of a dispatch.
 pub(crate) enum Bind {
@@ -111,6 +112,16 @@ pub(crate) struct Segment {
     /// Timestamps at the compute pass's start and end, resolved into the end of the
     /// staging buffer (adapters with TIMESTAMP_QUERY, segments with outputs).
     timestamps: Option<(wgpu::QuerySet, wgpu::Buffer, u64)>,
+    /// Per member, for running op by op: its passes, (buffer, bytes) of each op input
+    /// read at run time (None: a constant or absent), of each output.
+    members: Vec<MemberRun>,
+}
+
+/// One member of a segment as an op-by-op run needs it.
+struct MemberRun {
+    passes: std::ops::Range<usize>,
+    inputs: Vec<Option<(usize, usize)>>,
+    outputs: Vec<(usize, usize)>,
 }
 
 impl Segment {
@@ -201,7 +212,12 @@ impl Segment {
                 .ok_or_else(|| Error::Runtime(format!("internal: GPU tensor {key} has no buffer").into()))
         };
         let mut passes = Vec::new();
+        let mut runs = Vec::with_capacity(members.len());
         for member in members {
+            let size = |key: usize| bytes_of.iter().find(|e| e.0 == key).map_or(0, |e| e.1);
+            let inputs = member.inputs.iter().map(|k| k.map(|k| Ok((buf(k)?, size(k)))).transpose()).collect::<Result<Vec<_>>>()?;
+            let outputs = member.outputs.iter().map(|&k| Ok((buf(k)?, size(k)))).collect::<Result<Vec<_>>>()?;
+            let start = passes.len();
             for d in &member.op.dispatches {
                 let mut entries = vec![wgpu::BindGroupEntry { binding: 0, resource: d.params.as_entire_binding() }];
                 for (j, b) in d.binds.iter().enumerate() {
@@ -220,6 +236,7 @@ impl Segment {
                 let group = dev.device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &layout, entries: &entries });
                 passes.push((d.pipeline.clone(), group, d.groups));
             }
+            runs.push(MemberRun { passes: start..passes.len(), inputs, outputs });
         }
         let ins = inputs.iter().map(|&k| Ok((buf(k)?, bytes_of.iter().find(|e| e.0 == k).map_or(0, |e| e.1)))).collect::<Result<Vec<_>>>()?;
         let mut offset = 0u64;
@@ -255,15 +272,26 @@ impl Segment {
         }
         let memory = GpuMemory { buffer_bytes: sizes.iter().sum(), lower_bound_bytes: lower };
         let half = members.first().is_some_and(|m| m.op.half);
-        Ok(Segment { dev, buffers, inputs: ins, outputs: outs, passes, staging, memory, half, scratch: Vec::new(), times: Arc::default(), timestamps })
+        Ok(Segment {
+            dev,
+            buffers,
+            inputs: ins,
+            outputs: outs,
+            passes,
+            staging,
+            memory,
+            half,
+            scratch: Vec::new(),
+            times: Arc::default(),
+            timestamps,
+            members: runs,
+        })
     }
 
-    /// Uploads `ins`, runs every dispatch in one submission and reads the outputs
-    /// back into `outs`.
-    pub(crate) fn run(&mut self, ins: &[Option<&[u8]>], outs: &mut [&mut [u8]]) -> Result<()> {
+    /// Uploads the segment's inputs (`ins`, in the order the kernel receives them;
+    /// float32 on the host, converted here when the segment stores float16).
+    fn upload(&mut self, ins: &[Option<&[u8]>]) -> Result<()> {
         let dev = &*self.dev;
-        let scope = dev.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let t_upload = Instant::now();
         for (k, &(b, bytes)) in self.inputs.iter().enumerate() {
             let data = ins.get(k).copied().flatten().ok_or_else(|| Error::Runtime(format!("GPU segment input {k} is missing").into()))?;
             let host = if self.half { bytes * 2 } else { bytes };
@@ -283,6 +311,95 @@ impl Segment {
                 dev.queue.write_buffer(&self.buffers[b], 0, data);
             }
         }
+        Ok(())
+    }
+
+    /// Submits `passes`, then copies `read` ((buffer, bytes) each) to the host and
+    /// waits for both; without `read`, only waits for the passes to finish.
+    fn submit_and_read(&self, passes: std::ops::Range<usize>, read: &[(usize, usize)]) -> Result<Vec<Vec<u8>>> {
+        let dev = &*self.dev;
+        let scope = dev.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let mut encoder = dev.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("segment op") });
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
+            for (pipeline, group, groups) in self.passes.get(passes).unwrap_or(&[]) {
+                pass.set_pipeline(pipeline);
+                pass.set_bind_group(0, group, &[]);
+                pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+            }
+        }
+        let align = wgpu::COPY_BUFFER_ALIGNMENT;
+        let total: u64 = read.iter().map(|&(_, b)| (b as u64).next_multiple_of(align)).sum();
+        // Made per call: only observed runs come here.
+        let staging = (total > 0).then(|| {
+            dev.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("op readback"),
+                size: total,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            })
+        });
+        if let Some(staging) = &staging {
+            let mut off = 0;
+            for &(b, bytes) in read {
+                let len = (bytes as u64).next_multiple_of(align);
+                if len > 0 {
+                    encoder.copy_buffer_to_buffer(&self.buffers[b], 0, staging, off, len);
+                }
+                off += len;
+            }
+        }
+        dev.queue.submit([encoder.finish()]);
+        let done: Arc<Mutex<Option<std::result::Result<(), wgpu::BufferAsyncError>>>> = Arc::new(Mutex::new(None));
+        if let Some(staging) = &staging {
+            let flag = done.clone();
+            staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+                if let Ok(mut f) = flag.lock() {
+                    *f = Some(r);
+                }
+            });
+        }
+        dev.device.poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).map_err(|e| Error::Runtime(format!("GPU: {e}").into()))?;
+        let mut out = Vec::with_capacity(read.len());
+        if let Some(staging) = &staging {
+            let mapped = done.lock().ok().and_then(|mut d| d.take());
+            if !matches!(mapped, Some(Ok(()))) {
+                let e = pollster::block_on(scope.pop());
+                return Err(Error::Runtime(format!("GPU readback failed: {mapped:?} {e:?}").into()));
+            }
+            {
+                let view = staging.slice(..).get_mapped_range();
+                let mut off = 0usize;
+                for &(_, bytes) in read {
+                    let from = &view[off..off + bytes];
+                    out.push(if self.half {
+                        from.chunks_exact(2).flat_map(|h| half::f16::from_le_bytes([h[0], h[1]]).to_f32().to_le_bytes()).collect()
+                    } else {
+                        from.to_vec()
+                    });
+                    off += (bytes as u64).next_multiple_of(align) as usize;
+                }
+            }
+            staging.unmap();
+        }
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(Error::Runtime(format!("GPU: {e}").into()));
+        }
+        if let Some(e) = dev.take_uncaptured() {
+            return Err(Error::Runtime(format!("GPU: {e}").into()));
+        }
+        Ok(out)
+    }
+
+    /// Uploads `ins`, runs every dispatch in one submission and reads the outputs
+    /// back into `outs`.
+    pub(crate) fn run(&mut self, ins: &[Option<&[u8]>], outs: &mut [&mut [u8]]) -> Result<()> {
+        // A handle of its own: the upload below borrows `self` mutably (its scratch).
+        let dev = self.dev.clone();
+        let dev = &*dev;
+        let scope = dev.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let t_upload = Instant::now();
+        self.upload(ins)?;
         let upload_ns = ns(t_upload);
         let t_gpu = Instant::now();
         let mut encoder = dev.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("segment") });
@@ -367,6 +484,65 @@ impl Segment {
             return Err(Error::Runtime(format!("GPU: {e}").into()));
         }
         Ok(())
+    }
+}
+
+impl OpByOp for Segment {
+    fn run_op_by_op(&mut self, ins: &[Option<&[u8]>], outs: &mut [&mut [u8]], read_back: bool, on_op: OnOp<'_>) -> Result<Flow> {
+        self.upload(ins)?;
+        // Host bytes of a GPU tensor: float32 on the host for float16 on the GPU.
+        let half = self.half;
+        let host = move |bytes: usize| if half { bytes * 2 } else { bytes };
+        // Host copies of the buffers read back so far, by buffer: an op's inputs are
+        // the segment's inputs or earlier ops' outputs, read back right after those
+        // ran (a buffer is reused only once its tensor is dead).
+        let mut held: Vec<Option<Vec<u8>>> = vec![None; self.buffers.len()];
+        if read_back {
+            for (k, &(b, _)) in self.inputs.iter().enumerate() {
+                held[b] = ins.get(k).copied().flatten().map(<[u8]>::to_vec);
+            }
+        }
+        for m in 0..self.members.len() {
+            let member = &self.members[m];
+            // Copies: `held` changes when the op's outputs come back.
+            let op_ins: Vec<Option<Vec<u8>>> = if read_back {
+                member.inputs.iter().map(|i| i.and_then(|(b, bytes)| held[b].as_deref().and_then(|d| d.get(..host(bytes))).map(<[u8]>::to_vec))).collect()
+            } else {
+                Vec::new()
+            };
+            let op_ins: Vec<Option<&[u8]>> = op_ins.iter().map(Option::as_deref).collect();
+            match on_op(m, &op_ins, None) {
+                Flow::Continue => {}
+                // Not dispatched: its buffers keep what they held.
+                Flow::Skip => continue,
+                Flow::Stop => return Ok(Flow::Stop),
+            }
+            let read: &[(usize, usize)] = if read_back { &member.outputs } else { &[] };
+            let got = self.submit_and_read(member.passes.clone(), read)?;
+            let member = &self.members[m];
+            for (&(b, _), data) in member.outputs.iter().zip(got) {
+                held[b] = Some(data);
+            }
+            let op_outs: Vec<&[u8]> = if read_back {
+                member.outputs.iter().map(|&(b, bytes)| held[b].as_deref().and_then(|d| d.get(..host(bytes))).unwrap_or(&[])).collect()
+            } else {
+                Vec::new()
+            };
+            if on_op(m, &op_ins, Some(&op_outs)) == Flow::Stop {
+                return Ok(Flow::Stop);
+            }
+        }
+        // The segment's outputs: read back in one copy, as a plain run does.
+        let read: Vec<(usize, usize)> = self.outputs.iter().map(|&(b, bytes, _)| (b, bytes)).collect();
+        let got = self.submit_and_read(0..0, &read)?;
+        for (k, data) in got.into_iter().enumerate() {
+            let out = outs.get_mut(k).ok_or_else(|| Error::Runtime(format!("GPU segment output {k} is missing").into()))?;
+            if out.len() != data.len() {
+                return Err(Error::Runtime(format!("GPU segment output {k} has {} bytes, expected {}", out.len(), data.len()).into()));
+            }
+            out.copy_from_slice(&data);
+        }
+        Ok(Flow::Continue)
     }
 }
 
