@@ -62,6 +62,8 @@ struct Shared {
     job: Mutex<Option<Job>>,
     sleep: Mutex<()>,
     wake: Condvar,
+    /// Workers that have started running their loop.
+    started: AtomicUsize,
 }
 
 /// A pool of `threads - 1` workers; the caller of [`ThreadPool::run`] is the last thread.
@@ -138,13 +140,21 @@ impl ThreadPool {
             job: Mutex::new(None),
             sleep: Mutex::new(()),
             wake: Condvar::new(),
+            started: AtomicUsize::new(0),
         });
         let workers = (1..threads.max(1))
             .map(|i| {
                 let s = shared.clone();
                 std::thread::Builder::new().name(format!("ferrite-worker-{i}")).spawn(move || worker(&s, i)).expect("spawning a worker thread")
             })
-            .collect();
+            .collect::<Vec<_>>();
+        // The pool is ready when `new` returns: a thread's start-up (the runtime's
+        // per-thread state, which allocates) happens here and not during a later run,
+        // where it would show as an allocation of a steady-state run on a loaded machine
+        // whose scheduler started the worker late.
+        while shared.started.load(Ordering::Acquire) < workers.len() {
+            std::thread::yield_now();
+        }
         ThreadPool { shared, workers, region: Mutex::new(()) }
     }
 
@@ -207,6 +217,7 @@ impl ThreadPool {
 }
 
 fn worker(s: &Shared, thread: usize) {
+    s.started.fetch_add(1, Ordering::Release);
     let mut seen = 0u64;
     loop {
         let mut spins = 0u32;
