@@ -7,7 +7,6 @@ use ferrite_format::ops::BuiltinOp as B;
 use ferrite_kernels::gemm;
 use ferrite_kernels::hybrid::{self, HybridMatMul, HybridMatMulScratch};
 use ferrite_kernels::igemm::{self};
-use ferrite_kernels::qgemm;
 use ferrite_kernels::qmatmul::{self, QMatMul};
 use ferrite_kernels::quant::{self as kq, QConv, Requant};
 
@@ -25,7 +24,7 @@ pub(super) fn build(code: B, op: &OpContext<'_>, ctx: &mut BackendContext) -> Op
         #[cfg(feature = "type-hybrid")]
         B::FULLY_CONNECTED if op.is_hybrid() => hybrid(op, code),
         #[cfg(feature = "type-int")]
-        B::FULLY_CONNECTED if op.is_int() => fully_connected_int(op, ctx),
+        B::FULLY_CONNECTED if op.is_int() => fully_connected_int(op),
         #[cfg(feature = "type-float")]
         B::FULLY_CONNECTED => fully_connected(op, ctx),
         B::BATCH_MATMUL => batch_matmul(op),
@@ -218,7 +217,7 @@ fn batch_matmul_int(
     })
 }
 
-pub(crate) fn fully_connected_int(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> {
+pub(crate) fn fully_connected_int(op: &OpContext<'_>) -> Result<Built> {
     let kind = int_types(op)?;
     let OpParams::FullyConnected { activation, keep_num_dims, .. } = op.op.params else { return Err(op.bad("missing FullyConnected options")) };
     let (x, w) = (op.input(0)?, op.input(1)?);
@@ -276,49 +275,12 @@ pub(crate) fn fully_connected_int(op: &OpContext<'_>, ctx: &mut BackendContext) 
         });
     }
     let has_bias = op.opt_input(2).is_some();
-    // LiteRT 2.3.0 rounds int8 products twice with one weight scale and once with a
-    // scale per output row (measured on models of the TF 2.19 converter, which gives
-    // fully-connected weights per-row scales; the two differ where the first rounding
-    // meets an exact half).
-    let i8_rounding = if wq.scale.len() > 1 { kq::Rounding::Single } else { kq::Rounding::Double };
-    if let (None, Some(bytes), true, kq::Rounding::Double) =
-        (&flipped, w.value.filter(|_| w.constant), out_n >= 8 && (-128..=127).contains(&in_zp) && (-128..=127).contains(&w_zp), i8_rounding)
-    {
-        // int8 with constant weights: the rows as 1x1 "pixels" of the int8 GEMM
-        // (its requantization rounds twice, as LiteRT's int8 layer with one weight scale;
-        // per-row scales and uint8 round once and keep the kernel below). A layer of a
-        // few outputs (a classifier's last) stays on the plain dot products, which cost
-        // less than the GEMM's setup there.
-        let g = ferrite_kernels::conv::Window {
-            batch,
-            in_h: 1,
-            in_w: 1,
-            out_h: 1,
-            out_w: 1,
-            k_h: 1,
-            k_w: 1,
-            stride_h: 1,
-            stride_w: 1,
-            dil_h: 1,
-            dil_w: 1,
-            pad_top: 0,
-            pad_left: 0,
-        };
-        let q = QConv { g, in_c: in_n, out_c: out_n, depth_multiplier: 0, in_zp, w_zp, rq };
-        // Packed once for every session of the model (the kernel reads only the packing).
-        let key = crate::backend::PackKey { subgraph: op.subgraph, tensor: op.input(1)?.tensor, with: None, packing: crate::backend::Packing::QGemm };
-        let pk = ctx.packed(key, || Ok(qgemm::QPacked::new(typed::<i8>(bytes)?, out_n, in_n)))?;
-        let scratch = Mutex::new(qgemm::ConvScratch::new(&pk, &q.rq));
-        return Ok(Built {
-            outputs: vec![(x.dtype, out_shape)],
-            kernel: Box::new(move |ins, outs| {
-                let bias = if has_bias { Some(typed::<i32>(arg(ins, 2)?)?) } else { None };
-                let mut s = scratch.lock().unwrap_or_else(|e| e.into_inner());
-                qgemm::conv_i8(arg(ins, 0)?, &pk, bias, &q, typed_mut(outs[0])?, &mut s);
-                Ok(())
-            }),
-        });
-    }
+    // LiteRT 2.3.0's reference kernels round an int8 layer's requantized product once,
+    // with one weight scale as with a scale per output row (measured on converter
+    // models of both kinds: rounding twice left 22 of 43,000 values 1 LSB off, where
+    // the first rounding meets an exact half). The int8 GEMM rounds twice, so fully
+    // connected layers keep the dot-product kernel.
+    let i8_rounding = kq::Rounding::Single;
     Ok(Built {
         outputs: vec![(x.dtype, out_shape)],
         kernel: Box::new(move |ins, outs| {

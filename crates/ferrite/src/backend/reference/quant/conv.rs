@@ -257,10 +257,8 @@ pub(super) fn fully_connected(op: &OpContext<'_>) -> Result<Built> {
     let n_w = elements(op, &w.shape)?;
     elements(op, &out_shape)?;
     let (xdt, wdt, odt) = (x.dtype, w.dtype, op.outputs[0].dtype);
-    // LiteRT's int16x8 and uint8 fully-connected layers round the product once, and so
-    // do int8 ones with a weight scale per output row; per-tensor int8 rounds twice
-    // (measured against 2.3.0).
-    let round_once = kind == Kind::I16x8 || xdt == DType::U8 || w.quant.is_some_and(|q| q.scale.len() > 1);
+    // LiteRT 2.3.0's reference fully-connected layers round the product once for every
+    // type, int8 with one weight scale too (measured on converter models).
     Ok(Built {
         outputs: vec![(odt, out_shape)],
         kernel: Box::new(move |ins, outs| {
@@ -274,11 +272,7 @@ pub(super) fn fully_connected(op: &OpContext<'_>) -> Result<Built> {
                     for i in 0..in_n {
                         acc += i64::from((input[b * in_n + i] - p.x_zp) * (weights[o * in_n + i] - p.w_zp));
                     }
-                    out[b * out_n + o] = if round_once {
-                        p.rq.apply64(acc.wrapping_add(bias[o]), o, kq::multiply_by_quantized_multiplier_i64_full)
-                    } else {
-                        p.rq.apply((acc as i32).wrapping_add(bias[o] as i32), o)
-                    };
+                    out[b * out_n + o] = p.rq.apply64(acc.wrapping_add(bias[o]), o, kq::multiply_by_quantized_multiplier_i64_full);
                 }
             }
             write_ints(odt, &out, outs[0])
