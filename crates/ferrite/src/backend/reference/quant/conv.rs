@@ -87,14 +87,17 @@ enum Product {
     Double,
     /// `double(float(x_scale * w_scale)) / double(out_scale)`, the scales multiplied
     /// in single precision first (`GetQuantizedConvolutionMultipler`): the one
-    /// multiplier of per-tensor FULLY_CONNECTED and of per-tensor uint8 convolutions.
+    /// multiplier of per-tensor uint8 convolutions.
     Single,
 }
 
 /// The multiplier rule of the op whose weights are input `w`.
 fn product(op: &OpContext<'_>, kind: Kind, w: usize, fully_connected: bool) -> Result<Product> {
     let per_tensor = op.input(w)?.quant.is_some_and(|q| q.scale.len() == 1);
-    Ok(if per_tensor && (fully_connected || kind == Kind::U8) { Product::Single } else { Product::Double })
+    // LiteRT 2.3.0 forms every fully-connected multiplier in double precision, one
+    // weight scale or several (measured: the single-precision product left converter
+    // models with per-tensor weights 1 LSB off).
+    Ok(if per_tensor && !fully_connected && kind == Kind::U8 { Product::Single } else { Product::Double })
 }
 
 fn params(op: &OpContext<'_>, kind: Kind, (x, w): (usize, usize), channels: usize, act: Activation, rule: Product) -> Result<Params> {
