@@ -447,16 +447,16 @@ mod tests {
     }
 
     #[test]
-    fn fully_connected_int8_rounds_per_tensor_twice_and_per_channel_once() {
+    fn fully_connected_int8_rounds_once_with_any_weight_scales() {
         // acc 1 times a real multiplier of 0.3 (input and output scale 1, weight scale
-        // 0.3): the doubling high multiply rounds 0.6 up to 1 and the shift by one then
-        // rounds the half up to 1; one rounding of the exact 0.3 gives 0. LiteRT 2.3.0
-        // does the first with one weight scale, the second with one per output row.
+        // 0.3): the doubling high multiply would round 0.6 up to 1 and the shift by one
+        // then the half up to 1; one rounding of the exact 0.3 gives 0. LiteRT 2.3.0's
+        // reference kernels round once with one weight scale as with one per output row.
         let x = T::ints(DType::I8, &[1, 1], q(1.0, 0), &[1]);
         let params =
             OpParams::FullyConnected { activation: Activation::None, keep_num_dims: false, shuffled_weights: false, asymmetric_quantize_inputs: false };
         let o = out(DType::I8, q(1.0, 0));
-        for (wq, want) in [(q(0.3, 0), vec![1u8, 1]), (qc(vec![0.3, 0.3], 0), vec![0u8, 0])] {
+        for (wq, want) in [(q(0.3, 0), vec![0u8, 0]), (qc(vec![0.3, 0.3], 0), vec![0u8, 0])] {
             let per_channel = wq.as_ref().is_some_and(|q| q.scale.len() > 1);
             let w = T::ints(DType::I8, &[2, 1], wq, &[1, 1]).constant();
             let ((_, shape), bytes) = run_ref(B::FULLY_CONNECTED, &params, &[Some(&x), Some(&w), None], &o).expect("fc runs");
