@@ -3,6 +3,8 @@
 
   conformance.py models --ferrite BIN --corpus DIR   real models, LiteRT default resolver (XNNPACK)
   conformance.py ops --ferrite BIN --opgen BIN       generated single-op models, LiteRT BUILTIN_REF
+  conformance.py models --exact-reference ...        fully integer models with float I/O: outputs
+                                                     equal to LiteRT BUILTIN_REF's, value for value
 
 Both take --backends LIST and --op-backend OP=BACKEND (passed to `ferrite run`), and
 --alternate A,B, which pins the even-numbered ops of the model's main subgraph to
@@ -209,10 +211,46 @@ def converter_made(model):
     return any(p.startswith(("tf-generated-", "unseen-")) for p in model.parts)
 
 
+EXACT_RUNS = 8
+
+
+def cmd_models_exact(args, models):
+    """Integer models with float I/O against LiteRT's reference kernels: the float
+    outputs are dequantized integers, so any difference is a whole quantization step."""
+    passed = failed = 0
+    for m in models:
+        rng = np.random.default_rng(sum(m.name.encode()))
+        worst = 0.0
+        diffs = total = 0
+        try:
+            for run in range(EXACT_RUNS):
+                # Inputs over several magnitudes: small ones exercise the rounding
+                # near zero, large ones the saturation.
+                xs = [x * np.float32(10.0 ** rng.uniform(-1, 0.5)) for x in model_inputs(m, rng)]
+                with tempfile.TemporaryDirectory() as td:
+                    got = run_ferrite(args.ferrite, m, xs, pathlib.Path(td))
+                want = run_litert(m, xs, reference=True)
+                worst = max(worst, compare(got, want))
+                diffs += sum(int(np.sum(g != w)) for g, w in zip(got, want))
+                total += sum(w.size for w in want)
+        except Exception as e:  # noqa: BLE001 - report and count every failure
+            print(f"FAIL {m.name}: {e}")
+            failed += 1
+            continue
+        ok = diffs == 0
+        print(f"{'ok  ' if ok else 'FAIL'} {m.name}: {diffs} of {total} output values differ from LiteRT's reference kernels over {EXACT_RUNS} inputs (worst error {worst:.3e})")
+        passed += ok
+        failed += not ok
+    print(f"models (exact vs reference kernels): {passed} passed, {failed} failed")
+    return failed == 0
+
+
 def cmd_models(args):
     models = sorted(pathlib.Path(args.corpus).rglob("*.tflite"))
     if not models:
         sys.exit(f"no models under {args.corpus}; run tools/fetch_models.py")
+    if args.exact_reference:
+        return cmd_models_exact(args, models)
     passed = failed = skipped = 0
     rows = []
     for m in models:
@@ -432,6 +470,7 @@ def main():
     m.add_argument("--corpus", required=True)
     m.add_argument("--json")
     m.add_argument("--markdown", help="write a table of errors and bench medians")
+    m.add_argument("--exact-reference", action="store_true", help="float-I/O integer models: every output value equal to LiteRT's reference kernels' (several random inputs each)")
     o = sub.add_parser("ops")
     o.add_argument("--ferrite", required=True)
     o.add_argument("--opgen", required=True)

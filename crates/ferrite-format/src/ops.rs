@@ -187,7 +187,7 @@ op_table! {
     DIV:                     DivOptions,                  2..=2, 1..=1, F32 | INT;
     MAXIMUM:                 NONE,                        2..=2, 1..=1, F32 | INT;
     MINIMUM:                 NONE,                        2..=2, 1..=1, F32 | INT;
-    SQUARED_DIFFERENCE:      NONE,                        2..=2, 1..=1, F32 | INT;
+    SQUARED_DIFFERENCE:      NONE,                        2..=2, 1..=1, F32 | I8 | INT;
     POW:                     NONE,                        2..=2, 1..=1, F32 | INT;
     FLOOR_DIV:               NONE,                        2..=2, 1..=1, F32 | INT;
     FLOOR_MOD:               NONE,                        2..=2, 1..=1, F32 | INT;
@@ -212,15 +212,15 @@ op_table! {
     LEAKY_RELU:              LeakyReluOptions,            1..=1, 1..=1, F32 | I8 | U8 | I16;
     HARD_SWISH:              NONE,                        1..=1, 1..=1, F32 | I8 | U8;
     ELU:                     NONE,                        1..=1, 1..=1, F32;
-    GELU:                    GeluOptions,                 1..=1, 1..=1, F32;
+    GELU:                    GeluOptions,                 1..=1, 1..=1, F32 | I8 | U8;
     LOGISTIC:                NONE,                        1..=1, 1..=1, F32 | I8 | U8 | I16;
     TANH:                    NONE,                        1..=1, 1..=1, F32 | I8 | U8 | I16;
     EXP:                     NONE,                        1..=1, 1..=1, F32;
     LOG:                     NONE,                        1..=1, 1..=1, F32;
     SQRT:                    NONE,                        1..=1, 1..=1, F32;
-    RSQRT:                   NONE,                        1..=1, 1..=1, F32;
+    RSQRT:                   NONE,                        1..=1, 1..=1, F32 | I8;
     SQUARE:                  NONE,                        1..=1, 1..=1, F32;
-    ABS:                     NONE,                        1..=1, 1..=1, F32;
+    ABS:                     NONE,                        1..=1, 1..=1, F32 | I8 | I16;
     NEG:                     NONE,                        1..=1, 1..=1, F32;
     SIN:                     NONE,                        1..=1, 1..=1, F32;
     COS:                     NONE,                        1..=1, 1..=1, F32;

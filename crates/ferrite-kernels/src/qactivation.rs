@@ -1,9 +1,9 @@
 //! Quantized activations with LiteRT's numerics: the RELU family and LEAKY_RELU
 //! (a fixed-point rescale per sign), 256-entry tables for 8-bit LOGISTIC, TANH and
-//! HARD_SWISH, and int16 LOGISTIC / TANH.
+//! HARD_SWISH, and int16 LOGISTIC / TANH; the integer ABS, RSQRT and GELU.
 
 use crate::fixed16::{self as f16, InputRescale};
-use crate::quant::{multiply_by_quantized_multiplier, quantize_multiplier, QuantInt};
+use crate::quant::{multiply_by_quantized_multiplier, quantize_multiplier, rounding_divide_by_pot, saturating_rounding_doubling_high_mul, QuantInt};
 
 /// A function of one int8 or uint8 value, tabulated: the output byte for each
 /// input byte.
@@ -192,10 +192,227 @@ impl LogisticTanh16 {
     }
 }
 
+/// Quantized ABS (int8, or int16 with zero points 0): `|x - in_zp|` rescaled to
+/// the output when the scales differ, plus the output zero point, clamped to the
+/// type. LiteRT compares the scales and divides them in single precision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbsQ {
+    /// Input zero point.
+    in_zp: i32,
+    /// Output zero point.
+    out_zp: i32,
+    /// Multiplier and shift of `in_scale / out_scale`; None when they are equal.
+    rescale: Option<(i32, i32)>,
+    /// The type's range.
+    min: i32,
+    /// Upper end.
+    max: i32,
+}
+
+impl AbsQ {
+    /// From the input's and output's quantization and the type's range.
+    pub fn new((in_scale, in_zp): (f32, i32), (out_scale, out_zp): (f32, i32), (min, max): (i32, i32)) -> AbsQ {
+        let rescale = (in_scale != out_scale).then(|| quantize_multiplier(f64::from(in_scale / out_scale)));
+        AbsQ { in_zp, out_zp, rescale, min, max }
+    }
+
+    /// One value.
+    #[inline]
+    pub fn apply(&self, x: i32) -> i32 {
+        let v = (x - self.in_zp).abs();
+        let v = match self.rescale {
+            Some((m, s)) => multiply_by_quantized_multiplier(v, m, s),
+            None => v,
+        };
+        (v + self.out_zp).clamp(self.min, self.max)
+    }
+}
+
+/// `x` times `2^exponent` with saturation (gemmlowp's saturating rounding
+/// multiply by a power of two, for the non-negative exponents used here).
+fn saturating_shl(x: i32, exponent: u32) -> i32 {
+    (i64::from(x) << exponent).clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32
+}
+
+/// `1 / sqrt(input)` of a positive integer as a fixed-point multiplier and a shift
+/// (`real ~= multiplier * 2^(shift - 31)`), as LiteRT's
+/// `GetInvSqrtQuantizedMultiplierExp` with a reversed shift computes it: the input
+/// normalised by pairs of bits into [2^27, 2^29), five Newton-Raphson steps of
+/// `x <- x (3 - input x^2) / 2` from `x = 1` in Q3.28, times `sqrt(2) / 2`. Inputs
+/// of 0 and 1 give the largest multiplier.
+pub fn inv_sqrt_multiplier(input: i32) -> (i32, i32) {
+    if input <= 1 {
+        return (i32::MAX, 0);
+    }
+    let mut input = input;
+    let mut shift = 11;
+    while input >= 1 << 29 {
+        input /= 4;
+        shift += 1;
+    }
+    // Bit pairs keep the square root's exponent whole.
+    let pairs = ((input as u32).leading_zeros() - 1) / 2 - 1;
+    shift -= pairs as i32;
+    input <<= 2 * pairs;
+    let mul = saturating_rounding_doubling_high_mul;
+    // Q3.28 fixed point: 3 integer bits leave room for the iteration's products.
+    let half_input = rounding_divide_by_pot(input >> 1, 1);
+    let three_halves = (1 << 28) + (1 << 27);
+    let mut x = 1 << 28;
+    for _ in 0..5 {
+        // x^3 is Q9 after two products; back to Q3.
+        let x3 = saturating_shl(mul(mul(x, x), x), 6);
+        // Both products are Q6; their difference back to Q3.
+        x = saturating_shl(mul(three_halves, x).wrapping_sub(mul(half_input, x3)), 3);
+    }
+    // sqrt(2) / 2 in Q0.31.
+    let mut x = mul(x, 1_518_500_250);
+    if shift < 0 {
+        x = x.wrapping_shl((-shift) as u32);
+        shift = 0;
+    }
+    (x, -shift)
+}
+
+/// Quantized RSQRT of int8 as LiteRT computes it: `1 / sqrt(x - in_zp)` from
+/// [`inv_sqrt_multiplier`], held with 20 fractional bits, rescaled by
+/// `1 / (sqrt(in_scale) out_scale)`; 0 gives the type's maximum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RsqrtQ {
+    /// Input zero point.
+    in_zp: i32,
+    /// Output zero point.
+    out_zp: i32,
+    /// Multiplier and shift of `1 / (sqrt(in_scale) out_scale)`.
+    scale: (i32, i32),
+}
+
+/// Fractional bits of RSQRT's intermediate `1 / sqrt(v)`.
+const RSQRT_FRACTION_BITS: i32 = 20;
+
+impl RsqrtQ {
+    /// From the input's and output's quantization; the square root and product in
+    /// single precision, the reciprocal in double, as LiteRT's prepare.
+    pub fn new((in_scale, in_zp): (f32, i32), (out_scale, out_zp): (f32, i32)) -> RsqrtQ {
+        let scale = 1.0 / f64::from(in_scale.sqrt() * out_scale);
+        RsqrtQ { in_zp, out_zp, scale: quantize_multiplier(scale) }
+    }
+
+    /// One value; None below the zero point (a negative real, which LiteRT refuses).
+    pub fn apply(&self, x: i32) -> Option<i32> {
+        let v = x - self.in_zp;
+        if v < 0 {
+            return None;
+        }
+        if v == 0 {
+            return Some(127);
+        }
+        let (m, s) = inv_sqrt_multiplier(v);
+        let r = multiply_by_quantized_multiplier(1, m, s + RSQRT_FRACTION_BITS);
+        Some((multiply_by_quantized_multiplier(r, self.scale.0, self.scale.1 - RSQRT_FRACTION_BITS) + self.out_zp).clamp(-128, 127))
+    }
+}
+
+/// `erfc(z)` to about 1e-15: the Taylor series of erf near 0, the continued
+/// fraction of erfc in the tails (where 1 - erf would cancel).
+fn erfc(z: f64) -> f64 {
+    if z.abs() < 2.5 {
+        let (mut term, mut sum, z2) = (z, z, z * z);
+        for n in 1..80 {
+            term *= -z2 / n as f64;
+            let t = term / (2 * n + 1) as f64;
+            sum += t;
+            if t.abs() < 1e-17 * sum.abs() {
+                break;
+            }
+        }
+        return 1.0 - sum * std::f64::consts::FRAC_2_SQRT_PI;
+    }
+    if z < 0.0 {
+        return 2.0 - erfc(-z);
+    }
+    let mut f = z;
+    for k in (1..=60).rev() {
+        f = z + f64::from(k) / 2.0 / f;
+    }
+    (-z * z).exp() / (std::f64::consts::PI.sqrt() * f)
+}
+
+/// GELU as LiteRT's integer kernels tabulate it, in single precision:
+/// `0.5 x erfc(-x / sqrt(2))`, or with `approximate` the tanh form
+/// `0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))`.
+pub fn gelu_for_table(x: f32, approximate: bool) -> f32 {
+    if approximate {
+        let k = (std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2) as f32;
+        0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh())
+    } else {
+        0.5 * x * erfc(f64::from(x * -std::f32::consts::FRAC_1_SQRT_2)) as f32
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::testutil::{mbqm_ref, Rng};
+
+    #[test]
+    fn inverse_square_root_multiplier_is_within_its_precision() {
+        for v in (2..5000).chain([65_535, 1 << 20, (1 << 29) + 7, i32::MAX]) {
+            let (m, s) = inv_sqrt_multiplier(v);
+            // Five Newton steps from 1 leave a relative error of about 1e-6.
+            let got = f64::from(m) * 2f64.powi(s - 31);
+            let want = 1.0 / f64::from(v).sqrt();
+            assert!(((got - want) / want).abs() < 1e-5, "{v}: {got} vs {want}");
+        }
+        assert_eq!(inv_sqrt_multiplier(1), (i32::MAX, 0));
+    }
+
+    #[test]
+    fn quantized_rsqrt_and_abs_follow_the_real_functions() {
+        let mut rng = Rng::new(5);
+        for _ in 0..200 {
+            let (si, zi) = (rng.scale(-3.0, 0.0), rng.range(-128, 0) as i32);
+            let (so, zo) = (rng.scale(-2.0, 1.0), rng.range(-128, 127) as i32);
+            let p = RsqrtQ::new((si, zi), (so, zo));
+            for x in -128..128 {
+                let Some(got) = p.apply(x) else {
+                    assert!(x < zi);
+                    continue;
+                };
+                if x == zi {
+                    assert_eq!(got, 127);
+                    continue;
+                }
+                let real = 1.0 / (f64::from(si) * f64::from(x - zi)).sqrt();
+                let want = (real / f64::from(so) + f64::from(zo)).round().clamp(-128.0, 127.0);
+                // Two fixed-point steps: within one step of the rounded real value.
+                assert!((f64::from(got) - want).abs() <= 1.0, "{x}: {got} vs {want} ({si}, {zi}) ({so}, {zo})");
+            }
+            let a = AbsQ::new((si, zi), (so, zo), (-128, 127));
+            let same = AbsQ::new((si, zi), (si, zo), (-128, 127));
+            for x in -128..128 {
+                let want = (f64::from(si) * f64::from((x - zi).abs()) / f64::from(so) + f64::from(zo)).round().clamp(-128.0, 127.0) as i32;
+                let (m, e) = quantize_multiplier(f64::from(si / so));
+                assert_eq!(a.apply(x), (mbqm_ref((x - zi).abs(), m, e) + zo).clamp(-128, 127));
+                assert!((a.apply(x) - want).abs() <= 1);
+                assert_eq!(same.apply(x), ((x - zi).abs() + zo).clamp(-128, 127));
+            }
+        }
+    }
+
+    #[test]
+    fn erfc_and_gelu_match_known_values() {
+        // erfc at 0.5, 1, 3 and -1 (published values to 15 digits).
+        for (z, want) in [(0.5, 0.479_500_122_186_953_5), (1.0, 0.157_299_207_050_285_1), (3.0, 2.209_049_699_858_544e-5), (-1.0, 1.842_700_792_949_715)] {
+            assert!((erfc(z) - want).abs() < 1e-14 * want.max(1e-3) * 1e3, "erfc({z}) = {} vs {want}", erfc(z));
+        }
+        for x in [-6.0f32, -2.0, -0.3, 0.0, 0.7, 2.5] {
+            let exact = gelu_for_table(x, false);
+            let approx = gelu_for_table(x, true);
+            assert!((exact - approx).abs() < 2e-3, "{x}: {exact} {approx}");
+            assert!((exact - crate::elementwise::gelu(x, false)).abs() < 1e-5);
+        }
+    }
 
     /// Every value of an 8-bit type, in a random order, plus a random tail.
     fn bytes(rng: &mut Rng) -> Vec<u8> {

@@ -1,6 +1,6 @@
 //! Quantized element-wise binary ops with broadcasting, as LiteRT's builtin
-//! integer kernels compute them: ADD / SUB (general and int16 power-of-two), MUL
-//! and PRELU.
+//! integer kernels compute them: ADD / SUB (general and int16 power-of-two), MUL,
+//! PRELU and SQUARED_DIFFERENCE.
 
 use crate::elementwise::binary;
 use crate::fixed16 as f16;
@@ -56,7 +56,28 @@ pub enum QBinary {
         /// Upper clamp.
         max: i32,
     },
+    /// SQUARED_DIFFERENCE: both inputs shifted left by 7 and rescaled to twice the
+    /// larger input scale (as ADD does, with less headroom: the square of the
+    /// difference must fit in 32 bits), their difference squared, rescaled.
+    SquaredDifference {
+        /// Input zero points.
+        zp: (i32, i32),
+        /// Input rescales.
+        scale: (Scale, Scale),
+        /// Multiplier and shift of `(2 max(s1, s2))^2 / (2^14 out_scale)`.
+        out_scale: (i32, i32),
+        /// Output zero point.
+        out_zp: i32,
+        /// Clamp range.
+        min: i32,
+        /// Upper clamp.
+        max: i32,
+    },
 }
+
+/// SQUARED_DIFFERENCE's left shift of the zero-point-corrected 8-bit inputs: the
+/// largest that keeps `(255 * 2^7)^2` within an int32.
+const SQUARED_DIFFERENCE_SHIFT: u32 = 7;
 
 impl QBinary {
     /// ADD (`sub` false) or SUB of inputs quantized `(scale, zero point)` onto the
@@ -95,6 +116,21 @@ impl QBinary {
         }
     }
 
+    /// SQUARED_DIFFERENCE of 8-bit inputs, the multipliers formed in double
+    /// precision from the single-precision scales as LiteRT's prepare forms them.
+    pub fn squared_difference((s1, z1): (f32, i32), (s2, z2): (f32, i32), (so, zo): (f32, i32), (min, max): (i32, i32)) -> QBinary {
+        let twice_max = 2.0 * f64::from(s1.max(s2));
+        let out = twice_max * twice_max / (f64::from(1u32 << (2 * SQUARED_DIFFERENCE_SHIFT)) * f64::from(so));
+        QBinary::SquaredDifference {
+            zp: (z1, z2),
+            scale: (Scale::new(f64::from(s1) / twice_max), Scale::new(f64::from(s2) / twice_max)),
+            out_scale: quantize_multiplier(out),
+            out_zp: zo,
+            min,
+            max,
+        }
+    }
+
     /// The op on one pair of input values.
     #[inline(always)]
     pub fn apply(&self, x: i32, y: i32) -> i32 {
@@ -111,6 +147,12 @@ impl QBinary {
                 let x = x - z1;
                 let v = if x >= 0 { multiply_by_quantized_multiplier(x, m1, e1) } else { multiply_by_quantized_multiplier(x * (y - z2), m2, e2) };
                 (v + out_zp).clamp(min, max)
+            }
+            QBinary::SquaredDifference { zp: (z1, z2), scale: (c1, c2), out_scale: (m, e), out_zp, min, max } => {
+                let x = c1.apply((x - z1) << SQUARED_DIFFERENCE_SHIFT);
+                let y = c2.apply((y - z2) << SQUARED_DIFFERENCE_SHIFT);
+                let d = x - y;
+                (multiply_by_quantized_multiplier(d.wrapping_mul(d), m, e) + out_zp).clamp(min, max)
             }
         }
     }
@@ -138,6 +180,7 @@ pub fn binary_q<A: QuantInt, B: QuantInt, O: QuantInt>(
         p @ QBinary::PotAddSub { .. } => run!(p),
         p @ QBinary::Mul { .. } => run!(p),
         p @ QBinary::Prelu { .. } => run!(p),
+        p @ QBinary::SquaredDifference { .. } => run!(p),
     }
 }
 
@@ -174,6 +217,15 @@ mod tests {
                 let (m, e) = quantize_multiplier(f64::from(s1 * s2 / so));
                 i64::from(mbqm_ref((x - z1) * (y - z2), m, e)) + i64::from(zo)
             }
+            4 => {
+                let twice = 2.0 * f64::from(s1.max(s2));
+                let rescale = |v: i64, real: f64| {
+                    let (m, e) = quantize_multiplier(real);
+                    i64::from(mbqm_ref(v as i32, m, e))
+                };
+                let d = rescale(i64::from(x - z1) << 7, f64::from(s1) / twice) - rescale(i64::from(y - z2) << 7, f64::from(s2) / twice);
+                rescale(d * d, twice * twice / (16384.0 * f64::from(so))) + i64::from(zo)
+            }
             _ => {
                 let d = x - z1;
                 let (m, e) = if d >= 0 { quantize_multiplier(f64::from(s1 / so)) } else { quantize_multiplier(f64::from(s1 * s2 / so)) };
@@ -200,7 +252,7 @@ mod tests {
         };
         let q1 = (rng.scale(-3.0, 0.0), zp(rng, la, ha));
         let q2 = (if kind == 0 { q1.0 * rng.scale(-1.0, 1.0) } else { rng.scale(-3.0, 0.0) }, zp(rng, lb, hb));
-        let qo = (if kind == 2 { q1.0 * q2.0 * rng.scale(-1.0, 2.0) } else { q1.0 * rng.scale(-1.0, 1.0) }, zp(rng, i64::from(lo), i64::from(hi)));
+        let qo = (if kind == 2 || kind == 4 { q1.0 * q2.0 * rng.scale(-1.0, 2.0) } else { q1.0 * rng.scale(-1.0, 1.0) }, zp(rng, i64::from(lo), i64::from(hi)));
         let pot = if rng.one_in(2) { (0, -rng.range(0, 6) as i32) } else { (-rng.range(0, 6) as i32, 0) };
         let sub = rng.one_in(2);
         let mid = (lo + hi) / 2;
@@ -209,6 +261,7 @@ mod tests {
             0 => QBinary::add_sub(q1, q2, qo, sub, int16, range),
             1 => QBinary::PotAddSub { e1: pot.0, e2: pot.1, sign: if sub { -1 } else { 1 }, min: range.0, max: range.1 },
             2 => QBinary::mul(q1, q2, qo, range),
+            4 => QBinary::squared_difference(q1, q2, qo, range),
             _ => QBinary::prelu(q1, q2, qo, range),
         };
         let a: Vec<i64> = rng.ints(sa.iter().product(), la, ha);
@@ -228,7 +281,7 @@ mod tests {
     fn quantized_binary_ops_match_the_definition() {
         let mut rng = Rng::new(91);
         for round in 0..400 {
-            for kind in [0, 2, 3] {
+            for kind in [0, 2, 3, 4] {
                 run::<i8, i8, i8>(&mut rng, |v| v as i8, |v| v as i8, 0, kind, round);
                 run::<u8, u8, u8>(&mut rng, |v| v as u8, |v| v as u8, 0, kind, round);
             }

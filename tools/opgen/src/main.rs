@@ -1217,7 +1217,8 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             let x = f32in(&mut m, "x", &s);
             let o = out(&mut m, TensorType::FLOAT32, &[]);
             let code = B::ENUM_VALUES.iter().copied().find(|c| c.variant_name() == Some(op)).unwrap_or(B::ROUND);
-            single(code, &[x], o, Options::None, &mut m);
+            let opts = if op == "GELU" { Options::Gelu { approximate: r.coin() } } else { Options::None };
+            single(code, &[x], o, opts, &mut m);
             ranges.push((-3.0, 3.0));
         }
         "CAST" => {
@@ -1710,6 +1711,70 @@ fn gen(op: &str, r: &mut Rng) -> Case {
                 _ => (B::CONV_2D, Options::Conv2D { padding: same_or_valid(r), stride: (r.u(1, 2) as i32, r.u(1, 2) as i32), dilation: (1, 1), activation }),
             };
             single(code, &[x, wt, bt], o, opts, &mut m);
+        }
+        "ABS_INT8" | "ABS_INT16" => {
+            // The output's scale equal to the input's half the time (LiteRT then adds
+            // the zero point only), else its own; |x| is never negative, so an int8
+            // output's zero point sits near the bottom of the range.
+            let wide = op == "ABS_INT16";
+            let ty = if wide { TensorType::INT16 } else { TensorType::INT8 };
+            let shape = {
+                let rk = r.u(1, 4);
+                r.shape(rk, 1, 7)
+            };
+            let (s_in, zp) = if wide { (r.f(1e-4, 1e-3), 0) } else { (r.f(0.01, 0.2), r.int(-40, 40)) };
+            let x = m.add_tensor(TensorSpec { quant: Some((vec![s_in], vec![zp], 0)), ..TensorSpec::activation("x", ty, &shape) });
+            m.inputs.push(x);
+            let s_out = if r.coin() { s_in } else { s_in * r.f(0.3, 2.0) };
+            let out_zp = if wide { 0 } else { r.int(-128, -100) };
+            let o = m.add_tensor(TensorSpec { quant: Some((vec![s_out], vec![out_zp], 0)), ..TensorSpec::activation("y", ty, &shape) });
+            m.outputs.push(o);
+            single(B::ABS, &[x], o, Options::None, &mut m);
+        }
+        "RSQRT_INT8" => {
+            // Input zero point at the bottom of the range: every int8 value is a
+            // non-negative real (LiteRT refuses negative ones), 0 included.
+            let shape = {
+                let rk = r.u(1, 4);
+                r.shape(rk, 1, 7)
+            };
+            let s_in = r.f(0.002, 0.1);
+            let x = m.add_tensor(TensorSpec { quant: Some((vec![s_in], vec![-128], 0)), ..TensorSpec::activation("x", TensorType::INT8, &shape) });
+            m.inputs.push(x);
+            // Outputs from 1 / sqrt(255 s) up to a range that saturates the smallest inputs.
+            let top = 1.0 / (s_in * r.f(1.0, 40.0)).sqrt();
+            let o = m.add_tensor(TensorSpec {
+                quant: Some((vec![top / 255.0], vec![r.int(-128, -110)], 0)),
+                ..TensorSpec::activation("y", TensorType::INT8, &shape)
+            });
+            m.outputs.push(o);
+            single(B::RSQRT, &[x], o, Options::None, &mut m);
+        }
+        "GELU_INT8" | "GELU_UINT8" => {
+            // GELU's own output range, roughly [-0.17, max input].
+            let ty = if op == "GELU_INT8" { TensorType::INT8 } else { TensorType::UINT8 };
+            let mut case = quantized_variant(gen("GELU", r), ty, r);
+            let o = case.spec.outputs[0] as usize;
+            let zp = if ty == TensorType::INT8 { r.int(-128, -100) } else { r.int(0, 28) };
+            case.spec.tensors[o].quant = Some((vec![r.f(0.005, 0.1)], vec![zp], 0));
+            return case;
+        }
+        "SQUARED_DIFFERENCE_INT8" => {
+            // Broadcast shapes as ADD_INT8's; an output scale for squares of the
+            // inputs' differences, zero point near the bottom (never negative).
+            let rank = r.u(1, 4);
+            let full = r.shape(rank, 1, 5);
+            let skip = r.u(0, rank - 1);
+            let other: Vec<i32> = full.iter().map(|&d| if r.coin() { 1 } else { d }).skip(skip).collect();
+            let (sa, sb) = if r.coin() { (full.clone(), other) } else { (other, full.clone()) };
+            let (s1, s2) = (r.f(0.01, 0.2), r.f(0.01, 0.2));
+            let a = m.add_tensor(TensorSpec { quant: Some((vec![s1], vec![r.int(-30, 30)], 0)), ..TensorSpec::activation("a", TensorType::INT8, &sa) });
+            let b = m.add_tensor(TensorSpec { quant: Some((vec![s2], vec![r.int(-30, 30)], 0)), ..TensorSpec::activation("b", TensorType::INT8, &sb) });
+            m.inputs.extend([a, b]);
+            let s_out = s1.max(s2) * s1.max(s2) * r.f(10.0, 300.0);
+            let o = m.add_tensor(TensorSpec { quant: Some((vec![s_out], vec![r.int(-128, -100)], 0)), ..TensorSpec::activation("y", TensorType::INT8, &[]) });
+            m.outputs.push(o);
+            single(B::SQUARED_DIFFERENCE, &[a, b], o, Options::None, &mut m);
         }
         "HARD_SWISH_INT8" | "HARD_SWISH_UINT8" => {
             // Converters give HARD_SWISH its own output range: roughly [-0.375, max].
@@ -2343,6 +2408,12 @@ const OPS: &[&str] = &[
     "MEAN_RESCALED_INT8",
     "HARD_SWISH_INT8",
     "HARD_SWISH_UINT8",
+    "ABS_INT8",
+    "ABS_INT16",
+    "RSQRT_INT8",
+    "GELU_INT8",
+    "GELU_UINT8",
+    "SQUARED_DIFFERENCE_INT8",
     "PRELU_INT8",
     "PRELU_UINT8",
     "TRANSPOSE_CONV_INT8",

@@ -1,10 +1,10 @@
 //! Activations and unary math: float (vectorized element-wise kernels) and the
-//! integer RELU family, LEAKY_RELU, HARD_SWISH, LOGISTIC and TANH
-//! (`ferrite_kernels::qactivation`).
+//! integer RELU family, LEAKY_RELU, HARD_SWISH, LOGISTIC, TANH, ABS, RSQRT and
+//! GELU (`ferrite_kernels::qactivation`).
 
 use ferrite_format::ops::BuiltinOp as B;
 use ferrite_kernels::elementwise::{self as kel, IntUnary, Unary};
-use ferrite_kernels::qactivation::{self as qact, HardSwishQ, LogisticTanh16, Lut8, ReluQ};
+use ferrite_kernels::qactivation::{self as qact, AbsQ, HardSwishQ, LogisticTanh16, Lut8, ReluQ, RsqrtQ};
 
 use super::quant::*;
 use super::require_f32;
@@ -21,6 +21,9 @@ pub(super) fn build(code: B, op: &OpContext<'_>, _ctx: &mut BackendContext) -> O
         B::LOGISTIC if op.is_int() => table(op, ferrite_kernels::elementwise::logistic),
         B::TANH if op.is_int() => table(op, f32::tanh),
         B::RELU | B::RELU6 | B::RELU_N1_TO_1 | B::LEAKY_RELU if op.is_int() => relu_like(op, code),
+        B::ABS if op.is_int() => abs_int(op),
+        B::RSQRT if op.is_int() => rsqrt_int8(op),
+        B::GELU if op.is_int() => gelu_table(op),
         B::ABS
         | B::NEG
         | B::EXP
@@ -205,6 +208,103 @@ pub(crate) fn relu_like(op: &OpContext<'_>, code: ferrite_format::ops::BuiltinOp
                 DType::U8 => qact::relu::<u8>(input, &p, out),
                 _ => qact::relu::<i16>(typed(input)?, &p, typed_mut(out)?),
             }
+            Ok(())
+        }),
+    })
+}
+
+/// ABS on int8, or int16 with zero points 0 (`AbsQ`); an int16 tensor without
+/// quantization parameters takes the plain absolute value (wrapping at -32768, as
+/// LiteRT's does).
+pub(crate) fn abs_int(op: &OpContext<'_>) -> Result<Built> {
+    let x = op.input(0)?;
+    let dtype = x.dtype;
+    if !matches!(dtype, DType::I8 | DType::I16) || op.outputs[0].dtype != dtype {
+        return Err(op.unsupported(format!("ABS of {} (int8, int16 and int32 are implemented, as in LiteRT)", dtype.name())));
+    }
+    let shape = x.shape.clone();
+    if dtype == DType::I16 && x.quant.is_none() {
+        return Ok(Built {
+            outputs: vec![(dtype, shape)],
+            kernel: Box::new(move |ins, outs| {
+                let out = typed_mut::<i16>(outs[0])?;
+                for (o, &v) in out.iter_mut().zip(typed::<i16>(arg(ins, 0)?)?) {
+                    *o = v.wrapping_abs();
+                }
+                Ok(())
+            }),
+        });
+    }
+    let in_q = per_tensor(op, x.quant, "input")?;
+    let out_q = per_tensor(op, op.outputs[0].quant.as_ref(), "output")?;
+    if dtype == DType::I16 && (in_q.1 != 0 || out_q.1 != 0) {
+        return Err(op.bad("int16 ABS requires zero points of 0"));
+    }
+    let p = AbsQ::new(in_q, out_q, int_range(dtype));
+    if dtype == DType::I8 {
+        let lut = Lut8::new(true, |v| p.apply(v));
+        return Ok(Built {
+            outputs: vec![(dtype, shape)],
+            kernel: Box::new(move |ins, outs| {
+                lut.apply(arg(ins, 0)?, outs[0]);
+                Ok(())
+            }),
+        });
+    }
+    Ok(Built {
+        outputs: vec![(dtype, shape)],
+        kernel: Box::new(move |ins, outs| {
+            let out = typed_mut::<i16>(outs[0])?;
+            for (o, &v) in out.iter_mut().zip(typed::<i16>(arg(ins, 0)?)?) {
+                *o = p.apply(i32::from(v)) as i16;
+            }
+            Ok(())
+        }),
+    })
+}
+
+/// RSQRT on int8 (`RsqrtQ`), tabulated. A value below the input's zero point (a
+/// negative real) fails the run, as it does in LiteRT.
+pub(crate) fn rsqrt_int8(op: &OpContext<'_>) -> Result<Built> {
+    let x = op.input(0)?;
+    if x.dtype != DType::I8 || op.outputs[0].dtype != DType::I8 {
+        return Err(op.unsupported(format!("RSQRT of {} (float32 and int8 are implemented)", x.dtype.name())));
+    }
+    let in_q = per_tensor(op, x.quant, "input")?;
+    let out_q = per_tensor(op, op.outputs[0].quant.as_ref(), "output")?;
+    let p = RsqrtQ::new(in_q, out_q);
+    let lut = Lut8::new(true, |v| p.apply(v).unwrap_or(0));
+    let zp = in_q.1;
+    let at = op.location();
+    Ok(Built {
+        outputs: vec![(DType::I8, x.shape.clone())],
+        kernel: Box::new(move |ins, outs| {
+            let input = typed::<i8>(arg(ins, 0)?)?;
+            if let Some(v) = input.iter().find(|&&v| i32::from(v) < zp) {
+                return Err(crate::error::Error::Runtime(format!("{at}: RSQRT of a negative value (int8 {v} below the zero point {zp})").into()));
+            }
+            lut.apply(arg(ins, 0)?, outs[0]);
+            Ok(())
+        }),
+    })
+}
+
+/// GELU on int8 / uint8 through a 256-entry table of the float function, built
+/// as LiteRT's `LUTPopulate` builds it (`qact::gelu_for_table`).
+pub(crate) fn gelu_table(op: &OpContext<'_>) -> Result<Built> {
+    let x = op.input(0)?;
+    let dtype = x.dtype;
+    if !matches!(dtype, DType::I8 | DType::U8) || op.outputs[0].dtype != dtype {
+        return Err(op.unsupported(format!("GELU of {} (float32, int8 and uint8 are implemented)", dtype.name())));
+    }
+    let approximate = matches!(op.op.params, OpParams::Gelu { approximate: true });
+    let in_q = per_tensor(op, x.quant, "input")?;
+    let out_q = per_tensor(op, op.outputs[0].quant.as_ref(), "output")?;
+    let lut = Lut8::of_real(dtype == DType::I8, |v| qact::gelu_for_table(v, approximate), in_q, out_q);
+    Ok(Built {
+        outputs: vec![(dtype, x.shape.clone())],
+        kernel: Box::new(move |ins, outs| {
+            lut.apply(arg(ins, 0)?, outs[0]);
             Ok(())
         }),
     })

@@ -1,5 +1,5 @@
 //! Element-wise binary ops with broadcasting (float, int32/int64, and quantized
-//! ADD/SUB/MUL/PRELU), comparisons, logic, select and the bitwise RIGHT_SHIFT and
+//! ADD/SUB/MUL/PRELU/SQUARED_DIFFERENCE), comparisons, logic, select and the bitwise RIGHT_SHIFT and
 //! BITWISE_XOR.
 
 use ferrite_format::ops::BuiltinOp as B;
@@ -17,7 +17,9 @@ use crate::ops::{Activation, OpParams};
 /// The element-wise family's builders.
 pub(super) fn build(code: B, op: &OpContext<'_>, ctx: &mut BackendContext) -> Option<Result<Built>> {
     Some(match code {
-        B::ADD | B::SUB | B::MUL | B::PRELU if op.is_int() && op.opt_input(0).is_some_and(|d| d.quant.is_some()) => binary_int(op, code),
+        B::ADD | B::SUB | B::MUL | B::PRELU | B::SQUARED_DIFFERENCE if op.is_int() && op.opt_input(0).is_some_and(|d| d.quant.is_some()) => {
+            binary_int(op, code)
+        }
         B::ADD | B::SUB | B::MUL | B::DIV | B::MAXIMUM | B::MINIMUM | B::SQUARED_DIFFERENCE | B::POW | B::FLOOR_DIV | B::FLOOR_MOD | B::PRELU => {
             binary(op, code, ctx.pool())
         }
@@ -184,6 +186,8 @@ pub(crate) fn binary_int(op: &OpContext<'_>, code: ferrite_format::ops::BuiltinO
         (B::ADD | B::SUB, _) => QBinary::add_sub((s1, z1), (s2, z2), (so, zo), code == B::SUB, dtype == DType::I16, (lo, hi)),
         (B::PRELU, _) => QBinary::prelu((s1, z1), (s2, z2), (so, zo), (lo, hi)),
         (B::MUL, _) => QBinary::mul((s1, z1), (s2, z2), (so, zo), (lo, hi)),
+        // LiteRT's SQUARED_DIFFERENCE takes no fused activation and is int8 only.
+        (B::SQUARED_DIFFERENCE, _) if dtype == DType::I8 => QBinary::squared_difference((s1, z1), (s2, z2), (so, zo), int_range(dtype)),
         _ => return Err(op.unsupported(format!("quantized {}", op.op.code.name()))),
     };
     Ok(Built {

@@ -87,14 +87,17 @@ enum Product {
     Double,
     /// `double(float(x_scale * w_scale)) / double(out_scale)`, the scales multiplied
     /// in single precision first (`GetQuantizedConvolutionMultipler`): the one
-    /// multiplier of per-tensor FULLY_CONNECTED and of per-tensor uint8 convolutions.
+    /// multiplier of per-tensor uint8 convolutions.
     Single,
 }
 
 /// The multiplier rule of the op whose weights are input `w`.
 fn product(op: &OpContext<'_>, kind: Kind, w: usize, fully_connected: bool) -> Result<Product> {
     let per_tensor = op.input(w)?.quant.is_some_and(|q| q.scale.len() == 1);
-    Ok(if per_tensor && (fully_connected || kind == Kind::U8) { Product::Single } else { Product::Double })
+    // LiteRT 2.3.0 forms every fully-connected multiplier in double precision, one
+    // weight scale or several (measured: the single-precision product left converter
+    // models with per-tensor weights 1 LSB off).
+    Ok(if per_tensor && !fully_connected && kind == Kind::U8 { Product::Single } else { Product::Double })
 }
 
 fn params(op: &OpContext<'_>, kind: Kind, (x, w): (usize, usize), channels: usize, act: Activation, rule: Product) -> Result<Params> {
@@ -257,10 +260,8 @@ pub(super) fn fully_connected(op: &OpContext<'_>) -> Result<Built> {
     let n_w = elements(op, &w.shape)?;
     elements(op, &out_shape)?;
     let (xdt, wdt, odt) = (x.dtype, w.dtype, op.outputs[0].dtype);
-    // LiteRT's int16x8 and uint8 fully-connected layers round the product once, and so
-    // do int8 ones with a weight scale per output row; per-tensor int8 rounds twice
-    // (measured against 2.3.0).
-    let round_once = kind == Kind::I16x8 || xdt == DType::U8 || w.quant.is_some_and(|q| q.scale.len() > 1);
+    // LiteRT 2.3.0's reference fully-connected layers round the product once for every
+    // type, int8 with one weight scale too (measured on converter models).
     Ok(Built {
         outputs: vec![(odt, out_shape)],
         kernel: Box::new(move |ins, outs| {
@@ -274,11 +275,7 @@ pub(super) fn fully_connected(op: &OpContext<'_>) -> Result<Built> {
                     for i in 0..in_n {
                         acc += i64::from((input[b * in_n + i] - p.x_zp) * (weights[o * in_n + i] - p.w_zp));
                     }
-                    out[b * out_n + o] = if round_once {
-                        p.rq.apply64(acc.wrapping_add(bias[o]), o, kq::multiply_by_quantized_multiplier_i64_full)
-                    } else {
-                        p.rq.apply((acc as i32).wrapping_add(bias[o] as i32), o)
-                    };
+                    out[b * out_n + o] = p.rq.apply64(acc.wrapping_add(bias[o]), o, kq::multiply_by_quantized_multiplier_i64_full);
                 }
             }
             write_ints(odt, &out, outs[0])
@@ -450,16 +447,16 @@ mod tests {
     }
 
     #[test]
-    fn fully_connected_int8_rounds_per_tensor_twice_and_per_channel_once() {
+    fn fully_connected_int8_rounds_once_with_any_weight_scales() {
         // acc 1 times a real multiplier of 0.3 (input and output scale 1, weight scale
-        // 0.3): the doubling high multiply rounds 0.6 up to 1 and the shift by one then
-        // rounds the half up to 1; one rounding of the exact 0.3 gives 0. LiteRT 2.3.0
-        // does the first with one weight scale, the second with one per output row.
+        // 0.3): the doubling high multiply would round 0.6 up to 1 and the shift by one
+        // then the half up to 1; one rounding of the exact 0.3 gives 0. LiteRT 2.3.0's
+        // reference kernels round once with one weight scale as with one per output row.
         let x = T::ints(DType::I8, &[1, 1], q(1.0, 0), &[1]);
         let params =
             OpParams::FullyConnected { activation: Activation::None, keep_num_dims: false, shuffled_weights: false, asymmetric_quantize_inputs: false };
         let o = out(DType::I8, q(1.0, 0));
-        for (wq, want) in [(q(0.3, 0), vec![1u8, 1]), (qc(vec![0.3, 0.3], 0), vec![0u8, 0])] {
+        for (wq, want) in [(q(0.3, 0), vec![0u8, 0]), (qc(vec![0.3, 0.3], 0), vec![0u8, 0])] {
             let per_channel = wq.as_ref().is_some_and(|q| q.scale.len() > 1);
             let w = T::ints(DType::I8, &[2, 1], wq, &[1, 1]).constant();
             let ((_, shape), bytes) = run_ref(B::FULLY_CONNECTED, &params, &[Some(&x), Some(&w), None], &o).expect("fc runs");
