@@ -7,6 +7,7 @@ use ferrite_format::ops::BuiltinOp as B;
 use ferrite_kernels::gemm;
 use ferrite_kernels::hybrid::{self, HybridMatMul, HybridMatMulScratch};
 use ferrite_kernels::igemm::{self};
+use ferrite_kernels::qgemm;
 use ferrite_kernels::qmatmul::{self, QMatMul};
 use ferrite_kernels::quant::{self as kq, QConv, Requant};
 
@@ -24,7 +25,7 @@ pub(super) fn build(code: B, op: &OpContext<'_>, ctx: &mut BackendContext) -> Op
         #[cfg(feature = "type-hybrid")]
         B::FULLY_CONNECTED if op.is_hybrid() => hybrid(op, code),
         #[cfg(feature = "type-int")]
-        B::FULLY_CONNECTED if op.is_int() => fully_connected_int(op),
+        B::FULLY_CONNECTED if op.is_int() => fully_connected_int(op, ctx),
         #[cfg(feature = "type-float")]
         B::FULLY_CONNECTED => fully_connected(op, ctx),
         B::BATCH_MATMUL => batch_matmul(op),
@@ -217,7 +218,7 @@ fn batch_matmul_int(
     })
 }
 
-pub(crate) fn fully_connected_int(op: &OpContext<'_>) -> Result<Built> {
+pub(crate) fn fully_connected_int(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> {
     let kind = int_types(op)?;
     let OpParams::FullyConnected { activation, keep_num_dims, .. } = op.op.params else { return Err(op.bad("missing FullyConnected options")) };
     let (x, w) = (op.input(0)?, op.input(1)?);
@@ -282,8 +283,8 @@ pub(crate) fn fully_connected_int(op: &OpContext<'_>) -> Result<Built> {
     let i8_rounding = kq::Rounding::Single;
     if let (None, Some(bytes), true) = (&flipped, w.value.filter(|_| w.constant), out_n >= 8 && (-128..=127).contains(&in_zp) && (-128..=127).contains(&w_zp)) {
         // int8 with constant weights: the rows as 1x1 "pixels" of the int8 GEMM,
-        // requantized with one rounding as above. A layer of a few outputs (a classifier's last) stays
-        // on the plain dot products, which cost less than the GEMM's setup there.
+        // requantized with one rounding as above. A layer of a few outputs (a
+        // classifier's last) stays on the plain dot products, which cost less than the GEMM's setup there.
         let g = ferrite_kernels::conv::Window {
             batch,
             in_h: 1,
