@@ -439,9 +439,9 @@ fn list_ops(as_json: bool) {
     let (supported, refused, missing) = ferrite::model::coverage::counts(&report);
     let columns: Vec<&str> = ferrite::model::coverage::TYPE_COLUMNS.iter().map(|c| c.0).collect();
     outln!("\ncoverage of the schema's {} builtins (refused: LiteRT refuses it too; missing: LiteRT runs it, ferrite does not)", report.len());
-    outln!("{:<30} {:<7} {}  reason", "op", "LiteRT", columns.iter().map(|c| format!("{c:<9}")).collect::<String>());
+    outln!("{:<30} {:<7} {}  reason", "op", "LiteRT", columns.iter().map(|c| format!("{c:<10}")).collect::<String>());
     for op in &report {
-        let cells: String = op.types.iter().map(|t| format!("{:<9}", t.0.name())).collect();
+        let cells: String = op.types.iter().map(|t| format!("{:<10}", t.0.name())).collect();
         outln!("{:<30} {:<7} {cells}  {}", op.name, if op.litert { "yes" } else { "no" }, op.reason().unwrap_or(""));
     }
     outln!("{supported} supported, {refused} refused as LiteRT refuses them, {missing} missing");
