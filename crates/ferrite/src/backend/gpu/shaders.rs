@@ -438,7 +438,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         var fx = f32(ox) * sx;
         if (half) { fy = (f32(oy) + 0.5) * sy; fx = (f32(ox) + 0.5) * sx; }
         var iy: u32; var ix: u32;
-        if (p[9] != 0u) { iy = u32(max(round(fy), 0.0)); ix = u32(max(round(fx), 0.0)); }
+        // Halves round away from zero as LiteRT's std::round does; WGSL's round()
+        // goes to even, which picks the other pixel at exactly .5 (align_corners
+        // with 7 outputs over 2 or 6 inputs). The coordinates are never negative.
+        if (p[9] != 0u) { iy = u32(max(floor(fy + 0.5), 0.0)); ix = u32(max(floor(fx + 0.5), 0.0)); }
         else { iy = u32(max(floor(fy), 0.0)); ix = u32(max(floor(fx), 0.0)); }
         y[i] = x[base + (min(iy, H - 1u) * W + min(ix, W - 1u)) * C];
     }
