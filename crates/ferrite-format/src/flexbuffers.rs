@@ -234,7 +234,13 @@ impl<'a> FlexMap<'a> {
         (0..len)
             .map(|k| {
                 let e = start + k * elem_width;
-                let elem_kind = if kind == VECTOR { self.bytes[types_at + k] >> 2 } else if kind == VECTOR_INT { INT } else { UINT };
+                let elem_kind = if kind == VECTOR {
+                    self.bytes[types_at + k] >> 2
+                } else if kind == VECTOR_INT {
+                    INT
+                } else {
+                    UINT
+                };
                 match elem_kind {
                     INT => read_int(self.bytes, e, elem_width),
                     UINT => read_uint(self.bytes, e, elem_width).map(|u| u as i64),

@@ -91,7 +91,7 @@ pub fn landmarks_to_transform_matrix(landmarks: &[f32], p: &LandmarksToMatrixPar
 pub fn transform_tensor_bilinear(input: &[f32], (height, width, channels): (usize, usize, usize), matrix: &[f32; 16], out_width: usize, out: &mut [f32]) {
     let [m0, m1, m2, mut m3, m4, m5, m6, mut m7, ..] = *matrix;
     let _ = (m2, m6); // they multiply z = 0
-    // Align corners: T -> shift(-0.5) * T * shift(0.5), folded into the translation.
+                      // Align corners: T -> shift(-0.5) * T * shift(0.5), folded into the translation.
     m3 += m0 * 0.5 + m1 * 0.5 - 0.5;
     m7 += m4 * 0.5 + m5 * 0.5 - 0.5;
     let (last_x, last_y) = (width as f32 - 1.0, height as f32 - 1.0);
@@ -182,10 +182,13 @@ mod tests {
             let (dx, dy) = (x - pivot.0, y - pivot.1);
             (pivot.0 + t.cos() * dx - t.sin() * dy, pivot.1 + t.sin() * dx + t.cos() * dy)
         };
-        let lm: Vec<f32> = base.iter().flat_map(|&p| {
-            let (x, y) = turn(p);
-            [x, y, 0.0]
-        }).collect();
+        let lm: Vec<f32> = base
+            .iter()
+            .flat_map(|&p| {
+                let (x, y) = turn(p);
+                [x, y, 0.0]
+            })
+            .collect();
         let m = landmarks_to_transform_matrix(&lm, &params(vec![[0, 1], [2, 3]], 0, 1));
         let (cx, cy) = apply(&m, 8.0, 8.0);
         let want = turn((20.0, 24.0));

@@ -80,7 +80,10 @@ impl Landmarks2TransformMatrix {
         let get = |k: &str| m.get(k).map_err(|e| op.bad(format!("custom option {k}: {e}")));
         let index = |k: &str, v: i64| -> Result<usize> {
             let v = v as i32;
-            usize::try_from(v).ok().filter(|&i| i < landmarks).ok_or_else(|| op.bad(format!("custom option {k}: landmark {v} is not among the input's {landmarks}")))
+            usize::try_from(v)
+                .ok()
+                .filter(|&i| i < landmarks)
+                .ok_or_else(|| op.bad(format!("custom option {k}: landmark {v} is not among the input's {landmarks}")))
         };
         let idxs = m.int_vector("subset_idxs").map_err(|e| op.bad(format!("custom option subset_idxs: {e}")))?.unwrap_or_default();
         if idxs.is_empty() {
@@ -292,11 +295,38 @@ mod tests {
             (one_op("Landmarks2TransformMatrix", 2, &[&[1, 4, 2]], &[1, 4, 4], matrix_options(&[0, 1], 0, 1, 4, 1.0)), "[1, N, 3]"),
             (one_op("Landmarks2TransformMatrix", 2, &[&[1, 4, 3]], &[1, 4, 4], vec![1, 2]), "custom options"),
             (one_op("Landmarks2TransformMatrix", 1, &[&[1, 4, 3]], &[1, 4, 4], matrix_options(&[0, 1], 0, 1, 4, 1.0)), "version 1"),
-            (one_op("TransformTensorBilinear", 2, &[&[1, 2, 2, 1], &[1, 4, 4]], &[1, 2, 2, 1], encode_map(&[("output_height", FlexValue::Int(2))])), "output_width"),
-            (one_op("TransformTensorBilinear", 2, &[&[2, 2, 2, 1], &[1, 4, 4]], &[1, 2, 2, 1], encode_map(&[("output_height", FlexValue::Int(2)), ("output_width", FlexValue::Int(2))])), "[1, H, W, C]"),
-            (one_op("TransformTensorBilinear", 2, &[&[1, 2, 2, 1], &[1, 3, 4]], &[1, 2, 2, 1], encode_map(&[("output_height", FlexValue::Int(2)), ("output_width", FlexValue::Int(2))])), "[1, 4, 4]"),
             (
-                one_op("TransformTensorBilinear", 2, &[&[1, 2, 2, 64], &[1, 4, 4]], &[1, 2, 2, 1], encode_map(&[("output_height", FlexValue::Int(1 << 30)), ("output_width", FlexValue::Int(1 << 30))])),
+                one_op("TransformTensorBilinear", 2, &[&[1, 2, 2, 1], &[1, 4, 4]], &[1, 2, 2, 1], encode_map(&[("output_height", FlexValue::Int(2))])),
+                "output_width",
+            ),
+            (
+                one_op(
+                    "TransformTensorBilinear",
+                    2,
+                    &[&[2, 2, 2, 1], &[1, 4, 4]],
+                    &[1, 2, 2, 1],
+                    encode_map(&[("output_height", FlexValue::Int(2)), ("output_width", FlexValue::Int(2))]),
+                ),
+                "[1, H, W, C]",
+            ),
+            (
+                one_op(
+                    "TransformTensorBilinear",
+                    2,
+                    &[&[1, 2, 2, 1], &[1, 3, 4]],
+                    &[1, 2, 2, 1],
+                    encode_map(&[("output_height", FlexValue::Int(2)), ("output_width", FlexValue::Int(2))]),
+                ),
+                "[1, 4, 4]",
+            ),
+            (
+                one_op(
+                    "TransformTensorBilinear",
+                    2,
+                    &[&[1, 2, 2, 64], &[1, 4, 4]],
+                    &[1, 2, 2, 1],
+                    encode_map(&[("output_height", FlexValue::Int(1 << 30)), ("output_width", FlexValue::Int(1 << 30))]),
+                ),
                 "",
             ),
             (one_op("TransformLandmarks", 2, &[&[1, 5, 4], &[1, 4, 4]], &[1, 5, 4], vec![]), "[1, N, 2]"),
