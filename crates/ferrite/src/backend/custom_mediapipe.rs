@@ -281,6 +281,27 @@ mod tests {
         assert_eq!(l.output(0).unwrap().to_f32().unwrap(), [2.0, 2.0, 6.0, -1.0]);
     }
 
+    /// Non-finite and huge values run through without panicking: a NaN matrix
+    /// samples nothing (zeros), NaN landmarks give a NaN matrix, huge ones a finite
+    /// or infinite one, never an out-of-bounds read.
+    #[test]
+    fn hostile_values_do_not_panic() {
+        let mut s = session(one_op("Landmarks2TransformMatrix", 2, &[&[1, 3, 3]], &[1, 4, 4], matrix_options(&[0, 1, 2], 0, 1, 4, 1.5))).unwrap();
+        for v in [f32::NAN, f32::INFINITY, -f32::INFINITY, f32::MAX, 0.0] {
+            s.set_input_f32(0, &[v, 0.0, 0.0, 1.0, v, 0.0, v, v, v]).unwrap();
+            s.run().unwrap();
+        }
+        let opts = encode_map(&[("output_height", FlexValue::Int(3)), ("output_width", FlexValue::Int(3))]);
+        let mut t = session(one_op("TransformTensorBilinear", 2, &[&[1, 2, 2, 1], &[1, 4, 4]], &[1, 3, 3, 1], opts)).unwrap();
+        for v in [f32::NAN, f32::INFINITY, -f32::INFINITY, f32::MAX, -f32::MAX, 1e-30] {
+            t.set_input_f32(0, &[1.0; 4]).unwrap();
+            t.set_input_f32(1, &[v, v, 0.0, v, v, v, 0.0, v, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0]).unwrap();
+            t.run().unwrap();
+            let out = t.output(0).unwrap().to_f32().unwrap();
+            assert!(out.iter().all(|&o| o == 0.0 || (o - 1.0).abs() < 1e-6), "{v}: {out:?}");
+        }
+    }
+
     /// Options and shapes the definitions cannot run with are errors at prepare.
     #[test]
     fn bad_options_and_shapes_are_errors() {
