@@ -302,6 +302,63 @@ mod tests {
         }
     }
 
+    /// A xorshift step: a value below `n`.
+    fn rnd(state: &mut u64, n: u64) -> u64 {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        *state % n.max(1)
+    }
+
+    /// Seeded random shapes, versions and options (sane to hostile) for the three
+    /// ops, run on random values where they prepare: errors, never panics.
+    #[test]
+    fn random_models_never_panic() {
+        let st = &mut 0x9e37_79b9_7f4a_7c15u64;
+        let (mut prepared, mut ran) = (0, 0);
+        for _ in 0..600 {
+            // Mostly values that fit, so that most models reach the kernels.
+            let int = |st: &mut u64| [1i64, 2, 3, 1, 2, 16, 0, -1, 1 << 20, i32::MAX as i64][rnd(st, 10) as usize];
+            let float = |st: &mut u64| [1.5f64, 0.25, 1.0, 1.5, 0.0, -1.0, 1e30, f64::NAN][rnd(st, 8) as usize];
+            let dim = |st: &mut u64| [0i32, 1, 2, 3, 4, 5][rnd(st, 6) as usize];
+            let subset: Vec<i32> = (0..rnd(st, 6)).map(|_| int(st) as i32).collect();
+            let scalars = [
+                ("left_rotation_idx", FlexValue::Int(int(st))),
+                ("right_rotation_idx", FlexValue::Int(int(st))),
+                ("target_rotation_radians", FlexValue::Float(float(st))),
+                ("output_height", FlexValue::Int(int(st))),
+                ("output_width", FlexValue::Int(int(st))),
+                ("scale_x", FlexValue::Float(float(st))),
+                ("scale_y", FlexValue::Float(float(st))),
+            ];
+            let options = if rnd(st, 20) == 0 {
+                (0..rnd(st, 30)).map(|_| rnd(st, 256) as u8).collect()
+            } else {
+                encode_map_with_vectors(&scalars, &[("subset_idxs", &subset)])
+            };
+            let name = ["Landmarks2TransformMatrix", "TransformTensorBilinear", "TransformLandmarks"][rnd(st, 3) as usize];
+            let s0: Vec<i32> = match (rnd(st, 4), name) {
+                (0, _) => (0..2 + rnd(st, 3)).map(|_| dim(st)).collect(),
+                (_, "Landmarks2TransformMatrix") => vec![1, 1 + dim(st), 3],
+                (_, "TransformTensorBilinear") => vec![1, dim(st), dim(st), dim(st)],
+                _ => vec![1, dim(st), 2 + rnd(st, 2) as i32],
+            };
+            let s1: Vec<i32> = if rnd(st, 4) != 0 { vec![1, 4, 4] } else { vec![1, dim(st), 4] };
+            let version = [2, 2, 2, 2, 2, 1][rnd(st, 6) as usize];
+            let shapes: Vec<&[i32]> = if name == "Landmarks2TransformMatrix" { vec![&s0] } else { vec![&s0, &s1] };
+            let Ok(mut s) = session(one_op(name, version, &shapes, &s0, options)) else { continue };
+            prepared += 1;
+            for (k, shape) in shapes.iter().enumerate() {
+                let n: usize = shape.iter().map(|&d| d as usize).product();
+                let vals: Vec<f32> = (0..n).map(|_| [0.0, 1.0, -3.5, 47.0, f32::NAN, f32::INFINITY, 1e30][rnd(st, 7) as usize]).collect();
+                s.set_input_f32(k, &vals).unwrap();
+            }
+            ran += s.run().is_ok() as usize;
+        }
+        // The generator must reach the kernels, not only the checks.
+        assert!(prepared > 60 && ran == prepared, "{prepared} prepared, {ran} ran");
+    }
+
     /// Options and shapes the definitions cannot run with are errors at prepare.
     #[test]
     fn bad_options_and_shapes_are_errors() {
