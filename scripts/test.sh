@@ -89,7 +89,7 @@ echo "== conformance: generated single-op models of the ops with GPU kernels, on
 GPU_OPS='^(ABS|ADD|AVERAGE_POOL_2D|BATCH_MATMUL|CONCATENATION|CONV_.*|DEPTHWISE_CONV_2D|DEPTH_TO_SPACE|DIV|ELU|EXP|FULLY_CONNECTED|GELU|HARD_SWISH|LEAKY_RELU|LOGISTIC|MAXIMUM|MAX_POOL_2D|MEAN|MINIMUM|MUL|NEG|PAD|PADV2|PAD_CONV|PRELU|REDUCE_MAX|REDUCE_MIN|RELU|RELU6|RELU_0_TO_1|RELU_N1_TO_1|RESIZE_.*|RSQRT|SLICE|SOFTMAX|SPACE_TO_DEPTH|SQRT|SQUARE|SQUARED_DIFFERENCE|STRIDED_SLICE.*|SUB|SUM|TANH|TRANSPOSE|TRANSPOSE_CONV)$'
 "$CACHE/venv/bin/python" tools/conformance.py ops --ferrite target/release/ferrite --opgen target/release/ferrite-opgen --backends gpu,cpu --only "$GPU_OPS"
 
-echo "== conformance: real models vs LiteRT"
+echo "== conformance: real models vs LiteRT (face_landmark_with_attention, which LiteRT cannot run: tools/mediapipe_ops_check.py, ~10 s per backend choice)"
 "$CACHE/venv/bin/python" tools/conformance.py models --ferrite target/release/ferrite --corpus "$CACHE/models"
 
 echo "== conformance: recurrent models made by the converter vs LiteRT (cpu, then reference backend); bench runs the WHILE-loop ones"

@@ -1,10 +1,12 @@
 //! FlexBuffers maps of scalars: the custom options of LiteRT's built-in custom
-//! ops (`TFLite_Detection_PostProcess`) and of ops the converter emits from
-//! `tf.function`s with an `implements` attribute.
+//! ops (`TFLite_Detection_PostProcess`), of MediaPipe's custom ops and of ops the
+//! converter emits from `tf.function`s with an `implements` attribute.
 //!
 //! Only what such options hold is read: a root map whose values are numbers,
-//! booleans or null. Every offset is bounds-checked; custom options come from
-//! untrusted model files. [`encode_map`] writes the same subset (test models).
+//! booleans or null, and vectors of integers (MediaPipe's landmark index lists,
+//! [`FlexMap::int_vector`]). Every offset is bounds-checked; custom options come
+//! from untrusted model files. [`encode_map`] and [`encode_map_with_vectors`]
+//! write the same subset (test models).
 
 use crate::FormatError;
 
@@ -17,6 +19,9 @@ const INDIRECT_INT: u8 = 6;
 const INDIRECT_UINT: u8 = 7;
 const INDIRECT_FLOAT: u8 = 8;
 const MAP: u8 = 9;
+const VECTOR: u8 = 10;
+const VECTOR_INT: u8 = 11;
+const VECTOR_UINT: u8 = 12;
 const BOOL: u8 = 26;
 
 /// A scalar value of a FlexBuffers map.
@@ -190,28 +195,97 @@ impl<'a> FlexMap<'a> {
 
     /// The value under `key`, [`FlexValue::Null`] when the map has no such key.
     pub fn get(&self, key: &str) -> Result<FlexValue, FormatError> {
+        match self.find(key)? {
+            Some(i) => self.value(i),
+            None => Ok(FlexValue::Null),
+        }
+    }
+
+    fn find(&self, key: &str) -> Result<Option<usize>, FormatError> {
         for i in 0..self.len {
             if self.key(i)? == key.as_bytes() {
-                return self.value(i);
+                return Ok(Some(i));
             }
         }
-        Ok(FlexValue::Null)
+        Ok(None)
+    }
+
+    /// The vector of integers under `key`: a typed vector of signed or unsigned
+    /// integers, or an untyped vector whose elements are all inline integers.
+    /// `None` when the map has no such key; an error for any other value type.
+    pub fn int_vector(&self, key: &str) -> Result<Option<Vec<i64>>, FormatError> {
+        let Some(i) = self.find(key)? else { return Ok(None) };
+        let at = self.at + i * self.width;
+        let packed = self.bytes[self.at + self.len * self.width + i];
+        let (kind, elem_width) = (packed >> 2, 1usize << (packed & 3));
+        if !matches!(kind, VECTOR | VECTOR_INT | VECTOR_UINT) {
+            return Err(bad(&format!("value of type {kind} where a vector of integers was expected"), at));
+        }
+        let start = indirect(self.bytes, at, self.width)?;
+        let len_at = start.checked_sub(elem_width).ok_or_else(|| bad("vector size before the start", start))?;
+        let len = usize::try_from(read_uint(self.bytes, len_at, elem_width)?).map_err(|_| bad("vector size", len_at))?;
+        // The elements (and an untyped vector's type bytes after them) must lie
+        // inside the buffer before anything is allocated for them.
+        let types_at = len.checked_mul(elem_width).and_then(|s| s.checked_add(start)).ok_or_else(|| bad("vector size", start))?;
+        let end = if kind == VECTOR { types_at.checked_add(len).ok_or_else(|| bad("vector size", start))? } else { types_at };
+        if end > self.bytes.len() {
+            return Err(bad("vector past the end", start));
+        }
+        (0..len)
+            .map(|k| {
+                let e = start + k * elem_width;
+                let elem_kind = if kind == VECTOR {
+                    self.bytes[types_at + k] >> 2
+                } else if kind == VECTOR_INT {
+                    INT
+                } else {
+                    UINT
+                };
+                match elem_kind {
+                    INT => read_int(self.bytes, e, elem_width),
+                    UINT => read_uint(self.bytes, e, elem_width).map(|u| u as i64),
+                    t => Err(bad(&format!("vector element of type {t} where an integer was expected"), e)),
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
     }
 }
 
 /// Encodes a map of scalars as FlexBuffers bytes (32-bit values and offsets;
 /// keys sorted as the format requires).
 pub fn encode_map(entries: &[(&str, FlexValue)]) -> Vec<u8> {
-    let mut sorted: Vec<&(&str, FlexValue)> = entries.iter().collect();
-    sorted.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    encode_map_with_vectors(entries, &[])
+}
+
+/// A value of a map [`encode_map_with_vectors`] writes.
+enum Entry {
+    Scalar(FlexValue),
+    /// A typed vector of 32-bit signed integers, written at this byte position.
+    Ints(usize),
+}
+
+/// Encodes a map of scalars and typed vectors of 32-bit integers (as MediaPipe's
+/// custom options hold them) as FlexBuffers bytes.
+pub fn encode_map_with_vectors(entries: &[(&str, FlexValue)], vectors: &[(&str, &[i32])]) -> Vec<u8> {
+    let put = |out: &mut Vec<u8>, v: u32| out.extend_from_slice(&v.to_le_bytes());
     let mut out = Vec::new();
+    // Vectors first: each is its length, then its elements.
+    let mut all: Vec<(&str, Entry)> = entries.iter().map(|(k, v)| (*k, Entry::Scalar(*v))).collect();
+    for (k, v) in vectors {
+        put(&mut out, v.len() as u32);
+        let at = out.len();
+        v.iter().for_each(|&e| put(&mut out, e as u32));
+        all.push((k, Entry::Ints(at)));
+    }
+    all.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    let sorted = all;
     let mut key_at = Vec::with_capacity(sorted.len());
     for (k, _) in &sorted {
         key_at.push(out.len());
         out.extend_from_slice(k.as_bytes());
         out.push(0);
     }
-    let put = |out: &mut Vec<u8>, v: u32| out.extend_from_slice(&v.to_le_bytes());
     while !out.len().is_multiple_of(4) {
         out.push(0);
     }
@@ -231,10 +305,11 @@ pub fn encode_map(entries: &[(&str, FlexValue)]) -> Vec<u8> {
     let mut types = Vec::with_capacity(sorted.len());
     for (_, v) in &sorted {
         let (bits, kind) = match *v {
-            FlexValue::Null => (0, NULL),
-            FlexValue::Int(i) => (i as i32 as u32, INT),
-            FlexValue::Float(f) => ((f as f32).to_bits(), FLOAT),
-            FlexValue::Bool(b) => (b as u32, BOOL),
+            Entry::Scalar(FlexValue::Null) => (0, NULL),
+            Entry::Scalar(FlexValue::Int(i)) => (i as i32 as u32, INT),
+            Entry::Scalar(FlexValue::Float(f)) => ((f as f32).to_bits(), FLOAT),
+            Entry::Scalar(FlexValue::Bool(b)) => (b as u32, BOOL),
+            Entry::Ints(at) => ((out.len() - at) as u32, VECTOR_INT),
         };
         put(&mut out, bits);
         types.push(kind << 2 | 2);
@@ -324,6 +399,36 @@ mod tests {
         assert_eq!(m.get("use_regular_nms").unwrap(), FlexValue::Bool(false));
     }
 
+    /// Bytes the `flatbuffers` Python package's FlexBuffers encoder wrote for
+    /// `{"idx": [61, 300, 7] (typed vector of 16-bit ints), "mixed": [1, -2, 70000]
+    /// (untyped vector), "s": 1.5}`.
+    #[test]
+    fn reads_integer_vectors_of_another_encoder() {
+        let b: &[u8] = &[
+            105, 100, 120, 0, 3, 0, 61, 0, 44, 1, 7, 0, 109, 105, 120, 101, 100, 0, 0, 0, 3, 0, 0, 0, 1, 0, 0, 0, 254, 255, 255, 255, 112, 17, 1, 0, 6, 6, 6,
+            115, 0, 3, 42, 31, 5, 0, 0, 0, 6, 0, 0, 0, 1, 0, 0, 0, 3, 0, 0, 0, 54, 0, 0, 0, 40, 0, 0, 0, 0, 0, 192, 63, 45, 42, 14, 15, 38, 1,
+        ];
+        let m = FlexMap::root(b).unwrap();
+        assert_eq!(m.int_vector("idx").unwrap(), Some(vec![61, 300, 7]));
+        assert_eq!(m.int_vector("mixed").unwrap(), Some(vec![1, -2, 70000]));
+        assert_eq!(m.get("s").unwrap(), FlexValue::Float(1.5));
+        assert_eq!(m.int_vector("missing").unwrap(), None);
+        // A scalar is not a vector, and a vector is not a scalar.
+        assert!(m.int_vector("s").is_err());
+        assert!(m.get("idx").is_err());
+    }
+
+    #[test]
+    fn vectors_round_trip() {
+        let b = encode_map_with_vectors(&[("scale_x", FlexValue::Float(1.5)), ("left", FlexValue::Int(3))], &[("subset", &[4, -1, 70000]), ("empty", &[])]);
+        let m = FlexMap::root(&b).unwrap();
+        assert_eq!(m.len(), 4);
+        assert_eq!(m.int_vector("subset").unwrap(), Some(vec![4, -1, 70000]));
+        assert_eq!(m.int_vector("empty").unwrap(), Some(vec![]));
+        assert_eq!(m.get("scale_x").unwrap(), FlexValue::Float(1.5));
+        assert_eq!(m.get("left").unwrap(), FlexValue::Int(3));
+    }
+
     /// Truncated or corrupted bytes are errors, never panics.
     #[test]
     fn corrupt_bytes_fail_cleanly() {
@@ -337,6 +442,18 @@ mod tests {
                 let mut c = b.clone();
                 c[i] = v;
                 let _ = FlexMap::root(&c).and_then(|m| m.get("x_scale").and_then(|_| m.get("max_detections")));
+            }
+        }
+        let b = encode_map_with_vectors(&[("x", FlexValue::Int(1))], &[("v", &[1, 2, 3])]);
+        for cut in 0..b.len() {
+            let _ = FlexMap::root(&b[cut..]).and_then(|m| m.int_vector("v"));
+            let _ = FlexMap::root(&b[..cut]).and_then(|m| m.int_vector("v"));
+        }
+        for i in 0..b.len() {
+            for v in [0u8, 1, 0x2b, 0x7f, 0xff] {
+                let mut c = b.clone();
+                c[i] = v;
+                let _ = FlexMap::root(&c).and_then(|m| m.int_vector("v"));
             }
         }
     }

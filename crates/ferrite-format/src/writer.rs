@@ -370,6 +370,10 @@ pub struct OpSpec {
     pub options: Options,
     /// Custom options bytes (custom ops only).
     pub custom_options: Option<Vec<u8>>,
+    /// The op code's version (1 from [`ModelSpec::add_op`]; MediaPipe's custom ops
+    /// choose their definition by it). Ops of one code and version share an
+    /// operator-code entry.
+    pub version: i32,
 }
 
 /// A single-subgraph model description.
@@ -401,7 +405,7 @@ impl ModelSpec {
 
     /// Adds an op.
     pub fn add_op(&mut self, code: OpCode, inputs: &[i32], outputs: &[i32], options: Options) {
-        self.ops.push(OpSpec { code, inputs: inputs.to_vec(), outputs: outputs.to_vec(), options, custom_options: None });
+        self.ops.push(OpSpec { code, inputs: inputs.to_vec(), outputs: outputs.to_vec(), options, custom_options: None, version: 1 });
     }
 
     /// Serializes the model to `.tflite` bytes, constants inline.
@@ -497,16 +501,16 @@ impl ModelSpec {
         }
 
         // One operator code per distinct (builtin, custom name), shared by all subgraphs.
-        let mut codes: Vec<OpCode> = Vec::new();
+        let mut codes: Vec<(OpCode, i32)> = Vec::new();
         for op in graphs.iter().flat_map(|g| &g.ops) {
-            if !codes.contains(&op.code) {
-                codes.push(op.code.clone());
+            if !codes.iter().any(|(c, v)| *c == op.code && *v == op.version) {
+                codes.push((op.code.clone(), op.version));
             }
         }
-        let code_index = |c: &OpCode| codes.iter().position(|x| x == c).unwrap_or(0) as u32;
+        let code_index = |c: &OpCode, v: i32| codes.iter().position(|x| x.0 == *c && x.1 == v).unwrap_or(0) as u32;
         let fb_codes: Vec<_> = codes
             .iter()
-            .map(|c| {
+            .map(|(c, version)| {
                 let (code, custom) = match c {
                     OpCode::Builtin(op) => (*op, None),
                     OpCode::Custom(name) => (BuiltinOperator::CUSTOM, Some(b.create_string(name))),
@@ -515,7 +519,7 @@ impl ModelSpec {
                 let deprecated = code.0.min(127) as i8;
                 fb::OperatorCode::create(
                     &mut b,
-                    &fb::OperatorCodeArgs { deprecated_builtin_code: deprecated, custom_code: custom, version: 1, builtin_code: code },
+                    &fb::OperatorCodeArgs { deprecated_builtin_code: deprecated, custom_code: custom, version: *version, builtin_code: code },
                 )
             })
             .collect();
@@ -559,7 +563,7 @@ impl ModelSpec {
                 ops.push(fb::Operator::create(
                     &mut b,
                     &fb::OperatorArgs {
-                        opcode_index: code_index(&op.code),
+                        opcode_index: code_index(&op.code, op.version),
                         inputs: Some(inputs),
                         outputs: Some(outputs),
                         builtin_options_type: options_type,

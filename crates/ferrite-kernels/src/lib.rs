@@ -146,6 +146,7 @@ pub mod grad;
 pub mod hybrid;
 pub mod igemm;
 pub mod index;
+pub mod mediapipe;
 pub mod movement;
 pub mod parallel;
 pub mod pool;

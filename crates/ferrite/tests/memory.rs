@@ -104,9 +104,9 @@ fn steady_state_run_does_not_allocate() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut checked = 0;
     for p in models() {
-        // Models ferrite cannot prepare yet (custom ops LiteRT also lacks, IF) are covered elsewhere.
+        // Models ferrite cannot prepare yet (IF) are covered elsewhere.
         let prepared = Session::from_file(&p).and_then(|mut s| s.prepare());
-        if prepared.is_err() && p.file_name().is_some_and(|n| n == "face_landmark_with_attention.tflite" || n == "hey_jarvis_v0.1.tflite") {
+        if prepared.is_err() && p.file_name().is_some_and(|n| n == "hey_jarvis_v0.1.tflite") {
             continue;
         }
         let n = allocs_per_run(&p);

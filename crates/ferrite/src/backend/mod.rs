@@ -7,6 +7,7 @@
 
 pub(crate) mod cpu;
 pub(crate) mod custom_builtin;
+pub(crate) mod custom_mediapipe;
 #[cfg(feature = "gpu")]
 pub(crate) mod gpu;
 #[cfg(feature = "reference")]
@@ -472,11 +473,16 @@ impl std::fmt::Debug for CustomOpRegistry {
 
 impl CustomOpRegistry {
     /// The registry with ferrite's built-in custom ops (MediaPipe's
-    /// `Convolution2DTransposeBias`, LiteRT's `TFLite_Detection_PostProcess`).
+    /// `Convolution2DTransposeBias` and its landmark ops `Landmarks2TransformMatrix`,
+    /// `TransformTensorBilinear`, `TransformLandmarks`; LiteRT's
+    /// `TFLite_Detection_PostProcess`).
     pub fn with_builtins() -> Self {
         let mut r = CustomOpRegistry::default();
         r.register("Convolution2DTransposeBias", Arc::new(custom_builtin::TransposeConvBias));
         r.register("TFLite_Detection_PostProcess", Arc::new(custom_builtin::DetectionPostProcess));
+        r.register("Landmarks2TransformMatrix", Arc::new(custom_mediapipe::Landmarks2TransformMatrix));
+        r.register("TransformTensorBilinear", Arc::new(custom_mediapipe::TransformTensorBilinear));
+        r.register("TransformLandmarks", Arc::new(custom_mediapipe::TransformLandmarks));
         r
     }
     /// Registers (or replaces) a custom op.

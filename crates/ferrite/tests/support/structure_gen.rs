@@ -792,14 +792,23 @@ pub fn generate(seed: u64) -> (Vec<u8>, String) {
             outputs.push((i, t, s));
         }
         let mut opts = options(rng, op, x.2.len(), n_out, n_sub);
+        let mut custom = None;
         let code = if rng.pct(1) {
             // A custom op with the builtin's options table beside its custom options.
             opts = Options::Unchecked(Box::new(opts));
-            OpCode::Custom("Convolution2DTransposeBias".into())
+            let name = *rng.pick(&["Convolution2DTransposeBias", "Landmarks2TransformMatrix", "TransformTensorBilinear", "TransformLandmarks"]);
+            if name != "Convolution2DTransposeBias" {
+                custom = Some(mediapipe_options(rng));
+            }
+            OpCode::Custom(name.into())
         } else {
             OpCode::Builtin(op)
         };
         g.spec.add_op(code, &inputs, &outputs.iter().map(|o| o.0).collect::<Vec<_>>(), opts);
+        if let (Some((bytes, version)), Some(last)) = (custom, g.spec.ops.last_mut()) {
+            last.custom_options = Some(bytes);
+            last.version = version;
+        }
         g.pool.extend(outputs.iter().cloned());
         if !outputs.is_empty() {
             last_outputs = outputs;
@@ -824,6 +833,33 @@ pub fn generate(seed: u64) -> (Vec<u8>, String) {
 
 fn type_name(t: T) -> String {
     t.variant_name().map(str::to_string).unwrap_or_else(|| format!("type{}", t.0))
+}
+
+/// Custom options and op version for one of MediaPipe's landmark ops: mostly a
+/// FlexBuffers map of the keys they read with values from sane to hostile
+/// (negative, zero, huge, out-of-range indices), sometimes random bytes.
+fn mediapipe_options(rng: &mut Rng) -> (Vec<u8>, i32) {
+    use ferrite_format::flexbuffers::{encode_map_with_vectors, FlexValue};
+    let version = if rng.pct(90) { 2 } else { rng.range(0, 3) as i32 };
+    if rng.pct(10) {
+        return ((0..rng.below(40)).map(|_| rng.next() as u8).collect(), version);
+    }
+    let int = |rng: &mut Rng| {
+        let small = rng.range(0, 8);
+        *rng.pick(&[0i64, 1, 2, 3, 16, -1, 1 << 20, i32::MAX as i64, small])
+    };
+    let float = |rng: &mut Rng| *rng.pick(&[0.0f64, 1.5, -1.0, 1e30, f64::NAN, 0.25]);
+    let subset: Vec<i32> = (0..rng.below(6)).map(|_| int(rng) as i32).collect();
+    let scalars = [
+        ("left_rotation_idx", FlexValue::Int(int(rng))),
+        ("right_rotation_idx", FlexValue::Int(int(rng))),
+        ("target_rotation_radians", FlexValue::Float(float(rng))),
+        ("output_height", FlexValue::Int(int(rng))),
+        ("output_width", FlexValue::Int(int(rng))),
+        ("scale_x", FlexValue::Float(float(rng))),
+        ("scale_y", FlexValue::Float(float(rng))),
+    ];
+    (encode_map_with_vectors(&scalars, &[("subset_idxs", &subset)]), version)
 }
 
 /// One line per graph: tensors (type, shape, quantization, const) and ops.
