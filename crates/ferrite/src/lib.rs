@@ -43,6 +43,7 @@ mod observe;
 mod ops;
 mod package;
 mod session;
+mod shared_arena;
 #[cfg(feature = "train")]
 mod train;
 mod variables;
@@ -64,6 +65,7 @@ pub use memory::ArenaBlock;
 pub use model::{DType, Model, ModelBytes};
 pub use observe::{CallFrame, Flow, OpEvent, RunOutcome, TensorState, TensorView, MAX_TRACE_EVENTS};
 pub use package::{is_package, IoDesc, Package, PackageSession};
+pub use shared_arena::SharedArena;
 pub use session::{PlanStats, RunStats, Session, SessionOptions, TensorData, TensorDesc, PLAN_CACHE_SIZE};
 #[cfg(feature = "train")]
 pub use train::{BatchMetrics, Loss, LossReduction, Optimizer, TrainConfig, TrainMemory, TrainableTensor, Trainer};
