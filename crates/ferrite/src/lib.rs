@@ -65,7 +65,7 @@ pub use memory::ArenaBlock;
 pub use model::{DType, Model, ModelBytes};
 pub use observe::{CallFrame, Flow, OpEvent, RunOutcome, TensorState, TensorView, MAX_TRACE_EVENTS};
 pub use package::{is_package, IoDesc, Package, PackageSession};
-pub use shared_arena::SharedArena;
 pub use session::{PlanStats, RunStats, Session, SessionOptions, TensorData, TensorDesc, PLAN_CACHE_SIZE};
+pub use shared_arena::SharedArena;
 #[cfg(feature = "train")]
 pub use train::{BatchMetrics, Loss, LossReduction, Optimizer, TrainConfig, TrainMemory, TrainableTensor, Trainer};

@@ -881,13 +881,7 @@ impl Session {
         // Returned to the pool when the run ends, whichever way (after `arena`, which borrows it).
         let mut lease = lend_scratch(&self.arena_member, &c.plan);
         let arena = run_arena(&mut self.arena, &c.plan, &mut lease)?;
-        let mut env = crate::exec::DynEnv {
-            backends: &self.backends,
-            custom: &self.options.custom_ops,
-            ctx: &mut self.ctx,
-            limits,
-            hooks: None,
-        };
+        let mut env = crate::exec::DynEnv { backends: &self.backends, custom: &self.options.custom_ops, ctx: &mut self.ctx, limits, hooks: None };
         let observed = self.tracing || self.profile.is_some() || before.is_some() || after.is_some();
         let outcome = if !observed {
             crate::exec::execute(c, model, arena, None, &mut env)?;
@@ -964,13 +958,7 @@ impl Session {
             return self.run_with_copies(inputs, outputs);
         }
         self.ran = false;
-        let mut env = crate::exec::DynEnv {
-            backends: &self.backends,
-            custom: &self.options.custom_ops,
-            ctx: &mut self.ctx,
-            limits,
-            hooks: None,
-        };
+        let mut env = crate::exec::DynEnv { backends: &self.backends, custom: &self.options.custom_ops, ctx: &mut self.ctx, limits, hooks: None };
         let mut lease = lend_scratch(&self.arena_member, &c.plan);
         let arena = run_arena(&mut self.arena, &c.plan, &mut lease)?;
         let copied = if !self.tracing && self.profile.is_none() {

@@ -133,6 +133,20 @@ fn shared_and_own_arenas_give_identical_bits_on_the_corpus() {
         assert!(pool.buffers() <= 1, "{}: runs one after another borrow one buffer ({})", p.display(), pool.buffers());
         own_total += own_a.arena_capacity_bytes() + own_b.arena_capacity_bytes();
         shared_total += a.arena_capacity_bytes() + b.arena_capacity_bytes() + pool.bytes();
+        // Then at the same time, on two threads: each run may get either buffer, so
+        // nothing may depend on where a session's scratch was last time.
+        for seed in 3..6 {
+            let want_a = run(&mut own_a, seed);
+            let want_b = run(&mut own_b, seed + 10);
+            let (got_a, got_b) = std::thread::scope(|sc| {
+                let other = sc.spawn(|| run(&mut a, seed));
+                let got_b = run(&mut b, seed + 10);
+                (other.join().unwrap(), got_b)
+            });
+            assert_eq!(got_a, want_a, "{}: concurrent run {seed} of the first shared session", p.display());
+            assert_eq!(got_b, want_b, "{}: concurrent run {seed} of the second shared session", p.display());
+        }
+        assert!(pool.buffers() <= 2);
         checked += 1;
     }
     assert!(checked > 0);
