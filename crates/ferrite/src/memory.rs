@@ -206,8 +206,8 @@ fn lower_bound(lifetimes: &[Lifetime]) -> usize {
     let steps = lifetimes.iter().map(|l| l.last + 1).max().unwrap_or(0);
     let mut live = vec![0usize; steps];
     for l in lifetimes {
-        for s in l.first..=l.last {
-            live[s] = live[s].saturating_add(l.bytes);
+        for at in &mut live[l.first..=l.last] {
+            *at = at.saturating_add(l.bytes);
         }
     }
     live.into_iter().max().unwrap_or(0)
@@ -272,7 +272,8 @@ impl<'a> RunArena<'a> {
     /// [`split_regions`] over both regions: each output lies wholly in one of them.
     pub fn split_regions(self, outs: &[(usize, usize)]) -> Result<(OutViews<'a>, Gaps<'a>)> {
         let base = self.own.len();
-        let (mut in_own, mut in_scratch): (SmallVec<[(usize, usize); 4]>, SmallVec<[(usize, usize); 4]>) = (SmallVec::new(), SmallVec::new());
+        let mut in_own: SmallVec<[(usize, usize); 4]> = SmallVec::new();
+        let mut in_scratch: SmallVec<[(usize, usize); 4]> = SmallVec::new();
         for &(off, len) in outs {
             match off.checked_add(len) {
                 Some(end) if end <= base => in_own.push((off, len)),

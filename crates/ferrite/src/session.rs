@@ -682,7 +682,8 @@ impl Session {
     /// `prepare`, every tensor that has storage — inputs as last set, outputs and
     /// intermediates as the last run left them (an intermediate's memory is shared with
     /// others unless [`Session::set_preserve_all_tensors`] is on), zeros before the
-    /// first run. An error for a tensor without storage (unused, computed at run time
+    /// first run. With a [shared arena](SessionOptions::shared_arena), an intermediate
+    /// has no memory between runs: an error, unless every tensor is preserved. An error for a tensor without storage (unused, computed at run time
     /// and not yet run, or a folded constant released at prepare) and, but for
     /// constants, before `prepare` or while a resize waits for `allocate_tensors`.
     pub fn tensor_data(&self, t: usize) -> Result<TensorData<'_>> {
