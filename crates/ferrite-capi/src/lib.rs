@@ -286,6 +286,8 @@ pub struct FerriteSession {
     /// session is re-created for the other.
     threads: usize,
     backends: Option<Vec<String>>,
+    /// Intermediates in the model's shared arena (`ferrite_session_set_shared_arena`).
+    shared_arena: bool,
     /// Names for per-op callbacks, made on the first run with callbacks.
     callback_names: Option<CallbackNames>,
     /// Training: its info, trainer and bound batch (`ferrite_session_train_*`).
@@ -367,6 +369,7 @@ impl FerriteSession {
             threads,
             trace: self.tracing,
             backends: backends.clone().unwrap_or(o.backends.clone()),
+            shared_arena: self.shared_arena.then(|| self.model.shared_arena()),
             ..o
         });
         match options.and_then(|options| Session::with_options(self.model.clone(), options)) {
@@ -393,6 +396,7 @@ impl FerriteSession {
             tracing: false,
             threads: 1,
             backends: None,
+            shared_arena: false,
             callback_names: None,
             #[cfg(feature = "train")]
             train: train::TrainState::default(),
@@ -765,6 +769,29 @@ pub unsafe extern "C" fn ferrite_session_set_backends(s: *mut FerriteSession, ba
                 Ok(b) => s.recreate(s.threads, Some(b)),
                 Err(e) => s.fail_error(&e),
             }
+        })
+    }
+}
+
+/// With `on`, the session borrows the memory of its intermediate tensors, for each
+/// run, from a pool shared by the sessions of its model that set this too (see
+/// `ferrite_session_create_shared`), instead of keeping an arena of its own: sessions
+/// that run one after another use one arena, and runs at the same time on several
+/// threads each get one. The session keeps its inputs, outputs and state; outputs are
+/// the same bits either way. Only before the first resize or prepare.
+///
+/// # Safety
+/// `s` is NULL or a live session.
+#[no_mangle]
+pub unsafe extern "C" fn ferrite_session_set_shared_arena(s: *mut FerriteSession, on: bool) -> FerriteStatus {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        with_session(s, |s| {
+            if s.configured {
+                return s.fail(FerriteStatus::InvalidState, "invalid state: the arena is chosen before resizing or preparing");
+            }
+            s.shared_arena = on;
+            s.recreate(s.threads, s.backends.clone())
         })
     }
 }

@@ -264,9 +264,11 @@ impl NativeSession {
     /// load failure is a `ValueError`, as in LiteRT. `threads` -1 means all cores.
     /// With `share` and a path, a model file already loaded by a live session of this
     /// process (same path, same file) is not loaded again: the new session shares its
-    /// model and prepared weights.
+    /// model and prepared weights. With `share_arena`, intermediates live in the model's
+    /// shared arena, borrowed only while the session runs.
     #[new]
-    #[pyo3(signature = (path=None, content=None, threads=1, preserve_all=false, reference=false, share=false, backends=None))]
+    #[pyo3(signature = (path=None, content=None, threads=1, preserve_all=false, reference=false, share=false, backends=None, share_arena=false))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         path: Option<String>,
         content: Option<&Bound<'_, PyAny>>,
@@ -275,6 +277,7 @@ impl NativeSession {
         reference: bool,
         share: bool,
         backends: Option<Vec<String>>,
+        share_arena: bool,
     ) -> PyResult<Self> {
         let content = content.map(ReadBuffer::get).transpose()?;
         contain("loading the model", || {
@@ -284,15 +287,22 @@ impl NativeSession {
                 (None, Some(c)) => Arc::new(Model::from_bytes(Arc::new(c.bytes().to_vec())).map_err(err_as::<PyValueError>)?),
                 _ => return Err(PyValueError::new_err("give exactly one of model_path and model_content")),
             };
-            NativeSession::build(model, session_options(threads, reference, backends)?, preserve_all, None)
+            let mut options = session_options(threads, reference, backends)?;
+            options.shared_arena = share_arena.then(|| model.shared_arena());
+            NativeSession::build(model, options, preserve_all, None)
         })
     }
 
     /// A new, independent session of this session's model: no second load, and the
-    /// prepared weights are shared (freed with the last session using them).
-    #[pyo3(signature = (threads=1, preserve_all=false, reference=false, backends=None))]
-    fn shared(&self, threads: i64, preserve_all: bool, reference: bool, backends: Option<Vec<String>>) -> PyResult<NativeSession> {
-        contain("sharing the model", || NativeSession::build(self.model.clone(), session_options(threads, reference, backends)?, preserve_all, None))
+    /// prepared weights are shared (freed with the last session using them). With
+    /// `share_arena`, its intermediates live in the model's shared arena.
+    #[pyo3(signature = (threads=1, preserve_all=false, reference=false, backends=None, share_arena=false))]
+    fn shared(&self, threads: i64, preserve_all: bool, reference: bool, backends: Option<Vec<String>>, share_arena: bool) -> PyResult<NativeSession> {
+        contain("sharing the model", || {
+            let mut options = session_options(threads, reference, backends)?;
+            options.shared_arena = share_arena.then(|| self.model.shared_arena());
+            NativeSession::build(self.model.clone(), options, preserve_all, None)
+        })
     }
 
     /// Prepared constants (packed weights, converted constants) the sessions of this

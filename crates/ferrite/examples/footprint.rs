@@ -1,8 +1,11 @@
 //! Measures what sessions of one model cost in process memory (Linux).
 //!
 //! ```sh
-//! cargo run --release -p ferrite --example footprint -- MODEL [--sessions N] [--shape 1,16000]
+//! cargo run --release -p ferrite --example footprint -- MODEL [--sessions N] [--shape 1,16000] [--shared-arena]
 //! ```
+//!
+//! With `--shared-arena` the sessions borrow their intermediates' memory from the
+//! model's pool (`SessionOptions::shared_arena`) only while they run.
 //!
 //! Resets the process's peak RSS (`/proc/self/clear_refs`), loads MODEL once
 //! (memory-mapped), creates N sessions of it, prepares each and runs each twice, then
@@ -25,11 +28,12 @@ fn status_kb(field: &str) -> u64 {
 fn main() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut model_path = None;
-    let (mut sessions, mut shapes) = (1usize, Vec::new());
+    let (mut sessions, mut shapes, mut shared_arena) = (1usize, Vec::new(), false);
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--sessions" => sessions = it.next().and_then(|v| v.parse().ok()).ok_or("--sessions N")?,
+            "--shared-arena" => shared_arena = true,
             "--shape" => {
                 let s = it.next().ok_or("--shape D,D,...")?;
                 shapes.push(s.split(',').map(|d| d.trim().parse::<usize>().map_err(|e| format!("--shape {s}: {e}"))).collect::<Result<Vec<_>, _>>()?);
@@ -45,7 +49,8 @@ fn main() -> Result<(), String> {
     let model = Arc::new(Model::from_file(&path).map_err(|e| e.to_string())?);
     let mut all = Vec::with_capacity(sessions);
     for _ in 0..sessions {
-        let mut s = Session::with_options(model.clone(), SessionOptions::default()).map_err(|e| e.to_string())?;
+        let options = SessionOptions { shared_arena: shared_arena.then(|| model.shared_arena()), ..SessionOptions::default() };
+        let mut s = Session::with_options(model.clone(), options).map_err(|e| e.to_string())?;
         for (k, shape) in shapes.iter().enumerate() {
             s.resize_input(k, shape).map_err(|e| e.to_string())?;
         }
@@ -81,10 +86,13 @@ fn main() -> Result<(), String> {
     dense.sort_unstable();
     dense.dedup_by_key(|d| (d.0, d.1));
     let weights_f32: usize = dense.iter().map(|d| d.2).sum();
-    let arena: usize = all.iter().map(Session::arena_capacity_bytes).sum();
+    // The sessions' own arenas, and the scratch buffers of their pool.
+    let own: usize = all.iter().map(Session::arena_capacity_bytes).sum();
+    let scratch = all.first().and_then(Session::shared_arena).map_or(0, |p| p.bytes());
+    let arena = own + scratch;
     println!(
         "{{\"model\": {path:?}, \"sessions\": {sessions}, \"rss_before_kb\": {before}, \"peak_rss_kb\": {peak}, \"growth_kb\": {}, \
-         \"weights_bytes\": {weights}, \"weights_f32_bytes\": {weights_f32}, \"arena_bytes\": {arena}, \"shared_constants\": {}, \"peak_reset\": {reset}}}",
+         \"weights_bytes\": {weights}, \"weights_f32_bytes\": {weights_f32}, \"arena_bytes\": {arena}, \"scratch_bytes\": {scratch}, \"shared_arena\": {shared_arena}, \"shared_constants\": {}, \"peak_reset\": {reset}}}",
         peak.saturating_sub(before),
         model.shared_constant_count()
     );

@@ -10,7 +10,7 @@ use crate::backend::select::Backends;
 use crate::backend::{BackendContext, Built, CustomOpRegistry, InputDesc, OpContext};
 use crate::compile::{build_op, bytes_of, AlignedBytes, Child, CompiledGraph, DynValue, Limits, Loc, OpRun, OutPlan, SegmentIo, Src, Step, TensorSlot, Work};
 use crate::error::{Error, Location, Result};
-use crate::memory;
+use crate::memory::{self, ArenaRef, RunArena};
 use crate::model::{DType, Model, Subgraph};
 use crate::observe::{self, tensor_view, CallFrame, Flow, Hooks, OpByOpHandle, OpEvent, TensorState, TensorView};
 use crate::variables::resource_id;
@@ -31,7 +31,7 @@ impl Child {
         let arena: &mut [u8] = bytemuck::cast_slice_mut(arena);
         let observed = env.hooks.as_deref().is_some_and(|h| h.wants_views());
         if graph.dynamic.is_none() && !observed {
-            return execute(graph, model, arena, Some((inputs, outputs)), env).map(|_| ());
+            return execute(graph, model, RunArena::whole(arena), Some((inputs, outputs)), env).map(|_| ());
         }
         let sg = graph.subgraph;
         let sub = &model.subgraphs[sg];
@@ -47,7 +47,7 @@ impl Child {
                 dst.copy_from_slice(src);
             }
         }
-        execute(graph, model, arena, None, env)?;
+        execute(graph, model, RunArena::whole(&mut *arena), None, env)?;
         if stopped(env) {
             return Ok(());
         }
@@ -107,7 +107,8 @@ pub struct DynEnv<'a> {
 /// Caller buffers bound for one run: graph inputs, and graph outputs to fill.
 pub type Bound<'b, 'c> = (&'b [&'b [u8]], &'b mut [&'c mut [u8]]);
 
-/// Runs the compiled steps over `arena`. Allocates nothing: locations were resolved
+/// Runs the compiled steps over `arena` (the session's own region and the scratch
+/// lent for the run, addressed by the plan's offsets). Allocates nothing: locations were resolved
 /// at prepare and the per-step views live on the stack. With `bound` buffers, kernels
 /// read the caller's inputs and write outputs in place where the plan allows; the
 /// rest are copied after the run, and the number of bytes copied is returned.
@@ -118,7 +119,7 @@ pub type Bound<'b, 'c> = (&'b [&'b [u8]], &'b mut [&'c mut [u8]]);
 /// own (folded, aliases, a folded PAD) where their index falls between the steps, an
 /// epilogue right after the convolution that computed it. A hook's
 /// [`Flow::Stop`] ends the run (the hooks record where).
-pub fn execute(g: &mut CompiledGraph, model: &Model, arena: &mut [u8], mut bound: Option<Bound<'_, '_>>, env: &mut DynEnv<'_>) -> Result<usize> {
+pub fn execute(g: &mut CompiledGraph, model: &Model, mut arena: RunArena<'_>, mut bound: Option<Bound<'_, '_>>, env: &mut DynEnv<'_>) -> Result<usize> {
     let bytes = model.bytes();
     let is_bound = bound.is_some();
     let subgraph = g.subgraph;
@@ -130,7 +131,7 @@ pub fn execute(g: &mut CompiledGraph, model: &Model, arena: &mut [u8], mut bound
     let mut announced = 0;
     for si in 0..steps.len() {
         if let (true, Some(h)) = (views, env.hooks.as_deref_mut()) {
-            let at = Announce { sub, subgraph, tensors, assignment, steps: &steps[..si], arena: &*arena, bytes };
+            let at = Announce { sub, subgraph, tensors, assignment, steps: &steps[..si], arena: arena.as_ref(), bytes };
             if at.stepless(announced..steps[si].op, h) == Flow::Stop {
                 return Ok(0);
             }
@@ -146,15 +147,28 @@ pub fn execute(g: &mut CompiledGraph, model: &Model, arena: &mut [u8], mut bound
             _ => None,
         };
         if let (Some((off, len)), None) = (single, env.hooks.as_ref()) {
-            if off.checked_add(len).is_none_or(|end| end > arena.len()) {
+            // The output's region (own or scratch) is split around it; the other is read whole.
+            let RunArena { own, scratch } = arena.reborrow();
+            let base = own.len();
+            let in_scratch = off >= base && len > 0;
+            let (region, other, rbase): (&mut [u8], &[u8], usize) = if in_scratch { (scratch, &*own, base) } else { (own, &*scratch, 0) };
+            let rel = off - rbase;
+            if rel.checked_add(len).is_none_or(|end| end > region.len()) {
                 return Err(Error::Runtime(format!("internal: output region {off}+{len} leaves the arena").into()));
             }
-            let (head, rest) = arena.split_at_mut(off);
+            let (head, rest) = region.split_at_mut(rel);
             let (out, tail) = rest.split_at_mut(len);
             let (head, tail) = (&*head, &*tail);
-            let end = off + len;
+            let end = rel + len;
             let view = |o: usize, l: usize| -> Result<&[u8]> {
-                if o + l <= off {
+                let outside = || Error::Runtime(format!("internal: input region {o}+{l} is not in the arena").into());
+                if (o >= base) != in_scratch {
+                    // In the other region: the scratch's offsets start at `base`.
+                    let r = if in_scratch { o } else { o - base };
+                    return r.checked_add(l).and_then(|e| other.get(r..e)).ok_or_else(outside);
+                }
+                let o = o - rbase;
+                if o + l <= rel {
                     Ok(&head[o..o + l])
                 } else if o >= end && o - end + l <= tail.len() {
                     Ok(&tail[o - end..o - end + l])
@@ -186,7 +200,7 @@ pub fn execute(g: &mut CompiledGraph, model: &Model, arena: &mut [u8], mut bound
         }
         let in_place = |o: &(usize, usize, Option<usize>)| is_bound && o.2.is_some();
         let ranges: SmallVec<[(usize, usize); 4]> = st.outputs.iter().filter(|o| !in_place(o)).map(|o| (o.0, o.1)).collect();
-        let (arena_outs, gaps) = memory::split_regions(arena, &ranges)?;
+        let (arena_outs, gaps) = arena.reborrow().split_regions(&ranges)?;
         let mut ins: SmallVec<[Option<&[u8]>; 16]> = SmallVec::new();
         for src in &st.inputs {
             ins.push(match src {
@@ -274,7 +288,7 @@ pub fn execute(g: &mut CompiledGraph, model: &Model, arena: &mut [u8], mut bound
     }
     let tail_from = g.dynamic.as_ref().map_or(sub.ops.len(), |d| d.first_op);
     if let (true, Some(h)) = (views, env.hooks.as_deref_mut()) {
-        let at = Announce { sub, subgraph, tensors: &g.tensors, assignment: &g.assignment, steps: &g.steps, arena: &*arena, bytes };
+        let at = Announce { sub, subgraph, tensors: &g.tensors, assignment: &g.assignment, steps: &g.steps, arena: arena.as_ref(), bytes };
         if at.stepless(announced..tail_from, h) == Flow::Stop {
             return Ok(0);
         }
@@ -283,7 +297,7 @@ pub fn execute(g: &mut CompiledGraph, model: &Model, arena: &mut [u8], mut bound
         if bound.is_some() {
             return Err(Error::Unsupported("run_with() on a model with data-dependent shapes: use run() and output()".into()));
         }
-        if run_dynamic_tail(g, model, arena, env)? == Flow::Stop {
+        if run_dynamic_tail(g, model, arena.as_ref(), env)? == Flow::Stop {
             return Ok(0);
         }
     }
@@ -292,7 +306,7 @@ pub fn execute(g: &mut CompiledGraph, model: &Model, arena: &mut [u8], mut bound
         for (k, plan) in g.out_plans.iter().enumerate() {
             let OutPlan::Copy(src) = plan else { continue };
             let from: &[u8] = match src {
-                Src::Arena(off, len) => &arena[*off..*off + *len],
+                Src::Arena(off, len) => arena.as_ref().get(*off, *len).unwrap_or(&[]),
                 Src::Input(i, _, _) => inputs[*i],
                 Src::Model(r) => bytes.get(r.clone()).unwrap_or(&[]),
                 Src::Owned(b) => b.bytes(),
@@ -313,7 +327,7 @@ fn step_input_views<'a>(sub: &'a Subgraph, tensors: &'a [TensorSlot], st: &Step,
         if st.substituted.iter().any(|s| s.0 == k) {
             return tensor_view(sub, tensors, t, TensorState::Fused, None);
         }
-        let data = if st.prepacked.contains(&k) { observe::loc_bytes(&tensors[t].loc, &[], bytes) } else { ins.get(k).copied().flatten() };
+        let data = if st.prepacked.contains(&k) { observe::loc_bytes(&tensors[t].loc, ArenaRef::default(), bytes) } else { ins.get(k).copied().flatten() };
         tensor_view(sub, tensors, t, TensorState::Ready, data)
     })
 }
@@ -346,7 +360,7 @@ fn announce_epilogues(
             let data = match extra.iter().position(|&x| x == t) {
                 Some(j) => ins.get(first_extra + j).copied().flatten(),
                 // Only constants are left (an arena tensor not passed to the kernel is not known to be live).
-                None => observe::loc_bytes(&tensors[t].loc, &[], bytes),
+                None => observe::loc_bytes(&tensors[t].loc, ArenaRef::default(), bytes),
             };
             tensor_view(sub, tensors, t, TensorState::Ready, data)
         });
@@ -407,7 +421,7 @@ impl Segment<'_> {
                     return tensor_view(sub, tensors, t, TensorState::Fused, None);
                 }
                 // Constants stay on the host where the GPU did not take them away.
-                let data = op_ins.get(k).copied().flatten().or_else(|| observe::loc_bytes(&tensors[t].loc, &[], bytes));
+                let data = op_ins.get(k).copied().flatten().or_else(|| observe::loc_bytes(&tensors[t].loc, ArenaRef::default(), bytes));
                 tensor_view(sub, tensors, t, TensorState::Ready, data)
             });
             match op_outs {
@@ -437,7 +451,7 @@ struct Announce<'a> {
     tensors: &'a [TensorSlot],
     assignment: &'a [OpRun],
     steps: &'a [Step],
-    arena: &'a [u8],
+    arena: ArenaRef<'a>,
     bytes: &'a [u8],
 }
 
@@ -558,7 +572,7 @@ fn run_work(work: &mut Work, at: (usize, usize), ins: &[Option<&[u8]>], outs: &m
 /// values of its inputs, its outputs are allocated for the shapes it reports, and
 /// run-time tensors are freed after their last reader. Hooks see each op; a
 /// [`Flow::Stop`] is returned after storing what the op computed.
-fn run_dynamic_tail(g: &mut CompiledGraph, model: &Model, arena: &[u8], env: &mut DynEnv<'_>) -> Result<Flow> {
+fn run_dynamic_tail(g: &mut CompiledGraph, model: &Model, arena: ArenaRef<'_>, env: &mut DynEnv<'_>) -> Result<Flow> {
     let sub = &model.subgraphs[g.subgraph];
     let bytes = model.bytes();
     let CompiledGraph { tensors, dynamic, subgraph, .. } = g;
@@ -582,7 +596,10 @@ fn run_dynamic_tail(g: &mut CompiledGraph, model: &Model, arena: &[u8], env: &mu
                 };
                 let (dtype, shape, data, constant): (DType, &[usize], &[u8], bool) = match (&tail.values[t], &tensors[t].loc) {
                     (Some(v), _) => (v.dtype, &v.shape, v.data.bytes(), false),
-                    (None, Loc::Arena { offset, len }) => (tensors[t].dtype, &tensors[t].shape, &arena[*offset..*offset + *len], false),
+                    (None, Loc::Arena { offset, len }) => {
+                        let data = arena.get(*offset, *len).ok_or_else(|| Error::Runtime(format!("internal: tensor {t} is not in the arena").into()))?;
+                        (tensors[t].dtype, &tensors[t].shape, data, false)
+                    }
                     (None, Loc::Model(r)) => (tensors[t].dtype, &tensors[t].shape, bytes.get(r.clone()).unwrap_or(&[]), true),
                     (None, Loc::Owned(b)) => (tensors[t].dtype, &tensors[t].shape, b.bytes(), true),
                     (None, Loc::None) => return Err(Error::Runtime(format!("subgraph {subgraph} op {oi}: input tensor {t} has no value").into())),

@@ -43,6 +43,7 @@ mod observe;
 mod ops;
 mod package;
 mod session;
+mod shared_arena;
 #[cfg(feature = "train")]
 mod train;
 mod variables;
@@ -65,5 +66,6 @@ pub use model::{DType, Model, ModelBytes};
 pub use observe::{CallFrame, Flow, OpEvent, RunOutcome, TensorState, TensorView, MAX_TRACE_EVENTS};
 pub use package::{is_package, IoDesc, Package, PackageSession};
 pub use session::{PlanStats, RunStats, Session, SessionOptions, TensorData, TensorDesc, PLAN_CACHE_SIZE};
+pub use shared_arena::SharedArena;
 #[cfg(feature = "train")]
 pub use train::{BatchMetrics, Loss, LossReduction, Optimizer, TrainConfig, TrainMemory, TrainableTensor, Trainer};

@@ -33,6 +33,11 @@ pub struct MemoryPlan {
     pub lower_bound_bytes: usize,
     /// The lifetimes the plan placed (kept for pictures of the plan).
     pub lifetimes: Vec<Lifetime>,
+    /// Bytes at the arena's start that the session keeps from run to run. A plan for
+    /// a shared arena puts the tensors that outlive a run there (graph inputs and
+    /// outputs, state) and the rest above, in the scratch a session borrows for each
+    /// run; an ordinary plan keeps everything, so this equals `arena_bytes`.
+    pub own_bytes: usize,
 }
 
 /// One tensor's place in a session's arena, for pictures and reports of the plan.
@@ -173,13 +178,121 @@ pub fn plan(lifetimes: &[Lifetime], max_bytes: usize) -> Result<MemoryPlan> {
     }
     let (arena_bytes, offsets) =
         best.ok_or_else(|| Error::ResourceLimit(format!("memory plan needs {smallest_failure} bytes, above the session limit of {max_bytes} bytes").into()))?;
-    Ok(MemoryPlan { offsets, arena_bytes, lower_bound_bytes, lifetimes: lifetimes.to_vec() })
+    Ok(MemoryPlan { offsets, arena_bytes, lower_bound_bytes, lifetimes: lifetimes.to_vec(), own_bytes: arena_bytes })
+}
+
+/// Plans two regions: the tensors `keep` selects (those that must outlive a run) at
+/// the start, the others above them, so the upper region can be memory a session
+/// borrows only while it runs. The kept tensors are alive at the end of every run
+/// and never share memory with each other, so the split costs only the steps before
+/// a graph output is produced, whose scratch tensors could have used its memory.
+pub fn plan_split(lifetimes: &[Lifetime], keep: impl Fn(usize) -> bool, max_bytes: usize) -> Result<MemoryPlan> {
+    let (kept, scratch): (Vec<Lifetime>, Vec<Lifetime>) = lifetimes.iter().partition(|l| keep(l.tensor));
+    let own = plan(&kept, max_bytes)?;
+    let upper = plan(&scratch, max_bytes.saturating_sub(own.arena_bytes))?;
+    let mut offsets = own.offsets;
+    offsets.extend(upper.offsets.iter().map(|&(t, o)| (t, o + own.arena_bytes)));
+    Ok(MemoryPlan {
+        offsets,
+        arena_bytes: own.arena_bytes + upper.arena_bytes,
+        lower_bound_bytes: lower_bound(lifetimes),
+        lifetimes: lifetimes.to_vec(),
+        own_bytes: own.arena_bytes,
+    })
+}
+
+/// The largest total of raw bytes alive at one step.
+fn lower_bound(lifetimes: &[Lifetime]) -> usize {
+    let steps = lifetimes.iter().map(|l| l.last + 1).max().unwrap_or(0);
+    let mut live = vec![0usize; steps];
+    for l in lifetimes {
+        for at in &mut live[l.first..=l.last] {
+            *at = at.saturating_add(l.bytes);
+        }
+    }
+    live.into_iter().max().unwrap_or(0)
 }
 
 /// Mutable output views of one step, in op output order.
 pub type OutViews<'a> = SmallVec<[&'a mut [u8]; 4]>;
-/// Shared arena pieces around the outputs, each with its start offset.
-pub type Gaps<'a> = SmallVec<[(usize, &'a [u8]); 5]>;
+/// Shared arena pieces around the outputs, each with its start offset (inline for
+/// four outputs over the two regions of a [`RunArena`]).
+pub type Gaps<'a> = SmallVec<[(usize, &'a [u8]); 6]>;
+
+/// A run's view of a session's arena: the region the session owns (offsets below
+/// `own.len()`: the tensors that outlive a run) and the scratch it borrowed for this
+/// run (offsets from `own.len()` on). A session with an arena of its own passes all
+/// of it as `own`. Offsets are the plan's, whichever region they fall in.
+pub struct RunArena<'a> {
+    /// The session's own memory.
+    pub own: &'a mut [u8],
+    /// Memory lent for the run (empty without a shared arena).
+    pub scratch: &'a mut [u8],
+}
+
+/// A [`RunArena`], read-only.
+#[derive(Clone, Copy, Default)]
+pub struct ArenaRef<'a> {
+    /// The session's own memory.
+    pub own: &'a [u8],
+    /// Memory lent for the run.
+    pub scratch: &'a [u8],
+}
+
+impl<'a> ArenaRef<'a> {
+    /// `[off, off + len)`, when it lies wholly in one region.
+    pub fn get(&self, off: usize, len: usize) -> Option<&'a [u8]> {
+        let (base, end) = (self.own.len(), off.checked_add(len)?);
+        if end <= base {
+            self.own.get(off..end)
+        } else if off >= base {
+            self.scratch.get(off - base..end - base)
+        } else {
+            None
+        }
+    }
+}
+
+impl<'a> RunArena<'a> {
+    /// An arena that is all the session's own.
+    pub fn whole(own: &'a mut [u8]) -> Self {
+        RunArena { own, scratch: &mut [] }
+    }
+
+    /// A shorter-lived view of the same memory.
+    pub fn reborrow(&mut self) -> RunArena<'_> {
+        RunArena { own: &mut *self.own, scratch: &mut *self.scratch }
+    }
+
+    /// Read-only.
+    pub fn as_ref(&self) -> ArenaRef<'_> {
+        ArenaRef { own: self.own, scratch: self.scratch }
+    }
+
+    /// [`split_regions`] over both regions: each output lies wholly in one of them.
+    pub fn split_regions(self, outs: &[(usize, usize)]) -> Result<(OutViews<'a>, Gaps<'a>)> {
+        let base = self.own.len();
+        let mut in_own: SmallVec<[(usize, usize); 4]> = SmallVec::new();
+        let mut in_scratch: SmallVec<[(usize, usize); 4]> = SmallVec::new();
+        for &(off, len) in outs {
+            match off.checked_add(len) {
+                Some(end) if end <= base => in_own.push((off, len)),
+                Some(_) if off >= base => in_scratch.push((off - base, len)),
+                _ => return Err(Error::Runtime(format!("internal: output region {off}+{len} crosses the end of the session's own arena").into())),
+            }
+        }
+        let (own_views, mut gaps) = split_regions(self.own, &in_own)?;
+        let (scratch_views, scratch_gaps) = split_regions(self.scratch, &in_scratch)?;
+        gaps.extend(scratch_gaps.into_iter().map(|(start, g)| (start + base, g)));
+        let (mut own_views, mut scratch_views) = (own_views.into_iter(), scratch_views.into_iter());
+        let mut views = OutViews::new();
+        for &(off, _) in outs {
+            let v = if off < base { own_views.next() } else { scratch_views.next() };
+            views.push(v.ok_or_else(|| Error::Runtime("internal: output view missing".into()))?);
+        }
+        Ok((views, gaps))
+    }
+}
 
 /// Splits the arena into mutable output regions and the shared gaps between
 /// them, so a kernel can read its inputs while writing its outputs without any
@@ -242,6 +355,44 @@ mod tests {
     fn limit_is_enforced() {
         let l = [Lifetime { tensor: 0, bytes: 1000, first: 0, last: 0 }];
         assert!(matches!(plan(&l, 100), Err(Error::ResourceLimit(_))));
+    }
+
+    #[test]
+    fn split_plan_keeps_the_marked_tensors_below_the_scratch() {
+        // Tensor 0 (an input) lives all run, 1 is scratch, 2 (an output) from step 1.
+        let l = [
+            Lifetime { tensor: 0, bytes: 100, first: 0, last: 2 },
+            Lifetime { tensor: 1, bytes: 300, first: 0, last: 1 },
+            Lifetime { tensor: 2, bytes: 100, first: 1, last: 2 },
+        ];
+        let p = plan_split(&l, |t| t != 1, 1 << 20).unwrap();
+        let off = |t| p.offsets.iter().find(|x| x.0 == t).unwrap().1;
+        assert_eq!(p.own_bytes, 256);
+        assert_eq!(off(1), p.own_bytes);
+        assert!(off(0) < p.own_bytes && off(2) < p.own_bytes);
+        assert_eq!(p.arena_bytes, 256 + 320);
+        assert_eq!(p.lower_bound_bytes, 500);
+        assert_eq!(plan(&l, 1 << 20).unwrap().own_bytes, plan(&l, 1 << 20).unwrap().arena_bytes);
+        assert!(matches!(plan_split(&l, |t| t != 1, 400), Err(Error::ResourceLimit(_))));
+    }
+
+    #[test]
+    fn run_arena_addresses_both_regions() {
+        let (mut own, mut scratch) = (vec![0u8; 64], vec![0u8; 64]);
+        own[3] = 5;
+        scratch[1] = 9;
+        let a = RunArena { own: &mut own, scratch: &mut scratch };
+        assert_eq!(a.as_ref().get(65, 1), Some(&[9u8][..]));
+        assert_eq!(a.as_ref().get(3, 1), Some(&[5u8][..]));
+        assert_eq!(a.as_ref().get(60, 8), None, "a range across the two regions is no tensor's");
+        let (mut outs, gaps) = a.split_regions(&[(80, 8), (8, 8)]).unwrap();
+        outs[0][0] = 1;
+        outs[1][0] = 2;
+        assert_eq!(find_in_gaps(&gaps, 64, 2).unwrap(), &[0, 9]);
+        assert_eq!(find_in_gaps(&gaps, 0, 4).unwrap()[3], 5);
+        assert!(find_in_gaps(&gaps, 78, 4).is_err());
+        drop((outs, gaps));
+        assert_eq!((own[8], scratch[16]), (2, 1));
     }
 
     #[test]

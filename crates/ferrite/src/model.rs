@@ -332,6 +332,18 @@ pub struct Model {
     /// The constants its sessions share (prepacked weights, converted and folded
     /// constants), held weakly: the sessions own it, and it goes with the last one.
     shared: SharedSlot,
+    /// The scratch pool its sessions may share ([`Model::shared_arena`]), held weakly.
+    arena: ArenaSlot,
+}
+
+/// A model's link to the scratch pool of its sessions; a clone starts with none.
+#[derive(Default)]
+struct ArenaSlot(std::sync::Mutex<crate::shared_arena::WeakArena>);
+
+impl Clone for ArenaSlot {
+    fn clone(&self) -> Self {
+        ArenaSlot::default()
+    }
 }
 
 /// A model's link to its sessions' shared constants. A clone of a model starts
@@ -379,6 +391,7 @@ impl Model {
             signatures,
             parse_span: (started, std::time::Instant::now()),
             shared: SharedSlot::default(),
+            arena: ArenaSlot::default(),
             mapped: None,
         })
     }
@@ -390,6 +403,20 @@ impl Model {
         slot.upgrade().unwrap_or_else(|| {
             let fresh = Arc::new(crate::backend::SharedConstants::default());
             *slot = Arc::downgrade(&fresh);
+            fresh
+        })
+    }
+
+    /// The pool of scratch arenas for this model's sessions: give it to each session in
+    /// [`SessionOptions::shared_arena`](crate::SessionOptions::shared_arena) and their
+    /// intermediate tensors live in memory borrowed only while a session runs, so
+    /// sessions that do not run at the same time use one arena. The model holds the
+    /// pool weakly: it goes with the last session (or handle) using it.
+    pub fn shared_arena(&self) -> crate::SharedArena {
+        let mut slot = self.arena.0.lock().unwrap_or_else(|e| e.into_inner());
+        slot.upgrade().unwrap_or_else(|| {
+            let fresh = crate::SharedArena::new();
+            *slot = fresh.downgrade();
             fresh
         })
     }

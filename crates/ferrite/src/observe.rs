@@ -311,10 +311,10 @@ pub(crate) fn tensor_view<'a>(sub: &'a Subgraph, slots: &'a [TensorSlot], t: usi
 }
 
 /// The bytes at a tensor location, in `arena` or the model.
-pub(crate) fn loc_bytes<'a>(loc: &'a Loc, arena: &'a [u8], model_bytes: &'a [u8]) -> Option<&'a [u8]> {
+pub(crate) fn loc_bytes<'a>(loc: &'a Loc, arena: crate::memory::ArenaRef<'a>, model_bytes: &'a [u8]) -> Option<&'a [u8]> {
     match loc {
         Loc::None => None,
-        Loc::Arena { offset, len } => arena.get(*offset..offset.checked_add(*len)?),
+        Loc::Arena { offset, len } => arena.get(*offset, *len),
         Loc::Model(r) => model_bytes.get(r.clone()),
         Loc::Owned(b) => Some(b.bytes()),
     }

@@ -7,6 +7,7 @@ use crate::backend::select::{self, Backends, OpSelector};
 use crate::backend::{Backend, BackendContext, CustomOp, CustomOpRegistry};
 use crate::compile::{self, CompiledGraph, Limits, Loc};
 use crate::error::{Error, Result};
+use crate::memory::RunArena;
 use crate::model::{DType, Model, ModelBytes};
 use crate::observe::{self, Flow, OpEvent, RunHooks, RunOutcome, TraceLog};
 
@@ -32,6 +33,18 @@ pub struct SessionOptions {
     pub trace: bool,
     /// How the GPU backend stores tensors (float32 unless float16 is asked for).
     pub gpu_precision: crate::GpuPrecision,
+    /// Borrow the memory of intermediate tensors from this pool for each run instead
+    /// of keeping an arena of them (`None`, the default: the session keeps it all).
+    /// Sessions sharing a pool ([`Model::shared_arena`] for a model's sessions,
+    /// [`SharedArena::new`](crate::SharedArena::new) for any group) that do not run at
+    /// the same time use one arena; runs at the same time each get one, so the pool
+    /// holds as many as ran at once. The session keeps what outlives a run: inputs,
+    /// outputs, recurrent state. What it gives up: an intermediate tensor has no memory
+    /// between runs, so [`Session::tensor_data`] on one is an error (with
+    /// [`Session::set_preserve_all_tensors`] every tensor is kept and readable), and
+    /// graph outputs hold memory of their own for the whole run (the scratch of steps
+    /// before they are written cannot reuse it).
+    pub shared_arena: Option<crate::SharedArena>,
 }
 
 impl Default for SessionOptions {
@@ -46,6 +59,7 @@ impl Default for SessionOptions {
             custom_backends: Vec::new(),
             trace: false,
             gpu_precision: crate::GpuPrecision::Fp32,
+            shared_arena: None,
         }
     }
 }
@@ -133,7 +147,11 @@ pub struct Session {
     plan_cache: Vec<(Vec<Vec<usize>>, CompiledGraph)>,
     /// Inputs were resized since the active plan was made.
     dirty: bool,
+    /// The memory the session keeps between runs: the whole arena, or with a shared
+    /// arena its region of inputs, outputs and state (the plan's `own_bytes`).
     arena: Vec<u64>,
+    /// The pool lending the rest for each run ([`SessionOptions::shared_arena`]).
+    arena_member: Option<crate::shared_arena::Membership>,
     ctx: BackendContext,
     backends: Backends,
     ran: bool,
@@ -175,6 +193,36 @@ fn keeping_all_tensors(model: &Model, sg: usize) -> Model {
         }
     }
     m
+}
+
+/// For a run of a session with a shared arena, the scratch its plan needs, lent by the pool.
+fn lend_scratch<'p>(member: &'p Option<crate::shared_arena::Membership>, plan: &crate::memory::MemoryPlan) -> Option<crate::shared_arena::Lease<'p>> {
+    let scratch = plan.arena_bytes - plan.own_bytes;
+    member.as_ref().filter(|_| scratch > 0).map(|m| m.pool().lend(scratch))
+}
+
+/// The arena of one run: the session's own region, and the lent scratch above it.
+fn run_arena<'a>(own: &'a mut [u64], plan: &crate::memory::MemoryPlan, lease: &'a mut Option<crate::shared_arena::Lease<'_>>) -> Result<RunArena<'a>> {
+    let own = bytemuck::cast_slice_mut::<u64, u8>(own)
+        .get_mut(..plan.own_bytes)
+        .ok_or_else(|| Error::Runtime(format!("internal: the arena is smaller than the plan's {} bytes", plan.own_bytes).into()))?;
+    let scratch: &mut [u8] = match lease {
+        Some(l) => l.bytes_mut(),
+        None if plan.own_bytes == plan.arena_bytes => &mut [],
+        None => return Err(Error::Runtime("internal: a plan for a shared arena in a session without one".into())),
+    };
+    Ok(RunArena { own, scratch })
+}
+
+/// The error for reading an intermediate tensor of a session with a shared arena.
+fn lent_only(t: usize, name: &str) -> Error {
+    Error::InvalidState(
+        format!(
+            "tensor {t} ('{name}') is an intermediate of a session with a shared arena: its memory is the session's only while it runs \
+             (turn set_preserve_all_tensors on before prepare to keep every tensor, or give the session an arena of its own)"
+        )
+        .into(),
+    )
 }
 
 /// Plans kept per session for alternating input shapes (the active one included).
@@ -232,6 +280,7 @@ impl Session {
         }
         let backends = Backends::new(&options.backends, &options.op_backends, &options.custom_backends)?;
         let trace = options.trace;
+        let arena_member = options.shared_arena.as_ref().map(crate::SharedArena::join);
         let mut s = Session {
             model,
             options,
@@ -245,6 +294,7 @@ impl Session {
             plan_cache: Vec::new(),
             dirty: false,
             arena: Vec::new(),
+            arena_member,
             ctx,
             backends,
             ran: false,
@@ -453,11 +503,16 @@ impl Session {
 
     fn compile_current(&mut self) -> Result<CompiledGraph> {
         self.ctx.refusals.clear();
-        let limits = Limits { max_arena_bytes: self.options.max_arena_bytes };
+        let limits = self.limits();
         let model = self.keep_all.as_ref().unwrap_or(&self.model);
         let c = compile::compile(model, self.subgraph, &self.input_shapes, &self.backends, &self.options.custom_ops, &mut self.ctx, limits)?;
         self.stats.compiles += 1;
         Ok(c)
+    }
+
+    /// Compilation limits, and whether the plan is for a shared arena.
+    fn limits(&self) -> Limits {
+        Limits { max_arena_bytes: self.options.max_arena_bytes, shared_scratch: self.arena_member.is_some() }
     }
 
     /// Makes the arena at least `bytes` long. Growing drops the old arena before
@@ -491,7 +546,7 @@ impl Session {
         // The subgraph is fixed from here on (selecting one needs the Loaded state).
         self.keep_all = self.preserve_all.then(|| Arc::new(keeping_all_tensors(&self.model, self.subgraph)));
         let c = self.compile_current()?;
-        self.reserve_arena(c.plan.arena_bytes);
+        self.reserve_arena(c.plan.own_bytes);
         self.compiled = Some(c);
         self.plan_generation += 1;
         self.compiled_shapes = self.input_shapes.clone();
@@ -520,7 +575,7 @@ impl Session {
                 (self.input_shapes.clone(), c)
             }
         };
-        self.reserve_arena(next.plan.arena_bytes);
+        self.reserve_arena(next.plan.own_bytes);
         self.plan_generation += 1;
         let prev_key = std::mem::replace(&mut self.compiled_shapes, key);
         if let Some(prev) = self.compiled.replace(next) {
@@ -627,7 +682,8 @@ impl Session {
     /// `prepare`, every tensor that has storage — inputs as last set, outputs and
     /// intermediates as the last run left them (an intermediate's memory is shared with
     /// others unless [`Session::set_preserve_all_tensors`] is on), zeros before the
-    /// first run. An error for a tensor without storage (unused, computed at run time
+    /// first run. With a [shared arena](SessionOptions::shared_arena), an intermediate
+    /// has no memory between runs: an error, unless every tensor is preserved. An error for a tensor without storage (unused, computed at run time
     /// and not yet run, or a folded constant released at prepare) and, but for
     /// constants, before `prepare` or while a resize waits for `allocate_tensors`.
     pub fn tensor_data(&self, t: usize) -> Result<TensorData<'_>> {
@@ -640,7 +696,7 @@ impl Session {
         }
         let slot = &c.tensors[t];
         let bytes: &[u8] = match &slot.loc {
-            Loc::Arena { offset, len } => &bytemuck::cast_slice::<u64, u8>(&self.arena)[*offset..*offset + *len],
+            Loc::Arena { offset, len } => self.kept(c, t, *offset, *len)?,
             Loc::Model(r) => self.model.bytes().get(r.clone()).ok_or_else(no_data)?,
             Loc::Owned(b) => b.bytes(),
             Loc::None => return constant().ok_or_else(no_data),
@@ -664,10 +720,23 @@ impl Session {
             return Ok(v.data.bytes_mut());
         }
         match c.tensors[t].loc {
+            Loc::Arena { offset, len } if offset + len > c.plan.own_bytes => Err(lent_only(t, &name)),
             Loc::Arena { offset, len } => Ok(&mut bytemuck::cast_slice_mut::<u64, u8>(arena)[offset..offset + len]),
             Loc::Model(_) | Loc::Owned(_) => Err(Error::InvalidArgument(format!("tensor {t} ('{name}') is a constant and cannot be written").into())),
             Loc::None => Err(Error::InvalidState(format!("tensor {t} ('{name}') has no memory (unused, or computed at run time)").into())),
         }
+    }
+
+    /// The bytes of arena slot `offset..offset + len` of tensor `t` under plan `c`: an
+    /// error for a slot in the scratch a shared arena lends only during runs.
+    fn kept(&self, c: &CompiledGraph, t: usize, offset: usize, len: usize) -> Result<&[u8]> {
+        let name = || self.model.subgraphs[self.subgraph].tensors.get(t).map_or("", |i| i.name.as_str());
+        if offset + len > c.plan.own_bytes {
+            return Err(lent_only(t, name()));
+        }
+        bytemuck::cast_slice::<u64, u8>(&self.arena)
+            .get(offset..offset + len)
+            .ok_or_else(|| Error::Runtime(format!("internal: tensor {t} lies outside the arena").into()))
     }
 
     /// LiteRT's `ResetVariableTensors`: each tensor the model marks as variable
@@ -726,9 +795,15 @@ impl Session {
         self.last_run
     }
 
-    /// Bytes held by the arena (its capacity, at least the active plan's size).
+    /// Bytes held by the session's own arena (its capacity, at least the active plan's
+    /// size; with a shared arena, the region of inputs, outputs and state only).
     pub fn arena_capacity_bytes(&self) -> usize {
         self.arena.len() * 8
+    }
+
+    /// The pool this session borrows scratch from ([`SessionOptions::shared_arena`]).
+    pub fn shared_arena(&self) -> Option<&crate::SharedArena> {
+        self.arena_member.as_ref().map(|m| m.pool())
     }
 
     fn slot(&self, t: usize) -> Result<(usize, usize)> {
@@ -800,17 +875,14 @@ impl Session {
     fn run_observed(&mut self, before: Option<observe::OpCallback<'_>>, after: Option<observe::OpCallback<'_>>) -> Result<RunOutcome> {
         self.require(State::Prepared, "run")?;
         self.ensure_plan()?;
+        let limits = self.limits();
         let c = self.compiled.as_mut().ok_or_else(|| Error::InvalidState("session is not prepared".into()))?;
         self.ran = false;
         let model = self.keep_all.as_ref().unwrap_or(&self.model);
-        let arena = bytemuck::cast_slice_mut(&mut self.arena);
-        let mut env = crate::exec::DynEnv {
-            backends: &self.backends,
-            custom: &self.options.custom_ops,
-            ctx: &mut self.ctx,
-            limits: Limits { max_arena_bytes: self.options.max_arena_bytes },
-            hooks: None,
-        };
+        // Returned to the pool when the run ends, whichever way (after `arena`, which borrows it).
+        let mut lease = lend_scratch(&self.arena_member, &c.plan);
+        let arena = run_arena(&mut self.arena, &c.plan, &mut lease)?;
+        let mut env = crate::exec::DynEnv { backends: &self.backends, custom: &self.options.custom_ops, ctx: &mut self.ctx, limits, hooks: None };
         let observed = self.tracing || self.profile.is_some() || before.is_some() || after.is_some();
         let outcome = if !observed {
             crate::exec::execute(c, model, arena, None, &mut env)?;
@@ -861,6 +933,7 @@ impl Session {
                     .into(),
             ));
         }
+        let limits = self.limits();
         let c = self.compiled.as_mut().ok_or_else(|| Error::InvalidState("session is not prepared".into()))?;
         let check = |what: &str, k: usize, t: usize, got: usize| -> Result<()> {
             let slot = &c.tensors[t];
@@ -886,14 +959,9 @@ impl Session {
             return self.run_with_copies(inputs, outputs);
         }
         self.ran = false;
-        let mut env = crate::exec::DynEnv {
-            backends: &self.backends,
-            custom: &self.options.custom_ops,
-            ctx: &mut self.ctx,
-            limits: Limits { max_arena_bytes: self.options.max_arena_bytes },
-            hooks: None,
-        };
-        let arena = bytemuck::cast_slice_mut(&mut self.arena);
+        let mut env = crate::exec::DynEnv { backends: &self.backends, custom: &self.options.custom_ops, ctx: &mut self.ctx, limits, hooks: None };
+        let mut lease = lend_scratch(&self.arena_member, &c.plan);
+        let arena = run_arena(&mut self.arena, &c.plan, &mut lease)?;
         let copied = if !self.tracing && self.profile.is_none() {
             crate::exec::execute(c, &self.model, arena, Some((inputs, outputs)), &mut env)?
         } else {
@@ -954,7 +1022,7 @@ impl Session {
         }
         let slot = &c.tensors[t];
         let bytes: &[u8] = match &slot.loc {
-            Loc::Arena { offset, len } => &bytemuck::cast_slice::<u64, u8>(&self.arena)[*offset..*offset + *len],
+            Loc::Arena { offset, len } => self.kept(c, t, *offset, *len)?,
             Loc::Model(r) => &self.model.bytes()[r.clone()],
             Loc::Owned(b) => b.bytes(),
             Loc::None => &[],

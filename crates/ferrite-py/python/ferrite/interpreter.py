@@ -410,6 +410,14 @@ class Interpreter:
     process share the load and the weights the same way. Shared weights are freed with
     the last interpreter using them. Interpreters may run at the same time on
     different threads.
+
+    Sharing an arena (ferrite only): with ``share_arena=True`` the interpreter borrows the
+    memory of its intermediate tensors, for each ``invoke``, from a pool shared by the
+    interpreters of its model that set it too (combine it with ``share_weights_with`` or
+    ``share_weights``): interpreters that run one after another use one arena, and
+    interpreters running at the same time each get one. Inputs, outputs and state stay
+    the interpreter's; ``get_tensor`` of an intermediate after ``invoke`` raises
+    ``ValueError`` unless ``experimental_preserve_all_tensors`` is set.
     """
 
     def __init__(
@@ -428,6 +436,7 @@ class Interpreter:
         share_weights_with=None,
         share_weights=False,
         backends=None,
+        share_arena=False,
     ):
         del experimental_disable_delegate_clustering, experimental_default_delegate_latest_features
         del experimental_disable_delegate_node_fusion, experimental_force_delegate_node_profiling
@@ -447,6 +456,7 @@ class Interpreter:
             "threads": int(num_threads or 1),
             "preserve_all": bool(experimental_preserve_all_tensors),
             "reference": resolver == "BUILTIN_REF",
+            "share_arena": bool(share_arena),
         }
         if backends is not None:
             if isinstance(backends, str) or not all(isinstance(b, str) for b in backends):

@@ -346,6 +346,9 @@ pub struct DynamicTail {
 pub struct Limits {
     /// Largest arena (and largest folded constant) allowed.
     pub max_arena_bytes: usize,
+    /// Plan the session's subgraph for a shared arena: what outlives a run at the
+    /// arena's start, the intermediates above it (see `MemoryPlan::own_bytes`).
+    pub shared_scratch: bool,
 }
 
 pub(crate) fn bytes_of(dtype: DType, shape: &[usize], limits: &Limits, what: impl Fn() -> String) -> Result<usize> {
@@ -438,7 +441,10 @@ fn compile_subgraph(
         "plan memory",
         &[("subgraph", sg)],
         |_| -> Result<_> {
-            let plan = plan::plan_memory(g, sg, &steps, &mut tensors, &alias_of, dynamic_from, &env.limits)?;
+            // Only the session's own subgraph borrows scratch; the subgraphs it calls
+            // keep their arenas.
+            let limits = Limits { shared_scratch: env.limits.shared_scratch && depth == 0, ..env.limits };
+            let plan = plan::plan_memory(g, sg, &steps, &mut tensors, &alias_of, dynamic_from, &limits)?;
             let out_plans = plan::resolve_io(g, sg, &mut steps, &tensors, &alias_of)?;
             if dynamic_from.is_none() {
                 fold::release_unread_constants(g, &steps, &mut tensors);

@@ -53,6 +53,11 @@ pub(super) fn plan_memory(
     // Variable tensors no op produces (the state of recurrent ops, which their kernels
     // update in place) hold their values from one run to the next: they live over the
     // whole run, so no other tensor ever shares their memory.
+    // What must outlive a run: graph inputs and outputs, and that state.
+    let mut keep = vec![false; tensors.len()];
+    for &t in g.inputs.iter().chain(&g.outputs) {
+        keep[root(t)] = true;
+    }
     for t in 0..tensors.len() {
         if g.tensors[t].is_variable
             && root(t) == t
@@ -62,6 +67,7 @@ pub(super) fn plan_memory(
         {
             first[t] = 0;
             last[t] = n_steps.max(1) - 1;
+            keep[t] = true;
         }
     }
     // Tensors the dynamic tail reads must outlive every static step.
@@ -81,7 +87,11 @@ pub(super) fn plan_memory(
             lifetimes.push(Lifetime { tensor: t, bytes: b, first: first[t], last: last[t].max(first[t]) });
         }
     }
-    let plan = memory::plan(&lifetimes, limits.max_arena_bytes)?;
+    let plan = if limits.shared_scratch {
+        memory::plan_split(&lifetimes, |t| keep[t], limits.max_arena_bytes)?
+    } else {
+        memory::plan(&lifetimes, limits.max_arena_bytes)?
+    };
     let mut offset_of = vec![usize::MAX; tensors.len()];
     for &(t, offset) in &plan.offsets {
         offset_of[t] = offset;
@@ -235,7 +245,7 @@ mod tests {
         let (g, mut tensors) = chain();
         let steps: Vec<Step> = (0..4).map(step).collect();
         let alias: Vec<usize> = (0..5).collect();
-        let limits = Limits { max_arena_bytes: 1 << 20 };
+        let limits = Limits { max_arena_bytes: 1 << 20, shared_scratch: false };
         let plan = plan_memory(&g, 0, &steps, &mut tensors, &alias, None, &limits).unwrap();
         // At each step three tensors are live: the graph input x (all run) and the
         // step's own input and output.
@@ -257,10 +267,27 @@ mod tests {
         // b is an alias of a (a RESHAPE that moved no data).
         let mut alias: Vec<usize> = (0..5).collect();
         alias[2] = 1;
-        let plan = plan_memory(&g, 0, &steps, &mut tensors.clone(), &alias, None, &Limits { max_arena_bytes: 1 << 20 }).unwrap();
+        let plan = plan_memory(&g, 0, &steps, &mut tensors.clone(), &alias, None, &Limits { max_arena_bytes: 1 << 20, shared_scratch: false }).unwrap();
         assert!(plan.offsets.iter().all(|&(t, _)| t != 2));
-        let err = plan_memory(&g, 0, &steps, &mut tensors, &alias, None, &Limits { max_arena_bytes: 1000 });
+        let err = plan_memory(&g, 0, &steps, &mut tensors, &alias, None, &Limits { max_arena_bytes: 1000, shared_scratch: false });
         assert!(matches!(err, Err(Error::ResourceLimit(_))), "{err:?}");
+    }
+
+    #[test]
+    fn a_plan_for_a_shared_arena_keeps_inputs_and_outputs_in_the_own_region() {
+        let (g, mut tensors) = chain();
+        let steps: Vec<Step> = (0..4).map(step).collect();
+        let alias: Vec<usize> = (0..5).collect();
+        let plan = plan_memory(&g, 0, &steps, &mut tensors, &alias, None, &Limits { max_arena_bytes: 1 << 20, shared_scratch: true }).unwrap();
+        let at = |t: usize| match tensors[t].loc {
+            Loc::Arena { offset, .. } => offset,
+            _ => panic!("tensor {t} not in the arena"),
+        };
+        // x and y below the split, the intermediates a, b, c above it (two at a time).
+        assert_eq!(plan.own_bytes, 2 * 1024);
+        assert!(at(0) < plan.own_bytes && at(4) < plan.own_bytes);
+        assert!((1..4).all(|t| at(t) >= plan.own_bytes));
+        assert_eq!(plan.arena_bytes, 4 * 1024);
     }
 
     #[test]
@@ -268,7 +295,7 @@ mod tests {
         let (g, mut tensors) = chain();
         let mut steps: Vec<Step> = (0..4).map(step).collect();
         let alias: Vec<usize> = (0..5).collect();
-        plan_memory(&g, 0, &steps, &mut tensors, &alias, None, &Limits { max_arena_bytes: 1 << 20 }).unwrap();
+        plan_memory(&g, 0, &steps, &mut tensors, &alias, None, &Limits { max_arena_bytes: 1 << 20, shared_scratch: false }).unwrap();
         let out = resolve_io(&g, 0, &mut steps, &tensors, &alias).unwrap();
         assert!(matches!(out[..], [OutPlan::Direct]));
         // The last step writes graph output 0 straight into a bound buffer; the first reads graph input 0.
