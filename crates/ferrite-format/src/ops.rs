@@ -220,14 +220,14 @@ op_table! {
     SQRT:                    NONE,                        1..=1, 1..=1, F32;
     RSQRT:                   NONE,                        1..=1, 1..=1, F32 | I8;
     SQUARE:                  NONE,                        1..=1, 1..=1, F32;
-    ABS:                     NONE,                        1..=1, 1..=1, F32 | I8 | I16;
-    NEG:                     NONE,                        1..=1, 1..=1, F32;
+    ABS:                     NONE,                        1..=1, 1..=1, F32 | I8 | I16 | INT;
+    NEG:                     NONE,                        1..=1, 1..=1, F32 | INT;
     SIN:                     NONE,                        1..=1, 1..=1, F32;
     COS:                     NONE,                        1..=1, 1..=1, F32;
     FLOOR:                   NONE,                        1..=1, 1..=1, F32;
     CEIL:                    NONE,                        1..=1, 1..=1, F32;
     ROUND:                   NONE,                        1..=1, 1..=1, F32;
-    SIGN:                    NONE,                        1..=1, 1..=1, F32;
+    SIGN:                    NONE,                        1..=1, 1..=1, F32 | INT;
     ATAN2:                   NONE,                        2..=2, 1..=1, F32;
     // Signal: RFFT2D makes complex64 values, these take their parts.
     RFFT2D:                  NONE,                        2..=2, 1..=1, F32;

@@ -1927,6 +1927,23 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             case.spec.tensors[o].quant = Some((vec![r.f(0.005, 0.1)], vec![r.int(-40, 40)], 0));
             return case;
         }
+        "ABS_INT32" | "NEG_INT32" | "SIGN_INT32" => {
+            // Plain int32 values around zero (zero itself frequent), fixed by the case.
+            let s = {
+                let rk = r.u(1, 4);
+                r.shape(rk, 1, 6)
+            };
+            let x = m.add_tensor(TensorSpec::activation("x", TensorType::INT32, &s));
+            m.inputs.push(x);
+            fixed.push((0, (0..n_of(&s)).map(|_| if r.u(0, 4) == 0 { 0 } else { r.int(-100_000, 100_000) as i32 }).collect()));
+            let o = out(&mut m, TensorType::INT32, &s);
+            let code = match op {
+                "ABS_INT32" => B::ABS,
+                "NEG_INT32" => B::NEG,
+                _ => B::SIGN,
+            };
+            single(code, &[x], o, Options::None, &mut m);
+        }
         _ if QUANTIZED_COMPARISONS.iter().any(|c| op.strip_prefix(c).is_some_and(|t| ["_INT8", "_UINT8", "_INT16"].contains(&t))) => {
             // Each input its own scale (below 1, as LiteRT's rescale needs) and zero
             // point, or both one quantization (the converter's usual case, where the
@@ -2344,6 +2361,9 @@ const OPS: &[&str] = &[
     "NOT_EQUAL_INT8",
     "NOT_EQUAL_UINT8",
     "NOT_EQUAL_INT16",
+    "ABS_INT32",
+    "NEG_INT32",
+    "SIGN_INT32",
     "CONV_2D",
     "DEPTHWISE_CONV_2D",
     "AVERAGE_POOL_2D",
