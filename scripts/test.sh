@@ -102,6 +102,8 @@ done
 echo "== coverage: the list of builtins LiteRT's default resolver registers is the one checked in (a second)"
 "$CACHE/venv/bin/python" tools/litert_builtins.py --out target/litert_builtins.txt 2>/dev/null
 diff -u crates/ferrite-format/coverage/litert_builtins.txt target/litert_builtins.txt
+echo "== coverage: the element types LiteRT's kernels run, per op of the table, are the ones checked in (single-op probes; seconds)"
+"$CACHE/venv/bin/python" tools/litert_types.py --opgen target/release/ferrite-opgen --check crates/ferrite-format/coverage/litert_types.txt
 
 echo "== conformance: the SSD-style detector, image to boxes, vs LiteRT (cpu, then reference backend; seconds)"
 "$CACHE/venv/bin/python" tools/conformance.py models --ferrite target/release/ferrite --corpus "$CACHE/detect-models-2.19.1"

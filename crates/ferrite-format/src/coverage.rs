@@ -2,18 +2,89 @@
 //! supported (the op table has a kernel), refused (LiteRT has no kernel either) or
 //! missing (LiteRT runs it, ferrite does not).
 //!
-//! Two checked-in files say what LiteRT does: `coverage/litert_builtins.txt`, the
+//! Three checked-in files say what LiteRT does: `coverage/litert_builtins.txt`, the
 //! builtins LiteRT 2.3.0's default op resolver registers (probed by
-//! `tools/litert_builtins.py`), and `coverage/gaps.txt`, the written reason for each
-//! builtin or element type ferrite does not run. A builtin LiteRT does not register
-//! is refused for that reason alone. The test of this module keeps the two files and
-//! the op table consistent: a registered builtin that the table lacks needs a reason.
+//! `tools/litert_builtins.py`); `coverage/litert_types.txt`, per op of the table and
+//! element type, whether LiteRT's kernel runs a single-op model of that type (probed by
+//! `tools/litert_types.py`, with LiteRT's error where it refuses); and
+//! `coverage/gaps.txt`, the written reason for each builtin or element type ferrite
+//! does not run that the probes do not settle. A builtin LiteRT does not register is
+//! refused for that reason alone; a type its kernel refuses is refused with LiteRT's
+//! error; a type it runs and ferrite does not is missing. The tests of this module keep
+//! the files and the op table consistent: what LiteRT runs and ferrite lacks needs a
+//! written reason.
 
 use crate::ops::{BuiltinOp, Types};
 use crate::schema::BuiltinOperator;
 
 const LITERT_BUILTINS: &str = include_str!("../coverage/litert_builtins.txt");
 const GAPS: &str = include_str!("../coverage/gaps.txt");
+const LITERT_TYPES: &str = include_str!("../coverage/litert_types.txt");
+
+/// What the type probe found for one op and element type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    /// LiteRT allocated and invoked the single-op model.
+    Runs,
+    /// LiteRT stopped it (the line carries its first error line).
+    Refuses,
+    /// The type has no meaning for the op (a hybrid form of an op without weights).
+    NotApplicable,
+    /// The probe cannot build a faithful model of that type (the line says why).
+    Unprobed,
+}
+
+/// One line of `litert_types.txt`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TypeProbe {
+    /// The op, as the schema spells it.
+    pub op: String,
+    /// The column of [`TYPE_COLUMNS`].
+    pub ty: String,
+    /// What the probe found.
+    pub probe: Probe,
+    /// LiteRT's first error line, or why the type does not apply or was not probed.
+    pub detail: String,
+}
+
+/// The lines of `litert_types.txt`; an ill-formed line is an error naming it.
+pub fn litert_types() -> Result<Vec<TypeProbe>, String> {
+    let mut out = Vec::new();
+    for (n, line) in LITERT_TYPES.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let parts: Vec<&str> = line.splitn(4, '|').map(str::trim).collect();
+        let (op, ty, status, detail) = match parts[..] {
+            [op, ty, status] => (op, ty, status, ""),
+            [op, ty, status, detail] => (op, ty, status, detail),
+            _ => return Err(format!("litert_types.txt line {}: expected OP | TYPE | STATUS [| DETAIL]", n + 1)),
+        };
+        let probe = match status {
+            "runs" => Probe::Runs,
+            "refuses" => Probe::Refuses,
+            "n/a" => Probe::NotApplicable,
+            "unprobed" => Probe::Unprobed,
+            s => return Err(format!("litert_types.txt line {}: unknown status '{s}'", n + 1)),
+        };
+        if !TYPE_COLUMNS.iter().any(|c| c.0 == ty) {
+            return Err(format!("litert_types.txt line {}: unknown type '{ty}'", n + 1));
+        }
+        if probe != Probe::Runs && detail.is_empty() {
+            return Err(format!("litert_types.txt line {}: {status} without a reason", n + 1));
+        }
+        out.push(TypeProbe { op: op.into(), ty: ty.into(), probe, detail: detail.into() });
+    }
+    Ok(out)
+}
+
+/// LiteRT's error line without the node suffix it appends to every message.
+fn litert_reason(detail: &str) -> String {
+    let cut = detail.find("Node number").map_or(detail, |i| &detail[..i]).trim();
+    let cut = if cut.is_empty() { detail } else { cut };
+    format!("LiteRT refuses it: {cut}")
+}
 
 /// The element-type columns of the report, with the op-table types that cover each.
 pub const TYPE_COLUMNS: [(&str, Types); 6] =
@@ -77,6 +148,29 @@ impl OpCoverage {
     }
 }
 
+impl OpCoverage {
+    /// Why each type that is not supported is not, one clause per distinct reason
+    /// naming its types (`int8, uint8: ...; int: ...`); the bare reason when every
+    /// type shares it. Empty when every type is supported.
+    pub fn reasons_by_type(&self) -> String {
+        let mut groups: Vec<(&str, Vec<&str>)> = Vec::new();
+        for (t, &(col, _)) in self.types.iter().zip(TYPE_COLUMNS.iter()) {
+            if t.0 == Status::Supported {
+                continue;
+            }
+            let why = t.1.as_deref().unwrap_or("no reason given");
+            match groups.iter_mut().find(|g| g.0 == why) {
+                Some(g) => g.1.push(col),
+                None => groups.push((why, vec![col])),
+            }
+        }
+        if groups.len() == 1 && groups[0].1.len() == TYPE_COLUMNS.len() {
+            return groups[0].0.to_string();
+        }
+        groups.iter().map(|(why, cols)| format!("{}: {why}", cols.join(", "))).collect::<Vec<_>>().join("; ")
+    }
+}
+
 /// One line of `gaps.txt`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Gap {
@@ -124,10 +218,17 @@ pub fn litert_builtins() -> Vec<&'static str> {
 
 /// The report: every builtin of the schema (CUSTOM and the code placeholder aside),
 /// in code order.
+///
+/// A type the op table lacks takes, in this order: a `gaps.txt` line for the op and
+/// type; the type probe's refusal (LiteRT's error) or inapplicability; for a type
+/// LiteRT runs, a `gaps.txt` line for the whole op that says it is missing; for a type
+/// not probed, the op's or the type's `gaps.txt` line. Anything else is missing
+/// without a reason, which the test fails on.
 pub fn report() -> Vec<OpCoverage> {
     let litert = litert_builtins();
-    // An ill-formed gaps file shows as missing reasons; the test reports the error.
+    // Ill-formed files show as missing reasons; the tests report the error.
     let gaps = gaps().unwrap_or_default();
+    let probes = litert_types().unwrap_or_default();
     let find = |op: &str, ty: &str| gaps.iter().find(|g| g.op == op && g.ty == ty);
     BuiltinOperator::ENUM_VALUES
         .iter()
@@ -146,7 +247,22 @@ pub fn report() -> Vec<OpCoverage> {
                     if !registered {
                         return (Status::Refused, Some("LiteRT's default op resolver does not register it".to_string()));
                     }
-                    match find(name, col).or_else(|| find(name, "*")).or_else(|| find("*", col)) {
+                    if let Some(g) = find(name, col) {
+                        return (g.status, Some(g.reason.clone()));
+                    }
+                    let probe = probes.iter().find(|p| p.op == name && p.ty == col);
+                    match probe.map(|p| p.probe) {
+                        Some(Probe::Refuses) => return (Status::Refused, probe.map(|p| litert_reason(&p.detail))),
+                        Some(Probe::NotApplicable) => return (Status::Refused, probe.map(|p| format!("no such kernel: {}", p.detail))),
+                        Some(Probe::Runs) => {
+                            return match find(name, "*").filter(|g| g.status == Status::Missing) {
+                                Some(g) => (Status::Missing, Some(g.reason.clone())),
+                                None => (Status::Missing, None),
+                            }
+                        }
+                        Some(Probe::Unprobed) | None => {}
+                    }
+                    match find(name, "*").or_else(|| find("*", col)) {
                         Some(g) => (g.status, Some(g.reason.clone())),
                         None => (Status::Missing, None),
                     }
@@ -155,6 +271,13 @@ pub fn report() -> Vec<OpCoverage> {
             Some(OpCoverage { name, code: o.0, litert: registered, types })
         })
         .collect()
+}
+
+/// (op, type) entries per status: (supported, refused, missing, missing without a reason).
+pub fn type_counts(report: &[OpCoverage]) -> (usize, usize, usize, usize) {
+    let all = || report.iter().flat_map(|o| o.types.iter());
+    let n = |s: Status| all().filter(|t| t.0 == s).count();
+    (n(Status::Supported), n(Status::Refused), n(Status::Missing), all().filter(|t| t.0 == Status::Missing && t.1.is_none()).count())
 }
 
 /// Ops per overall status: (supported, refused, missing).
@@ -167,12 +290,16 @@ pub fn counts(report: &[OpCoverage]) -> (usize, usize, usize) {
 pub fn markdown() -> String {
     let report = report();
     let (supported, refused, missing) = counts(&report);
+    let (t_supported, t_refused, t_missing, _) = type_counts(&report);
     let mut out = format!(
         "## Coverage of the schema's builtins\n\nEvery builtin of the schema ferrite reads, per element type: `yes` (ferrite runs it), \
          `refused` (LiteRT 2.3.0 refuses it too: its default op resolver does not register the op, or it has no kernel for the type), \
-         `MISSING` (LiteRT runs it, ferrite does not). `int` is int32/int64/bool. Reasons come from \
-         `crates/ferrite-format/coverage/gaps.txt`; an unreasoned MISSING type is one nobody has checked against LiteRT yet.\n\n\
-         {supported} ops supported, {refused} refused as LiteRT refuses them, {missing} missing.\n\n| op | code | LiteRT | {} | reason |\n|---|---|---|{}---|\n",
+         `MISSING` (LiteRT runs it, ferrite does not). `int` is int32/int64/bool. Which types LiteRT's kernels run is probed \
+         (`tools/litert_types.py`, recorded in `crates/ferrite-format/coverage/litert_types.txt` with LiteRT's error for each \
+         refusal); the other reasons come from `crates/ferrite-format/coverage/gaps.txt`. The reason column gives, per type \
+         that is not `yes`, why.\n\n\
+         {supported} ops supported, {refused} refused as LiteRT refuses them, {missing} missing; per (op, type): \
+         {t_supported} supported, {t_refused} refused, {t_missing} missing.\n\n| op | code | LiteRT | {} | reason |\n|---|---|---|{}---|\n",
         TYPE_COLUMNS.iter().map(|c| c.0).collect::<Vec<_>>().join(" | "),
         "---|".repeat(TYPE_COLUMNS.len()),
     );
@@ -186,7 +313,7 @@ pub fn markdown() -> String {
                 Status::Missing => "MISSING",
             })
             .collect();
-        let reason = op.reason().unwrap_or("");
+        let reason = op.reasons_by_type();
         out.push_str(&format!("| {} | {} | {} | {} | {reason} |\n", op.name, op.code, if op.litert { "yes" } else { "no" }, cells.join(" | ")));
     }
     out
@@ -220,10 +347,62 @@ mod tests {
         let report = report();
         let unreasoned: Vec<&str> = report.iter().filter(|o| o.litert && o.status() != Status::Supported && o.reason().is_none()).map(|o| o.name).collect();
         assert!(unreasoned.is_empty(), "builtins LiteRT's default resolver runs, missing from ferrite without a reason in coverage/gaps.txt: {unreasoned:?}");
+        // Per element type too: a type LiteRT's kernel runs (or that was not probed)
+        // and ferrite lacks needs a written reason.
+        let unreasoned_types: Vec<String> = report
+            .iter()
+            .filter(|o| o.litert)
+            .flat_map(|o| {
+                o.types
+                    .iter()
+                    .zip(TYPE_COLUMNS.iter())
+                    .filter(|(t, _)| t.0 == Status::Missing && t.1.is_none())
+                    .map(move |(_, c)| format!("{} {}", o.name, c.0))
+            })
+            .collect();
+        assert!(
+            unreasoned_types.is_empty(),
+            "{} (op, type) entries LiteRT runs are missing from ferrite without a reason in coverage/gaps.txt: {unreasoned_types:?}",
+            unreasoned_types.len()
+        );
         // Every op of the table is in the report as supported.
         for &op in BuiltinOp::ALL {
             let row = report.iter().find(|o| o.code == op.code()).unwrap();
             assert_eq!(row.status(), Status::Supported, "{op}");
+        }
+    }
+
+    #[test]
+    fn type_probe_covers_the_table_and_agrees_with_gaps() {
+        let probes = litert_types().unwrap();
+        for &op in BuiltinOp::ALL.iter().filter(|op| !op.types().contains(Types::EXECUTOR)) {
+            for (col, _) in TYPE_COLUMNS {
+                let n = probes.iter().filter(|p| p.op == op.name() && p.ty == col).count();
+                assert_eq!(n, 1, "litert_types.txt has {n} lines for {op} {col}: re-run tools/litert_types.py");
+            }
+        }
+        for p in &probes {
+            assert!(BuiltinOp::from_name(&p.op).is_some(), "litert_types.txt probes {}, which is not in the op table", p.op);
+        }
+        // LiteRT is known to run float32 for every op of the table that has a float
+        // kernel and a probe; a float refusal would be a malformed probe model.
+        for p in probes.iter().filter(|p| p.ty == "float32" && p.probe == Probe::Refuses) {
+            let op = BuiltinOp::from_name(&p.op).unwrap();
+            assert!(!op.types().contains(Types::F32), "LiteRT refuses the float32 probe of {}: {} (a probe bug?)", p.op, p.detail);
+        }
+        // A written reason for a type the probe settles is stale: one saying refused
+        // where LiteRT runs it is wrong, one for a type LiteRT refuses repeats it.
+        for g in gaps().unwrap().iter().filter(|g| g.op != "*" && g.ty != "*") {
+            if let Some(p) = probes.iter().find(|p| p.op == g.op && p.ty == g.ty) {
+                assert!(!(g.status == Status::Refused && p.probe == Probe::Runs), "gaps.txt says LiteRT refuses {} {}, but the probe runs it", g.op, g.ty);
+                assert!(
+                    !matches!(p.probe, Probe::Refuses | Probe::NotApplicable),
+                    "gaps.txt gives a reason for {} {}, which the probe settles ({}): remove the line",
+                    g.op,
+                    g.ty,
+                    p.detail
+                );
+            }
         }
     }
 

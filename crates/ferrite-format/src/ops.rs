@@ -185,20 +185,20 @@ op_table! {
     SUB:                     SubOptions,                  2..=2, 1..=1, F32 | I8 | U8 | I16 | INT;
     MUL:                     MulOptions,                  2..=2, 1..=1, F32 | I8 | U8 | I16 | INT;
     DIV:                     DivOptions,                  2..=2, 1..=1, F32 | INT;
-    MAXIMUM:                 NONE,                        2..=2, 1..=1, F32 | INT;
-    MINIMUM:                 NONE,                        2..=2, 1..=1, F32 | INT;
+    MAXIMUM:                 NONE,                        2..=2, 1..=1, F32 | I8 | U8 | I16 | INT;
+    MINIMUM:                 NONE,                        2..=2, 1..=1, F32 | I8 | U8 | I16 | INT;
     SQUARED_DIFFERENCE:      NONE,                        2..=2, 1..=1, F32 | I8 | INT;
     POW:                     NONE,                        2..=2, 1..=1, F32 | INT;
     FLOOR_DIV:               NONE,                        2..=2, 1..=1, F32 | INT;
     FLOOR_MOD:               NONE,                        2..=2, 1..=1, F32 | INT;
     PRELU:                   NONE,                        2..=2, 1..=1, F32 | I8 | U8 | I16;
     // Comparison and logic.
-    LESS:                    NONE,                        2..=2, 1..=1, F32 | INT;
-    LESS_EQUAL:              NONE,                        2..=2, 1..=1, F32 | INT;
-    GREATER:                 NONE,                        2..=2, 1..=1, F32 | INT;
-    GREATER_EQUAL:           NONE,                        2..=2, 1..=1, F32 | INT;
-    EQUAL:                   NONE,                        2..=2, 1..=1, F32 | INT;
-    NOT_EQUAL:               NONE,                        2..=2, 1..=1, F32 | INT;
+    LESS:                    NONE,                        2..=2, 1..=1, F32 | I8 | U8 | I16 | INT;
+    LESS_EQUAL:              NONE,                        2..=2, 1..=1, F32 | I8 | U8 | I16 | INT;
+    GREATER:                 NONE,                        2..=2, 1..=1, F32 | I8 | U8 | I16 | INT;
+    GREATER_EQUAL:           NONE,                        2..=2, 1..=1, F32 | I8 | U8 | I16 | INT;
+    EQUAL:                   NONE,                        2..=2, 1..=1, F32 | I8 | U8 | I16 | INT;
+    NOT_EQUAL:               NONE,                        2..=2, 1..=1, F32 | I8 | U8 | I16 | INT;
     LOGICAL_AND:             NONE,                        2..=2, 1..=1, INT;
     LOGICAL_OR:              NONE,                        2..=2, 1..=1, INT;
     LOGICAL_NOT:             NONE,                        1..=1, 1..=1, INT;
@@ -220,14 +220,14 @@ op_table! {
     SQRT:                    NONE,                        1..=1, 1..=1, F32;
     RSQRT:                   NONE,                        1..=1, 1..=1, F32 | I8;
     SQUARE:                  NONE,                        1..=1, 1..=1, F32;
-    ABS:                     NONE,                        1..=1, 1..=1, F32 | I8 | I16;
-    NEG:                     NONE,                        1..=1, 1..=1, F32;
+    ABS:                     NONE,                        1..=1, 1..=1, F32 | I8 | I16 | INT;
+    NEG:                     NONE,                        1..=1, 1..=1, F32 | INT;
     SIN:                     NONE,                        1..=1, 1..=1, F32;
     COS:                     NONE,                        1..=1, 1..=1, F32;
     FLOOR:                   NONE,                        1..=1, 1..=1, F32;
     CEIL:                    NONE,                        1..=1, 1..=1, F32;
     ROUND:                   NONE,                        1..=1, 1..=1, F32;
-    SIGN:                    NONE,                        1..=1, 1..=1, F32;
+    SIGN:                    NONE,                        1..=1, 1..=1, F32 | INT;
     ATAN2:                   NONE,                        2..=2, 1..=1, F32;
     // Signal: RFFT2D makes complex64 values, these take their parts.
     RFFT2D:                  NONE,                        2..=2, 1..=1, F32;
@@ -283,8 +283,8 @@ op_table! {
     ONE_HOT:                 OneHotOptions,               4..=4, 1..=1, ANY;
     RANGE:                   NONE,                        3..=3, 1..=1, F32 | INT;
     CUMSUM:                  CumsumOptions,               2..=2, 1..=1, F32 | INT;
-    WHERE:                   NONE,                        1..=1, 1..=1, F32 | INT;
-    UNIQUE:                  UniqueOptions,               1..=1, 2..=2, F32 | I8 | U8 | INT;
+    WHERE:                   NONE,                        1..=1, 1..=1, F32 | I8 | U8 | INT;
+    UNIQUE:                  UniqueOptions,               1..=1, 2..=2, F32 | I8 | U8 | I16 | INT;
     SEGMENT_SUM:             NONE,                        2..=2, 1..=1, F32 | INT;
     UNSORTED_SEGMENT_SUM:    NONE,                        3..=3, 1..=1, F32 | INT;
     UNSORTED_SEGMENT_PROD:   NONE,                        3..=3, 1..=1, F32 | INT;
@@ -298,8 +298,8 @@ op_table! {
     NON_MAX_SUPPRESSION_V5:  NONE,                        6..=6, 3..=3, F32;
     // Bit-level ops on plain (unquantized) integers of 8 to 32 bits.
     BITCAST:                 NONE,                        1..=1, 1..=1, ANY;
-    RIGHT_SHIFT:             NONE,                        2..=2, 1..=1, INT;
-    BITWISE_XOR:             NONE,                        2..=2, 1..=1, INT;
+    RIGHT_SHIFT:             NONE,                        2..=2, 1..=1, I8 | U8 | I16 | INT;
+    BITWISE_XOR:             NONE,                        2..=2, 1..=1, I8 | U8 | I16 | INT;
     // Type conversion.
     CAST:                    NONE,                        1..=1, 1..=1, ANY;
     QUANTIZE:                NONE,                        1..=1, 1..=1, F32 | I8 | U8 | I16;

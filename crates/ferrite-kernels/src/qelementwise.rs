@@ -1,6 +1,7 @@
 //! Quantized element-wise binary ops with broadcasting, as LiteRT's builtin
 //! integer kernels compute them: ADD / SUB (general and int16 power-of-two), MUL,
-//! PRELU and SQUARED_DIFFERENCE.
+//! PRELU and SQUARED_DIFFERENCE, and the rescaled operands of int8 / uint8
+//! comparisons.
 
 use crate::elementwise::binary;
 use crate::fixed16 as f16;
@@ -184,10 +185,58 @@ pub fn binary_q<A: QuantInt, B: QuantInt, O: QuantInt>(
     }
 }
 
+/// Left shift LiteRT gives an int8 / uint8 comparison's operands before rescaling:
+/// eight bits of headroom, so nearby values of differently scaled inputs stay apart.
+pub const COMPARISON_SHIFT: i32 = 8;
+
+/// One operand of a quantized (int8 / uint8) comparison: LiteRT compares
+/// `(q - zero_point) * 2^8` times the input's own scale, rescaled with a fixed-point
+/// multiplier, so two inputs of different quantization compare as real values
+/// (up to that rounding, which a bit-exact kernel must reproduce: values that round
+/// together compare equal).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompareScale {
+    /// The input's zero point.
+    pub zero_point: i32,
+    /// Multiplier and shift of the input's scale (below 1, so the shift is <= 0).
+    pub scale: (i32, i32),
+}
+
+impl CompareScale {
+    /// For an input of `scale` (in (0, 1)) and `zero_point`; `None` for a scale of 1
+    /// or more, where LiteRT's rescale shifts right by a negative amount (undefined).
+    pub fn new(scale: f32, zero_point: i32) -> Option<CompareScale> {
+        let (m, e) = quantize_multiplier(f64::from(scale));
+        (scale > 0.0 && scale < 1.0 && e <= 0).then_some(CompareScale { zero_point, scale: (m, e) })
+    }
+
+    /// The operand as the comparison sees it.
+    #[inline(always)]
+    pub fn apply(self, q: i32) -> i32 {
+        multiply_by_quantized_multiplier((q - self.zero_point).wrapping_mul(1 << COMPARISON_SHIFT), self.scale.0, self.scale.1)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::testutil::{broadcast_index, broadcast_shapes, mbqm_ref, Rng};
+
+    /// The comparison operand against its definition: the centred value shifted
+    /// left 8 bits, times the scale's multiplier, rounded by the reference rescale.
+    #[test]
+    fn comparison_operands_match_the_definition() {
+        let mut rng = Rng::new(17);
+        for _ in 0..2000 {
+            let scale = rng.scale(-4.0, -0.001);
+            let zp = rng.range(-128, 255) as i32;
+            let c = CompareScale::new(scale, zp).unwrap();
+            let (m, e) = quantize_multiplier(f64::from(scale));
+            let q = rng.range(-128, 255) as i32;
+            assert_eq!(c.apply(q), mbqm_ref((q - zp) * 256, m, e), "scale {scale} zp {zp} q {q}");
+        }
+        assert!(CompareScale::new(1.0, 0).is_none() && CompareScale::new(2.5, 0).is_none());
+    }
 
     /// `x / 2^e`, rounded half away from zero.
     fn rdpot_ref(x: i64, e: i32) -> i64 {

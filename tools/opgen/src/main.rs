@@ -5,6 +5,9 @@
 //! Usage:
 //!   ferrite-opgen ops OUTDIR [--seed S] [--per-op K]   (writes OUTDIR/manifest.json)
 //!   ferrite-opgen demo OUT.tflite
+//!   ferrite-opgen probe OUTDIR [--seed S]              (per-type LiteRT probe models, see probe.rs)
+
+mod probe;
 
 use ferrite_format::schema::TensorType;
 use ferrite_format::writer::{Activation, BuiltinOperator as B, ModelSpec, OpCode, Options, Padding, TensorSpec};
@@ -1924,6 +1927,53 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             case.spec.tensors[o].quant = Some((vec![r.f(0.005, 0.1)], vec![r.int(-40, 40)], 0));
             return case;
         }
+        "ABS_INT32" | "NEG_INT32" | "SIGN_INT32" => {
+            // Plain int32 values around zero (zero itself frequent), fixed by the case.
+            let s = {
+                let rk = r.u(1, 4);
+                r.shape(rk, 1, 6)
+            };
+            let x = m.add_tensor(TensorSpec::activation("x", TensorType::INT32, &s));
+            m.inputs.push(x);
+            fixed.push((0, (0..n_of(&s)).map(|_| if r.u(0, 4) == 0 { 0 } else { r.int(-100_000, 100_000) as i32 }).collect()));
+            let o = out(&mut m, TensorType::INT32, &s);
+            let code = match op {
+                "ABS_INT32" => B::ABS,
+                "NEG_INT32" => B::NEG,
+                _ => B::SIGN,
+            };
+            single(code, &[x], o, Options::None, &mut m);
+        }
+        _ if QUANTIZED_COMPARISONS.iter().any(|c| op.strip_prefix(c).is_some_and(|t| ["_INT8", "_UINT8", "_INT16"].contains(&t))) => {
+            // Each input its own scale (below 1, as LiteRT's rescale needs) and zero
+            // point, or both one quantization (the converter's usual case, where the
+            // rescale's rounding can still merge neighbouring values); small scales
+            // make such ties frequent. int16 (zero points 0) compares as stored.
+            let (base, ty) = if let Some(b) = op.strip_suffix("_UINT8") {
+                (b, TensorType::UINT8)
+            } else if let Some(b) = op.strip_suffix("_INT16") {
+                (b, TensorType::INT16)
+            } else {
+                (op.trim_end_matches("_INT8"), TensorType::INT8)
+            };
+            let mut case = quantized_variant(gen(base, r), ty, r);
+            let shared = r.coin();
+            let q = |r: &mut Rng| {
+                let s = if r.coin() { r.f(0.0005, 0.01) } else { r.f(0.01, 0.9) };
+                let zp = match ty {
+                    TensorType::INT8 => r.int(-60, 60),
+                    TensorType::UINT8 => r.int(60, 190),
+                    _ => 0,
+                };
+                (vec![s], vec![zp], 0)
+            };
+            let first = q(r);
+            for (k, &t) in case.spec.inputs.clone().iter().enumerate() {
+                let qk = if shared || k == 0 { first.clone() } else { q(r) };
+                case.spec.tensors[t as usize].quant = Some(qk);
+            }
+            return case;
+        }
         _ => {
             if let Some((base, ty)) = [("_INT8", TensorType::INT8), ("_UINT8", TensorType::UINT8), ("_INT16", TensorType::INT16)]
                 .iter()
@@ -1936,6 +1986,9 @@ fn gen(op: &str, r: &mut Rng) -> Case {
     }
     Case { spec: m, ranges, fixed }
 }
+
+/// Comparisons with quantized (int8, uint8, int16) cases: `LESS_INT8`, ...
+const QUANTIZED_COMPARISONS: &[&str] = &["LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL", "EQUAL", "NOT_EQUAL"];
 
 /// The recurrent cases: every variant of each op (float and hybrid), each run as a
 /// stream of steps so the state in its variable tensors carries from run to run.
@@ -2283,6 +2336,34 @@ fn f32_to_f16_bits(v: f32) -> u16 {
 /// Every op the generator covers. (ELU, CEIL, ROUND and BROADCAST_TO have no kernel in
 /// LiteRT's reference resolver, so they cannot be compared there.)
 const OPS: &[&str] = &[
+    // Quantized MAXIMUM / MINIMUM (stored integers) and comparisons (rescaled).
+    "MAXIMUM_INT8",
+    "MAXIMUM_UINT8",
+    "MAXIMUM_INT16",
+    "MINIMUM_INT8",
+    "MINIMUM_UINT8",
+    "MINIMUM_INT16",
+    "LESS_INT8",
+    "LESS_UINT8",
+    "LESS_INT16",
+    "LESS_EQUAL_INT8",
+    "LESS_EQUAL_UINT8",
+    "LESS_EQUAL_INT16",
+    "GREATER_INT8",
+    "GREATER_UINT8",
+    "GREATER_INT16",
+    "GREATER_EQUAL_INT8",
+    "GREATER_EQUAL_UINT8",
+    "GREATER_EQUAL_INT16",
+    "EQUAL_INT8",
+    "EQUAL_UINT8",
+    "EQUAL_INT16",
+    "NOT_EQUAL_INT8",
+    "NOT_EQUAL_UINT8",
+    "NOT_EQUAL_INT16",
+    "ABS_INT32",
+    "NEG_INT32",
+    "SIGN_INT32",
     "CONV_2D",
     "DEPTHWISE_CONV_2D",
     "AVERAGE_POOL_2D",
@@ -2686,6 +2767,11 @@ fn main() -> Result<(), String> {
             let path = args.get(2).ok_or("usage: ferrite-opgen demo OUT.tflite")?;
             std::fs::write(path, demo()?).map_err(|e| e.to_string())
         }
+        Some("probe") => {
+            let dir = std::path::PathBuf::from(args.get(2).ok_or("usage: ferrite-opgen probe OUTDIR [--seed S]")?);
+            let seed = args.iter().position(|a| a == "--seed").and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(1);
+            probe::write(&dir, seed)
+        }
         Some("ops") => {
             let dir = std::path::PathBuf::from(args.get(2).ok_or("usage: ferrite-opgen ops OUTDIR [--seed S] [--per-op K]")?);
             let flag = |name: &str, d: u64| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(d);
@@ -2715,7 +2801,7 @@ fn main() -> Result<(), String> {
             }
             std::fs::write(dir.join("manifest.json"), serde_json::to_string_pretty(&entries).map_err(|e| e.to_string())?).map_err(|e| e.to_string())
         }
-        _ => Err("usage: ferrite-opgen ops OUTDIR [--seed S] [--per-op K] | demo OUT.tflite".into()),
+        _ => Err("usage: ferrite-opgen ops OUTDIR [--seed S] [--per-op K] | probe OUTDIR [--seed S] | demo OUT.tflite".into()),
     }
 }
 

@@ -1,10 +1,11 @@
 //! Element-wise binary ops with broadcasting (float, int32/int64, and quantized
-//! ADD/SUB/MUL/PRELU/SQUARED_DIFFERENCE), comparisons, logic, select and the bitwise RIGHT_SHIFT and
+//! ADD/SUB/MUL/PRELU/SQUARED_DIFFERENCE/MAXIMUM/MINIMUM), comparisons (quantized
+//! ones rescaled as LiteRT does), logic, select and the bitwise RIGHT_SHIFT and
 //! BITWISE_XOR.
 
 use ferrite_format::ops::BuiltinOp as B;
 use ferrite_kernels::elementwise::{self as kel, broadcast_shape, Binary, IntBinary};
-use ferrite_kernels::qelementwise::{binary_q, QBinary};
+use ferrite_kernels::qelementwise::{binary_q, CompareScale, QBinary};
 use ferrite_kernels::quant::{self as kq};
 
 use super::quant::*;
@@ -134,6 +135,25 @@ pub(crate) fn binary(op: &OpContext<'_>, code: B, pool: Option<std::sync::Arc<fe
                 Ok(())
             })
         }
+        DType::I8 | DType::U8 | DType::I16 if matches!(code, B::MAXIMUM | B::MINIMUM) => {
+            // LiteRT takes the larger (smaller) stored integer: the converter gives both
+            // inputs and the output one quantization, under which that is the real max.
+            let max = code == B::MAXIMUM;
+            macro_rules! k {
+                ($t:ty) => {
+                    Box::new(move |ins: &[Option<&[u8]>], outs: &mut [&mut [u8]]| {
+                        let (x, y, o) = (typed::<$t>(arg(ins, 0)?)?, typed::<$t>(arg(ins, 1)?)?, typed_mut::<$t>(outs[0])?);
+                        kel::binary(x, &sa, y, &sb, o, &os, |x: $t, y: $t| if max { x.max(y) } else { x.min(y) });
+                        Ok(())
+                    }) as crate::backend::KernelFn
+                };
+            }
+            match dtype {
+                DType::I8 => k!(i8),
+                DType::U8 => k!(u8),
+                _ => k!(i16),
+            }
+        }
         t => return Err(op.unsupported(format!("element type {}", t.name()))),
     };
     Ok(Built { outputs: vec![(dtype, out)], kernel })
@@ -244,6 +264,30 @@ pub(crate) fn compare(op: &OpContext<'_>, code: B) -> Result<Built> {
                 Ok(())
             }) as crate::backend::KernelFn
         }};
+    }
+    // int8 / uint8 with quantization: LiteRT compares each operand rescaled by its own
+    // scale (int16 and plain integers compare as stored).
+    if let (DType::I8 | DType::U8, Some(qa), Some(qb)) = (dtype, a.quant, b.quant) {
+        let scaled = |q: &crate::model::Quantization, what: &str| {
+            let (s, z) = (q.scale.first().copied().unwrap_or(0.0), q.zero_point.first().copied().unwrap_or(0) as i32);
+            CompareScale::new(s, z)
+                .ok_or_else(|| op.unsupported(format!("quantized comparison with {what}'s scale {s} (LiteRT's rescale is undefined for scales >= 1)")))
+        };
+        let (ca, cb) = (scaled(qa, "input 0")?, scaled(qb, "input 1")?);
+        let f = cmp::<i32>(code);
+        macro_rules! q {
+            ($t:ty) => {
+                Box::new(move |ins: &[Option<&[u8]>], outs: &mut [&mut [u8]]| {
+                    let o = typed_mut::<u8>(outs[0])?;
+                    kel::binary(typed::<$t>(arg(ins, 0)?)?, &sa, typed::<$t>(arg(ins, 1)?)?, &sb, o, &os, |x: $t, y: $t| {
+                        f(ca.apply(i32::from(x)), cb.apply(i32::from(y))) as u8
+                    });
+                    Ok(())
+                }) as crate::backend::KernelFn
+            };
+        }
+        let kernel = if dtype == DType::I8 { q!(i8) } else { q!(u8) };
+        return Ok(Built { outputs: vec![(DType::Bool, out)], kernel });
     }
     let kernel = match dtype {
         DType::F32 => k!(f32),

@@ -228,9 +228,11 @@ pub(crate) fn compare(op: &OpContext<'_>, kind: CompareOp) -> Result<Built> {
     if a.dtype != b.dtype {
         return Err(op.bad(format!("input types differ: {} and {}", a.dtype.name(), b.dtype.name())));
     }
-    // Raw quantized values compare like the real values only under one quantization.
+    // Raw quantized values compare like the real values only under one quantization
+    // (quantized int8 / uint8 take the rescaling kernel of the quantized half; LiteRT
+    // compares int16 as stored whatever its quantization, and so does this one).
     let params = |q: Option<&crate::model::Quantization>| q.map(|q| (q.scale.clone(), q.zero_point.clone()));
-    if matches!(a.dtype, DType::I8 | DType::U8 | DType::I16) && params(a.quant) != params(b.quant) {
+    if matches!(a.dtype, DType::I8 | DType::U8) && params(a.quant) != params(b.quant) {
         return Err(op.unsupported("comparison of differently quantized inputs"));
     }
     let (sa, sb) = (a.shape.clone(), b.shape.clone());

@@ -1,6 +1,6 @@
-//! Element-wise integer ops as LiteRT computes them: ADD / SUB / MUL / PRELU with
-//! broadcasting, the RELU family and LEAKY_RELU, QUANTIZE, DEQUANTIZE, LOGISTIC /
-//! TANH, HARD_SWISH and SOFTMAX.
+//! Element-wise integer ops as LiteRT computes them: ADD / SUB / MUL / PRELU,
+//! MAXIMUM / MINIMUM and the comparisons with broadcasting, the RELU family and
+//! LEAKY_RELU, QUANTIZE, DEQUANTIZE, LOGISTIC / TANH, HARD_SWISH and SOFTMAX.
 
 use ferrite_format::ops::BuiltinOp as B;
 use ferrite_kernels::fixed16 as f16;
@@ -160,6 +160,84 @@ pub(super) fn binary(op: &OpContext<'_>, code: B) -> Result<Built> {
             let y = read_ints(b_type, arg(ins, 1)?, nb, "input 1")?;
             let r: Vec<i32> = (0..n).map(|i| f(x[broadcast_index(&os, &sa, i)], y[broadcast_index(&os, &sb, i)])).collect();
             write_ints(dtype, &r, outs[0])
+        }),
+    })
+}
+
+/// MAXIMUM / MINIMUM of int8, uint8 or int16: the larger (smaller) stored integer
+/// of each broadcast pair. LiteRT reads no quantization here; its converter gives
+/// both inputs and the output one, under which the stored order is the real order.
+pub(super) fn maximum_minimum(op: &OpContext<'_>, max: bool) -> Result<Built> {
+    let (a, b) = (op.input(0)?, op.input(1)?);
+    let out = op.outputs.first().ok_or_else(|| op.bad("missing output"))?;
+    let dtype = a.dtype;
+    if !is_int_type(dtype) || b.dtype != dtype || out.dtype != dtype {
+        return Err(op.unsupported(format!("{} of {} and {}", op.op.code.name(), a.dtype.name(), b.dtype.name())));
+    }
+    let out_shape = broadcast_shape(&a.shape, &b.shape).ok_or_else(|| op.bad(format!("shapes {:?} and {:?} do not broadcast", a.shape, b.shape)))?;
+    let (sa, sb) = (a.shape.clone(), b.shape.clone());
+    let (na, nb, n) = (elements(op, &sa)?, elements(op, &sb)?, elements(op, &out_shape)?);
+    let os = out_shape.clone();
+    Ok(Built {
+        outputs: vec![(dtype, out_shape)],
+        kernel: Box::new(move |ins, outs| {
+            let x = read_ints(dtype, arg(ins, 0)?, na, "input 0")?;
+            let y = read_ints(dtype, arg(ins, 1)?, nb, "input 1")?;
+            let r: Vec<i32> = (0..n)
+                .map(|i| {
+                    let (x, y) = (x[broadcast_index(&os, &sa, i)], y[broadcast_index(&os, &sb, i)]);
+                    if max {
+                        x.max(y)
+                    } else {
+                        x.min(y)
+                    }
+                })
+                .collect();
+            write_ints(dtype, &r, outs[0])
+        }),
+    })
+}
+
+/// LESS .. NOT_EQUAL of quantized int8 / uint8 inputs, as LiteRT compares them:
+/// each operand centred on its zero point, shifted left 8 bits and multiplied by
+/// its own scale in fixed point (`multiply_by_quantized_multiplier`, a scale below 1
+/// giving a shift <= 0); the two results compared as integers. int16 is compared as
+/// stored (LiteRT reads no quantization for it), by the float half's kernel.
+pub(super) fn compare(op: &OpContext<'_>, code: B) -> Result<Built> {
+    let (a, b) = (op.input(0)?, op.input(1)?);
+    let dtype = a.dtype;
+    if !matches!(dtype, DType::I8 | DType::U8) || b.dtype != dtype {
+        return Err(op.unsupported(format!("quantized {} of {} and {}", op.op.code.name(), a.dtype.name(), b.dtype.name())));
+    }
+    let (s1, z1) = per_tensor(op, a.quant, dtype, "input 0")?;
+    let (s2, z2) = per_tensor(op, b.quant, dtype, "input 1")?;
+    if s1 >= 1.0 || s2 >= 1.0 {
+        return Err(op.unsupported(format!("quantized comparison with a scale >= 1 ({s1}, {s2}): LiteRT's rescale is undefined there")));
+    }
+    let (m1, m2) = (quantize_multiplier(f64::from(s1)), quantize_multiplier(f64::from(s2)));
+    let scaled1 = move |q: i32| mbqm((q - z1) * 256, m1.0, m1.1);
+    let scaled2 = move |q: i32| mbqm((q - z2) * 256, m2.0, m2.1);
+    let holds: fn(i32, i32) -> bool = match code {
+        B::LESS => |x, y| x < y,
+        B::LESS_EQUAL => |x, y| x <= y,
+        B::GREATER => |x, y| x > y,
+        B::GREATER_EQUAL => |x, y| x >= y,
+        B::EQUAL => |x, y| x == y,
+        B::NOT_EQUAL => |x, y| x != y,
+        _ => return Err(op.unsupported(format!("quantized {}", op.op.code.name()))),
+    };
+    let out_shape = broadcast_shape(&a.shape, &b.shape).ok_or_else(|| op.bad(format!("shapes {:?} and {:?} do not broadcast", a.shape, b.shape)))?;
+    let (sa, sb) = (a.shape.clone(), b.shape.clone());
+    let (na, nb, n) = (elements(op, &sa)?, elements(op, &sb)?, elements(op, &out_shape)?);
+    let os = out_shape.clone();
+    Ok(Built {
+        outputs: vec![(DType::Bool, out_shape)],
+        kernel: Box::new(move |ins, outs| {
+            let x = read_ints(dtype, arg(ins, 0)?, na, "input 0")?;
+            let y = read_ints(dtype, arg(ins, 1)?, nb, "input 1")?;
+            // bool is one byte, 0 or 1: written as uint8.
+            let r: Vec<i32> = (0..n).map(|i| i32::from(holds(scaled1(x[broadcast_index(&os, &sa, i)]), scaled2(y[broadcast_index(&os, &sb, i)])))).collect();
+            write_ints(DType::U8, &r, outs[0])
         }),
     })
 }
@@ -557,6 +635,51 @@ mod tests {
         for scale in [-0.5, 0.0, f32::NAN, f32::INFINITY] {
             let r = run_ref(B::RELU6, &OpParams::None, &[Some(&x)], &out(DType::I8, q(scale, 0)));
             assert!(matches!(r, Err(crate::error::Error::InvalidModel(_))), "scale {scale}: {:?}", r.err());
+        }
+    }
+
+    #[test]
+    fn maximum_and_comparisons_by_hand() {
+        // MAXIMUM / MINIMUM take the stored integers, whatever the quantization.
+        let a = T::ints(DType::I8, &[3], q(0.5, 0), &[-5, 7, 2]);
+        let b = T::ints(DType::I8, &[1], q(0.5, 0), &[3]);
+        let (_, r) = run_ref(B::MAXIMUM, &OpParams::None, &[Some(&a), Some(&b)], &out(DType::I8, q(0.5, 0))).expect("maximum");
+        assert_eq!(r, vec![3u8, 7, 3]);
+        let (_, r) = run_ref(B::MINIMUM, &OpParams::None, &[Some(&a), Some(&b)], &out(DType::I8, q(0.5, 0))).expect("minimum");
+        assert_eq!(r, vec![(-5i8) as u8, 3, 2]);
+        // Comparisons rescale: 4 at scale 0.5 (2.0) against 8 at scale 0.25 (2.0) are
+        // equal although the stored values differ; 5 at 0.5 (2.5) is greater.
+        let a = T::ints(DType::I8, &[2], q(0.5, 0), &[4, 5]);
+        let b = T::ints(DType::I8, &[1], q(0.25, 0), &[8]);
+        let (_, r) = run_ref(B::EQUAL, &OpParams::None, &[Some(&a), Some(&b)], &out(DType::Bool, None)).expect("equal");
+        assert_eq!(r, vec![1u8, 0]);
+        let (_, r) = run_ref(B::GREATER, &OpParams::None, &[Some(&a), Some(&b)], &out(DType::Bool, None)).expect("greater");
+        assert_eq!(r, vec![0u8, 1]);
+        // At a tiny scale the rescale's rounding merges neighbours, as LiteRT's does:
+        // (1 - 0) * 256 * 0.001 = 0.256 rounds to 0, like 0.
+        let a = T::ints(DType::U8, &[1], q(0.001, 0), &[1]);
+        let b = T::ints(DType::U8, &[1], q(0.001, 0), &[0]);
+        let (_, r) = run_ref(B::EQUAL, &OpParams::None, &[Some(&a), Some(&b)], &out(DType::Bool, None)).expect("equal");
+        assert_eq!(r, vec![1u8]);
+    }
+
+    #[test]
+    fn maximum_minimum_and_comparisons_match_cpu() {
+        let mut rng = Rng::new(23);
+        let shapes: [(&[usize], &[usize]); 4] = [(&[2, 3, 4], &[2, 3, 4]), (&[2, 3, 4], &[4]), (&[2, 1, 4], &[3, 1]), (&[1], &[3, 2])];
+        let codes = [B::MAXIMUM, B::MINIMUM, B::LESS, B::LESS_EQUAL, B::GREATER, B::GREATER_EQUAL, B::EQUAL, B::NOT_EQUAL];
+        for case in 0..384 {
+            let code = codes[case % 8];
+            let dtype = TYPES[(case / 8) % 3];
+            let (sa, sb) = shapes[(case / 24) % 4];
+            // Scales below 1 (LiteRT's comparison rescale needs them); sometimes tiny.
+            let scale = |rng: &mut Rng| if rng.one_in(3) { rng.f32(0.0005, 0.005) } else { rng.f32(0.005, 0.9) };
+            let (s1, s2) = (scale(&mut rng), scale(&mut rng));
+            let a = T::ints(dtype, sa, q(s1, rng.zp(dtype)), &rng.ints(dtype, sa.iter().product()));
+            let b = T::ints(dtype, sb, q(s2, rng.zp(dtype)), &rng.ints(dtype, sb.iter().product()));
+            let o = if matches!(code, B::MAXIMUM | B::MINIMUM) { out(dtype, q(s1, rng.zp(dtype))) } else { out(DType::Bool, None) };
+            let n = mismatches(code, &OpParams::None, &[Some(&a), Some(&b)], &o);
+            assert_eq!(n, 0, "case {case}: {n} mismatching outputs ({code:?} {dtype:?} {sa:?} {sb:?}, scales {s1} {s2})");
         }
     }
 

@@ -50,6 +50,12 @@ pub(crate) fn build(op: &OpContext<'_>) -> Result<Built> {
         B::SOFTMAX if op.is_int() => elementwise::softmax(op),
         B::RELU | B::RELU6 | B::RELU_N1_TO_1 | B::LEAKY_RELU if op.is_int() => elementwise::relu_like(op, code),
         B::ADD | B::SUB | B::MUL | B::PRELU if op.is_int() && op.opt_input(0).is_some_and(|d| d.quant.is_some()) => elementwise::binary(op, code),
+        B::MAXIMUM | B::MINIMUM if op.is_int() => elementwise::maximum_minimum(op, code == B::MAXIMUM),
+        B::LESS | B::LESS_EQUAL | B::GREATER | B::GREATER_EQUAL | B::EQUAL | B::NOT_EQUAL
+            if op.opt_input(0).is_some_and(|d| matches!(d.dtype, DType::I8 | DType::U8) && d.quant.is_some()) =>
+        {
+            elementwise::compare(op, code)
+        }
         B::AVERAGE_POOL_2D | B::MAX_POOL_2D if op.is_int() => pool::pool(op, code == B::MAX_POOL_2D),
         B::TRANSPOSE_CONV if op.opt_input(2).is_some_and(|d| is_int_type(d.dtype)) => conv::transpose_conv(op),
         B::BATCH_MATMUL if op.is_int() || op.is_hybrid() => batch_matmul::batch_matmul(op),
