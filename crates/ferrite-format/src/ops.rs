@@ -241,8 +241,8 @@ op_table! {
     // Reductions.
     MEAN:                    ReducerOptions,              2..=2, 1..=1, F32 | I8 | U8 | I16;
     SUM:                     ReducerOptions,              2..=2, 1..=1, F32 | INT;
-    REDUCE_MAX:              ReducerOptions,              2..=2, 1..=1, F32 | INT;
-    REDUCE_MIN:              ReducerOptions,              2..=2, 1..=1, F32 | INT;
+    REDUCE_MAX:              ReducerOptions,              2..=2, 1..=1, F32 | I8 | U8 | I16 | INT;
+    REDUCE_MIN:              ReducerOptions,              2..=2, 1..=1, F32 | I8 | U8 | I16 | INT;
     REDUCE_PROD:             ReducerOptions,              2..=2, 1..=1, F32 | INT;
     ARG_MAX:                 ArgMaxOptions,               2..=2, 1..=1, F32 | I8 | U8 | INT;
     ARG_MIN:                 ArgMinOptions,               2..=2, 1..=1, F32 | I8 | U8 | INT;

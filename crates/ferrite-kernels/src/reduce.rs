@@ -119,6 +119,97 @@ pub fn reduce(input: &[f32], shape: &[usize], reduce: &[bool], kind: Reducer, ou
 }
 }
 
+/// Element types of [`reduce_ints`]: the plain integers (int32, int64) LiteRT's
+/// SUM / REDUCE_PROD / REDUCE_MAX / REDUCE_MIN take, and the stored integers of
+/// quantized tensors, whose REDUCE_MAX / REDUCE_MIN LiteRT takes as stored (the
+/// converter gives them the input's quantization).
+pub trait IntReduce: Copy + Ord {
+    /// The sum's start.
+    const ZERO: Self;
+    /// The product's start.
+    const ONE: Self;
+    /// The maximum's start (the type's lowest value, as LiteRT starts it).
+    const LOWEST: Self;
+    /// The minimum's start.
+    const HIGHEST: Self;
+    /// Two's-complement addition: LiteRT's kernels add in the element type, and an
+    /// overflowing int32 sum wraps on every target it ships.
+    fn wrapping_add(self, o: Self) -> Self;
+    /// Two's-complement multiplication, for the same reason.
+    fn wrapping_mul(self, o: Self) -> Self;
+}
+
+macro_rules! int_reduce {
+    ($($t:ty),*) => {$(
+        impl IntReduce for $t {
+            const ZERO: Self = 0;
+            const ONE: Self = 1;
+            const LOWEST: Self = <$t>::MIN;
+            const HIGHEST: Self = <$t>::MAX;
+            fn wrapping_add(self, o: Self) -> Self {
+                <$t>::wrapping_add(self, o)
+            }
+            fn wrapping_mul(self, o: Self) -> Self {
+                <$t>::wrapping_mul(self, o)
+            }
+        }
+    )*};
+}
+int_reduce!(i8, u8, i16, i32, i64);
+
+/// Integer SUM / REDUCE_PROD / REDUCE_MAX / REDUCE_MIN of `input` of `shape` over
+/// the dims flagged in `reduce` (rank at most [`crate::MAX_DIMS`]), in input order;
+/// `out` holds the product of the kept dims. An empty reduction gives the start
+/// value (0, 1, the type's lowest or highest), as LiteRT's does. `Reducer::Mean`
+/// is not an integer reduction here and sums.
+///
+/// # Panics
+/// If `out` is shorter than the kept dims' product or the rank exceeds
+/// [`crate::MAX_DIMS`] (callers size both at prepare).
+pub fn reduce_ints<T: IntReduce>(input: &[T], shape: &[usize], reduce: &[bool], kind: Reducer, out: &mut [T]) {
+    let init = match kind {
+        Reducer::Sum | Reducer::Mean => T::ZERO,
+        Reducer::Max => T::LOWEST,
+        Reducer::Min => T::HIGHEST,
+        Reducer::Prod => T::ONE,
+    };
+    out.fill(init);
+    let r = shape.len();
+    // Each input element's output offset, kept as the input's coordinates advance
+    // like an odometer: reduced dims step the output by 0.
+    let mut kept = [1usize; crate::MAX_DIMS];
+    for d in 0..r {
+        if !reduce[d] {
+            kept[d] = shape[d];
+        }
+    }
+    let ost = strides(&kept[..r]);
+    let mut step = [0usize; crate::MAX_DIMS];
+    for d in 0..r {
+        step[d] = if reduce[d] { 0 } else { ost[d] };
+    }
+    let mut idx = [0usize; crate::MAX_DIMS];
+    let mut o = 0usize;
+    for &v in input {
+        let a = &mut out[o];
+        *a = match kind {
+            Reducer::Sum | Reducer::Mean => a.wrapping_add(v),
+            Reducer::Max => (*a).max(v),
+            Reducer::Min => (*a).min(v),
+            Reducer::Prod => a.wrapping_mul(v),
+        };
+        for d in (0..r).rev() {
+            idx[d] += 1;
+            o += step[d];
+            if idx[d] < shape[d] {
+                break;
+            }
+            o -= step[d] * shape[d];
+            idx[d] = 0;
+        }
+    }
+}
+
 /// Index of the max (or min) along `axis`; ties pick the first index.
 pub fn arg_extreme<T: Copy + PartialOrd>(input: &[T], shape: &[usize], axis: usize, want_max: bool, out: &mut [i64]) {
     let outer: usize = shape[..axis].iter().product();
@@ -292,6 +383,62 @@ mod mean_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn integer_reductions_match_the_definition() {
+        // Small values: every sum and product is exact in f64 and in the
+        // integer type, so the float definition is the reference; then the
+        // wrapping and empty cases by hand.
+        let mut seed = 7u64;
+        let mut next = |n: u64| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        for round in 0..400 {
+            let rank = next(5) as usize;
+            let shape: Vec<usize> = (0..rank).map(|_| next(4) as usize + usize::from(next(8) != 0)).collect();
+            let reduce: Vec<bool> = (0..rank).map(|_| next(2) == 0).collect();
+            let n: usize = shape.iter().product();
+            let x: Vec<i32> = (0..n).map(|_| next(7) as i32 - 3).collect();
+            let outputs: usize = (0..rank).filter(|&d| !reduce[d]).map(|d| shape[d]).product();
+            for kind in [Reducer::Sum, Reducer::Max, Reducer::Min, Reducer::Prod] {
+                let mut got = vec![0i32; outputs];
+                reduce_ints(&x, &shape, &reduce, kind, &mut got);
+                let (init, f): (f64, fn(f64, f64) -> f64) = match kind {
+                    Reducer::Sum => (0.0, |a, v| a + v),
+                    Reducer::Max => (f64::from(i32::MIN), f64::max),
+                    Reducer::Min => (f64::from(i32::MAX), f64::min),
+                    _ => (1.0, |a, v| a * v),
+                };
+                let mut want = vec![init; outputs];
+                for (flat, &v) in x.iter().enumerate() {
+                    let mut rest = flat;
+                    let mut coords = vec![0usize; rank];
+                    for d in (0..rank).rev() {
+                        coords[d] = rest % shape[d];
+                        rest /= shape[d];
+                    }
+                    let o = (0..rank).filter(|&d| !reduce[d]).fold(0, |o, d| o * shape[d] + coords[d]);
+                    want[o] = f(want[o], f64::from(v));
+                }
+                if kind == Reducer::Prod && want.iter().any(|w| w.abs() > f64::from(i32::MAX)) {
+                    continue;
+                }
+                let got: Vec<f64> = got.iter().map(|&g| f64::from(g)).collect();
+                assert_eq!(got, want, "round {round} {kind:?} {shape:?} {reduce:?}");
+            }
+        }
+        let mut out = [0i32; 1];
+        reduce_ints(&[i32::MAX, 1], &[2], &[true], Reducer::Sum, &mut out);
+        assert_eq!(out[0], i32::MIN);
+        reduce_ints(&[1 << 20, 1 << 12], &[2], &[true], Reducer::Prod, &mut out);
+        assert_eq!(out[0], 0);
+        reduce_ints::<i32>(&[], &[0], &[true], Reducer::Max, &mut out);
+        assert_eq!(out[0], i32::MIN);
+        let mut q = [0i8; 2];
+        reduce_ints(&[-128i8, 5, 127, -7], &[2, 2], &[false, true], Reducer::Min, &mut q);
+        assert_eq!(q, [-128, -7]);
+    }
 
     #[test]
     fn long_last_axis_runs_match_sequential_folds() {

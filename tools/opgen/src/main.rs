@@ -1927,6 +1927,43 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             case.spec.tensors[o].quant = Some((vec![r.f(0.005, 0.1)], vec![r.int(-40, 40)], 0));
             return case;
         }
+        "SUM_INT32" | "REDUCE_MAX_INT32" | "REDUCE_MIN_INT32" | "REDUCE_PROD_INT32" | "SUM_INT64" | "REDUCE_MAX_INT64" => {
+            // Plain integers over random axes; products of small values (up to 4 of
+            // magnitude 3 per output at most here), sums over the type's whole range
+            // now and then so wrapping is exercised.
+            let rank = r.u(1, 4);
+            let s = r.shape(rank, 1, 5);
+            let mut axes: Vec<i32> = (0..rank as i32).filter(|_| r.coin()).collect();
+            if axes.is_empty() {
+                axes.push(if r.coin() { 0 } else { -1 });
+            }
+            let wide = op.ends_with("INT64");
+            let ty = if wide { TensorType::INT64 } else { TensorType::INT32 };
+            let x = m.add_tensor(TensorSpec::activation("x", ty, &s));
+            m.inputs.push(x);
+            let big = !op.starts_with("REDUCE_PROD") && r.coin();
+            let vals: Vec<i32> = (0..n_of(&s))
+                .map(|_| {
+                    if op.starts_with("REDUCE_PROD") {
+                        r.int(-3, 3) as i32
+                    } else if big {
+                        r.int(i64::from(i32::MIN), i64::from(i32::MAX)) as i32
+                    } else {
+                        r.int(-1000, 1000) as i32
+                    }
+                })
+                .collect();
+            fixed.push((0, vals));
+            let a = m.add_tensor(TensorSpec::const_i32("axes", &[axes.len() as i32], &axes));
+            let o = out(&mut m, ty, &[]);
+            let code = match op.trim_end_matches("_INT32").trim_end_matches("_INT64") {
+                "SUM" => B::SUM,
+                "REDUCE_MAX" => B::REDUCE_MAX,
+                "REDUCE_MIN" => B::REDUCE_MIN,
+                _ => B::REDUCE_PROD,
+            };
+            single(code, &[x, a], o, Options::Reducer { keep_dims: r.coin() }, &mut m);
+        }
         "ABS_INT32" | "NEG_INT32" | "SIGN_INT32" => {
             // Plain int32 values around zero (zero itself frequent), fixed by the case.
             let s = {
@@ -2363,6 +2400,18 @@ const OPS: &[&str] = &[
     "NOT_EQUAL_INT16",
     "ABS_INT32",
     "NEG_INT32",
+    "SUM_INT32",
+    "SUM_INT64",
+    "REDUCE_MAX_INT32",
+    "REDUCE_MAX_INT64",
+    "REDUCE_MIN_INT32",
+    "REDUCE_PROD_INT32",
+    "REDUCE_MAX_INT8",
+    "REDUCE_MAX_UINT8",
+    "REDUCE_MAX_INT16",
+    "REDUCE_MIN_INT8",
+    "REDUCE_MIN_UINT8",
+    "REDUCE_MIN_INT16",
     "SIGN_INT32",
     "CONV_2D",
     "DEPTHWISE_CONV_2D",

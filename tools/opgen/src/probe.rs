@@ -142,6 +142,7 @@ fn isolate(case: &Case, code: ferrite_format::schema::BuiltinOperator) -> Option
         outputs: outs,
         options: op.options.clone(),
         custom_options: op.custom_options.clone(),
+        version: op.version,
     });
     Some((m, inputs))
 }

@@ -22,6 +22,10 @@ pub(crate) fn reduce(op: &OpContext<'_>, code: B) -> Result<Built> {
     if code == B::MEAN && matches!(op.input(0)?.dtype, DType::I8 | DType::U8 | DType::I16) {
         return mean_int(op);
     }
+    let dtype = op.input(0)?.dtype;
+    if dtype != DType::F32 {
+        return reduce_int(op, code, dtype);
+    }
     require_f32(op, &[0])?;
     let shape = op.input(0)?.shape.clone();
     let (out, flags) = reduced_shape(op, &shape)?;
@@ -39,6 +43,47 @@ pub(crate) fn reduce(op: &OpContext<'_>, code: B) -> Result<Built> {
             Ok(())
         }),
     })
+}
+
+/// Integer reductions as LiteRT runs them: SUM / REDUCE_PROD / REDUCE_MAX /
+/// REDUCE_MIN of int32 and int64 in the element type, and REDUCE_MAX / REDUCE_MIN
+/// of int8 / uint8 / int16 on the stored integers (no rescale: LiteRT takes the
+/// output's quantization to be the input's, which is what the converter writes).
+fn reduce_int(op: &OpContext<'_>, code: B, dtype: DType) -> Result<Built> {
+    let kind = match code {
+        B::SUM => Reducer::Sum,
+        B::REDUCE_MAX => Reducer::Max,
+        B::REDUCE_MIN => Reducer::Min,
+        B::REDUCE_PROD => Reducer::Prod,
+        _ => return Err(op.unsupported(format!("{code:?} of {}", dtype.name()))),
+    };
+    let plain = matches!(dtype, DType::I32 | DType::I64);
+    let stored = matches!(dtype, DType::I8 | DType::U8 | DType::I16) && matches!(kind, Reducer::Max | Reducer::Min);
+    if !(plain || stored) {
+        return Err(op.unsupported(format!("{code:?} of {}", dtype.name())));
+    }
+    if op.outputs[0].dtype != dtype {
+        return Err(op.unsupported(format!("{code:?} of {} to {}", dtype.name(), op.outputs[0].dtype.name())));
+    }
+    let shape = op.input(0)?.shape.clone();
+    if shape.len() > ferrite_kernels::MAX_DIMS {
+        return Err(op.unsupported(format!("{code:?} of rank {}", shape.len())));
+    }
+    let (out, flags) = reduced_shape(op, &shape)?;
+    fn kernel<T: kred::IntReduce + bytemuck::Pod>(shape: Vec<usize>, flags: Vec<bool>, kind: Reducer) -> crate::backend::KernelFn {
+        Box::new(move |ins, outs| {
+            kred::reduce_ints::<T>(typed(arg(ins, 0)?)?, &shape, &flags, kind, typed_mut(outs[0])?);
+            Ok(())
+        })
+    }
+    let kernel = match dtype {
+        DType::I32 => kernel::<i32>(shape, flags, kind),
+        DType::I64 => kernel::<i64>(shape, flags, kind),
+        DType::I8 => kernel::<i8>(shape, flags, kind),
+        DType::U8 => kernel::<u8>(shape, flags, kind),
+        _ => kernel::<i16>(shape, flags, kind),
+    };
+    Ok(Built { outputs: vec![(dtype, out)], kernel })
 }
 
 /// Output shape of a reduction over the op's constant axes, and which dims reduce.

@@ -20,6 +20,9 @@ pub(crate) enum Reduction {
 /// constant axes of input 1 (negative axes count from the end; an axis named
 /// twice reduces once). keep_dims keeps reduced dimensions as size 1.
 pub(crate) fn reduce(op: &OpContext<'_>, kind: Reduction) -> Result<Built> {
+    if op.input(0)?.dtype != DType::F32 {
+        return reduce_int(op, kind);
+    }
     super::require_f32(op, &[0])?;
     let shape = op.input(0)?.shape.clone();
     let keep = matches!(op.op.params, OpParams::Reducer { keep_dims: true });
@@ -70,6 +73,90 @@ pub(crate) fn reduce(op: &OpContext<'_>, kind: Reduction) -> Result<Built> {
             }
             for (o, a) in out.iter_mut().zip(acc) {
                 *o = if kind == Reduction::Mean { (a / taps as f64) as f32 } else { a as f32 };
+            }
+            Ok(())
+        }),
+    })
+}
+
+/// SUM / REDUCE_PROD / REDUCE_MAX / REDUCE_MIN of int32 and int64, and REDUCE_MAX /
+/// REDUCE_MIN of int8 / uint8 / int16 on the stored integers. Sums and products
+/// in i128, wrapped to the element type at the end: the same value as LiteRT's
+/// element-type arithmetic, which wraps (addition and multiplication agree modulo
+/// 2^bits whatever the order).
+fn reduce_int(op: &OpContext<'_>, kind: Reduction) -> Result<Built> {
+    let dtype = op.input(0)?.dtype;
+    let plain = matches!(dtype, DType::I32 | DType::I64) && kind != Reduction::Mean;
+    let stored = matches!(dtype, DType::I8 | DType::U8 | DType::I16) && matches!(kind, Reduction::Max | Reduction::Min);
+    if !(plain || stored) || op.outputs[0].dtype != dtype {
+        return Err(op.unsupported(format!("{kind:?} of {}", dtype.name())));
+    }
+    let shape = op.input(0)?.shape.clone();
+    let keep = matches!(op.op.params, OpParams::Reducer { keep_dims: true });
+    let mut reduced = vec![false; shape.len()];
+    for a in op.const_ints(1)? {
+        reduced[axis(op, a, shape.len())?] = true;
+    }
+    let out_shape: Vec<usize> = if keep {
+        shape.iter().zip(&reduced).map(|(&s, &r)| if r { 1 } else { s }).collect()
+    } else {
+        shape.iter().zip(&reduced).filter(|(_, &r)| !r).map(|(&s, _)| s).collect()
+    };
+    let collapsed: Vec<usize> = shape.iter().zip(&reduced).map(|(&s, &r)| if r { 1 } else { s }).collect();
+    let width = dtype.size().unwrap_or(1);
+    let (n_in, n_out) = (count(op, &shape, width)?, count(op, &out_shape, width)?);
+    // The element type's range, for the start of max / min and for reading it.
+    let (lo, hi): (i128, i128) = match dtype {
+        DType::I8 => (i8::MIN.into(), i8::MAX.into()),
+        DType::U8 => (0, u8::MAX.into()),
+        DType::I16 => (i16::MIN.into(), i16::MAX.into()),
+        DType::I32 => (i32::MIN.into(), i32::MAX.into()),
+        _ => (i64::MIN.into(), i64::MAX.into()),
+    };
+    Ok(Built {
+        outputs: vec![(dtype, out_shape)],
+        kernel: Box::new(move |ins, outs| {
+            let bytes = input::<u8>(ins, 0, n_in * width)?;
+            let read = |i: usize| -> i128 {
+                let b = &bytes[i * width..(i + 1) * width];
+                let mut w = [0u8; 8];
+                w[..width].copy_from_slice(b);
+                match dtype {
+                    DType::I8 => i128::from(b[0] as i8),
+                    DType::U8 => i128::from(b[0]),
+                    DType::I16 => i128::from(i16::from_le_bytes([b[0], b[1]])),
+                    DType::I32 => i128::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+                    _ => i128::from(i64::from_le_bytes(w)),
+                }
+            };
+            let init = match kind {
+                Reduction::Max => lo,
+                Reduction::Min => hi,
+                Reduction::Prod => 1,
+                _ => 0,
+            };
+            let mut acc = vec![init; n_out];
+            let mut index = vec![0usize; shape.len()];
+            for i in 0..n_in {
+                unravel(i, &shape, &mut index);
+                for (d, r) in reduced.iter().enumerate() {
+                    if *r {
+                        index[d] = 0;
+                    }
+                }
+                let a = &mut acc[ravel(&index, &collapsed)];
+                let v = read(i);
+                *a = match kind {
+                    Reduction::Max => (*a).max(v),
+                    Reduction::Min => (*a).min(v),
+                    Reduction::Prod => a.wrapping_mul(v),
+                    _ => a.wrapping_add(v),
+                };
+            }
+            let out = output::<u8>(outs, 0, n_out * width)?;
+            for (o, a) in acc.into_iter().enumerate() {
+                // Truncating to the low `width` bytes is the wrap.
+                out[o * width..(o + 1) * width].copy_from_slice(&a.to_le_bytes()[..width]);
             }
             Ok(())
         }),
