@@ -146,6 +146,42 @@ fn binary_int(kind: BinaryOp, x: i64, y: i64) -> Option<i64> {
     })
 }
 
+/// ADD_N: the element-wise sum of every input (float32 in f64, int32 wrapping);
+/// all inputs have one type and one shape.
+pub(crate) fn add_n(op: &OpContext<'_>) -> Result<Built> {
+    let first = op.input(0)?;
+    let (dtype, shape) = (first.dtype, first.shape.clone());
+    let k = op.inputs.len();
+    for i in 1..k {
+        let x = op.input(i)?;
+        if x.dtype != dtype || x.shape != shape {
+            return Err(op.bad(format!("input {i} ({} {:?}) differs from input 0 ({} {shape:?})", x.dtype.name(), x.shape, dtype.name())));
+        }
+    }
+    if !matches!(dtype, DType::F32 | DType::I32) {
+        return Err(op.unsupported(format!("ADD_N of {}", dtype.name())));
+    }
+    let n = count(op, &shape, 4)?;
+    Ok(Built {
+        outputs: vec![(dtype, shape)],
+        kernel: Box::new(move |ins, outs| {
+            if dtype == DType::F32 {
+                let xs = (0..k).map(|i| input::<f32>(ins, i, n)).collect::<Result<Vec<_>>>()?;
+                for (e, o) in output::<f32>(outs, 0, n)?.iter_mut().enumerate() {
+                    *o = xs.iter().map(|x| f64::from(x[e])).sum::<f64>() as f32;
+                }
+            } else {
+                let xs = (0..k).map(|i| input::<i32>(ins, i, n)).collect::<Result<Vec<_>>>()?;
+                for (e, o) in output::<i32>(outs, 0, n)?.iter_mut().enumerate() {
+                    // Two's-complement wrap of the exact sum, as int32 addition wraps.
+                    *o = xs.iter().map(|x| i64::from(x[e])).sum::<i64>() as i32;
+                }
+            }
+            Ok(())
+        }),
+    })
+}
+
 /// ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM, SQUARED_DIFFERENCE, POW, FLOOR_DIV,
 /// FLOOR_MOD, PRELU with broadcasting; float32, and int32 / int64 (not PRELU).
 pub(crate) fn binary(op: &OpContext<'_>, kind: BinaryOp) -> Result<Built> {
