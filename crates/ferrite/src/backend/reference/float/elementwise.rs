@@ -522,6 +522,23 @@ mod tests {
         OpParams::Binary { activation, pot_scale_int16: true }
     }
 
+    /// ADD_N on both backends, float32 and int32; mismatched shapes are refused.
+    #[test]
+    fn add_n_matches_cpu() {
+        let mut r = Rng::new(0xadd2);
+        for case in 0..60 {
+            let shape: Vec<usize> = (0..r.below(4)).map(|_| r.range(1, 5)).collect();
+            let n: usize = shape.iter().product();
+            let k = r.range(2, 5);
+            let xs: Vec<_> = (0..k).map(|_| f32_input(&shape, &r.floats(n))).collect();
+            TestOp::new(B::ADD_N, OpParams::None, xs, 1).compare_with_cpu(1e-6, &format!("case {case}"));
+            let xs: Vec<_> = (0..k).map(|_| raw_input(DType::I32, &shape, (0..n).flat_map(|_| (r.next() as i32).to_le_bytes()).collect())).collect();
+            TestOp::typed(B::ADD_N, OpParams::None, xs, vec![DType::I32]).compare_with_cpu(0.0, &format!("int case {case}"));
+        }
+        let t = TestOp::new(B::ADD_N, OpParams::None, vec![f32_input(&[2], &[1.0, 2.0]), f32_input(&[1], &[1.0])], 1);
+        assert!(t.reference().is_err() && t.cpu().is_err());
+    }
+
     #[test]
     fn hand_computed_binary_and_unary() {
         let t = TestOp::new(B::SUB, binary_params(Activation::Relu), vec![f32_input(&[2, 1], &[1.0, 5.0]), f32_input(&[3], &[0.0, 2.0, 4.0])], 1);

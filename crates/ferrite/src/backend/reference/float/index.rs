@@ -517,6 +517,56 @@ mod tests {
         raw_input(DType::I32, shape, v.iter().flat_map(|x| x.to_le_bytes()).collect())
     }
 
+    /// SPARSE_TO_DENSE on both backends: scalar, vector and tuple indices, one
+    /// value for all or one each, repeated positions; an index outside the output
+    /// is an error on both.
+    #[test]
+    fn sparse_to_dense_matches_cpu() {
+        let mut r = Rng::new(0x5a25);
+        for case in 0..120 {
+            let rank = r.range(1, 4);
+            let shape: Vec<usize> = (0..rank).map(|_| r.range(1, 4)).collect();
+            let form = if rank == 1 { r.below(3) } else { 2 };
+            let n = if form == 0 { 1 } else { r.range(1, 6) };
+            let idx: Vec<i32> = (0..n).flat_map(|_| shape.iter().map(|&d| r.below(d) as i32).collect::<Vec<_>>()).collect();
+            let ishape = match form {
+                0 => vec![],
+                1 => vec![n],
+                _ => vec![n, rank],
+            };
+            let one = form == 0 || r.coin();
+            let values = r.floats(if one { 1 } else { n });
+            let dims: Vec<i32> = shape.iter().map(|&d| d as i32).collect();
+            let params = OpParams::SparseToDense { validate_indices: r.coin() };
+            let vshape = if one { vec![] } else { vec![n] };
+            let t = TestOp::new(
+                B::SPARSE_TO_DENSE,
+                params.clone(),
+                vec![i32_const(&ishape, &idx), i32_const(&[rank], &dims), f32_input(&vshape, &values), f32_input(&[], &[-0.5])],
+                1,
+            );
+            t.compare_with_cpu(0.0, &format!("case {case}"));
+            let mut bad = idx.clone();
+            let at = r.below(bad.len());
+            bad[at] = if r.coin() { -1 } else { 9 };
+            let t = TestOp::new(
+                B::SPARSE_TO_DENSE,
+                params,
+                vec![i32_const(&ishape, &bad), i32_const(&[rank], &dims), f32_input(&vshape, &values), f32_input(&[], &[0.0])],
+                1,
+            );
+            assert!(t.reference().is_err() && t.cpu().is_err(), "case {case}: an index outside the output");
+        }
+        // A hostile output shape is refused before anything is allocated.
+        let t = TestOp::new(
+            B::SPARSE_TO_DENSE,
+            OpParams::SparseToDense { validate_indices: false },
+            vec![i32_const(&[1, 3], &[0, 0, 0]), i32_const(&[3], &[1 << 30, 1 << 30, 1 << 30]), f32_input(&[], &[1.0]), f32_input(&[], &[0.0])],
+            1,
+        );
+        assert!(t.reference().is_err() && t.cpu().is_err());
+    }
+
     #[test]
     fn hand_computed_index_ops() {
         let x = || f32_input(&[2, 3], &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);

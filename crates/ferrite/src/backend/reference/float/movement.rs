@@ -532,14 +532,13 @@ pub(crate) fn reverse_sequence(op: &OpContext<'_>) -> Result<Built> {
         outputs: vec![(x.dtype, shape.clone())],
         kernel: Box::new(move |ins, outs| {
             let src = input::<u8>(ins, 0, n * es)?;
-            let lengths: Vec<i64> = if wide {
-                input::<i64>(ins, 1, batches)?.to_vec()
-            } else {
-                input::<i32>(ins, 1, batches)?.iter().map(|&v| i64::from(v)).collect()
-            };
+            let lengths: Vec<i64> =
+                if wide { input::<i64>(ins, 1, batches)?.to_vec() } else { input::<i32>(ins, 1, batches)?.iter().map(|&v| i64::from(v)).collect() };
             let lengths: Vec<usize> = lengths
                 .iter()
-                .map(|&v| usize::try_from(v).ok().filter(|&v| v <= shape[seq]).ok_or_else(|| runtime(format!("sequence length {v} outside 0..={}", shape[seq]))))
+                .map(|&v| {
+                    usize::try_from(v).ok().filter(|&v| v <= shape[seq]).ok_or_else(|| runtime(format!("sequence length {v} outside 0..={}", shape[seq])))
+                })
                 .collect::<Result<_>>()?;
             let mut index = vec![0usize; shape.len()];
             copy_elements(src, output::<u8>(outs, 0, n * es)?, es, |i| {
@@ -1091,6 +1090,40 @@ mod tests {
 
     fn seq(n: usize) -> Vec<f32> {
         (0..n).map(|v| v as f32).collect()
+    }
+
+    /// REVERSE_SEQUENCE and RANK on both backends; a length past the dimension is
+    /// an error on both.
+    #[test]
+    fn reverse_sequence_and_rank_match_cpu() {
+        let mut r = Rng::new(0x2e5e);
+        for case in 0..100 {
+            let rank = r.range(2, 4);
+            let shape: Vec<usize> = (0..rank).map(|_| r.range(1, 5)).collect();
+            let seq = r.below(rank);
+            let batch = (seq + r.range(1, rank - 1)) % rank;
+            let n = shape.iter().product();
+            let lengths: Vec<i32> = (0..shape[batch]).map(|_| r.below(shape[seq] + 1) as i32).collect();
+            let params = OpParams::ReverseSequence { seq_dim: seq as i32, batch_dim: batch as i32 };
+            let x = r.floats(n);
+            let t = TestOp::new(B::REVERSE_SEQUENCE, params.clone(), vec![f32_input(&shape, &x), i32_const(&[shape[batch]], &lengths)], 1);
+            t.compare_with_cpu(0.0, &format!("case {case}"));
+            let mut bad = lengths.clone();
+            bad[0] = shape[seq] as i32 + 1;
+            let t = TestOp::new(B::REVERSE_SEQUENCE, params, vec![f32_input(&shape, &x), i32_const(&[shape[batch]], &bad)], 1);
+            assert!(t.reference().is_err() && t.cpu().is_err(), "case {case}: a length past the dimension");
+            let t = TestOp::typed(B::RANK, OpParams::None, vec![f32_input(&shape, &x)], vec![DType::I32]);
+            t.compare_with_cpu(0.0, "rank");
+            assert_eq!(t.reference().unwrap()[0].2, (rank as i32).to_le_bytes());
+        }
+        // seq_dim equal to batch_dim is a model error.
+        let t = TestOp::new(
+            B::REVERSE_SEQUENCE,
+            OpParams::ReverseSequence { seq_dim: 1, batch_dim: 1 },
+            vec![f32_input(&[2, 2], &[0.0; 4]), i32_const(&[2], &[1, 1])],
+            1,
+        );
+        assert!(t.reference().is_err() && t.cpu().is_err());
     }
 
     #[test]

@@ -616,6 +616,23 @@ mod tests {
         OpParams::Conv2D { padding, stride, dilation, activation }
     }
 
+    /// L2_POOL_2D on both backends, SAME and VALID, with fused activations.
+    #[test]
+    fn l2_pool_matches_cpu() {
+        let mut r = Rng::new(0x12);
+        let mut worst = 0.0f64;
+        for case in 0..80 {
+            let (h, w, c) = (r.range(1, 8), r.range(1, 8), r.range(1, 6));
+            let filter = (r.range(1, h.min(3)), r.range(1, w.min(3)));
+            let padding = if r.coin() { Padding::Same } else { Padding::Valid };
+            let activation = if r.coin() { Activation::None } else { Activation::ReluN1To1 };
+            let params = OpParams::Pool2D { padding, stride: (r.range(1, 2), r.range(1, 2)), filter, activation };
+            let t = TestOp::new(B::L2_POOL_2D, params, vec![f32_input(&[1, h, w, c], &r.floats(h * w * c))], 1);
+            worst = worst.max(t.compare_with_cpu(1e-6, &format!("case {case}")));
+        }
+        eprintln!("L2_POOL_2D: worst relative error {worst:e}");
+    }
+
     #[test]
     fn window_taps_are_exactly_the_in_bounds_ones() {
         for input in 0..6 {

@@ -205,6 +205,33 @@ mod tests {
         assert!(t.reference().is_err());
     }
 
+    /// REDUCE_ALL / REDUCE_ANY on both backends, over random axes, keep_dims
+    /// either way; a float input is refused by both.
+    #[test]
+    fn boolean_reductions_match_cpu() {
+        let mut r = Rng::new(0xb001);
+        for case in 0..100 {
+            let rank = r.range(1, 4);
+            let shape: Vec<usize> = (0..rank).map(|_| r.range(1, 4)).collect();
+            let n = shape.iter().product();
+            let axes: Vec<i32> = (0..r.range(1, 3)).map(|_| r.below(2 * rank) as i32 - rank as i32).collect();
+            // Mostly true or mostly false, so both outcomes occur.
+            let bias = r.below(3);
+            let x: Vec<u8> = (0..n).map(|_| u8::from(r.below(4) > bias)).collect();
+            let code = if r.coin() { B::REDUCE_ALL } else { B::REDUCE_ANY };
+            let t = TestOp::typed(
+                code,
+                OpParams::Reducer { keep_dims: r.coin() },
+                vec![raw_input(DType::Bool, &shape, x), i32_const(&[axes.len()], &axes)],
+                vec![DType::Bool],
+            );
+            t.compare_with_cpu(0.0, &format!("case {case} {code:?} {shape:?} {axes:?}"));
+        }
+        let t =
+            TestOp::typed(B::REDUCE_ANY, OpParams::Reducer { keep_dims: false }, vec![f32_input(&[2], &[1.0, 0.0]), i32_const(&[1], &[0])], vec![DType::Bool]);
+        assert!(t.reference().is_err() && t.cpu().is_err());
+    }
+
     #[test]
     fn random_reductions_match_cpu() {
         let mut r = Rng::new(0x4ed0_ce55);
