@@ -180,6 +180,7 @@ op_table! {
     BATCH_MATMUL:            BatchMatMulOptions,          2..=2, 1..=1, F32 | I8 | I16 | HYBRID;
     AVERAGE_POOL_2D:         Pool2DOptions,               1..=1, 1..=1, F32 | I8 | U8 | I16;
     MAX_POOL_2D:             Pool2DOptions,               1..=1, 1..=1, F32 | I8 | U8 | I16;
+    L2_POOL_2D:              Pool2DOptions,               1..=1, 1..=1, F32;
     // Element-wise arithmetic, with broadcasting.
     ADD:                     AddOptions,                  2..=2, 1..=1, F32 | I8 | U8 | I16 | INT;
     SUB:                     SubOptions,                  2..=2, 1..=1, F32 | I8 | U8 | I16 | INT;
@@ -192,6 +193,7 @@ op_table! {
     FLOOR_DIV:               NONE,                        2..=2, 1..=1, F32 | INT;
     FLOOR_MOD:               NONE,                        2..=2, 1..=1, F32 | INT;
     PRELU:                   NONE,                        2..=2, 1..=1, F32 | I8 | U8 | I16;
+    ADD_N:                   NONE,                        2..=MANY, 1..=1, F32 | INT;
     // Comparison and logic.
     LESS:                    NONE,                        2..=2, 1..=1, F32 | I8 | U8 | I16 | INT;
     LESS_EQUAL:              NONE,                        2..=2, 1..=1, F32 | I8 | U8 | I16 | INT;
@@ -244,6 +246,8 @@ op_table! {
     REDUCE_MAX:              ReducerOptions,              2..=2, 1..=1, F32 | I8 | U8 | I16 | INT;
     REDUCE_MIN:              ReducerOptions,              2..=2, 1..=1, F32 | I8 | U8 | I16 | INT;
     REDUCE_PROD:             ReducerOptions,              2..=2, 1..=1, F32 | INT;
+    REDUCE_ALL:              ReducerOptions,              2..=2, 1..=1, INT;
+    REDUCE_ANY:              ReducerOptions,              2..=2, 1..=1, INT;
     ARG_MAX:                 ArgMaxOptions,               2..=2, 1..=1, F32 | I8 | U8 | INT;
     ARG_MIN:                 ArgMinOptions,               2..=2, 1..=1, F32 | I8 | U8 | INT;
     // Shape and data movement (any element type).
@@ -263,6 +267,7 @@ op_table! {
     GATHER:                  GatherOptions,               2..=2, 1..=1, ANY;
     TILE:                    NONE,                        2..=2, 1..=1, ANY;
     REVERSE_V2:              NONE,                        2..=2, 1..=1, ANY;
+    REVERSE_SEQUENCE:        ReverseSequenceOptions,      2..=2, 1..=1, F32 | U8 | I16 | INT;
     BROADCAST_TO:            NONE,                        2..=2, 1..=1, ANY;
     DEPTH_TO_SPACE:          DepthToSpaceOptions,         1..=1, 1..=1, ANY;
     SPACE_TO_BATCH_ND:       NONE,                        3..=3, 1..=1, ANY;
@@ -272,11 +277,13 @@ op_table! {
     RESIZE_BILINEAR:         ResizeBilinearOptions,       2..=2, 1..=1, F32 | I8 | U8 | I16;
     RESIZE_NEAREST_NEIGHBOR: ResizeNearestNeighborOptions, 2..=2, 1..=1, ANY;
     SHAPE:                   ShapeOptions,                1..=1, 1..=1, ANY;
+    RANK:                    NONE,                        1..=1, 1..=1, ANY;
     FILL:                    NONE,                        2..=2, 1..=1, ANY;
     ZEROS_LIKE:              NONE,                        1..=1, 1..=1, ANY;
     // Index and set ops (options tables without fields are read as NONE).
     GATHER_ND:               NONE,                        2..=2, 1..=1, ANY;
     SCATTER_ND:              NONE,                        3..=3, 1..=1, F32 | I8 | U8 | INT;
+    SPARSE_TO_DENSE:         SparseToDenseOptions,        4..=4, 1..=1, F32 | I8 | U8 | INT;
     DYNAMIC_UPDATE_SLICE:    NONE,                        3..=3, 1..=1, ANY;
     EMBEDDING_LOOKUP:        NONE,                        2..=2, 1..=1, ANY | HYBRID;
     TOPK_V2:                 NONE,                        2..=2, 2..=2, F32 | I8 | U8 | INT;

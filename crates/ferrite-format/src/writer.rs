@@ -204,6 +204,15 @@ pub enum Options {
         exclusive: bool,
         reverse: bool,
     },
+    /// REVERSE_SEQUENCE: the dimension reversed and the one indexing `seq_lengths`.
+    ReverseSequence {
+        seq_dim: i32,
+        batch_dim: i32,
+    },
+    /// SPARSE_TO_DENSE.
+    SparseToDense {
+        validate_indices: bool,
+    },
     /// An options table of this type with every field at its default. Fits an op
     /// whose options table is this type.
     Empty(fb::BuiltinOptions),
@@ -283,6 +292,8 @@ impl Options {
             Options::Gelu { .. } => &[T::GeluOptions],
             Options::OneHot { .. } => &[T::OneHotOptions],
             Options::Cumsum { .. } => &[T::CumsumOptions],
+            Options::ReverseSequence { .. } => &[T::ReverseSequenceOptions],
+            Options::SparseToDense { .. } => &[T::SparseToDenseOptions],
             Options::If { .. } => &[T::IfOptions],
             Options::While { .. } => &[T::WhileOptions],
             Options::CallOnce { .. } => &[T::CallOnceOptions],
@@ -780,6 +791,12 @@ fn write_options(b: &mut FlatBufferBuilder, table: fb::BuiltinOptions, o: &Optio
         .as_union_value(),
         Options::Cumsum { exclusive, reverse } => {
             fb::CumsumOptions::create(b, &fb::CumsumOptionsArgs { exclusive: *exclusive, reverse: *reverse }).as_union_value()
+        }
+        Options::ReverseSequence { seq_dim, batch_dim } => {
+            fb::ReverseSequenceOptions::create(b, &fb::ReverseSequenceOptionsArgs { seq_dim: *seq_dim, batch_dim: *batch_dim }).as_union_value()
+        }
+        Options::SparseToDense { validate_indices } => {
+            fb::SparseToDenseOptions::create(b, &fb::SparseToDenseOptionsArgs { validate_indices: *validate_indices }).as_union_value()
         }
         Options::Gather { axis, batch_dims } => fb::GatherOptions::create(b, &fb::GatherOptionsArgs { axis: *axis, batch_dims: *batch_dims }).as_union_value(),
         Options::Reducer { keep_dims } => fb::ReducerOptions::create(b, &fb::ReducerOptionsArgs { keep_dims: *keep_dims }).as_union_value(),

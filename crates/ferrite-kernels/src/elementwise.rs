@@ -386,9 +386,42 @@ pub fn round_half_even(x: f32) -> f32 {
     }
 }
 
+/// ADD_N: `out[i]` is the sum of `inputs[k][i]` over the inputs, added in input
+/// order (the first input, then each next one added to the running sum, as
+/// TFLite adds them); integers wrap.
+pub fn add_n<T: crate::index::Accumulate>(inputs: &[&[T]], out: &mut [T]) {
+    let Some((first, rest)) = inputs.split_first() else {
+        out.fill(T::default());
+        return;
+    };
+    out.copy_from_slice(&first[..out.len()]);
+    for x in rest {
+        for (o, &v) in out.iter_mut().zip(x.iter()) {
+            *o = o.acc(v);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// ADD_N against its definition: float sums in input order, integers wrapping.
+    #[test]
+    fn add_n_matches_definition() {
+        let a = [1.5f32, -2.0, 1e8];
+        let b = [0.25f32, 4.0, 1.0];
+        let c = [-1.0f32, 0.5, -1e8];
+        let mut out = [0.0f32; 3];
+        add_n(&[&a, &b, &c], &mut out);
+        // Input order: (1e8 + 1) rounds back to 1e8 before -1e8 is added.
+        assert_eq!(out, [0.75, 2.5, 0.0]);
+        let mut out = [0i32; 2];
+        add_n(&[&[i32::MAX, 3][..], &[1, -5][..]], &mut out);
+        assert_eq!(out, [i32::MIN, -2]);
+        add_n::<i32>(&[&[4, 5][..]], &mut out);
+        assert_eq!(out, [4, 5]);
+    }
 
     #[test]
     fn logistic_and_tanh_saturate_without_denormals() {

@@ -121,6 +121,23 @@ pub fn scatter_nd<T: Accumulate, I: Copy + Into<i64>>(indices: &[I], nd: usize, 
     Ok(())
 }
 
+/// SPARSE_TO_DENSE: `out` (shape `shape`) holds `default` except at the `n`
+/// positions the tuples of `nd` coordinates in `indices` name (`nd` is the rank of
+/// `shape`), written in order with `values[i]`, or `values[0]` for every position
+/// when `values` holds one element; a repeated position keeps the last value.
+/// Fails with the first coordinate outside its dimension (`out` is then partly
+/// written).
+pub fn sparse_to_dense<T: Copy, I: Copy + Into<i64>>(indices: &[I], nd: usize, values: &[T], default: T, shape: &[usize], out: &mut [T]) -> Result<(), i64> {
+    out.fill(default);
+    let st = strides(shape);
+    let n = indices.len().checked_div(nd).unwrap_or(0);
+    for i in 0..n {
+        let at = tuple_offset(&indices[i * nd..(i + 1) * nd], shape, &st)?;
+        out[at] = if values.len() == 1 { values[0] } else { values[i] };
+    }
+    Ok(())
+}
+
 /// DYNAMIC_UPDATE_SLICE's start position: each start is clamped so the update
 /// lies inside the operand (`0 ..= operand - update` per dimension), as XLA and
 /// LiteRT define it. Requires `update[d] <= operand[d]`.
@@ -529,6 +546,37 @@ mod tests {
 
     fn shape(r: &mut Rng, rank: usize, lo: usize, hi: usize) -> Vec<usize> {
         (0..rank).map(|_| r.size(lo, hi)).collect()
+    }
+
+    /// SPARSE_TO_DENSE against its definition: random positions (some repeated:
+    /// the last write wins), one value for all or one each, bad coordinates refused.
+    #[test]
+    fn sparse_to_dense_matches_definition() {
+        let mut r = Rng::new(0x5a25e);
+        for _ in 0..200 {
+            let rank = r.size(1, 4);
+            let s = shape(&mut r, rank, 1, 4);
+            let total: usize = s.iter().product();
+            let n = r.size(0, 6);
+            let flats: Vec<usize> = (0..n).map(|_| r.size(0, total - 1)).collect();
+            let idx: Vec<i64> = flats.iter().flat_map(|&f| coords(f, &s)).map(|c| c as i64).collect();
+            let scalar = r.one_in(3);
+            let values: Vec<i32> = (0..if scalar { 1 } else { n }).map(|_| r.range(-100, 100) as i32).collect();
+            let mut out = vec![0i32; total];
+            sparse_to_dense(&idx, rank, &values, -7, &s, &mut out).unwrap();
+            let mut want = vec![-7i32; total];
+            for (i, &f) in flats.iter().enumerate() {
+                want[f] = if scalar { values[0] } else { values[i] };
+            }
+            assert_eq!(out, want);
+            assert_eq!(flats.iter().map(|&f| flat(&coords(f, &s), &s)).collect::<Vec<_>>(), flats);
+            if n > 0 {
+                let mut bad = idx.clone();
+                let d = r.size(0, rank - 1);
+                bad[d] = if r.one_in(2) { -1 } else { s[d] as i64 };
+                assert_eq!(sparse_to_dense(&bad, rank, &values, 0, &s, &mut out), Err(bad[d]));
+            }
+        }
     }
 
     #[test]

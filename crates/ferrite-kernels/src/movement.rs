@@ -259,6 +259,35 @@ pub fn reverse<T: Copy>(input: &[T], shape: &[usize], flip: &[bool], out: &mut [
     }
 }
 
+/// REVERSE_SEQUENCE: along `seq_dim`, the first `lengths[b]` elements of each
+/// slice are reversed, where `b` is the slice's coordinate along `batch_dim`; the
+/// elements past the length keep their place. Fails with the first length that
+/// is negative or longer than `shape[seq_dim]` (then `out` is partly written).
+pub fn reverse_sequence<T: Copy, I: Copy + Into<i64>>(
+    input: &[T],
+    shape: &[usize],
+    seq_dim: usize,
+    batch_dim: usize,
+    lengths: &[I],
+    out: &mut [T],
+) -> Result<(), i64> {
+    if let Some(&bad) = lengths.iter().find(|&&l| !(0..=shape[seq_dim] as i64).contains(&l.into())) {
+        return Err(bad.into());
+    }
+    let st = strides(shape);
+    let mut result = Ok(());
+    for_each_coord(shape, |e, c| {
+        let len = lengths.get(c[batch_dim]).map_or(0, |&l| l.into() as usize);
+        let k = c[seq_dim];
+        let src = if k < len { e - k * st[seq_dim] + (len - 1 - k) * st[seq_dim] } else { e };
+        match input.get(src) {
+            Some(&v) => out[e] = v,
+            None => result = Err(-1),
+        }
+    });
+    result
+}
+
 /// Visits every coordinate of `shape` in row-major order.
 fn for_each_coord(shape: &[usize], mut f: impl FnMut(usize, &[usize])) {
     let n: usize = shape.iter().product();
@@ -344,6 +373,35 @@ pub fn batch_to_space<T: Copy>(input: &[T], in_shape: &[usize], block: &[usize],
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `reverse_sequence` against its definition, with seq and batch dims in either
+    /// order, lengths from 0 to the full dimension, and bad lengths refused.
+    #[test]
+    fn reverse_sequence_matches_definition() {
+        let shape = [3usize, 4, 2, 5];
+        let n: usize = shape.iter().product();
+        let input: Vec<u32> = (0..n as u32).collect();
+        for seq_dim in 0..4 {
+            for batch_dim in (0..4).filter(|&b| b != seq_dim) {
+                let lengths: Vec<i64> = (0..shape[batch_dim]).map(|b| ((b * 3 + seq_dim) % (shape[seq_dim] + 1)) as i64).collect();
+                let mut out = vec![0u32; n];
+                reverse_sequence(&input, &shape, seq_dim, batch_dim, &lengths, &mut out).unwrap();
+                for (o, &v) in out.iter().enumerate() {
+                    let mut c = [o / 40, o / 10 % 4, o / 5 % 2, o % 5];
+                    let len = lengths[c[batch_dim]] as usize;
+                    if c[seq_dim] < len {
+                        c[seq_dim] = len - 1 - c[seq_dim];
+                    }
+                    assert_eq!(v as usize, ((c[0] * 4 + c[1]) * 2 + c[2]) * 5 + c[3], "seq {seq_dim} batch {batch_dim} at {o}");
+                }
+                let mut bad = lengths.clone();
+                bad[0] = shape[seq_dim] as i64 + 1;
+                assert_eq!(reverse_sequence(&input, &shape, seq_dim, batch_dim, &bad, &mut out), Err(bad[0]));
+                bad[0] = -1;
+                assert_eq!(reverse_sequence(&input, &shape, seq_dim, batch_dim, &bad, &mut out), Err(-1));
+            }
+        }
+    }
 
     /// `reverse` against its definition, index by index, on every subset of axes.
     #[test]

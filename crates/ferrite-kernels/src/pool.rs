@@ -1,4 +1,4 @@
-//! Average and max pooling, float32, NHWC.
+//! Average, max and L2 pooling, float32, NHWC.
 
 use crate::conv::Window;
 use crate::Clamp;
@@ -87,6 +87,38 @@ simd_fn! {
     }
 }
 
+/// L2_POOL_2D of output rows `rows` (row = batch * out_h + oy), which `out` holds:
+/// each output is `sqrt(sum of squares / count)` over the window clipped to the
+/// input (padding does not count), squares summed row by row as TFLite's kernel
+/// sums them, then clamped. A window with no position inside the input gives 0
+/// (TFLite divides 0 by 0 there; only a hostile geometry reaches it).
+pub fn l2_pool(input: &[f32], c: usize, g: &Window, clamp: Clamp, out: &mut [f32], rows: std::ops::Range<usize>) {
+    let first = rows.start;
+    for row in rows {
+        let (n, oy) = (row / g.out_h, row % g.out_h);
+        for ox in 0..g.out_w {
+            let y0 = (oy * g.stride_h) as isize - g.pad_top as isize;
+            let x0 = (ox * g.stride_w) as isize - g.pad_left as isize;
+            let ys = y0.max(0) as usize..((y0 + g.k_h as isize).min(g.in_h as isize)).max(0) as usize;
+            let xs = x0.max(0) as usize..((x0 + g.k_w as isize).min(g.in_w as isize)).max(0) as usize;
+            let count = ys.len() * xs.len();
+            let o = &mut out[((row - first) * g.out_w + ox) * c..][..c];
+            o.fill(0.0);
+            for y in ys.clone() {
+                for x in xs.clone() {
+                    let px = &input[((n * g.in_h + y) * g.in_w + x) * c..][..c];
+                    for (a, &v) in o.iter_mut().zip(px) {
+                        *a += v * v;
+                    }
+                }
+            }
+            for a in o.iter_mut() {
+                *a = if count == 0 { 0.0 } else { clamp.apply((*a / count as f32).sqrt()) };
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,6 +185,51 @@ mod tests {
                 }
             }
         });
+    }
+
+    /// L2 pooling against its definition (f64 sums of squares over the window
+    /// clipped to the input) on random geometries with padding and clamps.
+    #[test]
+    fn l2_pool_matches_the_definition() {
+        let mut r = crate::testutil::Rng::new(0x12b0_0152);
+        for _ in 0..200 {
+            let (k_h, k_w, stride_h, stride_w) = (r.size(1, 4), r.size(1, 4), r.size(1, 3), r.size(1, 3));
+            let (in_h, in_w, c, batch) = (r.size(1, 9), r.size(1, 9), r.size(1, 6), r.size(1, 2));
+            let same = r.one_in(2);
+            let (Some((out_h, pad_top)), Some((out_w, pad_left))) =
+                (crate::conv::out_size_and_pad(in_h, k_h, stride_h, 1, same), crate::conv::out_size_and_pad(in_w, k_w, stride_w, 1, same))
+            else {
+                continue;
+            };
+            let g = Window { batch, in_h, in_w, out_h, out_w, k_h, k_w, stride_h, stride_w, dil_h: 1, dil_w: 1, pad_top, pad_left };
+            let input: Vec<f32> = (0..batch * in_h * in_w * c).map(|_| (r.unit() * 4.0 - 2.0) as f32).collect();
+            let clamp = if r.one_in(2) { Clamp::NONE } else { Clamp::RELU_N1_TO_1 };
+            let mut got = vec![0.0; batch * out_h * out_w * c];
+            l2_pool(&input, c, &g, clamp, &mut got, 0..batch * out_h);
+            let mut k = 0;
+            for n in 0..batch {
+                for oy in 0..out_h {
+                    for ox in 0..out_w {
+                        for ch in 0..c {
+                            let (mut sum, mut count) = (0.0f64, 0);
+                            for ky in 0..k_h {
+                                for kx in 0..k_w {
+                                    let (y, x) = ((oy * stride_h + ky) as isize - pad_top as isize, (ox * stride_w + kx) as isize - pad_left as isize);
+                                    if (0..in_h as isize).contains(&y) && (0..in_w as isize).contains(&x) {
+                                        let v = f64::from(input[((n * in_h + y as usize) * in_w + x as usize) * c + ch]);
+                                        sum += v * v;
+                                        count += 1;
+                                    }
+                                }
+                            }
+                            let want = ((sum / f64::from(count)).sqrt() as f32).clamp(clamp.min, clamp.max);
+                            assert!((got[k] - want).abs() <= 1e-5 * want.abs().max(1.0), "{g:?}: {} vs {want}", got[k]);
+                            k += 1;
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

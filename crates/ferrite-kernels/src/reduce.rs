@@ -314,6 +314,37 @@ pub fn mean_int<T: QuantInt>(input: &[T], p: &MeanQ, sums: &mut [i64], index: &m
     }
 }
 
+/// REDUCE_ALL (`all`) / REDUCE_ANY of booleans (one byte each, nonzero is true)
+/// over the dims flagged in `reduce`; `out` holds the product of the kept dims.
+/// An empty reduction gives true for ALL and false for ANY.
+pub fn reduce_bool(input: &[u8], shape: &[usize], reduce: &[bool], all: bool, out: &mut [u8]) {
+    out.fill(u8::from(all));
+    let r = shape.len();
+    let mut kept = [1usize; crate::MAX_DIMS];
+    for d in 0..r {
+        if !reduce[d] {
+            kept[d] = shape[d];
+        }
+    }
+    let ost = strides(&kept[..r]);
+    let mut idx = [0usize; crate::MAX_DIMS];
+    for &v in input {
+        let o: usize = (0..r).map(|d| if reduce[d] { 0 } else { idx[d] * ost[d] }).sum();
+        let t = v != 0;
+        // ALL is cleared by a false element, ANY set by a true one.
+        if t != all {
+            out[o] = u8::from(t);
+        }
+        for d in (0..r).rev() {
+            idx[d] += 1;
+            if idx[d] < shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
 #[cfg(test)]
 mod mean_tests {
     use super::*;
@@ -492,5 +523,37 @@ mod tests {
         let mut out = [0.0; 3];
         reduce(&x, &[1, 2, 2, 3], &[false, true, true, false], Reducer::Mean, &mut out);
         assert_eq!(out, [4.5, 5.5, 6.5]);
+    }
+
+    /// REDUCE_ALL / REDUCE_ANY against their definition on every subset of axes.
+    #[test]
+    fn boolean_reductions_match_definition() {
+        let shape = [2usize, 3, 2, 3];
+        let mut r = crate::testutil::Rng::new(0xa11);
+        for mask in 0..16u32 {
+            let flags: Vec<bool> = (0..4).map(|d| mask >> d & 1 == 1).collect();
+            // Mostly true, mostly false, and mixed inputs.
+            for density in [1u32, 2, 8] {
+                let x: Vec<u8> = (0..36).map(|_| u8::from(!r.one_in(density))).collect();
+                let n: usize = (0..4).filter(|&d| !flags[d]).map(|d| shape[d]).product();
+                for all in [true, false] {
+                    let mut out = vec![7u8; n];
+                    reduce_bool(&x, &shape, &flags, all, &mut out);
+                    let mut want = vec![all; n];
+                    for (i, &v) in x.iter().enumerate() {
+                        let idx = [i / 18, i / 6 % 3, i / 3 % 2, i % 3];
+                        let o = (0..4).filter(|&d| !flags[d]).fold(0, |o, d| o * shape[d] + idx[d]);
+                        want[o] = if all { want[o] && v != 0 } else { want[o] || v != 0 };
+                    }
+                    assert_eq!(out, want.iter().map(|&b| u8::from(b)).collect::<Vec<_>>(), "mask {mask:b} all {all}");
+                }
+            }
+        }
+        // Reducing an empty dimension: ALL of nothing is true, ANY false.
+        let mut out = [9u8; 2];
+        reduce_bool(&[], &[2, 0], &[false, true], true, &mut out);
+        assert_eq!(out, [1, 1]);
+        reduce_bool(&[], &[2, 0], &[false, true], false, &mut out);
+        assert_eq!(out, [0, 0]);
     }
 }

@@ -184,6 +184,17 @@ pub enum OpParams {
         exclusive: bool,
         reverse: bool,
     },
+    /// REVERSE_SEQUENCE: the dimension whose leading elements are reversed, and the
+    /// one whose index picks the length from `seq_lengths`.
+    ReverseSequence {
+        seq_dim: i32,
+        batch_dim: i32,
+    },
+    /// SPARSE_TO_DENSE. LiteRT reads `validate_indices` and ignores it; ferrite
+    /// checks every index whatever it says (an index outside the output is an error).
+    SparseToDense {
+        validate_indices: bool,
+    },
     If {
         then_subgraph: usize,
         else_subgraph: usize,
@@ -404,6 +415,11 @@ pub fn parse_params(op: BuiltinOp, opt_type: u8, options: Option<Table<'_>>) -> 
         T::CumsumOptions => {
             OpParams::Cumsum { exclusive: boolf(fb::CumsumOptions::VT_EXCLUSIVE, false)?, reverse: boolf(fb::CumsumOptions::VT_REVERSE, false)? }
         }
+        T::ReverseSequenceOptions => OpParams::ReverseSequence {
+            seq_dim: i32f(fb::ReverseSequenceOptions::VT_SEQ_DIM, 0)?,
+            batch_dim: i32f(fb::ReverseSequenceOptions::VT_BATCH_DIM, 0)?,
+        },
+        T::SparseToDenseOptions => OpParams::SparseToDense { validate_indices: boolf(fb::SparseToDenseOptions::VT_VALIDATE_INDICES, false)? },
         T::MirrorPadOptions => OpParams::MirrorPad { symmetric: i8f(fb::MirrorPadOptions::VT_MODE, 0)? == 1 },
         T::L2NormOptions => OpParams::Activation(act(fb::L2NormOptions::VT_FUSED_ACTIVATION_FUNCTION)?),
         T::LocalResponseNormalizationOptions => {
@@ -556,6 +572,8 @@ mod tests {
             T::LeakyReluOptions => (Options::LeakyRelu { alpha: 0.25 }, OpParams::LeakyRelu { alpha: 0.25 }),
             T::OneHotOptions => (Options::OneHot { axis: -1 }, OpParams::OneHot { axis: -1 }),
             T::CumsumOptions => (Options::Cumsum { exclusive: true, reverse: true }, OpParams::Cumsum { exclusive: true, reverse: true }),
+            T::ReverseSequenceOptions => (Options::ReverseSequence { seq_dim: 2, batch_dim: -1 }, OpParams::ReverseSequence { seq_dim: 2, batch_dim: -1 }),
+            T::SparseToDenseOptions => (Options::SparseToDense { validate_indices: true }, OpParams::SparseToDense { validate_indices: true }),
             T::GeluOptions => (Options::Gelu { approximate: true }, OpParams::Gelu { approximate: true }),
             T::SoftmaxOptions => (Options::Softmax { beta: 0.5 }, OpParams::Softmax { beta: 0.5 }),
             T::ReducerOptions => (Options::Reducer { keep_dims: true }, OpParams::Reducer { keep_dims: true }),

@@ -76,6 +76,16 @@ fn single(code: B, ins: &[i32], o: i32, opts: Options, m: &mut ModelSpec) {
     m.add_op(OpCode::Builtin(code), ins, &[o], opts);
 }
 
+/// A constant int32 tensor, or int64 (`wide`) with the same values.
+fn const_index(name: &str, shape: &[i32], values: &[i32], wide: bool) -> TensorSpec {
+    let t = TensorSpec::const_i32(name, shape, values);
+    if !wide {
+        return t;
+    }
+    let data = values.iter().flat_map(|&v| i64::from(v).to_le_bytes()).collect();
+    TensorSpec { dtype: TensorType::INT64, data: Some(data), ..t }
+}
+
 fn n_of(s: &[i32]) -> usize {
     s.iter().map(|&d| d as usize).product()
 }
@@ -622,6 +632,166 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             let a = m.add_tensor(TensorSpec::const_i32("axis", &[], &[axis]));
             let o = out(&mut m, TensorType::FLOAT32, &s);
             single(B::CUMSUM, &[x, a], o, Options::Cumsum { exclusive: r.coin(), reverse: r.coin() }, &mut m);
+            ranges.push(fr);
+        }
+        "ADD_N" | "ADD_N_INT32" | "ADD_N_INT64" => {
+            // Two to five inputs (LiteRT requires two) of one shape (ranks 0 to 4,
+            // sizes 1 to 5). INT64: refused by LiteRT and ferrite alike.
+            let int = op.ends_with("INT32") || op.ends_with("INT64");
+            let rank = r.u(0, 4);
+            let s = r.shape(rank, 1, 5);
+            let ty = match op {
+                "ADD_N_INT32" => TensorType::INT32,
+                "ADD_N_INT64" => TensorType::INT64,
+                _ => TensorType::FLOAT32,
+            };
+            let ins: Vec<i32> = (0..r.u(2, 5))
+                .map(|k| {
+                    let t = m.add_tensor(TensorSpec::activation(&format!("x{k}"), ty, &s));
+                    m.inputs.push(t);
+                    if int {
+                        fixed.push((k, (0..n_of(&s)).map(|_| r.int(-1000, 1000) as i32).collect()));
+                    } else {
+                        ranges.push(fr);
+                    }
+                    t
+                })
+                .collect();
+            let o = out(&mut m, ty, &s);
+            single(B::ADD_N, &ins, o, Options::None, &mut m);
+        }
+        "RANK" | "RANK_INT8" | "RANK_BOOL" => {
+            // Ranks 0 to 5; the value is never read.
+            let rank = r.u(0, 5);
+            let s = r.shape(rank, 1, 3);
+            let ty = match op {
+                "RANK_INT8" => TensorType::INT8,
+                "RANK_BOOL" => TensorType::BOOL,
+                _ => TensorType::FLOAT32,
+            };
+            let x = m.add_tensor(TensorSpec::activation("x", ty, &s));
+            m.inputs.push(x);
+            if ty == TensorType::FLOAT32 {
+                ranges.push(fr);
+            }
+            let o = out(&mut m, TensorType::INT32, &[]);
+            single(B::RANK, &[x], o, Options::None, &mut m);
+        }
+        "REDUCE_ALL" | "REDUCE_ANY" => {
+            // A bool input (the harness draws it at random), one to three constant
+            // axes (some negative, some repeated), keep_dims either way.
+            let rank = r.u(1, 4);
+            let s = r.shape(rank, 1, 4);
+            let axes: Vec<i32> = (0..r.u(1, 3)).map(|_| r.int(-(rank as i64), rank as i64 - 1) as i32).collect();
+            let x = m.add_tensor(TensorSpec::activation("x", TensorType::BOOL, &s));
+            m.inputs.push(x);
+            let a = m.add_tensor(TensorSpec::const_i32("axes", &[axes.len() as i32], &axes));
+            let o = out(&mut m, TensorType::BOOL, &[]);
+            let code = if op == "REDUCE_ALL" { B::REDUCE_ALL } else { B::REDUCE_ANY };
+            single(code, &[x, a], o, Options::Reducer { keep_dims: r.coin() }, &mut m);
+        }
+        "REVERSE_SEQUENCE"
+        | "REVERSE_SEQUENCE_I64"
+        | "REVERSE_SEQUENCE_UINT8"
+        | "REVERSE_SEQUENCE_INT16"
+        | "REVERSE_SEQUENCE_INT32"
+        | "REVERSE_SEQUENCE_INT64"
+        | "REVERSE_SEQUENCE_INT8" => {
+            // Ranks 2 to 4, any two distinct dims, lengths 0 to the full dimension
+            // (a model input); I64: int64 lengths. INT8: refused by LiteRT and ferrite.
+            let rank = r.u(2, 4);
+            let s = r.shape(rank, 1, 5);
+            let seq_dim = r.u(0, rank - 1);
+            let batch_dim = (seq_dim + r.u(1, rank - 1)) % rank;
+            let ty = match op {
+                "REVERSE_SEQUENCE_UINT8" => TensorType::UINT8,
+                "REVERSE_SEQUENCE_INT16" => TensorType::INT16,
+                "REVERSE_SEQUENCE_INT32" => TensorType::INT32,
+                "REVERSE_SEQUENCE_INT64" => TensorType::INT64,
+                "REVERSE_SEQUENCE_INT8" => TensorType::INT8,
+                _ => TensorType::FLOAT32,
+            };
+            let x = m.add_tensor(TensorSpec::activation("x", ty, &s));
+            m.inputs.push(x);
+            if ty == TensorType::FLOAT32 {
+                ranges.push(fr);
+            }
+            let lt = if op.ends_with("I64") { TensorType::INT64 } else { TensorType::INT32 };
+            let l = m.add_tensor(TensorSpec::activation("seq_lengths", lt, &[s[batch_dim]]));
+            m.inputs.push(l);
+            fixed.push((1, (0..s[batch_dim]).map(|_| r.int(0, i64::from(s[seq_dim])) as i32).collect()));
+            let o = out(&mut m, ty, &s);
+            single(B::REVERSE_SEQUENCE, &[x, l], o, Options::ReverseSequence { seq_dim: seq_dim as i32, batch_dim: batch_dim as i32 }, &mut m);
+        }
+        "SPARSE_TO_DENSE"
+        | "SPARSE_TO_DENSE_I64"
+        | "SPARSE_TO_DENSE_INT8"
+        | "SPARSE_TO_DENSE_UINT8"
+        | "SPARSE_TO_DENSE_INT32"
+        | "SPARSE_TO_DENSE_INT64"
+        | "SPARSE_TO_DENSE_DYNAMIC" => {
+            // Constant indices (a scalar or vector for a rank-1 output, or [n, rank]
+            // tuples for ranks 1 to 4; repeated positions now and then), values
+            // and default as model inputs (one value for all, sometimes); I64:
+            // int64 indices and shape; DYNAMIC: the shape a model input, so the
+            // output is sized at run time.
+            let rank = r.u(1, 4);
+            let s = r.shape(rank, 1, 5);
+            let total = n_of(&s);
+            let form = if rank == 1 { r.u(0, 2) } else { 2 };
+            let n = if form == 0 { 1 } else { r.u(1, 6) };
+            let mut idx = vec![];
+            for _ in 0..n {
+                let mut f = r.u(0, total - 1);
+                let mut c = vec![0i32; rank];
+                for d in (0..rank).rev() {
+                    c[d] = (f % s[d] as usize) as i32;
+                    f /= s[d] as usize;
+                }
+                idx.extend(c);
+            }
+            let ishape: Vec<i32> = match form {
+                0 => vec![],
+                1 => vec![n as i32],
+                _ => vec![n as i32, rank as i32],
+            };
+            let wide = op.ends_with("I64");
+            let it = m.add_tensor(const_index("indices", &ishape, &idx, wide));
+            let st = if op.ends_with("DYNAMIC") {
+                let t = m.add_tensor(TensorSpec::activation("output_shape", TensorType::INT32, &[rank as i32]));
+                m.inputs.push(t);
+                fixed.push((m.inputs.len() - 1, s.clone()));
+                t
+            } else {
+                m.add_tensor(const_index("output_shape", &[rank as i32], &s, wide))
+            };
+            let ty = match op {
+                "SPARSE_TO_DENSE_INT8" => TensorType::INT8,
+                "SPARSE_TO_DENSE_UINT8" => TensorType::UINT8,
+                "SPARSE_TO_DENSE_INT32" => TensorType::INT32,
+                "SPARSE_TO_DENSE_INT64" => TensorType::INT64,
+                _ => TensorType::FLOAT32,
+            };
+            let vshape: Vec<i32> = if form == 0 || r.u(0, 3) == 0 { vec![] } else { vec![n as i32] };
+            let v = m.add_tensor(TensorSpec::activation("values", ty, &vshape));
+            m.inputs.push(v);
+            let d = m.add_tensor(TensorSpec::activation("default", ty, &[]));
+            m.inputs.push(d);
+            if ty == TensorType::FLOAT32 {
+                ranges.extend([fr, fr]);
+            }
+            let o = out(&mut m, ty, &s);
+            single(B::SPARSE_TO_DENSE, &[it, st, v, d], o, Options::SparseToDense { validate_indices: r.coin() }, &mut m);
+        }
+        "L2_POOL_2D" => {
+            let s = [r.u(1, 2) as i32, r.u(1, 9) as i32, r.u(1, 9) as i32, r.u(1, 20) as i32];
+            let x = f32in(&mut m, "x", &s);
+            let o = out(&mut m, TensorType::FLOAT32, &[]);
+            let filter = (r.u(1, 3) as i32, r.u(1, 3) as i32);
+            let stride = (r.u(1, 2) as i32, r.u(1, 2) as i32);
+            // VALID needs the window inside the input.
+            let padding = if filter.0 > s[1] || filter.1 > s[2] { Padding::SAME } else { same_or_valid(r) };
+            single(B::L2_POOL_2D, &[x], o, Options::Pool2D { padding, stride, filter, activation: act(r) }, &mut m);
             ranges.push(fr);
         }
         "WHERE" | "WHERE_BOOL" | "WHERE_INT8" | "WHERE_INT32" | "WHERE_INT64" | "WHERE_UINT8" | "WHERE_CONST" => {
@@ -2640,6 +2810,27 @@ const OPS: &[&str] = &[
     "RANGE",
     "RANGE_FLOAT",
     "CUMSUM",
+    "ADD_N",
+    "ADD_N_INT32",
+    "RANK",
+    "RANK_INT8",
+    "RANK_BOOL",
+    "REDUCE_ALL",
+    "REDUCE_ANY",
+    "REVERSE_SEQUENCE",
+    "REVERSE_SEQUENCE_I64",
+    "REVERSE_SEQUENCE_UINT8",
+    "REVERSE_SEQUENCE_INT16",
+    "REVERSE_SEQUENCE_INT32",
+    "REVERSE_SEQUENCE_INT64",
+    "SPARSE_TO_DENSE",
+    "SPARSE_TO_DENSE_I64",
+    "SPARSE_TO_DENSE_INT8",
+    "SPARSE_TO_DENSE_UINT8",
+    "SPARSE_TO_DENSE_INT32",
+    "SPARSE_TO_DENSE_INT64",
+    "SPARSE_TO_DENSE_DYNAMIC",
+    "L2_POOL_2D",
     "WHERE",
     "WHERE_BOOL",
     "WHERE_INT8",
@@ -2727,6 +2918,8 @@ const OPS: &[&str] = &[
     "HARD_SWISH_INT16",
     "BATCH_MATMUL_UINT8",
     "DETECTION_POSTPROCESS_INT8",
+    "ADD_N_INT64",
+    "REVERSE_SEQUENCE_INT8",
 ];
 
 /// Ops compared with LiteRT's builtin (optimized) kernels rather than its reference
@@ -2737,7 +2930,7 @@ const BUILTIN_ORACLE: &[&str] = &["LOCAL_RESPONSE_NORMALIZATION"];
 
 /// Type combinations LiteRT has no kernel for; the suite checks that ferrite, like
 /// it, refuses them with an error rather than computing something.
-const REFUSED: &[&str] = &["HARD_SWISH_INT16", "BATCH_MATMUL_UINT8", "DETECTION_POSTPROCESS_INT8"];
+const REFUSED: &[&str] = &["HARD_SWISH_INT16", "BATCH_MATMUL_UINT8", "DETECTION_POSTPROCESS_INT8", "ADD_N_INT64", "REVERSE_SEQUENCE_INT8"];
 
 /// Which output rows of a `TFLite_Detection_PostProcess` case LiteRT defines:
 /// fast NMS writes `min(max_classes_per_detection, num_classes)` rows per kept

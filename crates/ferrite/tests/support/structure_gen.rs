@@ -221,6 +221,13 @@ pub const OPS: &[(B, usize, usize)] = &[
     (B::ONE_HOT, 4, 1),
     (B::RANGE, 3, 1),
     (B::CUMSUM, 2, 1),
+    (B::ADD_N, 3, 1),
+    (B::RANK, 1, 1),
+    (B::REDUCE_ALL, 2, 1),
+    (B::REDUCE_ANY, 2, 1),
+    (B::REVERSE_SEQUENCE, 2, 1),
+    (B::SPARSE_TO_DENSE, 4, 1),
+    (B::L2_POOL_2D, 1, 1),
     (B::IF, 2, 1),
     (B::WHILE, 1, 1),
     (B::CALL_ONCE, 0, 0),
@@ -236,7 +243,9 @@ fn int_param(op: B, k: usize) -> bool {
         (op, k),
         (B::RESHAPE | B::EXPAND_DIMS | B::TRANSPOSE | B::PAD | B::PADV2 | B::TILE | B::BROADCAST_TO, 1)
             | (B::RESIZE_BILINEAR | B::RESIZE_NEAREST_NEIGHBOR | B::GATHER, 1)
-            | (B::MEAN | B::SUM | B::REDUCE_MAX | B::REDUCE_MIN | B::REDUCE_PROD | B::ARG_MAX | B::ARG_MIN, 1)
+            | (B::MEAN | B::SUM | B::REDUCE_MAX | B::REDUCE_MIN | B::REDUCE_PROD | B::ARG_MAX | B::ARG_MIN | B::REDUCE_ALL | B::REDUCE_ANY, 1)
+            | (B::REVERSE_SEQUENCE, 1)
+            | (B::SPARSE_TO_DENSE, 0 | 1)
             | (B::SPLIT | B::FILL | B::TRANSPOSE_CONV, 0)
             | (B::SPLIT_V, 1 | 2)
             | (B::SLICE, 1 | 2)
@@ -508,7 +517,9 @@ fn options(rng: &mut Rng, op: B, rank: usize, n_out: usize, subgraphs: usize) ->
             depth_multiplier: small(rng),
             activation: activation(rng),
         },
-        B::AVERAGE_POOL_2D | B::MAX_POOL_2D => Options::Pool2D { padding: padding(rng), stride: stride(rng), filter: stride(rng), activation: activation(rng) },
+        B::AVERAGE_POOL_2D | B::MAX_POOL_2D | B::L2_POOL_2D => {
+            Options::Pool2D { padding: padding(rng), stride: stride(rng), filter: stride(rng), activation: activation(rng) }
+        }
         B::FULLY_CONNECTED => Options::FullyConnected { activation: activation(rng), keep_num_dims: rng.pct(30), asymmetric_quantize_inputs: rng.pct(30) },
         B::SOFTMAX => Options::Softmax { beta: *rng.pick(&[1.0, 0.5, 0.0, -1.0, f32::NAN, f32::INFINITY, 1e30]) },
         B::CONCATENATION => Options::Concatenation { axis: axis_value(rng, rank), activation: activation(rng) },
@@ -519,7 +530,9 @@ fn options(rng: &mut Rng, op: B, rank: usize, n_out: usize, subgraphs: usize) ->
         B::RESIZE_NEAREST_NEIGHBOR => Options::ResizeNearest { align_corners: rng.pct(30), half_pixel_centers: rng.pct(30) },
         B::DEPTH_TO_SPACE | B::SPACE_TO_DEPTH => Options::BlockSize(small(rng)),
         B::GATHER => Options::Gather { axis: axis_value(rng, rank), batch_dims: rng.range(-2, 3) as i32 },
-        B::MEAN | B::SUM | B::REDUCE_MAX | B::REDUCE_MIN | B::REDUCE_PROD => Options::Reducer { keep_dims: rng.pct(50) },
+        B::MEAN | B::SUM | B::REDUCE_MAX | B::REDUCE_MIN | B::REDUCE_PROD | B::REDUCE_ALL | B::REDUCE_ANY => Options::Reducer { keep_dims: rng.pct(50) },
+        B::REVERSE_SEQUENCE => Options::ReverseSequence { seq_dim: rng.range(-1, rank as i64) as i32, batch_dim: rng.range(-1, rank as i64) as i32 },
+        B::SPARSE_TO_DENSE => Options::SparseToDense { validate_indices: rng.pct(50) },
         B::SQUEEZE => Options::Squeeze { dims: (0..rng.below(3)).map(|_| axis_value(rng, rank)).collect() },
         B::SPLIT | B::SPLIT_V => Options::Split { num_splits: if rng.pct(80) { n_out as i32 } else { small(rng) } },
         B::STRIDED_SLICE => Options::StridedSlice {

@@ -1,6 +1,6 @@
 //! Element-wise binary ops with broadcasting (float, int32/int64, and quantized
-//! ADD/SUB/MUL/PRELU/SQUARED_DIFFERENCE/MAXIMUM/MINIMUM), comparisons (quantized
-//! ones rescaled as LiteRT does), logic, select and the bitwise RIGHT_SHIFT and
+//! ADD/SUB/MUL/PRELU/SQUARED_DIFFERENCE/MAXIMUM/MINIMUM), ADD_N, comparisons
+//! (quantized ones rescaled as LiteRT does), logic, select and the bitwise RIGHT_SHIFT and
 //! BITWISE_XOR.
 
 use ferrite_format::ops::BuiltinOp as B;
@@ -29,6 +29,7 @@ pub(super) fn build(code: B, op: &OpContext<'_>, ctx: &mut BackendContext) -> Op
         B::SELECT | B::SELECT_V2 => select(op),
         B::RIGHT_SHIFT | B::BITWISE_XOR => bitwise(op, code),
         B::ATAN2 => atan2(op),
+        B::ADD_N => add_n(op),
         _ => return None,
     })
 }
@@ -164,6 +165,42 @@ pub(crate) fn binary(op: &OpContext<'_>, code: B, pool: Option<std::sync::Arc<fe
 /// both inputs left (20 bits, 15 for int16), rescale them to twice the larger input
 /// scale, combine, and rescale to the output; MUL rescales the product; PRELU
 /// rescales x or x * alpha.
+/// ADD_N: the sum of one or more float32 or int32 tensors of one shape (no
+/// broadcasting: LiteRT requires equal shapes), added in input order.
+pub(crate) fn add_n(op: &OpContext<'_>) -> Result<Built> {
+    let first = op.input(0)?;
+    let (dtype, shape) = (first.dtype, first.shape.clone());
+    let count = op.inputs.len();
+    for i in 1..count {
+        let x = op.input(i)?;
+        if x.dtype != dtype || x.shape != shape {
+            return Err(op.bad(format!("ADD_N input {i} is {} {:?}, input 0 is {} {shape:?}", x.dtype.name(), x.shape, dtype.name())));
+        }
+    }
+    let n = op.checked_elements(&shape, 4)?;
+    macro_rules! summed {
+        ($T:ty) => {
+            Ok(Built {
+                outputs: vec![(dtype, shape)],
+                kernel: Box::new(move |ins, outs| {
+                    let xs = (0..count).map(|i| typed::<$T>(arg(ins, i)?)).collect::<Result<Vec<_>>>()?;
+                    let out = typed_mut::<$T>(outs[0])?;
+                    if out.len() != n || xs.iter().any(|x| x.len() != n) {
+                        return Err(runtime("ADD_N buffers do not match the planned shape"));
+                    }
+                    kel::add_n(&xs, out);
+                    Ok(())
+                }),
+            })
+        };
+    }
+    match dtype {
+        DType::F32 => summed!(f32),
+        DType::I32 => summed!(i32),
+        t => Err(op.unsupported(format!("ADD_N of {} (LiteRT takes float32 and int32)", t.name()))),
+    }
+}
+
 pub(crate) fn binary_int(op: &OpContext<'_>, code: ferrite_format::ops::BuiltinOp) -> Result<Built> {
     use ferrite_format::ops::BuiltinOp as B;
     let (a, b) = (op.input(0)?, op.input(1)?);

@@ -1,10 +1,10 @@
 //! Index and set ops: GATHER_ND, SCATTER_ND, DYNAMIC_UPDATE_SLICE, EMBEDDING_LOOKUP,
-//! TOPK_V2, ONE_HOT, RANGE, CUMSUM, WHERE, UNIQUE, SEGMENT_SUM, UNSORTED_SEGMENT_*,
+//! SPARSE_TO_DENSE, TOPK_V2, ONE_HOT, RANGE, CUMSUM, WHERE, UNIQUE, SEGMENT_SUM, UNSORTED_SEGMENT_*,
 //! MATRIX_DIAG, MATRIX_SET_DIAG, BROADCAST_ARGS, NON_MAX_SUPPRESSION_V4/V5.
 //!
 //! Index values read from tensor data are checked by the kernels (an index outside
 //! its dimension is a run-time error, as in LiteRT, never an out-of-bounds access).
-//! An output shape that depends on input values (SCATTER_ND's shape, TOPK_V2's k,
+//! An output shape that depends on input values (SCATTER_ND's and SPARSE_TO_DENSE's shape, TOPK_V2's k,
 //! ONE_HOT's depth, RANGE's bounds, WHERE's count of true elements, UNIQUE's count
 //! of distinct values, SEGMENT_SUM's largest id) is read with [`OpContext::const_ints`] or
 //! [`known`]; when the values are computed at run time that yields
@@ -24,6 +24,7 @@ pub(super) fn build(code: B, op: &OpContext<'_>, _ctx: &mut BackendContext) -> O
     Some(match code {
         B::GATHER_ND => gather_nd(op),
         B::SCATTER_ND => scatter_nd(op),
+        B::SPARSE_TO_DENSE => sparse_to_dense(op),
         B::DYNAMIC_UPDATE_SLICE => dynamic_update_slice(op),
         B::EMBEDDING_LOOKUP => embedding_lookup(op),
         B::TOPK_V2 => top_k(op),
@@ -152,6 +153,63 @@ fn scatter_nd(op: &OpContext<'_>) -> Result<Built> {
         DType::I32 => scatter!(i32),
         DType::I64 => scatter!(i64),
         t => Err(op.unsupported(format!("SCATTER_ND of {}", t.name()))),
+    }
+}
+
+/// SPARSE_TO_DENSE: (indices, output_shape, values, default_value). The indices
+/// are a scalar or a vector of positions in a rank-1 output, or an `[n, rank]`
+/// matrix of coordinate tuples; `values` holds one value per position or one for
+/// all. The output's shape is a value (a run-time one makes the op data-dependent);
+/// an index outside it is a run-time error.
+fn sparse_to_dense(op: &OpContext<'_>) -> Result<Built> {
+    let (i, v, d) = (op.input(0)?, op.input(2)?, op.input(3)?);
+    let shape: Vec<usize> =
+        op.const_ints(1)?.iter().map(|&d| usize::try_from(d).map_err(|_| op.bad(format!("negative output dimension {d}")))).collect::<Result<_>>()?;
+    if op.input(1)?.shape.len() != 1 {
+        return Err(op.bad(format!("output_shape must be a vector, got shape {:?}", op.input(1)?.shape)));
+    }
+    let (n, nd) = match i.shape[..] {
+        [] => (1, 1),
+        [n] => (n, 1),
+        [n, nd] => (n, nd),
+        _ => return Err(op.bad(format!("indices of rank {} (at most 2)", i.shape.len()))),
+    };
+    if nd != shape.len() {
+        return Err(op.bad(format!("index tuples of {nd} coordinates for an output of rank {}", shape.len())));
+    }
+    let n_values = v.shape.iter().product::<usize>();
+    if v.shape.len() > 1 || (n_values != n && n_values != 1) || (n_values == 1 && n != 1 && !v.shape.is_empty()) {
+        return Err(op.bad(format!("values of shape {:?} for {n} indices", v.shape)));
+    }
+    if d.dtype != v.dtype || !d.shape.is_empty() {
+        return Err(op.bad("default_value must be a scalar of the values' type"));
+    }
+    let dtype = v.dtype;
+    let n_out = op.checked_elements(&shape, dtype.size().unwrap_or(1))?;
+    let n_idx = op.checked_elements(&i.shape, 1)?;
+    macro_rules! densify {
+        ($T:ty) => {
+            by_index!(op, i.dtype, "SPARSE_TO_DENSE indices", I => Ok(Built {
+                outputs: vec![(dtype, shape.clone())],
+                kernel: Box::new(move |ins, outs| {
+                    let (idx, vals, o) = (typed::<I>(arg(ins, 0)?)?, typed::<$T>(arg(ins, 2)?)?, typed_mut::<$T>(outs[0])?);
+                    let default = typed::<$T>(arg(ins, 3)?)?.first().copied().ok_or_else(|| runtime("SPARSE_TO_DENSE default value is empty"))?;
+                    check_len("SPARSE_TO_DENSE indices", idx.len(), n_idx)?;
+                    check_len("SPARSE_TO_DENSE values", vals.len(), n_values)?;
+                    check_len("SPARSE_TO_DENSE output", o.len(), n_out)?;
+                    k::sparse_to_dense(idx, nd, vals, default, &shape, o)
+                        .map_err(|v| runtime(format!("SPARSE_TO_DENSE index {v} out of range for output shape {shape:?}")))
+                }),
+            }))
+        };
+    }
+    match dtype {
+        DType::F32 => densify!(f32),
+        DType::I8 => densify!(i8),
+        DType::U8 => densify!(u8),
+        DType::I32 => densify!(i32),
+        DType::I64 => densify!(i64),
+        t => Err(op.unsupported(format!("SPARSE_TO_DENSE of {} (LiteRT takes float32, int8, uint8, int32 and int64)", t.name()))),
     }
 }
 

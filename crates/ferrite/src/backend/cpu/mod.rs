@@ -114,7 +114,7 @@ pub(crate) fn family_feature(code: B) -> Option<&'static str> {
     Some(match code {
         B::CONV_2D | B::DEPTHWISE_CONV_2D | B::TRANSPOSE_CONV | B::CONV_3D | B::CONV_3D_TRANSPOSE => "op-conv",
         B::FULLY_CONNECTED | B::BATCH_MATMUL => "op-linear",
-        B::AVERAGE_POOL_2D | B::MAX_POOL_2D => "op-pool",
+        B::AVERAGE_POOL_2D | B::MAX_POOL_2D | B::L2_POOL_2D => "op-pool",
         B::SOFTMAX | B::LOG_SOFTMAX | B::L2_NORMALIZATION | B::LOCAL_RESPONSE_NORMALIZATION => "op-softmax",
         B::ABS
         | B::CEIL
@@ -140,6 +140,7 @@ pub(crate) fn family_feature(code: B) -> Option<&'static str> {
         | B::SQUARE
         | B::TANH => "op-activation",
         B::ADD
+        | B::ADD_N
         | B::DIV
         | B::EQUAL
         | B::FLOOR_DIV
@@ -164,7 +165,7 @@ pub(crate) fn family_feature(code: B) -> Option<&'static str> {
         | B::RIGHT_SHIFT
         | B::BITWISE_XOR
         | B::ATAN2 => "op-elementwise",
-        B::ARG_MAX | B::ARG_MIN | B::MEAN | B::REDUCE_MAX | B::REDUCE_MIN | B::REDUCE_PROD | B::SUM => "op-reduce",
+        B::ARG_MAX | B::ARG_MIN | B::MEAN | B::REDUCE_MAX | B::REDUCE_MIN | B::REDUCE_PROD | B::SUM | B::REDUCE_ALL | B::REDUCE_ANY => "op-reduce",
         B::BROADCAST_TO
         | B::CONCATENATION
         | B::DEPTH_TO_SPACE
@@ -178,6 +179,8 @@ pub(crate) fn family_feature(code: B) -> Option<&'static str> {
         | B::RESIZE_BILINEAR
         | B::RESIZE_NEAREST_NEIGHBOR
         | B::REVERSE_V2
+        | B::REVERSE_SEQUENCE
+        | B::RANK
         | B::SHAPE
         | B::SLICE
         | B::SPACE_TO_DEPTH
@@ -211,6 +214,7 @@ pub(crate) fn family_feature(code: B) -> Option<&'static str> {
         | B::ONE_HOT
         | B::RANGE
         | B::SCATTER_ND
+        | B::SPARSE_TO_DENSE
         | B::TOPK_V2 => "op-index",
         B::BITCAST | B::CAST | B::DENSIFY | B::DEQUANTIZE | B::QUANTIZE => "op-convert",
         B::RFFT2D | B::COMPLEX_ABS | B::REAL | B::IMAG => "op-signal",

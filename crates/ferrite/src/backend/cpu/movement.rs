@@ -1,6 +1,6 @@
 //! Shape and data movement for every element type: reshape-like ops, concat,
 //! split, slices, transpose, reverse, pad, mirror pad, gather, tile, depth/space,
-//! space/batch, resize, shape, fill.
+//! space/batch, resize, shape, rank, fill, reverse_sequence.
 
 use ferrite_format::ops::BuiltinOp as B;
 use ferrite_kernels::quant::RescaleU8;
@@ -23,6 +23,8 @@ pub(super) fn build(code: B, op: &OpContext<'_>, ctx: &mut BackendContext) -> Op
         B::SLICE | B::STRIDED_SLICE => slice(op, code == B::STRIDED_SLICE),
         B::TRANSPOSE => transpose(op),
         B::REVERSE_V2 => reverse(op),
+        B::REVERSE_SEQUENCE => reverse_sequence(op),
+        B::RANK => rank(op),
         B::PAD | B::PADV2 => pad(op),
         B::GATHER => gather(op),
         B::TILE | B::BROADCAST_TO => tile(op, code == B::BROADCAST_TO),
@@ -487,6 +489,52 @@ pub(crate) fn reverse(op: &OpContext<'_>) -> Result<Built> {
     })
 }
 
+/// REVERSE_SEQUENCE: (input, seq_lengths); along `seq_dim` the first
+/// `seq_lengths[b]` elements of each slice at batch index `b` (along `batch_dim`)
+/// are reversed. A length that is negative or past the dimension is a run-time
+/// error (the lengths are data).
+pub(crate) fn reverse_sequence(op: &OpContext<'_>) -> Result<Built> {
+    let OpParams::ReverseSequence { seq_dim, batch_dim } = op.op.params else { return Err(op.bad("missing ReverseSequence options")) };
+    let (x, l) = (op.input(0)?, op.input(1)?);
+    let r = x.shape.len();
+    let dim = |d: i32, what: &str| usize::try_from(d).ok().filter(|&d| d < r).ok_or_else(|| op.bad(format!("{what} {d} out of range for rank {r}")));
+    let (seq, batch) = (dim(seq_dim, "seq_dim")?, dim(batch_dim, "batch_dim")?);
+    if seq == batch {
+        return Err(op.bad(format!("seq_dim and batch_dim are both {seq}")));
+    }
+    if l.shape != [x.shape[batch]] {
+        return Err(op.bad(format!("seq_lengths of shape {:?} for a batch dimension of {}", l.shape, x.shape[batch])));
+    }
+    if !matches!(x.dtype, DType::F32 | DType::U8 | DType::I16 | DType::I32 | DType::I64) {
+        return Err(op.unsupported(format!("REVERSE_SEQUENCE of {} (LiteRT takes float32, uint8, int16, int32 and int64)", x.dtype.name())));
+    }
+    let (shape, dtype, len_type) = (x.shape.clone(), x.dtype, l.dtype);
+    let (n, batches) = (op.checked_elements(&shape, 1)?, shape[batch]);
+    let seq_len = shape[seq];
+    let bad_len = move |v: i64| super::runtime(format!("REVERSE_SEQUENCE length {v} outside 0..={seq_len}"));
+    by_size!(op, dtype, T => {
+        macro_rules! with_lengths {
+            ($I:ty) => {
+                Ok(Built {
+                    outputs: vec![(dtype, shape.clone())],
+                    kernel: Box::new(move |ins, outs| {
+                        let (input, lengths, out) = (typed::<T>(arg(ins, 0)?)?, typed::<$I>(arg(ins, 1)?)?, typed_mut::<T>(outs[0])?);
+                        if input.len() != n || out.len() != n || lengths.len() != batches {
+                            return Err(super::runtime("REVERSE_SEQUENCE buffers do not match the planned shapes"));
+                        }
+                        movement::reverse_sequence(input, &shape, seq, batch, lengths, out).map_err(bad_len)
+                    }),
+                })
+            };
+        }
+        match len_type {
+            DType::I32 => with_lengths!(i32),
+            DType::I64 => with_lengths!(i64),
+            t => Err(op.bad(format!("seq_lengths must be int32 or int64, got {}", t.name()))),
+        }
+    })
+}
+
 pub(crate) fn transpose(op: &OpContext<'_>) -> Result<Built> {
     let x = op.input(0)?;
     let perm = op.const_ints(1)?;
@@ -738,6 +786,19 @@ pub(crate) fn shape(op: &OpContext<'_>) -> Result<Built> {
                     *o = d as i32;
                 }
             }
+            Ok(())
+        }),
+    })
+}
+
+/// RANK: the input's number of dimensions as an int32 scalar (the input's data
+/// is never read).
+pub(crate) fn rank(op: &OpContext<'_>) -> Result<Built> {
+    let rank = i32::try_from(op.input(0)?.shape.len()).map_err(|_| op.bad("rank beyond int32"))?;
+    Ok(Built {
+        outputs: vec![(DType::I32, vec![])],
+        kernel: Box::new(move |_, outs| {
+            typed_mut::<i32>(outs[0])?.fill(rank);
             Ok(())
         }),
     })

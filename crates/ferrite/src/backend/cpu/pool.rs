@@ -1,4 +1,4 @@
-//! AVERAGE_POOL_2D and MAX_POOL_2D, float and integer.
+//! AVERAGE_POOL_2D and MAX_POOL_2D, float and integer; L2_POOL_2D, float.
 
 use std::sync::Mutex;
 
@@ -23,6 +23,10 @@ pub(super) fn build(code: B, op: &OpContext<'_>, ctx: &mut BackendContext) -> Op
         // Reached only when a type feature left the op's kernel out of this build.
         #[allow(unreachable_patterns)]
         B::AVERAGE_POOL_2D | B::MAX_POOL_2D => super::type_not_built(op),
+        #[cfg(feature = "type-float")]
+        B::L2_POOL_2D => l2_pool(op),
+        #[allow(unreachable_patterns)]
+        B::L2_POOL_2D => super::type_not_built(op),
         _ => return None,
     })
 }
@@ -51,6 +55,31 @@ pub(crate) fn pool(op: &OpContext<'_>, ctx: &mut BackendContext, max: bool) -> R
                 }
                 true
             })
+        }),
+    })
+}
+
+/// L2_POOL_2D (float32 only, as in LiteRT): the square root of the mean square
+/// over each window clipped to the input, then the fused activation.
+pub(crate) fn l2_pool(op: &OpContext<'_>) -> Result<Built> {
+    let OpParams::Pool2D { padding, stride, filter, activation } = op.op.params else { return Err(op.bad("missing Pool2D options")) };
+    require_f32(op, &[0])?;
+    let x = rank4(op, &op.input(0)?.shape, "input")?.to_vec();
+    let clamp = clamp_of(op, activation)?;
+    let g = window(op, &x, filter, stride, (1, 1), padding)?;
+    let c = x[3];
+    let rows = g.batch * g.out_h;
+    let n_out = op.checked_elements(&[rows, g.out_w, c], 4)?;
+    let n_in = op.checked_elements(&x, 4)?;
+    Ok(Built {
+        outputs: vec![(DType::F32, vec![g.batch, g.out_h, g.out_w, c])],
+        kernel: Box::new(move |ins, outs| {
+            let (i, o) = (typed::<f32>(arg(ins, 0)?)?, typed_mut::<f32>(outs[0])?);
+            if i.len() != n_in || o.len() != n_out {
+                return Err(super::runtime("L2_POOL_2D buffers do not match the planned shapes"));
+            }
+            kpool::l2_pool(i, c, &g, clamp, o, 0..rows);
+            Ok(())
         }),
     })
 }

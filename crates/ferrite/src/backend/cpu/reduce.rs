@@ -1,4 +1,4 @@
-//! Reductions (MEAN, SUM, REDUCE_*) and ARG_MAX / ARG_MIN.
+//! Reductions (MEAN, SUM, REDUCE_*, the boolean REDUCE_ALL / REDUCE_ANY) and ARG_MAX / ARG_MIN.
 
 use ferrite_format::ops::BuiltinOp as B;
 use ferrite_kernels::reduce::{self as kred, MeanQ, Reducer};
@@ -14,6 +14,7 @@ pub(super) fn build(code: B, op: &OpContext<'_>, _ctx: &mut crate::backend::Back
     Some(match code {
         B::MEAN | B::SUM | B::REDUCE_MAX | B::REDUCE_MIN | B::REDUCE_PROD => reduce(op, code),
         B::ARG_MAX | B::ARG_MIN => arg_minmax(op, code == B::ARG_MAX),
+        B::REDUCE_ALL | B::REDUCE_ANY => reduce_bool(op, code == B::REDUCE_ALL),
         _ => return None,
     })
 }
@@ -84,6 +85,28 @@ fn reduce_int(op: &OpContext<'_>, code: B, dtype: DType) -> Result<Built> {
         _ => kernel::<i16>(shape, flags, kind),
     };
     Ok(Built { outputs: vec![(dtype, out)], kernel })
+}
+
+/// REDUCE_ALL / REDUCE_ANY of a bool tensor over the constant axes of input 1.
+pub(crate) fn reduce_bool(op: &OpContext<'_>, all: bool) -> Result<Built> {
+    let x = op.input(0)?;
+    if x.dtype != DType::Bool {
+        return Err(op.unsupported(format!("{} of {} (LiteRT takes bool only)", op.op.code.name(), x.dtype.name())));
+    }
+    let shape = x.shape.clone();
+    let (out, flags) = reduced_shape(op, &shape)?;
+    let (n_in, n_out) = (op.checked_elements(&shape, 1)?, op.checked_elements(&out, 1)?);
+    Ok(Built {
+        outputs: vec![(DType::Bool, out)],
+        kernel: Box::new(move |ins, outs| {
+            let (input, o) = (arg(ins, 0)?, &mut *outs[0]);
+            if input.len() < n_in || o.len() != n_out {
+                return Err(super::runtime("REDUCE_ALL/REDUCE_ANY buffers do not match the planned shapes"));
+            }
+            kred::reduce_bool(&input[..n_in], &shape, &flags, all, o);
+            Ok(())
+        }),
+    })
 }
 
 /// Output shape of a reduction over the op's constant axes, and which dims reduce.

@@ -45,6 +45,7 @@ pub(crate) fn build(op: &OpContext<'_>) -> Result<Built> {
         B::BATCH_MATMUL => nn::batch_matmul(op),
         B::AVERAGE_POOL_2D => nn::pool(op, false),
         B::MAX_POOL_2D => nn::pool(op, true),
+        B::L2_POOL_2D => nn::l2_pool(op),
         B::SOFTMAX => nn::softmax(op, false),
         B::LOG_SOFTMAX => nn::softmax(op, true),
 
@@ -54,6 +55,7 @@ pub(crate) fn build(op: &OpContext<'_>) -> Result<Built> {
         B::DIV => elementwise::binary(op, elementwise::BinaryOp::Div),
         B::MAXIMUM => elementwise::binary(op, elementwise::BinaryOp::Maximum),
         B::MINIMUM => elementwise::binary(op, elementwise::BinaryOp::Minimum),
+        B::ADD_N => elementwise::add_n(op),
         B::SQUARED_DIFFERENCE => elementwise::binary(op, elementwise::BinaryOp::SquaredDifference),
         B::POW => elementwise::binary(op, elementwise::BinaryOp::Pow),
         B::FLOOR_DIV => elementwise::binary(op, elementwise::BinaryOp::FloorDiv),
@@ -100,6 +102,8 @@ pub(crate) fn build(op: &OpContext<'_>) -> Result<Built> {
         B::REDUCE_PROD => reduce::reduce(op, reduce::Reduction::Prod),
         B::ARG_MAX => reduce::arg_extreme(op, true),
         B::ARG_MIN => reduce::arg_extreme(op, false),
+        B::REDUCE_ALL => reduce::reduce_bool(op, true),
+        B::REDUCE_ANY => reduce::reduce_bool(op, false),
 
         B::RESHAPE => movement::reshape(op),
         B::SQUEEZE => movement::squeeze(op),
@@ -113,6 +117,8 @@ pub(crate) fn build(op: &OpContext<'_>) -> Result<Built> {
         B::STRIDED_SLICE => movement::strided_slice(op),
         B::TRANSPOSE => movement::transpose(op),
         B::REVERSE_V2 => movement::reverse(op),
+        B::REVERSE_SEQUENCE => movement::reverse_sequence(op),
+        B::RANK => movement::rank(op),
         B::PAD | B::PADV2 => movement::pad(op),
         B::GATHER => movement::gather(op),
         B::TILE => movement::tile(op, false),
@@ -130,6 +136,7 @@ pub(crate) fn build(op: &OpContext<'_>) -> Result<Built> {
 
         B::GATHER_ND => index::gather_nd(op),
         B::SCATTER_ND => index::scatter_nd(op),
+        B::SPARSE_TO_DENSE => index::sparse_to_dense(op),
         B::DYNAMIC_UPDATE_SLICE => index::dynamic_update_slice(op),
         B::EMBEDDING_LOOKUP => index::embedding_lookup(op),
         B::TOPK_V2 => index::top_k(op),

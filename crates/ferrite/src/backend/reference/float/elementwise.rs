@@ -146,6 +146,42 @@ fn binary_int(kind: BinaryOp, x: i64, y: i64) -> Option<i64> {
     })
 }
 
+/// ADD_N: the element-wise sum of every input (float32 in f64, int32 wrapping);
+/// all inputs have one type and one shape.
+pub(crate) fn add_n(op: &OpContext<'_>) -> Result<Built> {
+    let first = op.input(0)?;
+    let (dtype, shape) = (first.dtype, first.shape.clone());
+    let k = op.inputs.len();
+    for i in 1..k {
+        let x = op.input(i)?;
+        if x.dtype != dtype || x.shape != shape {
+            return Err(op.bad(format!("input {i} ({} {:?}) differs from input 0 ({} {shape:?})", x.dtype.name(), x.shape, dtype.name())));
+        }
+    }
+    if !matches!(dtype, DType::F32 | DType::I32) {
+        return Err(op.unsupported(format!("ADD_N of {}", dtype.name())));
+    }
+    let n = count(op, &shape, 4)?;
+    Ok(Built {
+        outputs: vec![(dtype, shape)],
+        kernel: Box::new(move |ins, outs| {
+            if dtype == DType::F32 {
+                let xs = (0..k).map(|i| input::<f32>(ins, i, n)).collect::<Result<Vec<_>>>()?;
+                for (e, o) in output::<f32>(outs, 0, n)?.iter_mut().enumerate() {
+                    *o = xs.iter().map(|x| f64::from(x[e])).sum::<f64>() as f32;
+                }
+            } else {
+                let xs = (0..k).map(|i| input::<i32>(ins, i, n)).collect::<Result<Vec<_>>>()?;
+                for (e, o) in output::<i32>(outs, 0, n)?.iter_mut().enumerate() {
+                    // Two's-complement wrap of the exact sum, as int32 addition wraps.
+                    *o = xs.iter().map(|x| i64::from(x[e])).sum::<i64>() as i32;
+                }
+            }
+            Ok(())
+        }),
+    })
+}
+
 /// ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM, SQUARED_DIFFERENCE, POW, FLOOR_DIV,
 /// FLOOR_MOD, PRELU with broadcasting; float32, and int32 / int64 (not PRELU).
 pub(crate) fn binary(op: &OpContext<'_>, kind: BinaryOp) -> Result<Built> {
@@ -486,6 +522,23 @@ mod tests {
 
     fn binary_params(activation: Activation) -> OpParams {
         OpParams::Binary { activation, pot_scale_int16: true }
+    }
+
+    /// ADD_N on both backends, float32 and int32; mismatched shapes are refused.
+    #[test]
+    fn add_n_matches_cpu() {
+        let mut r = Rng::new(0xadd2);
+        for case in 0..60 {
+            let shape: Vec<usize> = (0..r.below(4)).map(|_| r.range(1, 5)).collect();
+            let n: usize = shape.iter().product();
+            let k = r.range(2, 5);
+            let xs: Vec<_> = (0..k).map(|_| f32_input(&shape, &r.floats(n))).collect();
+            TestOp::new(B::ADD_N, OpParams::None, xs, 1).compare_with_cpu(1e-6, &format!("case {case}"));
+            let xs: Vec<_> = (0..k).map(|_| raw_input(DType::I32, &shape, (0..n).flat_map(|_| (r.next() as i32).to_le_bytes()).collect())).collect();
+            TestOp::typed(B::ADD_N, OpParams::None, xs, vec![DType::I32]).compare_with_cpu(0.0, &format!("int case {case}"));
+        }
+        let t = TestOp::new(B::ADD_N, OpParams::None, vec![f32_input(&[2], &[1.0, 2.0]), f32_input(&[1], &[1.0])], 1);
+        assert!(t.reference().is_err() && t.cpu().is_err());
     }
 
     #[test]

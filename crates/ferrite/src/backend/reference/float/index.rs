@@ -175,6 +175,54 @@ pub(crate) fn scatter_nd(op: &OpContext<'_>) -> Result<Built> {
     })
 }
 
+/// SPARSE_TO_DENSE: output element `x` is `values[i]` (or the one value) for the
+/// last index `i` whose coordinates name `x`, else the default value. Indices are
+/// a scalar or vector of positions in a rank-1 output, or `[n, rank]` tuples.
+pub(crate) fn sparse_to_dense(op: &OpContext<'_>) -> Result<Built> {
+    let (ix, v, d) = (op.input(0)?, op.input(2)?, op.input(3)?);
+    let ies = index_type(op, ix.dtype, "indices")?;
+    index_type(op, op.input(1)?.dtype, "output_shape")?;
+    let shape: Vec<usize> =
+        op.const_ints(1)?.iter().map(|&d| usize::try_from(d).map_err(|_| op.bad(format!("negative dimension {d}")))).collect::<Result<_>>()?;
+    let (n, nd) = match ix.shape[..] {
+        [] => (1, 1),
+        [n] => (n, 1),
+        [n, nd] => (n, nd),
+        _ => return Err(op.bad("indices of rank 3 or more")),
+    };
+    let n_values: usize = v.shape.iter().product();
+    let values_fit = match v.shape[..] {
+        [] => true,
+        [k] => k == n,
+        _ => false,
+    };
+    if nd != shape.len() || op.input(1)?.shape.len() != 1 || !values_fit || d.dtype != v.dtype || !d.shape.is_empty() {
+        return Err(op.bad(format!("indices {:?}, values {:?} and default {:?} do not fit output shape {shape:?}", ix.shape, v.shape, d.shape)));
+    }
+    let es = elem(op, v.dtype)?;
+    let (n_i, n_out) = (count(op, &ix.shape, ies)?, count(op, &shape, es)?);
+    let idt = ix.dtype;
+    Ok(Built {
+        outputs: vec![(v.dtype, shape.clone())],
+        kernel: Box::new(move |ins, outs| {
+            let idx = ints(idt, input::<u8>(ins, 0, n_i * ies)?);
+            let values = input::<u8>(ins, 2, n_values * es)?;
+            let default = input::<u8>(ins, 3, es)?;
+            let targets: Vec<usize> = (0..n).map(|t| checked_tuple(&idx[t * nd..(t + 1) * nd], &shape).map(|c| ravel(&c, &shape))).collect::<Result<_>>()?;
+            let out = output::<u8>(outs, 0, n_out * es)?;
+            for (x, o) in out.chunks_exact_mut(es).enumerate() {
+                let src = match targets.iter().rposition(|&t| t == x) {
+                    Some(_) if n_values == 1 => &values[..es],
+                    Some(i) => &values[i * es..(i + 1) * es],
+                    None => default,
+                };
+                o.copy_from_slice(src);
+            }
+            Ok(())
+        }),
+    })
+}
+
 /// DYNAMIC_UPDATE_SLICE: output element `x` is the update's element at `x - start`
 /// when `x` lies in the update's box at the clamped start, else the operand's.
 pub(crate) fn dynamic_update_slice(op: &OpContext<'_>) -> Result<Built> {
@@ -467,6 +515,56 @@ mod tests {
 
     fn i32s(shape: &[usize], v: &[i32]) -> Option<TestInput> {
         raw_input(DType::I32, shape, v.iter().flat_map(|x| x.to_le_bytes()).collect())
+    }
+
+    /// SPARSE_TO_DENSE on both backends: scalar, vector and tuple indices, one
+    /// value for all or one each, repeated positions; an index outside the output
+    /// is an error on both.
+    #[test]
+    fn sparse_to_dense_matches_cpu() {
+        let mut r = Rng::new(0x5a25);
+        for case in 0..120 {
+            let rank = r.range(1, 4);
+            let shape: Vec<usize> = (0..rank).map(|_| r.range(1, 4)).collect();
+            let form = if rank == 1 { r.below(3) } else { 2 };
+            let n = if form == 0 { 1 } else { r.range(1, 6) };
+            let idx: Vec<i32> = (0..n).flat_map(|_| shape.iter().map(|&d| r.below(d) as i32).collect::<Vec<_>>()).collect();
+            let ishape = match form {
+                0 => vec![],
+                1 => vec![n],
+                _ => vec![n, rank],
+            };
+            let one = form == 0 || r.coin();
+            let values = r.floats(if one { 1 } else { n });
+            let dims: Vec<i32> = shape.iter().map(|&d| d as i32).collect();
+            let params = OpParams::SparseToDense { validate_indices: r.coin() };
+            let vshape = if one { vec![] } else { vec![n] };
+            let t = TestOp::new(
+                B::SPARSE_TO_DENSE,
+                params.clone(),
+                vec![i32_const(&ishape, &idx), i32_const(&[rank], &dims), f32_input(&vshape, &values), f32_input(&[], &[-0.5])],
+                1,
+            );
+            t.compare_with_cpu(0.0, &format!("case {case}"));
+            let mut bad = idx.clone();
+            let at = r.below(bad.len());
+            bad[at] = if r.coin() { -1 } else { 9 };
+            let t = TestOp::new(
+                B::SPARSE_TO_DENSE,
+                params,
+                vec![i32_const(&ishape, &bad), i32_const(&[rank], &dims), f32_input(&vshape, &values), f32_input(&[], &[0.0])],
+                1,
+            );
+            assert!(t.reference().is_err() && t.cpu().is_err(), "case {case}: an index outside the output");
+        }
+        // A hostile output shape is refused before anything is allocated.
+        let t = TestOp::new(
+            B::SPARSE_TO_DENSE,
+            OpParams::SparseToDense { validate_indices: false },
+            vec![i32_const(&[1, 3], &[0, 0, 0]), i32_const(&[3], &[1 << 30, 1 << 30, 1 << 30]), f32_input(&[], &[1.0]), f32_input(&[], &[0.0])],
+            1,
+        );
+        assert!(t.reference().is_err() && t.cpu().is_err());
     }
 
     #[test]

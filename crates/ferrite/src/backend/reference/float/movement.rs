@@ -504,6 +504,55 @@ pub(crate) fn reverse(op: &OpContext<'_>) -> Result<Built> {
     })
 }
 
+/// REVERSE_SEQUENCE: output element at `idx` reads the input at `idx` with
+/// coordinate `k = idx[seq_dim]` replaced by `len - 1 - k` when `k < len`, where
+/// `len = seq_lengths[idx[batch_dim]]` (checked against the dimension at run time).
+pub(crate) fn reverse_sequence(op: &OpContext<'_>) -> Result<Built> {
+    let OpParams::ReverseSequence { seq_dim, batch_dim } = op.op.params else { return Err(op.bad("missing ReverseSequence options")) };
+    let (x, l) = (op.input(0)?, op.input(1)?);
+    let rank = x.shape.len();
+    let dim = |d: i32| usize::try_from(d).ok().filter(|&d| d < rank).ok_or_else(|| op.bad(format!("dimension {d} out of range for rank {rank}")));
+    let (seq, batch) = (dim(seq_dim)?, dim(batch_dim)?);
+    if seq == batch || l.shape != [x.shape[batch]] {
+        return Err(op.bad(format!("seq_dim {seq}, batch_dim {batch} and seq_lengths {:?} do not fit input {:?}", l.shape, x.shape)));
+    }
+    if !matches!(x.dtype, DType::F32 | DType::U8 | DType::I16 | DType::I32 | DType::I64) {
+        return Err(op.unsupported(format!("REVERSE_SEQUENCE of {}", x.dtype.name())));
+    }
+    let wide = match l.dtype {
+        DType::I32 => false,
+        DType::I64 => true,
+        t => return Err(op.bad(format!("seq_lengths must be int32 or int64, got {}", t.name()))),
+    };
+    let es = elem_size(op, x.dtype)?;
+    let shape = x.shape.clone();
+    let n = count(op, &shape, es)?;
+    let batches = shape[batch];
+    Ok(Built {
+        outputs: vec![(x.dtype, shape.clone())],
+        kernel: Box::new(move |ins, outs| {
+            let src = input::<u8>(ins, 0, n * es)?;
+            let lengths: Vec<i64> =
+                if wide { input::<i64>(ins, 1, batches)?.to_vec() } else { input::<i32>(ins, 1, batches)?.iter().map(|&v| i64::from(v)).collect() };
+            let lengths: Vec<usize> = lengths
+                .iter()
+                .map(|&v| {
+                    usize::try_from(v).ok().filter(|&v| v <= shape[seq]).ok_or_else(|| runtime(format!("sequence length {v} outside 0..={}", shape[seq])))
+                })
+                .collect::<Result<_>>()?;
+            let mut index = vec![0usize; shape.len()];
+            copy_elements(src, output::<u8>(outs, 0, n * es)?, es, |i| {
+                unravel(i, &shape, &mut index);
+                let len = lengths[index[batch]];
+                if index[seq] < len {
+                    index[seq] = len - 1 - index[seq];
+                }
+                ravel(&index, &shape)
+            })
+        }),
+    })
+}
+
 /// PAD / PADV2: paddings [rank, 2] (before, after) of input 1; the fill value is
 /// PADV2's input 2, else the zero point of a quantized tensor, else zero.
 pub(crate) fn pad(op: &OpContext<'_>) -> Result<Built> {
@@ -751,6 +800,18 @@ pub(crate) fn shape(op: &OpContext<'_>) -> Result<Built> {
                     *o = d as i32;
                 }
             }
+            Ok(())
+        }),
+    })
+}
+
+/// RANK: the input's number of dimensions, an int32 scalar.
+pub(crate) fn rank(op: &OpContext<'_>) -> Result<Built> {
+    let rank = i32::try_from(op.input(0)?.shape.len()).map_err(|_| op.bad("rank beyond int32"))?;
+    Ok(Built {
+        outputs: vec![(DType::I32, vec![])],
+        kernel: Box::new(move |_, outs| {
+            output::<i32>(outs, 0, 1)?[0] = rank;
             Ok(())
         }),
     })
@@ -1029,6 +1090,40 @@ mod tests {
 
     fn seq(n: usize) -> Vec<f32> {
         (0..n).map(|v| v as f32).collect()
+    }
+
+    /// REVERSE_SEQUENCE and RANK on both backends; a length past the dimension is
+    /// an error on both.
+    #[test]
+    fn reverse_sequence_and_rank_match_cpu() {
+        let mut r = Rng::new(0x2e5e);
+        for case in 0..100 {
+            let rank = r.range(2, 4);
+            let shape: Vec<usize> = (0..rank).map(|_| r.range(1, 5)).collect();
+            let seq = r.below(rank);
+            let batch = (seq + r.range(1, rank - 1)) % rank;
+            let n = shape.iter().product();
+            let lengths: Vec<i32> = (0..shape[batch]).map(|_| r.below(shape[seq] + 1) as i32).collect();
+            let params = OpParams::ReverseSequence { seq_dim: seq as i32, batch_dim: batch as i32 };
+            let x = r.floats(n);
+            let t = TestOp::new(B::REVERSE_SEQUENCE, params.clone(), vec![f32_input(&shape, &x), i32_const(&[shape[batch]], &lengths)], 1);
+            t.compare_with_cpu(0.0, &format!("case {case}"));
+            let mut bad = lengths.clone();
+            bad[0] = shape[seq] as i32 + 1;
+            let t = TestOp::new(B::REVERSE_SEQUENCE, params, vec![f32_input(&shape, &x), i32_const(&[shape[batch]], &bad)], 1);
+            assert!(t.reference().is_err() && t.cpu().is_err(), "case {case}: a length past the dimension");
+            let t = TestOp::typed(B::RANK, OpParams::None, vec![f32_input(&shape, &x)], vec![DType::I32]);
+            t.compare_with_cpu(0.0, "rank");
+            assert_eq!(t.reference().unwrap()[0].2, (rank as i32).to_le_bytes());
+        }
+        // seq_dim equal to batch_dim is a model error.
+        let t = TestOp::new(
+            B::REVERSE_SEQUENCE,
+            OpParams::ReverseSequence { seq_dim: 1, batch_dim: 1 },
+            vec![f32_input(&[2, 2], &[0.0; 4]), i32_const(&[2], &[1, 1])],
+            1,
+        );
+        assert!(t.reference().is_err() && t.cpu().is_err());
     }
 
     #[test]

@@ -243,6 +243,50 @@ pub(crate) fn pool(op: &OpContext<'_>, max: bool) -> Result<Built> {
     })
 }
 
+/// L2_POOL_2D: each output is `sqrt(sum of x^2 / taps)` over the window's taps
+/// inside the input (padding is not counted), then the fused activation.
+pub(crate) fn l2_pool(op: &OpContext<'_>) -> Result<Built> {
+    let OpParams::Pool2D { padding, stride, filter, activation } = op.op.params else { return Err(op.bad("missing Pool2D options")) };
+    require_f32(op, &[0])?;
+    if op.input_pad.is_some() {
+        return Err(op.unsupported("a PAD folded into a pool"));
+    }
+    let [n, h, w, c] = rank4(op, op.input(0)?, "input")?;
+    let ay = Axis::new(op, h, filter.0, stride.0, 1, padding, None)?;
+    let ax = Axis::new(op, w, filter.1, stride.1, 1, padding, None)?;
+    let out_shape = vec![n, ay.output, ax.output, c];
+    let (n_in, n_out) = (count(op, &[n, h, w, c], 4)?, count(op, &out_shape, 4)?);
+    let bounds = clamp_bounds(activation);
+    Ok(Built {
+        outputs: vec![(DType::F32, out_shape)],
+        kernel: Box::new(move |ins, outs| {
+            let x = input::<f32>(ins, 0, n_in)?;
+            let out = output::<f32>(outs, 0, n_out)?;
+            for b in 0..n {
+                for y in 0..ay.output {
+                    for xo in 0..ax.output {
+                        for ch in 0..c {
+                            let (mut squares, mut taps) = (0.0f64, 0usize);
+                            for ky in ay.taps(y) {
+                                let Some(iy) = ay.source(y, ky) else { continue };
+                                for kx in ax.taps(xo) {
+                                    let Some(ix) = ax.source(xo, kx) else { continue };
+                                    let v = f64::from(x[((b * h + iy) * w + ix) * c + ch]);
+                                    squares += v * v;
+                                    taps += 1;
+                                }
+                            }
+                            let v = if taps == 0 { 0.0 } else { (squares / taps as f64).sqrt() as f32 };
+                            out[((b * ay.output + y) * ax.output + xo) * c + ch] = clamp(v, bounds);
+                        }
+                    }
+                }
+            }
+            Ok(())
+        }),
+    })
+}
+
 /// FULLY_CONNECTED: the input is rows of `in` values (weights [out, in]);
 /// out[r, o] = bias[o] + sum over i of in[r, i] * w[o, i].
 pub(crate) fn fully_connected(op: &OpContext<'_>) -> Result<Built> {
@@ -570,6 +614,23 @@ mod tests {
 
     fn conv_params(padding: Padding, stride: (usize, usize), dilation: (usize, usize), activation: Activation) -> OpParams {
         OpParams::Conv2D { padding, stride, dilation, activation }
+    }
+
+    /// L2_POOL_2D on both backends, SAME and VALID, with fused activations.
+    #[test]
+    fn l2_pool_matches_cpu() {
+        let mut r = Rng::new(0x12);
+        let mut worst = 0.0f64;
+        for case in 0..80 {
+            let (h, w, c) = (r.range(1, 8), r.range(1, 8), r.range(1, 6));
+            let filter = (r.range(1, h.min(3)), r.range(1, w.min(3)));
+            let padding = if r.coin() { Padding::Same } else { Padding::Valid };
+            let activation = if r.coin() { Activation::None } else { Activation::ReluN1To1 };
+            let params = OpParams::Pool2D { padding, stride: (r.range(1, 2), r.range(1, 2)), filter, activation };
+            let t = TestOp::new(B::L2_POOL_2D, params, vec![f32_input(&[1, h, w, c], &r.floats(h * w * c))], 1);
+            worst = worst.max(t.compare_with_cpu(1e-6, &format!("case {case}")));
+        }
+        eprintln!("L2_POOL_2D: worst relative error {worst:e}");
     }
 
     #[test]

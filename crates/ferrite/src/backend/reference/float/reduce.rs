@@ -163,6 +163,56 @@ fn reduce_int(op: &OpContext<'_>, kind: Reduction) -> Result<Built> {
     })
 }
 
+/// REDUCE_ALL (`all`) / REDUCE_ANY of bool over the constant axes of input 1:
+/// an output element is true when every (any) input element that reduces to it
+/// is true; with none, ALL is true and ANY false.
+pub(crate) fn reduce_bool(op: &OpContext<'_>, all: bool) -> Result<Built> {
+    let x = op.input(0)?;
+    if x.dtype != DType::Bool {
+        return Err(op.unsupported(format!("{} of {}: bool only", op.op.code.name(), x.dtype.name())));
+    }
+    let shape = x.shape.clone();
+    let keep = matches!(op.op.params, OpParams::Reducer { keep_dims: true });
+    let mut reduced = vec![false; shape.len()];
+    for a in op.const_ints(1)? {
+        // A scalar reduces to itself; LiteRT accepts axis 0 / -1 there.
+        if shape.is_empty() && (a == 0 || a == -1) {
+            continue;
+        }
+        reduced[axis(op, a, shape.len())?] = true;
+    }
+    let out_shape: Vec<usize> = if keep {
+        shape.iter().zip(&reduced).map(|(&s, &r)| if r { 1 } else { s }).collect()
+    } else {
+        shape.iter().zip(&reduced).filter(|(_, &r)| !r).map(|(&s, _)| s).collect()
+    };
+    let collapsed: Vec<usize> = shape.iter().zip(&reduced).map(|(&s, &r)| if r { 1 } else { s }).collect();
+    let (n_in, n_out) = (count(op, &shape, 1)?, count(op, &out_shape, 1)?);
+    Ok(Built {
+        outputs: vec![(DType::Bool, out_shape)],
+        kernel: Box::new(move |ins, outs| {
+            let x = input::<u8>(ins, 0, n_in)?;
+            let out = output::<u8>(outs, 0, n_out)?;
+            let mut acc = vec![all; n_out];
+            let mut index = vec![0usize; shape.len()];
+            for (i, &v) in x.iter().enumerate() {
+                unravel(i, &shape, &mut index);
+                for (d, r) in reduced.iter().enumerate() {
+                    if *r {
+                        index[d] = 0;
+                    }
+                }
+                let a = &mut acc[ravel(&index, &collapsed)];
+                *a = if all { *a && v != 0 } else { *a || v != 0 };
+            }
+            for (o, a) in out.iter_mut().zip(acc) {
+                *o = u8::from(a);
+            }
+            Ok(())
+        }),
+    })
+}
+
 /// ARG_MAX / ARG_MIN along the constant axis of input 1: the index of the first
 /// largest (smallest) element; int32 or int64 output as the options ask.
 pub(crate) fn arg_extreme(op: &OpContext<'_>, want_max: bool) -> Result<Built> {
