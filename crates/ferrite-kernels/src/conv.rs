@@ -711,14 +711,16 @@ mod tests {
             (seed % n as u64) as usize
         };
         crate::level::each(|l| {
-            for case in 0..160 {
-                let c = [1, 2, 3, 5, 7, 8, 9, 13, 16, 17, 24, 31, 40][next(13)];
+            for case in 0..400 {
+                let c = [1, 2, 3, 5, 7, 8, 9, 13, 16, 17, 24, 31, 40, 64, 72][next(15)];
                 let mult = [1, 1, 2, 3, 4, 5, 8, 16][next(8)];
                 let (k_h, k_w) = [(3, 3), (5, 5), (7, 7), (1, 5), (9, 1), (1, 9), (2, 3), (1, 1)][next(8)];
                 let (stride_h, stride_w) = (1 + next(4), 1 + next(4));
                 let (dil_h, dil_w) = if next(3) == 0 { (1 + next(3), 1 + next(3)) } else { (1, 1) };
                 let same = next(2) == 0;
-                let (in_h, in_w) = (1 + next(12), 1 + next(40));
+                // A quarter are one column wide ([batch, T, 1, C] audio shapes).
+                let (in_h, in_w) = (1 + next(12), if next(4) == 0 { 1 } else { 1 + next(40) });
+                let (k_h, k_w) = if in_w == 1 && next(2) == 0 { (k_h.max(k_w), 1) } else { (k_h, k_w) };
                 let Some((out_h, pad_top)) = out_size_and_pad(in_h, k_h, stride_h, dil_h, same) else { continue };
                 let Some((out_w, pad_left)) = out_size_and_pad(in_w, k_w, stride_w, dil_w, same) else { continue };
                 if out_h == 0 || out_w == 0 {

@@ -40,21 +40,22 @@ struct Block {
 }
 
 /// What stays the same for every tile of a row.
-struct Row<'a> {
+struct Row {
     /// The batch item's image.
     x: *const f32,
     in_c: usize,
     in_row: usize,
     out_c: usize,
     w: *const f32,
-    g: &'a Window,
+    g: Window,
     /// Filter rows inside the input for this output row, and the input row of the first.
     ky: (usize, usize),
     iy0: usize,
     lo: __m256,
     hi: __m256,
-    /// The output row.
+    /// Output pixel `ox` of the row is at `o + (ox - ox0) * out_c`.
     o: *mut f32,
+    ox0: usize,
 }
 
 #[inline(always)]
@@ -62,80 +63,100 @@ fn lane_mask(n: usize) -> [i32; 8] {
     std::array::from_fn(|l| if l < n { -1 } else { 0 })
 }
 
-/// `P` output pixels from `ox0` of one channel block. With `CHECKED` (edge pixels)
-/// each tap's column is tested against the input; without, every tap of every
-/// pixel must lie inside the input's columns.
+/// `P` output pixels from `ox0` of `NB` channel blocks (NB > 1 only for whole
+/// blocks at multiplier 1). With `CHECKED` (edge pixels) each tap's column is
+/// tested against the input; without, every tap of every pixel must lie inside
+/// the input's columns.
 ///
 /// # Safety
 /// AVX2 + FMA available; the row's pointers and geometry as [`dw_rows`] sets them up.
 #[inline(always)]
-unsafe fn tile<const P: usize, const MODE: u8, const PARTIAL: bool, const CHECKED: bool>(r: &Row<'_>, b: &Block, bias: __m256, ox0: usize) {
-    let g = r.g;
-    let mut acc = [bias; P];
+unsafe fn tile<const P: usize, const NB: usize, const MODE: u8, const PARTIAL: bool, const CHECKED: bool>(r: &Row, b: &[Block; NB], bias: &[__m256; NB], ox0: usize) {
+    let g = &r.g;
+    let mut acc = [*bias; P];
     let mut iy = r.iy0;
     for ky in r.ky.0..r.ky.1 {
-        // SAFETY: iy is inside the image (the ky range is), src < in_c.
-        let line = unsafe { r.x.add(iy * r.in_row + b.src) };
+        // SAFETY: iy is inside the image (the ky range is).
+        let line = unsafe { r.x.add(iy * r.in_row) };
         for kx in 0..g.k_w {
-            // SAFETY: tap (ky, kx) of block c0: c0 + 8 <= out_c unless PARTIAL (masked).
-            let wp = unsafe { r.w.add((ky * g.k_w + kx) * r.out_c + b.c0) };
-            let wv = unsafe { if PARTIAL { _mm256_maskload_ps(wp, b.omask) } else { _mm256_loadu_ps(wp) } };
+            let tap = (ky * g.k_w + kx) * r.out_c;
+            // SAFETY: tap (ky, kx) of each block: c0 + 8 <= out_c unless PARTIAL (masked).
+            let wv: [__m256; NB] = std::array::from_fn(|j| unsafe {
+                let wp = r.w.add(tap + b[j].c0);
+                if PARTIAL {
+                    _mm256_maskload_ps(wp, b[j].omask)
+                } else {
+                    _mm256_loadu_ps(wp)
+                }
+            });
             for (p, a) in acc.iter_mut().enumerate() {
                 let col = (ox0 + p) * g.stride_w + kx * g.dil_w;
                 if CHECKED && (col < g.pad_left || col - g.pad_left >= g.in_w) {
                     continue;
                 }
-                // SAFETY: the column is inside the row (checked, or interior by the caller).
-                let px = unsafe { line.add((col - g.pad_left) * r.in_c) };
-                let xv = unsafe {
-                    match MODE {
-                        FULL => _mm256_loadu_ps(px),
-                        MASKED => _mm256_maskload_ps(px, b.imask),
-                        BCAST => _mm256_broadcast_ss(&*px),
-                        _ => _mm256_permutevar8x32_ps(_mm256_maskload_ps(px, b.imask), b.idx),
+                for j in 0..NB {
+                    // SAFETY: the column is inside the row (checked, or interior by the
+                    // caller); the lanes loaded are input channels < in_c.
+                    unsafe {
+                        let px = line.add((col - g.pad_left) * r.in_c + b[j].src);
+                        let xv = match MODE {
+                            FULL => _mm256_loadu_ps(px),
+                            MASKED => _mm256_maskload_ps(px, b[j].imask),
+                            BCAST => _mm256_broadcast_ss(&*px),
+                            _ => _mm256_permutevar8x32_ps(_mm256_maskload_ps(px, b[j].imask), b[j].idx),
+                        };
+                        a[j] = _mm256_fmadd_ps(xv, wv[j], a[j]);
                     }
-                };
-                // SAFETY: AVX2 + FMA per this function's contract.
-                *a = unsafe { _mm256_fmadd_ps(xv, wv, *a) };
+                }
             }
         }
         iy += g.dil_h;
     }
     for (p, a) in acc.iter().enumerate() {
-        // SAFETY: AVX2 per this function's contract; pixel ox0 + p < out_w of the
-        // output row; lanes past out_c masked.
-        unsafe {
-            let v = _mm256_min_ps(_mm256_max_ps(*a, r.lo), r.hi);
-            let op = r.o.add((ox0 + p) * r.out_c + b.c0);
-            if PARTIAL {
-                _mm256_maskstore_ps(op, b.omask, v)
-            } else {
-                _mm256_storeu_ps(op, v)
+        for j in 0..NB {
+            // SAFETY: AVX2 per this function's contract; pixel ox0 + p is in the
+            // caller's range of the output row; lanes past out_c masked.
+            unsafe {
+                let v = _mm256_min_ps(_mm256_max_ps(a[j], r.lo), r.hi);
+                let op = r.o.add((ox0 + p - r.ox0) * r.out_c + b[j].c0);
+                if PARTIAL {
+                    _mm256_maskstore_ps(op, b[j].omask, v)
+                } else {
+                    _mm256_storeu_ps(op, v)
+                }
             }
         }
     }
 }
 
-/// One block over a row: edge pixels checked, interior in tiles of 8 then singles.
+/// Blocks `b` over pixels `span` of a row: edge pixels (outside the interior
+/// `[a, z)`) checked, the interior in tiles of `P` pixels, then single pixels.
 #[inline(always)]
-unsafe fn block_row<const MODE: u8, const PARTIAL: bool>(r: &Row<'_>, b: &Block, bias: __m256, (a, z): (usize, usize)) {
-    let out_w = r.g.out_w;
-    // SAFETY (all calls): pixels below `a` and from `z` are checked, [a, z) interior.
+unsafe fn block_row<const P: usize, const NB: usize, const MODE: u8, const PARTIAL: bool>(
+    r: &Row,
+    b: &[Block; NB],
+    bias: &[__m256; NB],
+    (a, z): (usize, usize),
+    (from, to): (usize, usize),
+) {
+    let i0 = from.max(a).min(to);
+    let i1 = z.min(to).max(i0);
+    // SAFETY (all calls): pixels outside [i0, i1) are checked, [i0, i1) interior.
     unsafe {
-        for ox in 0..a {
-            tile::<1, MODE, PARTIAL, true>(r, b, bias, ox);
+        for ox in from..i0 {
+            tile::<1, NB, MODE, PARTIAL, true>(r, b, bias, ox);
         }
-        let mut ox = a;
-        while ox + 8 <= z {
-            tile::<8, MODE, PARTIAL, false>(r, b, bias, ox);
-            ox += 8;
+        let mut ox = i0;
+        while ox + P <= i1 {
+            tile::<P, NB, MODE, PARTIAL, false>(r, b, bias, ox);
+            ox += P;
         }
-        while ox < z {
-            tile::<1, MODE, PARTIAL, false>(r, b, bias, ox);
+        while ox < i1 {
+            tile::<1, NB, MODE, PARTIAL, false>(r, b, bias, ox);
             ox += 1;
         }
-        for ox in z..out_w {
-            tile::<1, MODE, PARTIAL, true>(r, b, bias, ox);
+        for ox in i1..to {
+            tile::<1, NB, MODE, PARTIAL, true>(r, b, bias, ox);
         }
     }
 }
@@ -153,57 +174,125 @@ unsafe fn block_row<const MODE: u8, const PARTIAL: bool>(r: &Row<'_>, b: &Block,
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn dw_rows(input: &[f32], in_c: usize, mult: usize, w: &[f32], bias: Option<&[f32]>, g: &Window, clamp: Clamp, out: &mut [f32], rows: std::ops::Range<usize>) {
     let out_c = in_c * mult;
-    if out_c == 0 || g.out_w == 0 || g.k_w == 0 {
+    if out_c == 0 || g.out_w == 0 || g.k_w == 0 || g.k_h == 0 || rows.is_empty() {
         return;
     }
-    let in_row = g.in_w * in_c;
-    let in_img = g.in_h * in_row;
+    let in_img = g.in_h * g.in_w * in_c;
+    let first = rows.start;
+    // A one-column map with a one-column filter ([batch, T, 1, C] audio and sensor
+    // shapes, Nx1 filters) is the same memory as a one-row map with a 1xN filter:
+    // taken that way, each batch item is one row whose pixels run along T, and the
+    // pixel tiles fill instead of running one pixel per row.
+    let column = g.in_w == 1 && g.out_w == 1 && g.k_w == 1;
+    let gt = if column {
+        Window {
+            in_h: 1,
+            in_w: g.in_h,
+            out_h: 1,
+            out_w: g.out_h,
+            k_h: 1,
+            k_w: g.k_h,
+            stride_h: 1,
+            stride_w: g.stride_h,
+            dil_h: 1,
+            dil_w: g.dil_h,
+            pad_top: 0,
+            pad_left: g.pad_top,
+            ..*g
+        }
+    } else {
+        *g
+    };
     // Output columns whose taps all lie inside the input: [x_lo, x_hi).
-    let x_lo = g.pad_left.div_ceil(g.stride_w).min(g.out_w);
-    let span = (g.k_w - 1) * g.dil_w;
-    let x_hi = if g.in_w + g.pad_left > span { ((g.in_w + g.pad_left - span - 1) / g.stride_w + 1).min(g.out_w) } else { 0 };
+    let x_lo = gt.pad_left.div_ceil(gt.stride_w).min(gt.out_w);
+    let span = (gt.k_w - 1) * gt.dil_w;
+    let x_hi = if gt.in_w + gt.pad_left > span { ((gt.in_w + gt.pad_left - span - 1) / gt.stride_w + 1).min(gt.out_w) } else { 0 };
     let cols = (x_lo, x_hi.max(x_lo));
     let (lo, hi) = (_mm256_set1_ps(clamp.min), _mm256_set1_ps(clamp.max));
-    let first = rows.start;
-    for row in rows {
-        let (n, oy) = (row / g.out_h, row % g.out_h);
-        let o = &mut out[(row - first) * g.out_w * out_c..][..g.out_w * out_c];
+    // Pieces of rows of `gt`: (batch item, output row, first and end pixel, where in `out`).
+    let mut row = rows.start;
+    while row < rows.end {
+        let (n, oy, from, to, next) = if column {
+            // Old rows are pixels of the item's single row.
+            let n = row / g.out_h;
+            let end = rows.end.min((n + 1) * g.out_h);
+            (n, 0, row - n * g.out_h, end - n * g.out_h, end)
+        } else {
+            (row / g.out_h, row % g.out_h, 0, g.out_w, row + 1)
+        };
+        let o = &mut out[(row - first) * g.out_w * out_c..(next - first) * g.out_w * out_c];
         // Filter rows inside the input: a contiguous range, as the input row grows with ky.
-        let inside = |ky: usize| g.in_y(oy, ky).is_some();
-        let ky_lo = (0..g.k_h).find(|&ky| inside(ky)).unwrap_or(g.k_h);
-        let ky_hi = (ky_lo..g.k_h).find(|&ky| !inside(ky)).unwrap_or(g.k_h);
-        let iy0 = g.in_y(oy, ky_lo).unwrap_or(0);
-        // SAFETY: n < batch (rows.end <= batch * out_h), so the image is inside `input`.
-        let r = Row { x: unsafe { input.as_ptr().add(n * in_img) }, in_c, in_row, out_c, w: w.as_ptr(), g, ky: (ky_lo, ky_hi), iy0, lo, hi, o: o.as_mut_ptr() };
-        for c0 in (0..out_c).step_by(8) {
+        let inside = |ky: usize| gt.in_y(oy, ky).is_some();
+        let ky_lo = (0..gt.k_h).find(|&ky| inside(ky)).unwrap_or(gt.k_h);
+        let ky_hi = (ky_lo..gt.k_h).find(|&ky| !inside(ky)).unwrap_or(gt.k_h);
+        let iy0 = gt.in_y(oy, ky_lo).unwrap_or(0);
+        let r = Row {
+            // SAFETY: n < batch (rows.end <= batch * out_h), so the image is inside `input`.
+            x: unsafe { input.as_ptr().add(n * in_img) },
+            in_c,
+            in_row: gt.in_w * in_c,
+            out_c,
+            w: w.as_ptr(),
+            g: gt,
+            ky: (ky_lo, ky_hi),
+            iy0,
+            lo,
+            hi,
+            o: o.as_mut_ptr(),
+            ox0: from,
+        };
+        let px = (from, to);
+        let mut c0 = 0;
+        // Whole blocks at multiplier 1 four at a time: with narrow rows (or none to
+        // tile) the four accumulators still hide the FMA latency.
+        if mult == 1 {
+            let all = lane_mask(8);
+            // SAFETY: the mask is a local array of 8 i32.
+            let all = unsafe { _mm256_loadu_si256(all.as_ptr().cast()) };
+            while c0 + 32 <= out_c {
+                let b: [Block; 4] = std::array::from_fn(|j| Block { c0: c0 + 8 * j, src: c0 + 8 * j, omask: all, imask: all, idx: all });
+                // SAFETY: bias holds out_c >= c0 + 32 values.
+                let bias: [__m256; 4] = std::array::from_fn(|j| bias.map_or(_mm256_setzero_ps(), |bs| unsafe { _mm256_loadu_ps(bs.as_ptr().add(c0 + 8 * j)) }));
+                // SAFETY: the row's pointers and geometry as set up above.
+                unsafe { block_row::<2, 4, FULL, false>(&r, &b, &bias, cols, px) };
+                c0 += 32;
+            }
+        }
+        while c0 < out_c {
             let nl = (out_c - c0).min(8);
             let partial = nl < 8;
-            let omask = lane_mask(nl);
-            // SAFETY: the masks are local arrays of 8 i32.
-            let omask = unsafe { _mm256_loadu_si256(omask.as_ptr().cast()) };
             let (src, last) = (c0 / mult, (c0 + nl - 1) / mult);
             let idx: [i32; 8] = std::array::from_fn(|l| if l < nl { ((c0 + l) / mult - src) as i32 } else { 0 });
-            let imask = lane_mask(last - src + 1);
+            let (omask, imask) = (lane_mask(nl), lane_mask(last - src + 1));
+            // SAFETY: the masks are local arrays of 8 i32.
             let b = unsafe {
-                Block { c0, src, omask, imask: _mm256_loadu_si256(imask.as_ptr().cast()), idx: _mm256_loadu_si256(idx.as_ptr().cast()) }
+                [Block {
+                    c0,
+                    src,
+                    omask: _mm256_loadu_si256(omask.as_ptr().cast()),
+                    imask: _mm256_loadu_si256(imask.as_ptr().cast()),
+                    idx: _mm256_loadu_si256(idx.as_ptr().cast()),
+                }]
             };
             // SAFETY: bias holds out_c values; lanes past out_c are masked.
-            let bias = match bias {
-                Some(bs) if partial => unsafe { _mm256_maskload_ps(bs.as_ptr().add(c0), omask) },
+            let bias = [match bias {
+                Some(bs) if partial => unsafe { _mm256_maskload_ps(bs.as_ptr().add(c0), b[0].omask) },
                 Some(bs) => unsafe { _mm256_loadu_ps(bs.as_ptr().add(c0)) },
                 None => _mm256_setzero_ps(),
-            };
+            }];
             // SAFETY: the row's pointers and geometry as set up above.
             unsafe {
                 match (mult == 1, src == last, partial) {
-                    (true, _, false) => block_row::<FULL, false>(&r, &b, bias, cols),
-                    (true, _, true) => block_row::<MASKED, true>(&r, &b, bias, cols),
-                    (false, true, false) => block_row::<BCAST, false>(&r, &b, bias, cols),
-                    (false, true, true) => block_row::<BCAST, true>(&r, &b, bias, cols),
-                    (false, false, false) => block_row::<PERM, false>(&r, &b, bias, cols),
-                    (false, false, true) => block_row::<PERM, true>(&r, &b, bias, cols),
+                    (true, _, false) => block_row::<8, 1, FULL, false>(&r, &b, &bias, cols, px),
+                    (true, _, true) => block_row::<8, 1, MASKED, true>(&r, &b, &bias, cols, px),
+                    (false, true, false) => block_row::<8, 1, BCAST, false>(&r, &b, &bias, cols, px),
+                    (false, true, true) => block_row::<8, 1, BCAST, true>(&r, &b, &bias, cols, px),
+                    (false, false, false) => block_row::<8, 1, PERM, false>(&r, &b, &bias, cols, px),
+                    (false, false, true) => block_row::<8, 1, PERM, true>(&r, &b, &bias, cols, px),
                 }
             }
+            c0 += 8;
         }
+        row = next;
     }
 }
