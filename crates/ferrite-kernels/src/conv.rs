@@ -137,7 +137,10 @@ simd_fn! {
     /// 4-pixel tiles, single edge pixels, channel groups for large filters); few channels (dividing 16) at stride 1 run 16 lanes over
     /// whole pixels. Elsewhere the work goes in tiles of 4 output pixels x 16
     /// channels, accumulators in registers across all taps; channels past the last
-    /// whole block of 16 and multipliers above 1 take a simple per-pixel path.
+    /// whole block of 16 and multipliers above 1 take a simple per-pixel path,
+    /// except with AVX2 + FMA and no AVX-512, where one register-tiled kernel takes
+    /// every multiplier, stride, dilation and channel count (see
+    /// [`depthwise_avx2_tiles`]).
     pub fn depthwise_conv2d(input: &[f32], in_c: usize, multiplier: usize, w: &[f32], bias: Option<&[f32]>, g: &Window, clamp: Clamp, out: &mut [f32], rows: std::ops::Range<usize>) {
         const B: usize = 16;
         const P: usize = 4;

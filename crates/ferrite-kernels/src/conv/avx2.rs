@@ -71,7 +71,12 @@ fn lane_mask(n: usize) -> [i32; 8] {
 /// # Safety
 /// AVX2 + FMA available; the row's pointers and geometry as [`dw_rows`] sets them up.
 #[inline(always)]
-unsafe fn tile<const P: usize, const NB: usize, const MODE: u8, const PARTIAL: bool, const CHECKED: bool>(r: &Row, b: &[Block; NB], bias: &[__m256; NB], ox0: usize) {
+unsafe fn tile<const P: usize, const NB: usize, const MODE: u8, const PARTIAL: bool, const CHECKED: bool>(
+    r: &Row,
+    b: &[Block; NB],
+    bias: &[__m256; NB],
+    ox0: usize,
+) {
     let g = &r.g;
     let mut acc = [*bias; P];
     let mut iy = r.iy0;
@@ -141,7 +146,7 @@ unsafe fn block_row<const P: usize, const NB: usize, const MODE: u8, const PARTI
 ) {
     let i0 = from.max(a).min(to);
     let i1 = z.min(to).max(i0);
-    // SAFETY (all calls): pixels outside [i0, i1) are checked, [i0, i1) interior.
+    // SAFETY: (all calls) pixels outside [i0, i1) are checked, [i0, i1) interior.
     unsafe {
         for ox in from..i0 {
             tile::<1, NB, MODE, PARTIAL, true>(r, b, bias, ox);
@@ -172,7 +177,17 @@ unsafe fn block_row<const P: usize, const NB: usize, const MODE: u8, const PARTI
 /// and `g.indices_fit(in_c * multiplier)`.
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn dw_rows(input: &[f32], in_c: usize, mult: usize, w: &[f32], bias: Option<&[f32]>, g: &Window, clamp: Clamp, out: &mut [f32], rows: std::ops::Range<usize>) {
+pub(super) unsafe fn dw_rows(
+    input: &[f32],
+    in_c: usize,
+    mult: usize,
+    w: &[f32],
+    bias: Option<&[f32]>,
+    g: &Window,
+    clamp: Clamp,
+    out: &mut [f32],
+    rows: std::ops::Range<usize>,
+) {
     let out_c = in_c * mult;
     if out_c == 0 || g.out_w == 0 || g.k_w == 0 || g.k_h == 0 || rows.is_empty() {
         return;
@@ -274,9 +289,10 @@ pub(super) unsafe fn dw_rows(input: &[f32], in_c: usize, mult: usize, w: &[f32],
                     idx: _mm256_loadu_si256(idx.as_ptr().cast()),
                 }]
             };
-            // SAFETY: bias holds out_c values; lanes past out_c are masked.
             let bias = [match bias {
+                // SAFETY: bias holds out_c values; lanes past out_c are masked.
                 Some(bs) if partial => unsafe { _mm256_maskload_ps(bs.as_ptr().add(c0), b[0].omask) },
+                // SAFETY: a whole block: c0 + 8 <= out_c <= bias.len().
                 Some(bs) => unsafe { _mm256_loadu_ps(bs.as_ptr().add(c0)) },
                 None => _mm256_setzero_ps(),
             }];
