@@ -94,21 +94,31 @@ unsafe fn tile<const P: usize, const NB: usize, const MODE: u8, const PARTIAL: b
                     _mm256_loadu_ps(wp)
                 }
             });
+            // Column of pixel ox0's tap; pixels step `stride_w` columns. Interior tiles
+            // walk one pointer (the address arithmetic per load was most of the
+            // instructions); edge pixels test each column.
+            let first = ox0 * g.stride_w + kx * g.dil_w;
+            let mut px = line.wrapping_add(first.wrapping_sub(g.pad_left).wrapping_mul(r.in_c));
             for (p, a) in acc.iter_mut().enumerate() {
-                let col = (ox0 + p) * g.stride_w + kx * g.dil_w;
-                if CHECKED && (col < g.pad_left || col - g.pad_left >= g.in_w) {
-                    continue;
+                let here = px;
+                px = px.wrapping_add(g.stride_w * r.in_c);
+                if CHECKED {
+                    let col = first + p * g.stride_w;
+                    if col < g.pad_left || col - g.pad_left >= g.in_w {
+                        continue;
+                    }
                 }
                 for j in 0..NB {
                     // SAFETY: the column is inside the row (checked, or interior by the
-                    // caller); the lanes loaded are input channels < in_c.
+                    // caller), so `here` points at its pixel; the lanes loaded are input
+                    // channels < in_c.
                     unsafe {
-                        let px = line.add((col - g.pad_left) * r.in_c + b[j].src);
+                        let x = here.add(b[j].src);
                         let xv = match MODE {
-                            FULL => _mm256_loadu_ps(px),
-                            MASKED => _mm256_maskload_ps(px, b[j].imask),
-                            BCAST => _mm256_broadcast_ss(&*px),
-                            _ => _mm256_permutevar8x32_ps(_mm256_maskload_ps(px, b[j].imask), b[j].idx),
+                            FULL => _mm256_loadu_ps(x),
+                            MASKED => _mm256_maskload_ps(x, b[j].imask),
+                            BCAST => _mm256_broadcast_ss(&*x),
+                            _ => _mm256_permutevar8x32_ps(_mm256_maskload_ps(x, b[j].imask), b[j].idx),
                         };
                         a[j] = _mm256_fmadd_ps(xv, wv[j], a[j]);
                     }
