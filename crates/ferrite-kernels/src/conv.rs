@@ -137,7 +137,10 @@ simd_fn! {
     /// 4-pixel tiles, single edge pixels, channel groups for large filters); few channels (dividing 16) at stride 1 run 16 lanes over
     /// whole pixels. Elsewhere the work goes in tiles of 4 output pixels x 16
     /// channels, accumulators in registers across all taps; channels past the last
-    /// whole block of 16 and multipliers above 1 take a simple per-pixel path.
+    /// whole block of 16 and multipliers above 1 take a simple per-pixel path,
+    /// except with AVX2 + FMA and no AVX-512, where one register-tiled kernel takes
+    /// every multiplier, stride, dilation and channel count (see
+    /// [`depthwise_avx2_tiles`]).
     pub fn depthwise_conv2d(input: &[f32], in_c: usize, multiplier: usize, w: &[f32], bias: Option<&[f32]>, g: &Window, clamp: Clamp, out: &mut [f32], rows: std::ops::Range<usize>) {
         const B: usize = 16;
         const P: usize = 4;
@@ -151,6 +154,15 @@ simd_fn! {
                 && crate::product(&[g.batch, g.out_h]).is_some_and(|total| rows.end <= total),
             "depthwise_conv2d: buffers or rows do not match the geometry"
         );
+        // AVX2 without AVX-512: every multiplier, stride and channel count on the
+        // 8-lane register-tiled kernel (the paths below are AVX-512 or per pixel there).
+        #[cfg(target_arch = "x86_64")]
+        if depthwise_avx2_tiles() && crate::product(&[g.k_h, g.k_w, out_c]).is_some_and(|n| n <= w.len()) && bias.is_none_or(|b| b.len() >= out_c) {
+            // SAFETY: AVX2 + FMA checked; buffers, rows and index ranges asserted above,
+            // weights and bias lengths just now.
+            unsafe { avx2::dw_rows(input, in_c, multiplier, w, bias, g, clamp, out, rows) };
+            return;
+        }
         let in_row = g.in_w * in_c;
         let in_img = g.in_h * in_row;
         let blocked = if multiplier == 1 { out_c / B * B } else { 0 };
@@ -281,6 +293,13 @@ pub fn expand_channels(input: &[f32], in_c: usize, multiplier: usize, out: &mut 
     }
 }
 
+/// Whether [`depthwise_conv2d`] takes the AVX2 kernel (AVX2 + FMA, no AVX-512): any
+/// channel multiplier, stride and channel count in 8-lane blocks, the multiplier
+/// read from the input directly, so callers need not repeat the input's channels.
+pub fn depthwise_avx2_tiles() -> bool {
+    cfg!(target_arch = "x86_64") && !crate::level::has_avx512f() && crate::level::has_avx2_fma()
+}
+
 /// Whether [`depthwise_conv2d`] runs every channel count at full vector width
 /// (AVX-512 masks the last block); elsewhere [`depthwise_rows`] serves channel
 /// counts that are neither multiples nor divisors of 16.
@@ -344,6 +363,8 @@ simd_fn! {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 #[cfg(target_arch = "x86_64")]
@@ -673,6 +694,67 @@ mod tests {
                                 }
                                 assert!((out[(oy * out_w + ox) * oc + o] - s).abs() < 1e-4, "c{c} m{mult} k{k} s{stride} {in_h}x{in_w}");
                             }
+                        }
+                    }
+                }
+            }
+        });
+    }
+
+    /// Random geometries against the definition: odd channel counts, multipliers
+    /// 1-16, 1xN and Nx1 filters, strides 1-4, dilation, SAME and VALID, batch 2,
+    /// and row ranges that start mid-image (as a thread's share does).
+    #[test]
+    fn depthwise_random_geometries_match_naive() {
+        let mut seed = 0x2545_f491_u64;
+        let mut next = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        crate::level::each(|l| {
+            for case in 0..400 {
+                let c = [1, 2, 3, 5, 7, 8, 9, 13, 16, 17, 24, 31, 40, 64, 72][next(15)];
+                let mult = [1, 1, 2, 3, 4, 5, 8, 16][next(8)];
+                let (k_h, k_w) = [(3, 3), (5, 5), (7, 7), (1, 5), (9, 1), (1, 9), (2, 3), (1, 1)][next(8)];
+                let (stride_h, stride_w) = (1 + next(4), 1 + next(4));
+                let (dil_h, dil_w) = if next(3) == 0 { (1 + next(3), 1 + next(3)) } else { (1, 1) };
+                let same = next(2) == 0;
+                // A quarter are one column wide ([batch, T, 1, C] audio shapes).
+                let (in_h, in_w) = (1 + next(12), if next(4) == 0 { 1 } else { 1 + next(40) });
+                let (k_h, k_w) = if in_w == 1 && next(2) == 0 { (k_h.max(k_w), 1) } else { (k_h, k_w) };
+                let Some((out_h, pad_top)) = out_size_and_pad(in_h, k_h, stride_h, dil_h, same) else { continue };
+                let Some((out_w, pad_left)) = out_size_and_pad(in_w, k_w, stride_w, dil_w, same) else { continue };
+                if out_h == 0 || out_w == 0 {
+                    continue;
+                }
+                let batch = 2;
+                let g = Window { batch, in_h, in_w, out_h, out_w, k_h, k_w, stride_h, stride_w, dil_h, dil_w, pad_top, pad_left };
+                let oc = c * mult;
+                let x: Vec<f32> = (0..batch * in_h * in_w * c).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
+                let w: Vec<f32> = (0..k_h * k_w * oc).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
+                let b: Vec<f32> = (0..oc).map(|_| next(1000) as f32 * 0.001).collect();
+                let clamp = if case % 3 == 0 { Clamp::RELU6 } else { Clamp::NONE };
+                let bias = (case % 4 != 1).then_some(&b[..]);
+                let total = batch * out_h;
+                let start = next(total);
+                let mut out = vec![f32::NAN; (total - start) * out_w * oc];
+                depthwise_conv2d(&x, c, mult, &w, bias, &g, clamp, &mut out, start..total);
+                for row in start..total {
+                    let (n, oy) = (row / out_h, row % out_h);
+                    for ox in 0..out_w {
+                        for o in 0..oc {
+                            let mut s = bias.map_or(0.0, |b| b[o]);
+                            for ky in 0..k_h {
+                                let Some(y) = (oy * stride_h + ky * dil_h).checked_sub(pad_top).filter(|&y| y < in_h) else { continue };
+                                for kx in 0..k_w {
+                                    let Some(xx) = (ox * stride_w + kx * dil_w).checked_sub(pad_left).filter(|&v| v < in_w) else { continue };
+                                    s += x[((n * in_h + y) * in_w + xx) * c + o / mult] * w[(ky * k_w + kx) * oc + o];
+                                }
+                            }
+                            let got = out[((row - start) * out_w + ox) * oc + o];
+                            assert!((got - clamp.apply(s)).abs() < 1e-4, "{l:?} {g:?} c{c} m{mult}: {got} vs {s} at row {row} x {ox} ch {o}");
                         }
                     }
                 }

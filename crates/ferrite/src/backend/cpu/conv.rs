@@ -241,7 +241,12 @@ pub(crate) fn depthwise(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<
     // over the input's channels repeated `mult` times into scratch once per run: the
     // copy costs one output-sized write, the multiplier-1 kernels are vectorized where
     // the general path goes pixel by pixel.
-    let wide = if mult > 1 { Some(Mutex::new(vec![0.0f32; op.checked_elements(&[g.batch, g.in_h, g.in_w, oc], 4)?])) } else { None };
+    // With AVX2 and no AVX-512 the kernel reads a multiplier straight from the input
+    // and takes any stride in register tiles (8 channels a block), so neither the
+    // repeat nor the tiled rows below pay off, except for fewer than 8 channels at
+    // horizontal stride 1, where the rows run full width and a block would not.
+    let direct = conv::depthwise_avx2_tiles() && (oc >= 8 || g.stride_w > 1);
+    let wide = if mult > 1 && !direct { Some(Mutex::new(vec![0.0f32; op.checked_elements(&[g.batch, g.in_h, g.in_w, oc], 4)?])) } else { None };
     // Channels the kernel sees.
     let kc = if wide.is_some() { oc } else { ic };
     // Runs the rows on the (possibly repeated) input.
@@ -264,7 +269,7 @@ pub(crate) fn depthwise(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<
     // faster: the tiled rows cost cache traffic.)
     let wt = op.input(1)?;
     let awkward = kc % 16 != 0 && !conv::depthwise_masks_tails();
-    if g.stride_w == 1 && wt.constant && awkward {
+    if g.stride_w == 1 && wt.constant && awkward && !direct {
         let bytes = wt.value.ok_or_else(|| op.bad("constant weights without data"))?;
         let key = PackKey { subgraph: op.subgraph, tensor: wt.tensor, with: None, packing: Packing::DepthwiseRows(g.out_w) };
         let tiled = ctx.packed(key, || Ok(conv::tile_depthwise(typed::<f32>(bytes)?, kc, kh * kw, g.out_w)))?;
