@@ -129,6 +129,22 @@ fn a_map_larger_than_one_dispatch_grid_and_saturating_activations() {
     }
 }
 
+/// The adapter's rounding of multiply-adds, on values where one and two roundings
+/// differ (the probe errs on any third result). The convolutions' `fma` matches
+/// the CPU's FMA GEMM only where the driver fuses it; lavapipe (Mesa 22.3) lowers
+/// `fma` to a multiply and an add, each rounded: this is why the GPU's sums round
+/// like the CPU's unfused depthwise kernels and not like its FMA convolutions.
+#[test]
+fn the_adapters_multiply_add_rounding_is_measured() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !have_gpu() {
+        return;
+    }
+    let (fused, contracted) = ferrite::gpu::fma_rounding().unwrap();
+    let name = ferrite::gpu::available().unwrap().name;
+    println!("{name}: fma() rounds {}, a * b + c {}", if fused { "once" } else { "twice" }, if contracted { "once" } else { "twice" });
+}
+
 #[test]
 fn concatenation_of_more_inputs_than_a_stage_binds() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

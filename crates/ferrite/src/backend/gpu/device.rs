@@ -196,6 +196,89 @@ impl GpuDevice {
         self.uncaptured.lock().ok().and_then(|mut s| s.take())
     }
 
+    /// Whether the driver rounds WGSL `fma(a, b, c)` once (fused) or rounds the
+    /// product first, and whether it contracts a plain `a * b + c` into one
+    /// rounding: `(fma fused, a * b + c contracted)`. Measured on values where the
+    /// two differ: a = b = 1 + 2^-12 and c = -(1 + 2^-11) give 2^-24 fused and 0
+    /// unfused. The convolutions sum with `fma` in the CPU's order; on a driver that
+    /// does not fuse it, the GPU's sums round like the CPU's unfused (portable)
+    /// kernels rather than its FMA GEMM.
+    pub(crate) fn fma_rounding(&self) -> Result<(bool, bool)> {
+        const SRC: &str = r#"
+@group(0) @binding(0) var<storage, read> v: array<f32>;
+@group(0) @binding(1) var<storage, read_write> r: array<f32>;
+@compute @workgroup_size(1)
+fn main() {
+    r[0] = fma(v[0], v[1], v[2]);
+    r[1] = v[0] * v[1] + v[2];
+}
+"#;
+        let a = 1.0 + 2f32.powi(-12);
+        let input: Vec<u8> = [a, a, -(1.0 + 2f32.powi(-11))].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor { label: Some("fma probe"), source: wgpu::ShaderSource::Wgsl(SRC.into()) });
+        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some("fma probe"),
+            layout: None,
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        let v = self.upload("fma probe in", &input);
+        let r = self.storage("fma probe out", 8);
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("fma probe readback"),
+            size: 8,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &[
+                wgpu::BindGroupEntry { binding: 0, resource: v.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: r.as_entire_binding() },
+            ],
+        });
+        let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("fma probe") });
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
+            pass.set_pipeline(&pipeline);
+            pass.set_bind_group(0, &group, &[]);
+            pass.dispatch_workgroups(1, 1, 1);
+        }
+        encoder.copy_buffer_to_buffer(&r, 0, &staging, 0, 8);
+        self.queue.submit([encoder.finish()]);
+        let done = Arc::new(Mutex::new(None));
+        let flag = done.clone();
+        staging.slice(..).map_async(wgpu::MapMode::Read, move |res| {
+            if let Ok(mut f) = flag.lock() {
+                *f = Some(res);
+            }
+        });
+        self.device.poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).map_err(|e| Error::Runtime(format!("GPU: {e}").into()))?;
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(Error::Runtime(format!("GPU fma probe: {e}").into()));
+        }
+        if !matches!(done.lock().ok().and_then(|mut d| d.take()), Some(Ok(()))) {
+            return Err(Error::Runtime("GPU fma probe: readback failed".into()));
+        }
+        let got: Vec<f32> = staging.slice(..).get_mapped_range().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        staging.unmap();
+        let (fused, unfused) = (2f32.powi(-24), 0.0f32);
+        let read = |x: f32, what: &str| {
+            if x == fused {
+                Ok(true)
+            } else if x == unfused {
+                Ok(false)
+            } else {
+                Err(Error::Runtime(format!("GPU fma probe: {what} gave {x:e}, neither {fused:e} (one rounding) nor 0 (two)").into()))
+            }
+        };
+        Ok((read(got[0], "fma(a, b, c)")?, read(got[1], "a * b + c")?))
+    }
+
     /// Workgroup counts for `groups` one-dimensional workgroups, folded into a
     /// second dimension past the per-dimension limit (the shaders rebuild the
     /// linear index from `num_workgroups`).

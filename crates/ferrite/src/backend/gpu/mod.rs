@@ -118,6 +118,13 @@ pub fn available() -> std::result::Result<AdapterSummary, String> {
     device::shared().map(|d| d.adapter.clone())
 }
 
+/// How the shared device's driver rounds multiply-adds: (WGSL `fma` rounds once,
+/// a plain `a * b + c` is contracted into one rounding), measured by a one-thread
+/// shader on values where one and two roundings differ. Err without an adapter.
+pub fn fma_rounding() -> std::result::Result<(bool, bool), String> {
+    device::shared()?.fma_rounding().map_err(|e| e.to_string())
+}
+
 /// GPU memory the shared device holds now, as wgpu counts it: (buffers, bytes of
 /// their allocations, device memory allocations). What the 200-session test
 /// watches for growth; read from wgpu-hal's counters, which the `gpu` feature
