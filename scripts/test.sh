@@ -72,6 +72,9 @@ echo "== rust tests (unit, corruption over the corpus, API; the C API library ag
 FERRITE_CORPUS="$CACHE/models" FERRITE_RNN_MODELS="$RNN_MODELS" FERRITE_TFLITE_C_REFERENCE="$CACHE/lib/pymicro-wakeword-2.5.0/libtensorflowlite_c.so" \
   cargo test --release --workspace --locked
 
+echo "== the C example on the gpu backend: ferrite_session_set_backends(s, \"gpu,cpu\") with the C library's gpu feature, on lavapipe (~40 s: relinks the C library; the workspace build already unified ferrite's gpu feature)"
+FERRITE_CORPUS="$CACHE/models" cargo test --release --locked -p ferrite-capi --features gpu --test c_example gpu
+
 echo "== footprint: sessions of one model share its weights (1 and 4 sessions of the largest float model, each in its own process)"
 cargo build --release --locked -p ferrite --example footprint
 "$CACHE/venv/bin/python" tools/memory_report.py --check --ferrite target/release/ferrite --footprint target/release/examples/footprint --corpus "$CACHE/models"
@@ -144,6 +147,9 @@ echo "wheel: $(basename "$WHEEL"), $(( $(stat -c %s "$WHEEL") / 1024 )) KiB"
 echo "== python package: one script against LiteRT's Interpreter and ferrite's (the corpus, then the recurrent models with data-dependent shapes)"
 "$CACHE/venv/bin/python" tools/python_api_test.py --corpus "$CACHE/models"
 "$CACHE/venv/bin/python" tools/python_api_test.py --corpus "$RNN_MODELS"
+
+echo "== python package: backends=[\"gpu\", \"cpu\"] with gpu_precision= fp32 and fp16 (lavapipe; seconds)"
+"$CACHE/venv/bin/python" tools/python_gpu_test.py models/demo.tflite
 
 echo "== python package: interpreters sharing one model's weights (same bits, 4 threads, any drop order)"
 "$CACHE/venv/bin/python" tools/python_shared_test.py --corpus "$CACHE/models"

@@ -99,3 +99,30 @@ fn c_example_links_the_shared_library() {
     run(&exe, &repo_root().join("models/demo.tflite"), &[], &[("LD_LIBRARY_PATH", dir.display().to_string())]);
     std::fs::remove_dir_all(&tmp).ok();
 }
+
+/// The C example with `ferrite_session_set_backends(s, "gpu,cpu")`, on a library
+/// built with the `gpu` feature (scripts/test.sh: `cargo test -p ferrite-capi
+/// --features gpu --test c_example gpu`, on lavapipe). Without an adapter the
+/// library runs the ops on the CPU with a warning; under CI=true a missing adapter
+/// fails, so this cannot pass having run nothing on the GPU.
+#[cfg(feature = "gpu")]
+#[test]
+fn c_example_runs_on_the_gpu_backend() {
+    if let Err(e) = ferrite::gpu::available() {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "CI=true but the GPU backend has no adapter: {e}");
+        eprintln!("no GPU adapter ({e}): the C example runs on the CPU fallback");
+    }
+    let dir = profile_dir();
+    assert!(dir.join("libferrite_c.so").exists(), "libferrite_c.so missing: build ferrite-capi first (cargo build --release)");
+    let tmp = std::env::temp_dir().join(format!("ferrite-capi-gpu-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let exe = tmp.join("run_model_gpu");
+    let libdir = format!("-L{}", dir.display());
+    compile(&exe, &[], &[&libdir, "-lferrite_c"]);
+    let env = [("LD_LIBRARY_PATH", dir.display().to_string()), ("FERRITE_EXAMPLE_BACKENDS", "gpu,cpu".to_string())];
+    // The demo model and the float corpus model (the int8 one would only fall back).
+    for m in models().into_iter().filter(|m| !m.to_string_lossy().contains("wakeword")).take(2) {
+        run(&exe, &m, &[], &env);
+    }
+    std::fs::remove_dir_all(&tmp).ok();
+}

@@ -96,6 +96,7 @@ class Interpreter:
         share_weights_with: Interpreter | None = None,
         share_weights: bool = False,
         backends: Sequence[str] | None = None,
+        gpu_precision: str | None = None,
     ) -> None: ...
     @property
     def experimental_compress_quantization_zero_points(self) -> bool: ...
