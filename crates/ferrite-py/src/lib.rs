@@ -296,7 +296,14 @@ impl NativeSession {
     /// A new, independent session of this session's model: no second load, and the
     /// prepared weights are shared (freed with the last session using them).
     #[pyo3(signature = (threads=1, preserve_all=false, reference=false, backends=None, gpu_precision=None))]
-    fn shared(&self, threads: i64, preserve_all: bool, reference: bool, backends: Option<Vec<String>>, gpu_precision: Option<String>) -> PyResult<NativeSession> {
+    fn shared(
+        &self,
+        threads: i64,
+        preserve_all: bool,
+        reference: bool,
+        backends: Option<Vec<String>>,
+        gpu_precision: Option<String>,
+    ) -> PyResult<NativeSession> {
         contain("sharing the model", || {
             NativeSession::build(self.model.clone(), session_options(threads, reference, backends, gpu_precision)?, preserve_all, None)
         })

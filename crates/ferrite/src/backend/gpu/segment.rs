@@ -427,7 +427,8 @@ impl Segment {
             }
             if let Some((set, resolve, at)) = &self.timestamps {
                 // Marks the end of the copies above (a pass's start waits for them).
-                let timestamp_writes = wgpu::ComputePassTimestampWrites { query_set: set, beginning_of_pass_write_index: Some(2), end_of_pass_write_index: None };
+                let timestamp_writes =
+                    wgpu::ComputePassTimestampWrites { query_set: set, beginning_of_pass_write_index: Some(2), end_of_pass_write_index: None };
                 drop(encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("copies done"), timestamp_writes: Some(timestamp_writes) }));
                 encoder.resolve_query_set(set, 0..3, resolve, 0);
                 encoder.copy_buffer_to_buffer(resolve, 0, staging, *at, 24);
