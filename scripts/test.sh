@@ -72,9 +72,6 @@ echo "== rust tests (unit, corruption over the corpus, API; the C API library ag
 FERRITE_CORPUS="$CACHE/models" FERRITE_RNN_MODELS="$RNN_MODELS" FERRITE_TFLITE_C_REFERENCE="$CACHE/lib/pymicro-wakeword-2.5.0/libtensorflowlite_c.so" \
   cargo test --release --workspace --locked
 
-echo "== the C example on the gpu backend: ferrite_session_set_backends(s, \"gpu,cpu\") with the C library's gpu feature, on lavapipe (~40 s: relinks the C library; the workspace build already unified ferrite's gpu feature)"
-FERRITE_CORPUS="$CACHE/models" cargo test --release --locked -p ferrite-capi --features gpu --test c_example gpu
-
 echo "== footprint: sessions of one model share its weights (1 and 4 sessions of the largest float model, each in its own process)"
 cargo build --release --locked -p ferrite --example footprint
 "$CACHE/venv/bin/python" tools/memory_report.py --check --ferrite target/release/ferrite --footprint target/release/examples/footprint --corpus "$CACHE/models"
