@@ -147,6 +147,9 @@ echo "== python package: one script against LiteRT's Interpreter and ferrite's (
 "$CACHE/venv/bin/python" tools/python_api_test.py --corpus "$CACHE/models"
 "$CACHE/venv/bin/python" tools/python_api_test.py --corpus "$RNN_MODELS"
 
+echo "== python package: backends=[\"gpu\", \"cpu\"] with gpu_precision= fp32 and fp16 (lavapipe; seconds)"
+"$CACHE/venv/bin/python" tools/python_gpu_test.py models/demo.tflite
+
 echo "== python package: interpreters sharing one model's weights (same bits, 4 threads, any drop order)"
 "$CACHE/venv/bin/python" tools/python_shared_test.py --corpus "$CACHE/models"
 

@@ -99,3 +99,44 @@ fn c_example_links_the_shared_library() {
     run(&exe, &repo_root().join("models/demo.tflite"), &[], &[("LD_LIBRARY_PATH", dir.display().to_string())]);
     std::fs::remove_dir_all(&tmp).ok();
 }
+
+/// The C example with `ferrite_session_set_backends(s, "gpu,cpu")`, when the library
+/// has the GPU backend: built with the `gpu` feature, or in a workspace build (the
+/// CLI turns ferrite's `gpu` on for every package, so scripts/test.sh's workspace
+/// test runs this on lavapipe at no extra build). Whether it has it is asked of
+/// the same ferrite this test links: a session with backends `gpu,cpu` fails to
+/// build where `gpu` is an unknown name. Under CI=true the library must find an
+/// adapter (it warns "has no adapter" and runs on the CPU otherwise).
+#[test]
+fn c_example_runs_on_the_gpu_backend() {
+    let demo = repo_root().join("models/demo.tflite");
+    let model = std::sync::Arc::new(ferrite::model::Model::from_file(&demo).expect("demo model"));
+    let options = ferrite::SessionOptions { backends: vec!["gpu".into(), "cpu".into()], ..Default::default() };
+    if let Err(e) = ferrite::Session::with_options(model, options).and_then(|mut s| s.prepare()) {
+        eprintln!("this build of the C library has no gpu backend ({e}): skipped");
+        return;
+    }
+    let dir = profile_dir();
+    assert!(dir.join("libferrite_c.so").exists(), "libferrite_c.so missing: build ferrite-capi first (cargo build --release)");
+    let tmp = std::env::temp_dir().join(format!("ferrite-capi-gpu-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let exe = tmp.join("run_model_gpu");
+    let libdir = format!("-L{}", dir.display());
+    compile(&exe, &[], &[&libdir, "-lferrite_c"]);
+    // The demo model and the float corpus model (the int8 one would only fall back).
+    for m in models().into_iter().filter(|m| !m.to_string_lossy().contains("wakeword")).take(2) {
+        let out = Command::new(&exe)
+            .arg(&m)
+            .env("LD_LIBRARY_PATH", dir.display().to_string())
+            .env("FERRITE_EXAMPLE_BACKENDS", "gpu,cpu")
+            .output()
+            .expect("run the C example");
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        println!("{} on {} with gpu,cpu:\n{stdout}{stderr}", exe.display(), m.display());
+        assert!(out.status.success() && stdout.contains("c api example: ok"), "C example failed on {} with gpu,cpu:\n{stdout}\n{stderr}", m.display());
+        if std::env::var("CI").as_deref() == Ok("true") {
+            assert!(!stderr.contains("has no adapter"), "CI=true but the C library found no GPU adapter:\n{stderr}");
+        }
+    }
+    std::fs::remove_dir_all(&tmp).ok();
+}

@@ -155,7 +155,7 @@ impl Drop for ReadBuffer {
 }
 
 /// Session options from the Python arguments; `threads` -1 means all cores.
-fn session_options(threads: i64, reference: bool, backends: Option<Vec<String>>) -> PyResult<SessionOptions> {
+fn session_options(threads: i64, reference: bool, backends: Option<Vec<String>>, gpu_precision: Option<String>) -> PyResult<SessionOptions> {
     let threads = match threads {
         -1 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => usize::try_from(n).ok().filter(|&n| n >= 1).ok_or_else(|| PyValueError::new_err("num_threads should >= 1 (or -1 for all cores)"))?,
@@ -168,6 +168,10 @@ fn session_options(threads: i64, reference: bool, backends: Option<Vec<String>>)
     if let Some(b) = backends {
         // The session checks the names (an unknown one is a ValueError when it is built).
         options.backends = b;
+    }
+    if let Some(p) = gpu_precision {
+        // "fp32" or "fp16", as --gpu-precision and FERRITE_GPU_PRECISION (which it overrides).
+        options.gpu_precision = p.parse().map_err(err_as::<PyValueError>)?;
     }
     Ok(options)
 }
@@ -267,7 +271,7 @@ impl NativeSession {
     /// model and prepared weights. With `share_arena`, intermediates live in the model's
     /// shared arena, borrowed only while the session runs.
     #[new]
-    #[pyo3(signature = (path=None, content=None, threads=1, preserve_all=false, reference=false, share=false, backends=None, share_arena=false))]
+    #[pyo3(signature = (path=None, content=None, threads=1, preserve_all=false, reference=false, share=false, backends=None, share_arena=false, gpu_precision=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         path: Option<String>,
@@ -278,6 +282,7 @@ impl NativeSession {
         share: bool,
         backends: Option<Vec<String>>,
         share_arena: bool,
+        gpu_precision: Option<String>,
     ) -> PyResult<Self> {
         let content = content.map(ReadBuffer::get).transpose()?;
         contain("loading the model", || {
@@ -287,7 +292,7 @@ impl NativeSession {
                 (None, Some(c)) => Arc::new(Model::from_bytes(Arc::new(c.bytes().to_vec())).map_err(err_as::<PyValueError>)?),
                 _ => return Err(PyValueError::new_err("give exactly one of model_path and model_content")),
             };
-            let mut options = session_options(threads, reference, backends)?;
+            let mut options = session_options(threads, reference, backends, gpu_precision)?;
             options.shared_arena = share_arena.then(|| model.shared_arena());
             NativeSession::build(model, options, preserve_all, None)
         })
@@ -296,10 +301,18 @@ impl NativeSession {
     /// A new, independent session of this session's model: no second load, and the
     /// prepared weights are shared (freed with the last session using them). With
     /// `share_arena`, its intermediates live in the model's shared arena.
-    #[pyo3(signature = (threads=1, preserve_all=false, reference=false, backends=None, share_arena=false))]
-    fn shared(&self, threads: i64, preserve_all: bool, reference: bool, backends: Option<Vec<String>>, share_arena: bool) -> PyResult<NativeSession> {
+    #[pyo3(signature = (threads=1, preserve_all=false, reference=false, backends=None, share_arena=false, gpu_precision=None))]
+    fn shared(
+        &self,
+        threads: i64,
+        preserve_all: bool,
+        reference: bool,
+        backends: Option<Vec<String>>,
+        share_arena: bool,
+        gpu_precision: Option<String>,
+    ) -> PyResult<NativeSession> {
         contain("sharing the model", || {
-            let mut options = session_options(threads, reference, backends)?;
+            let mut options = session_options(threads, reference, backends, gpu_precision)?;
             options.shared_arena = share_arena.then(|| self.model.shared_arena());
             NativeSession::build(self.model.clone(), options, preserve_all, None)
         })

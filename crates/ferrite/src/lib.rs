@@ -53,7 +53,7 @@ pub mod ext;
 /// The GPU backend's adapters (`ferrite devices`), with the `gpu` feature.
 #[cfg(feature = "gpu")]
 pub mod gpu {
-    pub use crate::backend::gpu::{available, list_adapters, memory_in_use, AdapterSummary};
+    pub use crate::backend::gpu::{available, emulates_fma, fma_rounding, list_adapters, memory_in_use, multiply_add, AdapterSummary};
 }
 pub mod model;
 

@@ -25,9 +25,16 @@ class NativeSession:
         share: bool = False,
         backends: list[str] | None = None,
         share_arena: bool = False,
+        gpu_precision: str | None = None,
     ) -> NativeSession: ...
     def shared(
-        self, threads: int = 1, preserve_all: bool = False, reference: bool = False, backends: list[str] | None = None, share_arena: bool = False
+        self,
+        threads: int = 1,
+        preserve_all: bool = False,
+        reference: bool = False,
+        backends: list[str] | None = None,
+        share_arena: bool = False,
+        gpu_precision: str | None = None,
     ) -> NativeSession: ...
     def shared_constants(self) -> int: ...
     def for_signature(self, key: str) -> NativeSession: ...

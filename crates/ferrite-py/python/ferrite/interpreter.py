@@ -398,7 +398,9 @@ class Interpreter:
     gives every intermediate tensor its own memory, readable with ``get_tensor`` after
     ``invoke``. ``experimental_op_resolver_type=OpResolverType.BUILTIN_REF`` runs ferrite's
     reference kernels. ``backends=["gpu", "cpu"]`` (ferrite's own) orders the backends ops
-    try, as ``FERRITE_BACKENDS`` does. The other ``experimental_*`` switches concern LiteRT's delegates
+    try, as ``FERRITE_BACKENDS`` does; ``gpu_precision="fp16"`` stores the GPU backend's
+    tensors and weights as float16 (adapters with ``SHADER_F16``; default ``"fp32"``), as
+    ``FERRITE_GPU_PRECISION`` does. The other ``experimental_*`` switches concern LiteRT's delegates
     and are accepted and ignored. Runtime errors raise ``ValueError`` / ``RuntimeError``
     as LiteRT does, with ferrite's message; errors about part of the model also carry
     ``subgraph``, ``op_index``, ``op_name`` and ``tensor_index`` attributes.
@@ -437,6 +439,7 @@ class Interpreter:
         share_weights=False,
         backends=None,
         share_arena=False,
+        gpu_precision=None,
     ):
         del experimental_disable_delegate_clustering, experimental_default_delegate_latest_features
         del experimental_disable_delegate_node_fusion, experimental_force_delegate_node_profiling
@@ -462,6 +465,10 @@ class Interpreter:
             if isinstance(backends, str) or not all(isinstance(b, str) for b in backends):
                 raise ValueError("backends is a list of backend names, e.g. ['gpu', 'cpu']")
             options["backends"] = list(backends)
+        if gpu_precision is not None:
+            if gpu_precision not in ("fp32", "fp16"):
+                raise ValueError(f"gpu_precision is 'fp32' or 'fp16', not {gpu_precision!r}")
+            options["gpu_precision"] = gpu_precision
         if share_weights_with is not None:
             if model_path or model_content:
                 raise ValueError("give `share_weights_with` alone, without `model_path` or `model_content`")

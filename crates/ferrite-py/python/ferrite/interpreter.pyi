@@ -97,6 +97,7 @@ class Interpreter:
         share_weights: bool = False,
         backends: Sequence[str] | None = None,
         share_arena: bool = False,
+        gpu_precision: str | None = None,
     ) -> None: ...
     @property
     def experimental_compress_quantization_zero_points(self) -> bool: ...

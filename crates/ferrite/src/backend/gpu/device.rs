@@ -99,6 +99,9 @@ pub(crate) struct GpuDevice {
     pub(crate) zeros: wgpu::Buffer,
     /// Errors wgpu raised outside any error scope (recorded, never a panic).
     uncaptured: Arc<Mutex<Option<String>>>,
+    /// The driver rounds WGSL `fma` twice: the convolutions' shaders then emulate
+    /// one rounding (`shaders::MAD_EMULATED`) to sum as the CPU's FMA GEMM does.
+    pub(crate) emulate_fma: bool,
 }
 
 static DEVICE: OnceLock<std::result::Result<Arc<GpuDevice>, String>> = OnceLock::new();
@@ -132,7 +135,11 @@ fn create() -> std::result::Result<GpuDevice, String> {
         usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
         mapped_at_creation: false,
     });
-    Ok(GpuDevice { device, queue, adapter: summary(&adapter), limits, pipelines: Mutex::new(HashMap::new()), zeros, uncaptured })
+    let mut dev = GpuDevice { device, queue, adapter: summary(&adapter), limits, pipelines: Mutex::new(HashMap::new()), zeros, uncaptured, emulate_fma: false };
+    // Measured once per process (one tiny dispatch). A probe that fails leaves
+    // `fma` as it is: results then round as the driver does, never wrongly.
+    dev.emulate_fma = matches!(dev.fma_rounding(), Ok((false, _)));
+    Ok(dev)
 }
 
 impl GpuDevice {
@@ -146,7 +153,7 @@ impl GpuDevice {
         if let Some(p) = cache.get(&(name, half)) {
             return Ok(p.clone());
         }
-        let src = super::shaders::source(name, half).ok_or_else(|| Error::Runtime(format!("internal: no shader '{name}'").into()))?;
+        let src = super::shaders::source(name, half, self.emulate_fma).ok_or_else(|| Error::Runtime(format!("internal: no shader '{name}'").into()))?;
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor { label: Some(name), source: wgpu::ShaderSource::Wgsl(src.into()) });
         let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
@@ -194,6 +201,115 @@ impl GpuDevice {
     /// The first error wgpu raised outside an error scope since the last call.
     pub(crate) fn take_uncaptured(&self) -> Option<String> {
         self.uncaptured.lock().ok().and_then(|mut s| s.take())
+    }
+
+    /// Whether the driver rounds WGSL `fma(a, b, c)` once (fused) or rounds the
+    /// product first, and whether it contracts a plain `a * b + c` into one
+    /// rounding: `(fma fused, a * b + c contracted)`. Measured on values where the
+    /// two differ: a = b = 1 + 2^-12 and c = -(1 + 2^-11) give 2^-24 fused and 0
+    /// unfused. The convolutions sum with `fma` in the CPU's order; on a driver that
+    /// does not fuse it, the GPU's sums round like the CPU's unfused (portable)
+    /// kernels rather than its FMA GEMM.
+    pub(crate) fn fma_rounding(&self) -> Result<(bool, bool)> {
+        const SRC: &str = r#"
+@group(0) @binding(0) var<storage, read> v: array<f32>;
+@group(0) @binding(1) var<storage, read_write> r: array<f32>;
+@compute @workgroup_size(1)
+fn main() {
+    r[0] = fma(v[0], v[1], v[2]);
+    r[1] = v[0] * v[1] + v[2];
+}
+"#;
+        let a = 1.0 + 2f32.powi(-12);
+        let got = self.probe("fma probe", SRC, &[a, a, -(1.0 + 2f32.powi(-11))], 2, 1)?;
+        let (fused, unfused) = (2f32.powi(-24), 0.0f32);
+        let read = |x: f32, what: &str| {
+            if x == fused {
+                Ok(true)
+            } else if x == unfused {
+                Ok(false)
+            } else {
+                Err(Error::Runtime(format!("GPU fma probe: {what} gave {x:e}, neither {fused:e} (one rounding) nor 0 (two)").into()))
+            }
+        };
+        Ok((read(got[0], "fma(a, b, c)")?, read(got[1], "a * b + c")?))
+    }
+
+    /// The convolution shaders' `mad(a, b, c)` (fused `fma`, or its emulation where
+    /// the driver rounds `fma` twice) over `triples`, one invocation each.
+    pub(crate) fn mad(&self, triples: &[[f32; 3]]) -> Result<Vec<f32>> {
+        const MAIN: &str = r#"
+@group(0) @binding(0) var<storage, read> p: array<f32>;
+@group(0) @binding(1) var<storage, read_write> r: array<f32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) g: vec3<u32>) {
+    let i = g.x;
+    if (i >= arrayLength(&r)) { return; }
+    r[i] = mad(p[3u * i], p[3u * i + 1u], p[3u * i + 2u]);
+}
+"#;
+        let src = format!("{}{MAIN}", super::shaders::mad_source(self.emulate_fma));
+        let flat: Vec<f32> = triples.iter().flatten().copied().collect();
+        self.probe("mad check", &src, &flat, triples.len(), triples.len().div_ceil(64) as u32)
+    }
+
+    /// Runs `src` (binding 0: `input`, read-only; binding 1: `outputs` floats) on
+    /// `groups` workgroups and reads binding 1 back.
+    fn probe(&self, label: &str, src: &str, input: &[f32], outputs: usize, groups: u32) -> Result<Vec<f32>> {
+        let input: Vec<u8> = input.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let out_bytes = (outputs.max(1) * 4) as u64;
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor { label: Some(label), source: wgpu::ShaderSource::Wgsl(src.into()) });
+        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(label),
+            layout: None,
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        let v = self.upload(label, &input);
+        let r = self.storage(label, out_bytes);
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: out_bytes,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &[
+                wgpu::BindGroupEntry { binding: 0, resource: v.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: r.as_entire_binding() },
+            ],
+        });
+        let mut encoder = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) });
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
+            pass.set_pipeline(&pipeline);
+            pass.set_bind_group(0, &group, &[]);
+            pass.dispatch_workgroups(groups.max(1), 1, 1);
+        }
+        encoder.copy_buffer_to_buffer(&r, 0, &staging, 0, out_bytes);
+        self.queue.submit([encoder.finish()]);
+        let done = Arc::new(Mutex::new(None));
+        let flag = done.clone();
+        staging.slice(..).map_async(wgpu::MapMode::Read, move |res| {
+            if let Ok(mut f) = flag.lock() {
+                *f = Some(res);
+            }
+        });
+        self.device.poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).map_err(|e| Error::Runtime(format!("GPU: {e}").into()))?;
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(Error::Runtime(format!("GPU {label}: {e}").into()));
+        }
+        if !matches!(done.lock().ok().and_then(|mut d| d.take()), Some(Ok(()))) {
+            return Err(Error::Runtime(format!("GPU {label}: readback failed").into()));
+        }
+        let got: Vec<f32> = staging.slice(..).get_mapped_range().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).take(outputs).collect();
+        staging.unmap();
+        Ok(got)
     }
 
     /// Workgroup counts for `groups` one-dimensional workgroups, folded into a

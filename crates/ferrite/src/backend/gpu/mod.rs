@@ -118,6 +118,27 @@ pub fn available() -> std::result::Result<AdapterSummary, String> {
     device::shared().map(|d| d.adapter.clone())
 }
 
+/// How the shared device's driver rounds multiply-adds: (WGSL `fma` rounds once,
+/// a plain `a * b + c` is contracted into one rounding), measured by a one-thread
+/// shader on values where one and two roundings differ. Err without an adapter.
+pub fn fma_rounding() -> std::result::Result<(bool, bool), String> {
+    device::shared()?.fma_rounding().map_err(|e| e.to_string())
+}
+
+/// The convolution shaders' multiply-add (`a * b + c` rounded once: WGSL `fma`, or
+/// its emulation where the driver rounds `fma` twice) on the shared device, one
+/// result per triple: what `tests/gpu.rs` checks against the host's fused
+/// multiply-add. Err without an adapter.
+pub fn multiply_add(triples: &[[f32; 3]]) -> std::result::Result<Vec<f32>, String> {
+    device::shared()?.mad(triples).map_err(|e| e.to_string())
+}
+
+/// Whether the shared device's convolution shaders emulate a once-rounded `fma`
+/// (the driver rounds WGSL `fma` twice). Err without an adapter.
+pub fn emulates_fma() -> std::result::Result<bool, String> {
+    device::shared().map(|d| d.emulate_fma)
+}
+
 /// GPU memory the shared device holds now, as wgpu counts it: (buffers, bytes of
 /// their allocations, device memory allocations). What the 200-session test
 /// watches for growth; read from wgpu-hal's counters, which the `gpu` feature

@@ -246,17 +246,19 @@ impl Segment {
             outs.push((buf(k)?, bytes, offset));
             offset += (bytes as u64).next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT);
         }
-        // Two timestamps (16 bytes) resolved after the outputs in the staging buffer.
+        // Three timestamps (24 bytes) resolved after the outputs in the staging
+        // buffer: the compute pass's start and end, and the start of an empty pass
+        // after the copies into the staging buffer (the GPU side of the readback).
         let timestamps = (offset > 0 && dev.adapter.timestamps).then(|| {
-            let set = dev.device.create_query_set(&wgpu::QuerySetDescriptor { label: Some("segment time"), ty: wgpu::QueryType::Timestamp, count: 2 });
+            let set = dev.device.create_query_set(&wgpu::QuerySetDescriptor { label: Some("segment time"), ty: wgpu::QueryType::Timestamp, count: 3 });
             let resolve = dev.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("segment time"),
-                size: 16,
+                size: 24,
                 usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
                 mapped_at_creation: false,
             });
             let at = offset;
-            offset += 16;
+            offset += 24;
             (set, resolve, at)
         });
         let staging = (offset > 0).then(|| {
@@ -424,8 +426,12 @@ impl Segment {
                 }
             }
             if let Some((set, resolve, at)) = &self.timestamps {
-                encoder.resolve_query_set(set, 0..2, resolve, 0);
-                encoder.copy_buffer_to_buffer(resolve, 0, staging, *at, 16);
+                // Marks the end of the copies above (a pass's start waits for them).
+                let timestamp_writes =
+                    wgpu::ComputePassTimestampWrites { query_set: set, beginning_of_pass_write_index: Some(2), end_of_pass_write_index: None };
+                drop(encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("copies done"), timestamp_writes: Some(timestamp_writes) }));
+                encoder.resolve_query_set(set, 0..3, resolve, 0);
+                encoder.copy_buffer_to_buffer(resolve, 0, staging, *at, 24);
             }
         }
         dev.queue.submit([encoder.finish()]);
@@ -439,6 +445,9 @@ impl Segment {
             });
             dev.device.poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).map_err(|e| Error::Runtime(format!("GPU: {e}").into()))?;
             let mut gpu_ns = ns(t_gpu);
+            // With timestamps, the GPU's copies into the staging buffer (measured on
+            // the GPU) count as readback; the host clock cannot tell them apart.
+            let mut copy_ns = 0;
             let t_readback = Instant::now();
             let mapped = done.lock().ok().and_then(|mut d| d.take());
             if !matches!(mapped, Some(Ok(()))) {
@@ -467,13 +476,15 @@ impl Segment {
                     let tick = |i: usize| u64::from_le_bytes(view[at + 8 * i..at + 8 * i + 8].try_into().unwrap_or([0; 8]));
                     // Ticks times the queue's period (ns per tick); a reset or
                     // wrapped counter reads as no time rather than a huge one.
-                    gpu_ns = (tick(1).saturating_sub(tick(0)) as f64 * f64::from(dev.queue.get_timestamp_period())) as u64;
+                    let period = f64::from(dev.queue.get_timestamp_period());
+                    gpu_ns = (tick(1).saturating_sub(tick(0)) as f64 * period) as u64;
+                    copy_ns = (tick(2).saturating_sub(tick(1)) as f64 * period) as u64;
                 }
             }
             staging.unmap();
             self.times.timestamps.store(self.timestamps.is_some(), Ordering::Relaxed);
             self.times.gpu_ns.fetch_add(gpu_ns, Ordering::Relaxed);
-            self.times.readback_ns.fetch_add(ns(t_readback), Ordering::Relaxed);
+            self.times.readback_ns.fetch_add(copy_ns + ns(t_readback), Ordering::Relaxed);
         }
         self.times.upload_ns.fetch_add(upload_ns, Ordering::Relaxed);
         self.times.runs.fetch_add(1, Ordering::Relaxed);

@@ -26,8 +26,50 @@ fn act(v: f32, lo: f32, hi: f32) -> f32 {
 }
 "#;
 
-/// The shader named `name`, with the prelude, storing tensors as f16 when `half`.
-pub(super) fn source(name: &str, half: bool) -> Option<String> {
+/// `mad(a, b, c)`: `a * b + c` rounded once, as the CPU's FMA GEMM rounds it. On a
+/// driver that fuses WGSL `fma` that is `fma` itself (no cost).
+const MAD_FUSED: &str = r#"
+fn mad(a: f32, b: f32, c: f32) -> f32 { return fma(a, b, c); }
+"#;
+
+/// `mad` on a driver that rounds `fma` twice (lavapipe lowers it to a multiply and
+/// an add): the product's exact low part by Dekker's two-product, with halves made
+/// by masking the significand (12 bits each, so every partial product is exact),
+/// the sum's rounding error by Knuth's two-sum, and the two added to the rounded
+/// sum last. In exact f32 arithmetic this is the once-rounded result but for rare
+/// ties; on lavapipe 94% of random multiply-adds round as one rounding would (two
+/// roundings: 53%), the rest as two (`tests/gpu.rs` measures it; why those escape
+/// is not known: the same steps on the host agree every time). Products or sums
+/// that are not finite or near overflow take the plain two roundings.
+const MAD_EMULATED: &str = r#"
+fn hi12(x: f32) -> f32 { return bitcast<f32>(bitcast<u32>(x) & 0xFFFFF000u); }
+fn mad(a: f32, b: f32, c: f32) -> f32 {
+    let pr = a * b;
+    let s = pr + c;
+    if (!(abs(pr) < 1e30) || !(abs(s) < 1e30)) { return s; }
+    let ah = hi12(a);
+    let al = a - ah;
+    let bh = hi12(b);
+    let bl = b - bh;
+    let e = ((ah * bh - pr) + ah * bl + al * bh) + al * bl;
+    let z = s - pr;
+    let t = (pr - (s - z)) + (c - z);
+    return s + (t + e);
+}
+"#;
+
+/// The WGSL of `mad` (emulated where the driver rounds `fma` twice).
+pub(super) fn mad_source(emulate_fma: bool) -> &'static str {
+    if emulate_fma {
+        MAD_EMULATED
+    } else {
+        MAD_FUSED
+    }
+}
+
+/// The shader named `name`, with the prelude, storing tensors as f16 when `half`;
+/// `emulate_fma` for drivers that round WGSL `fma` twice.
+pub(super) fn source(name: &str, half: bool, emulate_fma: bool) -> Option<String> {
     let body = match name {
         "unary" => UNARY,
         "binary" => BINARY,
@@ -45,7 +87,7 @@ pub(super) fn source(name: &str, half: bool) -> Option<String> {
     };
     // `enable` must come before any declaration.
     let storage = if half { "enable f16;\nalias T = f16;\n" } else { "alias T = f32;\n" };
-    Some(format!("{storage}{PRELUDE}{body}"))
+    Some(format!("{storage}{PRELUDE}{}{body}", mad_source(emulate_fma)))
 }
 
 /// p: [n, op, a, b]. The exp-based activations clamp their argument where the
@@ -214,7 +256,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             let xb = ((n * H + u32(iy)) * W + u32(ix)) * C + c0;
             let wb = ((o * KH + ky) * KW + kx) * gc;
             for (var c = 0u; c < gc; c = c + 1u) {
-                acc = fma(f32(x[xb + c]), f32(w[wb + c]), acc);
+                acc = mad(f32(x[xb + c]), f32(w[wb + c]), acc);
             }
         }
     }
@@ -249,7 +291,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         for (var kx = 0u; kx < KW; kx = kx + 1u) {
             let ix = i32(ox * p[10] + kx * p[12]) - pi(14u);
             if (ix < 0 || ix >= i32(W)) { continue; }
-            acc = fma(f32(x[((n * H + u32(iy)) * W + u32(ix)) * C + c]), f32(w[(ky * KW + kx) * OC + oc]), acc);
+            // Rounded twice, as the CPU's depthwise kernels (plain Rust, which never
+            // contracts) do; a driver may still contract it.
+            acc = acc + f32(x[((n * H + u32(iy)) * W + u32(ix)) * C + c]) * f32(w[(ky * KW + kx) * OC + oc]);
         }
     }
     y[i] = T(act(acc, pf(15u), pf(16u)));
@@ -300,7 +344,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         tb[lid.y][lid.x] = vb;
         workgroupBarrier();
         for (var k = 0u; k < 16u; k = k + 1u) {
-            acc = fma(ta[lid.y][k], tb[lid.x][k], acc);
+            acc = mad(ta[lid.y][k], tb[lid.x][k], acc);
         }
         workgroupBarrier();
     }
