@@ -50,9 +50,6 @@ DYNAMIC_SIZES = {"melspectrogram.tflite": [1, 16000]}
 SKIP = {
     # LiteRT itself cannot run its three MediaPipe custom ops.
     "face_landmark_with_attention.tflite": "custom ops LiteRT cannot run",
-    # tools/rnn_models.py: the fully integer LSTM (int16 cell state) is not implemented yet.
-    "kws_fused_lstm_int8.tflite": "int8 UNIDIRECTIONAL_SEQUENCE_LSTM (int16 cell state) not implemented yet",
-    "kws_fused_bilstm_int8.tflite": "int8 UNIDIRECTIONAL_SEQUENCE_LSTM (int16 cell state) not implemented yet",
 }
 
 

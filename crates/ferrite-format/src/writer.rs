@@ -370,6 +370,9 @@ pub struct OpSpec {
     pub options: Options,
     /// Custom options bytes (custom ops only).
     pub custom_options: Option<Vec<u8>>,
+    /// Intermediate tensors (the integer LSTM reads its gate and hidden scales
+    /// from them); written only when there are some.
+    pub intermediates: Vec<i32>,
 }
 
 /// A single-subgraph model description.
@@ -401,7 +404,7 @@ impl ModelSpec {
 
     /// Adds an op.
     pub fn add_op(&mut self, code: OpCode, inputs: &[i32], outputs: &[i32], options: Options) {
-        self.ops.push(OpSpec { code, inputs: inputs.to_vec(), outputs: outputs.to_vec(), options, custom_options: None });
+        self.ops.push(OpSpec { code, inputs: inputs.to_vec(), outputs: outputs.to_vec(), options, custom_options: None, intermediates: vec![] });
     }
 
     /// Serializes the model to `.tflite` bytes, constants inline.
@@ -556,6 +559,7 @@ impl ModelSpec {
                 let outputs = b.create_vector(&op.outputs);
                 let options = write_options(&mut b, options_type, &op.options);
                 let custom_options = op.custom_options.as_ref().map(|c| b.create_vector(c));
+                let intermediates = (!op.intermediates.is_empty()).then(|| b.create_vector(&op.intermediates));
                 ops.push(fb::Operator::create(
                     &mut b,
                     &fb::OperatorArgs {
@@ -565,6 +569,7 @@ impl ModelSpec {
                         builtin_options_type: options_type,
                         builtin_options: options,
                         custom_options,
+                        intermediates,
                         ..Default::default()
                     },
                 ));

@@ -11,10 +11,10 @@ use ferrite_format::ops::BuiltinOp as B;
 use ferrite_kernels::quant::{asymmetric_quantize, symmetric_quantize};
 use ferrite_kernels::recurrent::CellActivation;
 
-use crate::backend::cpu::recurrent::{layout, split_io, vector_f32, Cell, Layout, Slot};
+use crate::backend::cpu::recurrent::{integer_lstm, integer_lstm_kernel, is_integer_lstm, layout, split_io, vector_f32, Cell, Layout, Slot};
 use crate::backend::{arg, typed, Built, OpContext};
 use crate::error::Result;
-use crate::model::OpCode;
+use crate::model::{DType, OpCode};
 
 /// Builds a recurrent op, or `None` when `op` is not one.
 pub(crate) fn build(op: &OpContext<'_>) -> Option<Result<Built>> {
@@ -30,6 +30,12 @@ pub(crate) fn build(op: &OpContext<'_>) -> Option<Result<Built>> {
             | B::SVDF
     ) {
         return None;
+    }
+    // The integer LSTM's arithmetic is LiteRT's integer definition itself (no
+    // float reformulation exists to check it against): both backends run the same
+    // plain-loop kernel.
+    if is_integer_lstm(code, op) {
+        return Some(integer_lstm(code, op).map(|l| Built { outputs: vec![(DType::I8, l.output_shape.clone())], kernel: integer_lstm_kernel(l) }));
     }
     Some(layout(code, op).map(|l| {
         let outputs = l.output_specs();
