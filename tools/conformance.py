@@ -409,7 +409,14 @@ def cmd_ops(args):
                 if steps > 1:
                     # Stateful ops (variable tensors): one session over a stream of
                     # inputs on each side, so the state carries from run to run.
-                    seq = [np.stack([x] + [rng.uniform(*case["ranges"][min(k, len(case["ranges"]) - 1)], size=x.shape).astype(x.dtype) for _ in range(steps - 1)]) for k, x in enumerate(xs)]
+                    def more(k, x):
+                        # Integer inputs take the type's whole range, float ones the case's.
+                        if x.dtype.kind in "iu":
+                            info = np.iinfo(x.dtype)
+                            return rng.integers(info.min, info.max, size=x.shape, endpoint=True).astype(x.dtype)
+                        return rng.uniform(*case["ranges"][min(k, len(case["ranges"]) - 1)], size=x.shape).astype(x.dtype)
+
+                    seq = [np.stack([x] + [more(k, x) for _ in range(steps - 1)]) for k, x in enumerate(xs)]
                     want = run_litert_stream(model, seq, OpResolverType.BUILTIN_REF)
                     got = run_ferrite(args.ferrite, model, seq, td, steps=steps)
                 else:
