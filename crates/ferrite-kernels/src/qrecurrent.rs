@@ -443,6 +443,72 @@ pub fn qlstm_sequence(l: &QLstm, time: usize, batch: usize, time_major: bool, x:
     }
 }
 
+/// An integer SVDF (int8 input and output, int8 feature weights, int16 time
+/// weights and memory, int32 bias), as LiteRT's integer kernel computes it.
+#[derive(Debug, Clone)]
+pub struct QSvdf {
+    /// Input features.
+    pub n_input: usize,
+    /// Filters (rank x units).
+    pub filters: usize,
+    /// Steps each filter remembers.
+    pub memory: usize,
+    /// Filters summed into each unit.
+    pub rank: usize,
+    /// Feature weights `[filters, n_input]`.
+    pub features: Vec<i8>,
+    /// Time weights `[filters, memory]`.
+    pub time: Vec<i16>,
+    /// Bias per unit.
+    pub bias: Option<Vec<i32>>,
+    /// Input times feature weights to the memory's scale.
+    pub scale_1: Multiplier,
+    /// Memory times time weights to the output's scale.
+    pub scale_2: Multiplier,
+    /// Input zero point.
+    pub input_zp: i32,
+    /// Output zero point.
+    pub output_zp: i32,
+}
+
+/// One integer SVDF step over `batch` rows: the memory (`[batch, filters,
+/// memory]`) shifts left by one value, each filter's feature product enters at
+/// its right end (saturated to int16), and each unit's output is the sum over its
+/// filters of memory times time weights, plus bias, rescaled to int8. (LiteRT
+/// requires RELU for this kernel and then applies no activation.)
+pub fn qsvdf_step(p: &QSvdf, batch: usize, x: &[i8], state: &mut [i16], out: &mut [i8]) {
+    let (nf, mem, ni) = (p.filters, p.memory, p.n_input);
+    let units = nf / p.rank.max(1);
+    let len = batch * nf * mem;
+    if len > 0 {
+        state.copy_within(1..len, 0);
+    }
+    for b in 0..batch {
+        let xb = &x[b * ni..][..ni];
+        for f in 0..nf {
+            let w = &p.features[f * ni..][..ni];
+            let acc = xb.iter().zip(w).fold(0i32, |a, (&v, &q)| a.wrapping_add(i32::from(q) * (i32::from(v) - p.input_zp)));
+            let v = mbqm(acc, p.scale_1.0, p.scale_1.1).clamp(i32::from(i16::MIN), i32::from(i16::MAX));
+            state[(b * nf + f) * mem + mem - 1] = v as i16;
+        }
+        for u in 0..units {
+            let mut acc = 0i32;
+            for f in u * p.rank..(u + 1) * p.rank {
+                let dot = p.time[f * mem..][..mem]
+                    .iter()
+                    .zip(&state[(b * nf + f) * mem..][..mem])
+                    .fold(0i32, |a, (&w, &s)| a.wrapping_add(i32::from(w) * i32::from(s)));
+                acc = acc.wrapping_add(dot);
+            }
+            if let Some(bias) = &p.bias {
+                acc = acc.wrapping_add(bias[u]);
+            }
+            let v = mbqm(acc, p.scale_2.0, p.scale_2.1).wrapping_add(p.output_zp);
+            out[b * units + u] = v.clamp(-128, 127) as i8;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1956,6 +1956,7 @@ const RECURRENT: &[&str] = &[
     "BIDIRECTIONAL_SEQUENCE_RNN_HYBRID",
     "SVDF",
     "SVDF_HYBRID",
+    "SVDF_INT8",
 ];
 
 /// Invocations of one case in one session: recurrent ops carry state between them.
@@ -2136,7 +2137,35 @@ fn gen_lstm_int8(op: &str, r: &mut Rng) -> Case {
     Case { spec: m, ranges: vec![], fixed: vec![] }
 }
 
+/// The integer SVDF: int8 input, feature weights and output, int16 time weights
+/// and memory, int32 bias (present or not), random scales and zero points; RELU,
+/// the one activation LiteRT's integer kernel takes.
+fn gen_svdf_int8(r: &mut Rng) -> Case {
+    let mut m = ModelSpec { description: "ferrite single-op test: SVDF_INT8".into(), ..Default::default() };
+    let (b, ni) = (r.u(1, 3) as i32, r.u(1, 8) as i32);
+    let (rank, units, memory) = (r.u(1, 2) as i32, r.u(1, 5) as i32, r.u(1, 5) as i32);
+    let nf = rank * units;
+    let x =
+        m.add_tensor(TensorSpec { quant: Some((vec![r.f(0.005, 0.02)], vec![r.int(-20, 20)], 0)), ..TensorSpec::activation("x", TensorType::INT8, &[b, ni]) });
+    m.inputs.push(x);
+    let wfv: Vec<i64> = (0..nf * ni).map(|_| r.int(-127, 127)).collect();
+    let wf = qconst(&mut m, "features", TensorType::INT8, &[nf, ni], &wfv, r.f(0.3, 1.0) / 127.0 / (ni as f32).sqrt());
+    let wtv: Vec<i64> = (0..nf * memory).map(|_| r.int(-32767, 32767)).collect();
+    let wt = qconst(&mut m, "time", TensorType::INT16, &[nf, memory], &wtv, r.f(0.3, 1.0) / 32767.0);
+    let bv: Vec<i64> = (0..units).map(|_| r.int(-50000, 50000)).collect();
+    let bias = if r.coin() { qconst(&mut m, "bias", TensorType::INT32, &[units], &bv, 1.0) } else { -1 };
+    let sq = Some((vec![r.f(0.5, 2.0) / 8192.0], vec![0], 0));
+    let st = m.add_tensor(TensorSpec { is_variable: true, quant: sq, ..TensorSpec::activation("memory", TensorType::INT16, &[b, nf * memory]) });
+    let o = m.add_tensor(TensorSpec { quant: Some((vec![r.f(0.005, 0.03)], vec![r.int(-20, 20)], 0)), ..TensorSpec::activation("out", TensorType::INT8, &[]) });
+    m.outputs.push(o);
+    m.add_op(OpCode::Builtin(B::SVDF), &[x, wf, wt, bias, st], &[o], Options::Svdf { rank, activation: Activation::RELU, asymmetric_quantize_inputs: false });
+    Case { spec: m, ranges: vec![], fixed: vec![] }
+}
+
 fn gen_recurrent(op: &str, r: &mut Rng) -> Case {
+    if op == "SVDF_INT8" {
+        return gen_svdf_int8(r);
+    }
     if op.ends_with("_INT8") {
         return gen_lstm_int8(op, r);
     }
@@ -2706,6 +2735,7 @@ const OPS: &[&str] = &[
     "BIDIRECTIONAL_SEQUENCE_RNN_HYBRID",
     "SVDF",
     "SVDF_HYBRID",
+    "SVDF_INT8",
     // LiteRT has no kernel for these: both runtimes must refuse them.
     "HARD_SWISH_INT16",
     "BATCH_MATMUL_UINT8",

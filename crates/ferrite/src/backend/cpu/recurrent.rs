@@ -37,6 +37,11 @@ pub(super) fn build(code: B, op: &OpContext<'_>, _ctx: &mut BackendContext) -> O
     if is_integer_lstm(code, op) {
         return Some(integer_lstm(code, op).map(|l| Built { outputs: vec![(DType::I8, l.output_shape.clone())], kernel: integer_lstm_kernel(l) }));
     }
+    if is_integer_svdf(code, op) {
+        return Some(
+            integer_svdf(op).map(|(p, batch)| Built { outputs: vec![(DType::I8, vec![batch, p.filters / p.rank])], kernel: integer_svdf_kernel(p, batch) }),
+        );
+    }
     Some(layout(code, op).map(|l| Built { outputs: l.output_specs(), kernel: kernel(l) }))
 }
 
@@ -766,6 +771,89 @@ pub(crate) fn integer_lstm_kernel(l: IntegerLstm) -> crate::backend::KernelFn {
             return Err(Error::Runtime("integer LSTM buffers of the wrong size".into()));
         }
         kq::qlstm_sequence(&l.cell, l.time, l.batch, l.time_major, x, out, h, c, &mut scratch);
+        Ok(())
+    })
+}
+
+/// True for the integer SVDF (int8 input).
+pub(crate) fn is_integer_svdf(code: B, op: &OpContext<'_>) -> bool {
+    code == B::SVDF && op.opt_input(0).is_some_and(|x| x.dtype == DType::I8)
+}
+
+/// Validates an integer SVDF as LiteRT does (int8 feature weights, int16 time
+/// weights and memory, int32 bias, int8 output, RELU) and derives its multipliers;
+/// returns it with the batch size.
+pub(crate) fn integer_svdf(op: &OpContext<'_>) -> Result<(kq::QSvdf, usize)> {
+    let OpParams::Svdf { rank, activation, .. } = op.op.params else { return Err(op.bad("missing SVDF options")) };
+    if activation != Activation::Relu {
+        return Err(op.unsupported("an integer SVDF without RELU (LiteRT's integer kernel requires it)"));
+    }
+    let (batch, n_input) = match op.input(0)?.shape[..] {
+        [b, i] => (b, i),
+        ref s => Err(op.bad(format!("input shape {s:?} must be 2-D")))?,
+    };
+    let dims2 = |k: usize| -> Result<(usize, usize)> {
+        match op.input(k)?.shape[..] {
+            [a, b] => Ok((a, b)),
+            ref s => Err(op.bad(format!("input {k} must be 2-D, got {s:?}"))),
+        }
+    };
+    let (filters, fi) = dims2(1)?;
+    let (tf, memory) = dims2(2)?;
+    if fi != n_input || tf != filters || memory == 0 || n_input == 0 {
+        return Err(op.bad(format!("SVDF weights [{filters}, {fi}] and [{tf}, {memory}] do not fit {n_input} inputs")));
+    }
+    let rank =
+        usize::try_from(rank).ok().filter(|&r| r > 0 && filters % r == 0).ok_or_else(|| op.bad(format!("rank {rank} does not divide {filters} filters")))?;
+    let units = filters / rank;
+    let (in_scale, input_zp) = scale_of(op, 0, DType::I8)?;
+    let (wf_scale, _) = scale_of(op, 1, DType::I8)?;
+    let (wt_scale, _) = scale_of(op, 2, DType::I16)?;
+    let (state_scale, _) = scale_of(op, 4, DType::I16)?;
+    if op.input(4)?.shape.iter().product::<usize>() != batch * filters * memory {
+        return Err(op.bad("the SVDF memory has the wrong size"));
+    }
+    let out = op.outputs.first().ok_or_else(|| op.bad("no output"))?;
+    let oq = out.quant.as_ref().filter(|_| out.dtype == DType::I8).ok_or_else(|| op.unsupported("an integer SVDF's output must be quantized int8"))?;
+    let (out_scale, output_zp) = match (oq.scale.first(), oq.zero_point.first()) {
+        (Some(&s), Some(&z)) if s > 0.0 => (s, i32::try_from(z).map_err(|_| op.bad("zero point out of range"))?),
+        _ => return Err(op.bad("the output has no usable scale")),
+    };
+    let bias = match op.opt_input(3) {
+        Some(d) if d.dtype == DType::I32 && d.shape == [units] => Some(const_values(op, 3, units, i32::from_le_bytes)?),
+        Some(_) => return Err(op.unsupported(format!("an integer SVDF's bias must be int32 [{units}]"))),
+        None => None,
+    };
+    let p = kq::QSvdf {
+        n_input,
+        filters,
+        memory,
+        rank,
+        features: const_values(op, 1, filters * n_input, |b: [u8; 1]| b[0] as i8)?,
+        time: const_values(op, 2, filters * memory, i16::from_le_bytes)?,
+        bias,
+        // Products and quotients of the scales in double, as LiteRT's prepare.
+        scale_1: ferrite_kernels::quant::quantize_multiplier(f64::from(in_scale) * f64::from(wf_scale) / f64::from(state_scale)),
+        scale_2: ferrite_kernels::quant::quantize_multiplier(f64::from(state_scale) * f64::from(wt_scale) / f64::from(out_scale)),
+        input_zp,
+        output_zp,
+    };
+    Ok((p, batch))
+}
+
+/// The integer SVDF's kernel: output, then the memory variable (int16).
+pub(crate) fn integer_svdf_kernel(p: kq::QSvdf, batch: usize) -> crate::backend::KernelFn {
+    Box::new(move |ins, outs| {
+        let x: &[i8] = bytemuck::cast_slice(crate::backend::arg(ins, 0)?);
+        let [out, state] = outs else {
+            return Err(Error::Runtime("the state input of SVDF must be a variable tensor".into()));
+        };
+        let state = typed_mut::<i16>(state)?;
+        let out: &mut [i8] = bytemuck::cast_slice_mut(out);
+        if x.len() != batch * p.n_input || state.len() != batch * p.filters * p.memory || out.len() != batch * (p.filters / p.rank) {
+            return Err(Error::Runtime("integer SVDF buffers of the wrong size".into()));
+        }
+        kq::qsvdf_step(&p, batch, x, state, out);
         Ok(())
     })
 }

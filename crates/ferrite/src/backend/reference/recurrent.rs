@@ -11,7 +11,9 @@ use ferrite_format::ops::BuiltinOp as B;
 use ferrite_kernels::quant::{asymmetric_quantize, symmetric_quantize};
 use ferrite_kernels::recurrent::CellActivation;
 
-use crate::backend::cpu::recurrent::{integer_lstm, integer_lstm_kernel, is_integer_lstm, layout, split_io, vector_f32, Cell, Layout, Slot};
+use crate::backend::cpu::recurrent::{
+    integer_lstm, integer_lstm_kernel, integer_svdf, integer_svdf_kernel, is_integer_lstm, is_integer_svdf, layout, split_io, vector_f32, Cell, Layout, Slot,
+};
 use crate::backend::{arg, typed, Built, OpContext};
 use crate::error::Result;
 use crate::model::{DType, OpCode};
@@ -31,11 +33,16 @@ pub(crate) fn build(op: &OpContext<'_>) -> Option<Result<Built>> {
     ) {
         return None;
     }
-    // The integer LSTM's arithmetic is LiteRT's integer definition itself (no
-    // float reformulation exists to check it against): both backends run the same
-    // plain-loop kernel.
+    // The integer LSTM's and SVDF's arithmetic is LiteRT's integer definition
+    // itself (no float reformulation exists to check it against): both backends
+    // run the same plain-loop kernels.
     if is_integer_lstm(code, op) {
         return Some(integer_lstm(code, op).map(|l| Built { outputs: vec![(DType::I8, l.output_shape.clone())], kernel: integer_lstm_kernel(l) }));
+    }
+    if is_integer_svdf(code, op) {
+        return Some(
+            integer_svdf(op).map(|(p, batch)| Built { outputs: vec![(DType::I8, vec![batch, p.filters / p.rank])], kernel: integer_svdf_kernel(p, batch) }),
+        );
     }
     Some(layout(code, op).map(|l| {
         let outputs = l.output_specs();
