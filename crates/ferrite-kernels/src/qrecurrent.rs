@@ -156,7 +156,7 @@ pub fn checked_log2(x: f32) -> Option<i32> {
 
 /// `bias[r] + zp * sum(w[r, ..])` per row, in wrapping 32-bit arithmetic.
 fn fold_zero_point(w: &[i8], cols: usize, zp: i32, bias: Option<&[i32]>) -> Vec<i32> {
-    let rows = if cols == 0 { bias.map_or(0, <[i32]>::len) } else { w.len() / cols };
+    let rows = w.len().checked_div(cols).unwrap_or_else(|| bias.map_or(0, <[i32]>::len));
     (0..rows)
         .map(|r| {
             let b = bias.map_or(0, |b| b[r]);
@@ -351,9 +351,9 @@ pub fn qlstm_step(l: &QLstm, batch: usize, x: &[i8], h: &mut [i8], c: &mut [i16]
             // LiteRT walks the peephole over `n_output` values per row (not `n_cell`),
             // and the state and gate with that stride: kept as it does it.
             for b in 0..batch {
-                for v in 0..no {
+                for (v, &wv) in w.iter().enumerate().take(no) {
                     let k = b * no + v;
-                    let p = mbqm(i32::from(w[v]) * i32::from(c[k]), m.0, m.1);
+                    let p = mbqm(i32::from(wv) * i32::from(c[k]), m.0, m.1);
                     out[k] = (p + i32::from(out[k])).clamp(i16_range.0, i16_range.1) as i16;
                 }
             }

@@ -631,10 +631,12 @@ pub(crate) fn integer_lstm(code: B, op: &OpContext<'_>) -> Result<IntegerLstm> {
     let (_, n_output) = dims2(8)?;
     let cifg = op.opt_input(1).is_none();
     let use_ln = op.opt_input(21).is_some();
-    let mut s = kq::QLstmScales::default();
-    s.input = scale_of(op, 0, DType::I8)?;
-    s.output_state = scale_of(op, 18, DType::I8)?;
-    s.cell_state = scale_of(op, 19, DType::I16)?.0;
+    let mut s = kq::QLstmScales {
+        input: scale_of(op, 0, DType::I8)?,
+        output_state: scale_of(op, 18, DType::I8)?,
+        cell_state: scale_of(op, 19, DType::I16)?.0,
+        ..Default::default()
+    };
     let out = op.outputs.first().ok_or_else(|| op.bad("no output"))?;
     if out.dtype != DType::I8 {
         return Err(op.unsupported(format!("{} output of an integer LSTM", out.dtype.name())));

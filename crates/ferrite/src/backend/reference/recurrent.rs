@@ -424,7 +424,7 @@ mod tests {
         let mut m = ModelSpec::default();
         let (b, t, ni, nc, no) = (2, 3, 4, 5, 3);
         let x = q(&mut m, TensorType::INT8, &[b, t, ni], 0.01, 3, None);
-        let mut i8s = |g: &mut Gen, n: i32| -> Vec<u8> { (0..n).map(|_| (g.f() * 120.0) as i8 as u8).collect() };
+        let i8s = |g: &mut Gen, n: i32| -> Vec<u8> { (0..n).map(|_| (g.f() * 120.0) as i8 as u8).collect() };
         let mut ins = vec![x];
         for _ in 0..4 {
             let d = i8s(&mut g, nc * ni);
@@ -434,7 +434,8 @@ mod tests {
             let d = i8s(&mut g, nc * no);
             ins.push(q(&mut m, TensorType::INT8, &[nc, no], 0.02, 0, Some(d)));
         }
-        let i16s = |g: &mut Gen, n: i32, lo: f32, hi: f32| -> Vec<u8> { (0..n).flat_map(|_| ((lo + (hi - lo) * (g.f() + 1.0) / 2.0) as i16).to_le_bytes()).collect() };
+        let i16s =
+            |g: &mut Gen, n: i32, lo: f32, hi: f32| -> Vec<u8> { (0..n).flat_map(|_| ((lo + (hi - lo) * (g.f() + 1.0) / 2.0) as i16).to_le_bytes()).collect() };
         for _ in 0..3 {
             let d = i16s(&mut g, nc, -20000.0, 20000.0);
             ins.push(q(&mut m, TensorType::INT16, &[nc], 1.0 / 32768.0, 0, Some(d)));
@@ -459,7 +460,14 @@ mod tests {
         let mut inter: Vec<i32> = (0..4).map(|_| q(&mut m, TensorType::INT16, &[b, nc], 1.0 / 4096.0, 0, None)).collect();
         inter.push(q(&mut m, TensorType::INT8, &[b, nc], 0.007, 1, None));
         let o = q(&mut m, TensorType::INT8, &[], 0.008, -2, None);
-        let opts = Options::Recurrent { activation: A::TANH, cell_clip: 1.5, proj_clip: 0.9, time_major: false, merge_outputs: false, asymmetric_quantize_inputs: false };
+        let opts = Options::Recurrent {
+            activation: A::TANH,
+            cell_clip: 1.5,
+            proj_clip: 0.9,
+            time_major: false,
+            merge_outputs: false,
+            asymmetric_quantize_inputs: false,
+        };
         m.add_op(OpCode::Builtin(BO::UNIDIRECTIONAL_SEQUENCE_LSTM), &ins, &[o], opts);
         if let Some(op) = m.ops.last_mut() {
             op.intermediates = inter;
@@ -477,7 +485,7 @@ mod tests {
         let spec = integer_lstm_model();
         let (mut cpu, mut reference) = (session(&spec, "cpu"), session(&spec, "reference"));
         let x: Vec<u8> = (0..24).map(|k| (k * 37 % 256) as u8).collect();
-        let mut run = |s: &mut Session| -> Vec<u8> {
+        let run = |s: &mut Session| -> Vec<u8> {
             s.set_input(0, &x).unwrap();
             s.run().unwrap();
             s.output(0).unwrap().bytes.to_vec()
