@@ -385,6 +385,9 @@ pub struct OpSpec {
     /// choose their definition by it). Ops of one code and version share an
     /// operator-code entry.
     pub version: i32,
+    /// Intermediate tensors (the integer LSTM reads its gate and hidden scales
+    /// from them); written only when there are some.
+    pub intermediates: Vec<i32>,
 }
 
 /// A single-subgraph model description.
@@ -416,7 +419,7 @@ impl ModelSpec {
 
     /// Adds an op.
     pub fn add_op(&mut self, code: OpCode, inputs: &[i32], outputs: &[i32], options: Options) {
-        self.ops.push(OpSpec { code, inputs: inputs.to_vec(), outputs: outputs.to_vec(), options, custom_options: None, version: 1 });
+        self.ops.push(OpSpec { code, inputs: inputs.to_vec(), outputs: outputs.to_vec(), options, custom_options: None, version: 1, intermediates: vec![] });
     }
 
     /// Serializes the model to `.tflite` bytes, constants inline.
@@ -571,6 +574,7 @@ impl ModelSpec {
                 let outputs = b.create_vector(&op.outputs);
                 let options = write_options(&mut b, options_type, &op.options);
                 let custom_options = op.custom_options.as_ref().map(|c| b.create_vector(c));
+                let intermediates = (!op.intermediates.is_empty()).then(|| b.create_vector(&op.intermediates));
                 ops.push(fb::Operator::create(
                     &mut b,
                     &fb::OperatorArgs {
@@ -580,6 +584,7 @@ impl ModelSpec {
                         builtin_options_type: options_type,
                         builtin_options: options,
                         custom_options,
+                        intermediates,
                         ..Default::default()
                     },
                 ));

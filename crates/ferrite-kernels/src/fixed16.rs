@@ -137,7 +137,7 @@ fn one_over_one_plus_x(a: i16) -> i16 {
 }
 
 /// `(1 - a) / (1 + a)` for `a` in [0, 1), Q0.15.
-fn one_minus_x_over_one_plus_x(a: i16) -> i16 {
+pub(crate) fn one_minus_x_over_one_plus_x(a: i16) -> i16 {
     mul_pot(half_reciprocal_q2(a).wrapping_sub(1 << 13), 2)
 }
 

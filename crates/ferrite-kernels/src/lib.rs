@@ -154,6 +154,7 @@ pub mod qactivation;
 pub mod qelementwise;
 pub mod qgemm;
 pub mod qmatmul;
+pub mod qrecurrent;
 pub mod quant;
 pub mod recurrent;
 pub mod reduce;

@@ -588,11 +588,23 @@ fn parse_subgraph(data: &[u8], kind: FileKind, si: usize, sg: Table<'_>, buffers
     for (oi, o) in sg.tables(fb::SubGraph::VT_OPERATORS)?.iter().enumerate() {
         let o = o?;
         let ci = o.scalar::<u32>(fb::Operator::VT_OPCODE_INDEX, 0)? as i64;
-        ops.push(parse_op(data, o, n, codes).map_err(|e| {
+        let mut op = parse_op(data, o, n, codes).map_err(|e| {
             // The op's name when its code resolves, for the error location.
             let op_name = usize::try_from(ci).ok().and_then(|c| codes.get(c)).map(|(c, _)| c.name());
             e.located(Location { subgraph: Some(si), op: Some(oi), op_name, tensor: None })
-        })?);
+        })?;
+        // Recurrent ops keep the quantization of their intermediate tensors (the
+        // integer LSTM's gate and hidden scales); other ops ignore them, as LiteRT does.
+        if let OpParams::Recurrent(p) = &mut op.params {
+            let listed = o.vec_of::<i32>(fb::Operator::VT_INTERMEDIATES)?;
+            p.intermediates.count = listed.len();
+            for (slot, &t) in p.intermediates.quant.iter_mut().zip(&listed) {
+                let t = idx(i64::from(t), n, || "intermediate".into())
+                    .map_err(|e| e.located(Location { subgraph: Some(si), op: Some(oi), op_name: None, tensor: None }))?;
+                *slot = tensors[t].quant.as_ref().and_then(|q| Some((*q.scale.first()?, *q.zero_point.first()?)));
+            }
+        }
+        ops.push(op);
     }
     let sg = Subgraph { name, tensors, ops, inputs, outputs };
     check_dataflow(si, &sg)?;

@@ -240,6 +240,25 @@ pub struct RecurrentParams {
     pub basic_kernel: bool,
     /// UNIDIRECTIONAL_SEQUENCE_LSTM: recurrent weights given as diagonals.
     pub diagonal_recurrent: bool,
+    /// The op's intermediate tensors (the fully integer LSTM takes the scales of its
+    /// gates and hidden state from them); filled in by the loader, not the options.
+    pub intermediates: Intermediates,
+}
+
+/// The quantization of an op's intermediate tensors: how many the op lists, and the
+/// (scale, zero point) of the first [`Intermediates::MAX`] (none when a tensor has no
+/// quantization). The integer LSTM kernel of LiteRT reads five.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Intermediates {
+    /// Intermediate tensors the op lists.
+    pub count: usize,
+    /// Scale and zero point of each of the first ones.
+    pub quant: [Option<(f32, i64)>; Intermediates::MAX],
+}
+
+impl Intermediates {
+    /// Intermediates whose quantization is kept.
+    pub const MAX: usize = 5;
 }
 
 impl Default for RecurrentParams {
@@ -253,6 +272,7 @@ impl Default for RecurrentParams {
             asymmetric_quantize_inputs: false,
             basic_kernel: false,
             diagonal_recurrent: false,
+            intermediates: Intermediates::default(),
         }
     }
 }

@@ -2202,8 +2202,10 @@ const QUANTIZED_COMPARISONS: &[&str] = &["LESS", "LESS_EQUAL", "GREATER", "GREAT
 const RECURRENT: &[&str] = &[
     "UNIDIRECTIONAL_SEQUENCE_LSTM",
     "UNIDIRECTIONAL_SEQUENCE_LSTM_HYBRID",
+    "UNIDIRECTIONAL_SEQUENCE_LSTM_INT8",
     "LSTM",
     "LSTM_HYBRID",
+    "LSTM_INT8",
     "BIDIRECTIONAL_SEQUENCE_LSTM",
     "BIDIRECTIONAL_SEQUENCE_LSTM_HYBRID",
     "UNIDIRECTIONAL_SEQUENCE_RNN",
@@ -2214,6 +2216,7 @@ const RECURRENT: &[&str] = &[
     "BIDIRECTIONAL_SEQUENCE_RNN_HYBRID",
     "SVDF",
     "SVDF_HYBRID",
+    "SVDF_INT8",
 ];
 
 /// Invocations of one case in one session: recurrent ops carry state between them.
@@ -2288,7 +2291,144 @@ fn lstm_weights(
     (v, no)
 }
 
+/// A constant int8 / int16 / int32 tensor with one scale and zero point 0.
+fn qconst(m: &mut ModelSpec, name: &str, ty: TensorType, shape: &[i32], values: &[i64], scale: f32) -> i32 {
+    let data: Vec<u8> = match ty {
+        TensorType::INT8 => values.iter().map(|&v| v as i8 as u8).collect(),
+        TensorType::INT16 => values.iter().flat_map(|&v| (v as i16).to_le_bytes()).collect(),
+        _ => values.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect(),
+    };
+    m.add_tensor(TensorSpec { data: Some(data), quant: Some((vec![scale], vec![0], 0)), ..TensorSpec::activation(name, ty, shape) })
+}
+
+/// The fully integer LSTM (LSTM_INT8, UNIDIRECTIONAL_SEQUENCE_LSTM_INT8): int8
+/// input, weights and output state, int16 cell state (a power-of-two scale),
+/// int32 biases, int16 peepholes and layer-norm coefficients, and the five
+/// intermediate tensors whose scales LiteRT's kernel reads (the gates' with layer
+/// norm, the hidden state's always). Every scale and zero point is random, and so
+/// is the variant: CIFG, peephole, layer norm, projection (with or without bias),
+/// clips, time- or batch-major.
+fn gen_lstm_int8(op: &str, r: &mut Rng) -> Case {
+    let mut m = ModelSpec { description: format!("ferrite single-op test: {op}"), ..Default::default() };
+    let seq = op.starts_with("UNIDIRECTIONAL");
+    let (t, b, ni, nc) = (r.u(1, 5) as i32, r.u(1, 3) as i32, r.u(1, 8) as i32, r.u(1, 8) as i32);
+    let (cifg, peephole, layer_norm, projection) = (r.coin(), r.coin(), r.coin(), r.int(0, 2) == 0);
+    let time_major = seq && r.coin();
+    // LiteRT's integer peephole reads n_output values per cell row: keep n_output <= n_cell.
+    let no = if projection { r.u(1, nc as usize) as i32 } else { nc };
+    let shape = if !seq {
+        vec![b, ni]
+    } else if time_major {
+        vec![t, b, ni]
+    } else {
+        vec![b, t, ni]
+    };
+    let (in_scale, in_zp) = (r.f(0.005, 0.02), r.int(-20, 20));
+    let x = m.add_tensor(TensorSpec { quant: Some((vec![in_scale], vec![in_zp], 0)), ..TensorSpec::activation("x", TensorType::INT8, &shape) });
+    m.inputs.push(x);
+    let (h_scale, h_zp) = (r.f(0.005, 0.01), r.int(-10, 10));
+    // Cell scales 2^-15 .. 2^-11, and 2^-16 (where LiteRT skips the cell's tanh) with an input gate.
+    let cell_shift = if !cifg && r.int(0, 4) == 0 { -16 } else { -(r.int(11, 15) as i32) };
+    let gate = |g: usize| !(cifg && g == 0);
+    let mut ins = vec![x];
+    let wmat = |m: &mut ModelSpec, r: &mut Rng, name: &str, rows: i32, cols: i32| {
+        let v: Vec<i64> = (0..rows * cols).map(|_| r.int(-127, 127)).collect();
+        let scale = r.f(0.3, 1.0) / 127.0 / (cols as f32).sqrt();
+        qconst(m, name, TensorType::INT8, &[rows, cols], &v, scale)
+    };
+    for g in 0..4 {
+        ins.push(if gate(g) { wmat(&mut m, r, &format!("x{g}"), nc, ni) } else { -1 });
+    }
+    for g in 0..4 {
+        ins.push(if gate(g) { wmat(&mut m, r, &format!("h{g}"), nc, no) } else { -1 });
+    }
+    for g in 0..3 {
+        ins.push(if peephole && !(cifg && g == 0) {
+            let v: Vec<i64> = (0..nc).map(|_| r.int(-20000, 20000)).collect();
+            qconst(&mut m, &format!("p{g}"), TensorType::INT16, &[nc], &v, r.f(0.2, 1.0) / 32768.0)
+        } else {
+            -1
+        });
+    }
+    for g in 0..4 {
+        // Biases in the input product's units (or, with layer norm, the normalized gate's).
+        let lim = if layer_norm { 1 << 14 } else { 3000 };
+        let v: Vec<i64> = (0..nc).map(|_| r.int(-lim, lim)).collect();
+        ins.push(if gate(g) { qconst(&mut m, &format!("b{g}"), TensorType::INT32, &[nc], &v, 1.0) } else { -1 });
+    }
+    if projection {
+        ins.push(wmat(&mut m, r, "proj", no, nc));
+        let v: Vec<i64> = (0..no).map(|_| r.int(-1000, 1000)).collect();
+        ins.push(if r.coin() { qconst(&mut m, "proj_b", TensorType::INT32, &[no], &v, 1.0) } else { -1 });
+    } else {
+        ins.extend([-1, -1]);
+    }
+    let hq = Some((vec![h_scale], vec![h_zp], 0));
+    ins.push(m.add_tensor(TensorSpec { is_variable: true, quant: hq.clone(), ..TensorSpec::activation("h", TensorType::INT8, &[b, no]) }));
+    let cq = Some((vec![2f32.powi(cell_shift)], vec![0], 0));
+    ins.push(m.add_tensor(TensorSpec { is_variable: true, quant: cq, ..TensorSpec::activation("c", TensorType::INT16, &[b, nc]) }));
+    for g in 0..4 {
+        ins.push(if layer_norm && gate(g) {
+            let v: Vec<i64> = (0..nc).map(|_| r.int(8000, 24000)).collect();
+            qconst(&mut m, &format!("ln{g}"), TensorType::INT16, &[nc], &v, r.f(0.5, 1.5) / 16384.0)
+        } else {
+            -1
+        });
+    }
+    // Intermediates: the gates' pre-normalization scales, then the hidden state's
+    // (the output state's own without a projection, as the converter writes it).
+    let mut inter = vec![];
+    for g in 0..4 {
+        let q = Some((vec![r.f(0.5, 2.0) / 4096.0], vec![0], 0));
+        inter.push(m.add_tensor(TensorSpec { quant: q, ..TensorSpec::activation(&format!("gate{g}"), TensorType::INT16, &[b, nc]) }));
+    }
+    let hidden = if projection { Some((vec![r.f(0.005, 0.01)], vec![r.int(-5, 5)], 0)) } else { hq.clone() };
+    inter.push(m.add_tensor(TensorSpec { quant: hidden, ..TensorSpec::activation("hidden", TensorType::INT8, &[b, nc]) }));
+    let o = m.add_tensor(TensorSpec { quant: hq, ..TensorSpec::activation("out", TensorType::INT8, &[]) });
+    m.outputs.push(o);
+    let cell_clip = if r.coin() { r.f(0.5, 3.0) } else { 0.0 };
+    let proj_clip = if projection && r.coin() { r.f(0.3, 1.0) } else { 0.0 };
+    let code = if seq { B::UNIDIRECTIONAL_SEQUENCE_LSTM } else { B::LSTM };
+    let opts = Options::Recurrent { activation: Activation::TANH, cell_clip, proj_clip, time_major, merge_outputs: false, asymmetric_quantize_inputs: false };
+    m.add_op(OpCode::Builtin(code), &ins, &[o], opts);
+    if let Some(op) = m.ops.last_mut() {
+        op.intermediates = inter;
+    }
+    Case { spec: m, ranges: vec![], fixed: vec![] }
+}
+
+/// The integer SVDF: int8 input, feature weights and output, int16 time weights
+/// and memory, int32 bias (present or not), random scales and zero points; RELU,
+/// the one activation LiteRT's integer kernel takes.
+fn gen_svdf_int8(r: &mut Rng) -> Case {
+    let mut m = ModelSpec { description: "ferrite single-op test: SVDF_INT8".into(), ..Default::default() };
+    let (b, ni) = (r.u(1, 3) as i32, r.u(1, 8) as i32);
+    let (rank, units, memory) = (r.u(1, 2) as i32, r.u(1, 5) as i32, r.u(1, 5) as i32);
+    let nf = rank * units;
+    let x =
+        m.add_tensor(TensorSpec { quant: Some((vec![r.f(0.005, 0.02)], vec![r.int(-20, 20)], 0)), ..TensorSpec::activation("x", TensorType::INT8, &[b, ni]) });
+    m.inputs.push(x);
+    let wfv: Vec<i64> = (0..nf * ni).map(|_| r.int(-127, 127)).collect();
+    let wf = qconst(&mut m, "features", TensorType::INT8, &[nf, ni], &wfv, r.f(0.3, 1.0) / 127.0 / (ni as f32).sqrt());
+    let wtv: Vec<i64> = (0..nf * memory).map(|_| r.int(-32767, 32767)).collect();
+    let wt = qconst(&mut m, "time", TensorType::INT16, &[nf, memory], &wtv, r.f(0.3, 1.0) / 32767.0);
+    let bv: Vec<i64> = (0..units).map(|_| r.int(-50000, 50000)).collect();
+    let bias = if r.coin() { qconst(&mut m, "bias", TensorType::INT32, &[units], &bv, 1.0) } else { -1 };
+    let sq = Some((vec![r.f(0.5, 2.0) / 8192.0], vec![0], 0));
+    let st = m.add_tensor(TensorSpec { is_variable: true, quant: sq, ..TensorSpec::activation("memory", TensorType::INT16, &[b, nf * memory]) });
+    let o = m.add_tensor(TensorSpec { quant: Some((vec![r.f(0.005, 0.03)], vec![r.int(-20, 20)], 0)), ..TensorSpec::activation("out", TensorType::INT8, &[]) });
+    m.outputs.push(o);
+    m.add_op(OpCode::Builtin(B::SVDF), &[x, wf, wt, bias, st], &[o], Options::Svdf { rank, activation: Activation::RELU, asymmetric_quantize_inputs: false });
+    Case { spec: m, ranges: vec![], fixed: vec![] }
+}
+
 fn gen_recurrent(op: &str, r: &mut Rng) -> Case {
+    if op == "SVDF_INT8" {
+        return gen_svdf_int8(r);
+    }
+    if op.ends_with("_INT8") {
+        return gen_lstm_int8(op, r);
+    }
     let mut m = ModelSpec { description: format!("ferrite single-op test: {op}"), ..Default::default() };
     let hybrid = op.ends_with("_HYBRID");
     let base = op.trim_end_matches("_HYBRID");
@@ -2902,8 +3042,10 @@ const OPS: &[&str] = &[
     // Recurrent ops (see RECURRENT).
     "UNIDIRECTIONAL_SEQUENCE_LSTM",
     "UNIDIRECTIONAL_SEQUENCE_LSTM_HYBRID",
+    "UNIDIRECTIONAL_SEQUENCE_LSTM_INT8",
     "LSTM",
     "LSTM_HYBRID",
+    "LSTM_INT8",
     "BIDIRECTIONAL_SEQUENCE_LSTM",
     "BIDIRECTIONAL_SEQUENCE_LSTM_HYBRID",
     "UNIDIRECTIONAL_SEQUENCE_RNN",
@@ -2914,6 +3056,7 @@ const OPS: &[&str] = &[
     "BIDIRECTIONAL_SEQUENCE_RNN_HYBRID",
     "SVDF",
     "SVDF_HYBRID",
+    "SVDF_INT8",
     // LiteRT has no kernel for these: both runtimes must refuse them.
     "HARD_SWISH_INT16",
     "BATCH_MATMUL_UINT8",

@@ -135,6 +135,8 @@ fn isolate(case: &Case, code: ferrite_format::schema::BuiltinOperator) -> Option
         ins.push(n);
     }
     let outs: Vec<i32> = op.outputs.iter().map(|&t| new_index(&mut m, t)).collect();
+    // Intermediates carry scales the integer LSTM reads: copied like the rest.
+    let intermediates: Vec<i32> = op.intermediates.iter().map(|&t| new_index(&mut m, t)).collect();
     m.outputs = outs.clone();
     m.ops.push(ferrite_format::writer::OpSpec {
         code: op.code.clone(),
@@ -143,6 +145,7 @@ fn isolate(case: &Case, code: ferrite_format::schema::BuiltinOperator) -> Option
         options: op.options.clone(),
         custom_options: op.custom_options.clone(),
         version: op.version,
+        intermediates,
     });
     Some((m, inputs))
 }

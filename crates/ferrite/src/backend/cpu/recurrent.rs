@@ -12,6 +12,7 @@
 //! kernels here and the reference backend's naive ones both run from it.
 
 use ferrite_format::ops::BuiltinOp as B;
+use ferrite_kernels::qrecurrent as kq;
 use ferrite_kernels::recurrent::{self as kr, CellActivation, Mat};
 
 use crate::backend::{typed, typed_mut, BackendContext, Built, OpContext};
@@ -32,6 +33,14 @@ pub(super) fn build(code: B, op: &OpContext<'_>, _ctx: &mut BackendContext) -> O
             | B::SVDF
     ) {
         return None;
+    }
+    if is_integer_lstm(code, op) {
+        return Some(integer_lstm(code, op).map(|l| Built { outputs: vec![(DType::I8, l.output_shape.clone())], kernel: integer_lstm_kernel(l) }));
+    }
+    if is_integer_svdf(code, op) {
+        return Some(
+            integer_svdf(op).map(|(p, batch)| Built { outputs: vec![(DType::I8, vec![batch, p.filters / p.rank])], kernel: integer_svdf_kernel(p, batch) }),
+        );
     }
     Some(layout(code, op).map(|l| Built { outputs: l.output_specs(), kernel: kernel(l) }))
 }
@@ -541,6 +550,312 @@ fn kernel(l: Layout) -> crate::backend::KernelFn {
                 kr::svdf_step(&p, l.batch, x, &mut *states[0], &mut *outputs[0], &mut svdf_scratch);
             }
         }
+        Ok(())
+    })
+}
+
+/// True when the op is the fully integer LSTM (int8 input): LSTM and
+/// UNIDIRECTIONAL_SEQUENCE_LSTM run it with int8 weights and output state and an
+/// int16 cell state.
+pub(crate) fn is_integer_lstm(code: B, op: &OpContext<'_>) -> bool {
+    matches!(code, B::LSTM | B::UNIDIRECTIONAL_SEQUENCE_LSTM) && op.opt_input(0).is_some_and(|x| x.dtype == DType::I8)
+}
+
+/// A constant input's little-endian values (read element by element: a constant's
+/// bytes need not be aligned for its type).
+fn const_values<T, const N: usize>(op: &OpContext<'_>, k: usize, n: usize, from: fn([u8; N]) -> T) -> Result<Vec<T>> {
+    let d = op.input(k)?;
+    let v = d.value.filter(|_| d.constant).ok_or_else(|| op.unsupported(format!("input {k} of an integer LSTM must be a constant")))?;
+    if v.len() != n * N {
+        return Err(op.bad(format!("input {k} holds {} bytes, expected {n} values of {N} bytes", v.len())));
+    }
+    Ok(v.chunks_exact(N).map(|c| from(c.try_into().unwrap_or([0; N]))).collect())
+}
+
+/// The per-tensor scale and zero point of input `k`, which must be of type `t`.
+fn scale_of(op: &OpContext<'_>, k: usize, t: DType) -> Result<(f32, i32)> {
+    let d = op.input(k)?;
+    if d.dtype != t {
+        return Err(op.unsupported(format!("input {k} of an integer LSTM has type {}, expected {}", d.dtype.name(), t.name())));
+    }
+    let q = d.quant.ok_or_else(|| op.bad(format!("input {k} of an integer LSTM has no quantization")))?;
+    match (q.scale.first(), q.zero_point.first()) {
+        (Some(&s), Some(&z)) if s > 0.0 && s.is_finite() => Ok((s, i32::try_from(z).map_err(|_| op.bad("zero point out of range"))?)),
+        _ => Err(op.bad(format!("input {k} of an integer LSTM has no usable scale"))),
+    }
+}
+
+/// The integer LSTM's validated shape and parameters.
+#[derive(Debug, Clone)]
+pub(crate) struct IntegerLstm {
+    pub cell: kq::QLstm,
+    pub time: usize,
+    pub batch: usize,
+    pub time_major: bool,
+    pub output_shape: Vec<usize>,
+}
+
+/// Validates an integer LSTM as LiteRT's prepare does and derives its kernel
+/// parameters (the weights must be constants: the zero points are folded into the
+/// biases once, as LiteRT does at prepare).
+pub(crate) fn integer_lstm(code: B, op: &OpContext<'_>) -> Result<IntegerLstm> {
+    let OpParams::Recurrent(p) = op.op.params else { return Err(op.bad("missing recurrent options")) };
+    if p.basic_kernel {
+        return Err(op.unsupported("the basic LSTM kernel (LSTMKernelType BASIC)"));
+    }
+    if p.diagonal_recurrent {
+        return Err(op.unsupported("diagonal recurrent weights"));
+    }
+    if p.intermediates.count != 5 {
+        return Err(op.unsupported(format!(
+            "an integer LSTM with {} intermediate tensors (the 8x8->16 kernel takes 5; LiteRT's 8x8->8 form is not implemented)",
+            p.intermediates.count
+        )));
+    }
+    let x = op.input(0)?;
+    let shape = x.shape.clone();
+    let sequence = code == B::UNIDIRECTIONAL_SEQUENCE_LSTM;
+    let (time, batch, n_input, time_major) = match (sequence, &shape[..]) {
+        (true, &[a, b, i]) if p.time_major => (a, b, i, true),
+        (true, &[b, t, i]) => (t, b, i, false),
+        (false, &[b, i]) => (1, b, i, true),
+        _ => return Err(op.bad(format!("input shape {shape:?} has the wrong rank"))),
+    };
+    let dims2 = |k: usize| -> Result<(usize, usize)> {
+        match op.input(k)?.shape[..] {
+            [a, b] => Ok((a, b)),
+            ref s => Err(op.bad(format!("input {k} must be 2-D, got {s:?}"))),
+        }
+    };
+    let (n_cell, _) = dims2(4)?;
+    let (_, n_output) = dims2(8)?;
+    let cifg = op.opt_input(1).is_none();
+    let use_ln = op.opt_input(21).is_some();
+    let mut s = kq::QLstmScales {
+        input: scale_of(op, 0, DType::I8)?,
+        output_state: scale_of(op, 18, DType::I8)?,
+        cell_state: scale_of(op, 19, DType::I16)?.0,
+        ..Default::default()
+    };
+    let out = op.outputs.first().ok_or_else(|| op.bad("no output"))?;
+    if out.dtype != DType::I8 {
+        return Err(op.unsupported(format!("{} output of an integer LSTM", out.dtype.name())));
+    }
+    s.output = out.quant.as_ref().and_then(|q| q.scale.first().copied()).ok_or_else(|| op.bad("the output has no quantization"))?;
+    s.cell_clip = p.cell_clip.max(0.0);
+    s.proj_clip = p.proj_clip.max(0.0);
+    for (k, slot) in s.intermediates.iter_mut().enumerate() {
+        // The gates' intermediates are read with layer norm only; the hidden one always.
+        if k == 4 || use_ln {
+            let (sc, zp) = p.intermediates.quant[k].ok_or_else(|| op.bad(format!("intermediate tensor {k} has no quantization")))?;
+            *slot = (sc, i32::try_from(zp).map_err(|_| op.bad("zero point out of range"))?);
+        }
+    }
+    let i8s = |k: usize, n: usize| const_values(op, k, n, |b: [u8; 1]| b[0] as i8);
+    let i16s = |k: usize, n: usize| const_values(op, k, n, i16::from_le_bytes);
+    let i32s = |k: usize, n: usize| const_values(op, k, n, i32::from_le_bytes);
+    let check = |k: usize, dims: &[usize]| -> Result<()> {
+        let d = op.input(k)?;
+        if d.shape != dims {
+            return Err(op.bad(format!("input {k} has shape {:?}, expected {dims:?}", d.shape)));
+        }
+        Ok(())
+    };
+    let mut wx: [Vec<i8>; 4] = Default::default();
+    let mut wh: [Vec<i8>; 4] = Default::default();
+    let mut bias: [Vec<i32>; 4] = Default::default();
+    let mut ln: [Vec<i16>; 4] = Default::default();
+    let mut pw: [Vec<i16>; 3] = Default::default();
+    for g in (0..4).filter(|&g| !(cifg && g == 0)) {
+        check(1 + g, &[n_cell, n_input])?;
+        check(5 + g, &[n_cell, n_output])?;
+        check(12 + g, &[n_cell])?;
+        s.input_w[g] = scale_of(op, 1 + g, DType::I8)?.0;
+        s.recurrent_w[g] = scale_of(op, 5 + g, DType::I8)?.0;
+        wx[g] = i8s(1 + g, n_cell * n_input)?;
+        wh[g] = i8s(5 + g, n_cell * n_output)?;
+        if op.input(12 + g)?.dtype != DType::I32 {
+            return Err(op.unsupported("gate biases of an integer LSTM must be int32"));
+        }
+        bias[g] = i32s(12 + g, n_cell)?;
+        if use_ln {
+            check(20 + g, &[n_cell])?;
+            s.layer_norm[g] = scale_of(op, 20 + g, DType::I16)?.0;
+            ln[g] = i16s(20 + g, n_cell)?;
+        }
+    }
+    if cifg && (op.opt_input(5).is_some() || op.opt_input(12).is_some() || op.opt_input(20).is_some()) {
+        return Err(op.bad("a CIFG LSTM has input-gate tensors"));
+    }
+    let peephole = op.opt_input(11).is_some();
+    for (j, slot) in pw.iter_mut().enumerate() {
+        let present = op.opt_input(9 + j).is_some();
+        if present != (peephole && !(cifg && j == 0)) {
+            return Err(op.bad("peephole weights are given for some gates only"));
+        }
+        if present {
+            check(9 + j, &[n_cell])?;
+            s.peephole[j] = scale_of(op, 9 + j, DType::I16)?.0;
+            *slot = i16s(9 + j, n_cell)?;
+        }
+    }
+    if peephole && n_output > n_cell {
+        // LiteRT's integer peephole reads `n_output` values of each `n_cell` row.
+        return Err(op.unsupported("integer peepholes with more outputs than cells (LiteRT reads past the cell state)"));
+    }
+    let (mut proj, mut proj_bias) = (None, None);
+    if op.opt_input(16).is_some() {
+        check(16, &[n_output, n_cell])?;
+        s.projection = scale_of(op, 16, DType::I8)?.0;
+        proj = Some(i8s(16, n_output * n_cell)?);
+        if op.opt_input(17).is_some() {
+            check(17, &[n_output])?;
+            proj_bias = Some(i32s(17, n_output)?);
+        }
+    } else if n_output != n_cell {
+        return Err(op.bad(format!("without a projection the output size {n_output} must equal the cell size {n_cell}")));
+    } else if op.opt_input(17).is_some() {
+        return Err(op.bad("a projection bias without projection weights"));
+    }
+    for (k, n) in [(18, batch * n_output), (19, batch * n_cell)] {
+        if op.input(k)?.shape.iter().product::<usize>() != n {
+            return Err(op.bad(format!("state input {k} has shape {:?}, expected {n} elements", op.input(k)?.shape)));
+        }
+    }
+    fn present(v: &[i8]) -> Option<&[i8]> {
+        (!v.is_empty()).then_some(v)
+    }
+    let t = kq::QLstmTensors {
+        input_w: std::array::from_fn(|g| present(&wx[g]).filter(|_| !(cifg && g == 0))),
+        recurrent_w: std::array::from_fn(|g| present(&wh[g]).filter(|_| !(cifg && g == 0))),
+        peephole: std::array::from_fn(|j| (!pw[j].is_empty()).then_some(&pw[j][..])),
+        bias: std::array::from_fn(|g| (!(cifg && g == 0)).then_some(&bias[g][..])),
+        layer_norm: std::array::from_fn(|g| (use_ln && !(cifg && g == 0)).then_some(&ln[g][..])),
+        projection: proj.as_deref(),
+        projection_bias: proj_bias.as_deref(),
+    };
+    // n_cell = 0 would leave the per-row loops without rows; LiteRT divides by it.
+    if n_cell == 0 || n_input == 0 || n_output == 0 {
+        return Err(op.bad("an LSTM needs at least one input, cell and output unit"));
+    }
+    let shift = kq::checked_log2(s.cell_state).ok_or_else(|| op.unsupported("a cell state whose scale is not a power of two"))?;
+    // The cell's tanh is the 16-bit fixed-point one with 15 + shift integer bits;
+    // below 2^-15 LiteRT computes none and reuses the input gate's buffer, which a
+    // CIFG cell does not have.
+    if shift > -11 || (shift < -15 && cifg) {
+        return Err(op.unsupported(format!("cell state scale 2^{shift} (the integer kernel takes 2^-15 to 2^-11, or below with an input gate)")));
+    }
+    let cell = kq::QLstm::new(n_input, n_cell, n_output, &s, &t).ok_or_else(|| op.unsupported("a cell state whose scale is not a power of two"))?;
+    let mut output_shape = shape;
+    if let Some(l) = output_shape.last_mut() {
+        *l = n_output;
+    }
+    op.checked_elements(&output_shape, 1)?;
+    Ok(IntegerLstm { cell, time, batch, time_major, output_shape })
+}
+
+/// The integer LSTM's kernel: output, then the output state (int8) and cell state
+/// (int16) variables.
+pub(crate) fn integer_lstm_kernel(l: IntegerLstm) -> crate::backend::KernelFn {
+    let mut scratch = kq::QLstmScratch::default();
+    Box::new(move |ins, outs| {
+        let x: &[i8] = bytemuck::cast_slice(crate::backend::arg(ins, 0)?);
+        let (ni, nc, no) = (l.cell.n_input, l.cell.n_cell, l.cell.n_output);
+        if x.len() != l.time * l.batch * ni {
+            return Err(Error::Runtime(format!("input holds {} values, expected {}", x.len(), l.time * l.batch * ni).into()));
+        }
+        let [out, h, c] = outs else {
+            return Err(Error::Runtime("the state inputs of a recurrent op must be variable tensors".into()));
+        };
+        let c = typed_mut::<i16>(c)?;
+        let (out, h): (&mut [i8], &mut [i8]) = (bytemuck::cast_slice_mut(out), bytemuck::cast_slice_mut(h));
+        if out.len() != l.time * l.batch * no || h.len() != l.batch * no || c.len() != l.batch * nc {
+            return Err(Error::Runtime("integer LSTM buffers of the wrong size".into()));
+        }
+        kq::qlstm_sequence(&l.cell, l.time, l.batch, l.time_major, x, out, h, c, &mut scratch);
+        Ok(())
+    })
+}
+
+/// True for the integer SVDF (int8 input).
+pub(crate) fn is_integer_svdf(code: B, op: &OpContext<'_>) -> bool {
+    code == B::SVDF && op.opt_input(0).is_some_and(|x| x.dtype == DType::I8)
+}
+
+/// Validates an integer SVDF as LiteRT does (int8 feature weights, int16 time
+/// weights and memory, int32 bias, int8 output, RELU) and derives its multipliers;
+/// returns it with the batch size.
+pub(crate) fn integer_svdf(op: &OpContext<'_>) -> Result<(kq::QSvdf, usize)> {
+    let OpParams::Svdf { rank, activation, .. } = op.op.params else { return Err(op.bad("missing SVDF options")) };
+    if activation != Activation::Relu {
+        return Err(op.unsupported("an integer SVDF without RELU (LiteRT's integer kernel requires it)"));
+    }
+    let (batch, n_input) = match op.input(0)?.shape[..] {
+        [b, i] => (b, i),
+        ref s => Err(op.bad(format!("input shape {s:?} must be 2-D")))?,
+    };
+    let dims2 = |k: usize| -> Result<(usize, usize)> {
+        match op.input(k)?.shape[..] {
+            [a, b] => Ok((a, b)),
+            ref s => Err(op.bad(format!("input {k} must be 2-D, got {s:?}"))),
+        }
+    };
+    let (filters, fi) = dims2(1)?;
+    let (tf, memory) = dims2(2)?;
+    if fi != n_input || tf != filters || memory == 0 || n_input == 0 {
+        return Err(op.bad(format!("SVDF weights [{filters}, {fi}] and [{tf}, {memory}] do not fit {n_input} inputs")));
+    }
+    let rank =
+        usize::try_from(rank).ok().filter(|&r| r > 0 && filters % r == 0).ok_or_else(|| op.bad(format!("rank {rank} does not divide {filters} filters")))?;
+    let units = filters / rank;
+    let (in_scale, input_zp) = scale_of(op, 0, DType::I8)?;
+    let (wf_scale, _) = scale_of(op, 1, DType::I8)?;
+    let (wt_scale, _) = scale_of(op, 2, DType::I16)?;
+    let (state_scale, _) = scale_of(op, 4, DType::I16)?;
+    if op.input(4)?.shape.iter().product::<usize>() != batch * filters * memory {
+        return Err(op.bad("the SVDF memory has the wrong size"));
+    }
+    let out = op.outputs.first().ok_or_else(|| op.bad("no output"))?;
+    let oq = out.quant.as_ref().filter(|_| out.dtype == DType::I8).ok_or_else(|| op.unsupported("an integer SVDF's output must be quantized int8"))?;
+    let (out_scale, output_zp) = match (oq.scale.first(), oq.zero_point.first()) {
+        (Some(&s), Some(&z)) if s > 0.0 => (s, i32::try_from(z).map_err(|_| op.bad("zero point out of range"))?),
+        _ => return Err(op.bad("the output has no usable scale")),
+    };
+    let bias = match op.opt_input(3) {
+        Some(d) if d.dtype == DType::I32 && d.shape == [units] => Some(const_values(op, 3, units, i32::from_le_bytes)?),
+        Some(_) => return Err(op.unsupported(format!("an integer SVDF's bias must be int32 [{units}]"))),
+        None => None,
+    };
+    let p = kq::QSvdf {
+        n_input,
+        filters,
+        memory,
+        rank,
+        features: const_values(op, 1, filters * n_input, |b: [u8; 1]| b[0] as i8)?,
+        time: const_values(op, 2, filters * memory, i16::from_le_bytes)?,
+        bias,
+        // Products and quotients of the scales in double, as LiteRT's prepare.
+        scale_1: ferrite_kernels::quant::quantize_multiplier(f64::from(in_scale) * f64::from(wf_scale) / f64::from(state_scale)),
+        scale_2: ferrite_kernels::quant::quantize_multiplier(f64::from(state_scale) * f64::from(wt_scale) / f64::from(out_scale)),
+        input_zp,
+        output_zp,
+    };
+    Ok((p, batch))
+}
+
+/// The integer SVDF's kernel: output, then the memory variable (int16).
+pub(crate) fn integer_svdf_kernel(p: kq::QSvdf, batch: usize) -> crate::backend::KernelFn {
+    Box::new(move |ins, outs| {
+        let x: &[i8] = bytemuck::cast_slice(crate::backend::arg(ins, 0)?);
+        let [out, state] = outs else {
+            return Err(Error::Runtime("the state input of SVDF must be a variable tensor".into()));
+        };
+        let state = typed_mut::<i16>(state)?;
+        let out: &mut [i8] = bytemuck::cast_slice_mut(out);
+        if x.len() != batch * p.n_input || state.len() != batch * p.filters * p.memory || out.len() != batch * (p.filters / p.rank) {
+            return Err(Error::Runtime("integer SVDF buffers of the wrong size".into()));
+        }
+        kq::qsvdf_step(&p, batch, x, state, out);
         Ok(())
     })
 }

@@ -11,10 +11,12 @@ use ferrite_format::ops::BuiltinOp as B;
 use ferrite_kernels::quant::{asymmetric_quantize, symmetric_quantize};
 use ferrite_kernels::recurrent::CellActivation;
 
-use crate::backend::cpu::recurrent::{layout, split_io, vector_f32, Cell, Layout, Slot};
+use crate::backend::cpu::recurrent::{
+    integer_lstm, integer_lstm_kernel, integer_svdf, integer_svdf_kernel, is_integer_lstm, is_integer_svdf, layout, split_io, vector_f32, Cell, Layout, Slot,
+};
 use crate::backend::{arg, typed, Built, OpContext};
 use crate::error::Result;
-use crate::model::OpCode;
+use crate::model::{DType, OpCode};
 
 /// Builds a recurrent op, or `None` when `op` is not one.
 pub(crate) fn build(op: &OpContext<'_>) -> Option<Result<Built>> {
@@ -30,6 +32,17 @@ pub(crate) fn build(op: &OpContext<'_>) -> Option<Result<Built>> {
             | B::SVDF
     ) {
         return None;
+    }
+    // The integer LSTM's and SVDF's arithmetic is LiteRT's integer definition
+    // itself (no float reformulation exists to check it against): both backends
+    // run the same plain-loop kernels.
+    if is_integer_lstm(code, op) {
+        return Some(integer_lstm(code, op).map(|l| Built { outputs: vec![(DType::I8, l.output_shape.clone())], kernel: integer_lstm_kernel(l) }));
+    }
+    if is_integer_svdf(code, op) {
+        return Some(
+            integer_svdf(op).map(|(p, batch)| Built { outputs: vec![(DType::I8, vec![batch, p.filters / p.rank])], kernel: integer_svdf_kernel(p, batch) }),
+        );
     }
     Some(layout(code, op).map(|l| {
         let outputs = l.output_specs();
@@ -396,6 +409,102 @@ mod tests {
             cpu.reset_variable_tensors();
             assert_eq!(run(&mut cpu, &x), first, "{name}: after a reset the first run's result comes back");
         }
+    }
+
+    /// A quantized tensor: constant when `data` is given, else an activation.
+    fn q(m: &mut ModelSpec, ty: TensorType, shape: &[i32], scale: f32, zp: i64, data: Option<Vec<u8>>) -> i32 {
+        m.add_tensor(TensorSpec { data, quant: Some((vec![scale], vec![zp], 0)), ..TensorSpec::activation("t", ty, shape) })
+    }
+
+    /// An integer UNIDIRECTIONAL_SEQUENCE_LSTM with layer norm, peepholes and a
+    /// projection (batch-major, 2 sequences of 3 steps, 4 features, 5 cells, 3
+    /// outputs), its five intermediate tensors listed.
+    fn integer_lstm_model() -> ModelSpec {
+        let mut g = Gen(17);
+        let mut m = ModelSpec::default();
+        let (b, t, ni, nc, no) = (2, 3, 4, 5, 3);
+        let x = q(&mut m, TensorType::INT8, &[b, t, ni], 0.01, 3, None);
+        let i8s = |g: &mut Gen, n: i32| -> Vec<u8> { (0..n).map(|_| (g.f() * 120.0) as i8 as u8).collect() };
+        let mut ins = vec![x];
+        for _ in 0..4 {
+            let d = i8s(&mut g, nc * ni);
+            ins.push(q(&mut m, TensorType::INT8, &[nc, ni], 0.02, 0, Some(d)));
+        }
+        for _ in 0..4 {
+            let d = i8s(&mut g, nc * no);
+            ins.push(q(&mut m, TensorType::INT8, &[nc, no], 0.02, 0, Some(d)));
+        }
+        let i16s =
+            |g: &mut Gen, n: i32, lo: f32, hi: f32| -> Vec<u8> { (0..n).flat_map(|_| ((lo + (hi - lo) * (g.f() + 1.0) / 2.0) as i16).to_le_bytes()).collect() };
+        for _ in 0..3 {
+            let d = i16s(&mut g, nc, -20000.0, 20000.0);
+            ins.push(q(&mut m, TensorType::INT16, &[nc], 1.0 / 32768.0, 0, Some(d)));
+        }
+        for _ in 0..4 {
+            let d: Vec<u8> = (0..nc).flat_map(|_| ((g.f() * 10000.0) as i32).to_le_bytes()).collect();
+            ins.push(q(&mut m, TensorType::INT32, &[nc], 1.0, 0, Some(d)));
+        }
+        let d = i8s(&mut g, no * nc);
+        ins.push(q(&mut m, TensorType::INT8, &[no, nc], 0.03, 0, Some(d)));
+        ins.push(-1);
+        let h = q(&mut m, TensorType::INT8, &[b, no], 0.008, -2, None);
+        let c = q(&mut m, TensorType::INT16, &[b, nc], 1.0 / 4096.0, 0, None);
+        for v in [h, c] {
+            m.tensors[v as usize].is_variable = true;
+        }
+        ins.extend([h, c]);
+        for _ in 0..4 {
+            let d = i16s(&mut g, nc, 8000.0, 24000.0);
+            ins.push(q(&mut m, TensorType::INT16, &[nc], 1.0 / 16384.0, 0, Some(d)));
+        }
+        let mut inter: Vec<i32> = (0..4).map(|_| q(&mut m, TensorType::INT16, &[b, nc], 1.0 / 4096.0, 0, None)).collect();
+        inter.push(q(&mut m, TensorType::INT8, &[b, nc], 0.007, 1, None));
+        let o = q(&mut m, TensorType::INT8, &[], 0.008, -2, None);
+        let opts = Options::Recurrent {
+            activation: A::TANH,
+            cell_clip: 1.5,
+            proj_clip: 0.9,
+            time_major: false,
+            merge_outputs: false,
+            asymmetric_quantize_inputs: false,
+        };
+        m.add_op(OpCode::Builtin(BO::UNIDIRECTIONAL_SEQUENCE_LSTM), &ins, &[o], opts);
+        if let Some(op) = m.ops.last_mut() {
+            op.intermediates = inter;
+        }
+        m.inputs = vec![x];
+        m.outputs = vec![o];
+        m
+    }
+
+    /// The integer LSTM runs on both backends alike, its output depends on the
+    /// state carried in its variables (int8 output state, int16 cell state), and a
+    /// reset starts over; without its intermediate tensors it is refused.
+    #[test]
+    fn integer_lstm_carries_its_state_and_needs_its_intermediates() {
+        let spec = integer_lstm_model();
+        let (mut cpu, mut reference) = (session(&spec, "cpu"), session(&spec, "reference"));
+        let x: Vec<u8> = (0..24).map(|k| (k * 37 % 256) as u8).collect();
+        let run = |s: &mut Session| -> Vec<u8> {
+            s.set_input(0, &x).unwrap();
+            s.run().unwrap();
+            s.output(0).unwrap().bytes.to_vec()
+        };
+        let first = run(&mut cpu);
+        assert_eq!(first, run(&mut reference));
+        assert!(first.iter().any(|&v| v != first[0]), "a constant output: {first:?}");
+        let second = run(&mut cpu);
+        assert_eq!(second, run(&mut reference));
+        assert_ne!(first, second, "the second run gave the first's result: no state carried");
+        cpu.reset_variable_tensors();
+        assert_eq!(run(&mut cpu), first);
+
+        let mut bare = integer_lstm_model();
+        bare.ops[0].intermediates.clear();
+        let model = Model::from_bytes(Arc::new(bare.to_bytes().unwrap())).unwrap();
+        let mut s = Session::with_options(Arc::new(model), SessionOptions::default()).unwrap();
+        let err = s.prepare().unwrap_err().to_string();
+        assert!(err.contains("intermediate"), "{err}");
     }
 
     #[test]
