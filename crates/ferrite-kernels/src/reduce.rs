@@ -83,31 +83,15 @@ pub fn reduce(input: &[f32], shape: &[usize], reduce: &[bool], kind: Reducer, ou
             return;
         }
     }
-    let mut kept = [1usize; crate::MAX_DIMS];
-    for d in 0..r {
-        if !reduce[d] {
-            kept[d] = shape[d];
-        }
-    }
-    let ost = strides(&kept[..r]);
-    let mut idx = [0usize; crate::MAX_DIMS];
-    for &v in input {
-        let o: usize = (0..r).map(|d| if reduce[d] { 0 } else { idx[d] * ost[d] }).sum();
-        let a = &mut out[o];
+    for_each_output_offset(shape, reduce, |i, o| {
+        let (a, v) = (&mut out[o], input[i]);
         *a = match kind {
             Reducer::Sum | Reducer::Mean => *a + v,
             Reducer::Max => a.max(v),
             Reducer::Min => a.min(v),
             Reducer::Prod => *a * v,
         };
-        for d in (0..r).rev() {
-            idx[d] += 1;
-            if idx[d] < shape[d] {
-                break;
-            }
-            idx[d] = 0;
-        }
-    }
+    });
     if kind == Reducer::Mean {
         let count: usize = (0..r).filter(|&d| reduce[d]).map(|d| shape[d]).product();
         if count > 0 {
@@ -174,9 +158,24 @@ pub fn reduce_ints<T: IntReduce>(input: &[T], shape: &[usize], reduce: &[bool], 
         Reducer::Prod => T::ONE,
     };
     out.fill(init);
+    for_each_output_offset(shape, reduce, |i, o| {
+        let (a, v) = (&mut out[o], input[i]);
+        *a = match kind {
+            Reducer::Sum | Reducer::Mean => a.wrapping_add(v),
+            Reducer::Max => (*a).max(v),
+            Reducer::Min => (*a).min(v),
+            Reducer::Prod => a.wrapping_mul(v),
+        };
+    });
+}
+
+/// Calls `f(i, o)` for every element `i` of an input of `shape` (rank at most
+/// [`crate::MAX_DIMS`]), in order, with the offset `o` of the output element it
+/// reduces into when the dims flagged in `reduce` are reduced away. The offset is
+/// kept as the input's coordinates advance like an odometer (reduced dims step it
+/// by 0), so no element's offset is computed from scratch.
+fn for_each_output_offset(shape: &[usize], reduce: &[bool], mut f: impl FnMut(usize, usize)) {
     let r = shape.len();
-    // Each input element's output offset, kept as the input's coordinates advance
-    // like an odometer: reduced dims step the output by 0.
     let mut kept = [1usize; crate::MAX_DIMS];
     for d in 0..r {
         if !reduce[d] {
@@ -188,16 +187,11 @@ pub fn reduce_ints<T: IntReduce>(input: &[T], shape: &[usize], reduce: &[bool], 
     for d in 0..r {
         step[d] = if reduce[d] { 0 } else { ost[d] };
     }
+    let n: usize = shape.iter().product();
     let mut idx = [0usize; crate::MAX_DIMS];
     let mut o = 0usize;
-    for &v in input {
-        let a = &mut out[o];
-        *a = match kind {
-            Reducer::Sum | Reducer::Mean => a.wrapping_add(v),
-            Reducer::Max => (*a).max(v),
-            Reducer::Min => (*a).min(v),
-            Reducer::Prod => a.wrapping_mul(v),
-        };
+    for i in 0..n {
+        f(i, o);
         for d in (0..r).rev() {
             idx[d] += 1;
             o += step[d];
@@ -319,30 +313,13 @@ pub fn mean_int<T: QuantInt>(input: &[T], p: &MeanQ, sums: &mut [i64], index: &m
 /// An empty reduction gives true for ALL and false for ANY.
 pub fn reduce_bool(input: &[u8], shape: &[usize], reduce: &[bool], all: bool, out: &mut [u8]) {
     out.fill(u8::from(all));
-    let r = shape.len();
-    let mut kept = [1usize; crate::MAX_DIMS];
-    for d in 0..r {
-        if !reduce[d] {
-            kept[d] = shape[d];
-        }
-    }
-    let ost = strides(&kept[..r]);
-    let mut idx = [0usize; crate::MAX_DIMS];
-    for &v in input {
-        let o: usize = (0..r).map(|d| if reduce[d] { 0 } else { idx[d] * ost[d] }).sum();
-        let t = v != 0;
+    for_each_output_offset(shape, reduce, |i, o| {
+        let t = input[i] != 0;
         // ALL is cleared by a false element, ANY set by a true one.
         if t != all {
             out[o] = u8::from(t);
         }
-        for d in (0..r).rev() {
-            idx[d] += 1;
-            if idx[d] < shape[d] {
-                break;
-            }
-            idx[d] = 0;
-        }
-    }
+    });
 }
 
 #[cfg(test)]

@@ -43,9 +43,9 @@ pub(crate) fn build(op: &OpContext<'_>) -> Result<Built> {
         B::CONV_3D => nn::conv3d(op),
         B::CONV_3D_TRANSPOSE => nn::conv3d_transpose(op),
         B::BATCH_MATMUL => nn::batch_matmul(op),
-        B::AVERAGE_POOL_2D => nn::pool(op, false),
-        B::MAX_POOL_2D => nn::pool(op, true),
-        B::L2_POOL_2D => nn::l2_pool(op),
+        B::AVERAGE_POOL_2D => nn::pool(op, nn::Pool::Average),
+        B::MAX_POOL_2D => nn::pool(op, nn::Pool::Max),
+        B::L2_POOL_2D => nn::pool(op, nn::Pool::L2),
         B::SOFTMAX => nn::softmax(op, false),
         B::LOG_SOFTMAX => nn::softmax(op, true),
 

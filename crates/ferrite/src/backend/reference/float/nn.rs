@@ -191,9 +191,21 @@ pub(crate) fn depthwise(op: &OpContext<'_>) -> Result<Built> {
     })
 }
 
-/// AVERAGE_POOL_2D / MAX_POOL_2D per channel over the window's in-bounds taps;
-/// the average divides by how many taps were in bounds (padding is not counted).
-pub(crate) fn pool(op: &OpContext<'_>, max: bool) -> Result<Built> {
+/// What a pooling op computes over a window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pool {
+    /// AVERAGE_POOL_2D: the mean of the in-bounds taps.
+    Average,
+    /// MAX_POOL_2D: the largest tap.
+    Max,
+    /// L2_POOL_2D: `sqrt(sum of x^2 / taps)`.
+    L2,
+}
+
+/// AVERAGE_POOL_2D / MAX_POOL_2D / L2_POOL_2D per channel over the window's
+/// in-bounds taps, then the fused activation; the average and the L2 norm divide
+/// by how many taps were in bounds (padding is not counted).
+pub(crate) fn pool(op: &OpContext<'_>, kind: Pool) -> Result<Built> {
     let OpParams::Pool2D { padding, stride, filter, activation } = op.op.params else { return Err(op.bad("missing Pool2D options")) };
     require_f32(op, &[0])?;
     if op.input_pad.is_some() {
@@ -215,7 +227,7 @@ pub(crate) fn pool(op: &OpContext<'_>, max: bool) -> Result<Built> {
                     for xo in 0..ax.output {
                         for ch in 0..c {
                             // LiteRT starts the maximum at the lowest finite float.
-                            let (mut best, mut sum, mut taps) = (f32::MIN, 0.0f64, 0usize);
+                            let (mut best, mut sum, mut squares, mut taps) = (f32::MIN, 0.0f64, 0.0f64, 0usize);
                             for ky in ay.taps(y) {
                                 let Some(iy) = ay.source(y, ky) else { continue };
                                 for kx in ax.taps(xo) {
@@ -223,60 +235,16 @@ pub(crate) fn pool(op: &OpContext<'_>, max: bool) -> Result<Built> {
                                     let v = x[((b * h + iy) * w + ix) * c + ch];
                                     best = best.max(v);
                                     sum += f64::from(v);
+                                    squares += f64::from(v) * f64::from(v);
                                     taps += 1;
                                 }
                             }
-                            let v = if max {
-                                best
-                            } else if taps == 0 {
-                                0.0
-                            } else {
-                                (sum / taps as f64) as f32
+                            let v = match kind {
+                                Pool::Max => best,
+                                _ if taps == 0 => 0.0,
+                                Pool::Average => (sum / taps as f64) as f32,
+                                Pool::L2 => (squares / taps as f64).sqrt() as f32,
                             };
-                            out[((b * ay.output + y) * ax.output + xo) * c + ch] = clamp(v, bounds);
-                        }
-                    }
-                }
-            }
-            Ok(())
-        }),
-    })
-}
-
-/// L2_POOL_2D: each output is `sqrt(sum of x^2 / taps)` over the window's taps
-/// inside the input (padding is not counted), then the fused activation.
-pub(crate) fn l2_pool(op: &OpContext<'_>) -> Result<Built> {
-    let OpParams::Pool2D { padding, stride, filter, activation } = op.op.params else { return Err(op.bad("missing Pool2D options")) };
-    require_f32(op, &[0])?;
-    if op.input_pad.is_some() {
-        return Err(op.unsupported("a PAD folded into a pool"));
-    }
-    let [n, h, w, c] = rank4(op, op.input(0)?, "input")?;
-    let ay = Axis::new(op, h, filter.0, stride.0, 1, padding, None)?;
-    let ax = Axis::new(op, w, filter.1, stride.1, 1, padding, None)?;
-    let out_shape = vec![n, ay.output, ax.output, c];
-    let (n_in, n_out) = (count(op, &[n, h, w, c], 4)?, count(op, &out_shape, 4)?);
-    let bounds = clamp_bounds(activation);
-    Ok(Built {
-        outputs: vec![(DType::F32, out_shape)],
-        kernel: Box::new(move |ins, outs| {
-            let x = input::<f32>(ins, 0, n_in)?;
-            let out = output::<f32>(outs, 0, n_out)?;
-            for b in 0..n {
-                for y in 0..ay.output {
-                    for xo in 0..ax.output {
-                        for ch in 0..c {
-                            let (mut squares, mut taps) = (0.0f64, 0usize);
-                            for ky in ay.taps(y) {
-                                let Some(iy) = ay.source(y, ky) else { continue };
-                                for kx in ax.taps(xo) {
-                                    let Some(ix) = ax.source(xo, kx) else { continue };
-                                    let v = f64::from(x[((b * h + iy) * w + ix) * c + ch]);
-                                    squares += v * v;
-                                    taps += 1;
-                                }
-                            }
-                            let v = if taps == 0 { 0.0 } else { (squares / taps as f64).sqrt() as f32 };
                             out[((b * ay.output + y) * ax.output + xo) * c + ch] = clamp(v, bounds);
                         }
                     }

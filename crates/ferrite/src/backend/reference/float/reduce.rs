@@ -16,6 +16,29 @@ pub(crate) enum Reduction {
     Prod,
 }
 
+/// The dims a reduction over the constant axes of input 1 reduces (negative axes
+/// count from the end; an axis named twice reduces once; a scalar reduces to
+/// itself, LiteRT accepting axis 0 / -1 there, as the CPU backend does), its
+/// output shape (reduced dims kept as 1 with keep_dims), and the input's shape with
+/// the reduced dims collapsed to 1: the output's index space for `ravel`.
+fn reduced_shapes(op: &OpContext<'_>, shape: &[usize]) -> Result<(Vec<bool>, Vec<usize>, Vec<usize>)> {
+    let keep = matches!(op.op.params, OpParams::Reducer { keep_dims: true });
+    let mut reduced = vec![false; shape.len()];
+    for a in op.const_ints(1)? {
+        if shape.is_empty() && (a == 0 || a == -1) {
+            continue;
+        }
+        reduced[axis(op, a, shape.len())?] = true;
+    }
+    let out_shape: Vec<usize> = if keep {
+        shape.iter().zip(&reduced).map(|(&s, &r)| if r { 1 } else { s }).collect()
+    } else {
+        shape.iter().zip(&reduced).filter(|(_, &r)| !r).map(|(&s, _)| s).collect()
+    };
+    let collapsed: Vec<usize> = shape.iter().zip(&reduced).map(|(&s, &r)| if r { 1 } else { s }).collect();
+    Ok((reduced, out_shape, collapsed))
+}
+
 /// MEAN / SUM / REDUCE_MAX / REDUCE_MIN / REDUCE_PROD of float32 over the
 /// constant axes of input 1 (negative axes count from the end; an axis named
 /// twice reduces once). keep_dims keeps reduced dimensions as size 1.
@@ -25,19 +48,7 @@ pub(crate) fn reduce(op: &OpContext<'_>, kind: Reduction) -> Result<Built> {
     }
     super::require_f32(op, &[0])?;
     let shape = op.input(0)?.shape.clone();
-    let keep = matches!(op.op.params, OpParams::Reducer { keep_dims: true });
-    let mut reduced = vec![false; shape.len()];
-    for a in op.const_ints(1)? {
-        let d = axis(op, a, shape.len())?;
-        reduced[d] = true;
-    }
-    let out_shape: Vec<usize> = if keep {
-        shape.iter().zip(&reduced).map(|(&s, &r)| if r { 1 } else { s }).collect()
-    } else {
-        shape.iter().zip(&reduced).filter(|(_, &r)| !r).map(|(&s, _)| s).collect()
-    };
-    // The input's shape with reduced dimensions collapsed to 1: output index space.
-    let collapsed: Vec<usize> = shape.iter().zip(&reduced).map(|(&s, &r)| if r { 1 } else { s }).collect();
+    let (reduced, out_shape, collapsed) = reduced_shapes(op, &shape)?;
     let (n_in, n_out) = (count(op, &shape, 4)?, count(op, &out_shape, 4)?);
     let taps: usize = shape.iter().zip(&reduced).filter(|(_, &r)| r).map(|(&s, _)| s).product();
     Ok(Built {
@@ -92,17 +103,7 @@ fn reduce_int(op: &OpContext<'_>, kind: Reduction) -> Result<Built> {
         return Err(op.unsupported(format!("{kind:?} of {}", dtype.name())));
     }
     let shape = op.input(0)?.shape.clone();
-    let keep = matches!(op.op.params, OpParams::Reducer { keep_dims: true });
-    let mut reduced = vec![false; shape.len()];
-    for a in op.const_ints(1)? {
-        reduced[axis(op, a, shape.len())?] = true;
-    }
-    let out_shape: Vec<usize> = if keep {
-        shape.iter().zip(&reduced).map(|(&s, &r)| if r { 1 } else { s }).collect()
-    } else {
-        shape.iter().zip(&reduced).filter(|(_, &r)| !r).map(|(&s, _)| s).collect()
-    };
-    let collapsed: Vec<usize> = shape.iter().zip(&reduced).map(|(&s, &r)| if r { 1 } else { s }).collect();
+    let (reduced, out_shape, collapsed) = reduced_shapes(op, &shape)?;
     let width = dtype.size().unwrap_or(1);
     let (n_in, n_out) = (count(op, &shape, width)?, count(op, &out_shape, width)?);
     // The element type's range, for the start of max / min and for reading it.
@@ -172,21 +173,7 @@ pub(crate) fn reduce_bool(op: &OpContext<'_>, all: bool) -> Result<Built> {
         return Err(op.unsupported(format!("{} of {}: bool only", op.op.code.name(), x.dtype.name())));
     }
     let shape = x.shape.clone();
-    let keep = matches!(op.op.params, OpParams::Reducer { keep_dims: true });
-    let mut reduced = vec![false; shape.len()];
-    for a in op.const_ints(1)? {
-        // A scalar reduces to itself; LiteRT accepts axis 0 / -1 there.
-        if shape.is_empty() && (a == 0 || a == -1) {
-            continue;
-        }
-        reduced[axis(op, a, shape.len())?] = true;
-    }
-    let out_shape: Vec<usize> = if keep {
-        shape.iter().zip(&reduced).map(|(&s, &r)| if r { 1 } else { s }).collect()
-    } else {
-        shape.iter().zip(&reduced).filter(|(_, &r)| !r).map(|(&s, _)| s).collect()
-    };
-    let collapsed: Vec<usize> = shape.iter().zip(&reduced).map(|(&s, &r)| if r { 1 } else { s }).collect();
+    let (reduced, out_shape, collapsed) = reduced_shapes(op, &shape)?;
     let (n_in, n_out) = (count(op, &shape, 1)?, count(op, &out_shape, 1)?);
     Ok(Built {
         outputs: vec![(DType::Bool, out_shape)],
