@@ -22,7 +22,8 @@ gives the same models. All conversions run in one child process (a TensorFlow im
 costs seconds); a conversion the converter refuses is reported and skipped, one that
 crashes it is skipped and the child restarted after it.
 
-  family_models.py --out DIR     (skips the work when DIR/.complete exists)
+  family_models.py --out DIR     (skips the work when DIR/.complete exists;
+                                  int8 models go to DIR/int8)
 """
 import argparse
 import os
@@ -176,13 +177,19 @@ def convert(model, sample, kind):
     return conv.convert()
 
 
+def model_path(out, name, kind, suffix=".tflite"):
+    """int8 models in their own folder: the suite compares those value for value with
+    LiteRT's reference kernels (conformance.py models --exact-reference)."""
+    return (out / "int8" if kind == "int8" else out) / f"{name}_{kind}{suffix}"
+
+
 def make_all(out):
     """Converts every model and kind not yet made nor marked as crashing the converter,
     naming the conversion under way in out/.current first (read back by the parent
     when this process dies)."""
     crashed = set((out / ".crashed").read_text().split()) if (out / ".crashed").exists() else set()
     for name, (build, sample, kinds) in MODELS.items():
-        todo = [k for k in kinds if f"{name}_{k}" not in crashed and not (out / f"{name}_{k}.tflite").exists() and not (out / f"{name}_{k}.refused").exists()]
+        todo = [k for k in kinds if f"{name}_{k}" not in crashed and not model_path(out, name, k).exists() and not model_path(out, name, k, ".refused").exists()]
         if not todo:
             continue
         # The same seed before each build: every kind of a model has the same weights.
@@ -196,11 +203,11 @@ def make_all(out):
                 flat = convert(model, sample, kind)
             except Exception as e:  # noqa: BLE001 - the converter refuses some kinds; report them
                 last = (str(e).strip().splitlines() or [type(e).__name__])[-1]
-                (out / f"{name}_{kind}.refused").write_text(last[:200] + "\n")
+                model_path(out, name, kind, ".refused").write_text(last[:200] + "\n")
                 continue
             # Written whole under another name first: a crash never leaves half a model.
-            (out / f"{name}_{kind}.part").write_bytes(flat)
-            (out / f"{name}_{kind}.part").rename(out / f"{name}_{kind}.tflite")
+            model_path(out, name, kind, ".part").write_bytes(flat)
+            model_path(out, name, kind, ".part").rename(model_path(out, name, kind))
 
 
 def main():
@@ -214,7 +221,7 @@ def main():
     if (args.out / ".complete").exists():
         print(f"family_models: cached in {args.out}")
         return
-    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "int8").mkdir(parents=True, exist_ok=True)
     while True:
         r = subprocess.run([sys.executable, __file__, "--out", str(args.out), "--child"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         if r.returncode == 0:
@@ -227,10 +234,10 @@ def main():
             sys.exit(f"family_models: generation failed (exit status {r.returncode})")
         (args.out / ".crashed").write_text("\n".join(crashed + [current]) + "\n")
         print(f"family_models: the converter crashed on {current} (exit status {r.returncode}); skipped")
-    for f in sorted(args.out.glob("*.refused")):
+    for f in sorted(args.out.rglob("*.refused")):
         print(f"family_models: the converter refused {f.stem}: {f.read_text().strip()}")
     (args.out / ".complete").write_text(tf.__version__ + "\n")
-    print(f"family_models: {len(list(args.out.glob('*.tflite')))} models in {args.out}")
+    print(f"family_models: {len(list(args.out.rglob('*.tflite')))} models in {args.out}")
 
 
 if __name__ == "__main__":
