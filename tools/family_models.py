@@ -137,7 +137,6 @@ def randomize_batch_norm(model, rng):
             layer.set_weights([rng.uniform(0.5, 1.5, gamma.shape), rng.uniform(-0.3, 0.3, beta.shape), rng.uniform(-0.3, 0.3, mean.shape), rng.uniform(0.5, 2.0, var.shape)])
 
 
-# name -> (builder, calibration input sampler, kinds)
 def tokens(rng):
     return rng.integers(0, VOCAB, (1, TOKENS)).astype(np.int32)
 
@@ -147,6 +146,7 @@ def uniform(shape):
 
 
 ALL_KINDS = ("float", "dynamic", "int8")
+# name -> (builder, calibration input sampler, kinds)
 MODELS = {
     "text_conv": (text_conv, tokens, ALL_KINDS),
     "text_lstm": (text_lstm, tokens, ALL_KINDS),
@@ -192,6 +192,7 @@ def make_all(out):
         todo = [k for k in kinds if f"{name}_{k}" not in crashed and not model_path(out, name, k).exists() and not model_path(out, name, k, ".refused").exists()]
         if not todo:
             continue
+        (out / ".current").write_text(f"{name}_build\n")
         # The same seed before each build: every kind of a model has the same weights.
         tf.keras.utils.set_random_seed(0)
         model = build()
@@ -223,7 +224,7 @@ def main():
         return
     (args.out / "int8").mkdir(parents=True, exist_ok=True)
     while True:
-        r = subprocess.run([sys.executable, __file__, "--out", str(args.out), "--child"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        r = subprocess.run([sys.executable, __file__, "--out", str(args.out), "--child"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if r.returncode == 0:
             break
         # The converter crashed the process (TF 2.19.1's int8 calibration of some
@@ -231,7 +232,8 @@ def main():
         current = (args.out / ".current").read_text().strip() if (args.out / ".current").exists() else ""
         crashed = (args.out / ".crashed").read_text().split() if (args.out / ".crashed").exists() else []
         if not current or current in crashed:
-            sys.exit(f"family_models: generation failed (exit status {r.returncode})")
+            last = (r.stderr.strip().splitlines() or [""])[-1]
+            sys.exit(f"family_models: generation failed at {current or 'the start'} (exit status {r.returncode}: {last[:200]})")
         (args.out / ".crashed").write_text("\n".join(crashed + [current]) + "\n")
         print(f"family_models: the converter crashed on {current} (exit status {r.returncode}); skipped")
     for f in sorted(args.out.rglob("*.refused")):
