@@ -41,6 +41,9 @@ echo "== a tiny SSD-style detector ending in TFLite_Detection_PostProcess, fast 
 TF_CPP_MIN_LOG_LEVEL=3 "$CACHE/tfvenv/bin/python" tools/ssd_model.py --out "$CACHE/detect-models-2.19.1" 2>/dev/null
 echo "== fully integer models with float I/O made by the converter: FC chains, layer norm, int8 element-wise ops, an encoder block (cached; about a minute the first time)"
 TF_CPP_MIN_LOG_LEVEL=3 "$CACHE/tfvenv/bin/python" tools/int8_models.py --out "$CACHE/int8ops-2.19.1" 2>/dev/null
+FAMILIES="$CACHE/families-2.19.1"
+echo "== model families made by the converter in float, dynamic range and int8: text classifiers (embedding + conv / LSTM), an FFT audio front end, a mirror-pad super-resolution net, a 3-D conv video block, an encoder block (tools/family_models.py; cached; about a minute the first time)"
+TF_CPP_MIN_LOG_LEVEL=3 "$CACHE/tfvenv/bin/python" tools/family_models.py --out "$FAMILIES" 2>/dev/null
 echo "== software Vulkan for the gpu backend's tests: Mesa's lavapipe (Debian packages), its ICD pinned"
 if ! ls /usr/share/vulkan/icd.d/lvp_icd.*.json >/dev/null 2>&1 || ! ldconfig -p | grep -q 'libvulkan\.so\.1'; then
   SUDO=""
@@ -112,6 +115,12 @@ echo "== conformance: the SSD-style detector, image to boxes, vs LiteRT (cpu, th
 echo "== conformance: fully integer converter models, value for value against LiteRT's reference kernels (cpu, then reference backend; seconds)"
 "$CACHE/venv/bin/python" tools/conformance.py models --exact-reference --ferrite target/release/ferrite --corpus "$CACHE/int8ops-2.19.1"
 "$CACHE/venv/bin/python" tools/conformance.py models --exact-reference --ferrite target/release/ferrite --corpus "$CACHE/int8ops-2.19.1" --backends reference
+
+echo "== conformance: the model families vs LiteRT (cpu, then reference backend), their int8 forms value for value against LiteRT's reference kernels (seconds)"
+"$CACHE/venv/bin/python" tools/conformance.py models --ferrite target/release/ferrite --corpus "$FAMILIES"
+"$CACHE/venv/bin/python" tools/conformance.py models --ferrite target/release/ferrite --corpus "$FAMILIES" --backends reference
+"$CACHE/venv/bin/python" tools/conformance.py models --exact-reference --ferrite target/release/ferrite --corpus "$FAMILIES/int8"
+"$CACHE/venv/bin/python" tools/conformance.py models --exact-reference --ferrite target/release/ferrite --corpus "$FAMILIES/int8" --backends reference
 
 echo "== conformance: the reference backend (naive kernels; cpu only where it has none) vs LiteRT"
 "$CACHE/venv/bin/python" tools/conformance.py ops --ferrite target/release/ferrite --opgen target/release/ferrite-opgen --backends reference

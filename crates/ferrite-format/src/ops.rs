@@ -218,7 +218,7 @@ op_table! {
     LOGISTIC:                NONE,                        1..=1, 1..=1, F32 | I8 | U8 | I16;
     TANH:                    NONE,                        1..=1, 1..=1, F32 | I8 | U8 | I16;
     EXP:                     NONE,                        1..=1, 1..=1, F32;
-    LOG:                     NONE,                        1..=1, 1..=1, F32;
+    LOG:                     NONE,                        1..=1, 1..=1, F32 | I8;
     SQRT:                    NONE,                        1..=1, 1..=1, F32;
     RSQRT:                   NONE,                        1..=1, 1..=1, F32 | I8;
     SQUARE:                  NONE,                        1..=1, 1..=1, F32;

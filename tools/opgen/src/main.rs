@@ -1923,6 +1923,25 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             m.outputs.push(o);
             single(B::RSQRT, &[x], o, Options::None, &mut m);
         }
+        "LOG_INT8" => {
+            // Zero points inside the range: the values at or below the zero point are
+            // reals <= 0, which LiteRT's table maps to the lowest output level.
+            let shape = {
+                let rk = r.u(1, 4);
+                r.shape(rk, 1, 7)
+            };
+            let (s_in, zp) = (r.f(0.005, 0.2), r.int(-60, 60));
+            let x = m.add_tensor(TensorSpec { quant: Some((vec![s_in], vec![zp], 0)), ..TensorSpec::activation("x", TensorType::INT8, &shape) });
+            m.inputs.push(x);
+            // The logs of the positive inputs span [ln(s_in), ln(s_in (127 - zp))]; the
+            // output range covers them, sometimes only in part (saturating the smallest).
+            let (lo, hi) = (s_in.ln() * r.f(0.3, 1.2), (s_in * (127 - zp) as f32).ln() + r.f(0.0, 1.0));
+            let s_out = (hi - lo) / 255.0;
+            let out_zp = (-128 - (lo / s_out).round() as i64).clamp(-128, 127);
+            let o = m.add_tensor(TensorSpec { quant: Some((vec![s_out], vec![out_zp], 0)), ..TensorSpec::activation("y", TensorType::INT8, &shape) });
+            m.outputs.push(o);
+            single(B::LOG, &[x], o, Options::None, &mut m);
+        }
         "GELU_INT8" | "GELU_UINT8" => {
             // GELU's own output range, roughly [-0.17, max input].
             let ty = if op == "GELU_INT8" { TensorType::INT8 } else { TensorType::UINT8 };
@@ -2851,6 +2870,7 @@ const OPS: &[&str] = &[
     "ABS_INT8",
     "ABS_INT16",
     "RSQRT_INT8",
+    "LOG_INT8",
     "GELU_INT8",
     "GELU_UINT8",
     "SQUARED_DIFFERENCE_INT8",
