@@ -7,7 +7,6 @@
 //! checked before it addresses memory: a kernel returns the offending value
 //! (`Err(index)`) rather than reading or writing outside its slices.
 
-
 /// Addition as the ops that sum elements define it for their element types:
 /// IEEE addition for floats, two's complement (wrapping) for integers, as
 /// LiteRT's C++ kernels compute it.

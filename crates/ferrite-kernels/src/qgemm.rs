@@ -321,7 +321,18 @@ pub fn conv_u8_in(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, o
 /// first three terms per channel (in the offsets), the last per row (`K` =
 /// the taps' count; the padding taps hold `a_zp`, so they still add nothing).
 #[allow(clippy::too_many_arguments)]
-fn conv_8bit(input: &[u8], flip: u8, a_zp: i32, w_off: i32, pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out: &mut [i8], rq: &mut RowRequant, s: &mut ConvBuffers) {
+fn conv_8bit(
+    input: &[u8],
+    flip: u8,
+    a_zp: i32,
+    w_off: i32,
+    pk: &QPacked,
+    bias: Option<&[i32]>,
+    q: &QConv,
+    out: &mut [i8],
+    rq: &mut RowRequant,
+    s: &mut ConvBuffers,
+) {
     // Shared buffers are fitted at prepare; this only grows ones that are not.
     s.fit(pk);
     let g = &q.g;
