@@ -322,9 +322,36 @@ pub enum Binary {
     Prelu,
 }
 
+/// `out = clamp(op(a, b))` with `a` and `b` broadcast to `out_shape`.
+#[allow(clippy::too_many_arguments)]
+pub fn binary_f32(op: Binary, a: &[f32], a_shape: &[usize], b: &[f32], b_shape: &[usize], out: &mut [f32], out_shape: &[usize], clamp: crate::Clamp) {
+    match op {
+        // One element at a time through a libm call (powf, fmodf) at every vector
+        // level: AVX copies of these loops would be tens of kB of code that runs no
+        // faster.
+        Binary::Pow | Binary::FloorMod => binary_f32_scalar(op, a, a_shape, b, b_shape, out, out_shape, clamp),
+        _ => binary_f32_simd(op, a, a_shape, b, b_shape, out, out_shape, clamp),
+    }
+}
+
+/// The ops of [`binary_f32`] that are one libm call per element.
+#[allow(clippy::too_many_arguments)]
+fn binary_f32_scalar(op: Binary, a: &[f32], a_shape: &[usize], b: &[f32], b_shape: &[usize], out: &mut [f32], out_shape: &[usize], clamp: crate::Clamp) {
+    let (lo, hi) = (clamp.min, clamp.max);
+    if op == Binary::Pow {
+        binary(a, a_shape, b, b_shape, out, out_shape, |x: f32, y: f32| x.powf(y).max(lo).min(hi))
+    } else {
+        binary(a, a_shape, b, b_shape, out, out_shape, |x: f32, y: f32| {
+            let r = x % y;
+            let r = if r != 0.0 && ((r < 0.0) != (y < 0.0)) { r + y } else { r };
+            r.max(lo).min(hi)
+        })
+    }
+}
+
 simd_fn! {
-    /// `out = clamp(op(a, b))` with `a` and `b` broadcast to `out_shape`.
-    pub fn binary_f32(op: Binary, a: &[f32], a_shape: &[usize], b: &[f32], b_shape: &[usize], out: &mut [f32], out_shape: &[usize], clamp: crate::Clamp) {
+    /// The vectorizable ops of [`binary_f32`].
+    fn binary_f32_simd(op: Binary, a: &[f32], a_shape: &[usize], b: &[f32], b_shape: &[usize], out: &mut [f32], out_shape: &[usize], clamp: crate::Clamp) {
         let (lo, hi) = (clamp.min, clamp.max);
         macro_rules! go {
             ($f:expr) => {
@@ -339,13 +366,9 @@ simd_fn! {
             Binary::Max => go!(|x: f32, y| x.max(y)),
             Binary::Min => go!(|x: f32, y| x.min(y)),
             Binary::SquaredDifference => go!(|x: f32, y: f32| (x - y) * (x - y)),
-            Binary::Pow => go!(|x: f32, y| x.powf(y)),
             Binary::FloorDiv => go!(|x: f32, y: f32| (x / y).floor()),
-            Binary::FloorMod => go!(|x: f32, y: f32| {
-                let r = x % y;
-                if r != 0.0 && ((r < 0.0) != (y < 0.0)) { r + y } else { r }
-            }),
             Binary::Prelu => go!(|x: f32, alpha: f32| if x >= 0.0 { x } else { x * alpha }),
+            Binary::Pow | Binary::FloorMod => binary_f32_scalar(op, a, a_shape, b, b_shape, out, out_shape, clamp),
         }
     }
 }

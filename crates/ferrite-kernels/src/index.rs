@@ -7,8 +7,6 @@
 //! checked before it addresses memory: a kernel returns the offending value
 //! (`Err(index)`) rather than reading or writing outside its slices.
 
-use std::cmp::Ordering;
-
 /// Addition as the ops that sum elements define it for their element types:
 /// IEEE addition for floats, two's complement (wrapping) for integers, as
 /// LiteRT's C++ kernels compute it.
@@ -34,26 +32,42 @@ macro_rules! wrapping_acc {
 }
 wrapping_acc!(i8, u8, i16, i32, i64);
 
-/// A total order for ranking values (TOPK_V2): floats compare as numbers with
-/// -0 equal to +0 (so ties between them fall to the lower index, as between any
-/// equal values) and NaN above everything; integers compare as integers.
+/// A total order for ranking values (TOPK_V2, UNIQUE): floats compare as numbers
+/// with -0 equal to +0 (so ties between them fall to the lower index, as between
+/// any equal values) and NaNs at the ends (`f32::total_cmp`: a negative NaN below
+/// everything, a positive one above); integers compare as integers.
+///
+/// The order is given as an order-preserving `u64` key: the sorts of TOPK_V2 and
+/// UNIQUE then run over `(key, index)` pairs, one instantiation of the standard
+/// library's sorts for every element type instead of one per type and comparator
+/// (each is several kB of code), and compare plain integers instead of reading the
+/// values through the indices.
 pub trait RankKey: Copy {
-    /// Compares `self` with `other`.
-    fn rank_cmp(&self, other: &Self) -> Ordering;
+    /// The key: `a.rank_key() < b.rank_key()` exactly when `a` ranks below `b`.
+    fn rank_key(&self) -> u64;
+}
+
+/// Flips the sign bit: signed integers (widened to 64 bits) to unsigned ones in
+/// the same order.
+fn signed_key(v: i64) -> u64 {
+    (v as u64) ^ (1 << 63)
 }
 
 impl RankKey for f32 {
-    fn rank_cmp(&self, other: &f32) -> Ordering {
-        // Adding +0 turns -0 into +0 and leaves every other value unchanged.
-        (*self + 0.0).total_cmp(&(*other + 0.0))
+    fn rank_key(&self) -> u64 {
+        // Adding +0 turns -0 into +0 and leaves every other value unchanged. Then
+        // `total_cmp`'s trick: negative values have their magnitude bits flipped,
+        // so the bits compare as a signed integer in the float order.
+        let b = (*self + 0.0).to_bits() as i32;
+        signed_key(i64::from(b ^ ((((b >> 31) as u32) >> 1) as i32)))
     }
 }
 
 macro_rules! ord_rank {
     ($($t:ty),*) => {$(
         impl RankKey for $t {
-            fn rank_cmp(&self, other: &$t) -> Ordering {
-                self.cmp(other)
+            fn rank_key(&self) -> u64 {
+                signed_key(i64::from(*self))
             }
         }
     )*};
@@ -214,18 +228,18 @@ pub fn top_k<T: RankKey>(input: &[T], n: usize, k: usize, values: &mut [T], indi
     if k == 0 || n == 0 {
         return;
     }
-    let mut order: Vec<usize> = Vec::with_capacity(n);
+    // Larger values first, then lower positions: a total order, so the k selected
+    // and their order do not depend on the selection algorithm. The key is
+    // inverted so that the pairs' ascending order is that order.
+    let mut order: Vec<(u64, usize)> = Vec::with_capacity(n);
     for ((row, v), ix) in input.chunks_exact(n).zip(values.chunks_exact_mut(k)).zip(indices.chunks_exact_mut(k)) {
         order.clear();
-        order.extend(0..n);
-        // Larger values first, then lower positions: a total order, so the k
-        // selected and their order do not depend on the selection algorithm.
-        let cmp = |a: &usize, b: &usize| row[*b].rank_cmp(&row[*a]).then(a.cmp(b));
+        order.extend(row.iter().enumerate().map(|(p, x)| (!x.rank_key(), p)));
         if k < n {
-            order.select_nth_unstable_by(k - 1, cmp);
+            order.select_nth_unstable(k - 1);
         }
-        order[..k].sort_unstable_by(cmp);
-        for (j, &p) in order[..k].iter().enumerate() {
+        order[..k].sort_unstable();
+        for (j, &(_, p)) in order[..k].iter().enumerate() {
             v[j] = row[p];
             ix[j] = p as i32;
         }
@@ -360,26 +374,29 @@ pub fn where_coords<T: Truth>(cond: &[T], shape: &[usize], out: &mut [i64]) {
 /// for each element of `x` the position of its value in that list. Values equal
 /// under [`RankKey`] are one value (so -0 and +0 are one, the first seen kept).
 pub fn unique<T: RankKey>(x: &[T]) -> (Vec<T>, Vec<usize>) {
-    let mut order: Vec<usize> = (0..x.len()).collect();
-    // Stable: within a run of equal values the first occurrence comes first.
-    order.sort_by(|&a, &b| x[a].rank_cmp(&x[b]));
-    // Runs of equal values, each named by its first occurrence.
+    // Sorted by key, equal keys by position: within a run of equal values the
+    // first occurrence comes first.
+    let mut order: Vec<(u64, usize)> = x.iter().enumerate().map(|(i, v)| (v.rank_key(), i)).collect();
+    order.sort_unstable();
+    // Runs of equal values, each a group.
     let mut group_of = vec![0usize; x.len()];
-    let mut firsts: Vec<usize> = vec![];
-    for (k, &i) in order.iter().enumerate() {
-        if k == 0 || x[order[k - 1]].rank_cmp(&x[i]) != Ordering::Equal {
-            firsts.push(i);
+    let mut groups = 0;
+    for (k, &(key, i)) in order.iter().enumerate() {
+        if k == 0 || order[k - 1].0 != key {
+            groups += 1;
         }
-        group_of[i] = firsts.len() - 1;
+        group_of[i] = groups - 1;
     }
-    // Groups numbered by first occurrence.
-    let mut by_first: Vec<usize> = (0..firsts.len()).collect();
-    by_first.sort_by_key(|&g| firsts[g]);
-    let mut rank = vec![0usize; firsts.len()];
-    for (pos, &g) in by_first.iter().enumerate() {
-        rank[g] = pos;
+    // Groups numbered by first occurrence: the order in which a scan of `x` meets
+    // them.
+    let mut rank = vec![usize::MAX; groups];
+    let mut values = Vec::with_capacity(groups);
+    for (&g, &v) in group_of.iter().zip(x) {
+        if rank[g] == usize::MAX {
+            rank[g] = values.len();
+            values.push(v);
+        }
     }
-    let values = by_first.iter().map(|&g| x[firsts[g]]).collect();
     (values, group_of.iter().map(|&g| rank[g]).collect())
 }
 
@@ -742,6 +759,25 @@ mod tests {
             let want: Vec<i64> = (0..n).filter(|&e| cond[e] != 0.0).flat_map(|e| coords(e, &s)).map(|c| c as i64).collect();
             assert_eq!(out, want);
         }
+    }
+
+    #[test]
+    fn rank_keys_order_as_the_values() {
+        // Floats: total_cmp with -0 taken as +0; integers: their own order, at the
+        // ends of each type's range too.
+        let f = [f32::NEG_INFINITY, -f32::NAN, f32::NAN, -3.5, -f32::MIN_POSITIVE, -0.0, 0.0, 1e-45, 2.0, f32::MAX, f32::INFINITY];
+        for &a in &f {
+            for &b in &f {
+                assert_eq!(a.rank_key().cmp(&b.rank_key()), (a + 0.0).total_cmp(&(b + 0.0)), "{a} {b}");
+            }
+        }
+        let i = [i64::MIN, -1, 0, 1, i64::MAX];
+        for &a in &i {
+            for &b in &i {
+                assert_eq!(a.rank_key().cmp(&b.rank_key()), a.cmp(&b));
+            }
+        }
+        assert!(i8::MIN.rank_key() < (-1i8).rank_key() && 0u8.rank_key() < 255u8.rank_key() && (-1i32).rank_key() < 0i32.rank_key());
     }
 
     #[test]

@@ -203,13 +203,45 @@ simd_fn! {
     }
 }
 
-/// Per-run scratch of [`conv_i8`] and [`conv_u8`]: one block of gathered rows,
-/// their products and row sums.
-#[derive(Debug, Clone)]
-pub struct ConvScratch {
+/// The block buffers of [`conv_i8`] and [`conv_u8`]: one block of gathered rows,
+/// their products and row sums. A convolution needs them only while it runs, so
+/// the convolutions of a session, which run one at a time, can take turns with
+/// one set grown to the largest ([`ConvBuffers::fit`], [`conv_i8_in`]) instead
+/// of holding one each.
+#[derive(Debug, Clone, Default)]
+pub struct ConvBuffers {
     rows: Vec<u8>,
     dots: Vec<i32>,
     row_sums: Vec<i32>,
+}
+
+impl ConvBuffers {
+    /// Grows the buffers to hold a block of a convolution with these packed
+    /// weights (they never shrink).
+    pub fn fit(&mut self, pk: &QPacked) {
+        fn grow<T: Copy + Default>(v: &mut Vec<T>, len: usize) {
+            if v.len() < len {
+                v.resize(len, T::default());
+            }
+        }
+        // 16 bytes of slack for the last row's over-long copies (see `flip_copy`).
+        grow(&mut self.rows, BLOCK_ROWS * pk.kq + 16);
+        grow(&mut self.dots, BLOCK_ROWS * pk.n);
+        grow(&mut self.row_sums, BLOCK_ROWS);
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.rows.len() + 4 * (self.dots.len() + self.row_sums.len())
+    }
+}
+
+/// Per-run scratch of [`conv_i8`] and [`conv_u8`]: the requantization (its
+/// offsets are rewritten on each run) and, unless made with
+/// [`ConvScratch::sharing`], the block buffers.
+#[derive(Debug, Clone)]
+pub struct ConvScratch {
+    bufs: ConvBuffers,
     rq: RowRequant,
 }
 
@@ -223,15 +255,23 @@ impl ConvScratch {
     /// fully-connected layers with a weight scale per output row round the
     /// rescaled product once ([`Rounding::Single`]), its convolutions twice.
     pub fn with_rounding(pk: &QPacked, rq: &Requant, rounding: Rounding) -> ConvScratch {
-        // 16 bytes of slack for the last row's over-long copies (see `flip_copy`).
-        let rq = RowRequant::new(rq, pk.n).with_rounding(rounding);
-        ConvScratch { rows: vec![0; BLOCK_ROWS * pk.kq + 16], dots: vec![0; BLOCK_ROWS * pk.n], row_sums: vec![0; BLOCK_ROWS], rq }
+        let mut bufs = ConvBuffers::default();
+        bufs.fit(pk);
+        ConvScratch { bufs, rq: RowRequant::new(rq, pk.n).with_rounding(rounding) }
     }
 
     /// Scratch for [`conv_u8`]: `rq` in uint8 terms (output zero point and clamp
     /// in 0..=255), requantized in int8 terms and shifted back.
     pub fn new_u8(pk: &QPacked, rq: &Requant) -> ConvScratch {
         ConvScratch::new(pk, &Requant { out_zp: rq.out_zp - 128, min: rq.min - 128, max: rq.max - 128, ..rq.clone() })
+    }
+
+    /// Scratch for [`conv_i8_in`] (or, `unsigned`, [`conv_u8_in`]) without block
+    /// buffers of its own: `shared`, grown here to fit these weights, serves it.
+    pub fn sharing(pk: &QPacked, rq: &Requant, unsigned: bool, shared: &mut ConvBuffers) -> ConvScratch {
+        shared.fit(pk);
+        let rq = if unsigned { Requant { out_zp: rq.out_zp - 128, min: rq.min - 128, max: rq.max - 128, ..rq.clone() } } else { rq.clone() };
+        ConvScratch { bufs: ConvBuffers::default(), rq: RowRequant::new(&rq, pk.n) }
     }
 }
 
@@ -242,8 +282,16 @@ impl ConvScratch {
 /// zero point other than 0 is taken out through the rows' sums. Bit-exact with
 /// the per-tap definition.
 pub fn conv_i8(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out: &mut [i8], s: &mut ConvScratch) {
+    let ConvScratch { bufs, rq } = s;
     // Unsigned rows x + 128 against weights w (W = w - w_zp).
-    conv_8bit(input, 0x80, 128 + q.in_zp, -q.w_zp, pk, bias, q, out, s);
+    conv_8bit(input, 0x80, 128 + q.in_zp, -q.w_zp, pk, bias, q, out, rq, bufs);
+}
+
+/// [`conv_i8`] with the block buffers `bufs` (shared between convolutions that
+/// run in turn; `s` from [`ConvScratch::sharing`]). Buffers too small for `pk`
+/// are grown first.
+pub fn conv_i8_in(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out: &mut [i8], s: &mut ConvScratch, bufs: &mut ConvBuffers) {
+    conv_8bit(input, 0x80, 128 + q.in_zp, -q.w_zp, pk, bias, q, out, &mut s.rq, bufs);
 }
 
 /// uint8 convolution through [`gemm`], as [`conv_i8`]: `input` and `out` are
@@ -252,8 +300,18 @@ pub fn conv_i8(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out:
 pub fn conv_u8(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out: &mut [u8], s: &mut ConvScratch) {
     // SAFETY: i8 and u8 have the same size, alignment and valid bit patterns.
     let out8 = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut i8, out.len()) };
+    let ConvScratch { bufs, rq } = s;
     // The rows hold the uint8 values themselves; W = (w - 128) + (128 - w_zp).
-    conv_8bit(input, 0, q.in_zp, 128 - q.w_zp, pk, bias, q, out8, s);
+    conv_8bit(input, 0, q.in_zp, 128 - q.w_zp, pk, bias, q, out8, rq, bufs);
+    out.iter_mut().for_each(|b| *b ^= 0x80);
+}
+
+/// [`conv_u8`] with the block buffers `bufs`, as [`conv_i8_in`] (`s` from
+/// [`ConvScratch::sharing`] with `unsigned`).
+pub fn conv_u8_in(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out: &mut [u8], s: &mut ConvScratch, bufs: &mut ConvBuffers) {
+    // SAFETY: i8 and u8 have the same size, alignment and valid bit patterns.
+    let out8 = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut i8, out.len()) };
+    conv_8bit(input, 0, q.in_zp, 128 - q.w_zp, pk, bias, q, out8, &mut s.rq, bufs);
     out.iter_mut().for_each(|b| *b ^= 0x80);
 }
 
@@ -263,11 +321,24 @@ pub fn conv_u8(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out:
 /// first three terms per channel (in the offsets), the last per row (`K` =
 /// the taps' count; the padding taps hold `a_zp`, so they still add nothing).
 #[allow(clippy::too_many_arguments)]
-fn conv_8bit(input: &[u8], flip: u8, a_zp: i32, w_off: i32, pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out: &mut [i8], s: &mut ConvScratch) {
+fn conv_8bit(
+    input: &[u8],
+    flip: u8,
+    a_zp: i32,
+    w_off: i32,
+    pk: &QPacked,
+    bias: Option<&[i32]>,
+    q: &QConv,
+    out: &mut [i8],
+    rq: &mut RowRequant,
+    s: &mut ConvBuffers,
+) {
+    // Shared buffers are fitted at prepare; this only grows ones that are not.
+    s.fit(pk);
     let g = &q.g;
     let (in_c, n, kq) = (q.in_c, pk.n, pk.kq);
     let k_const = w_off.wrapping_mul(a_zp).wrapping_mul(pk.k as i32);
-    for (j, o) in s.rq.offset.iter_mut().enumerate() {
+    for (j, o) in rq.offset.iter_mut().enumerate() {
         *o = bias.map_or(0, |b| b[j]).wrapping_sub(a_zp.wrapping_mul(pk.col_sum[j])).wrapping_sub(k_const);
     }
     let fill = a_zp as u8;
@@ -375,7 +446,7 @@ fn conv_8bit(input: &[u8], flip: u8, a_zp: i32, w_off: i32, pk: &QPacked, bias: 
                 d.iter_mut().for_each(|d| *d = d.wrapping_add(sum));
             }
         }
-        s.rq.apply(&s.dots[..count * n], &mut out[start * n..(start + count) * n]);
+        rq.apply(&s.dots[..count * n], &mut out[start * n..(start + count) * n]);
         start += count;
     }
 }
@@ -1243,6 +1314,9 @@ mod tests {
     fn conv_matches_the_definition_on_random_geometries() {
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
         crate::level::each(|_| {
+            // Block buffers shared by every case in turn, as a session's convolutions
+            // share them: larger than a case needs and holding the last one's data.
+            let mut shared = ConvBuffers::default();
             for case in 0..150 {
                 let mut q = random_conv(&mut rng, false);
                 // Some with a weight zero point (uint8 models have one; int8 rarely).
@@ -1261,6 +1335,13 @@ mod tests {
                 let mut got = vec![0i8; g.batch * g.out_h * g.out_w * q.out_c];
                 conv_i8(bytes_of(&input), &pk, Some(&bias), &q, &mut got, &mut s);
                 assert_eq!(got, want, "case {case}: {g:?} in_c {} out_c {} zp {} w_zp {}", q.in_c, q.out_c, q.in_zp, q.w_zp);
+                // Through the shared buffers; every other case they are not fitted
+                // beforehand (the kernel grows them).
+                let mut elsewhere = ConvBuffers::default();
+                let mut s = ConvScratch::sharing(&pk, &q.rq, false, if case % 2 == 0 { &mut shared } else { &mut elsewhere });
+                let mut got = vec![0i8; got.len()];
+                conv_i8_in(bytes_of(&input), &pk, Some(&bias), &q, &mut got, &mut s, &mut shared);
+                assert_eq!(got, want, "shared buffers, case {case}");
                 // The same convolution in uint8 terms: every value and zero point
                 // shifted by 128, so the accumulators and the outputs (shifted) agree.
                 let qu = QConv {
@@ -1276,6 +1357,11 @@ mod tests {
                 let mut got_u = vec![0u8; got.len()];
                 conv_u8(&input_u, &pk_u, Some(&bias), &qu, &mut got_u, &mut s);
                 assert_eq!(got_u, want.iter().map(|&v| v as u8 ^ 0x80).collect::<Vec<_>>(), "uint8 case {case}");
+                let mut s = ConvScratch::sharing(&pk_u, &qu.rq, true, &mut shared);
+                let mut got_u = vec![0u8; got.len()];
+                conv_u8_in(&input_u, &pk_u, Some(&bias), &qu, &mut got_u, &mut s, &mut shared);
+                assert_eq!(got_u, want.iter().map(|&v| v as u8 ^ 0x80).collect::<Vec<_>>(), "uint8 case {case}, shared buffers");
+                assert!(shared.bytes() >= BLOCK_ROWS * (pk.kq + 4 * pk.n), "the shared buffers fit every convolution that used them");
             }
         });
     }

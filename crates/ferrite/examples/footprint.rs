@@ -4,6 +4,10 @@
 //! cargo run --release -p ferrite --example footprint -- MODEL [--sessions N] [--shape 1,16000] [--shared-arena]
 //! ```
 //!
+//! With `--smaps` it also prints to stderr where the resident memory grew, per
+//! mapping (`/proc/self/smaps`: the binary's code, the heap, anonymous mappings,
+//! the model file), the RSS after the runs against the RSS before loading.
+//!
 //! With `--shared-arena` the sessions borrow their intermediates' memory from the
 //! model's pool (`SessionOptions::shared_arena`) only while they run.
 //!
@@ -25,15 +29,38 @@ fn status_kb(field: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Resident kB per mapping of `/proc/self/smaps`, keyed by the mapping's name (or
+/// its permissions and size for anonymous ones).
+fn smaps() -> std::collections::BTreeMap<String, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    let text = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
+    let mut name = String::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.first().is_some_and(|a| a.contains('-') && a.chars().all(|c| c.is_ascii_hexdigit() || c == '-')) {
+            let (lo, hi) = f[0].split_once('-').unwrap_or(("0", "0"));
+            let kb = (u64::from_str_radix(hi, 16).unwrap_or(0) - u64::from_str_radix(lo, 16).unwrap_or(0)) / 1024;
+            name = match f.get(5) {
+                Some(n) => format!("{n} {}", f[1]),
+                None => format!("[anon {} {kb} kB]", f[1]),
+            };
+        } else if f.first() == Some(&"Rss:") {
+            *out.entry(name.clone()).or_insert(0) += f.get(1).and_then(|v| v.parse().ok()).unwrap_or(0);
+        }
+    }
+    out
+}
+
 fn main() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut model_path = None;
-    let (mut sessions, mut shapes, mut shared_arena) = (1usize, Vec::new(), false);
+    let (mut sessions, mut shapes, mut shared_arena, mut by_mapping) = (1usize, Vec::new(), false, false);
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--sessions" => sessions = it.next().and_then(|v| v.parse().ok()).ok_or("--sessions N")?,
             "--shared-arena" => shared_arena = true,
+            "--smaps" => by_mapping = true,
             "--shape" => {
                 let s = it.next().ok_or("--shape D,D,...")?;
                 shapes.push(s.split(',').map(|d| d.trim().parse::<usize>().map_err(|e| format!("--shape {s}: {e}"))).collect::<Result<Vec<_>, _>>()?);
@@ -46,6 +73,7 @@ fn main() -> Result<(), String> {
     // The high-water mark restarts from the current RSS (Linux 4.0 and later).
     let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
     let before = status_kb("VmRSS:");
+    let maps_before = if by_mapping { smaps() } else { Default::default() };
     let model = Arc::new(Model::from_file(&path).map_err(|e| e.to_string())?);
     let mut all = Vec::with_capacity(sessions);
     for _ in 0..sessions {
@@ -65,6 +93,14 @@ fn main() -> Result<(), String> {
         all.push(s);
     }
     let peak = status_kb("VmHWM:");
+    if by_mapping {
+        for (name, kb) in smaps() {
+            let was = maps_before.get(&name).copied().unwrap_or(0);
+            if kb != was {
+                eprintln!("{:>8} kB {name}", kb as i64 - was as i64);
+            }
+        }
+    }
     // Constant bytes as stored, each buffer once (tensors may share one).
     let mut ranges: Vec<_> = model.subgraphs().iter().flat_map(|g| g.tensors.iter().filter_map(|t| t.data.clone())).collect();
     ranges.sort_by_key(|r| (r.start, r.end));

@@ -74,15 +74,32 @@ enum Strategy {
 
 /// Orders tensors for placement by `strategy`.
 fn ordered(lifetimes: &[Lifetime], strategy: Strategy) -> Vec<&Lifetime> {
-    let mut order: Vec<&Lifetime> = lifetimes.iter().collect();
-    let dur = |l: &Lifetime| l.last - l.first + 1;
-    match strategy {
-        Strategy::Size => order.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.first.cmp(&b.first))),
-        Strategy::Area => order.sort_by(|a, b| (b.bytes.saturating_mul(dur(b))).cmp(&a.bytes.saturating_mul(dur(a))).then(b.bytes.cmp(&a.bytes))),
-        Strategy::Duration => order.sort_by(|a, b| dur(b).cmp(&dur(a)).then(b.bytes.cmp(&a.bytes))),
-        Strategy::FirstUse => order.sort_by(|a, b| a.first.cmp(&b.first).then(b.bytes.cmp(&a.bytes))),
-    }
-    order
+    let dur = |l: &Lifetime| (l.last - l.first + 1) as u64;
+    // Descending criteria are bit-inverted (for unsigned integers `!` reverses the
+    // order), so every strategy is an ascending (key, key) pair.
+    sorted_by_key(
+        lifetimes
+            .iter()
+            .map(|l| {
+                let (bytes, first) = (l.bytes as u64, l.first as u64);
+                let key = match strategy {
+                    Strategy::Size => (!bytes, first),
+                    Strategy::Area => (!bytes.saturating_mul(dur(l)), !bytes),
+                    Strategy::Duration => (!dur(l), !bytes),
+                    Strategy::FirstUse => (first, !bytes),
+                };
+                (key, l)
+            })
+            .collect(),
+    )
+}
+
+/// The lifetimes in ascending order of their keys, equal keys in their given
+/// order. Every ordering of the planner goes through this one function: each
+/// instantiation of the standard library's stable sort is several kB of code.
+fn sorted_by_key(mut keyed: Vec<((u64, u64), &Lifetime)>) -> Vec<&Lifetime> {
+    keyed.sort_by_key(|e| e.0);
+    keyed.into_iter().map(|(_, l)| l).collect()
 }
 
 /// Places tensors in `order` and returns (arena size, offsets), or the first size above `max_bytes`.
@@ -170,10 +187,15 @@ pub fn plan(lifetimes: &[Lifetime], max_bytes: usize) -> Result<MemoryPlan> {
         };
         // Alternately: sizes scaled by a factor in [0.7, 1.3), and a uniformly
         // shuffled order (which moves long-lived tensors such as graph inputs).
-        let mut keyed: Vec<(u64, &Lifetime)> =
-            lifetimes.iter().map(|l| (if i % 4 < 2 { (l.bytes as u64).saturating_mul(700 + next() % 600) } else { next() }, l)).collect();
-        keyed.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.first.cmp(&b.1.first)));
-        let order: Vec<&Lifetime> = keyed.into_iter().map(|(_, l)| l).collect();
+        // Largest key first, then earliest first use.
+        let keyed = lifetimes
+            .iter()
+            .map(|l| {
+                let key = if i % 4 < 2 { (l.bytes as u64).saturating_mul(700 + next() % 600) } else { next() };
+                ((!key, l.first as u64), l)
+            })
+            .collect();
+        let order = sorted_by_key(keyed);
         consider(place(&order, i % 2 == 1, max_bytes), &mut best);
     }
     let (arena_bytes, offsets) =

@@ -319,6 +319,10 @@ pub struct BackendContext {
     /// Why backends earlier in the list refused ops that a later one took:
     /// (subgraph, op, refusing backend, reason), for `inspect --backends`.
     pub(crate) refusals: Vec<(usize, usize, &'static str, String)>,
+    /// The block buffers of the session's int8 GEMM convolutions: they run one at
+    /// a time, so they take turns with one set grown to the largest instead of
+    /// holding one each (a MobileNet's 35 sets were 1.3 MB).
+    pub(crate) conv_buffers: Arc<std::sync::Mutex<ferrite_kernels::qgemm::ConvBuffers>>,
     /// The GPU device and the ops built for it, awaiting their segments.
     #[cfg(feature = "gpu")]
     pub(crate) gpu: gpu::GpuContext,
@@ -345,6 +349,7 @@ impl BackendContext {
             shared: None,
             private_now: false,
             refusals: Vec::new(),
+            conv_buffers: Default::default(),
             #[cfg(feature = "gpu")]
             gpu: Default::default(),
         }

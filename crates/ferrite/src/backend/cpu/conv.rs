@@ -462,16 +462,19 @@ pub(crate) fn conv_int(op: &OpContext<'_>, depthwise: bool, ctx: &mut crate::bac
                 qgemm::QPacked::new(typed::<i8>(bytes)?, out_c, k)
             })
         })?;
-        let scratch = Mutex::new(if unsigned { qgemm::ConvScratch::new_u8(&pk, &q.rq) } else { qgemm::ConvScratch::new(&pk, &q.rq) });
+        // The block buffers are the session's, shared by its convolutions.
+        let shared = ctx.conv_buffers.clone();
+        let scratch = Mutex::new(qgemm::ConvScratch::sharing(&pk, &q.rq, unsigned, &mut shared.lock().unwrap_or_else(|e| e.into_inner())));
         return Ok(Built {
             outputs: vec![(x.dtype, out_shape)],
             kernel: Box::new(move |ins, outs| {
                 let bias = if has_bias { Some(typed::<i32>(arg(ins, 2)?)?) } else { None };
                 let mut s = scratch.lock().unwrap_or_else(|e| e.into_inner());
+                let mut bufs = shared.lock().unwrap_or_else(|e| e.into_inner());
                 if unsigned {
-                    qgemm::conv_u8(arg(ins, 0)?, &pk, bias, &q, typed_mut(outs[0])?, &mut s);
+                    qgemm::conv_u8_in(arg(ins, 0)?, &pk, bias, &q, typed_mut(outs[0])?, &mut s, &mut bufs);
                 } else {
-                    qgemm::conv_i8(arg(ins, 0)?, &pk, bias, &q, typed_mut(outs[0])?, &mut s);
+                    qgemm::conv_i8_in(arg(ins, 0)?, &pk, bias, &q, typed_mut(outs[0])?, &mut s, &mut bufs);
                 }
                 Ok(())
             }),
