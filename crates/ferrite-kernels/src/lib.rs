@@ -161,6 +161,7 @@ pub mod reduce;
 pub mod resize;
 pub mod signal;
 pub mod softmax;
+pub mod text;
 #[cfg(test)]
 mod testutil;
 
