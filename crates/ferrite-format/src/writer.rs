@@ -161,6 +161,11 @@ pub enum Options {
     Unique {
         idx_out_type: TensorType,
     },
+    /// LSH_PROJECTION: the schema's `LSHProjectionType` (1 sparse, 2 dense; 0,
+    /// unknown, is written as is so that refusals can be tested).
+    LshProjection {
+        kind: i8,
+    },
     /// MIRROR_PAD: REFLECT (false) or SYMMETRIC (true).
     MirrorPad {
         symmetric: bool,
@@ -283,6 +288,7 @@ impl Options {
             Options::Shape { .. } => &[T::ShapeOptions],
             Options::Unique { .. } => &[T::UniqueOptions],
             Options::MirrorPad { .. } => &[T::MirrorPadOptions],
+            Options::LshProjection { .. } => &[T::LSHProjectionOptions],
             Options::L2Norm { .. } => &[T::L2NormOptions],
             Options::LocalResponseNormalization { .. } => &[T::LocalResponseNormalizationOptions],
             Options::Pack { .. } => &[T::PackOptions],
@@ -842,6 +848,9 @@ fn write_options(b: &mut FlatBufferBuilder, table: fb::BuiltinOptions, o: &Optio
         .as_union_value(),
         Options::Shape { out_type } => fb::ShapeOptions::create(b, &fb::ShapeOptionsArgs { out_type: *out_type }).as_union_value(),
         Options::Unique { idx_out_type } => fb::UniqueOptions::create(b, &fb::UniqueOptionsArgs { idx_out_type: *idx_out_type }).as_union_value(),
+        Options::LshProjection { kind } => {
+            fb::LSHProjectionOptions::create(b, &fb::LSHProjectionOptionsArgs { type_: fb::LSHProjectionType(*kind) }).as_union_value()
+        }
         Options::MirrorPad { symmetric } => {
             let mode = if *symmetric { fb::MirrorPadMode::SYMMETRIC } else { fb::MirrorPadMode::REFLECT };
             fb::MirrorPadOptions::create(b, &fb::MirrorPadOptionsArgs { mode }).as_union_value()

@@ -170,12 +170,13 @@ pub fn fingerprint64(s: &[u8]) -> u64 {
 /// fingerprint of the seed's 4 bytes followed by the row's bytes, weighted by
 /// `weight[i]` when given, is positive. Accumulated in f64 in row order, as
 /// LiteRT does, so ties and rounding agree.
-fn running_sign_bit(input: &[u8], row: usize, weight: Option<&[f32]>, seed: f32, key: &mut Vec<u8>) -> i32 {
+fn running_sign_bit(input: &[u8], rows: usize, row: usize, weight: Option<&[f32]>, seed: f32, key: &mut Vec<u8>) -> i32 {
     let mut score = 0.0f64;
-    for (i, r) in input.chunks_exact(row.max(1)).enumerate() {
+    // Rows of zero bytes still count (the key is then the seed alone).
+    for i in 0..rows {
         key.clear();
         key.extend_from_slice(&seed.to_le_bytes());
-        key.extend_from_slice(&r[..row.min(r.len())]);
+        key.extend_from_slice(&input[i * row..(i + 1) * row]);
         let value = fingerprint64(key) as i64 as f64;
         score += match weight {
             Some(w) => f64::from(w[i]) * value,
@@ -192,7 +193,8 @@ fn running_sign_bit(input: &[u8], row: usize, weight: Option<&[f32]>, seed: f32,
 /// Dense: every sign bit as 0 or 1. `out` holds `num_hash` (sparse) or
 /// `num_hash * num_bits` (dense) values; `num_bits` is at most 32 (checked by
 /// the caller, as is every length).
-pub fn lsh_projection(hash: &[f32], num_bits: usize, input: &[u8], row: usize, weight: Option<&[f32]>, sparse: bool, out: &mut [i32]) {
+#[allow(clippy::too_many_arguments)]
+pub fn lsh_projection(hash: &[f32], num_bits: usize, input: &[u8], rows: usize, row: usize, weight: Option<&[f32]>, sparse: bool, out: &mut [i32]) {
     let mut key = Vec::with_capacity(4 + row);
     if num_bits == 0 {
         // No bits: every sparse signature is 0 plus the function's offset.
@@ -205,14 +207,14 @@ pub fn lsh_projection(hash: &[f32], num_bits: usize, input: &[u8], row: usize, w
         if sparse {
             let mut signature: i32 = 0;
             for &seed in seeds {
-                signature = (signature << 1) | running_sign_bit(input, row, weight, seed, &mut key);
+                signature = (signature << 1) | running_sign_bit(input, rows, row, weight, seed, &mut key);
             }
             // `i << num_bits` in 32-bit arithmetic; for 32 bits the shift count
             // wraps to 0 as x86's shift (which LiteRT's `1 << 32` compiles to) does.
             out[i] = signature.wrapping_add((i as i32).wrapping_shl(num_bits as u32));
         } else {
             for (o, &seed) in out[i * num_bits..(i + 1) * num_bits].iter_mut().zip(seeds) {
-                *o = running_sign_bit(input, row, weight, seed, &mut key);
+                *o = running_sign_bit(input, rows, row, weight, seed, &mut key);
             }
         }
     }
@@ -300,9 +302,9 @@ mod tests {
             let weight: Vec<f32> = (0..rows).map(|_| (g.unit() * 2.0 - 1.0) as f32).collect();
             let w = (case % 2 == 0).then_some(&weight[..]);
             let mut sparse = vec![0; num_hash];
-            lsh_projection(&hash, num_bits, &input, row, w, true, &mut sparse);
+            lsh_projection(&hash, num_bits, &input, rows, row, w, true, &mut sparse);
             let mut dense = vec![0; num_hash * num_bits];
-            lsh_projection(&hash, num_bits, &input, row, w, false, &mut dense);
+            lsh_projection(&hash, num_bits, &input, rows, row, w, false, &mut dense);
             for i in 0..num_hash {
                 let mut sig = 0i64;
                 for j in 0..num_bits {
