@@ -55,7 +55,8 @@ pub(crate) fn hashtable_lookup_shapes(op: &OpContext<'_>) -> Result<(Vec<usize>,
     let mut out = values.shape.clone();
     out[0] = lookup.shape[0];
     op.checked_elements(&out, size)?;
-    let row = op.checked_elements(&values.shape[1..], size)?;
+    // Rows are moved as bytes: `checked_elements` counts elements, so times the size.
+    let row = op.checked_elements(&values.shape[1..], size)? * size;
     Ok((out, row, values.dtype))
 }
 
@@ -101,7 +102,8 @@ pub(crate) fn lsh_shapes(op: &OpContext<'_>) -> Result<(usize, usize, usize, usi
     let Some(&rows) = input.shape.first() else { return Err(op.bad("the input must have rank 1 or more")) };
     let size = input.dtype.size().filter(|_| input.dtype != DType::Resource);
     let Some(size) = size else { return Err(op.unsupported(format!("LSH_PROJECTION of a {} input", input.dtype.name()))) };
-    let row = op.checked_elements(&input.shape[1..], size)?;
+    // Rows are hashed as bytes: `checked_elements` counts elements, so times the size.
+    let row = op.checked_elements(&input.shape[1..], size)? * size;
     if let Some(w) = op.opt_input(2) {
         if w.dtype != DType::F32 || w.shape[..] != [rows] {
             return Err(op.bad(format!("weight must be float32 of shape [{rows}], got {} {:?}", w.dtype.name(), w.shape)));
