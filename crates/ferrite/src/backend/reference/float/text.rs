@@ -77,3 +77,58 @@ pub(crate) fn lsh_projection(op: &OpContext<'_>) -> Result<Built> {
         }),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::reference::float_test_util::{f32_const, f32_input, i32_const, raw_input, Rng, TestOp};
+    use crate::model::DType;
+    use crate::ops::OpParams;
+    use ferrite_format::ops::BuiltinOp as B;
+
+    /// Both kernels on random cases: keys that hit and miss, values of 1- and
+    /// 4-byte types; sparse and dense projections of float and int8 inputs, with
+    /// and without weights. Integer outputs compared byte for byte.
+    #[test]
+    fn random_text_ops_match_cpu() {
+        let mut r = Rng::new(0x7e47);
+        for _ in 0..60 {
+            let n_keys = r.range(1, 6);
+            let mut keys: Vec<i32> = (0..n_keys).map(|k| k as i32 * 3 - 4 + r.below(3) as i32).collect();
+            keys.dedup();
+            let lookup: Vec<i32> = (0..r.range(1, 6)).map(|_| r.below(20) as i32 - 6).collect();
+            let row = r.range(1, 3);
+            let values = f32_input(&[keys.len(), row], &r.floats(keys.len() * row));
+            let ids = raw_input(DType::I32, &[lookup.len()], lookup.iter().flat_map(|v| v.to_le_bytes()).collect());
+            let t = TestOp::typed(B::HASHTABLE_LOOKUP, OpParams::None, vec![ids.clone(), i32_const(&[keys.len()], &keys), values], vec![DType::F32, DType::U8]);
+            t.compare_with_cpu(0.0, "hashtable_lookup float");
+            let bytes = raw_input(DType::I8, &[keys.len()], (0..keys.len()).map(|_| r.next() as u8).collect());
+            let t = TestOp::typed(B::HASHTABLE_LOOKUP, OpParams::None, vec![ids, i32_const(&[keys.len()], &keys), bytes], vec![DType::I8, DType::U8]);
+            t.compare_with_cpu(0.0, "hashtable_lookup int8");
+
+            let (num_hash, num_bits, rows) = (r.range(1, 4), r.range(1, 12), r.range(1, 5));
+            let seeds: Vec<f32> = r.floats(num_hash * num_bits).iter().map(|s| s * 50.0).collect();
+            let input = if r.coin() {
+                f32_input(&[rows, 2], &r.floats(rows * 2))
+            } else {
+                raw_input(DType::I8, &[rows, 3], (0..rows * 3).map(|_| r.next() as u8).collect())
+            };
+            let mut ins = vec![f32_const(&[num_hash, num_bits], &seeds), input];
+            if r.coin() {
+                ins.push(f32_const(&[rows], &r.floats(rows)));
+            }
+            let kind = 1 + r.below(2) as i8;
+            let t = TestOp::typed(B::LSH_PROJECTION, OpParams::LshProjection { kind }, ins, vec![DType::I32]);
+            t.compare_with_cpu(0.0, "lsh_projection");
+        }
+    }
+
+    /// An unknown projection type (0) and seeds of another type are refused.
+    #[test]
+    fn lsh_projection_refuses_unknown_types() {
+        let x = f32_input(&[2, 2], &[1.0, 2.0, 3.0, 4.0]);
+        let t = TestOp::typed(B::LSH_PROJECTION, OpParams::LshProjection { kind: 0 }, vec![f32_const(&[1, 2], &[0.5, 1.5]), x.clone()], vec![DType::I32]);
+        assert!(t.reference().is_err() && t.cpu().is_err());
+        let t = TestOp::typed(B::LSH_PROJECTION, OpParams::LshProjection { kind: 1 }, vec![i32_const(&[1, 2], &[1, 2]), x], vec![DType::I32]);
+        assert!(t.reference().is_err() && t.cpu().is_err());
+    }
+}
