@@ -161,9 +161,9 @@ pub mod reduce;
 pub mod resize;
 pub mod signal;
 pub mod softmax;
-pub mod text;
 #[cfg(test)]
 mod testutil;
+pub mod text;
 
 /// Output clamp applied by a fused activation (`NONE` is an infinite range).
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -158,11 +158,7 @@ pub fn fingerprint64(s: &[u8]) -> u64 {
     v = weak32(s, p, v.1.wrapping_mul(mul), x.wrapping_add(w.0));
     w = weak32(s, p + 32, z.wrapping_add(w.1), y.wrapping_add(fetch64(s, p + 16)));
     std::mem::swap(&mut z, &mut x);
-    mix16(
-        mix16(v.0, w.0, mul).wrapping_add(shift_mix(y).wrapping_mul(K0)).wrapping_add(z),
-        mix16(v.1, w.1, mul).wrapping_add(x),
-        mul,
-    )
+    mix16(mix16(v.0, w.0, mul).wrapping_add(shift_mix(y).wrapping_mul(K0)).wrapping_add(z), mix16(v.1, w.1, mul).wrapping_add(x), mul)
 }
 
 /// The sign bit of one LSH_PROJECTION hash function with seed `seed` over the

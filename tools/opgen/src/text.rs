@@ -8,14 +8,8 @@ use ferrite_format::schema::TensorType;
 use ferrite_format::writer::{BuiltinOperator as B, ModelSpec, Options, TensorSpec};
 
 /// The case names this module generates.
-pub(crate) const TEXT_OPS: &[&str] = &[
-    "HASHTABLE_LOOKUP",
-    "HASHTABLE_LOOKUP_INT32",
-    "HASHTABLE_LOOKUP_INT8",
-    "HASHTABLE_LOOKUP_UINT8",
-    "LSH_PROJECTION",
-    "LSH_PROJECTION_INT32",
-];
+pub(crate) const TEXT_OPS: &[&str] =
+    &["HASHTABLE_LOOKUP", "HASHTABLE_LOOKUP_INT32", "HASHTABLE_LOOKUP_INT8", "HASHTABLE_LOOKUP_UINT8", "LSH_PROJECTION", "LSH_PROJECTION_INT32"];
 
 pub(crate) fn gen(op: &str, r: &mut Rng) -> Case {
     let mut m = ModelSpec { description: format!("ferrite single-op test: {op}"), ..Default::default() };

@@ -100,8 +100,6 @@ const FAMILIES: &[Family] = &[
     movement::build,
     #[cfg(feature = "op-index")]
     index::build,
-    #[cfg(feature = "op-index")]
-    text::build,
     #[cfg(feature = "op-convert")]
     convert::build,
     #[cfg(feature = "op-signal")]

@@ -1,8 +1,8 @@
 //! Legacy text-model ops: HASHTABLE_LOOKUP (sorted int32 keys, rows of any
 //! non-string type, a hit flag per key) and LSH_PROJECTION (FarmHash-based
-//! locality-sensitive hashing of any input's rows). Built under the `op-index`
-//! feature: they are lookups and hashes of indices, and need no kernel family of
-//! their own in a selective build.
+//! locality-sensitive hashing of any input's rows). Part of the index family
+//! (its dispatch falls through to this one, under the `op-index` feature): they
+//! are lookups and hashes of indices, in a file of their own.
 
 use ferrite_format::ops::BuiltinOp as B;
 use ferrite_kernels::text as k;
