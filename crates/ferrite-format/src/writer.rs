@@ -47,6 +47,11 @@ impl TensorSpec {
         let data = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         TensorSpec { data: Some(data), ..Self::activation(name, TensorType::FLOAT32, shape) }
     }
+    /// A constant STRING tensor (the layout of [`crate::strings`]); `None` when
+    /// the strings exceed what its int32 offsets address.
+    pub fn const_strings<S: AsRef<[u8]>>(name: &str, shape: &[i32], items: &[S]) -> Option<Self> {
+        Some(TensorSpec { data: Some(crate::strings::write(items)?), ..Self::activation(name, TensorType::STRING, shape) })
+    }
     /// A constant int32 tensor.
     pub fn const_i32(name: &str, shape: &[i32], values: &[i32]) -> Self {
         let data = values.iter().flat_map(|v| v.to_le_bytes()).collect();
