@@ -112,9 +112,9 @@ mod tests {
         b[..4].copy_from_slice(&3i32.to_le_bytes());
         assert!(parse(&b).is_err());
         // Offsets: before the header, decreasing, past the end.
-        for (at, v) in [(4, 8), (12, 17), (12, 100), (12, -1)] {
+        for (at, v) in [(4, 8i32), (12, 17), (12, 100), (12, -1)] {
             let mut b = good.clone();
-            b[at..at + 4].copy_from_slice(&(v as i32).to_le_bytes());
+            b[at..at + 4].copy_from_slice(&v.to_le_bytes());
             assert!(matches!(parse(&b), Err(StringBufferError::Offset { .. })), "offset at {at} = {v}");
         }
         // No truncation of a valid buffer panics.
