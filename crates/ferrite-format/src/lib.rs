@@ -26,6 +26,7 @@ pub mod coverage;
 pub mod flexbuffers;
 pub mod ops;
 pub mod reader;
+pub mod strings;
 pub mod writer;
 
 pub use reader::{Table, TableVector, Vector};

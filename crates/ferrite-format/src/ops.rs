@@ -300,6 +300,10 @@ op_table! {
     MATRIX_DIAG:             NONE,                        1..=1, 1..=1, ANY;
     MATRIX_SET_DIAG:         NONE,                        2..=2, 1..=1, ANY;
     BROADCAST_ARGS:          NONE,                        2..=2, 1..=1, INT;
+    // Legacy text-model ops: a sorted-key row lookup (values of any non-string
+    // type) and locality-sensitive hashing of any input's rows into int32 ids.
+    HASHTABLE_LOOKUP:        NONE,                        3..=3, 2..=2, ANY;
+    LSH_PROJECTION:          LSHProjectionOptions,        2..=3, 1..=1, ANY;
     // Detection: boxes [n, 4], scores [n], max outputs, IoU and score thresholds (V5: soft-NMS sigma).
     NON_MAX_SUPPRESSION_V4:  NONE,                        5..=5, 2..=2, F32;
     NON_MAX_SUPPRESSION_V5:  NONE,                        6..=6, 3..=3, F32;

@@ -47,6 +47,11 @@ impl TensorSpec {
         let data = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         TensorSpec { data: Some(data), ..Self::activation(name, TensorType::FLOAT32, shape) }
     }
+    /// A constant STRING tensor (the layout of [`crate::strings`]); `None` when
+    /// the strings exceed what its int32 offsets address.
+    pub fn const_strings<S: AsRef<[u8]>>(name: &str, shape: &[i32], items: &[S]) -> Option<Self> {
+        Some(TensorSpec { data: Some(crate::strings::write(items)?), ..Self::activation(name, TensorType::STRING, shape) })
+    }
     /// A constant int32 tensor.
     pub fn const_i32(name: &str, shape: &[i32], values: &[i32]) -> Self {
         let data = values.iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -160,6 +165,11 @@ pub enum Options {
     /// UNIQUE: the element type of its index output (int32 or int64).
     Unique {
         idx_out_type: TensorType,
+    },
+    /// LSH_PROJECTION: the schema's `LSHProjectionType` (1 sparse, 2 dense; 0,
+    /// unknown, is written as is so that refusals can be tested).
+    LshProjection {
+        kind: i8,
     },
     /// MIRROR_PAD: REFLECT (false) or SYMMETRIC (true).
     MirrorPad {
@@ -283,6 +293,7 @@ impl Options {
             Options::Shape { .. } => &[T::ShapeOptions],
             Options::Unique { .. } => &[T::UniqueOptions],
             Options::MirrorPad { .. } => &[T::MirrorPadOptions],
+            Options::LshProjection { .. } => &[T::LSHProjectionOptions],
             Options::L2Norm { .. } => &[T::L2NormOptions],
             Options::LocalResponseNormalization { .. } => &[T::LocalResponseNormalizationOptions],
             Options::Pack { .. } => &[T::PackOptions],
@@ -842,6 +853,9 @@ fn write_options(b: &mut FlatBufferBuilder, table: fb::BuiltinOptions, o: &Optio
         .as_union_value(),
         Options::Shape { out_type } => fb::ShapeOptions::create(b, &fb::ShapeOptionsArgs { out_type: *out_type }).as_union_value(),
         Options::Unique { idx_out_type } => fb::UniqueOptions::create(b, &fb::UniqueOptionsArgs { idx_out_type: *idx_out_type }).as_union_value(),
+        Options::LshProjection { kind } => {
+            fb::LSHProjectionOptions::create(b, &fb::LSHProjectionOptionsArgs { type_: fb::LSHProjectionType(*kind) }).as_union_value()
+        }
         Options::MirrorPad { symmetric } => {
             let mode = if *symmetric { fb::MirrorPadMode::SYMMETRIC } else { fb::MirrorPadMode::REFLECT };
             fb::MirrorPadOptions::create(b, &fb::MirrorPadOptionsArgs { mode }).as_union_value()

@@ -163,6 +163,7 @@ pub mod signal;
 pub mod softmax;
 #[cfg(test)]
 mod testutil;
+pub mod text;
 
 /// Output clamp applied by a fused activation (`NONE` is an infinite range).
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -575,7 +575,9 @@ fn parse_subgraph(data: &[u8], kind: FileKind, si: usize, sg: Table<'_>, buffers
     let fb_tensors = sg.tables(fb::SubGraph::VT_TENSORS)?;
     let mut tensors = Vec::with_capacity(fb_tensors.len().min(1 << 20));
     for (ti, t) in fb_tensors.iter().enumerate() {
-        tensors.push(parse_tensor(kind, t?, buffers).map_err(|e| e.located(Location::tensor(si, ti)))?);
+        let info = parse_tensor(kind, t?, buffers).map_err(|e| e.located(Location::tensor(si, ti)))?;
+        check_string_constant(data, &info).map_err(|e| e.located(Location::tensor(si, ti)))?;
+        tensors.push(info);
     }
     let n = tensors.len();
     let io = |slot, what: &str| -> Result<Vec<usize>> {
@@ -728,6 +730,20 @@ fn parse_tensor(kind: FileKind, t: Table<'_>, buffers: &[Option<Range<usize>>]) 
     Ok(TensorInfo { name, dtype, shape, shape_signature, quant, data, sparsity, is_variable })
 }
 
+/// A constant STRING tensor's buffer is untrusted: its count and offsets are
+/// checked (`ferrite_format::strings::parse`) at load, and the count must be the
+/// shape's element count, so no later reader trusts a hostile layout.
+fn check_string_constant(file: &[u8], t: &TensorInfo) -> Result<()> {
+    let (DType::String, Some(r)) = (t.dtype, &t.data) else { return Ok(()) };
+    let bytes = file.get(r.clone()).ok_or_else(|| invalid(format!("'{}': string buffer outside the file", t.name)))?;
+    let strings = ferrite_format::strings::parse(bytes).map_err(|e| invalid(format!("'{}': {e}", t.name)))?;
+    let numel = t.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    if numel != Some(strings.len()) {
+        return Err(invalid(format!("'{}': {} strings for shape {:?}", t.name, strings.len(), t.shape)));
+    }
+    Ok(())
+}
+
 fn parse_sparsity(s: Table<'_>) -> Result<Sparsity> {
     let to_usize = |v: Vec<i32>, what: &str| -> Result<Vec<usize>> {
         v.into_iter().map(|x| usize::try_from(x).map_err(|_| invalid(format!("negative {what} {x}")))).collect()
@@ -817,4 +833,37 @@ fn check_dataflow(si: usize, sg: &Subgraph) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod string_constant_tests {
+    use super::Model;
+    use ferrite_format::schema::TensorType;
+    use ferrite_format::writer::{BuiltinOperator, ModelSpec, OpCode, Options, TensorSpec};
+
+    /// A model whose only constant is a STRING tensor of shape [3] (a RESHAPE
+    /// reads it, so it is a real operand), with the buffer's bytes edited by `f`.
+    fn model_with(items: &[&str], f: impl Fn(&mut Vec<u8>)) -> super::ModelBytes {
+        let mut spec = TensorSpec::const_strings("words", &[3], items).unwrap();
+        if let Some(d) = spec.data.as_mut() {
+            f(d);
+        }
+        let mut m = ModelSpec::default();
+        let s = m.add_tensor(spec);
+        let shape = m.add_tensor(TensorSpec::const_i32("shape", &[1], &[3]));
+        let o = m.add_tensor(TensorSpec::activation("out", TensorType::STRING, &[3]));
+        m.add_op(OpCode::Builtin(BuiltinOperator::RESHAPE), &[s, shape], &[o], Options::None);
+        m.outputs.push(o);
+        std::sync::Arc::new(m.to_bytes().unwrap())
+    }
+
+    #[test]
+    fn string_constants_are_validated_at_load() {
+        assert!(Model::from_bytes(model_with(&["", "héllo", "a"], |_| ())).is_ok());
+        // Two strings for a shape of three.
+        assert!(Model::from_bytes(model_with(&["a", "b"], |_| ())).is_err());
+        // An offset past the buffer's end, and a count the buffer cannot hold.
+        assert!(Model::from_bytes(model_with(&["x", "y", "z"], |d| d[8..12].copy_from_slice(&1000i32.to_le_bytes()))).is_err());
+        assert!(Model::from_bytes(model_with(&["x", "y", "z"], |d| d[..4].copy_from_slice(&i32::MAX.to_le_bytes()))).is_err());
+    }
 }

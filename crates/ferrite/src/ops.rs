@@ -167,6 +167,11 @@ pub enum OpParams {
     MirrorPad {
         symmetric: bool,
     },
+    /// LSH_PROJECTION: the schema's projection type (1 sparse, 2 dense); kept raw
+    /// so the builder can refuse 0 (unknown) and other values, as LiteRT does.
+    LshProjection {
+        kind: i8,
+    },
     /// An options table holding only a fused activation (L2_NORMALIZATION).
     Activation(Activation),
     /// LOCAL_RESPONSE_NORMALIZATION.
@@ -440,6 +445,7 @@ pub fn parse_params(op: BuiltinOp, opt_type: u8, options: Option<Table<'_>>) -> 
             batch_dim: i32f(fb::ReverseSequenceOptions::VT_BATCH_DIM, 0)?,
         },
         T::SparseToDenseOptions => OpParams::SparseToDense { validate_indices: boolf(fb::SparseToDenseOptions::VT_VALIDATE_INDICES, false)? },
+        T::LSHProjectionOptions => OpParams::LshProjection { kind: i8f(fb::LSHProjectionOptions::VT_TYPE_, 0)? },
         T::MirrorPadOptions => OpParams::MirrorPad { symmetric: i8f(fb::MirrorPadOptions::VT_MODE, 0)? == 1 },
         T::L2NormOptions => OpParams::Activation(act(fb::L2NormOptions::VT_FUSED_ACTIVATION_FUNCTION)?),
         T::LocalResponseNormalizationOptions => {
@@ -622,6 +628,7 @@ mod tests {
             // The schema's default index type is INT32.
             T::UniqueOptions => (Options::Unique { idx_out_type: TensorType::INT64 }, OpParams::OutType(TensorType::INT64.0)),
             T::MirrorPadOptions => (Options::MirrorPad { symmetric: true }, OpParams::MirrorPad { symmetric: true }),
+            T::LSHProjectionOptions => (Options::LshProjection { kind: 2 }, OpParams::LshProjection { kind: 2 }),
             T::L2NormOptions => (Options::L2Norm { activation: A::RELU6 }, OpParams::Activation(act)),
             T::LocalResponseNormalizationOptions => (
                 Options::LocalResponseNormalization { radius: 3, bias: 1.5, alpha: 0.25, beta: 0.75 },

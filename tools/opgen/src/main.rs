@@ -8,6 +8,7 @@
 //!   ferrite-opgen probe OUTDIR [--seed S]              (per-type LiteRT probe models, see probe.rs)
 
 mod probe;
+mod text;
 
 use ferrite_format::schema::TensorType;
 use ferrite_format::writer::{Activation, BuiltinOperator as B, ModelSpec, OpCode, Options, Padding, TensorSpec};
@@ -115,6 +116,7 @@ fn gen(op: &str, r: &mut Rng) -> Case {
     let fr = (-2.0f32, 2.0f32);
     match op {
         op if RECURRENT.contains(&op) => return gen_recurrent(op, r),
+        op if text::TEXT_OPS.contains(&op) => return text::gen(op, r),
         "CONV_2D" | "DEPTHWISE_CONV_2D" => {
             let dw = op == "DEPTHWISE_CONV_2D";
             let (n, h, w, c) = (r.u(1, 2), r.u(4, 11), r.u(4, 11), r.u(1, 6));
@@ -2961,6 +2963,13 @@ const OPS: &[&str] = &[
     "EMBEDDING_LOOKUP_INT8",
     "EMBEDDING_LOOKUP_HYBRID",
     "EMBEDDING_LOOKUP_HYBRID_PER_ROW",
+    // Legacy text-model ops (text.rs's TEXT_OPS).
+    "HASHTABLE_LOOKUP",
+    "HASHTABLE_LOOKUP_INT32",
+    "HASHTABLE_LOOKUP_INT8",
+    "HASHTABLE_LOOKUP_UINT8",
+    "LSH_PROJECTION",
+    "LSH_PROJECTION_INT32",
     "TOPK_V2",
     "TOPK_V2_TIES",
     "TOPK_V2_DYNAMIC",

@@ -42,7 +42,8 @@ pub(super) fn build(code: B, op: &OpContext<'_>, _ctx: &mut BackendContext) -> O
         B::MATRIX_SET_DIAG => matrix_set_diag(op),
         B::BROADCAST_ARGS => broadcast_args(op),
         B::NON_MAX_SUPPRESSION_V4 | B::NON_MAX_SUPPRESSION_V5 => non_max_suppression(op, code == B::NON_MAX_SUPPRESSION_V5),
-        _ => return None,
+        // The legacy text ops share the index family's feature (text.rs).
+        _ => return super::text::build(code, op, _ctx),
     })
 }
 

@@ -20,6 +20,7 @@ pub(crate) mod recurrent;
 mod reduce;
 mod signal;
 mod softmax;
+pub(crate) mod text;
 
 /// The strided-slice resolution, shared with the training graph's backward op.
 pub(crate) use movement::resolve_strided_slice;
@@ -215,7 +216,9 @@ pub(crate) fn family_feature(code: B) -> Option<&'static str> {
         | B::RANGE
         | B::SCATTER_ND
         | B::SPARSE_TO_DENSE
-        | B::TOPK_V2 => "op-index",
+        | B::TOPK_V2
+        | B::HASHTABLE_LOOKUP
+        | B::LSH_PROJECTION => "op-index",
         B::BITCAST | B::CAST | B::DENSIFY | B::DEQUANTIZE | B::QUANTIZE => "op-convert",
         B::RFFT2D | B::COMPLEX_ABS | B::REAL | B::IMAG => "op-signal",
         B::LSTM

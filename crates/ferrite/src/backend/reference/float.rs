@@ -19,6 +19,7 @@ mod nn;
 mod reduce;
 mod sets;
 mod spatial;
+mod text;
 
 #[cfg(feature = "gpu")]
 pub(crate) use movement::strided_slice_plan;
@@ -139,6 +140,8 @@ pub(crate) fn build(op: &OpContext<'_>) -> Result<Built> {
         B::SPARSE_TO_DENSE => index::sparse_to_dense(op),
         B::DYNAMIC_UPDATE_SLICE => index::dynamic_update_slice(op),
         B::EMBEDDING_LOOKUP => index::embedding_lookup(op),
+        B::HASHTABLE_LOOKUP => text::hashtable_lookup(op),
+        B::LSH_PROJECTION => text::lsh_projection(op),
         B::TOPK_V2 => index::top_k(op),
         B::ONE_HOT => index::one_hot(op),
         B::RANGE => index::range(op),
