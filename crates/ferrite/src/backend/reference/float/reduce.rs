@@ -97,13 +97,16 @@ pub(crate) fn reduce(op: &OpContext<'_>, kind: Reduction) -> Result<Built> {
 /// 2^bits whatever the order).
 fn reduce_int(op: &OpContext<'_>, kind: Reduction) -> Result<Built> {
     let dtype = op.input(0)?.dtype;
-    let plain = matches!(dtype, DType::I32 | DType::I64) && kind != Reduction::Mean;
+    let plain = matches!(dtype, DType::I32 | DType::I64);
+    // Quantized SUM / REDUCE_PROD rescale: the quantized half's business.
     let stored = matches!(dtype, DType::I8 | DType::U8 | DType::I16) && matches!(kind, Reduction::Max | Reduction::Min);
     if !(plain || stored) || op.outputs[0].dtype != dtype {
         return Err(op.unsupported(format!("{kind:?} of {}", dtype.name())));
     }
     let shape = op.input(0)?.shape.clone();
     let (reduced, out_shape, collapsed) = reduced_shapes(op, &shape)?;
+    // MEAN of int32 / int64 divides by the reduced count, truncating.
+    let taps: usize = shape.iter().zip(&reduced).filter(|(_, &r)| r).map(|(&s, _)| s).product();
     let width = dtype.size().unwrap_or(1);
     let (n_in, n_out) = (count(op, &shape, width)?, count(op, &out_shape, width)?);
     // The element type's range, for the start of max / min and for reading it.
@@ -153,6 +156,14 @@ fn reduce_int(op: &OpContext<'_>, kind: Reduction) -> Result<Built> {
                     Reduction::Prod => a.wrapping_mul(v),
                     _ => a.wrapping_add(v),
                 };
+            }
+            if kind == Reduction::Mean {
+                for a in acc.iter_mut() {
+                    // The sum as LiteRT's int64 accumulator holds it (wrapped), then
+                    // divided with the quotient truncated; an empty reduction is 0.
+                    let wrapped = *a as i64;
+                    *a = if taps == 0 { 0 } else { i128::from(wrapped.wrapping_div(taps as i64)) };
+                }
             }
             let out = output::<u8>(outs, 0, n_out * width)?;
             for (o, a) in acc.into_iter().enumerate() {

@@ -22,6 +22,7 @@ mod conv;
 mod elementwise;
 mod hybrid;
 mod pool;
+mod qreduce;
 mod reduce;
 
 use ferrite_format::ops::BuiltinOp as B;
@@ -60,6 +61,7 @@ pub(crate) fn build(op: &OpContext<'_>) -> Result<Built> {
         B::TRANSPOSE_CONV if op.opt_input(2).is_some_and(|d| is_int_type(d.dtype)) => conv::transpose_conv(op),
         B::BATCH_MATMUL if op.is_int() || op.is_hybrid() => batch_matmul::batch_matmul(op),
         B::MEAN if op.is_int() => reduce::mean(op),
+        B::SUM | B::REDUCE_PROD if op.is_int() => qreduce::build(op, code),
         B::CONCATENATION if op.is_int() => reduce::concatenation(op),
         _ => Err(op.unsupported(FALL_THROUGH)),
     }
