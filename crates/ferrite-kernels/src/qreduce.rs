@@ -277,7 +277,7 @@ mod tests {
             let in_zp = if wide { 0 } else { rng.range(lo, hi) as i32 };
             let out_zp = if wide { 0 } else { rng.range(lo, hi) as i32 };
             let r = Reduction::new(&shape, &reduce);
-            let count = if r.outputs == 0 { 1 } else { n / r.outputs };
+            let count = n.checked_div(r.outputs).unwrap_or(1);
             let p = ProdQ::new((rng.scale(-3.0, -1.0), in_zp), (rng.scale(-2.0, 0.0), out_zp), count);
             if !p.shift_in_range() {
                 continue;

@@ -22,6 +22,16 @@ pub(super) fn build(op: &OpContext<'_>, code: B, dtype: DType) -> Option<Result<
     })
 }
 
+/// Checks the run's buffers against the planned element counts (`width` bytes
+/// each), so a kernel never indexes past them.
+fn check(input: &[u8], out: &[u8], r: &Reduction, width: usize) -> Result<()> {
+    let n_in: usize = r.shape.iter().product();
+    if input.len() != n_in * width || out.len() != r.outputs * width {
+        return Err(super::runtime("quantized reduction buffers do not match the planned shapes"));
+    }
+    Ok(())
+}
+
 /// `(scale, zero point)` of a per-tensor quantized tensor.
 fn qparams(op: &OpContext<'_>, q: Option<&crate::model::Quantization>, what: &str) -> Result<(f32, i32)> {
     let q = q.filter(|q| !q.scale.is_empty() && !q.zero_point.is_empty());
@@ -61,6 +71,7 @@ fn sum_quantized(op: &OpContext<'_>, dtype: DType) -> Result<Built> {
         kernel: Box::new(move |ins, outs| {
             let mut sums = scratch.lock().unwrap_or_else(|e| e.into_inner());
             let (input, o) = (arg(ins, 0)?, &mut *outs[0]);
+            check(input, o, &r, if dtype == DType::I16 { 2 } else { 1 })?;
             match dtype {
                 DType::I8 => kq::sum_rescaled::<i8>(typed(input)?, &r, &p, &mut sums, typed_mut(o)?),
                 DType::U8 => kq::sum_rescaled::<u8>(input, &r, &p, &mut sums, o),
@@ -84,7 +95,7 @@ fn prod_quantized(op: &OpContext<'_>, dtype: DType) -> Result<Built> {
     }
     // LiteRT's reduced count: input elements per output element.
     let n_in: usize = r.shape.iter().product();
-    let count = if r.outputs == 0 { 1 } else { n_in / r.outputs };
+    let count = n_in.checked_div(r.outputs).unwrap_or(1);
     let p = ProdQ::new(in_q, out_q, count);
     if !r.empty_input() && !p.shift_in_range() {
         return Err(op.unsupported(format!("REDUCE_PROD scaling {} / {}^(1/{count}) out of LiteRT's 64-bit rescale range", in_q.0, out_q.0)));
@@ -95,6 +106,7 @@ fn prod_quantized(op: &OpContext<'_>, dtype: DType) -> Result<Built> {
         kernel: Box::new(move |ins, outs| {
             let mut prods = scratch.lock().unwrap_or_else(|e| e.into_inner());
             let (input, o) = (arg(ins, 0)?, &mut *outs[0]);
+            check(input, o, &r, if dtype == DType::I16 { 2 } else { 1 })?;
             // An empty input leaves LiteRT's output unwritten; ferrite's is zeros.
             o.fill(0);
             if dtype == DType::I8 {
@@ -116,6 +128,7 @@ fn mean_int(op: &OpContext<'_>, dtype: DType) -> Result<Built> {
         kernel: Box::new(move |ins, outs| {
             let mut sums = scratch.lock().unwrap_or_else(|e| e.into_inner());
             let (input, o) = (arg(ins, 0)?, &mut *outs[0]);
+            check(input, o, &r, if dtype == DType::I32 { 4 } else { 8 })?;
             if dtype == DType::I32 {
                 kq::mean_ints::<i32>(typed(input)?, &r, &mut sums, typed_mut(o)?);
             } else {

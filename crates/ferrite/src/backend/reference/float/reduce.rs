@@ -315,4 +315,37 @@ mod tests {
         }
         eprintln!("random reductions: worst relative error {worst:e}");
     }
+
+    /// MEAN of int32 / int64 truncates the quotient toward zero, as LiteRT's, and
+    /// agrees with the CPU backend on random signed values.
+    #[test]
+    fn integer_means_truncate_and_match_cpu() {
+        let x: Vec<u8> = [-3i32, -4, 7, 8].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let t =
+            TestOp::typed(B::MEAN, OpParams::Reducer { keep_dims: false }, vec![raw_input(DType::I32, &[2, 2], x), i32_const(&[1], &[1])], vec![DType::I32]);
+        // -7 / 2 = -3 (a floor would give -4), 15 / 2 = 7.
+        assert_eq!(t.reference().unwrap()[0].2, bytemuck::cast_slice::<i32, u8>(&[-3, 7]));
+        let mut r = Rng::new(0x3ea);
+        for case in 0..60 {
+            let rank = r.range(1, 4);
+            let shape: Vec<usize> = (0..rank).map(|_| r.range(1, 5)).collect();
+            let n: usize = shape.iter().product();
+            let axes: Vec<i32> = (0..r.range(1, 3)).map(|_| r.below(2 * rank) as i32 - rank as i32).collect();
+            let wide = case % 2 == 1;
+            let vals: Vec<i64> = (0..n).map(|_| r.next() as i64 >> if r.coin() { 33 } else { 56 }).collect();
+            let (dtype, data): (DType, Vec<u8>) = if wide {
+                (DType::I64, vals.iter().flat_map(|v| v.to_le_bytes()).collect())
+            } else {
+                (DType::I32, vals.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect())
+            };
+            let t = TestOp::typed(
+                B::MEAN,
+                OpParams::Reducer { keep_dims: r.coin() },
+                vec![raw_input(dtype, &shape, data), i32_const(&[axes.len()], &axes)],
+                vec![dtype],
+            );
+            let (a, b) = (t.reference().unwrap(), t.cpu().unwrap());
+            assert_eq!(a[0].2, b[0].2, "case {case}: {dtype:?} {shape:?} over {axes:?}");
+        }
+    }
 }

@@ -87,7 +87,7 @@ pub(super) fn build(op: &OpContext<'_>, code: B) -> Result<Built> {
     let (n_in, n_out) = (elements(op, &shape)?, elements(op, &out_shape)?);
     let count: usize = shape.iter().zip(&reduced).filter(|(_, &r)| r).map(|(&s, _)| s).product();
     let (lo, hi) = int_range(dtype);
-    let n = if n_out == 0 { 1 } else { (n_in / n_out).max(1) };
+    let n = n_in.checked_div(n_out).unwrap_or(1).max(1);
     let (m, e) = quantize_multiplier(f64::from(in_scale) / f64::from(out_scale).powf(1.0 / n as f64));
     if prod && n_in > 0 && !(-31..8).contains(&e) {
         return Err(op.unsupported("REDUCE_PROD scaling out of LiteRT's 64-bit rescale range"));
@@ -124,4 +124,44 @@ pub(super) fn build(op: &OpContext<'_>, code: B) -> Result<Built> {
             write_ints(dtype, &y, outs[0])
         }),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use ferrite_format::ops::BuiltinOp as B;
+
+    use super::super::super::quant_test_util::{mismatches, out, q, Rng, T};
+    use crate::model::DType;
+    use crate::ops::OpParams;
+
+    /// SUM of int8 / uint8 / int16 and REDUCE_PROD of int8 / int16, bit for bit
+    /// with the CPU backend over random shapes, axes (negative, repeated, none)
+    /// and quantizations.
+    #[test]
+    fn sum_and_prod_match_cpu() {
+        let mut rng = Rng::new(0x5a3);
+        let axes_sets: [&[i32]; 6] = [&[1, 2], &[-1], &[0], &[], &[0, -4, 3], &[2, 1, 0, 3]];
+        for case in 0..120 {
+            let prod = case % 2 == 1;
+            let dtype = if prod { [DType::I8, DType::I16][case / 2 % 2] } else { [DType::I8, DType::U8, DType::I16][case / 2 % 3] };
+            let shape = [rng.usize(1, 3), rng.usize(1, 5), rng.usize(1, 5), rng.usize(1, 4)];
+            let n: usize = shape.iter().product();
+            let a = axes_sets[(case / 6) % axes_sets.len()];
+            let axes = T::ints(DType::I32, &[a.len()], None, a).constant();
+            let qmax = if dtype == DType::I16 { 32767.0 } else { 127.0 };
+            let (x_q, o) = if prod {
+                // Reals within about [-1.5, 1.5]; the output spans their products.
+                let reduced: usize = (0..4).filter(|d| a.iter().any(|&v| (v + 4) % 4 == *d as i32)).map(|d| shape[d]).product();
+                let s_out = 1.5f32.powi(reduced.min(12) as i32) / qmax;
+                (q(rng.scale(1.2 / qmax), rng.zp(dtype) / 8), out(dtype, q(s_out, rng.zp(dtype) / 8)))
+            } else {
+                (q(rng.scale(0.05), rng.zp(dtype)), out(dtype, q(rng.scale(0.2), rng.zp(dtype))))
+            };
+            let x = T::ints(dtype, &shape, x_q, &rng.ints(dtype, n));
+            let code = if prod { B::REDUCE_PROD } else { B::SUM };
+            let keep = rng.one_in(2);
+            let bad = mismatches(code, &OpParams::Reducer { keep_dims: keep }, &[Some(&x), Some(&axes)], &o);
+            assert_eq!(bad, 0, "case {case}: {code:?} {dtype:?} {shape:?} over {a:?}: {bad} mismatching outputs");
+        }
+    }
 }
