@@ -241,11 +241,11 @@ op_table! {
     L2_NORMALIZATION:        L2NormOptions,               1..=1, 1..=1, F32;
     LOCAL_RESPONSE_NORMALIZATION: LocalResponseNormalizationOptions, 1..=1, 1..=1, F32;
     // Reductions.
-    MEAN:                    ReducerOptions,              2..=2, 1..=1, F32 | I8 | U8 | I16;
-    SUM:                     ReducerOptions,              2..=2, 1..=1, F32 | INT;
+    MEAN:                    ReducerOptions,              2..=2, 1..=1, F32 | I8 | U8 | I16 | INT;
+    SUM:                     ReducerOptions,              2..=2, 1..=1, F32 | I8 | U8 | I16 | INT;
     REDUCE_MAX:              ReducerOptions,              2..=2, 1..=1, F32 | I8 | U8 | I16 | INT;
     REDUCE_MIN:              ReducerOptions,              2..=2, 1..=1, F32 | I8 | U8 | I16 | INT;
-    REDUCE_PROD:             ReducerOptions,              2..=2, 1..=1, F32 | INT;
+    REDUCE_PROD:             ReducerOptions,              2..=2, 1..=1, F32 | I8 | I16 | INT;
     REDUCE_ALL:              ReducerOptions,              2..=2, 1..=1, INT;
     REDUCE_ANY:              ReducerOptions,              2..=2, 1..=1, INT;
     ARG_MAX:                 ArgMaxOptions,               2..=2, 1..=1, F32 | I8 | U8 | INT;

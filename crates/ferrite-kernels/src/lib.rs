@@ -155,6 +155,7 @@ pub mod qelementwise;
 pub mod qgemm;
 pub mod qmatmul;
 pub mod qrecurrent;
+pub mod qreduce;
 pub mod quant;
 pub mod recurrent;
 pub mod reduce;

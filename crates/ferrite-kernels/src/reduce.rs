@@ -174,7 +174,7 @@ pub fn reduce_ints<T: IntReduce>(input: &[T], shape: &[usize], reduce: &[bool], 
 /// reduces into when the dims flagged in `reduce` are reduced away. The offset is
 /// kept as the input's coordinates advance like an odometer (reduced dims step it
 /// by 0), so no element's offset is computed from scratch.
-fn for_each_output_offset(shape: &[usize], reduce: &[bool], mut f: impl FnMut(usize, usize)) {
+pub(crate) fn for_each_output_offset(shape: &[usize], reduce: &[bool], mut f: impl FnMut(usize, usize)) {
     let r = shape.len();
     let mut kept = [1usize; crate::MAX_DIMS];
     for d in 0..r {

@@ -9,6 +9,7 @@
 
 mod probe;
 mod text;
+mod qred;
 
 use ferrite_format::schema::TensorType;
 use ferrite_format::writer::{Activation, BuiltinOperator as B, ModelSpec, OpCode, Options, Padding, TensorSpec};
@@ -117,6 +118,7 @@ fn gen(op: &str, r: &mut Rng) -> Case {
     match op {
         op if RECURRENT.contains(&op) => return gen_recurrent(op, r),
         op if text::TEXT_OPS.contains(&op) => return text::gen(op, r),
+        op if qred::OPS.contains(&op) => return qred::gen(op, r),
         "CONV_2D" | "DEPTHWISE_CONV_2D" => {
             let dw = op == "DEPTHWISE_CONV_2D";
             let (n, h, w, c) = (r.u(1, 2), r.u(4, 11), r.u(4, 11), r.u(1, 6));
@@ -2867,6 +2869,17 @@ const OPS: &[&str] = &[
     "MEAN_UINT8",
     "MEAN_INT16",
     "MEAN_RESCALED_INT8",
+    // Quantized reductions (issue 14 item 5): same-quantization sums, then qred.rs.
+    "SUM_INT8",
+    "SUM_UINT8",
+    "SUM_INT16",
+    "SUM_RESCALED_INT8",
+    "SUM_RESCALED_UINT8",
+    "SUM_RESCALED_INT16",
+    "REDUCE_PROD_INT8",
+    "REDUCE_PROD_INT16",
+    "MEAN_INT32",
+    "MEAN_INT64",
     "HARD_SWISH_INT8",
     "HARD_SWISH_UINT8",
     "ABS_INT8",
@@ -3098,7 +3111,13 @@ const OPS: &[&str] = &[
 /// kernels: LiteRT's reference LOCAL_RESPONSE_NORMALIZATION sums the squares of
 /// `c - radius .. c + radius - 1` (one short of TensorFlow's window, which its
 /// optimized kernel and ferrite sum).
-const BUILTIN_ORACLE: &[&str] = &["LOCAL_RESPONSE_NORMALIZATION"];
+///
+/// Quantized SUM likewise: LiteRT 2.3.0's reference SUM reads int8 inputs as
+/// uint8 bytes, rounds `x + 0.5` and wraps the result instead of clamping, and
+/// returns unwritten memory for int16 (measured), while its builtin kernel, the
+/// one models run on, computes the integer rescale of the sums that ferrite does.
+const BUILTIN_ORACLE: &[&str] =
+    &["LOCAL_RESPONSE_NORMALIZATION", "SUM_INT8", "SUM_UINT8", "SUM_INT16", "SUM_RESCALED_INT8", "SUM_RESCALED_UINT8", "SUM_RESCALED_INT16"];
 
 /// Type combinations LiteRT has no kernel for; the suite checks that ferrite, like
 /// it, refuses them with an error rather than computing something.

@@ -15,6 +15,7 @@ mod index;
 mod linear;
 mod movement;
 mod pool;
+mod qreduce;
 mod quant;
 pub(crate) mod recurrent;
 mod reduce;

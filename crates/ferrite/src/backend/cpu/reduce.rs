@@ -24,6 +24,10 @@ pub(crate) fn reduce(op: &OpContext<'_>, code: B) -> Result<Built> {
         return mean_int(op);
     }
     let dtype = op.input(0)?.dtype;
+    // Quantized SUM / REDUCE_PROD and integer MEAN: their own family file.
+    if let Some(built) = super::qreduce::build(op, code, dtype) {
+        return built;
+    }
     if dtype != DType::F32 {
         return reduce_int(op, code, dtype);
     }
@@ -110,7 +114,7 @@ pub(crate) fn reduce_bool(op: &OpContext<'_>, all: bool) -> Result<Built> {
 }
 
 /// Output shape of a reduction over the op's constant axes, and which dims reduce.
-fn reduced_shape(op: &OpContext<'_>, shape: &[usize]) -> Result<(Vec<usize>, Vec<bool>)> {
+pub(super) fn reduced_shape(op: &OpContext<'_>, shape: &[usize]) -> Result<(Vec<usize>, Vec<bool>)> {
     let keep = matches!(op.op.params, OpParams::Reducer { keep_dims: true });
     let mut flags = vec![false; shape.len()];
     for a in op.const_ints(1)? {

@@ -97,13 +97,16 @@ pub(crate) fn reduce(op: &OpContext<'_>, kind: Reduction) -> Result<Built> {
 /// 2^bits whatever the order).
 fn reduce_int(op: &OpContext<'_>, kind: Reduction) -> Result<Built> {
     let dtype = op.input(0)?.dtype;
-    let plain = matches!(dtype, DType::I32 | DType::I64) && kind != Reduction::Mean;
+    let plain = matches!(dtype, DType::I32 | DType::I64);
+    // Quantized SUM / REDUCE_PROD rescale: the quantized half's business.
     let stored = matches!(dtype, DType::I8 | DType::U8 | DType::I16) && matches!(kind, Reduction::Max | Reduction::Min);
     if !(plain || stored) || op.outputs[0].dtype != dtype {
         return Err(op.unsupported(format!("{kind:?} of {}", dtype.name())));
     }
     let shape = op.input(0)?.shape.clone();
     let (reduced, out_shape, collapsed) = reduced_shapes(op, &shape)?;
+    // MEAN of int32 / int64 divides by the reduced count, truncating.
+    let taps: usize = shape.iter().zip(&reduced).filter(|(_, &r)| r).map(|(&s, _)| s).product();
     let width = dtype.size().unwrap_or(1);
     let (n_in, n_out) = (count(op, &shape, width)?, count(op, &out_shape, width)?);
     // The element type's range, for the start of max / min and for reading it.
@@ -153,6 +156,14 @@ fn reduce_int(op: &OpContext<'_>, kind: Reduction) -> Result<Built> {
                     Reduction::Prod => a.wrapping_mul(v),
                     _ => a.wrapping_add(v),
                 };
+            }
+            if kind == Reduction::Mean {
+                for a in acc.iter_mut() {
+                    // The sum as LiteRT's int64 accumulator holds it (wrapped), then
+                    // divided with the quotient truncated; an empty reduction is 0.
+                    let wrapped = *a as i64;
+                    *a = if taps == 0 { 0 } else { i128::from(wrapped.wrapping_div(taps as i64)) };
+                }
             }
             let out = output::<u8>(outs, 0, n_out * width)?;
             for (o, a) in acc.into_iter().enumerate() {
@@ -303,5 +314,38 @@ mod tests {
             t.compare_with_cpu(0.0, &format!("{code:?}"));
         }
         eprintln!("random reductions: worst relative error {worst:e}");
+    }
+
+    /// MEAN of int32 / int64 truncates the quotient toward zero, as LiteRT's, and
+    /// agrees with the CPU backend on random signed values.
+    #[test]
+    fn integer_means_truncate_and_match_cpu() {
+        let x: Vec<u8> = [-3i32, -4, 7, 8].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let t =
+            TestOp::typed(B::MEAN, OpParams::Reducer { keep_dims: false }, vec![raw_input(DType::I32, &[2, 2], x), i32_const(&[1], &[1])], vec![DType::I32]);
+        // -7 / 2 = -3 (a floor would give -4), 15 / 2 = 7.
+        assert_eq!(t.reference().unwrap()[0].2, bytemuck::cast_slice::<i32, u8>(&[-3, 7]));
+        let mut r = Rng::new(0x3ea);
+        for case in 0..60 {
+            let rank = r.range(1, 4);
+            let shape: Vec<usize> = (0..rank).map(|_| r.range(1, 5)).collect();
+            let n: usize = shape.iter().product();
+            let axes: Vec<i32> = (0..r.range(1, 3)).map(|_| r.below(2 * rank) as i32 - rank as i32).collect();
+            let wide = case % 2 == 1;
+            let vals: Vec<i64> = (0..n).map(|_| r.next() as i64 >> if r.coin() { 33 } else { 56 }).collect();
+            let (dtype, data): (DType, Vec<u8>) = if wide {
+                (DType::I64, vals.iter().flat_map(|v| v.to_le_bytes()).collect())
+            } else {
+                (DType::I32, vals.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect())
+            };
+            let t = TestOp::typed(
+                B::MEAN,
+                OpParams::Reducer { keep_dims: r.coin() },
+                vec![raw_input(dtype, &shape, data), i32_const(&[axes.len()], &axes)],
+                vec![dtype],
+            );
+            let (a, b) = (t.reference().unwrap(), t.cpu().unwrap());
+            assert_eq!(a[0].2, b[0].2, "case {case}: {dtype:?} {shape:?} over {axes:?}");
+        }
     }
 }

@@ -22,6 +22,7 @@ mod conv;
 mod elementwise;
 mod hybrid;
 mod pool;
+mod qreduce;
 mod reduce;
 
 use ferrite_format::ops::BuiltinOp as B;
@@ -60,6 +61,7 @@ pub(crate) fn build(op: &OpContext<'_>) -> Result<Built> {
         B::TRANSPOSE_CONV if op.opt_input(2).is_some_and(|d| is_int_type(d.dtype)) => conv::transpose_conv(op),
         B::BATCH_MATMUL if op.is_int() || op.is_hybrid() => batch_matmul::batch_matmul(op),
         B::MEAN if op.is_int() => reduce::mean(op),
+        B::SUM | B::REDUCE_PROD if op.is_int() => qreduce::build(op, code),
         B::CONCATENATION if op.is_int() => reduce::concatenation(op),
         _ => Err(op.unsupported(FALL_THROUGH)),
     }
@@ -204,7 +206,7 @@ mod tests {
     use crate::ops::{OpParams, Padding};
 
     /// Every op with a quantized reference kernel.
-    const HOSTILE_CODES: [B; 23] = [
+    const HOSTILE_CODES: [B; 25] = [
         B::CONV_2D,
         B::DEPTHWISE_CONV_2D,
         B::FULLY_CONNECTED,
@@ -228,6 +230,8 @@ mod tests {
         B::BATCH_MATMUL,
         B::MEAN,
         B::CONCATENATION,
+        B::SUM,
+        B::REDUCE_PROD,
     ];
 
     /// A mostly plausible tensor of type `base` and rank `rank`, each property
@@ -273,7 +277,7 @@ mod tests {
             B::FULLY_CONNECTED => vec![(base, rng.usize(1, 3)), (weights, 2), (bias, 1)],
             B::TRANSPOSE_CONV => vec![(DType::I32, 1), (weights, 4), (base, 4), (bias, 1)],
             B::BATCH_MATMUL => vec![(base, rng.usize(2, 4)), (if base == DType::F32 { DType::I8 } else { base }, rng.usize(2, 4))],
-            B::MEAN => vec![(base, rng.usize(1, 4)), (DType::I32, 1)],
+            B::MEAN | B::SUM | B::REDUCE_PROD => vec![(base, rng.usize(1, 4)), (DType::I32, 1)],
             B::ADD | B::SUB | B::MUL => vec![(base, rng.usize(0, 4)), (base, rng.usize(0, 4))],
             B::PRELU => vec![(base, rng.usize(1, 4)), (if base == DType::I16 { DType::I8 } else { base }, rng.usize(0, 4))],
             B::CONCATENATION => (0..rng.usize(1, 3)).map(|_| (base, 3)).collect(),
@@ -298,7 +302,7 @@ mod tests {
             B::ADD | B::SUB | B::MUL => OpParams::Binary { activation: act, pot_scale_int16: rng.one_in(2) },
             B::SOFTMAX => OpParams::Softmax { beta: [1.0, f32::NAN, -2.0, 1e30][rng.usize(0, 3)] },
             B::LEAKY_RELU => OpParams::LeakyRelu { alpha: [0.1, f32::NAN, -3.0, 1e30][rng.usize(0, 3)] },
-            B::MEAN => OpParams::Reducer { keep_dims: rng.one_in(2) },
+            B::MEAN | B::SUM | B::REDUCE_PROD => OpParams::Reducer { keep_dims: rng.one_in(2) },
             B::CONCATENATION => OpParams::Concatenation { axis: rng.int(-5, 5), activation: act },
             B::TRANSPOSE_CONV => OpParams::TransposeConv { padding, stride: pair(rng, 0), activation: act },
             B::BATCH_MATMUL => OpParams::BatchMatMul { adj_x: rng.one_in(2), adj_y: rng.one_in(2), asymmetric_quantize_inputs: rng.one_in(2) },
