@@ -8,6 +8,7 @@
 //!   ferrite-opgen probe OUTDIR [--seed S]              (per-type LiteRT probe models, see probe.rs)
 
 mod probe;
+mod qelem;
 
 use ferrite_format::schema::TensorType;
 use ferrite_format::writer::{Activation, BuiltinOperator as B, ModelSpec, OpCode, Options, Padding, TensorSpec};
@@ -115,6 +116,7 @@ fn gen(op: &str, r: &mut Rng) -> Case {
     let fr = (-2.0f32, 2.0f32);
     match op {
         op if RECURRENT.contains(&op) => return gen_recurrent(op, r),
+        op if qelem::OPS.contains(&op) => return qelem::gen_case(op, r),
         "CONV_2D" | "DEPTHWISE_CONV_2D" => {
             let dw = op == "DEPTHWISE_CONV_2D";
             let (n, h, w, c) = (r.u(1, 2), r.u(4, 11), r.u(4, 11), r.u(1, 6));
@@ -2683,6 +2685,27 @@ fn f32_to_f16_bits(v: f32) -> u16 {
 /// Every op the generator covers. (ELU, CEIL, ROUND and BROADCAST_TO have no kernel in
 /// LiteRT's reference resolver, so they cannot be compared there.)
 const OPS: &[&str] = &[
+    // Quantized element-wise variants (the `qelem` module's cases).
+    "DIV_INT8",
+    "DIV_UINT8",
+    "DIV_INT16",
+    "NEG_INT8",
+    "NEG_INT16",
+    "EXP_INT8",
+    "EXP_INT16",
+    "LOG_INT8",
+    "LOG_INT16",
+    "SQRT_INT8",
+    "SQRT_INT16",
+    "RSQRT_INT16",
+    "ELU_INT8",
+    "RELU_0_TO_1_INT8",
+    "RELU_0_TO_1_UINT8",
+    "FLOOR_DIV_INT8",
+    "FLOOR_DIV_INT16",
+    "FLOOR_MOD_INT8",
+    "FLOOR_MOD_INT16",
+    "TOPK_V2_INT16",
     // Quantized MAXIMUM / MINIMUM (stored integers) and comparisons (rescaled).
     "MAXIMUM_INT8",
     "MAXIMUM_UINT8",
@@ -3178,7 +3201,7 @@ fn main() -> Result<(), String> {
                         "fixed": fixed,
                         "integral": matches!(*op, "EQUAL" | "NOT_EQUAL" | "TOPK_V2_TIES" | "UNIQUE"),
                         "refused": REFUSED.contains(op),
-                        "builtin_oracle": BUILTIN_ORACLE.contains(op),
+                        "builtin_oracle": BUILTIN_ORACLE.contains(op) || qelem::BUILTIN_ORACLE.contains(op),
                         "steps": stream_steps(op),
                         "detection_rows": detection_rows(&case),
                     }));
@@ -3196,7 +3219,6 @@ mod tests {
 
     /// Ops of the op table without a generated case here, and why.
     const NOT_GENERATED: &[(&str, &str)] = &[
-        ("ELU", "LiteRT's reference resolver has no kernel to compare with"),
         ("CEIL", "LiteRT's reference resolver has no kernel to compare with"),
         ("ROUND", "LiteRT's reference resolver has no kernel to compare with"),
         ("BROADCAST_TO", "LiteRT's reference resolver has no kernel to compare with"),
@@ -3222,6 +3244,9 @@ mod tests {
         }
         for case in ["IF", "WHILE", "VARIABLES"] {
             assert!(super::OPS.contains(&case));
+        }
+        for case in super::qelem::OPS {
+            assert!(super::OPS.contains(case), "{case} is not listed in OPS");
         }
     }
     /// Every case (two seeds each) and the demo model write: their options fit

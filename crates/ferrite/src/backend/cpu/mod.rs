@@ -15,6 +15,7 @@ mod index;
 mod linear;
 mod movement;
 mod pool;
+mod qelem;
 mod quant;
 pub(crate) mod recurrent;
 mod reduce;
@@ -81,6 +82,9 @@ type Family = fn(B, &OpContext<'_>, &mut BackendContext) -> Option<Result<Built>
 /// `op-<family>`, see the crate's Cargo.toml) leaves out the families its models do
 /// not use, and with them their kernels; their ops are then refused at prepare.
 const FAMILIES: &[Family] = &[
+    // Quantized element-wise variants first: they take only integer inputs.
+    #[cfg(feature = "op-elementwise")]
+    qelem::build,
     #[cfg(feature = "op-conv")]
     conv::build,
     #[cfg(feature = "op-linear")]
