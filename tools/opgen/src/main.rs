@@ -2682,7 +2682,7 @@ fn f32_to_f16_bits(v: f32) -> u16 {
     h as u16
 }
 
-/// Every op the generator covers. (ELU, CEIL, ROUND and BROADCAST_TO have no kernel in
+/// Every op the generator covers. (float ELU, CEIL, ROUND and BROADCAST_TO have no kernel in
 /// LiteRT's reference resolver, so they cannot be compared there.)
 const OPS: &[&str] = &[
     // Quantized element-wise variants (the `qelem` module's cases).
