@@ -214,7 +214,7 @@ op_table! {
     LEAKY_RELU:              LeakyReluOptions,            1..=1, 1..=1, F32 | I8 | U8 | I16;
     HARD_SWISH:              NONE,                        1..=1, 1..=1, F32 | I8 | U8;
     ELU:                     NONE,                        1..=1, 1..=1, F32 | I8;
-    GELU:                    GeluOptions,                 1..=1, 1..=1, F32 | I8 | U8;
+    GELU:                    GeluOptions,                 1..=1, 1..=1, F32 | I8 | U8 | I16;
     LOGISTIC:                NONE,                        1..=1, 1..=1, F32 | I8 | U8 | I16;
     TANH:                    NONE,                        1..=1, 1..=1, F32 | I8 | U8 | I16;
     EXP:                     NONE,                        1..=1, 1..=1, F32 | I8 | I16;

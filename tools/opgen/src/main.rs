@@ -2706,6 +2706,7 @@ const OPS: &[&str] = &[
     "FLOOR_MOD_INT8",
     "FLOOR_MOD_INT16",
     "TOPK_V2_INT16",
+    "GELU_INT16",
     // Quantized MAXIMUM / MINIMUM (stored integers) and comparisons (rescaled).
     "MAXIMUM_INT8",
     "MAXIMUM_UINT8",

@@ -31,6 +31,7 @@ pub(crate) const OPS: &[&str] = &[
     "FLOOR_MOD_INT8",
     "FLOOR_MOD_INT16",
     "TOPK_V2_INT16",
+    "GELU_INT16",
 ];
 
 /// Cases compared with LiteRT's builtin kernels: its reference resolver has no
@@ -167,6 +168,16 @@ pub(crate) fn gen_case(op: &str, r: &mut Rng) -> Case {
                 let v = (0..n_of(&shape)).map(|_| if r.int(0, 4) == 0 { r.int(0, 3) as i32 } else { r.int(0, 32767) as i32 }).collect();
                 fixed.push((0, v));
             }
+        }
+        "GELU" => {
+            // int16 zero points 0; GELU's range of about [-0.17, max input].
+            let shape = any_shape(r);
+            let s = r.f(5e-5, 2e-4);
+            let x = qtensor(&mut m, "x", ty, &shape, (s, 0));
+            let o = qtensor(&mut m, "y", ty, &shape, (s * r.f(0.8, 1.5), 0));
+            m.inputs.push(x);
+            m.outputs.push(o);
+            m.add_op(OpCode::Builtin(B::GELU), &[x], &[o], Options::Gelu { approximate: r.coin() });
         }
         "RELU_0_TO_1" => {
             let shape = any_shape(r);

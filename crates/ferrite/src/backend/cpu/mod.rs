@@ -450,6 +450,9 @@ mod tests {
     #[test]
     fn family_features_follow_the_dispatch() {
         let names = [
+            // The quantized element-wise variants (integer inputs only: they take
+            // none of these float skeletons).
+            "op-elementwise",
             "op-conv",
             "op-linear",
             "op-pool",

@@ -26,7 +26,7 @@ pub(super) fn build(code: B, op: &OpContext<'_>, _ctx: &mut BackendContext) -> O
         B::NEG if matches!(dtype, DType::I8 | DType::I16) => neg(op),
         B::FLOOR_DIV | B::FLOOR_MOD if matches!(dtype, DType::I8 | DType::I16) => floor_div_mod(op, code == B::FLOOR_DIV),
         B::EXP | B::LOG | B::ELU if matches!(dtype, DType::I8) => table8(op, code),
-        B::EXP | B::LOG | B::RSQRT if dtype == DType::I16 && quantized => table16(op, code),
+        B::EXP | B::LOG | B::RSQRT | B::GELU if dtype == DType::I16 && quantized => table16(op, code),
         B::SQRT if matches!(dtype, DType::I8 | DType::I16) => sqrt(op),
         B::RELU_0_TO_1 if matches!(dtype, DType::I8 | DType::U8) => relu_0_to_1(op),
         _ => return None,
@@ -155,7 +155,7 @@ fn table8(op: &OpContext<'_>, code: B) -> Result<Built> {
     })
 }
 
-/// EXP, LOG and RSQRT on int16 (zero points 0) through LiteRT's interpolated
+/// EXP, LOG, RSQRT and GELU on int16 (zero points 0) through LiteRT's interpolated
 /// 513-entry table. RSQRT of a negative value fails the run, as in LiteRT.
 fn table16(op: &OpContext<'_>, code: B) -> Result<Built> {
     same_type(op, &[DType::I16])?;
@@ -171,7 +171,11 @@ fn table16(op: &OpContext<'_>, code: B) -> Result<Built> {
             let output_min = -32768.0 * out_q.0;
             Lut16Q::new(|v| kq::log_for_table(v, output_min), in_q, out_q)
         }
-        _ => Lut16Q::new(|v| kq::rsqrt_for_table(v, out_q.0), in_q, out_q),
+        B::RSQRT => Lut16Q::new(|v| kq::rsqrt_for_table(v, out_q.0), in_q, out_q),
+        _ => {
+            let approximate = matches!(op.op.params, OpParams::Gelu { approximate: true });
+            Lut16Q::new(|v| qact::gelu_for_table(v, approximate), in_q, out_q)
+        }
     };
     let (check_sign, at) = (code == B::RSQRT, op.location());
     Ok(Built {
