@@ -329,7 +329,7 @@ mod tests {
         let (inv, rs) = reciprocal(b as i32, 31);
         let h = count_leading_sign_bits(a as i32);
         // The shifted dividend wraps like the int32 product it is.
-        let shifted = i64::from(((a << h) as i64) as i32);
+        let shifted = i64::from((a << h) as i32);
         let un = srdhm(shifted, i64::from(inv));
         let scaled = srdhm(un, i64::from(p.multiplier.0));
         let e = rs + h - p.multiplier.1;

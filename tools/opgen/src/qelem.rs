@@ -127,7 +127,7 @@ pub(crate) fn gen_case(op: &str, r: &mut Rng) -> Case {
             let (in_q, out_q) = match (base, wide) {
                 ("EXP", false) => {
                     let (s, z) = (r.f(0.005, 0.03), r.int(-40, 40));
-                    (((s, z)), (((127 - z) as f32 * s).exp() / r.f(150.0, 255.0), r.int(-128, -110)))
+                    ((s, z), (((127 - z) as f32 * s).exp() / r.f(150.0, 255.0), r.int(-128, -110)))
                 }
                 ("EXP", true) => {
                     let s = r.f(5e-5, 1.2e-4);
