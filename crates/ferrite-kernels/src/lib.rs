@@ -151,6 +151,7 @@ pub mod movement;
 pub mod parallel;
 pub mod pool;
 pub mod qactivation;
+pub mod qelem;
 pub mod qelementwise;
 pub mod qgemm;
 pub mod qmatmul;

@@ -350,17 +350,6 @@ pub fn gelu_for_table(x: f32, approximate: bool) -> f32 {
     }
 }
 
-/// LOG on int8 / uint8 as LiteRT's integer kernel tabulates it: the natural log of
-/// each dequantized input, where an input at or below zero (whose log is -inf or
-/// NaN) maps to the real value of the lowest output level instead, so that the
-/// table holds the output type's minimum there rather than whatever a float-to-int
-/// conversion of -inf or NaN would give.
-pub fn log_table(signed: bool, in_q: (f32, i32), (out_scale, out_zp): (f32, i32)) -> Lut8 {
-    let lowest = if signed { -128 } else { 0 };
-    let floor = (lowest - out_zp) as f32 * out_scale;
-    Lut8::of_real(signed, |v| if v <= 0.0 { floor } else { v.ln() }, in_q, (out_scale, out_zp))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -620,38 +609,5 @@ mod tests {
                 assert!((f64::from(g) / 32768.0 - ideal).abs() < 1e-3, "round {round} scale {scale}: {g} vs {ideal}");
             }
         }
-    }
-    #[test]
-    fn log_table_follows_the_definition() {
-        // Input scale 0.05, zero point -20: int8 values up to -20 are reals <= 0.
-        let (in_q, out_q) = ((0.05f32, -20), (0.04f32, 60));
-        let lut = log_table(true, in_q, out_q);
-        let input: Vec<u8> = (-128i32..=127).map(|v| v as i8 as u8).collect();
-        let mut out = vec![0u8; input.len()];
-        lut.apply(&input, &mut out);
-        for (&x, &y) in input.iter().zip(&out) {
-            let v = i32::from(x as i8);
-            let real = f64::from(in_q.0) * f64::from(v - in_q.1);
-            let want = if real <= 0.0 { -128 } else { ((real.ln() / f64::from(out_q.0)).round() as i32 + out_q.1).clamp(-128, 127) };
-            // The table is built in single precision: at most one step off a double
-            // computation, and only where the double value lies next to a rounding tie.
-            let got = i32::from(y as i8);
-            assert!((got - want).abs() <= 1, "log of int8 {v}: {got} vs {want}");
-            if real > 0.0 {
-                let q = real.ln() / f64::from(out_q.0);
-                assert!(got == want || (q - q.floor() - 0.5).abs() < 1e-3, "log of int8 {v}: {got} vs {want}");
-            }
-        }
-        // Zero gives the lowest level; the smallest positive input, ln(0.05) = -2.996,
-        // 75 steps below the zero point 60.
-        assert_eq!(out[(-20i32 + 128) as usize] as i8, -128);
-        assert_eq!(out[(-19i32 + 128) as usize] as i8, -15);
-        // The largest input: ln(7.35) = 1.995, 50 steps of 0.04 above the zero point 60.
-        assert_eq!(out[255] as i8, 110);
-        // uint8: no input below the zero point 0 except 0 itself.
-        let lut = log_table(false, (0.1, 0), (0.05, 200));
-        let mut out = [0u8; 3];
-        lut.apply(&[0, 10, 255], &mut out);
-        assert_eq!(out, [0, 200, 255]);
     }
 }

@@ -10,6 +10,7 @@
 mod probe;
 mod text;
 mod qred;
+mod qelem;
 
 use ferrite_format::schema::TensorType;
 use ferrite_format::writer::{Activation, BuiltinOperator as B, ModelSpec, OpCode, Options, Padding, TensorSpec};
@@ -119,6 +120,7 @@ fn gen(op: &str, r: &mut Rng) -> Case {
         op if RECURRENT.contains(&op) => return gen_recurrent(op, r),
         op if text::TEXT_OPS.contains(&op) => return text::gen(op, r),
         op if qred::OPS.contains(&op) => return qred::gen(op, r),
+        op if qelem::OPS.contains(&op) => return qelem::gen_case(op, r),
         "CONV_2D" | "DEPTHWISE_CONV_2D" => {
             let dw = op == "DEPTHWISE_CONV_2D";
             let (n, h, w, c) = (r.u(1, 2), r.u(4, 11), r.u(4, 11), r.u(1, 6));
@@ -1927,25 +1929,6 @@ fn gen(op: &str, r: &mut Rng) -> Case {
             m.outputs.push(o);
             single(B::RSQRT, &[x], o, Options::None, &mut m);
         }
-        "LOG_INT8" => {
-            // Zero points inside the range: the values at or below the zero point are
-            // reals <= 0, which LiteRT's table maps to the lowest output level.
-            let shape = {
-                let rk = r.u(1, 4);
-                r.shape(rk, 1, 7)
-            };
-            let (s_in, zp) = (r.f(0.005, 0.2), r.int(-60, 60));
-            let x = m.add_tensor(TensorSpec { quant: Some((vec![s_in], vec![zp], 0)), ..TensorSpec::activation("x", TensorType::INT8, &shape) });
-            m.inputs.push(x);
-            // The logs of the positive inputs span [ln(s_in), ln(s_in (127 - zp))]; the
-            // output range covers them, sometimes only in part (saturating the smallest).
-            let (lo, hi) = (s_in.ln() * r.f(0.3, 1.2), (s_in * (127 - zp) as f32).ln() + r.f(0.0, 1.0));
-            let s_out = (hi - lo) / 255.0;
-            let out_zp = (-128 - (lo / s_out).round() as i64).clamp(-128, 127);
-            let o = m.add_tensor(TensorSpec { quant: Some((vec![s_out], vec![out_zp], 0)), ..TensorSpec::activation("y", TensorType::INT8, &shape) });
-            m.outputs.push(o);
-            single(B::LOG, &[x], o, Options::None, &mut m);
-        }
         "GELU_INT8" | "GELU_UINT8" => {
             // GELU's own output range, roughly [-0.17, max input].
             let ty = if op == "GELU_INT8" { TensorType::INT8 } else { TensorType::UINT8 };
@@ -2703,9 +2686,31 @@ fn f32_to_f16_bits(v: f32) -> u16 {
     h as u16
 }
 
-/// Every op the generator covers. (ELU, CEIL, ROUND and BROADCAST_TO have no kernel in
+/// Every op the generator covers. (float ELU, CEIL, ROUND and BROADCAST_TO have no kernel in
 /// LiteRT's reference resolver, so they cannot be compared there.)
 const OPS: &[&str] = &[
+    // Quantized element-wise variants (the `qelem` module's cases).
+    "DIV_INT8",
+    "DIV_UINT8",
+    "DIV_INT16",
+    "NEG_INT8",
+    "NEG_INT16",
+    "EXP_INT8",
+    "EXP_INT16",
+    "LOG_INT8",
+    "LOG_INT16",
+    "SQRT_INT8",
+    "SQRT_INT16",
+    "RSQRT_INT16",
+    "ELU_INT8",
+    "RELU_0_TO_1_INT8",
+    "RELU_0_TO_1_UINT8",
+    "FLOOR_DIV_INT8",
+    "FLOOR_DIV_INT16",
+    "FLOOR_MOD_INT8",
+    "FLOOR_MOD_INT16",
+    "TOPK_V2_INT16",
+    "GELU_INT16",
     // Quantized MAXIMUM / MINIMUM (stored integers) and comparisons (rescaled).
     "MAXIMUM_INT8",
     "MAXIMUM_UINT8",
@@ -2885,7 +2890,6 @@ const OPS: &[&str] = &[
     "ABS_INT8",
     "ABS_INT16",
     "RSQRT_INT8",
-    "LOG_INT8",
     "GELU_INT8",
     "GELU_UINT8",
     "SQUARED_DIFFERENCE_INT8",
@@ -3226,7 +3230,7 @@ fn main() -> Result<(), String> {
                         "fixed": fixed,
                         "integral": matches!(*op, "EQUAL" | "NOT_EQUAL" | "TOPK_V2_TIES" | "UNIQUE"),
                         "refused": REFUSED.contains(op),
-                        "builtin_oracle": BUILTIN_ORACLE.contains(op),
+                        "builtin_oracle": BUILTIN_ORACLE.contains(op) || qelem::BUILTIN_ORACLE.contains(op),
                         "steps": stream_steps(op),
                         "detection_rows": detection_rows(&case),
                     }));
@@ -3244,7 +3248,6 @@ mod tests {
 
     /// Ops of the op table without a generated case here, and why.
     const NOT_GENERATED: &[(&str, &str)] = &[
-        ("ELU", "LiteRT's reference resolver has no kernel to compare with"),
         ("CEIL", "LiteRT's reference resolver has no kernel to compare with"),
         ("ROUND", "LiteRT's reference resolver has no kernel to compare with"),
         ("BROADCAST_TO", "LiteRT's reference resolver has no kernel to compare with"),
@@ -3270,6 +3273,9 @@ mod tests {
         }
         for case in ["IF", "WHILE", "VARIABLES"] {
             assert!(super::OPS.contains(&case));
+        }
+        for case in super::qelem::OPS {
+            assert!(super::OPS.contains(case), "{case} is not listed in OPS");
         }
     }
     /// Every case (two seeds each) and the demo model write: their options fit

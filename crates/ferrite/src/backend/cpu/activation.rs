@@ -1,6 +1,6 @@
 //! Activations and unary math: float (vectorized element-wise kernels) and the
-//! integer RELU family, LEAKY_RELU, HARD_SWISH, LOGISTIC, TANH, ABS, RSQRT, LOG
-//! and GELU (`ferrite_kernels::qactivation`).
+//! integer RELU family, LEAKY_RELU, HARD_SWISH, LOGISTIC, TANH, ABS, RSQRT and
+//! GELU (`ferrite_kernels::qactivation`).
 
 use ferrite_format::ops::BuiltinOp as B;
 use ferrite_kernels::elementwise::{self as kel, IntUnary, Unary};
@@ -23,7 +23,6 @@ pub(super) fn build(code: B, op: &OpContext<'_>, _ctx: &mut BackendContext) -> O
         B::RELU | B::RELU6 | B::RELU_N1_TO_1 | B::LEAKY_RELU if op.is_int() => relu_like(op, code),
         B::ABS if op.is_int() => abs_int(op),
         B::RSQRT if op.is_int() => rsqrt_int8(op),
-        B::LOG if op.is_int() => log_int8(op),
         B::GELU if op.is_int() => gelu_table(op),
         B::ABS
         | B::NEG
@@ -284,25 +283,6 @@ pub(crate) fn rsqrt_int8(op: &OpContext<'_>) -> Result<Built> {
             if let Some(v) = input.iter().find(|&&v| i32::from(v) < zp) {
                 return Err(crate::error::Error::Runtime(format!("{at}: RSQRT of a negative value (int8 {v} below the zero point {zp})").into()));
             }
-            lut.apply(arg(ins, 0)?, outs[0]);
-            Ok(())
-        }),
-    })
-}
-
-/// LOG on int8 through a 256-entry table (`qact::log_table`): inputs at or below
-/// zero give the lowest output level, as in LiteRT. (LiteRT refuses uint8 LOG.)
-pub(crate) fn log_int8(op: &OpContext<'_>) -> Result<Built> {
-    let x = op.input(0)?;
-    if x.dtype != DType::I8 || op.outputs[0].dtype != DType::I8 {
-        return Err(op.unsupported(format!("LOG of {} (float32 and int8 are implemented)", x.dtype.name())));
-    }
-    let in_q = per_tensor(op, x.quant, "input")?;
-    let out_q = per_tensor(op, op.outputs[0].quant.as_ref(), "output")?;
-    let lut = qact::log_table(true, in_q, out_q);
-    Ok(Built {
-        outputs: vec![(DType::I8, x.shape.clone())],
-        kernel: Box::new(move |ins, outs| {
             lut.apply(arg(ins, 0)?, outs[0]);
             Ok(())
         }),

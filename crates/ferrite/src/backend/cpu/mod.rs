@@ -16,6 +16,7 @@ mod linear;
 mod movement;
 mod pool;
 mod qreduce;
+mod qelem;
 mod quant;
 pub(crate) mod recurrent;
 mod reduce;
@@ -83,6 +84,9 @@ type Family = fn(B, &OpContext<'_>, &mut BackendContext) -> Option<Result<Built>
 /// `op-<family>`, see the crate's Cargo.toml) leaves out the families its models do
 /// not use, and with them their kernels; their ops are then refused at prepare.
 const FAMILIES: &[Family] = &[
+    // Quantized element-wise variants first: they take only integer inputs.
+    #[cfg(feature = "op-elementwise")]
+    qelem::build,
     #[cfg(feature = "op-conv")]
     conv::build,
     #[cfg(feature = "op-linear")]
@@ -450,6 +454,9 @@ mod tests {
     #[test]
     fn family_features_follow_the_dispatch() {
         let names = [
+            // The quantized element-wise variants (integer inputs only: they take
+            // none of these float skeletons).
+            "op-elementwise",
             "op-conv",
             "op-linear",
             "op-pool",
