@@ -332,6 +332,7 @@ op_table! {
     STABLEHLO_PAD:           NONE,                        2..=2, 1..=1, ANY;
     DILATE:                  NONE,                        3..=3, 1..=1, ANY;
     REDUCE_WINDOW:           NONE,                        5..=5, 1..=1, F32 | I8 | U8 | I16 | INT;
+    STABLEHLO_REDUCE_WINDOW: NONE,                        2..=2, 1..=1, F32 | I8 | U8 | I16 | INT;
     // Control flow and state, run by the executor.
     IF:                      IfOptions,                   1..=MANY, 0..=MANY, EXECUTOR;
     WHILE:                   WhileOptions,                0..=MANY, 0..=MANY, EXECUTOR;

@@ -543,6 +543,7 @@ fn parse(data: &[u8]) -> Result<Parsed> {
     for (si, sg) in fb_subgraphs.iter().enumerate() {
         subgraphs.push(parse_subgraph(data, kind, si, sg?, &buffers, &codes)?);
     }
+    crate::ops_hlo::resolve_bodies(&mut subgraphs);
 
     let mut signatures = Vec::new();
     for (i, s) in root.tables(fb::Model::VT_SIGNATURE_DEFS)?.iter().enumerate() {

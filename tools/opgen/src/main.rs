@@ -7,6 +7,7 @@
 //!   ferrite-opgen demo OUT.tflite
 //!   ferrite-opgen probe OUTDIR [--seed S]              (per-type LiteRT probe models, see probe.rs)
 
+mod hlo;
 mod probe;
 
 use ferrite_format::schema::TensorType;
@@ -115,6 +116,7 @@ fn gen(op: &str, r: &mut Rng) -> Case {
     let fr = (-2.0f32, 2.0f32);
     match op {
         op if RECURRENT.contains(&op) => return gen_recurrent(op, r),
+        op if hlo::handles(op) => return hlo::gen(op, r),
         "CONV_2D" | "DEPTHWISE_CONV_2D" => {
             let dw = op == "DEPTHWISE_CONV_2D";
             let (n, h, w, c) = (r.u(1, 2), r.u(4, 11), r.u(4, 11), r.u(1, 6));
@@ -2683,6 +2685,61 @@ fn f32_to_f16_bits(v: f32) -> u16 {
 /// Every op the generator covers. (ELU, CEIL, ROUND and BROADCAST_TO have no kernel in
 /// LiteRT's reference resolver, so they cannot be compared there.)
 const OPS: &[&str] = &[
+    // The StableHLO legalization's ops (hlo.rs), per element type; the _FLOAT32,
+    // _UNSUPPORTED, _INT32_WINDOW and _SUB cases are refused by LiteRT and ferrite.
+    "STABLEHLO_ADD",
+    "STABLEHLO_ADD_INT8",
+    "STABLEHLO_ADD_UINT8",
+    "STABLEHLO_ADD_INT16",
+    "STABLEHLO_ADD_INT32",
+    "STABLEHLO_ADD_INT64",
+    "STABLEHLO_ADD_BOOL",
+    "STABLEHLO_MULTIPLY",
+    "STABLEHLO_MULTIPLY_INT8",
+    "STABLEHLO_MULTIPLY_INT16",
+    "STABLEHLO_MULTIPLY_INT32",
+    "STABLEHLO_MULTIPLY_INT64",
+    "STABLEHLO_MULTIPLY_BOOL",
+    "STABLEHLO_MAXIMUM",
+    "STABLEHLO_MAXIMUM_INT8",
+    "STABLEHLO_MAXIMUM_UINT8",
+    "STABLEHLO_MAXIMUM_INT32",
+    "STABLEHLO_MAXIMUM_BOOL",
+    "STABLEHLO_MINIMUM",
+    "STABLEHLO_MINIMUM_INT16",
+    "STABLEHLO_MINIMUM_INT64",
+    "STABLEHLO_MINIMUM_BOOL",
+    "STABLEHLO_AND_INT32",
+    "STABLEHLO_AND_INT8",
+    "STABLEHLO_AND_UINT8",
+    "STABLEHLO_AND_INT16",
+    "STABLEHLO_AND_INT64",
+    "STABLEHLO_AND_BOOL",
+    "STABLEHLO_AND_FLOAT32",
+    "STABLEHLO_PAD",
+    "STABLEHLO_PAD_INT8",
+    "STABLEHLO_PAD_INT64",
+    "STABLEHLO_PAD_BOOL",
+    "DILATE",
+    "DILATE_INT8",
+    "DILATE_INT32",
+    "DILATE_BOOL",
+    "REDUCE_WINDOW",
+    "REDUCE_WINDOW_INT8",
+    "REDUCE_WINDOW_UINT8",
+    "REDUCE_WINDOW_INT16",
+    "REDUCE_WINDOW_INT32",
+    "REDUCE_WINDOW_INT64",
+    "REDUCE_WINDOW_BOOL",
+    "REDUCE_WINDOW_UNSUPPORTED",
+    "REDUCE_WINDOW_INT32_WINDOW",
+    "STABLEHLO_REDUCE_WINDOW",
+    "STABLEHLO_REDUCE_WINDOW_INT8",
+    "STABLEHLO_REDUCE_WINDOW_INT16",
+    "STABLEHLO_REDUCE_WINDOW_INT32",
+    "STABLEHLO_REDUCE_WINDOW_INT64",
+    "STABLEHLO_REDUCE_WINDOW_BOOL",
+    "STABLEHLO_REDUCE_WINDOW_SUB",
     // Quantized MAXIMUM / MINIMUM (stored integers) and comparisons (rescaled).
     "MAXIMUM_INT8",
     "MAXIMUM_UINT8",
@@ -3177,7 +3234,7 @@ fn main() -> Result<(), String> {
                         "ranges": case.ranges,
                         "fixed": fixed,
                         "integral": matches!(*op, "EQUAL" | "NOT_EQUAL" | "TOPK_V2_TIES" | "UNIQUE"),
-                        "refused": REFUSED.contains(op),
+                        "refused": REFUSED.contains(op) || hlo::REFUSED.contains(op),
                         "builtin_oracle": BUILTIN_ORACLE.contains(op),
                         "steps": stream_steps(op),
                         "detection_rows": detection_rows(&case),

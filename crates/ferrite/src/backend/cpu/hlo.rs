@@ -25,6 +25,7 @@ pub(super) fn build(code: B, op: &OpContext<'_>, _ctx: &mut BackendContext) -> O
         B::STABLEHLO_PAD => stablehlo_pad(op),
         B::DILATE => dilate(op),
         B::REDUCE_WINDOW => reduce_window(op),
+        B::STABLEHLO_REDUCE_WINDOW => stablehlo_reduce_window(op),
         _ => return None,
     })
 }
@@ -69,7 +70,26 @@ macro_rules! by_hlo_type {
     }};
 }
 
-/// The checked element count of a shape, and a runtime error for buffers of another size.
+/// A typed view of a kernel buffer. An empty tensor's buffer may sit at any
+/// address, so it views as empty without the alignment check.
+fn view<T: bytemuck::Pod>(b: &[u8]) -> Result<&[T]> {
+    if b.is_empty() {
+        Ok(&[])
+    } else {
+        typed(b)
+    }
+}
+
+/// [`view`] of an output buffer.
+fn view_mut<T: bytemuck::Pod>(b: &mut [u8]) -> Result<&mut [T]> {
+    if b.is_empty() {
+        Ok(&mut [])
+    } else {
+        typed_mut(b)
+    }
+}
+
+/// A runtime error for a buffer of another size than the op was built for.
 fn sized(what: &'static str, got: usize, want: usize) -> Result<()> {
     if got == want {
         Ok(())
@@ -96,7 +116,7 @@ fn binary(op: &OpContext<'_>, c: Combine) -> Result<Built> {
     by_hlo_type!(op, dtype, c, T, c => Ok(Built {
         outputs: vec![(dtype, shape)],
         kernel: Box::new(move |ins, outs| {
-            let (x, y, o) = (typed::<T>(arg(ins, 0)?)?, typed::<T>(arg(ins, 1)?)?, typed_mut::<T>(outs[0])?);
+            let (x, y, o) = (view::<T>(arg(ins, 0)?)?, view::<T>(arg(ins, 1)?)?, view_mut::<T>(outs[0])?);
             sized("inputs", x.len().min(y.len()), n)?;
             sized("output", o.len(), n)?;
             hlo::binary(c, x, y, o);
@@ -126,8 +146,8 @@ fn padded(op: &OpContext<'_>, value_input: usize, low: Vec<i64>, high: &[i64], i
     by_size!(op, dtype, T => Ok(Built {
         outputs: vec![(dtype, out)],
         kernel: Box::new(move |ins, outs| {
-            let (x, o) = (typed::<T>(arg(ins, 0)?)?, typed_mut::<T>(outs[0])?);
-            let value = *typed::<T>(arg(ins, value_input)?)?.first().ok_or_else(|| super::runtime("empty padding value"))?;
+            let (x, o) = (view::<T>(arg(ins, 0)?)?, view_mut::<T>(outs[0])?);
+            let value = *view::<T>(arg(ins, value_input)?)?.first().ok_or_else(|| super::runtime("empty padding value"))?;
             sized("input", x.len(), n_in)?;
             sized("output", o.len(), n_out)?;
             hlo::pad(x, &shape, &low, &interior, value, &out_shape, o);
@@ -159,14 +179,13 @@ fn stablehlo_pad(op: &OpContext<'_>) -> Result<Built> {
 fn dilate(op: &OpContext<'_>) -> Result<Built> {
     let r = op.input(0)?.shape.len();
     if op.input(1)?.dtype != DType::I32 {
-        return Err(op.bad(format!("dilations of type {} (LiteRT takes int32 only)", op.input(1)?.dtype.name())));
+        return Err(op.unsupported(format!("dilations of type {} (LiteRT takes int32 only)", op.input(1)?.dtype.name())));
     }
     let d = op.const_ints(1)?;
     if d.len() != r {
         return Err(op.bad(format!("{} dilations for an input of rank {r}", d.len())));
     }
-    let interior =
-        d.iter().map(|&k| usize::try_from(k - 1).map_err(|_| op.bad(format!("dilations {d:?} must be at least 1")))).collect::<Result<Vec<_>>>()?;
+    let interior = d.iter().map(|&k| usize::try_from(k - 1).map_err(|_| op.bad(format!("dilations {d:?} must be at least 1")))).collect::<Result<Vec<_>>>()?;
     padded(op, 2, vec![0; r], &vec![0; r], interior)
 }
 
@@ -195,32 +214,130 @@ fn reduce_window(op: &OpContext<'_>) -> Result<Built> {
     let mut lists = Vec::with_capacity(3);
     for (i, name) in [(2, "window shape"), (3, "window strides"), (4, "window dilations")] {
         if op.input(i)?.dtype != DType::I64 {
-            return Err(op.bad(format!("{name} of type {} (LiteRT takes int64 only)", op.input(i)?.dtype.name())));
+            return Err(op.unsupported(format!("{name} of type {} (LiteRT takes int64 only)", op.input(i)?.dtype.name())));
         }
-        let v = op.const_ints(i)?;
-        if v.len() != r || v.iter().any(|&k| k < 1) {
-            return Err(op.bad(format!("{name} {v:?} must hold {r} positive values")));
-        }
-        lists.push(v.iter().map(|&k| usize::try_from(k).unwrap_or(usize::MAX)).collect::<Vec<_>>());
+        lists.push(op.const_ints(i)?);
     }
-    let (window, strides, dilations) = (lists[0].clone(), lists[1].clone(), lists[2].clone());
+    let geometry =
+        Geometry { window: lists[0].clone(), strides: lists[1].clone(), window_dilations: lists[2].clone(), base_dilations: vec![], padding: vec![] };
+    windowed(op, c, &geometry.resolve(op, r)?)
+}
+
+/// A window reduction's lists as the options give them; empty optional lists take
+/// StableHLO's defaults.
+struct Geometry {
+    window: Vec<i64>,
+    strides: Vec<i64>,
+    window_dilations: Vec<i64>,
+    base_dilations: Vec<i64>,
+    padding: Vec<i64>,
+}
+
+/// The checked geometry: sizes per dimension, padding low and high.
+struct Resolved {
+    window: Vec<usize>,
+    strides: Vec<usize>,
+    window_dilations: Vec<usize>,
+    base_interior: Vec<usize>,
+    low: Vec<i64>,
+    high: Vec<i64>,
+}
+
+impl Geometry {
+    fn resolve(&self, op: &OpContext<'_>, r: usize) -> Result<Resolved> {
+        let positive = |v: &[i64], name: &str, default: bool| -> Result<Vec<usize>> {
+            if v.is_empty() && default {
+                return Ok(vec![1; r]);
+            }
+            if v.len() != r || v.iter().any(|&k| k < 1) {
+                return Err(op.bad(format!("{name} {v:?} must hold {r} positive values")));
+            }
+            Ok(v.iter().map(|&k| usize::try_from(k).unwrap_or(usize::MAX)).collect())
+        };
+        let padding = if self.padding.is_empty() { vec![0; 2 * r] } else { self.padding.clone() };
+        if padding.len() != 2 * r {
+            return Err(op.bad(format!("padding {padding:?} must hold {} values (low and high per dimension)", 2 * r)));
+        }
+        Ok(Resolved {
+            window: positive(&self.window, "window dimensions", false)?,
+            strides: positive(&self.strides, "window strides", true)?,
+            window_dilations: positive(&self.window_dilations, "window dilations", true)?,
+            base_interior: positive(&self.base_dilations, "base dilations", true)?.iter().map(|b| b - 1).collect(),
+            low: padding.iter().step_by(2).copied().collect(),
+            high: padding.iter().skip(1).step_by(2).copied().collect(),
+        })
+    }
+}
+
+/// The window reduction of input 0 from the init value of input 1: the input is
+/// padded (edges and base dilation) with the init value, as StableHLO defines it,
+/// then each window position is reduced.
+fn windowed(op: &OpContext<'_>, c: Combine, g: &Resolved) -> Result<Built> {
+    let x = op.input(0)?;
     let (dtype, shape) = (x.dtype, x.shape.clone());
-    let out = hlo::window_shape(&shape, &window, &strides, &dilations)
-        .ok_or_else(|| op.bad(format!("window {window:?}, strides {strides:?}, dilations {dilations:?} for input shape {shape:?}")))?;
+    let padded = hlo::pad_shape(&shape, &g.low, &g.high, &g.base_interior)
+        .ok_or_else(|| op.bad(format!("padding low {:?}, high {:?} leaves a negative size of input shape {shape:?}", g.low, g.high)))?;
+    let out = hlo::window_shape(&padded, &g.window, &g.strides, &g.window_dilations)
+        .ok_or_else(|| op.bad(format!("window {:?}, strides {:?}, dilations {:?} for padded shape {padded:?}", g.window, g.strides, g.window_dilations)))?;
     let size = dtype.size().unwrap_or(1);
-    let (n_in, n_out) = (op.checked_elements(&shape, size)?, op.checked_elements(&out, size)?);
+    let (n_in, n_pad, n_out) = (op.checked_elements(&shape, size)?, op.checked_elements(&padded, size)?, op.checked_elements(&out, size)?);
     // The window's taps are enumerated per output element: bound their number.
-    op.checked_elements(&window, size)?;
+    op.checked_elements(&g.window, size)?;
+    let (window, strides, dilations, low, interior) = (g.window.clone(), g.strides.clone(), g.window_dilations.clone(), g.low.clone(), g.base_interior.clone());
+    // Without padding the input is reduced in place; else it is padded into scratch
+    // sized at the first run.
+    let plain = low.iter().chain(&g.high).all(|&p| p == 0) && interior.iter().all(|&i| i == 0);
     let out_shape = out.clone();
-    by_hlo_type!(op, dtype, c, T, c => Ok(Built {
-        outputs: vec![(dtype, out)],
-        kernel: Box::new(move |ins, outs| {
-            let (x, o) = (typed::<T>(arg(ins, 0)?)?, typed_mut::<T>(outs[0])?);
-            let init = *typed::<T>(arg(ins, 1)?)?.first().ok_or_else(|| super::runtime("empty init value"))?;
-            sized("input", x.len(), n_in)?;
-            sized("output", o.len(), n_out)?;
-            hlo::reduce_window(c, x, &shape, init, &window, &strides, &dilations, &out_shape, o);
-            Ok(())
-        }),
-    }))
+    by_hlo_type!(op, dtype, c, T, c => {
+        let mut scratch: Vec<T> = Vec::new();
+        Ok(Built {
+            outputs: vec![(dtype, out)],
+            kernel: Box::new(move |ins, outs| {
+                let (x, o) = (view::<T>(arg(ins, 0)?)?, view_mut::<T>(outs[0])?);
+                let init = *view::<T>(arg(ins, 1)?)?.first().ok_or_else(|| super::runtime("empty init value"))?;
+                sized("input", x.len(), n_in)?;
+                sized("output", o.len(), n_out)?;
+                let src = if plain {
+                    x
+                } else {
+                    scratch.resize(n_pad, init);
+                    hlo::pad(x, &shape, &low, &interior, init, &padded, &mut scratch);
+                    &scratch[..]
+                };
+                hlo::reduce_window(c, src, if plain { &shape } else { &padded }, init, &window, &strides, &dilations, &out_shape, o);
+                Ok(())
+            }),
+        })
+    })
+}
+
+/// STABLEHLO_REDUCE_WINDOW (input, init value): the window reduction its body
+/// subgraph's single op names (LiteRT runs ADD, MUL, MAXIMUM, MINIMUM, LOGICAL_AND
+/// and LOGICAL_OR bodies, builtin or StableHLO; AND combines truth values there).
+fn stablehlo_reduce_window(op: &OpContext<'_>) -> Result<Built> {
+    let OpParams::Hlo(HloParams::StablehloReduceWindow { window, strides, base_dilations, window_dilations, padding, body, .. }) = &op.op.params else {
+        return Err(op.bad("missing StablehloReduceWindowOptions"));
+    };
+    let code = body.as_ref().map_err(|why| op.unsupported(why))?;
+    let c = match code {
+        B::ADD | B::STABLEHLO_ADD => Combine::Add,
+        B::MUL | B::STABLEHLO_MULTIPLY => Combine::Mul,
+        B::MAXIMUM | B::STABLEHLO_MAXIMUM => Combine::Max,
+        B::MINIMUM | B::STABLEHLO_MINIMUM => Combine::Min,
+        B::LOGICAL_AND | B::STABLEHLO_AND => Combine::All,
+        B::LOGICAL_OR => Combine::Any,
+        other => return Err(op.unsupported(format!("reduction body op {other} (LiteRT runs ADD, MUL, MAXIMUM, MINIMUM, LOGICAL_AND, LOGICAL_OR bodies)"))),
+    };
+    let (x, init) = (op.input(0)?, op.input(1)?);
+    if init.dtype != x.dtype || init.shape.iter().product::<usize>() == 0 {
+        return Err(op.bad(format!("init value of type {} and shape {:?} for an input of type {}", init.dtype.name(), init.shape, x.dtype.name())));
+    }
+    let geometry = Geometry {
+        window: window.clone(),
+        strides: strides.clone(),
+        window_dilations: window_dilations.clone(),
+        base_dilations: base_dilations.clone(),
+        padding: padding.clone(),
+    };
+    windowed(op, c, &geometry.resolve(op, x.shape.len())?)
 }

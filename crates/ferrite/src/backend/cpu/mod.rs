@@ -175,7 +175,8 @@ pub(crate) fn family_feature(code: B) -> Option<&'static str> {
         | B::STABLEHLO_AND
         | B::STABLEHLO_PAD
         | B::DILATE
-        | B::REDUCE_WINDOW => "op-hlo",
+        | B::REDUCE_WINDOW
+        | B::STABLEHLO_REDUCE_WINDOW => "op-hlo",
         B::ARG_MAX | B::ARG_MIN | B::MEAN | B::REDUCE_MAX | B::REDUCE_MIN | B::REDUCE_PROD | B::SUM | B::REDUCE_ALL | B::REDUCE_ANY => "op-reduce",
         B::BROADCAST_TO
         | B::CONCATENATION

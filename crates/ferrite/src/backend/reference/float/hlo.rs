@@ -25,6 +25,7 @@ pub(super) fn build(code: B, op: &OpContext<'_>) -> Option<Result<Built>> {
         B::STABLEHLO_PAD => pad_op(op),
         B::DILATE => dilate(op),
         B::REDUCE_WINDOW => reduce_window(op),
+        B::STABLEHLO_REDUCE_WINDOW => stablehlo_reduce_window(op),
         _ => return None,
     })
 }
@@ -81,10 +82,14 @@ fn binary(op: &OpContext<'_>, c: Combine) -> Result<Built> {
     typed_hlo!(op, dtype, c, T, c => Ok(Built {
         outputs: vec![(dtype, shape)],
         kernel: Box::new(move |ins, outs| {
+            // An empty tensor's buffer may be unaligned: nothing to view or compute.
+            if n == 0 {
+                return Ok(());
+            }
             let (x, y) = (input::<T>(ins, 0, n)?, input::<T>(ins, 1, n)?);
             let o = output::<T>(outs, 0, n)?;
-            for i in 0..n {
-                o[i] = x[i].combine(c, y[i]);
+            for ((o, &a), &b) in o.iter_mut().zip(x).zip(y) {
+                *o = a.combine(c, b);
             }
             Ok(())
         }),
@@ -148,7 +153,7 @@ fn pad_op(op: &OpContext<'_>) -> Result<Built> {
 fn dilate(op: &OpContext<'_>) -> Result<Built> {
     let r = op.input(0)?.shape.len();
     if op.input(1)?.dtype != DType::I32 {
-        return Err(op.bad("dilations must be int32"));
+        return Err(op.unsupported("dilations of another type than int32 (LiteRT takes int32 only)"));
     }
     let d = op.const_ints(1)?;
     if d.len() != r || d.iter().any(|&k| k < 1) {
@@ -170,35 +175,81 @@ fn reduce_window(op: &OpContext<'_>) -> Result<Built> {
         6 => Combine::Any,
         f => return Err(op.unsupported(format!("reduce function code {f}"))),
     };
+    let r = op.input(0)?.shape.len();
+    let mut lists = vec![];
+    for i in 2..5 {
+        if op.input(i)?.dtype != DType::I64 {
+            return Err(op.unsupported(format!("window list {i} of type {} (LiteRT takes int64 only)", op.input(i)?.dtype.name())));
+        }
+        lists.push(op.const_ints(i)?);
+    }
+    window_op(op, c, &lists[0], &lists[1], &[], &lists[2], &vec![0; 2 * r])
+}
+
+fn stablehlo_reduce_window(op: &OpContext<'_>) -> Result<Built> {
+    let OpParams::Hlo(HloParams::StablehloReduceWindow { window, strides, base_dilations, window_dilations, padding, body, .. }) = &op.op.params else {
+        return Err(op.bad("missing StablehloReduceWindowOptions"));
+    };
+    let c = match body.as_ref().map_err(|why| op.unsupported(why))? {
+        B::ADD | B::STABLEHLO_ADD => Combine::Add,
+        B::MUL | B::STABLEHLO_MULTIPLY => Combine::Mul,
+        B::MAXIMUM | B::STABLEHLO_MAXIMUM => Combine::Max,
+        B::MINIMUM | B::STABLEHLO_MINIMUM => Combine::Min,
+        B::LOGICAL_AND | B::STABLEHLO_AND => Combine::All,
+        B::LOGICAL_OR => Combine::Any,
+        other => return Err(op.unsupported(format!("reduction body op {other}"))),
+    };
+    let r = op.input(0)?.shape.len();
+    let or_default = |v: &[i64], d: i64, n: usize| if v.is_empty() { vec![d; n] } else { v.to_vec() };
+    window_op(op, c, window, &or_default(strides, 1, r), &or_default(base_dilations, 1, r), &or_default(window_dilations, 1, r), &or_default(padding, 0, 2 * r))
+}
+
+/// The window reduction from StableHLO's definition: the input padded with the
+/// init value (`padding` low/high per dimension, `base` - 1 between elements; an
+/// empty `base` means 1), then per output element the init value combined with
+/// each window element, window elements at `o * stride + w * dilation` of the
+/// padded input.
+fn window_op(op: &OpContext<'_>, c: Combine, window: &[i64], strides: &[i64], base: &[i64], dil: &[i64], padding: &[i64]) -> Result<Built> {
     let (x, init) = (op.input(0)?, op.input(1)?);
     let r = x.shape.len();
     if init.dtype != x.dtype || init.shape.iter().product::<usize>() == 0 {
         return Err(op.bad("init value must be a non-empty tensor of the input's type"));
     }
-    let mut lists = vec![];
-    for i in 2..5 {
-        let v = op.const_ints(i)?;
-        if op.input(i)?.dtype != DType::I64 || v.len() != r || v.iter().any(|&k| k < 1) {
-            return Err(op.bad(format!("window list {i} {v:?} must be int64 with {r} positive values")));
+    let base = if base.is_empty() { vec![1; r] } else { base.to_vec() };
+    for (name, v) in [("window", window), ("strides", strides), ("base dilations", &base[..]), ("window dilations", dil)] {
+        if v.len() != r || v.iter().any(|&k| k < 1) {
+            return Err(op.bad(format!("{name} {v:?} must hold {r} positive values")));
         }
-        lists.push(v.iter().map(|&k| usize::try_from(k).unwrap_or(usize::MAX)).collect::<Vec<usize>>());
     }
-    let (window, strides, dil) = (lists[0].clone(), lists[1].clone(), lists[2].clone());
-    // Positions of the window per dimension: those where its last element
-    // (at (w - 1) * dilation) still lies inside the input.
+    if padding.len() != 2 * r {
+        return Err(op.bad(format!("padding {padding:?} for rank {r}")));
+    }
+    let (low, shape) = (padding.iter().step_by(2).copied().collect::<Vec<i64>>(), x.shape.clone());
+    // Padded size, then the window positions whose last element lies inside it.
     let mut out_shape = Vec::with_capacity(r);
     for d in 0..r {
-        let last = (window[d] as u128 - 1) * dil[d] as u128;
-        let n = x.shape[d] as u128;
-        out_shape.push(if n > last { ((n - 1 - last) / strides[d] as u128 + 1) as usize } else { 0 });
+        let n = shape[d] as i128;
+        let padded = padding[2 * d] as i128 + padding[2 * d + 1] as i128 + n + (n - 1).max(0) * (base[d] as i128 - 1);
+        if padded < 0 {
+            return Err(op.bad(format!("dimension {d} padded to size {padded}")));
+        }
+        let last = (window[d] as i128 - 1) * dil[d] as i128;
+        let positions = if padded > last { (padded - 1 - last) / strides[d] as i128 + 1 } else { 0 };
+        out_shape.push(usize::try_from(positions).map_err(|_| op.bad("window positions overflow"))?);
     }
+    let window: Vec<usize> = window.iter().map(|&k| k as usize).collect();
+    let (strides, dil, base) = (strides.to_vec(), dil.to_vec(), base.clone());
     let es = x.dtype.size().unwrap_or(1);
-    let (dtype, shape, os) = (x.dtype, x.shape.clone(), out_shape.clone());
+    let (dtype, os) = (x.dtype, out_shape.clone());
     let (n_in, n_out, n_win) = (count(op, &shape, es)?, count(op, &out_shape, es)?, count(op, &window, es)?);
     typed_hlo!(op, dtype, c, T, c => Ok(Built {
         outputs: vec![(dtype, out_shape)],
         kernel: Box::new(move |ins, outs| {
-            let src = input::<T>(ins, 0, n_in)?;
+            // An empty tensor's buffer may be unaligned: it is not viewed.
+            if n_out == 0 {
+                return Ok(());
+            }
+            let src: &[T] = if n_in == 0 { &[] } else { input::<T>(ins, 0, n_in)? };
             let init = input::<T>(ins, 1, 1)?[0];
             let out = output::<T>(outs, 0, n_out)?;
             let (mut at, mut w, mut from) = (vec![0; r], vec![0; r], vec![0; r]);
@@ -207,10 +258,16 @@ fn reduce_window(op: &OpContext<'_>) -> Result<Built> {
                 let mut acc = init;
                 for k in 0..n_win {
                     unravel(k, &window, &mut w);
+                    let mut inside = true;
                     for d in 0..r {
-                        from[d] = at[d] * strides[d] + w[d] * dil[d];
+                        let p = (at[d] as i64) * strides[d] + (w[d] as i64) * dil[d] - low[d];
+                        if p < 0 || p % base[d] != 0 || p / base[d] >= shape[d] as i64 {
+                            inside = false;
+                            break;
+                        }
+                        from[d] = (p / base[d]) as usize;
                     }
-                    acc = acc.combine(c, src[ravel(&from, &shape)]);
+                    acc = acc.combine(c, if inside { src[ravel(&from, &shape)] } else { init });
                 }
                 *o = acc;
             }
@@ -263,7 +320,24 @@ mod tests {
             let ins = |x: Option<TestInput>, init| vec![x, init, i64_const(&window), i64_const(&strides), i64_const(&dils)];
             TestOp::new(B::REDUCE_WINDOW, params.clone(), ins(x.clone(), f32_input(&[], &[0.0])), 1).compare_with_cpu(1e-6, "reduce_window");
             let init = raw_input(DType::I32, &[], 1i32.to_le_bytes().to_vec());
-            TestOp::typed(B::REDUCE_WINDOW, params, ins(xi.clone(), init), vec![DType::I32]).compare_with_cpu(0.0, "reduce_window int");
+            TestOp::typed(B::REDUCE_WINDOW, params, ins(xi.clone(), init.clone()), vec![DType::I32]).compare_with_cpu(0.0, "reduce_window int");
+            let body = [B::STABLEHLO_ADD, B::MUL, B::STABLEHLO_MAXIMUM, B::MINIMUM, B::STABLEHLO_AND, B::LOGICAL_OR][case % 6];
+            let padding: Vec<i64> = shape.iter().flat_map(|_| [r.range(0, 3) as i64 - 1, r.range(0, 2) as i64]).collect();
+            let params = OpParams::Hlo(HloParams::StablehloReduceWindow {
+                window: window.clone(),
+                strides: strides.clone(),
+                base_dilations: shape.iter().map(|_| r.range(1, 2) as i64).collect(),
+                window_dilations: dils.clone(),
+                padding,
+                body_subgraph: 1,
+                body: Ok(body),
+            });
+            for (x, init, t) in [(x.clone(), f32_input(&[], &[0.25]), DType::F32), (xi.clone(), init, DType::I32)] {
+                let t = TestOp::typed(B::STABLEHLO_REDUCE_WINDOW, params.clone(), vec![x, init], vec![t]);
+                if t.reference().is_ok() {
+                    t.compare_with_cpu(1e-6, "stablehlo_reduce_window");
+                }
+            }
         }
     }
 
@@ -285,7 +359,12 @@ mod tests {
         let t = TestOp::new(B::DILATE, OpParams::None, vec![x.clone(), i32_const(&[2], &[1, i32::MAX]), v.clone()], 1);
         assert!(t.cpu().is_err());
         let rw = |f: i32, w: &[i64], s: &[i64]| {
-            TestOp::new(B::REDUCE_WINDOW, OpParams::Hlo(HloParams::ReduceWindow { function: f }), vec![x.clone(), v.clone(), i64_const(w), i64_const(s), i64_const(&[1, 1])], 1)
+            TestOp::new(
+                B::REDUCE_WINDOW,
+                OpParams::Hlo(HloParams::ReduceWindow { function: f }),
+                vec![x.clone(), v.clone(), i64_const(w), i64_const(s), i64_const(&[1, 1])],
+                1,
+            )
         };
         for t in [rw(0, &[1, 1], &[1, 1]), rw(1, &[0, 1], &[1, 1]), rw(1, &[1, 1], &[1, 0]), rw(1, &[1], &[1, 1]), rw(1, &[1 << 40, 1 << 40], &[1, 1])] {
             assert!(t.cpu().is_err(), "cpu accepted");
