@@ -30,11 +30,10 @@ pub(super) fn build(code: B, op: &OpContext<'_>, _ctx: &mut BackendContext) -> O
     })
 }
 
-/// Runs `$body` with `$T` the Rust type of `$dtype` and `$c` the combination to
-/// apply to it (booleans are bytes combined as logic); refuses other types.
+/// Runs `$body` with `$T` the Rust type of `$dtype` and the combination `$c`
+/// rebound for booleans (bytes combined as logic); refuses other types.
 macro_rules! by_hlo_type {
-    ($op:expr, $dtype:expr, $combine:expr, $T:ident, $c:ident => $body:expr) => {{
-        let $c = $combine;
+    ($op:expr, $dtype:expr, $c:ident, $T:ident => $body:expr) => {{
         match $dtype {
             DType::F32 => {
                 type $T = f32;
@@ -113,7 +112,7 @@ fn binary(op: &OpContext<'_>, c: Combine) -> Result<Built> {
     }
     let (dtype, shape) = (a.dtype, a.shape.clone());
     let n = op.checked_elements(&shape, dtype.size().unwrap_or(1))?;
-    by_hlo_type!(op, dtype, c, T, c => Ok(Built {
+    by_hlo_type!(op, dtype, c, T => Ok(Built {
         outputs: vec![(dtype, shape)],
         kernel: Box::new(move |ins, outs| {
             let (x, y, o) = (view::<T>(arg(ins, 0)?)?, view::<T>(arg(ins, 1)?)?, view_mut::<T>(outs[0])?);
@@ -288,7 +287,7 @@ fn windowed(op: &OpContext<'_>, c: Combine, g: &Resolved) -> Result<Built> {
     // sized at the first run.
     let plain = low.iter().chain(&g.high).all(|&p| p == 0) && interior.iter().all(|&i| i == 0);
     let out_shape = out.clone();
-    by_hlo_type!(op, dtype, c, T, c => {
+    by_hlo_type!(op, dtype, c, T => {
         let mut scratch: Vec<T> = Vec::new();
         Ok(Built {
             outputs: vec![(dtype, out)],

@@ -32,8 +32,7 @@ pub(super) fn build(code: B, op: &OpContext<'_>) -> Option<Result<Built>> {
 
 /// `$body` with `$T` the element type of `$dtype` and `$c` its combination.
 macro_rules! typed_hlo {
-    ($op:expr, $dtype:expr, $combine:expr, $T:ident, $c:ident => $body:expr) => {{
-        let $c = $combine;
+    ($op:expr, $dtype:expr, $c:ident, $T:ident => $body:expr) => {{
         match $dtype {
             DType::F32 => {
                 type $T = f32;
@@ -79,7 +78,7 @@ fn binary(op: &OpContext<'_>, c: Combine) -> Result<Built> {
     }
     let (dtype, shape) = (a.dtype, a.shape.clone());
     let n = count(op, &shape, dtype.size().unwrap_or(1))?;
-    typed_hlo!(op, dtype, c, T, c => Ok(Built {
+    typed_hlo!(op, dtype, c, T => Ok(Built {
         outputs: vec![(dtype, shape)],
         kernel: Box::new(move |ins, outs| {
             // An empty tensor's buffer may be unaligned: nothing to view or compute.
@@ -242,7 +241,7 @@ fn window_op(op: &OpContext<'_>, c: Combine, window: &[i64], strides: &[i64], ba
     let es = x.dtype.size().unwrap_or(1);
     let (dtype, os) = (x.dtype, out_shape.clone());
     let (n_in, n_out, n_win) = (count(op, &shape, es)?, count(op, &out_shape, es)?, count(op, &window, es)?);
-    typed_hlo!(op, dtype, c, T, c => Ok(Built {
+    typed_hlo!(op, dtype, c, T => Ok(Built {
         outputs: vec![(dtype, out_shape)],
         kernel: Box::new(move |ins, outs| {
             // An empty tensor's buffer may be unaligned: it is not viewed.
