@@ -326,6 +326,17 @@ op_table! {
     UNIDIRECTIONAL_SEQUENCE_RNN:  SequenceRNNOptions,                5..=5, 1..=1, F32 | HYBRID;
     BIDIRECTIONAL_SEQUENCE_RNN:   BidirectionalSequenceRNNOptions,   9..=12, 1..=2, F32 | HYBRID;
     SVDF:                         SVDFOptions,                       3..=5, 1..=1, F32 | I8 | HYBRID;
+    // Ops of the StableHLO legalization. Their options tables (where they have one) are
+    // in the format's second options union, which ferrite's model layer reads itself.
+    STABLEHLO_ADD:           NONE,                        2..=2, 1..=1, F32 | I8 | U8 | I16 | INT;
+    STABLEHLO_MULTIPLY:      NONE,                        2..=2, 1..=1, F32 | I8 | U8 | I16 | INT;
+    STABLEHLO_MAXIMUM:       NONE,                        2..=2, 1..=1, F32 | I8 | U8 | I16 | INT;
+    STABLEHLO_MINIMUM:       NONE,                        2..=2, 1..=1, F32 | I8 | U8 | I16 | INT;
+    STABLEHLO_AND:           NONE,                        2..=2, 1..=1, I8 | U8 | I16 | INT;
+    STABLEHLO_PAD:           NONE,                        2..=2, 1..=1, ANY;
+    DILATE:                  NONE,                        3..=3, 1..=1, ANY;
+    REDUCE_WINDOW:           NONE,                        5..=5, 1..=1, F32 | I8 | U8 | I16 | INT;
+    STABLEHLO_REDUCE_WINDOW: NONE,                        2..=2, 1..=1, F32 | I8 | U8 | I16 | INT;
     // Control flow and state, run by the executor.
     IF:                      IfOptions,                   1..=MANY, 0..=MANY, EXECUTOR;
     WHILE:                   WhileOptions,                0..=MANY, 0..=MANY, EXECUTOR;

@@ -262,6 +262,77 @@ pub enum Options {
     /// checked against the op table. For tests of how readers treat a file whose
     /// options are of the wrong type.
     Unchecked(Box<Options>),
+    /// Options of an op whose table lives in the second options union
+    /// (`builtin_options_2`): the StableHLO-derived ops. Written there, with no table
+    /// in the first union.
+    Hlo(HloOptions),
+}
+
+/// Options tables of the second union (`BuiltinOptions2`), for the ops the
+/// StableHLO legalization emits. Vectors are written as the format's int64 lists.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(missing_docs)]
+pub enum HloOptions {
+    /// STABLEHLO_PAD: per-dimension low, high (negative crops) and interior padding.
+    Pad { low: Vec<i64>, high: Vec<i64>, interior: Vec<i64> },
+    /// REDUCE_WINDOW: the `ReduceWindowFunction` code (1 ADD, 2 MUL, 3 MINIMUM, 4 MAXIMUM, 5 ALL, 6 ANY).
+    ReduceWindow { function: i32 },
+    /// STABLEHLO_REDUCE_WINDOW: window geometry per dimension, padding as
+    /// `[low0, high0, low1, high1, ...]`, and the subgraph holding the reduction body.
+    StablehloReduceWindow {
+        window_dimensions: Vec<i64>,
+        window_strides: Vec<i64>,
+        base_dilations: Vec<i64>,
+        window_dilations: Vec<i64>,
+        padding: Vec<i64>,
+        body_subgraph_index: i32,
+    },
+}
+
+impl HloOptions {
+    /// The member of the second union these options are.
+    pub fn table(&self) -> fb::BuiltinOptions2 {
+        match self {
+            HloOptions::Pad { .. } => fb::BuiltinOptions2::StablehloPadOptions,
+            HloOptions::ReduceWindow { .. } => fb::BuiltinOptions2::ReduceWindowOptions,
+            HloOptions::StablehloReduceWindow { .. } => fb::BuiltinOptions2::StablehloReduceWindowOptions,
+        }
+    }
+
+    fn write(&self, b: &mut FlatBufferBuilder) -> WIPOffset<UnionWIPOffset> {
+        match self {
+            HloOptions::Pad { low, high, interior } => {
+                let (low, high, interior) = (b.create_vector(low), b.create_vector(high), b.create_vector(interior));
+                fb::StablehloPadOptions::create(
+                    b,
+                    &fb::StablehloPadOptionsArgs { edge_padding_low: Some(low), edge_padding_high: Some(high), interior_padding: Some(interior) },
+                )
+                .as_union_value()
+            }
+            HloOptions::ReduceWindow { function } => {
+                fb::ReduceWindowOptions::create(b, &fb::ReduceWindowOptionsArgs { reduce_function: fb::ReduceWindowFunction(*function) }).as_union_value()
+            }
+            HloOptions::StablehloReduceWindow { window_dimensions, window_strides, base_dilations, window_dilations, padding, body_subgraph_index } => {
+                let wd = b.create_vector(window_dimensions);
+                let ws = b.create_vector(window_strides);
+                let bd = b.create_vector(base_dilations);
+                let wdl = b.create_vector(window_dilations);
+                let pd = b.create_vector(padding);
+                fb::StablehloReduceWindowOptions::create(
+                    b,
+                    &fb::StablehloReduceWindowOptionsArgs {
+                        window_dimensions: Some(wd),
+                        window_strides: Some(ws),
+                        base_dilations: Some(bd),
+                        window_dilations: Some(wdl),
+                        padding: Some(pd),
+                        body_subgraph_index: *body_subgraph_index,
+                    },
+                )
+                .as_union_value()
+            }
+        }
+    }
 }
 
 impl Options {
@@ -269,7 +340,7 @@ impl Options {
     fn tables(&self) -> &'static [fb::BuiltinOptions] {
         use fb::BuiltinOptions as T;
         match self {
-            Options::None | Options::Empty(_) | Options::Unchecked(_) => &[],
+            Options::None | Options::Empty(_) | Options::Unchecked(_) | Options::Hlo(_) => &[],
             Options::Conv2D { .. } => &[T::Conv2DOptions],
             Options::DepthwiseConv2D { .. } => &[T::DepthwiseConv2DOptions],
             Options::Conv3D { .. } => &[T::Conv3DOptions],
@@ -327,7 +398,7 @@ impl Options {
     fn table_for(&self, expected: fb::BuiltinOptions) -> Option<fb::BuiltinOptions> {
         use fb::BuiltinOptions as T;
         match self {
-            Options::None => Some(T::NONE),
+            Options::None | Options::Hlo(_) => Some(T::NONE),
             Options::Empty(t) => (*t == expected && expected != T::NONE).then_some(expected),
             Options::Unchecked(inner) => Some(inner.own_table()),
             o => o.tables().contains(&expected).then_some(expected),
@@ -584,6 +655,10 @@ impl ModelSpec {
                 let inputs = b.create_vector(&op.inputs);
                 let outputs = b.create_vector(&op.outputs);
                 let options = write_options(&mut b, options_type, &op.options);
+                let (options_2_type, options_2) = match &op.options {
+                    Options::Hlo(h) => (h.table(), Some(h.write(&mut b))),
+                    _ => (fb::BuiltinOptions2::NONE, None),
+                };
                 let custom_options = op.custom_options.as_ref().map(|c| b.create_vector(c));
                 let intermediates = (!op.intermediates.is_empty()).then(|| b.create_vector(&op.intermediates));
                 ops.push(fb::Operator::create(
@@ -594,6 +669,8 @@ impl ModelSpec {
                         outputs: Some(outputs),
                         builtin_options_type: options_type,
                         builtin_options: options,
+                        builtin_options_2_type: options_2_type,
+                        builtin_options_2: options_2,
                         custom_options,
                         intermediates,
                         ..Default::default()
@@ -665,7 +742,7 @@ fn write_options(b: &mut FlatBufferBuilder, table: fb::BuiltinOptions, o: &Optio
         return None;
     }
     Some(match o {
-        Options::None => return None,
+        Options::None | Options::Hlo(_) => return None,
         Options::Unchecked(inner) => return write_options(b, table, inner),
         Options::Conv2D { padding, stride, dilation, activation } => fb::Conv2DOptions::create(
             b,

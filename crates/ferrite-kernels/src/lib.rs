@@ -143,6 +143,7 @@ pub mod elementwise;
 pub mod fixed16;
 pub mod gemm;
 pub mod grad;
+pub mod hlo;
 pub mod hybrid;
 pub mod igemm;
 pub mod index;

@@ -41,6 +41,7 @@ mod exec;
 mod memory;
 mod observe;
 mod ops;
+mod ops_hlo;
 mod package;
 mod session;
 mod shared_arena;

@@ -543,6 +543,7 @@ fn parse(data: &[u8]) -> Result<Parsed> {
     for (si, sg) in fb_subgraphs.iter().enumerate() {
         subgraphs.push(parse_subgraph(data, kind, si, sg?, &buffers, &codes)?);
     }
+    crate::ops_hlo::resolve_bodies(&mut subgraphs);
 
     let mut signatures = Vec::new();
     for (i, s) in root.tables(fb::Model::VT_SIGNATURE_DEFS)?.iter().enumerate() {
@@ -627,10 +628,15 @@ fn parse_op(data: &[u8], o: Table<'_>, n: usize, codes: &[(OpCode, i32)]) -> Res
     }
     let opt_type = o.scalar::<u8>(fb::Operator::VT_BUILTIN_OPTIONS_TYPE, 0)?;
     let options = o.table(fb::Operator::VT_BUILTIN_OPTIONS)?;
-    let params = match &code {
+    let mut params = match &code {
         OpCode::Builtin(b) => parse_params(*b, opt_type, options)?,
         OpCode::Other(_) | OpCode::Custom(_) => OpParams::None,
     };
+    if let OpCode::Builtin(b) = code {
+        if let Some(hlo) = crate::ops_hlo::parse(b, o)? {
+            params = OpParams::Hlo(hlo);
+        }
+    }
     let mut custom_options = o.bytes(fb::Operator::VT_CUSTOM_OPTIONS)?.map(|(s, b)| s..s + b.len());
     let large_off = o.scalar::<u64>(fb::Operator::VT_LARGE_CUSTOM_OPTIONS_OFFSET, 0)?;
     let large_size = o.scalar::<u64>(fb::Operator::VT_LARGE_CUSTOM_OPTIONS_SIZE, 0)?;

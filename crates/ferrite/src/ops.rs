@@ -223,6 +223,8 @@ pub enum OpParams {
         activation: Activation,
         asymmetric_quantize_inputs: bool,
     },
+    /// Ops of the StableHLO legalization, with options from the second options union.
+    Hlo(crate::ops_hlo::HloParams),
 }
 
 /// Options of the recurrent ops (each options table holds a subset; the rest keep

@@ -115,7 +115,12 @@ fn isolate(case: &Case, code: ferrite_format::schema::BuiltinOperator) -> Option
             source.insert(t, ProbeInput { range: ranges.next().copied(), fixed: None });
         }
     }
-    let mut m = ModelSpec { description: format!("ferrite type probe: {}", code.variant_name().unwrap_or("?")), ..Default::default() };
+    // Further subgraphs come along: an op's body (STABLEHLO_REDUCE_WINDOW's) is one.
+    let mut m = ModelSpec {
+        description: format!("ferrite type probe: {}", code.variant_name().unwrap_or("?")),
+        subgraphs: spec.subgraphs.clone(),
+        ..Default::default()
+    };
     let mut map = std::collections::HashMap::new();
     let mut inputs = vec![];
     let mut new_index = |m: &mut ModelSpec, t: i32| -> i32 { *map.entry(t).or_insert_with(|| m.add_tensor(spec.tensors[t as usize].clone())) };

@@ -2518,6 +2518,360 @@ impl<'a> ::flatbuffers::Verifiable for MirrorPadMode {
 
 impl ::flatbuffers::SimpleToVerifyInSlice for MirrorPadMode {}
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
+pub const ENUM_MIN_RNG_ALGORITHM: i8 = 0;
+#[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
+pub const ENUM_MAX_RNG_ALGORITHM: i8 = 2;
+#[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
+#[allow(non_camel_case_types)]
+pub const ENUM_VALUES_RNG_ALGORITHM: [RngAlgorithm; 3] = [
+  RngAlgorithm::DEFAULT,
+  RngAlgorithm::PHILOX,
+  RngAlgorithm::THREEFRY,
+];
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[repr(transparent)]
+pub struct RngAlgorithm(pub i8);
+#[allow(non_upper_case_globals)]
+impl RngAlgorithm {
+  pub const DEFAULT: Self = Self(0);
+  pub const PHILOX: Self = Self(1);
+  pub const THREEFRY: Self = Self(2);
+
+  pub const ENUM_MIN: i8 = 0;
+  pub const ENUM_MAX: i8 = 2;
+  pub const ENUM_VALUES: &'static [Self] = &[
+    Self::DEFAULT,
+    Self::PHILOX,
+    Self::THREEFRY,
+  ];
+  /// Returns the variant's name or "" if unknown.
+  pub fn variant_name(self) -> Option<&'static str> {
+    match self {
+      Self::DEFAULT => Some("DEFAULT"),
+      Self::PHILOX => Some("PHILOX"),
+      Self::THREEFRY => Some("THREEFRY"),
+      _ => None,
+    }
+  }
+}
+impl ::core::fmt::Debug for RngAlgorithm {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter) -> ::core::fmt::Result {
+    if let Some(name) = self.variant_name() {
+      f.write_str(name)
+    } else {
+      f.write_fmt(format_args!("<UNKNOWN {:?}>", self.0))
+    }
+  }
+}
+impl<'a> ::flatbuffers::Follow<'a> for RngAlgorithm {
+  type Inner = Self;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    let b = unsafe { ::flatbuffers::read_scalar_at::<i8>(buf, loc) };
+    Self(b)
+  }
+}
+
+impl ::flatbuffers::Push for RngAlgorithm {
+    type Output = RngAlgorithm;
+    #[inline]
+    unsafe fn push(&self, dst: &mut [u8], _written_len: usize) {
+        unsafe { ::flatbuffers::emplace_scalar::<i8>(dst, self.0) };
+    }
+}
+
+impl ::flatbuffers::EndianScalar for RngAlgorithm {
+  type Scalar = i8;
+  #[inline]
+  fn to_little_endian(self) -> i8 {
+    self.0.to_le()
+  }
+  #[inline]
+  #[allow(clippy::wrong_self_convention)]
+  fn from_little_endian(v: i8) -> Self {
+    let b = i8::from_le(v);
+    Self(b)
+  }
+}
+
+impl<'a> ::flatbuffers::Verifiable for RngAlgorithm {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    i8::run_verifier(v, pos)
+  }
+}
+
+impl ::flatbuffers::SimpleToVerifyInSlice for RngAlgorithm {}
+#[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
+pub const ENUM_MIN_REDUCE_WINDOW_FUNCTION: i32 = 0;
+#[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
+pub const ENUM_MAX_REDUCE_WINDOW_FUNCTION: i32 = 6;
+#[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
+#[allow(non_camel_case_types)]
+pub const ENUM_VALUES_REDUCE_WINDOW_FUNCTION: [ReduceWindowFunction; 7] = [
+  ReduceWindowFunction::UNSUPPORTED,
+  ReduceWindowFunction::ADD,
+  ReduceWindowFunction::MUL,
+  ReduceWindowFunction::MINIMUM,
+  ReduceWindowFunction::MAXIMUM,
+  ReduceWindowFunction::ALL,
+  ReduceWindowFunction::ANY,
+];
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[repr(transparent)]
+pub struct ReduceWindowFunction(pub i32);
+#[allow(non_upper_case_globals)]
+impl ReduceWindowFunction {
+  pub const UNSUPPORTED: Self = Self(0);
+  pub const ADD: Self = Self(1);
+  pub const MUL: Self = Self(2);
+  pub const MINIMUM: Self = Self(3);
+  pub const MAXIMUM: Self = Self(4);
+  pub const ALL: Self = Self(5);
+  pub const ANY: Self = Self(6);
+
+  pub const ENUM_MIN: i32 = 0;
+  pub const ENUM_MAX: i32 = 6;
+  pub const ENUM_VALUES: &'static [Self] = &[
+    Self::UNSUPPORTED,
+    Self::ADD,
+    Self::MUL,
+    Self::MINIMUM,
+    Self::MAXIMUM,
+    Self::ALL,
+    Self::ANY,
+  ];
+  /// Returns the variant's name or "" if unknown.
+  pub fn variant_name(self) -> Option<&'static str> {
+    match self {
+      Self::UNSUPPORTED => Some("UNSUPPORTED"),
+      Self::ADD => Some("ADD"),
+      Self::MUL => Some("MUL"),
+      Self::MINIMUM => Some("MINIMUM"),
+      Self::MAXIMUM => Some("MAXIMUM"),
+      Self::ALL => Some("ALL"),
+      Self::ANY => Some("ANY"),
+      _ => None,
+    }
+  }
+}
+impl ::core::fmt::Debug for ReduceWindowFunction {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter) -> ::core::fmt::Result {
+    if let Some(name) = self.variant_name() {
+      f.write_str(name)
+    } else {
+      f.write_fmt(format_args!("<UNKNOWN {:?}>", self.0))
+    }
+  }
+}
+impl<'a> ::flatbuffers::Follow<'a> for ReduceWindowFunction {
+  type Inner = Self;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    let b = unsafe { ::flatbuffers::read_scalar_at::<i32>(buf, loc) };
+    Self(b)
+  }
+}
+
+impl ::flatbuffers::Push for ReduceWindowFunction {
+    type Output = ReduceWindowFunction;
+    #[inline]
+    unsafe fn push(&self, dst: &mut [u8], _written_len: usize) {
+        unsafe { ::flatbuffers::emplace_scalar::<i32>(dst, self.0) };
+    }
+}
+
+impl ::flatbuffers::EndianScalar for ReduceWindowFunction {
+  type Scalar = i32;
+  #[inline]
+  fn to_little_endian(self) -> i32 {
+    self.0.to_le()
+  }
+  #[inline]
+  #[allow(clippy::wrong_self_convention)]
+  fn from_little_endian(v: i32) -> Self {
+    let b = i32::from_le(v);
+    Self(b)
+  }
+}
+
+impl<'a> ::flatbuffers::Verifiable for ReduceWindowFunction {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    i32::run_verifier(v, pos)
+  }
+}
+
+impl ::flatbuffers::SimpleToVerifyInSlice for ReduceWindowFunction {}
+#[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
+pub const ENUM_MIN_BUILTIN_OPTIONS_2: u8 = 0;
+#[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
+pub const ENUM_MAX_BUILTIN_OPTIONS_2: u8 = 20;
+#[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
+#[allow(non_camel_case_types)]
+pub const ENUM_VALUES_BUILTIN_OPTIONS_2: [BuiltinOptions2; 21] = [
+  BuiltinOptions2::NONE,
+  BuiltinOptions2::StablehloConcatenateOptions,
+  BuiltinOptions2::StablehloBroadcastInDimOptions,
+  BuiltinOptions2::StablehloSliceOptions,
+  BuiltinOptions2::StablehloConvolutionOptions,
+  BuiltinOptions2::StablehloCustomCallOptions,
+  BuiltinOptions2::StablehloReduceOptions,
+  BuiltinOptions2::StablehloScatterOptions,
+  BuiltinOptions2::StablehloCompareOptions,
+  BuiltinOptions2::StablehloDynamicSliceOptions,
+  BuiltinOptions2::StablehloPadOptions,
+  BuiltinOptions2::StablehloIotaOptions,
+  BuiltinOptions2::StablehloDotGeneralOptions,
+  BuiltinOptions2::StablehloReduceWindowOptions,
+  BuiltinOptions2::StablehloSortOptions,
+  BuiltinOptions2::StablehloWhileOptions,
+  BuiltinOptions2::StablehloGatherOptions,
+  BuiltinOptions2::StablehloTransposeOptions,
+  BuiltinOptions2::DilateOptions,
+  BuiltinOptions2::StablehloRngBitGeneratorOptions,
+  BuiltinOptions2::ReduceWindowOptions,
+];
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[repr(transparent)]
+pub struct BuiltinOptions2(pub u8);
+#[allow(non_upper_case_globals)]
+impl BuiltinOptions2 {
+  pub const NONE: Self = Self(0);
+  pub const StablehloConcatenateOptions: Self = Self(1);
+  pub const StablehloBroadcastInDimOptions: Self = Self(2);
+  pub const StablehloSliceOptions: Self = Self(3);
+  pub const StablehloConvolutionOptions: Self = Self(4);
+  pub const StablehloCustomCallOptions: Self = Self(5);
+  pub const StablehloReduceOptions: Self = Self(6);
+  pub const StablehloScatterOptions: Self = Self(7);
+  pub const StablehloCompareOptions: Self = Self(8);
+  pub const StablehloDynamicSliceOptions: Self = Self(9);
+  pub const StablehloPadOptions: Self = Self(10);
+  pub const StablehloIotaOptions: Self = Self(11);
+  pub const StablehloDotGeneralOptions: Self = Self(12);
+  pub const StablehloReduceWindowOptions: Self = Self(13);
+  pub const StablehloSortOptions: Self = Self(14);
+  pub const StablehloWhileOptions: Self = Self(15);
+  pub const StablehloGatherOptions: Self = Self(16);
+  pub const StablehloTransposeOptions: Self = Self(17);
+  pub const DilateOptions: Self = Self(18);
+  pub const StablehloRngBitGeneratorOptions: Self = Self(19);
+  pub const ReduceWindowOptions: Self = Self(20);
+
+  pub const ENUM_MIN: u8 = 0;
+  pub const ENUM_MAX: u8 = 20;
+  pub const ENUM_VALUES: &'static [Self] = &[
+    Self::NONE,
+    Self::StablehloConcatenateOptions,
+    Self::StablehloBroadcastInDimOptions,
+    Self::StablehloSliceOptions,
+    Self::StablehloConvolutionOptions,
+    Self::StablehloCustomCallOptions,
+    Self::StablehloReduceOptions,
+    Self::StablehloScatterOptions,
+    Self::StablehloCompareOptions,
+    Self::StablehloDynamicSliceOptions,
+    Self::StablehloPadOptions,
+    Self::StablehloIotaOptions,
+    Self::StablehloDotGeneralOptions,
+    Self::StablehloReduceWindowOptions,
+    Self::StablehloSortOptions,
+    Self::StablehloWhileOptions,
+    Self::StablehloGatherOptions,
+    Self::StablehloTransposeOptions,
+    Self::DilateOptions,
+    Self::StablehloRngBitGeneratorOptions,
+    Self::ReduceWindowOptions,
+  ];
+  /// Returns the variant's name or "" if unknown.
+  pub fn variant_name(self) -> Option<&'static str> {
+    match self {
+      Self::NONE => Some("NONE"),
+      Self::StablehloConcatenateOptions => Some("StablehloConcatenateOptions"),
+      Self::StablehloBroadcastInDimOptions => Some("StablehloBroadcastInDimOptions"),
+      Self::StablehloSliceOptions => Some("StablehloSliceOptions"),
+      Self::StablehloConvolutionOptions => Some("StablehloConvolutionOptions"),
+      Self::StablehloCustomCallOptions => Some("StablehloCustomCallOptions"),
+      Self::StablehloReduceOptions => Some("StablehloReduceOptions"),
+      Self::StablehloScatterOptions => Some("StablehloScatterOptions"),
+      Self::StablehloCompareOptions => Some("StablehloCompareOptions"),
+      Self::StablehloDynamicSliceOptions => Some("StablehloDynamicSliceOptions"),
+      Self::StablehloPadOptions => Some("StablehloPadOptions"),
+      Self::StablehloIotaOptions => Some("StablehloIotaOptions"),
+      Self::StablehloDotGeneralOptions => Some("StablehloDotGeneralOptions"),
+      Self::StablehloReduceWindowOptions => Some("StablehloReduceWindowOptions"),
+      Self::StablehloSortOptions => Some("StablehloSortOptions"),
+      Self::StablehloWhileOptions => Some("StablehloWhileOptions"),
+      Self::StablehloGatherOptions => Some("StablehloGatherOptions"),
+      Self::StablehloTransposeOptions => Some("StablehloTransposeOptions"),
+      Self::DilateOptions => Some("DilateOptions"),
+      Self::StablehloRngBitGeneratorOptions => Some("StablehloRngBitGeneratorOptions"),
+      Self::ReduceWindowOptions => Some("ReduceWindowOptions"),
+      _ => None,
+    }
+  }
+}
+impl ::core::fmt::Debug for BuiltinOptions2 {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter) -> ::core::fmt::Result {
+    if let Some(name) = self.variant_name() {
+      f.write_str(name)
+    } else {
+      f.write_fmt(format_args!("<UNKNOWN {:?}>", self.0))
+    }
+  }
+}
+impl<'a> ::flatbuffers::Follow<'a> for BuiltinOptions2 {
+  type Inner = Self;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    let b = unsafe { ::flatbuffers::read_scalar_at::<u8>(buf, loc) };
+    Self(b)
+  }
+}
+
+impl ::flatbuffers::Push for BuiltinOptions2 {
+    type Output = BuiltinOptions2;
+    #[inline]
+    unsafe fn push(&self, dst: &mut [u8], _written_len: usize) {
+        unsafe { ::flatbuffers::emplace_scalar::<u8>(dst, self.0) };
+    }
+}
+
+impl ::flatbuffers::EndianScalar for BuiltinOptions2 {
+  type Scalar = u8;
+  #[inline]
+  fn to_little_endian(self) -> u8 {
+    self.0.to_le()
+  }
+  #[inline]
+  #[allow(clippy::wrong_self_convention)]
+  fn from_little_endian(v: u8) -> Self {
+    let b = u8::from_le(v);
+    Self(b)
+  }
+}
+
+impl<'a> ::flatbuffers::Verifiable for BuiltinOptions2 {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    u8::run_verifier(v, pos)
+  }
+}
+
+impl ::flatbuffers::SimpleToVerifyInSlice for BuiltinOptions2 {}
+pub struct BuiltinOptions2UnionTableOffset {}
+
+#[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 pub const ENUM_MIN_CUSTOM_OPTIONS_FORMAT: i8 = 0;
 #[deprecated(since = "2.0.0", note = "Use associated constants instead. This will no longer be generated in 2021.")]
 pub const ENUM_MAX_CUSTOM_OPTIONS_FORMAT: i8 = 0;
@@ -16458,6 +16812,1980 @@ impl ::core::fmt::Debug for RightShiftOptions<'_> {
       ds.finish()
   }
 }
+pub enum StablehloConcatenateOptionsOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct StablehloConcatenateOptions<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for StablehloConcatenateOptions<'a> {
+  type Inner = StablehloConcatenateOptions<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> StablehloConcatenateOptions<'a> {
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    StablehloConcatenateOptions { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    _args: &'args StablehloConcatenateOptionsArgs
+  ) -> ::flatbuffers::WIPOffset<StablehloConcatenateOptions<'bldr>> {
+    let mut builder = StablehloConcatenateOptionsBuilder::new(_fbb);
+    builder.finish()
+  }
+
+}
+
+impl ::flatbuffers::Verifiable for StablehloConcatenateOptions<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct StablehloConcatenateOptionsArgs {
+}
+impl<'a> Default for StablehloConcatenateOptionsArgs {
+  #[inline]
+  fn default() -> Self {
+    StablehloConcatenateOptionsArgs {
+    }
+  }
+}
+
+pub struct StablehloConcatenateOptionsBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> StablehloConcatenateOptionsBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> StablehloConcatenateOptionsBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    StablehloConcatenateOptionsBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<StablehloConcatenateOptions<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for StablehloConcatenateOptions<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("StablehloConcatenateOptions");
+      ds.finish()
+  }
+}
+pub enum StablehloBroadcastInDimOptionsOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct StablehloBroadcastInDimOptions<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for StablehloBroadcastInDimOptions<'a> {
+  type Inner = StablehloBroadcastInDimOptions<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> StablehloBroadcastInDimOptions<'a> {
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    StablehloBroadcastInDimOptions { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    _args: &'args StablehloBroadcastInDimOptionsArgs
+  ) -> ::flatbuffers::WIPOffset<StablehloBroadcastInDimOptions<'bldr>> {
+    let mut builder = StablehloBroadcastInDimOptionsBuilder::new(_fbb);
+    builder.finish()
+  }
+
+}
+
+impl ::flatbuffers::Verifiable for StablehloBroadcastInDimOptions<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct StablehloBroadcastInDimOptionsArgs {
+}
+impl<'a> Default for StablehloBroadcastInDimOptionsArgs {
+  #[inline]
+  fn default() -> Self {
+    StablehloBroadcastInDimOptionsArgs {
+    }
+  }
+}
+
+pub struct StablehloBroadcastInDimOptionsBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> StablehloBroadcastInDimOptionsBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> StablehloBroadcastInDimOptionsBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    StablehloBroadcastInDimOptionsBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<StablehloBroadcastInDimOptions<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for StablehloBroadcastInDimOptions<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("StablehloBroadcastInDimOptions");
+      ds.finish()
+  }
+}
+pub enum StablehloSliceOptionsOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct StablehloSliceOptions<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for StablehloSliceOptions<'a> {
+  type Inner = StablehloSliceOptions<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> StablehloSliceOptions<'a> {
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    StablehloSliceOptions { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    _args: &'args StablehloSliceOptionsArgs
+  ) -> ::flatbuffers::WIPOffset<StablehloSliceOptions<'bldr>> {
+    let mut builder = StablehloSliceOptionsBuilder::new(_fbb);
+    builder.finish()
+  }
+
+}
+
+impl ::flatbuffers::Verifiable for StablehloSliceOptions<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct StablehloSliceOptionsArgs {
+}
+impl<'a> Default for StablehloSliceOptionsArgs {
+  #[inline]
+  fn default() -> Self {
+    StablehloSliceOptionsArgs {
+    }
+  }
+}
+
+pub struct StablehloSliceOptionsBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> StablehloSliceOptionsBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> StablehloSliceOptionsBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    StablehloSliceOptionsBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<StablehloSliceOptions<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for StablehloSliceOptions<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("StablehloSliceOptions");
+      ds.finish()
+  }
+}
+pub enum StablehloConvolutionOptionsOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct StablehloConvolutionOptions<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for StablehloConvolutionOptions<'a> {
+  type Inner = StablehloConvolutionOptions<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> StablehloConvolutionOptions<'a> {
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    StablehloConvolutionOptions { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    _args: &'args StablehloConvolutionOptionsArgs
+  ) -> ::flatbuffers::WIPOffset<StablehloConvolutionOptions<'bldr>> {
+    let mut builder = StablehloConvolutionOptionsBuilder::new(_fbb);
+    builder.finish()
+  }
+
+}
+
+impl ::flatbuffers::Verifiable for StablehloConvolutionOptions<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct StablehloConvolutionOptionsArgs {
+}
+impl<'a> Default for StablehloConvolutionOptionsArgs {
+  #[inline]
+  fn default() -> Self {
+    StablehloConvolutionOptionsArgs {
+    }
+  }
+}
+
+pub struct StablehloConvolutionOptionsBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> StablehloConvolutionOptionsBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> StablehloConvolutionOptionsBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    StablehloConvolutionOptionsBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<StablehloConvolutionOptions<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for StablehloConvolutionOptions<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("StablehloConvolutionOptions");
+      ds.finish()
+  }
+}
+pub enum StablehloCustomCallOptionsOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct StablehloCustomCallOptions<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for StablehloCustomCallOptions<'a> {
+  type Inner = StablehloCustomCallOptions<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> StablehloCustomCallOptions<'a> {
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    StablehloCustomCallOptions { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    _args: &'args StablehloCustomCallOptionsArgs
+  ) -> ::flatbuffers::WIPOffset<StablehloCustomCallOptions<'bldr>> {
+    let mut builder = StablehloCustomCallOptionsBuilder::new(_fbb);
+    builder.finish()
+  }
+
+}
+
+impl ::flatbuffers::Verifiable for StablehloCustomCallOptions<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct StablehloCustomCallOptionsArgs {
+}
+impl<'a> Default for StablehloCustomCallOptionsArgs {
+  #[inline]
+  fn default() -> Self {
+    StablehloCustomCallOptionsArgs {
+    }
+  }
+}
+
+pub struct StablehloCustomCallOptionsBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> StablehloCustomCallOptionsBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> StablehloCustomCallOptionsBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    StablehloCustomCallOptionsBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<StablehloCustomCallOptions<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for StablehloCustomCallOptions<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("StablehloCustomCallOptions");
+      ds.finish()
+  }
+}
+pub enum StablehloReduceOptionsOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct StablehloReduceOptions<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for StablehloReduceOptions<'a> {
+  type Inner = StablehloReduceOptions<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> StablehloReduceOptions<'a> {
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    StablehloReduceOptions { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    _args: &'args StablehloReduceOptionsArgs
+  ) -> ::flatbuffers::WIPOffset<StablehloReduceOptions<'bldr>> {
+    let mut builder = StablehloReduceOptionsBuilder::new(_fbb);
+    builder.finish()
+  }
+
+}
+
+impl ::flatbuffers::Verifiable for StablehloReduceOptions<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct StablehloReduceOptionsArgs {
+}
+impl<'a> Default for StablehloReduceOptionsArgs {
+  #[inline]
+  fn default() -> Self {
+    StablehloReduceOptionsArgs {
+    }
+  }
+}
+
+pub struct StablehloReduceOptionsBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> StablehloReduceOptionsBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> StablehloReduceOptionsBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    StablehloReduceOptionsBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<StablehloReduceOptions<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for StablehloReduceOptions<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("StablehloReduceOptions");
+      ds.finish()
+  }
+}
+pub enum StablehloScatterOptionsOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct StablehloScatterOptions<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for StablehloScatterOptions<'a> {
+  type Inner = StablehloScatterOptions<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> StablehloScatterOptions<'a> {
+  pub const VT_INDICES_ARE_SORTED: ::flatbuffers::VOffsetT = 4;
+  pub const VT_UPDATE_WINDOW_DIMS: ::flatbuffers::VOffsetT = 6;
+  pub const VT_INSERTED_WINDOW_DIMS: ::flatbuffers::VOffsetT = 8;
+  pub const VT_SCATTER_DIMS_TO_OPERAND_DIMS: ::flatbuffers::VOffsetT = 10;
+  pub const VT_INDEX_VECTOR_DIM: ::flatbuffers::VOffsetT = 12;
+  pub const VT_UNIQUE_INDICES: ::flatbuffers::VOffsetT = 14;
+  pub const VT_UPDATE_COMPUTATION_SUBGRAPH_INDEX: ::flatbuffers::VOffsetT = 16;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    StablehloScatterOptions { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    args: &'args StablehloScatterOptionsArgs<'args>
+  ) -> ::flatbuffers::WIPOffset<StablehloScatterOptions<'bldr>> {
+    let mut builder = StablehloScatterOptionsBuilder::new(_fbb);
+    builder.add_index_vector_dim(args.index_vector_dim);
+    builder.add_update_computation_subgraph_index(args.update_computation_subgraph_index);
+    if let Some(x) = args.scatter_dims_to_operand_dims { builder.add_scatter_dims_to_operand_dims(x); }
+    if let Some(x) = args.inserted_window_dims { builder.add_inserted_window_dims(x); }
+    if let Some(x) = args.update_window_dims { builder.add_update_window_dims(x); }
+    builder.add_unique_indices(args.unique_indices);
+    builder.add_indices_are_sorted(args.indices_are_sorted);
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn indices_are_sorted(&self) -> bool {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<bool>(StablehloScatterOptions::VT_INDICES_ARE_SORTED, Some(false)).unwrap()}
+  }
+  #[inline]
+  pub fn update_window_dims(&self) -> Option<::flatbuffers::Vector<'a, i64>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, i64>>>(StablehloScatterOptions::VT_UPDATE_WINDOW_DIMS, None)}
+  }
+  #[inline]
+  pub fn inserted_window_dims(&self) -> Option<::flatbuffers::Vector<'a, i64>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, i64>>>(StablehloScatterOptions::VT_INSERTED_WINDOW_DIMS, None)}
+  }
+  #[inline]
+  pub fn scatter_dims_to_operand_dims(&self) -> Option<::flatbuffers::Vector<'a, i64>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, i64>>>(StablehloScatterOptions::VT_SCATTER_DIMS_TO_OPERAND_DIMS, None)}
+  }
+  #[inline]
+  pub fn index_vector_dim(&self) -> i64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<i64>(StablehloScatterOptions::VT_INDEX_VECTOR_DIM, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn unique_indices(&self) -> bool {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<bool>(StablehloScatterOptions::VT_UNIQUE_INDICES, Some(false)).unwrap()}
+  }
+  #[inline]
+  pub fn update_computation_subgraph_index(&self) -> i32 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<i32>(StablehloScatterOptions::VT_UPDATE_COMPUTATION_SUBGRAPH_INDEX, Some(0)).unwrap()}
+  }
+}
+
+impl ::flatbuffers::Verifiable for StablehloScatterOptions<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .visit_field::<bool>("indices_are_sorted", Self::VT_INDICES_ARE_SORTED, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, i64>>>("update_window_dims", Self::VT_UPDATE_WINDOW_DIMS, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, i64>>>("inserted_window_dims", Self::VT_INSERTED_WINDOW_DIMS, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, i64>>>("scatter_dims_to_operand_dims", Self::VT_SCATTER_DIMS_TO_OPERAND_DIMS, false)?
+     .visit_field::<i64>("index_vector_dim", Self::VT_INDEX_VECTOR_DIM, false)?
+     .visit_field::<bool>("unique_indices", Self::VT_UNIQUE_INDICES, false)?
+     .visit_field::<i32>("update_computation_subgraph_index", Self::VT_UPDATE_COMPUTATION_SUBGRAPH_INDEX, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct StablehloScatterOptionsArgs<'a> {
+    pub indices_are_sorted: bool,
+    pub update_window_dims: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, i64>>>,
+    pub inserted_window_dims: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, i64>>>,
+    pub scatter_dims_to_operand_dims: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, i64>>>,
+    pub index_vector_dim: i64,
+    pub unique_indices: bool,
+    pub update_computation_subgraph_index: i32,
+}
+impl<'a> Default for StablehloScatterOptionsArgs<'a> {
+  #[inline]
+  fn default() -> Self {
+    StablehloScatterOptionsArgs {
+      indices_are_sorted: false,
+      update_window_dims: None,
+      inserted_window_dims: None,
+      scatter_dims_to_operand_dims: None,
+      index_vector_dim: 0,
+      unique_indices: false,
+      update_computation_subgraph_index: 0,
+    }
+  }
+}
+
+pub struct StablehloScatterOptionsBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> StablehloScatterOptionsBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn add_indices_are_sorted(&mut self, indices_are_sorted: bool) {
+    self.fbb_.push_slot::<bool>(StablehloScatterOptions::VT_INDICES_ARE_SORTED, indices_are_sorted, false);
+  }
+  #[inline]
+  pub fn add_update_window_dims(&mut self, update_window_dims: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , i64>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(StablehloScatterOptions::VT_UPDATE_WINDOW_DIMS, update_window_dims);
+  }
+  #[inline]
+  pub fn add_inserted_window_dims(&mut self, inserted_window_dims: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , i64>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(StablehloScatterOptions::VT_INSERTED_WINDOW_DIMS, inserted_window_dims);
+  }
+  #[inline]
+  pub fn add_scatter_dims_to_operand_dims(&mut self, scatter_dims_to_operand_dims: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , i64>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(StablehloScatterOptions::VT_SCATTER_DIMS_TO_OPERAND_DIMS, scatter_dims_to_operand_dims);
+  }
+  #[inline]
+  pub fn add_index_vector_dim(&mut self, index_vector_dim: i64) {
+    self.fbb_.push_slot::<i64>(StablehloScatterOptions::VT_INDEX_VECTOR_DIM, index_vector_dim, 0);
+  }
+  #[inline]
+  pub fn add_unique_indices(&mut self, unique_indices: bool) {
+    self.fbb_.push_slot::<bool>(StablehloScatterOptions::VT_UNIQUE_INDICES, unique_indices, false);
+  }
+  #[inline]
+  pub fn add_update_computation_subgraph_index(&mut self, update_computation_subgraph_index: i32) {
+    self.fbb_.push_slot::<i32>(StablehloScatterOptions::VT_UPDATE_COMPUTATION_SUBGRAPH_INDEX, update_computation_subgraph_index, 0);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> StablehloScatterOptionsBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    StablehloScatterOptionsBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<StablehloScatterOptions<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for StablehloScatterOptions<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("StablehloScatterOptions");
+      ds.field("indices_are_sorted", &self.indices_are_sorted());
+      ds.field("update_window_dims", &self.update_window_dims());
+      ds.field("inserted_window_dims", &self.inserted_window_dims());
+      ds.field("scatter_dims_to_operand_dims", &self.scatter_dims_to_operand_dims());
+      ds.field("index_vector_dim", &self.index_vector_dim());
+      ds.field("unique_indices", &self.unique_indices());
+      ds.field("update_computation_subgraph_index", &self.update_computation_subgraph_index());
+      ds.finish()
+  }
+}
+pub enum StablehloCompareOptionsOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct StablehloCompareOptions<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for StablehloCompareOptions<'a> {
+  type Inner = StablehloCompareOptions<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> StablehloCompareOptions<'a> {
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    StablehloCompareOptions { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    _args: &'args StablehloCompareOptionsArgs
+  ) -> ::flatbuffers::WIPOffset<StablehloCompareOptions<'bldr>> {
+    let mut builder = StablehloCompareOptionsBuilder::new(_fbb);
+    builder.finish()
+  }
+
+}
+
+impl ::flatbuffers::Verifiable for StablehloCompareOptions<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct StablehloCompareOptionsArgs {
+}
+impl<'a> Default for StablehloCompareOptionsArgs {
+  #[inline]
+  fn default() -> Self {
+    StablehloCompareOptionsArgs {
+    }
+  }
+}
+
+pub struct StablehloCompareOptionsBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> StablehloCompareOptionsBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> StablehloCompareOptionsBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    StablehloCompareOptionsBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<StablehloCompareOptions<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for StablehloCompareOptions<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("StablehloCompareOptions");
+      ds.finish()
+  }
+}
+pub enum StablehloDynamicSliceOptionsOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct StablehloDynamicSliceOptions<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for StablehloDynamicSliceOptions<'a> {
+  type Inner = StablehloDynamicSliceOptions<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> StablehloDynamicSliceOptions<'a> {
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    StablehloDynamicSliceOptions { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    _args: &'args StablehloDynamicSliceOptionsArgs
+  ) -> ::flatbuffers::WIPOffset<StablehloDynamicSliceOptions<'bldr>> {
+    let mut builder = StablehloDynamicSliceOptionsBuilder::new(_fbb);
+    builder.finish()
+  }
+
+}
+
+impl ::flatbuffers::Verifiable for StablehloDynamicSliceOptions<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct StablehloDynamicSliceOptionsArgs {
+}
+impl<'a> Default for StablehloDynamicSliceOptionsArgs {
+  #[inline]
+  fn default() -> Self {
+    StablehloDynamicSliceOptionsArgs {
+    }
+  }
+}
+
+pub struct StablehloDynamicSliceOptionsBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> StablehloDynamicSliceOptionsBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> StablehloDynamicSliceOptionsBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    StablehloDynamicSliceOptionsBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<StablehloDynamicSliceOptions<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for StablehloDynamicSliceOptions<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("StablehloDynamicSliceOptions");
+      ds.finish()
+  }
+}
+pub enum StablehloPadOptionsOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct StablehloPadOptions<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for StablehloPadOptions<'a> {
+  type Inner = StablehloPadOptions<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> StablehloPadOptions<'a> {
+  pub const VT_EDGE_PADDING_LOW: ::flatbuffers::VOffsetT = 4;
+  pub const VT_EDGE_PADDING_HIGH: ::flatbuffers::VOffsetT = 6;
+  pub const VT_INTERIOR_PADDING: ::flatbuffers::VOffsetT = 8;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    StablehloPadOptions { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    args: &'args StablehloPadOptionsArgs<'args>
+  ) -> ::flatbuffers::WIPOffset<StablehloPadOptions<'bldr>> {
+    let mut builder = StablehloPadOptionsBuilder::new(_fbb);
+    if let Some(x) = args.interior_padding { builder.add_interior_padding(x); }
+    if let Some(x) = args.edge_padding_high { builder.add_edge_padding_high(x); }
+    if let Some(x) = args.edge_padding_low { builder.add_edge_padding_low(x); }
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn edge_padding_low(&self) -> Option<::flatbuffers::Vector<'a, i64>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, i64>>>(StablehloPadOptions::VT_EDGE_PADDING_LOW, None)}
+  }
+  #[inline]
+  pub fn edge_padding_high(&self) -> Option<::flatbuffers::Vector<'a, i64>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, i64>>>(StablehloPadOptions::VT_EDGE_PADDING_HIGH, None)}
+  }
+  #[inline]
+  pub fn interior_padding(&self) -> Option<::flatbuffers::Vector<'a, i64>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, i64>>>(StablehloPadOptions::VT_INTERIOR_PADDING, None)}
+  }
+}
+
+impl ::flatbuffers::Verifiable for StablehloPadOptions<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, i64>>>("edge_padding_low", Self::VT_EDGE_PADDING_LOW, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, i64>>>("edge_padding_high", Self::VT_EDGE_PADDING_HIGH, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, i64>>>("interior_padding", Self::VT_INTERIOR_PADDING, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct StablehloPadOptionsArgs<'a> {
+    pub edge_padding_low: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, i64>>>,
+    pub edge_padding_high: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, i64>>>,
+    pub interior_padding: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, i64>>>,
+}
+impl<'a> Default for StablehloPadOptionsArgs<'a> {
+  #[inline]
+  fn default() -> Self {
+    StablehloPadOptionsArgs {
+      edge_padding_low: None,
+      edge_padding_high: None,
+      interior_padding: None,
+    }
+  }
+}
+
+pub struct StablehloPadOptionsBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> StablehloPadOptionsBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn add_edge_padding_low(&mut self, edge_padding_low: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , i64>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(StablehloPadOptions::VT_EDGE_PADDING_LOW, edge_padding_low);
+  }
+  #[inline]
+  pub fn add_edge_padding_high(&mut self, edge_padding_high: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , i64>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(StablehloPadOptions::VT_EDGE_PADDING_HIGH, edge_padding_high);
+  }
+  #[inline]
+  pub fn add_interior_padding(&mut self, interior_padding: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , i64>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(StablehloPadOptions::VT_INTERIOR_PADDING, interior_padding);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> StablehloPadOptionsBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    StablehloPadOptionsBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<StablehloPadOptions<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for StablehloPadOptions<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("StablehloPadOptions");
+      ds.field("edge_padding_low", &self.edge_padding_low());
+      ds.field("edge_padding_high", &self.edge_padding_high());
+      ds.field("interior_padding", &self.interior_padding());
+      ds.finish()
+  }
+}
+pub enum StablehloIotaOptionsOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct StablehloIotaOptions<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for StablehloIotaOptions<'a> {
+  type Inner = StablehloIotaOptions<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> StablehloIotaOptions<'a> {
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    StablehloIotaOptions { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    _args: &'args StablehloIotaOptionsArgs
+  ) -> ::flatbuffers::WIPOffset<StablehloIotaOptions<'bldr>> {
+    let mut builder = StablehloIotaOptionsBuilder::new(_fbb);
+    builder.finish()
+  }
+
+}
+
+impl ::flatbuffers::Verifiable for StablehloIotaOptions<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct StablehloIotaOptionsArgs {
+}
+impl<'a> Default for StablehloIotaOptionsArgs {
+  #[inline]
+  fn default() -> Self {
+    StablehloIotaOptionsArgs {
+    }
+  }
+}
+
+pub struct StablehloIotaOptionsBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> StablehloIotaOptionsBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> StablehloIotaOptionsBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    StablehloIotaOptionsBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<StablehloIotaOptions<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for StablehloIotaOptions<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("StablehloIotaOptions");
+      ds.finish()
+  }
+}
+pub enum StablehloDotGeneralOptionsOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct StablehloDotGeneralOptions<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for StablehloDotGeneralOptions<'a> {
+  type Inner = StablehloDotGeneralOptions<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> StablehloDotGeneralOptions<'a> {
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    StablehloDotGeneralOptions { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    _args: &'args StablehloDotGeneralOptionsArgs
+  ) -> ::flatbuffers::WIPOffset<StablehloDotGeneralOptions<'bldr>> {
+    let mut builder = StablehloDotGeneralOptionsBuilder::new(_fbb);
+    builder.finish()
+  }
+
+}
+
+impl ::flatbuffers::Verifiable for StablehloDotGeneralOptions<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct StablehloDotGeneralOptionsArgs {
+}
+impl<'a> Default for StablehloDotGeneralOptionsArgs {
+  #[inline]
+  fn default() -> Self {
+    StablehloDotGeneralOptionsArgs {
+    }
+  }
+}
+
+pub struct StablehloDotGeneralOptionsBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> StablehloDotGeneralOptionsBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> StablehloDotGeneralOptionsBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    StablehloDotGeneralOptionsBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<StablehloDotGeneralOptions<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for StablehloDotGeneralOptions<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("StablehloDotGeneralOptions");
+      ds.finish()
+  }
+}
+pub enum StablehloReduceWindowOptionsOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct StablehloReduceWindowOptions<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for StablehloReduceWindowOptions<'a> {
+  type Inner = StablehloReduceWindowOptions<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> StablehloReduceWindowOptions<'a> {
+  pub const VT_WINDOW_DIMENSIONS: ::flatbuffers::VOffsetT = 4;
+  pub const VT_WINDOW_STRIDES: ::flatbuffers::VOffsetT = 6;
+  pub const VT_BASE_DILATIONS: ::flatbuffers::VOffsetT = 8;
+  pub const VT_WINDOW_DILATIONS: ::flatbuffers::VOffsetT = 10;
+  pub const VT_PADDING: ::flatbuffers::VOffsetT = 12;
+  pub const VT_BODY_SUBGRAPH_INDEX: ::flatbuffers::VOffsetT = 14;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    StablehloReduceWindowOptions { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    args: &'args StablehloReduceWindowOptionsArgs<'args>
+  ) -> ::flatbuffers::WIPOffset<StablehloReduceWindowOptions<'bldr>> {
+    let mut builder = StablehloReduceWindowOptionsBuilder::new(_fbb);
+    builder.add_body_subgraph_index(args.body_subgraph_index);
+    if let Some(x) = args.padding { builder.add_padding(x); }
+    if let Some(x) = args.window_dilations { builder.add_window_dilations(x); }
+    if let Some(x) = args.base_dilations { builder.add_base_dilations(x); }
+    if let Some(x) = args.window_strides { builder.add_window_strides(x); }
+    if let Some(x) = args.window_dimensions { builder.add_window_dimensions(x); }
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn window_dimensions(&self) -> Option<::flatbuffers::Vector<'a, i64>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, i64>>>(StablehloReduceWindowOptions::VT_WINDOW_DIMENSIONS, None)}
+  }
+  #[inline]
+  pub fn window_strides(&self) -> Option<::flatbuffers::Vector<'a, i64>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, i64>>>(StablehloReduceWindowOptions::VT_WINDOW_STRIDES, None)}
+  }
+  #[inline]
+  pub fn base_dilations(&self) -> Option<::flatbuffers::Vector<'a, i64>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, i64>>>(StablehloReduceWindowOptions::VT_BASE_DILATIONS, None)}
+  }
+  #[inline]
+  pub fn window_dilations(&self) -> Option<::flatbuffers::Vector<'a, i64>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, i64>>>(StablehloReduceWindowOptions::VT_WINDOW_DILATIONS, None)}
+  }
+  #[inline]
+  pub fn padding(&self) -> Option<::flatbuffers::Vector<'a, i64>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, i64>>>(StablehloReduceWindowOptions::VT_PADDING, None)}
+  }
+  #[inline]
+  pub fn body_subgraph_index(&self) -> i32 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<i32>(StablehloReduceWindowOptions::VT_BODY_SUBGRAPH_INDEX, Some(0)).unwrap()}
+  }
+}
+
+impl ::flatbuffers::Verifiable for StablehloReduceWindowOptions<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, i64>>>("window_dimensions", Self::VT_WINDOW_DIMENSIONS, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, i64>>>("window_strides", Self::VT_WINDOW_STRIDES, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, i64>>>("base_dilations", Self::VT_BASE_DILATIONS, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, i64>>>("window_dilations", Self::VT_WINDOW_DILATIONS, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, i64>>>("padding", Self::VT_PADDING, false)?
+     .visit_field::<i32>("body_subgraph_index", Self::VT_BODY_SUBGRAPH_INDEX, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct StablehloReduceWindowOptionsArgs<'a> {
+    pub window_dimensions: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, i64>>>,
+    pub window_strides: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, i64>>>,
+    pub base_dilations: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, i64>>>,
+    pub window_dilations: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, i64>>>,
+    pub padding: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, i64>>>,
+    pub body_subgraph_index: i32,
+}
+impl<'a> Default for StablehloReduceWindowOptionsArgs<'a> {
+  #[inline]
+  fn default() -> Self {
+    StablehloReduceWindowOptionsArgs {
+      window_dimensions: None,
+      window_strides: None,
+      base_dilations: None,
+      window_dilations: None,
+      padding: None,
+      body_subgraph_index: 0,
+    }
+  }
+}
+
+pub struct StablehloReduceWindowOptionsBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> StablehloReduceWindowOptionsBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn add_window_dimensions(&mut self, window_dimensions: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , i64>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(StablehloReduceWindowOptions::VT_WINDOW_DIMENSIONS, window_dimensions);
+  }
+  #[inline]
+  pub fn add_window_strides(&mut self, window_strides: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , i64>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(StablehloReduceWindowOptions::VT_WINDOW_STRIDES, window_strides);
+  }
+  #[inline]
+  pub fn add_base_dilations(&mut self, base_dilations: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , i64>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(StablehloReduceWindowOptions::VT_BASE_DILATIONS, base_dilations);
+  }
+  #[inline]
+  pub fn add_window_dilations(&mut self, window_dilations: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , i64>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(StablehloReduceWindowOptions::VT_WINDOW_DILATIONS, window_dilations);
+  }
+  #[inline]
+  pub fn add_padding(&mut self, padding: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , i64>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(StablehloReduceWindowOptions::VT_PADDING, padding);
+  }
+  #[inline]
+  pub fn add_body_subgraph_index(&mut self, body_subgraph_index: i32) {
+    self.fbb_.push_slot::<i32>(StablehloReduceWindowOptions::VT_BODY_SUBGRAPH_INDEX, body_subgraph_index, 0);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> StablehloReduceWindowOptionsBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    StablehloReduceWindowOptionsBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<StablehloReduceWindowOptions<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for StablehloReduceWindowOptions<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("StablehloReduceWindowOptions");
+      ds.field("window_dimensions", &self.window_dimensions());
+      ds.field("window_strides", &self.window_strides());
+      ds.field("base_dilations", &self.base_dilations());
+      ds.field("window_dilations", &self.window_dilations());
+      ds.field("padding", &self.padding());
+      ds.field("body_subgraph_index", &self.body_subgraph_index());
+      ds.finish()
+  }
+}
+pub enum StablehloSortOptionsOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct StablehloSortOptions<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for StablehloSortOptions<'a> {
+  type Inner = StablehloSortOptions<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> StablehloSortOptions<'a> {
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    StablehloSortOptions { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    _args: &'args StablehloSortOptionsArgs
+  ) -> ::flatbuffers::WIPOffset<StablehloSortOptions<'bldr>> {
+    let mut builder = StablehloSortOptionsBuilder::new(_fbb);
+    builder.finish()
+  }
+
+}
+
+impl ::flatbuffers::Verifiable for StablehloSortOptions<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct StablehloSortOptionsArgs {
+}
+impl<'a> Default for StablehloSortOptionsArgs {
+  #[inline]
+  fn default() -> Self {
+    StablehloSortOptionsArgs {
+    }
+  }
+}
+
+pub struct StablehloSortOptionsBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> StablehloSortOptionsBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> StablehloSortOptionsBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    StablehloSortOptionsBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<StablehloSortOptions<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for StablehloSortOptions<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("StablehloSortOptions");
+      ds.finish()
+  }
+}
+pub enum StablehloWhileOptionsOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct StablehloWhileOptions<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for StablehloWhileOptions<'a> {
+  type Inner = StablehloWhileOptions<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> StablehloWhileOptions<'a> {
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    StablehloWhileOptions { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    _args: &'args StablehloWhileOptionsArgs
+  ) -> ::flatbuffers::WIPOffset<StablehloWhileOptions<'bldr>> {
+    let mut builder = StablehloWhileOptionsBuilder::new(_fbb);
+    builder.finish()
+  }
+
+}
+
+impl ::flatbuffers::Verifiable for StablehloWhileOptions<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct StablehloWhileOptionsArgs {
+}
+impl<'a> Default for StablehloWhileOptionsArgs {
+  #[inline]
+  fn default() -> Self {
+    StablehloWhileOptionsArgs {
+    }
+  }
+}
+
+pub struct StablehloWhileOptionsBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> StablehloWhileOptionsBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> StablehloWhileOptionsBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    StablehloWhileOptionsBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<StablehloWhileOptions<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for StablehloWhileOptions<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("StablehloWhileOptions");
+      ds.finish()
+  }
+}
+pub enum StablehloGatherOptionsOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct StablehloGatherOptions<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for StablehloGatherOptions<'a> {
+  type Inner = StablehloGatherOptions<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> StablehloGatherOptions<'a> {
+  pub const VT_OFFSET_DIMS: ::flatbuffers::VOffsetT = 4;
+  pub const VT_COLLAPSED_SLICE_DIMS: ::flatbuffers::VOffsetT = 6;
+  pub const VT_START_INDEX_MAP: ::flatbuffers::VOffsetT = 8;
+  pub const VT_INDEX_VECTOR_DIM: ::flatbuffers::VOffsetT = 10;
+  pub const VT_SLICE_SIZES: ::flatbuffers::VOffsetT = 12;
+  pub const VT_INDICES_ARE_SORTED: ::flatbuffers::VOffsetT = 14;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    StablehloGatherOptions { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    args: &'args StablehloGatherOptionsArgs<'args>
+  ) -> ::flatbuffers::WIPOffset<StablehloGatherOptions<'bldr>> {
+    let mut builder = StablehloGatherOptionsBuilder::new(_fbb);
+    builder.add_index_vector_dim(args.index_vector_dim);
+    if let Some(x) = args.slice_sizes { builder.add_slice_sizes(x); }
+    if let Some(x) = args.start_index_map { builder.add_start_index_map(x); }
+    if let Some(x) = args.collapsed_slice_dims { builder.add_collapsed_slice_dims(x); }
+    if let Some(x) = args.offset_dims { builder.add_offset_dims(x); }
+    builder.add_indices_are_sorted(args.indices_are_sorted);
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn offset_dims(&self) -> Option<::flatbuffers::Vector<'a, i64>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, i64>>>(StablehloGatherOptions::VT_OFFSET_DIMS, None)}
+  }
+  #[inline]
+  pub fn collapsed_slice_dims(&self) -> Option<::flatbuffers::Vector<'a, i64>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, i64>>>(StablehloGatherOptions::VT_COLLAPSED_SLICE_DIMS, None)}
+  }
+  #[inline]
+  pub fn start_index_map(&self) -> Option<::flatbuffers::Vector<'a, i64>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, i64>>>(StablehloGatherOptions::VT_START_INDEX_MAP, None)}
+  }
+  #[inline]
+  pub fn index_vector_dim(&self) -> i64 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<i64>(StablehloGatherOptions::VT_INDEX_VECTOR_DIM, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn slice_sizes(&self) -> Option<::flatbuffers::Vector<'a, i64>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, i64>>>(StablehloGatherOptions::VT_SLICE_SIZES, None)}
+  }
+  #[inline]
+  pub fn indices_are_sorted(&self) -> bool {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<bool>(StablehloGatherOptions::VT_INDICES_ARE_SORTED, Some(false)).unwrap()}
+  }
+}
+
+impl ::flatbuffers::Verifiable for StablehloGatherOptions<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, i64>>>("offset_dims", Self::VT_OFFSET_DIMS, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, i64>>>("collapsed_slice_dims", Self::VT_COLLAPSED_SLICE_DIMS, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, i64>>>("start_index_map", Self::VT_START_INDEX_MAP, false)?
+     .visit_field::<i64>("index_vector_dim", Self::VT_INDEX_VECTOR_DIM, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, i64>>>("slice_sizes", Self::VT_SLICE_SIZES, false)?
+     .visit_field::<bool>("indices_are_sorted", Self::VT_INDICES_ARE_SORTED, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct StablehloGatherOptionsArgs<'a> {
+    pub offset_dims: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, i64>>>,
+    pub collapsed_slice_dims: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, i64>>>,
+    pub start_index_map: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, i64>>>,
+    pub index_vector_dim: i64,
+    pub slice_sizes: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, i64>>>,
+    pub indices_are_sorted: bool,
+}
+impl<'a> Default for StablehloGatherOptionsArgs<'a> {
+  #[inline]
+  fn default() -> Self {
+    StablehloGatherOptionsArgs {
+      offset_dims: None,
+      collapsed_slice_dims: None,
+      start_index_map: None,
+      index_vector_dim: 0,
+      slice_sizes: None,
+      indices_are_sorted: false,
+    }
+  }
+}
+
+pub struct StablehloGatherOptionsBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> StablehloGatherOptionsBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn add_offset_dims(&mut self, offset_dims: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , i64>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(StablehloGatherOptions::VT_OFFSET_DIMS, offset_dims);
+  }
+  #[inline]
+  pub fn add_collapsed_slice_dims(&mut self, collapsed_slice_dims: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , i64>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(StablehloGatherOptions::VT_COLLAPSED_SLICE_DIMS, collapsed_slice_dims);
+  }
+  #[inline]
+  pub fn add_start_index_map(&mut self, start_index_map: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , i64>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(StablehloGatherOptions::VT_START_INDEX_MAP, start_index_map);
+  }
+  #[inline]
+  pub fn add_index_vector_dim(&mut self, index_vector_dim: i64) {
+    self.fbb_.push_slot::<i64>(StablehloGatherOptions::VT_INDEX_VECTOR_DIM, index_vector_dim, 0);
+  }
+  #[inline]
+  pub fn add_slice_sizes(&mut self, slice_sizes: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , i64>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(StablehloGatherOptions::VT_SLICE_SIZES, slice_sizes);
+  }
+  #[inline]
+  pub fn add_indices_are_sorted(&mut self, indices_are_sorted: bool) {
+    self.fbb_.push_slot::<bool>(StablehloGatherOptions::VT_INDICES_ARE_SORTED, indices_are_sorted, false);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> StablehloGatherOptionsBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    StablehloGatherOptionsBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<StablehloGatherOptions<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for StablehloGatherOptions<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("StablehloGatherOptions");
+      ds.field("offset_dims", &self.offset_dims());
+      ds.field("collapsed_slice_dims", &self.collapsed_slice_dims());
+      ds.field("start_index_map", &self.start_index_map());
+      ds.field("index_vector_dim", &self.index_vector_dim());
+      ds.field("slice_sizes", &self.slice_sizes());
+      ds.field("indices_are_sorted", &self.indices_are_sorted());
+      ds.finish()
+  }
+}
+pub enum StablehloTransposeOptionsOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct StablehloTransposeOptions<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for StablehloTransposeOptions<'a> {
+  type Inner = StablehloTransposeOptions<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> StablehloTransposeOptions<'a> {
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    StablehloTransposeOptions { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    _args: &'args StablehloTransposeOptionsArgs
+  ) -> ::flatbuffers::WIPOffset<StablehloTransposeOptions<'bldr>> {
+    let mut builder = StablehloTransposeOptionsBuilder::new(_fbb);
+    builder.finish()
+  }
+
+}
+
+impl ::flatbuffers::Verifiable for StablehloTransposeOptions<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct StablehloTransposeOptionsArgs {
+}
+impl<'a> Default for StablehloTransposeOptionsArgs {
+  #[inline]
+  fn default() -> Self {
+    StablehloTransposeOptionsArgs {
+    }
+  }
+}
+
+pub struct StablehloTransposeOptionsBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> StablehloTransposeOptionsBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> StablehloTransposeOptionsBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    StablehloTransposeOptionsBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<StablehloTransposeOptions<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for StablehloTransposeOptions<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("StablehloTransposeOptions");
+      ds.finish()
+  }
+}
+pub enum DilateOptionsOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct DilateOptions<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for DilateOptions<'a> {
+  type Inner = DilateOptions<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> DilateOptions<'a> {
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    DilateOptions { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    _args: &'args DilateOptionsArgs
+  ) -> ::flatbuffers::WIPOffset<DilateOptions<'bldr>> {
+    let mut builder = DilateOptionsBuilder::new(_fbb);
+    builder.finish()
+  }
+
+}
+
+impl ::flatbuffers::Verifiable for DilateOptions<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct DilateOptionsArgs {
+}
+impl<'a> Default for DilateOptionsArgs {
+  #[inline]
+  fn default() -> Self {
+    DilateOptionsArgs {
+    }
+  }
+}
+
+pub struct DilateOptionsBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> DilateOptionsBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> DilateOptionsBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    DilateOptionsBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<DilateOptions<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for DilateOptions<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("DilateOptions");
+      ds.finish()
+  }
+}
+pub enum StablehloRngBitGeneratorOptionsOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct StablehloRngBitGeneratorOptions<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for StablehloRngBitGeneratorOptions<'a> {
+  type Inner = StablehloRngBitGeneratorOptions<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> StablehloRngBitGeneratorOptions<'a> {
+  pub const VT_ALGORITHM: ::flatbuffers::VOffsetT = 4;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    StablehloRngBitGeneratorOptions { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    args: &'args StablehloRngBitGeneratorOptionsArgs
+  ) -> ::flatbuffers::WIPOffset<StablehloRngBitGeneratorOptions<'bldr>> {
+    let mut builder = StablehloRngBitGeneratorOptionsBuilder::new(_fbb);
+    builder.add_algorithm(args.algorithm);
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn algorithm(&self) -> RngAlgorithm {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<RngAlgorithm>(StablehloRngBitGeneratorOptions::VT_ALGORITHM, Some(RngAlgorithm::DEFAULT)).unwrap()}
+  }
+}
+
+impl ::flatbuffers::Verifiable for StablehloRngBitGeneratorOptions<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .visit_field::<RngAlgorithm>("algorithm", Self::VT_ALGORITHM, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct StablehloRngBitGeneratorOptionsArgs {
+    pub algorithm: RngAlgorithm,
+}
+impl<'a> Default for StablehloRngBitGeneratorOptionsArgs {
+  #[inline]
+  fn default() -> Self {
+    StablehloRngBitGeneratorOptionsArgs {
+      algorithm: RngAlgorithm::DEFAULT,
+    }
+  }
+}
+
+pub struct StablehloRngBitGeneratorOptionsBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> StablehloRngBitGeneratorOptionsBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn add_algorithm(&mut self, algorithm: RngAlgorithm) {
+    self.fbb_.push_slot::<RngAlgorithm>(StablehloRngBitGeneratorOptions::VT_ALGORITHM, algorithm, RngAlgorithm::DEFAULT);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> StablehloRngBitGeneratorOptionsBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    StablehloRngBitGeneratorOptionsBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<StablehloRngBitGeneratorOptions<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for StablehloRngBitGeneratorOptions<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("StablehloRngBitGeneratorOptions");
+      ds.field("algorithm", &self.algorithm());
+      ds.finish()
+  }
+}
+pub enum ReduceWindowOptionsOffset {}
+#[derive(Copy, Clone, PartialEq)]
+
+pub struct ReduceWindowOptions<'a> {
+  pub _tab: ::flatbuffers::Table<'a>,
+}
+
+impl<'a> ::flatbuffers::Follow<'a> for ReduceWindowOptions<'a> {
+  type Inner = ReduceWindowOptions<'a>;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    Self { _tab: unsafe { ::flatbuffers::Table::new(buf, loc) } }
+  }
+}
+
+impl<'a> ReduceWindowOptions<'a> {
+  pub const VT_REDUCE_FUNCTION: ::flatbuffers::VOffsetT = 4;
+
+  #[inline]
+  pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+    ReduceWindowOptions { _tab: table }
+  }
+  #[allow(unused_mut)]
+  pub fn create<'bldr: 'args, 'args: 'mut_bldr, 'mut_bldr, A: ::flatbuffers::Allocator + 'bldr>(
+    _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+    args: &'args ReduceWindowOptionsArgs
+  ) -> ::flatbuffers::WIPOffset<ReduceWindowOptions<'bldr>> {
+    let mut builder = ReduceWindowOptionsBuilder::new(_fbb);
+    builder.add_reduce_function(args.reduce_function);
+    builder.finish()
+  }
+
+
+  #[inline]
+  pub fn reduce_function(&self) -> ReduceWindowFunction {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<ReduceWindowFunction>(ReduceWindowOptions::VT_REDUCE_FUNCTION, Some(ReduceWindowFunction::UNSUPPORTED)).unwrap()}
+  }
+}
+
+impl ::flatbuffers::Verifiable for ReduceWindowOptions<'_> {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.visit_table(pos)?
+     .visit_field::<ReduceWindowFunction>("reduce_function", Self::VT_REDUCE_FUNCTION, false)?
+     .finish();
+    Ok(())
+  }
+}
+pub struct ReduceWindowOptionsArgs {
+    pub reduce_function: ReduceWindowFunction,
+}
+impl<'a> Default for ReduceWindowOptionsArgs {
+  #[inline]
+  fn default() -> Self {
+    ReduceWindowOptionsArgs {
+      reduce_function: ReduceWindowFunction::UNSUPPORTED,
+    }
+  }
+}
+
+pub struct ReduceWindowOptionsBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+  fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+  start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+}
+impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> ReduceWindowOptionsBuilder<'a, 'b, A> {
+  #[inline]
+  pub fn add_reduce_function(&mut self, reduce_function: ReduceWindowFunction) {
+    self.fbb_.push_slot::<ReduceWindowFunction>(ReduceWindowOptions::VT_REDUCE_FUNCTION, reduce_function, ReduceWindowFunction::UNSUPPORTED);
+  }
+  #[inline]
+  pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> ReduceWindowOptionsBuilder<'a, 'b, A> {
+    let start = _fbb.start_table();
+    ReduceWindowOptionsBuilder {
+      fbb_: _fbb,
+      start_: start,
+    }
+  }
+  #[inline]
+  pub fn finish(self) -> ::flatbuffers::WIPOffset<ReduceWindowOptions<'a>> {
+    let o = self.fbb_.end_table(self.start_);
+    ::flatbuffers::WIPOffset::new(o.value())
+  }
+}
+
+impl ::core::fmt::Debug for ReduceWindowOptions<'_> {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+    let mut ds = f.debug_struct("ReduceWindowOptions");
+      ds.field("reduce_function", &self.reduce_function());
+      ds.finish()
+  }
+}
 pub enum OperatorCodeOffset {}
 #[derive(Copy, Clone, PartialEq)]
 
@@ -16632,6 +18960,8 @@ impl<'a> Operator<'a> {
   pub const VT_INTERMEDIATES: ::flatbuffers::VOffsetT = 20;
   pub const VT_LARGE_CUSTOM_OPTIONS_OFFSET: ::flatbuffers::VOffsetT = 22;
   pub const VT_LARGE_CUSTOM_OPTIONS_SIZE: ::flatbuffers::VOffsetT = 24;
+  pub const VT_BUILTIN_OPTIONS_2_TYPE: ::flatbuffers::VOffsetT = 26;
+  pub const VT_BUILTIN_OPTIONS_2: ::flatbuffers::VOffsetT = 28;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -16645,6 +18975,7 @@ impl<'a> Operator<'a> {
     let mut builder = OperatorBuilder::new(_fbb);
     builder.add_large_custom_options_size(args.large_custom_options_size);
     builder.add_large_custom_options_offset(args.large_custom_options_offset);
+    if let Some(x) = args.builtin_options_2 { builder.add_builtin_options_2(x); }
     if let Some(x) = args.intermediates { builder.add_intermediates(x); }
     if let Some(x) = args.mutating_variable_inputs { builder.add_mutating_variable_inputs(x); }
     if let Some(x) = args.custom_options { builder.add_custom_options(x); }
@@ -16652,6 +18983,7 @@ impl<'a> Operator<'a> {
     if let Some(x) = args.outputs { builder.add_outputs(x); }
     if let Some(x) = args.inputs { builder.add_inputs(x); }
     builder.add_opcode_index(args.opcode_index);
+    builder.add_builtin_options_2_type(args.builtin_options_2_type);
     builder.add_custom_options_format(args.custom_options_format);
     builder.add_builtin_options_type(args.builtin_options_type);
     builder.finish()
@@ -16734,6 +19066,20 @@ impl<'a> Operator<'a> {
     // Created from valid Table for this object
     // which contains a valid value in this slot
     unsafe { self._tab.get::<u64>(Operator::VT_LARGE_CUSTOM_OPTIONS_SIZE, Some(0)).unwrap()}
+  }
+  #[inline]
+  pub fn builtin_options_2_type(&self) -> BuiltinOptions2 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<BuiltinOptions2>(Operator::VT_BUILTIN_OPTIONS_2_TYPE, Some(BuiltinOptions2::NONE)).unwrap()}
+  }
+  #[inline]
+  pub fn builtin_options_2(&self) -> Option<::flatbuffers::Table<'a>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Table<'a>>>(Operator::VT_BUILTIN_OPTIONS_2, None)}
   }
   #[inline]
   #[allow(non_snake_case)]
@@ -18625,6 +20971,306 @@ impl<'a> Operator<'a> {
     }
   }
 
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn builtin_options_2_as_stablehlo_concatenate_options(&self) -> Option<StablehloConcatenateOptions<'a>> {
+    if self.builtin_options_2_type() == BuiltinOptions2::StablehloConcatenateOptions {
+      self.builtin_options_2().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { StablehloConcatenateOptions::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn builtin_options_2_as_stablehlo_broadcast_in_dim_options(&self) -> Option<StablehloBroadcastInDimOptions<'a>> {
+    if self.builtin_options_2_type() == BuiltinOptions2::StablehloBroadcastInDimOptions {
+      self.builtin_options_2().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { StablehloBroadcastInDimOptions::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn builtin_options_2_as_stablehlo_slice_options(&self) -> Option<StablehloSliceOptions<'a>> {
+    if self.builtin_options_2_type() == BuiltinOptions2::StablehloSliceOptions {
+      self.builtin_options_2().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { StablehloSliceOptions::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn builtin_options_2_as_stablehlo_convolution_options(&self) -> Option<StablehloConvolutionOptions<'a>> {
+    if self.builtin_options_2_type() == BuiltinOptions2::StablehloConvolutionOptions {
+      self.builtin_options_2().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { StablehloConvolutionOptions::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn builtin_options_2_as_stablehlo_custom_call_options(&self) -> Option<StablehloCustomCallOptions<'a>> {
+    if self.builtin_options_2_type() == BuiltinOptions2::StablehloCustomCallOptions {
+      self.builtin_options_2().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { StablehloCustomCallOptions::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn builtin_options_2_as_stablehlo_reduce_options(&self) -> Option<StablehloReduceOptions<'a>> {
+    if self.builtin_options_2_type() == BuiltinOptions2::StablehloReduceOptions {
+      self.builtin_options_2().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { StablehloReduceOptions::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn builtin_options_2_as_stablehlo_scatter_options(&self) -> Option<StablehloScatterOptions<'a>> {
+    if self.builtin_options_2_type() == BuiltinOptions2::StablehloScatterOptions {
+      self.builtin_options_2().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { StablehloScatterOptions::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn builtin_options_2_as_stablehlo_compare_options(&self) -> Option<StablehloCompareOptions<'a>> {
+    if self.builtin_options_2_type() == BuiltinOptions2::StablehloCompareOptions {
+      self.builtin_options_2().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { StablehloCompareOptions::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn builtin_options_2_as_stablehlo_dynamic_slice_options(&self) -> Option<StablehloDynamicSliceOptions<'a>> {
+    if self.builtin_options_2_type() == BuiltinOptions2::StablehloDynamicSliceOptions {
+      self.builtin_options_2().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { StablehloDynamicSliceOptions::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn builtin_options_2_as_stablehlo_pad_options(&self) -> Option<StablehloPadOptions<'a>> {
+    if self.builtin_options_2_type() == BuiltinOptions2::StablehloPadOptions {
+      self.builtin_options_2().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { StablehloPadOptions::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn builtin_options_2_as_stablehlo_iota_options(&self) -> Option<StablehloIotaOptions<'a>> {
+    if self.builtin_options_2_type() == BuiltinOptions2::StablehloIotaOptions {
+      self.builtin_options_2().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { StablehloIotaOptions::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn builtin_options_2_as_stablehlo_dot_general_options(&self) -> Option<StablehloDotGeneralOptions<'a>> {
+    if self.builtin_options_2_type() == BuiltinOptions2::StablehloDotGeneralOptions {
+      self.builtin_options_2().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { StablehloDotGeneralOptions::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn builtin_options_2_as_stablehlo_reduce_window_options(&self) -> Option<StablehloReduceWindowOptions<'a>> {
+    if self.builtin_options_2_type() == BuiltinOptions2::StablehloReduceWindowOptions {
+      self.builtin_options_2().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { StablehloReduceWindowOptions::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn builtin_options_2_as_stablehlo_sort_options(&self) -> Option<StablehloSortOptions<'a>> {
+    if self.builtin_options_2_type() == BuiltinOptions2::StablehloSortOptions {
+      self.builtin_options_2().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { StablehloSortOptions::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn builtin_options_2_as_stablehlo_while_options(&self) -> Option<StablehloWhileOptions<'a>> {
+    if self.builtin_options_2_type() == BuiltinOptions2::StablehloWhileOptions {
+      self.builtin_options_2().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { StablehloWhileOptions::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn builtin_options_2_as_stablehlo_gather_options(&self) -> Option<StablehloGatherOptions<'a>> {
+    if self.builtin_options_2_type() == BuiltinOptions2::StablehloGatherOptions {
+      self.builtin_options_2().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { StablehloGatherOptions::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn builtin_options_2_as_stablehlo_transpose_options(&self) -> Option<StablehloTransposeOptions<'a>> {
+    if self.builtin_options_2_type() == BuiltinOptions2::StablehloTransposeOptions {
+      self.builtin_options_2().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { StablehloTransposeOptions::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn builtin_options_2_as_dilate_options(&self) -> Option<DilateOptions<'a>> {
+    if self.builtin_options_2_type() == BuiltinOptions2::DilateOptions {
+      self.builtin_options_2().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { DilateOptions::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn builtin_options_2_as_stablehlo_rng_bit_generator_options(&self) -> Option<StablehloRngBitGeneratorOptions<'a>> {
+    if self.builtin_options_2_type() == BuiltinOptions2::StablehloRngBitGeneratorOptions {
+      self.builtin_options_2().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { StablehloRngBitGeneratorOptions::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
+  #[inline]
+  #[allow(non_snake_case)]
+  pub fn builtin_options_2_as_reduce_window_options(&self) -> Option<ReduceWindowOptions<'a>> {
+    if self.builtin_options_2_type() == BuiltinOptions2::ReduceWindowOptions {
+      self.builtin_options_2().map(|t| {
+       // Safety:
+       // Created from a valid Table for this object
+       // Which contains a valid union in this slot
+       unsafe { ReduceWindowOptions::init_from_table(t) }
+     })
+    } else {
+      None
+    }
+  }
+
 }
 
 impl ::flatbuffers::Verifiable for Operator<'_> {
@@ -18773,6 +21419,31 @@ impl ::flatbuffers::Verifiable for Operator<'_> {
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, i32>>>("intermediates", Self::VT_INTERMEDIATES, false)?
      .visit_field::<u64>("large_custom_options_offset", Self::VT_LARGE_CUSTOM_OPTIONS_OFFSET, false)?
      .visit_field::<u64>("large_custom_options_size", Self::VT_LARGE_CUSTOM_OPTIONS_SIZE, false)?
+     .visit_union::<BuiltinOptions2, _>("builtin_options_2_type", Self::VT_BUILTIN_OPTIONS_2_TYPE, "builtin_options_2", Self::VT_BUILTIN_OPTIONS_2, false, |key, v, pos| {
+        match key {
+          BuiltinOptions2::StablehloConcatenateOptions => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<StablehloConcatenateOptions>>("BuiltinOptions2::StablehloConcatenateOptions", pos),
+          BuiltinOptions2::StablehloBroadcastInDimOptions => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<StablehloBroadcastInDimOptions>>("BuiltinOptions2::StablehloBroadcastInDimOptions", pos),
+          BuiltinOptions2::StablehloSliceOptions => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<StablehloSliceOptions>>("BuiltinOptions2::StablehloSliceOptions", pos),
+          BuiltinOptions2::StablehloConvolutionOptions => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<StablehloConvolutionOptions>>("BuiltinOptions2::StablehloConvolutionOptions", pos),
+          BuiltinOptions2::StablehloCustomCallOptions => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<StablehloCustomCallOptions>>("BuiltinOptions2::StablehloCustomCallOptions", pos),
+          BuiltinOptions2::StablehloReduceOptions => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<StablehloReduceOptions>>("BuiltinOptions2::StablehloReduceOptions", pos),
+          BuiltinOptions2::StablehloScatterOptions => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<StablehloScatterOptions>>("BuiltinOptions2::StablehloScatterOptions", pos),
+          BuiltinOptions2::StablehloCompareOptions => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<StablehloCompareOptions>>("BuiltinOptions2::StablehloCompareOptions", pos),
+          BuiltinOptions2::StablehloDynamicSliceOptions => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<StablehloDynamicSliceOptions>>("BuiltinOptions2::StablehloDynamicSliceOptions", pos),
+          BuiltinOptions2::StablehloPadOptions => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<StablehloPadOptions>>("BuiltinOptions2::StablehloPadOptions", pos),
+          BuiltinOptions2::StablehloIotaOptions => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<StablehloIotaOptions>>("BuiltinOptions2::StablehloIotaOptions", pos),
+          BuiltinOptions2::StablehloDotGeneralOptions => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<StablehloDotGeneralOptions>>("BuiltinOptions2::StablehloDotGeneralOptions", pos),
+          BuiltinOptions2::StablehloReduceWindowOptions => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<StablehloReduceWindowOptions>>("BuiltinOptions2::StablehloReduceWindowOptions", pos),
+          BuiltinOptions2::StablehloSortOptions => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<StablehloSortOptions>>("BuiltinOptions2::StablehloSortOptions", pos),
+          BuiltinOptions2::StablehloWhileOptions => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<StablehloWhileOptions>>("BuiltinOptions2::StablehloWhileOptions", pos),
+          BuiltinOptions2::StablehloGatherOptions => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<StablehloGatherOptions>>("BuiltinOptions2::StablehloGatherOptions", pos),
+          BuiltinOptions2::StablehloTransposeOptions => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<StablehloTransposeOptions>>("BuiltinOptions2::StablehloTransposeOptions", pos),
+          BuiltinOptions2::DilateOptions => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<DilateOptions>>("BuiltinOptions2::DilateOptions", pos),
+          BuiltinOptions2::StablehloRngBitGeneratorOptions => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<StablehloRngBitGeneratorOptions>>("BuiltinOptions2::StablehloRngBitGeneratorOptions", pos),
+          BuiltinOptions2::ReduceWindowOptions => v.verify_union_variant::<::flatbuffers::ForwardsUOffset<ReduceWindowOptions>>("BuiltinOptions2::ReduceWindowOptions", pos),
+          _ => Ok(()),
+        }
+     })?
      .finish();
     Ok(())
   }
@@ -18789,6 +21460,8 @@ pub struct OperatorArgs<'a> {
     pub intermediates: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, i32>>>,
     pub large_custom_options_offset: u64,
     pub large_custom_options_size: u64,
+    pub builtin_options_2_type: BuiltinOptions2,
+    pub builtin_options_2: Option<::flatbuffers::WIPOffset<::flatbuffers::UnionWIPOffset>>,
 }
 impl<'a> Default for OperatorArgs<'a> {
   #[inline]
@@ -18805,6 +21478,8 @@ impl<'a> Default for OperatorArgs<'a> {
       intermediates: None,
       large_custom_options_offset: 0,
       large_custom_options_size: 0,
+      builtin_options_2_type: BuiltinOptions2::NONE,
+      builtin_options_2: None,
     }
   }
 }
@@ -18857,6 +21532,14 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> OperatorBuilder<'a, 'b, A> {
   #[inline]
   pub fn add_large_custom_options_size(&mut self, large_custom_options_size: u64) {
     self.fbb_.push_slot::<u64>(Operator::VT_LARGE_CUSTOM_OPTIONS_SIZE, large_custom_options_size, 0);
+  }
+  #[inline]
+  pub fn add_builtin_options_2_type(&mut self, builtin_options_2_type: BuiltinOptions2) {
+    self.fbb_.push_slot::<BuiltinOptions2>(Operator::VT_BUILTIN_OPTIONS_2_TYPE, builtin_options_2_type, BuiltinOptions2::NONE);
+  }
+  #[inline]
+  pub fn add_builtin_options_2(&mut self, builtin_options_2: ::flatbuffers::WIPOffset<::flatbuffers::UnionWIPOffset>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Operator::VT_BUILTIN_OPTIONS_2, builtin_options_2);
   }
   #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> OperatorBuilder<'a, 'b, A> {
@@ -19774,6 +22457,153 @@ impl ::core::fmt::Debug for Operator<'_> {
       ds.field("intermediates", &self.intermediates());
       ds.field("large_custom_options_offset", &self.large_custom_options_offset());
       ds.field("large_custom_options_size", &self.large_custom_options_size());
+      ds.field("builtin_options_2_type", &self.builtin_options_2_type());
+      match self.builtin_options_2_type() {
+        BuiltinOptions2::StablehloConcatenateOptions => {
+          if let Some(x) = self.builtin_options_2_as_stablehlo_concatenate_options() {
+            ds.field("builtin_options_2", &x)
+          } else {
+            ds.field("builtin_options_2", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        BuiltinOptions2::StablehloBroadcastInDimOptions => {
+          if let Some(x) = self.builtin_options_2_as_stablehlo_broadcast_in_dim_options() {
+            ds.field("builtin_options_2", &x)
+          } else {
+            ds.field("builtin_options_2", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        BuiltinOptions2::StablehloSliceOptions => {
+          if let Some(x) = self.builtin_options_2_as_stablehlo_slice_options() {
+            ds.field("builtin_options_2", &x)
+          } else {
+            ds.field("builtin_options_2", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        BuiltinOptions2::StablehloConvolutionOptions => {
+          if let Some(x) = self.builtin_options_2_as_stablehlo_convolution_options() {
+            ds.field("builtin_options_2", &x)
+          } else {
+            ds.field("builtin_options_2", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        BuiltinOptions2::StablehloCustomCallOptions => {
+          if let Some(x) = self.builtin_options_2_as_stablehlo_custom_call_options() {
+            ds.field("builtin_options_2", &x)
+          } else {
+            ds.field("builtin_options_2", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        BuiltinOptions2::StablehloReduceOptions => {
+          if let Some(x) = self.builtin_options_2_as_stablehlo_reduce_options() {
+            ds.field("builtin_options_2", &x)
+          } else {
+            ds.field("builtin_options_2", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        BuiltinOptions2::StablehloScatterOptions => {
+          if let Some(x) = self.builtin_options_2_as_stablehlo_scatter_options() {
+            ds.field("builtin_options_2", &x)
+          } else {
+            ds.field("builtin_options_2", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        BuiltinOptions2::StablehloCompareOptions => {
+          if let Some(x) = self.builtin_options_2_as_stablehlo_compare_options() {
+            ds.field("builtin_options_2", &x)
+          } else {
+            ds.field("builtin_options_2", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        BuiltinOptions2::StablehloDynamicSliceOptions => {
+          if let Some(x) = self.builtin_options_2_as_stablehlo_dynamic_slice_options() {
+            ds.field("builtin_options_2", &x)
+          } else {
+            ds.field("builtin_options_2", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        BuiltinOptions2::StablehloPadOptions => {
+          if let Some(x) = self.builtin_options_2_as_stablehlo_pad_options() {
+            ds.field("builtin_options_2", &x)
+          } else {
+            ds.field("builtin_options_2", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        BuiltinOptions2::StablehloIotaOptions => {
+          if let Some(x) = self.builtin_options_2_as_stablehlo_iota_options() {
+            ds.field("builtin_options_2", &x)
+          } else {
+            ds.field("builtin_options_2", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        BuiltinOptions2::StablehloDotGeneralOptions => {
+          if let Some(x) = self.builtin_options_2_as_stablehlo_dot_general_options() {
+            ds.field("builtin_options_2", &x)
+          } else {
+            ds.field("builtin_options_2", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        BuiltinOptions2::StablehloReduceWindowOptions => {
+          if let Some(x) = self.builtin_options_2_as_stablehlo_reduce_window_options() {
+            ds.field("builtin_options_2", &x)
+          } else {
+            ds.field("builtin_options_2", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        BuiltinOptions2::StablehloSortOptions => {
+          if let Some(x) = self.builtin_options_2_as_stablehlo_sort_options() {
+            ds.field("builtin_options_2", &x)
+          } else {
+            ds.field("builtin_options_2", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        BuiltinOptions2::StablehloWhileOptions => {
+          if let Some(x) = self.builtin_options_2_as_stablehlo_while_options() {
+            ds.field("builtin_options_2", &x)
+          } else {
+            ds.field("builtin_options_2", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        BuiltinOptions2::StablehloGatherOptions => {
+          if let Some(x) = self.builtin_options_2_as_stablehlo_gather_options() {
+            ds.field("builtin_options_2", &x)
+          } else {
+            ds.field("builtin_options_2", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        BuiltinOptions2::StablehloTransposeOptions => {
+          if let Some(x) = self.builtin_options_2_as_stablehlo_transpose_options() {
+            ds.field("builtin_options_2", &x)
+          } else {
+            ds.field("builtin_options_2", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        BuiltinOptions2::DilateOptions => {
+          if let Some(x) = self.builtin_options_2_as_dilate_options() {
+            ds.field("builtin_options_2", &x)
+          } else {
+            ds.field("builtin_options_2", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        BuiltinOptions2::StablehloRngBitGeneratorOptions => {
+          if let Some(x) = self.builtin_options_2_as_stablehlo_rng_bit_generator_options() {
+            ds.field("builtin_options_2", &x)
+          } else {
+            ds.field("builtin_options_2", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        BuiltinOptions2::ReduceWindowOptions => {
+          if let Some(x) = self.builtin_options_2_as_reduce_window_options() {
+            ds.field("builtin_options_2", &x)
+          } else {
+            ds.field("builtin_options_2", &"InvalidFlatbuffer: Union discriminant does not match value.")
+          }
+        },
+        _ => {
+          let x: Option<()> = None;
+          ds.field("builtin_options_2", &x)
+        },
+      };
       ds.finish()
   }
 }

@@ -11,6 +11,7 @@ mod activation;
 mod conv;
 mod convert;
 mod elementwise;
+mod hlo;
 mod index;
 mod linear;
 mod movement;
@@ -111,6 +112,8 @@ const FAMILIES: &[Family] = &[
     signal::build,
     #[cfg(feature = "op-recurrent")]
     recurrent::build,
+    #[cfg(feature = "op-hlo")]
+    hlo::build,
 ];
 
 /// The cargo feature (`op-<family>`) of the CPU family that builds `code`; `None`
@@ -171,6 +174,15 @@ pub(crate) fn family_feature(code: B) -> Option<&'static str> {
         | B::RIGHT_SHIFT
         | B::BITWISE_XOR
         | B::ATAN2 => "op-elementwise",
+        B::STABLEHLO_ADD
+        | B::STABLEHLO_MULTIPLY
+        | B::STABLEHLO_MAXIMUM
+        | B::STABLEHLO_MINIMUM
+        | B::STABLEHLO_AND
+        | B::STABLEHLO_PAD
+        | B::DILATE
+        | B::REDUCE_WINDOW
+        | B::STABLEHLO_REDUCE_WINDOW => "op-hlo",
         B::ARG_MAX | B::ARG_MIN | B::MEAN | B::REDUCE_MAX | B::REDUCE_MIN | B::REDUCE_PROD | B::SUM | B::REDUCE_ALL | B::REDUCE_ANY => "op-reduce",
         B::BROADCAST_TO
         | B::CONCATENATION
@@ -469,6 +481,7 @@ mod tests {
             "op-convert",
             "op-signal",
             "op-recurrent",
+            "op-hlo",
         ];
         assert_eq!(names.len(), FAMILIES.len());
         let info = TensorInfo {

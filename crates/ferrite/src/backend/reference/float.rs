@@ -13,6 +13,7 @@
 //! kernel index out of bounds.
 
 mod elementwise;
+mod hlo;
 mod index;
 mod movement;
 mod nn;
@@ -36,6 +37,9 @@ pub(crate) fn build(op: &OpContext<'_>) -> Result<Built> {
     let OpCode::Builtin(code) = op.op.code else {
         return Err(op.unsupported("custom op: no reference kernel"));
     };
+    if let Some(built) = hlo::build(code, op) {
+        return built;
+    }
     match code {
         B::CONV_2D => nn::conv2d(op),
         B::DEPTHWISE_CONV_2D => nn::depthwise(op),
