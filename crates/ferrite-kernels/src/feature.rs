@@ -100,9 +100,11 @@ pub enum Combiner {
 /// A failure of EMBEDDING_LOOKUP_SPARSE on its data: an id or an index outside its range.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SparseLookupError {
-    /// Lookup `i` names params row `id`, outside `0..rows`.
+    /// A lookup names a params row outside `0..rows`.
+    #[allow(missing_docs)]
     Id { i: usize, id: i32, rows: usize },
-    /// Lookup `i`'s coordinate in dimension `dim` is `index`, outside `0..size`.
+    /// A lookup's coordinate in dimension `dim` is outside `0..size`.
+    #[allow(missing_docs)]
     Index { i: usize, dim: usize, index: i32, size: usize },
 }
 

@@ -71,6 +71,13 @@ impl Philox {
         out
     }
 
+    /// The block `k` blocks ahead of the next one, without moving the stream.
+    pub fn block_at(&self, k: u64) -> [u32; 4] {
+        let mut at = *self;
+        at.skip(k);
+        philox4x32_10(at.key, at.counter)
+    }
+
     /// Moves the counter `blocks` blocks ahead (128-bit addition).
     pub fn skip(&mut self, blocks: u64) {
         let c = &mut self.counter;

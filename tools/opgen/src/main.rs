@@ -8,6 +8,7 @@
 //!   ferrite-opgen probe OUTDIR [--seed S]              (per-type LiteRT probe models, see probe.rs)
 
 mod probe;
+mod rand;
 
 use ferrite_format::schema::TensorType;
 use ferrite_format::writer::{Activation, BuiltinOperator as B, ModelSpec, OpCode, Options, Padding, TensorSpec};
@@ -115,6 +116,7 @@ fn gen(op: &str, r: &mut Rng) -> Case {
     let fr = (-2.0f32, 2.0f32);
     match op {
         op if RECURRENT.contains(&op) => return gen_recurrent(op, r),
+        op if rand::OPS.contains(&op) || rand::REFUSED.contains(&op) => return rand::gen(op, r),
         "CONV_2D" | "DEPTHWISE_CONV_2D" => {
             let dw = op == "DEPTHWISE_CONV_2D";
             let (n, h, w, c) = (r.u(1, 2), r.u(4, 11), r.u(4, 11), r.u(1, 6));
@@ -2223,6 +2225,8 @@ const RECURRENT: &[&str] = &[
 fn stream_steps(op: &str) -> usize {
     if RECURRENT.contains(&op) {
         4
+    } else if rand::is_stream(op) {
+        rand::STEPS
     } else {
         1
     }
@@ -3063,6 +3067,22 @@ const OPS: &[&str] = &[
     "DETECTION_POSTPROCESS_INT8",
     "ADD_N_INT64",
     "REVERSE_SEQUENCE_INT8",
+    // Random and feature ops (rand.rs; keep in step with rand::OPS and rand::REFUSED).
+    "RANDOM_UNIFORM",
+    "RANDOM_UNIFORM_DYNAMIC",
+    "RANDOM_STANDARD_NORMAL",
+    "RANDOM_STANDARD_NORMAL_DYNAMIC",
+    "MULTINOMIAL",
+    "MULTINOMIAL_INT32",
+    "MULTINOMIAL_DYNAMIC",
+    "BUCKETIZE",
+    "BUCKETIZE_FLOAT64",
+    "BUCKETIZE_INT32",
+    "BUCKETIZE_INT64",
+    "FAKE_QUANT",
+    "FAKE_QUANT_NARROW",
+    "EMBEDDING_LOOKUP_SPARSE",
+    "EMBEDDING_LOOKUP_SPARSE_DYNAMIC",
 ];
 
 /// Ops compared with LiteRT's builtin (optimized) kernels rather than its reference
@@ -3073,7 +3093,7 @@ const BUILTIN_ORACLE: &[&str] = &["LOCAL_RESPONSE_NORMALIZATION"];
 
 /// Type combinations LiteRT has no kernel for; the suite checks that ferrite, like
 /// it, refuses them with an error rather than computing something.
-const REFUSED: &[&str] = &["HARD_SWISH_INT16", "BATCH_MATMUL_UINT8", "DETECTION_POSTPROCESS_INT8", "ADD_N_INT64", "REVERSE_SEQUENCE_INT8"];
+const REFUSED: &[&str] = &["HARD_SWISH_INT16", "BATCH_MATMUL_UINT8", "DETECTION_POSTPROCESS_INT8", "ADD_N_INT64", "REVERSE_SEQUENCE_INT8", "FAKE_QUANT_NARROW"];
 
 /// Which output rows of a `TFLite_Detection_PostProcess` case LiteRT defines:
 /// fast NMS writes `min(max_classes_per_detection, num_classes)` rows per kept
@@ -3180,6 +3200,7 @@ fn main() -> Result<(), String> {
                         "refused": REFUSED.contains(op),
                         "builtin_oracle": BUILTIN_ORACLE.contains(op),
                         "steps": stream_steps(op),
+                        "exact": rand::is_stream(op),
                         "detection_rows": detection_rows(&case),
                     }));
                 }
@@ -3219,6 +3240,9 @@ mod tests {
         for (n, _) in NOT_GENERATED {
             assert!(BuiltinOp::from_name(n).is_some(), "{n} is not in the op table");
             assert!(!covered(n), "{n} has a generated case now: drop it from NOT_GENERATED");
+        }
+        for case in super::rand::OPS.iter().chain(super::rand::REFUSED) {
+            assert!(super::OPS.contains(case), "{case} of rand.rs is not listed in OPS");
         }
         for case in ["IF", "WHILE", "VARIABLES"] {
             assert!(super::OPS.contains(&case));

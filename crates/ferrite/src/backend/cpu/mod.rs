@@ -11,11 +11,13 @@ mod activation;
 mod conv;
 mod convert;
 mod elementwise;
+pub(crate) mod feature;
 mod index;
 mod linear;
 mod movement;
 mod pool;
 mod quant;
+pub(crate) mod random;
 pub(crate) mod recurrent;
 mod reduce;
 mod signal;
@@ -105,6 +107,10 @@ const FAMILIES: &[Family] = &[
     signal::build,
     #[cfg(feature = "op-recurrent")]
     recurrent::build,
+    #[cfg(feature = "op-random")]
+    random::build,
+    #[cfg(feature = "op-feature")]
+    feature::build,
 ];
 
 /// The cargo feature (`op-<family>`) of the CPU family that builds `code`; `None`
@@ -225,6 +231,8 @@ pub(crate) fn family_feature(code: B) -> Option<&'static str> {
         | B::UNIDIRECTIONAL_SEQUENCE_RNN
         | B::BIDIRECTIONAL_SEQUENCE_RNN
         | B::SVDF => "op-recurrent",
+        B::RANDOM_UNIFORM | B::RANDOM_STANDARD_NORMAL | B::MULTINOMIAL => "op-random",
+        B::BUCKETIZE | B::FAKE_QUANT | B::EMBEDDING_LOOKUP_SPARSE => "op-feature",
         _ => return None,
     })
 }
@@ -458,6 +466,8 @@ mod tests {
             "op-convert",
             "op-signal",
             "op-recurrent",
+            "op-random",
+            "op-feature",
         ];
         assert_eq!(names.len(), FAMILIES.len());
         let info = TensorInfo {
