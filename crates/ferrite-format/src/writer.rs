@@ -832,14 +832,12 @@ fn write_options(b: &mut FlatBufferBuilder, table: fb::BuiltinOptions, o: &Optio
             let v = b.create_vector(boundaries);
             fb::BucketizeOptions::create(b, &fb::BucketizeOptionsArgs { boundaries: Some(v) }).as_union_value()
         }
-        Options::FakeQuant { min, max, num_bits, narrow_range } => fb::FakeQuantOptions::create(
-            b,
-            &fb::FakeQuantOptionsArgs { min: *min, max: *max, num_bits: *num_bits, narrow_range: *narrow_range },
-        )
-        .as_union_value(),
-        Options::EmbeddingLookupSparse { combiner } => {
-            fb::EmbeddingLookupSparseOptions::create(b, &fb::EmbeddingLookupSparseOptionsArgs { combiner: fb::CombinerType(*combiner) })
+        Options::FakeQuant { min, max, num_bits, narrow_range } => {
+            fb::FakeQuantOptions::create(b, &fb::FakeQuantOptionsArgs { min: *min, max: *max, num_bits: *num_bits, narrow_range: *narrow_range })
                 .as_union_value()
+        }
+        Options::EmbeddingLookupSparse { combiner } => {
+            fb::EmbeddingLookupSparseOptions::create(b, &fb::EmbeddingLookupSparseOptionsArgs { combiner: fb::CombinerType(*combiner) }).as_union_value()
         }
         Options::Gather { axis, batch_dims } => fb::GatherOptions::create(b, &fb::GatherOptionsArgs { axis: *axis, batch_dims: *batch_dims }).as_union_value(),
         Options::Reducer { keep_dims } => fb::ReducerOptions::create(b, &fb::ReducerOptionsArgs { keep_dims: *keep_dims }).as_union_value(),

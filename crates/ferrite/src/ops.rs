@@ -465,7 +465,9 @@ pub fn parse_params(op: BuiltinOp, opt_type: u8, options: Option<Table<'_>>) -> 
             let i64f = |slot: u16| t.map_or(Ok(0), |t| t.scalar::<i64>(slot, 0));
             OpParams::Random { seed: i64f(fb::RandomOptions::VT_SEED)?, seed2: i64f(fb::RandomOptions::VT_SEED2)? }
         }
-        T::BucketizeOptions => OpParams::Bucketize { boundaries: t.map(|t| t.vec_of::<f32>(fb::BucketizeOptions::VT_BOUNDARIES)).transpose()?.unwrap_or_default() },
+        T::BucketizeOptions => {
+            OpParams::Bucketize { boundaries: t.map(|t| t.vec_of::<f32>(fb::BucketizeOptions::VT_BOUNDARIES)).transpose()?.unwrap_or_default() }
+        }
         T::FakeQuantOptions => {
             use fb::FakeQuantOptions as O;
             OpParams::FakeQuant {

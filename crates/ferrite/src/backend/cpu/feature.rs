@@ -123,7 +123,8 @@ pub(crate) fn sparse_lookup(op: &OpContext<'_>) -> Result<SparseLookup> {
         c => return Err(op.bad(format!("unknown combiner {c}"))),
     };
     let (ids, idx, ds, w, p) = (op.input(0)?, op.input(1)?, op.input(2)?, op.input(3)?, op.input(4)?);
-    for (what, d, t, rank) in [("ids", ids, DType::I32, 1), ("indices", idx, DType::I32, 2), ("dense_shape", ds, DType::I32, 1), ("weights", w, DType::F32, 1)] {
+    for (what, d, t, rank) in [("ids", ids, DType::I32, 1), ("indices", idx, DType::I32, 2), ("dense_shape", ds, DType::I32, 1), ("weights", w, DType::F32, 1)]
+    {
         if d.dtype != t || d.shape.len() != rank {
             return Err(op.bad(format!("{what} must be a rank-{rank} {} tensor, got {} of shape {:?}", t.name(), d.dtype.name(), d.shape)));
         }
@@ -160,8 +161,7 @@ fn embedding_lookup_sparse(op: &OpContext<'_>) -> Result<Built> {
             if ids.len() != lookups || w.len() != lookups || idx.len() != lookups * lookup_rank || p.len() != rows * emb {
                 return Err(runtime("EMBEDDING_LOOKUP_SPARSE inputs of the wrong size"));
             }
-            k::embedding_lookup_sparse(ids, idx, lookup_rank, &out_dims, w, p, emb, combiner, o)
-                .map_err(|e| runtime(format!("EMBEDDING_LOOKUP_SPARSE: {e}")))
+            k::embedding_lookup_sparse(ids, idx, lookup_rank, &out_dims, w, p, emb, combiner, o).map_err(|e| runtime(format!("EMBEDDING_LOOKUP_SPARSE: {e}")))
         }),
     })
 }
