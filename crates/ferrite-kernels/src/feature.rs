@@ -34,7 +34,7 @@ impl BucketValue for i64 {
 /// True when no boundary is smaller than the one before it (NaNs compare as
 /// neither, so they never break the order), the check LiteRT makes at prepare.
 pub fn boundaries_sorted(boundaries: &[f32]) -> bool {
-    boundaries.windows(2).all(|w| !(w[1] < w[0]))
+    boundaries.windows(2).all(|w| w[1].partial_cmp(&w[0]) != Some(std::cmp::Ordering::Less))
 }
 
 /// BUCKETIZE: each output is the index of the first boundary greater than the
