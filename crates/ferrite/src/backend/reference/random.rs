@@ -218,3 +218,62 @@ fn embedding_lookup_sparse(op: &OpContext<'_>) -> Result<Built> {
         }),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::float_test_util::*;
+    use crate::ops::OpParams;
+    use ferrite_format::ops::BuiltinOp as B;
+
+    /// Each reference kernel against the CPU kernel on random cases: the random
+    /// ops from the same seeds (a fresh stream each), all exact but the sparse
+    /// lookup's f64 sums.
+    #[test]
+    fn random_and_feature_ops_match_cpu() {
+        let mut r = Rng::new(0x5eed);
+        for case in 0..30 {
+            let what = format!("case {case}");
+            let dims: Vec<i32> = (0..r.below(4)).map(|_| r.range(0, 6) as i32).collect();
+            let seeds = OpParams::Random { seed: r.range(1, 1000) as i64, seed2: r.next() as i64 };
+            for code in [B::RANDOM_UNIFORM, B::RANDOM_STANDARD_NORMAL] {
+                TestOp::new(code, seeds.clone(), vec![i32_const(&[dims.len()], &dims)], 1).compare_with_cpu(0.0, &what);
+            }
+            let (batch, classes) = (r.range(1, 3), r.range(1, 6));
+            let logits = f32_input(&[batch, classes], &r.floats(batch * classes));
+            let samples = i32_const(&[], &[r.range(0, 9) as i32]);
+            TestOp::typed(B::MULTINOMIAL, seeds.clone(), vec![logits, samples], vec![crate::model::DType::I64]).compare_with_cpu(0.0, &what);
+
+            let n = r.range(1, 12);
+            let x: Vec<f32> = r.floats(n).iter().map(|v| (v * 8.0).round() / 2.0).collect();
+            let mut boundaries: Vec<f32> = (0..r.below(6)).map(|_| (r.unit() * 8.0).round() / 2.0).collect();
+            boundaries.sort_by(f32::total_cmp);
+            TestOp::typed(B::BUCKETIZE, OpParams::Bucketize { boundaries }, vec![f32_input(&[n], &x)], vec![crate::model::DType::I32])
+                .compare_with_cpu(0.0, &what);
+            let fq = OpParams::FakeQuant { min: -r.unit().abs() - 0.1, max: r.unit().abs() + 0.1, num_bits: r.range(2, 16) as i32, narrow_range: false };
+            TestOp::new(B::FAKE_QUANT, fq, vec![f32_input(&[n], &r.floats(n).iter().map(|v| v * 2.0).collect::<Vec<_>>())], 1).compare_with_cpu(0.0, &what);
+
+            // Two positions of a [2, 3] sparse tensor, entries in row-major order.
+            let ids: Vec<i32> = (0..4).map(|_| r.below(3) as i32).collect();
+            let els = vec![
+                i32_const(&[4], &ids),
+                i32_const(&[4, 2], &[0, 0, 0, 2, 1, 0, 1, 1]),
+                i32_const(&[2], &[2, 3]),
+                f32_input(&[4], &[0.5, 1.0, 1.5, 2.0]),
+                f32_input(&[3, 2], &r.floats(6)),
+            ];
+            TestOp::new(B::EMBEDDING_LOOKUP_SPARSE, OpParams::EmbeddingLookupSparse { combiner: r.below(3) as i8 }, els, 1).compare_with_cpu(1e-6, &what);
+        }
+        // A hostile dense shape and an id outside params are errors on both.
+        let bad = |ids: &[i32], dense: &[i32]| {
+            TestOp::new(
+                B::EMBEDDING_LOOKUP_SPARSE,
+                OpParams::EmbeddingLookupSparse { combiner: 0 },
+                vec![i32_const(&[1], ids), i32_const(&[1, 2], &[0, 0]), i32_const(&[2], dense), f32_input(&[1], &[1.0]), f32_input(&[2, 2], &[0.0; 4])],
+                1,
+            )
+        };
+        for t in [bad(&[0], &[-1, 3]), bad(&[0], &[i32::MAX, i32::MAX]), bad(&[5], &[2, 2])] {
+            assert!(t.reference().is_err() && t.cpu().is_err());
+        }
+    }
+}
