@@ -41,6 +41,9 @@ RECURRENT_HYBRID_TOL = 1e-3
 
 
 def op_tolerance(case):
+    # Random streams (LiteRT's Philox words through the same float steps) match exactly.
+    if case.get("exact"):
+        return 0.0
     if "_HYBRID" not in case["op"]:
         return OP_TOL
     return RECURRENT_HYBRID_TOL if case.get("steps", 1) > 1 else HYBRID_TOL
@@ -138,12 +141,13 @@ def run_ferrite(binary, model, inputs, workdir, steps=None):
 STREAM_STEPS = 50
 
 
-def run_litert_stream(model, steps_inputs, resolver=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES):
-    """Integer models: LiteRT's builtin kernels (no XNNPACK), one interpreter over all steps."""
+def run_litert_stream(model, steps_inputs, resolver=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES, steps=None):
+    """Integer models: LiteRT's builtin kernels (no XNNPACK), one interpreter over all steps
+    (`steps` of them: a model without inputs, such as a random op's, has no inputs to count)."""
     it = Interpreter(model_path=str(model), experimental_op_resolver_type=resolver)
     it.allocate_tensors()
     outs = []
-    for step in range(len(steps_inputs[0])):
+    for step in range(steps if steps is not None else len(steps_inputs[0])):
         for d, x in zip(it.get_input_details(), steps_inputs):
             it.set_tensor(d["index"], x[step])
         it.invoke()
@@ -461,21 +465,25 @@ def cmd_ops(args):
                         xs.append(rng.integers(info.min, info.max, size=list(d["shape"]), endpoint=True).astype(d["dtype"]))
                         continue
                     lo, hi = next(ranges)
-                    x = rng.uniform(lo, hi, size=list(d["shape"])).astype(np.float32)
+                    # float32 values, in the input's own float type (float64 for some).
+                    x = rng.uniform(lo, hi, size=list(d["shape"])).astype(np.float32).astype(d["dtype"])
                     xs.append(np.round(x) if case["integral"] else x)
                 steps = case.get("steps", 1)
                 if steps > 1:
                     # Stateful ops (variable tensors): one session over a stream of
                     # inputs on each side, so the state carries from run to run.
                     def more(k, x):
-                        # Integer inputs take the type's whole range, float ones the case's.
+                        # Fixed inputs (a random op's shape) stay; integer inputs take
+                        # the type's whole range, float ones the case's.
+                        if str(k) in case.get("fixed", {}):
+                            return x
                         if x.dtype.kind in "iu":
                             info = np.iinfo(x.dtype)
                             return rng.integers(info.min, info.max, size=x.shape, endpoint=True).astype(x.dtype)
                         return rng.uniform(*case["ranges"][min(k, len(case["ranges"]) - 1)], size=x.shape).astype(x.dtype)
 
                     seq = [np.stack([x] + [more(k, x) for _ in range(steps - 1)]) for k, x in enumerate(xs)]
-                    want = run_litert_stream(model, seq, OpResolverType.BUILTIN_REF)
+                    want = run_litert_stream(model, seq, OpResolverType.BUILTIN_REF, steps=steps)
                     got = run_ferrite(args.ferrite, model, seq, td, steps=steps)
                 else:
                     # A few ops are compared with LiteRT's builtin kernels where its

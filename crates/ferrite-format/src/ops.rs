@@ -311,6 +311,14 @@ op_table! {
     BITCAST:                 NONE,                        1..=1, 1..=1, ANY;
     RIGHT_SHIFT:             NONE,                        2..=2, 1..=1, I8 | U8 | I16 | INT;
     BITWISE_XOR:             NONE,                        2..=2, 1..=1, I8 | U8 | I16 | INT;
+    // Random numbers: a Philox stream per op and session (see ferrite-kernels' random).
+    RANDOM_UNIFORM:          RandomOptions,               1..=1, 1..=1, F32;
+    RANDOM_STANDARD_NORMAL:  RandomOptions,               1..=1, 1..=1, F32;
+    MULTINOMIAL:             RandomOptions,               2..=2, 1..=1, F32;
+    // TensorFlow 1 feature preprocessing.
+    BUCKETIZE:               BucketizeOptions,            1..=1, 1..=1, F32 | INT;
+    FAKE_QUANT:              FakeQuantOptions,            1..=1, 1..=1, F32;
+    EMBEDDING_LOOKUP_SPARSE: EmbeddingLookupSparseOptions, 5..=5, 1..=1, F32;
     // Type conversion.
     CAST:                    NONE,                        1..=1, 1..=1, ANY;
     QUANTIZE:                NONE,                        1..=1, 1..=1, F32 | I8 | U8 | I16;

@@ -223,6 +223,26 @@ pub enum Options {
     SparseToDense {
         validate_indices: bool,
     },
+    /// RANDOM_UNIFORM, RANDOM_STANDARD_NORMAL, MULTINOMIAL.
+    Random {
+        seed: i64,
+        seed2: i64,
+    },
+    /// BUCKETIZE.
+    Bucketize {
+        boundaries: Vec<f32>,
+    },
+    /// FAKE_QUANT.
+    FakeQuant {
+        min: f32,
+        max: f32,
+        num_bits: i32,
+        narrow_range: bool,
+    },
+    /// EMBEDDING_LOOKUP_SPARSE: the CombinerType code (0 SUM, 1 MEAN, 2 SQRTN).
+    EmbeddingLookupSparse {
+        combiner: i8,
+    },
     /// An options table of this type with every field at its default. Fits an op
     /// whose options table is this type.
     Empty(fb::BuiltinOptions),
@@ -376,6 +396,10 @@ impl Options {
             Options::Cumsum { .. } => &[T::CumsumOptions],
             Options::ReverseSequence { .. } => &[T::ReverseSequenceOptions],
             Options::SparseToDense { .. } => &[T::SparseToDenseOptions],
+            Options::Random { .. } => &[T::RandomOptions],
+            Options::Bucketize { .. } => &[T::BucketizeOptions],
+            Options::FakeQuant { .. } => &[T::FakeQuantOptions],
+            Options::EmbeddingLookupSparse { .. } => &[T::EmbeddingLookupSparseOptions],
             Options::If { .. } => &[T::IfOptions],
             Options::While { .. } => &[T::WhileOptions],
             Options::CallOnce { .. } => &[T::CallOnceOptions],
@@ -890,6 +914,18 @@ fn write_options(b: &mut FlatBufferBuilder, table: fb::BuiltinOptions, o: &Optio
         }
         Options::SparseToDense { validate_indices } => {
             fb::SparseToDenseOptions::create(b, &fb::SparseToDenseOptionsArgs { validate_indices: *validate_indices }).as_union_value()
+        }
+        Options::Random { seed, seed2 } => fb::RandomOptions::create(b, &fb::RandomOptionsArgs { seed: *seed, seed2: *seed2 }).as_union_value(),
+        Options::Bucketize { boundaries } => {
+            let v = b.create_vector(boundaries);
+            fb::BucketizeOptions::create(b, &fb::BucketizeOptionsArgs { boundaries: Some(v) }).as_union_value()
+        }
+        Options::FakeQuant { min, max, num_bits, narrow_range } => {
+            fb::FakeQuantOptions::create(b, &fb::FakeQuantOptionsArgs { min: *min, max: *max, num_bits: *num_bits, narrow_range: *narrow_range })
+                .as_union_value()
+        }
+        Options::EmbeddingLookupSparse { combiner } => {
+            fb::EmbeddingLookupSparseOptions::create(b, &fb::EmbeddingLookupSparseOptionsArgs { combiner: fb::CombinerType(*combiner) }).as_union_value()
         }
         Options::Gather { axis, batch_dims } => fb::GatherOptions::create(b, &fb::GatherOptionsArgs { axis: *axis, batch_dims: *batch_dims }).as_union_value(),
         Options::Reducer { keep_dims } => fb::ReducerOptions::create(b, &fb::ReducerOptionsArgs { keep_dims: *keep_dims }).as_union_value(),

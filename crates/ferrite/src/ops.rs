@@ -200,6 +200,27 @@ pub enum OpParams {
     SparseToDense {
         validate_indices: bool,
     },
+    /// RANDOM_UNIFORM, RANDOM_STANDARD_NORMAL, MULTINOMIAL: the stream's seeds (both
+    /// zero: seeded nondeterministically, as LiteRT does).
+    Random {
+        seed: i64,
+        seed2: i64,
+    },
+    /// BUCKETIZE: the bucket boundaries (LiteRT requires them sorted).
+    Bucketize {
+        boundaries: Vec<f32>,
+    },
+    /// FAKE_QUANT: the quantization range and bit width.
+    FakeQuant {
+        min: f32,
+        max: f32,
+        num_bits: i32,
+        narrow_range: bool,
+    },
+    /// EMBEDDING_LOOKUP_SPARSE: the schema's CombinerType (0 SUM, 1 MEAN, 2 SQRTN).
+    EmbeddingLookupSparse {
+        combiner: i8,
+    },
     If {
         then_subgraph: usize,
         else_subgraph: usize,
@@ -448,6 +469,23 @@ pub fn parse_params(op: BuiltinOp, opt_type: u8, options: Option<Table<'_>>) -> 
         },
         T::SparseToDenseOptions => OpParams::SparseToDense { validate_indices: boolf(fb::SparseToDenseOptions::VT_VALIDATE_INDICES, false)? },
         T::LSHProjectionOptions => OpParams::LshProjection { kind: i8f(fb::LSHProjectionOptions::VT_TYPE_, 0)? },
+        T::RandomOptions => {
+            let i64f = |slot: u16| t.map_or(Ok(0), |t| t.scalar::<i64>(slot, 0));
+            OpParams::Random { seed: i64f(fb::RandomOptions::VT_SEED)?, seed2: i64f(fb::RandomOptions::VT_SEED2)? }
+        }
+        T::BucketizeOptions => {
+            OpParams::Bucketize { boundaries: t.map(|t| t.vec_of::<f32>(fb::BucketizeOptions::VT_BOUNDARIES)).transpose()?.unwrap_or_default() }
+        }
+        T::FakeQuantOptions => {
+            use fb::FakeQuantOptions as O;
+            OpParams::FakeQuant {
+                min: f32f(O::VT_MIN, 0.0)?,
+                max: f32f(O::VT_MAX, 0.0)?,
+                num_bits: i32f(O::VT_NUM_BITS, 0)?,
+                narrow_range: boolf(O::VT_NARROW_RANGE, false)?,
+            }
+        }
+        T::EmbeddingLookupSparseOptions => OpParams::EmbeddingLookupSparse { combiner: i8f(fb::EmbeddingLookupSparseOptions::VT_COMBINER, 0)? },
         T::MirrorPadOptions => OpParams::MirrorPad { symmetric: i8f(fb::MirrorPadOptions::VT_MODE, 0)? == 1 },
         T::L2NormOptions => OpParams::Activation(act(fb::L2NormOptions::VT_FUSED_ACTIVATION_FUNCTION)?),
         T::LocalResponseNormalizationOptions => {
@@ -603,6 +641,13 @@ mod tests {
             T::ReverseSequenceOptions => (Options::ReverseSequence { seq_dim: 2, batch_dim: -1 }, OpParams::ReverseSequence { seq_dim: 2, batch_dim: -1 }),
             T::SparseToDenseOptions => (Options::SparseToDense { validate_indices: true }, OpParams::SparseToDense { validate_indices: true }),
             T::GeluOptions => (Options::Gelu { approximate: true }, OpParams::Gelu { approximate: true }),
+            T::RandomOptions => (Options::Random { seed: -3, seed2: 1 << 40 }, OpParams::Random { seed: -3, seed2: 1 << 40 }),
+            T::BucketizeOptions => (Options::Bucketize { boundaries: vec![-1.5, 0.0, 2.0] }, OpParams::Bucketize { boundaries: vec![-1.5, 0.0, 2.0] }),
+            T::FakeQuantOptions => (
+                Options::FakeQuant { min: -1.0, max: 2.0, num_bits: 4, narrow_range: true },
+                OpParams::FakeQuant { min: -1.0, max: 2.0, num_bits: 4, narrow_range: true },
+            ),
+            T::EmbeddingLookupSparseOptions => (Options::EmbeddingLookupSparse { combiner: 2 }, OpParams::EmbeddingLookupSparse { combiner: 2 }),
             T::SoftmaxOptions => (Options::Softmax { beta: 0.5 }, OpParams::Softmax { beta: 0.5 }),
             T::ReducerOptions => (Options::Reducer { keep_dims: true }, OpParams::Reducer { keep_dims: true }),
             // The schema's default output type is INT64.

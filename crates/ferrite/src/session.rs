@@ -503,6 +503,8 @@ impl Session {
 
     fn compile_current(&mut self) -> Result<CompiledGraph> {
         self.ctx.refusals.clear();
+        // Random streams start again from their seeds, as LiteRT's Prepare reseeds them.
+        self.ctx.reset_op_states();
         let limits = self.limits();
         let model = self.keep_all.as_ref().unwrap_or(&self.model);
         let c = compile::compile(model, self.subgraph, &self.input_shapes, &self.backends, &self.options.custom_ops, &mut self.ctx, limits)?;

@@ -12,6 +12,7 @@ mod probe;
 mod text;
 mod qred;
 mod qelem;
+mod rand;
 
 use ferrite_format::schema::TensorType;
 use ferrite_format::writer::{Activation, BuiltinOperator as B, ModelSpec, OpCode, Options, Padding, TensorSpec};
@@ -123,6 +124,7 @@ fn gen(op: &str, r: &mut Rng) -> Case {
         op if qred::OPS.contains(&op) => return qred::gen(op, r),
         op if qelem::OPS.contains(&op) => return qelem::gen_case(op, r),
         op if hlo::handles(op) => return hlo::gen(op, r),
+        op if rand::OPS.contains(&op) || rand::REFUSED.contains(&op) => return rand::gen(op, r),
         "CONV_2D" | "DEPTHWISE_CONV_2D" => {
             let dw = op == "DEPTHWISE_CONV_2D";
             let (n, h, w, c) = (r.u(1, 2), r.u(4, 11), r.u(4, 11), r.u(1, 6));
@@ -2231,6 +2233,8 @@ const RECURRENT: &[&str] = &[
 fn stream_steps(op: &str) -> usize {
     if RECURRENT.contains(&op) {
         4
+    } else if rand::is_stream(op) {
+        rand::STEPS
     } else {
         1
     }
@@ -3166,6 +3170,22 @@ const OPS: &[&str] = &[
     "DETECTION_POSTPROCESS_INT8",
     "ADD_N_INT64",
     "REVERSE_SEQUENCE_INT8",
+    // Random and feature ops (rand.rs; keep in step with rand::OPS and rand::REFUSED).
+    "RANDOM_UNIFORM",
+    "RANDOM_UNIFORM_DYNAMIC",
+    "RANDOM_STANDARD_NORMAL",
+    "RANDOM_STANDARD_NORMAL_DYNAMIC",
+    "MULTINOMIAL",
+    "MULTINOMIAL_INT32",
+    "MULTINOMIAL_DYNAMIC",
+    "BUCKETIZE",
+    "BUCKETIZE_FLOAT64",
+    "BUCKETIZE_INT32",
+    "BUCKETIZE_INT64",
+    "FAKE_QUANT",
+    "FAKE_QUANT_NARROW",
+    "EMBEDDING_LOOKUP_SPARSE",
+    "EMBEDDING_LOOKUP_SPARSE_DYNAMIC",
 ];
 
 /// Ops compared with LiteRT's builtin (optimized) kernels rather than its reference
@@ -3182,7 +3202,7 @@ const BUILTIN_ORACLE: &[&str] =
 
 /// Type combinations LiteRT has no kernel for; the suite checks that ferrite, like
 /// it, refuses them with an error rather than computing something.
-const REFUSED: &[&str] = &["HARD_SWISH_INT16", "BATCH_MATMUL_UINT8", "DETECTION_POSTPROCESS_INT8", "ADD_N_INT64", "REVERSE_SEQUENCE_INT8"];
+const REFUSED: &[&str] = &["HARD_SWISH_INT16", "BATCH_MATMUL_UINT8", "DETECTION_POSTPROCESS_INT8", "ADD_N_INT64", "REVERSE_SEQUENCE_INT8", "FAKE_QUANT_NARROW"];
 
 /// Which output rows of a `TFLite_Detection_PostProcess` case LiteRT defines:
 /// fast NMS writes `min(max_classes_per_detection, num_classes)` rows per kept
@@ -3289,6 +3309,7 @@ fn main() -> Result<(), String> {
                         "refused": REFUSED.contains(op) || hlo::REFUSED.contains(op),
                         "builtin_oracle": BUILTIN_ORACLE.contains(op) || qelem::BUILTIN_ORACLE.contains(op),
                         "steps": stream_steps(op),
+                        "exact": rand::is_stream(op),
                         "detection_rows": detection_rows(&case),
                     }));
                 }
@@ -3327,6 +3348,9 @@ mod tests {
         for (n, _) in NOT_GENERATED {
             assert!(BuiltinOp::from_name(n).is_some(), "{n} is not in the op table");
             assert!(!covered(n), "{n} has a generated case now: drop it from NOT_GENERATED");
+        }
+        for case in super::rand::OPS.iter().chain(super::rand::REFUSED) {
+            assert!(super::OPS.contains(case), "{case} of rand.rs is not listed in OPS");
         }
         for case in ["IF", "WHILE", "VARIABLES"] {
             assert!(super::OPS.contains(&case));

@@ -326,6 +326,9 @@ pub struct BackendContext {
     /// The GPU device and the ops built for it, awaiting their segments.
     #[cfg(feature = "gpu")]
     pub(crate) gpu: gpu::GpuContext,
+    /// State ops carry from run to run, by (subgraph, op): random ops' streams (see
+    /// [`BackendContext::op_state`]).
+    op_states: HashMap<(usize, usize), Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 impl std::fmt::Debug for BackendContext {
@@ -352,7 +355,27 @@ impl BackendContext {
             conv_buffers: Default::default(),
             #[cfg(feature = "gpu")]
             gpu: Default::default(),
+            op_states: HashMap::new(),
         }
+    }
+
+    /// The state op `op` of `subgraph` keeps across this session's runs, made by
+    /// `make` the first time. Kept here rather than in the kernel because an op whose
+    /// shapes come from values is built again at every run, and its state (a random
+    /// stream) must carry on. Cleared by [`BackendContext::reset_op_states`] when the
+    /// session compiles again, as LiteRT re-prepares its ops (and reseeds them) then.
+    pub fn op_state<T: Send + Sync + 'static>(&mut self, subgraph: usize, op: usize, make: impl FnOnce() -> T) -> Arc<T> {
+        if let Some(s) = self.op_states.get(&(subgraph, op)).and_then(|s| s.clone().downcast::<T>().ok()) {
+            return s;
+        }
+        let s = Arc::new(make());
+        self.op_states.insert((subgraph, op), s.clone());
+        s
+    }
+
+    /// Forgets every op's state (a new compilation of the session).
+    pub(crate) fn reset_op_states(&mut self) {
+        self.op_states.clear();
     }
 
     /// Returns the cached packing for `key`, computing it once.

@@ -21,6 +21,10 @@ pub(super) fn fold(c: &mut Compilation<'_>, ctx: &mut BackendContext, oi: usize,
     if !(built.all_const || op.code == OpCode::Builtin(B::SHAPE)) || op.outputs.iter().any(|&o| g.tensors[o].is_variable) {
         return Ok(false);
     }
+    // Random ops draw new numbers at every run, whatever their inputs.
+    if matches!(op.code, OpCode::Builtin(B::RANDOM_UNIFORM | B::RANDOM_STANDARD_NORMAL | B::MULTINOMIAL)) {
+        return Ok(false);
+    }
     let location = || Location::op(sg, oi, op.code.name());
     let ins: Vec<Option<&[u8]>> = (0..op.inputs.len()).map(|k| c.value(held, k)).collect();
     let mut evaluate = || -> Result<Vec<AlignedBytes>> {

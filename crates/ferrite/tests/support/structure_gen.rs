@@ -227,6 +227,12 @@ pub const OPS: &[(B, usize, usize)] = &[
     (B::REDUCE_ANY, 2, 1),
     (B::REVERSE_SEQUENCE, 2, 1),
     (B::SPARSE_TO_DENSE, 4, 1),
+    (B::RANDOM_UNIFORM, 1, 1),
+    (B::RANDOM_STANDARD_NORMAL, 1, 1),
+    (B::MULTINOMIAL, 2, 1),
+    (B::BUCKETIZE, 1, 1),
+    (B::FAKE_QUANT, 1, 1),
+    (B::EMBEDDING_LOOKUP_SPARSE, 5, 1),
     (B::L2_POOL_2D, 1, 1),
     (B::IF, 2, 1),
     (B::WHILE, 1, 1),
@@ -246,6 +252,9 @@ fn int_param(op: B, k: usize) -> bool {
             | (B::MEAN | B::SUM | B::REDUCE_MAX | B::REDUCE_MIN | B::REDUCE_PROD | B::ARG_MAX | B::ARG_MIN | B::REDUCE_ALL | B::REDUCE_ANY, 1)
             | (B::REVERSE_SEQUENCE, 1)
             | (B::SPARSE_TO_DENSE, 0 | 1)
+            | (B::RANDOM_UNIFORM | B::RANDOM_STANDARD_NORMAL, 0)
+            | (B::MULTINOMIAL, 1)
+            | (B::EMBEDDING_LOOKUP_SPARSE, 0..=2)
             | (B::SPLIT | B::FILL | B::TRANSPOSE_CONV, 0)
             | (B::SPLIT_V, 1 | 2)
             | (B::SLICE, 1 | 2)
@@ -533,6 +542,15 @@ fn options(rng: &mut Rng, op: B, rank: usize, n_out: usize, subgraphs: usize) ->
         B::MEAN | B::SUM | B::REDUCE_MAX | B::REDUCE_MIN | B::REDUCE_PROD | B::REDUCE_ALL | B::REDUCE_ANY => Options::Reducer { keep_dims: rng.pct(50) },
         B::REVERSE_SEQUENCE => Options::ReverseSequence { seq_dim: rng.range(-1, rank as i64) as i32, batch_dim: rng.range(-1, rank as i64) as i32 },
         B::SPARSE_TO_DENSE => Options::SparseToDense { validate_indices: rng.pct(50) },
+        B::RANDOM_UNIFORM | B::RANDOM_STANDARD_NORMAL | B::MULTINOMIAL => Options::Random { seed: rng.range(-3, 3), seed2: rng.range(-3, 3) },
+        B::BUCKETIZE => Options::Bucketize { boundaries: (0..rng.below(5)).map(|_| *rng.pick(&[0.0, f32::NAN, 1.0, -1.0, f32::INFINITY])).collect() },
+        B::FAKE_QUANT => Options::FakeQuant {
+            min: *rng.pick(&[0.0, -1.0, f32::NAN, 1e30]),
+            max: *rng.pick(&[0.0, 1.0, f32::INFINITY, -1.0]),
+            num_bits: rng.range(-1, 40) as i32,
+            narrow_range: rng.pct(30),
+        },
+        B::EMBEDDING_LOOKUP_SPARSE => Options::EmbeddingLookupSparse { combiner: rng.range(-1, 4) as i8 },
         B::SQUEEZE => Options::Squeeze { dims: (0..rng.below(3)).map(|_| axis_value(rng, rank)).collect() },
         B::SPLIT | B::SPLIT_V => Options::Split { num_splits: if rng.pct(80) { n_out as i32 } else { small(rng) } },
         B::STRIDED_SLICE => Options::StridedSlice {

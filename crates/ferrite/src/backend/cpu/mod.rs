@@ -12,6 +12,7 @@ mod conv;
 mod convert;
 mod elementwise;
 mod hlo;
+pub(crate) mod feature;
 mod index;
 mod linear;
 mod movement;
@@ -19,6 +20,7 @@ mod pool;
 mod qreduce;
 mod qelem;
 mod quant;
+pub(crate) mod random;
 pub(crate) mod recurrent;
 mod reduce;
 mod signal;
@@ -114,6 +116,10 @@ const FAMILIES: &[Family] = &[
     recurrent::build,
     #[cfg(feature = "op-hlo")]
     hlo::build,
+    #[cfg(feature = "op-random")]
+    random::build,
+    #[cfg(feature = "op-feature")]
+    feature::build,
 ];
 
 /// The cargo feature (`op-<family>`) of the CPU family that builds `code`; `None`
@@ -245,6 +251,8 @@ pub(crate) fn family_feature(code: B) -> Option<&'static str> {
         | B::UNIDIRECTIONAL_SEQUENCE_RNN
         | B::BIDIRECTIONAL_SEQUENCE_RNN
         | B::SVDF => "op-recurrent",
+        B::RANDOM_UNIFORM | B::RANDOM_STANDARD_NORMAL | B::MULTINOMIAL => "op-random",
+        B::BUCKETIZE | B::FAKE_QUANT | B::EMBEDDING_LOOKUP_SPARSE => "op-feature",
         _ => return None,
     })
 }
@@ -482,6 +490,8 @@ mod tests {
             "op-signal",
             "op-recurrent",
             "op-hlo",
+            "op-random",
+            "op-feature",
         ];
         assert_eq!(names.len(), FAMILIES.len());
         let info = TensorInfo {

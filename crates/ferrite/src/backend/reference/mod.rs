@@ -18,6 +18,7 @@ mod float_test_util;
 mod quant;
 #[cfg(test)]
 mod quant_test_util;
+mod random;
 mod recurrent;
 
 use super::{Backend, BackendContext, Built, OpContext};
@@ -33,7 +34,11 @@ impl Backend for ReferenceBackend {
         "reference"
     }
 
-    fn build(&self, op: &OpContext<'_>, _ctx: &mut BackendContext) -> Result<Built> {
+    fn build(&self, op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> {
+        // Random ops (their streams live in the session's context) and feature ops.
+        if let Some(built) = random::build(op, ctx) {
+            return built;
+        }
         // Recurrent ops, float and hybrid alike.
         if let Some(built) = recurrent::build(op) {
             return built;
