@@ -122,6 +122,12 @@ pub(crate) fn concat(op: &OpContext<'_>, pack: bool) -> Result<Built> {
     let inputs: Vec<_> = op.inputs.iter().map(|i| i.as_ref().ok_or_else(|| op.bad("missing input"))).collect::<Result<_>>()?;
     let first = *inputs.first().ok_or_else(|| op.bad("no inputs"))?;
     let dtype = first.dtype;
+    // A copy cannot change the element type: refused here, as the reference
+    // backend refuses it, rather than left to the session's output-type check.
+    if op.outputs[0].dtype != dtype {
+        let name = if pack { "PACK" } else { "CONCATENATION" };
+        return Err(op.unsupported(format!("{name} of {} to {}", dtype.name(), op.outputs[0].dtype.name())));
+    }
     let (ax, shapes): (usize, Vec<Vec<usize>>) = if pack {
         let OpParams::Pack { axis: a, .. } = op.op.params else { return Err(op.bad("missing Pack options")) };
         let a = axis(op, i64::from(a), first.shape.len() + 1)?;
