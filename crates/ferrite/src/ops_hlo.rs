@@ -10,6 +10,48 @@ use crate::error::{invalid, Result};
 use crate::model::OpCode;
 use crate::ops::OpParams;
 
+/// Runs `$body` with `$T` the Rust type of `$dtype` and the combination `$c`
+/// rebound for booleans (bytes combined as logic); refuses other types. Shared by
+/// the CPU and reference backends' StableHLO families, whose kernels differ but
+/// whose element types are LiteRT's same list.
+macro_rules! by_hlo_type {
+    ($op:expr, $dtype:expr, $c:ident, $T:ident => $body:expr) => {{
+        match $dtype {
+            $crate::model::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::model::DType::I8 => {
+                type $T = i8;
+                $body
+            }
+            $crate::model::DType::U8 => {
+                type $T = u8;
+                $body
+            }
+            $crate::model::DType::I16 => {
+                type $T = i16;
+                $body
+            }
+            $crate::model::DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            $crate::model::DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            $crate::model::DType::Bool => {
+                type $T = u8;
+                let $c = ferrite_kernels::hlo::bool_combine($c);
+                $body
+            }
+            t => Err($op.unsupported(format!("element type {}", t.name()))),
+        }
+    }};
+}
+pub(crate) use by_hlo_type;
+
 /// Parameters of a StableHLO-derived op.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HloParams {

@@ -12,7 +12,7 @@ use crate::backend::{arg, typed, typed_mut, BackendContext, Built, OpContext};
 use crate::error::Result;
 use crate::model::DType;
 use crate::ops::OpParams;
-use crate::ops_hlo::HloParams;
+use crate::ops_hlo::{by_hlo_type, HloParams};
 
 /// The StableHLO family's builders.
 pub(super) fn build(code: B, op: &OpContext<'_>, _ctx: &mut BackendContext) -> Option<Result<Built>> {
@@ -28,45 +28,6 @@ pub(super) fn build(code: B, op: &OpContext<'_>, _ctx: &mut BackendContext) -> O
         B::STABLEHLO_REDUCE_WINDOW => stablehlo_reduce_window(op),
         _ => return None,
     })
-}
-
-/// Runs `$body` with `$T` the Rust type of `$dtype` and the combination `$c`
-/// rebound for booleans (bytes combined as logic); refuses other types.
-macro_rules! by_hlo_type {
-    ($op:expr, $dtype:expr, $c:ident, $T:ident => $body:expr) => {{
-        match $dtype {
-            DType::F32 => {
-                type $T = f32;
-                $body
-            }
-            DType::I8 => {
-                type $T = i8;
-                $body
-            }
-            DType::U8 => {
-                type $T = u8;
-                $body
-            }
-            DType::I16 => {
-                type $T = i16;
-                $body
-            }
-            DType::I32 => {
-                type $T = i32;
-                $body
-            }
-            DType::I64 => {
-                type $T = i64;
-                $body
-            }
-            DType::Bool => {
-                type $T = u8;
-                let $c = hlo::bool_combine($c);
-                $body
-            }
-            t => Err($op.unsupported(format!("element type {}", t.name()))),
-        }
-    }};
 }
 
 /// A typed view of a kernel buffer. An empty tensor's buffer may sit at any

@@ -5,14 +5,14 @@
 //! them (`HloElem::combine`: wrapping integers, LiteRT's maximum/minimum).
 
 use ferrite_format::ops::BuiltinOp as B;
-use ferrite_kernels::hlo::{bool_combine, Combine, HloElem};
+use ferrite_kernels::hlo::{Combine, HloElem};
 
 use super::{count, input, output, ravel, runtime, unravel};
 use crate::backend::{Built, OpContext};
 use crate::error::Result;
 use crate::model::DType;
 use crate::ops::OpParams;
-use crate::ops_hlo::HloParams;
+use crate::ops_hlo::{by_hlo_type, HloParams};
 
 /// Builds one of the family's ops; `None` for other ops.
 pub(super) fn build(code: B, op: &OpContext<'_>) -> Option<Result<Built>> {
@@ -30,44 +30,6 @@ pub(super) fn build(code: B, op: &OpContext<'_>) -> Option<Result<Built>> {
     })
 }
 
-/// `$body` with `$T` the element type of `$dtype` and `$c` its combination.
-macro_rules! typed_hlo {
-    ($op:expr, $dtype:expr, $c:ident, $T:ident => $body:expr) => {{
-        match $dtype {
-            DType::F32 => {
-                type $T = f32;
-                $body
-            }
-            DType::I8 => {
-                type $T = i8;
-                $body
-            }
-            DType::U8 => {
-                type $T = u8;
-                $body
-            }
-            DType::I16 => {
-                type $T = i16;
-                $body
-            }
-            DType::I32 => {
-                type $T = i32;
-                $body
-            }
-            DType::I64 => {
-                type $T = i64;
-                $body
-            }
-            DType::Bool => {
-                type $T = u8;
-                let $c = bool_combine($c);
-                $body
-            }
-            t => Err($op.unsupported(format!("element type {}", t.name()))),
-        }
-    }};
-}
-
 fn binary(op: &OpContext<'_>, c: Combine) -> Result<Built> {
     let (a, b) = (op.input(0)?, op.input(1)?);
     if a.dtype != b.dtype || a.shape != b.shape {
@@ -78,7 +40,7 @@ fn binary(op: &OpContext<'_>, c: Combine) -> Result<Built> {
     }
     let (dtype, shape) = (a.dtype, a.shape.clone());
     let n = count(op, &shape, dtype.size().unwrap_or(1))?;
-    typed_hlo!(op, dtype, c, T => Ok(Built {
+    by_hlo_type!(op, dtype, c, T => Ok(Built {
         outputs: vec![(dtype, shape)],
         kernel: Box::new(move |ins, outs| {
             // An empty tensor's buffer may be unaligned: nothing to view or compute.
@@ -241,7 +203,7 @@ fn window_op(op: &OpContext<'_>, c: Combine, window: &[i64], strides: &[i64], ba
     let es = x.dtype.size().unwrap_or(1);
     let (dtype, os) = (x.dtype, out_shape.clone());
     let (n_in, n_out, n_win) = (count(op, &shape, es)?, count(op, &out_shape, es)?, count(op, &window, es)?);
-    typed_hlo!(op, dtype, c, T => Ok(Built {
+    by_hlo_type!(op, dtype, c, T => Ok(Built {
         outputs: vec![(dtype, out_shape)],
         kernel: Box::new(move |ins, outs| {
             // An empty tensor's buffer may be unaligned: it is not viewed.
