@@ -11,14 +11,15 @@ mod activation;
 mod conv;
 mod convert;
 mod elementwise;
-mod hlo;
 pub(crate) mod feature;
+mod hlo;
 mod index;
 mod linear;
 mod movement;
 mod pool;
-mod qreduce;
 mod qelem;
+pub(crate) mod qnorm;
+mod qreduce;
 mod quant;
 pub(crate) mod random;
 pub(crate) mod recurrent;
@@ -96,6 +97,9 @@ const FAMILIES: &[Family] = &[
     linear::build,
     #[cfg(feature = "op-pool")]
     pool::build,
+    // Before `softmax`: the int8 / uint8 LOG_SOFTMAX and L2_NORMALIZATION.
+    #[cfg(feature = "op-softmax")]
+    qnorm::build,
     #[cfg(feature = "op-softmax")]
     softmax::build,
     #[cfg(feature = "op-activation")]
