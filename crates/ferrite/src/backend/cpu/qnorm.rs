@@ -105,3 +105,44 @@ pub(crate) fn l2_normalize(op: &OpContext<'_>) -> Result<Built> {
         }),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use ferrite_format::ops::BuiltinOp as B;
+
+    use crate::backend::cpu::CpuBackend;
+    use crate::backend::reference::quant_test_util::{out, q, run_on, run_ref, T};
+    use crate::model::DType;
+    use crate::ops::{Activation, OpParams};
+
+    #[test]
+    fn both_backends_run_the_fixed_output_quantization() {
+        // (3, 4) at zero point 0: (0.6, 0.8) in 1/128 steps; uint8 adds 128.
+        let x = T::ints(DType::I8, &[1, 2], q(0.5, 0), &[3, 4]);
+        let l2 = OpParams::Activation(Activation::None);
+        for r in [
+            run_ref(B::L2_NORMALIZATION, &l2, &[Some(&x)], &out(DType::I8, q(1.0 / 128.0, 0))),
+            run_on(&CpuBackend, B::L2_NORMALIZATION, &l2, &[Some(&x)], &out(DType::I8, q(1.0 / 128.0, 0))),
+        ] {
+            assert_eq!(r.expect("l2").1, vec![77u8, 102]);
+        }
+        let x = T::ints(DType::U8, &[2, 1], q(0.5, 10), &[10, 200]);
+        let (_, r) = run_on(&CpuBackend, B::L2_NORMALIZATION, &l2, &[Some(&x)], &out(DType::U8, q(1.0 / 128.0, 128))).expect("l2 u8");
+        // A zero row stays at the zero point; a lone value saturates at 255.
+        assert_eq!(r, vec![128u8, 255]);
+        // Two equal values: log(1/2) = -11.09 steps of 1/16 below 255.
+        let x = T::ints(DType::U8, &[1, 2], q(0.1, 3), &[7, 7]);
+        let (_, r) = run_ref(B::LOG_SOFTMAX, &OpParams::None, &[Some(&x)], &out(DType::U8, q(16.0 / 256.0, 255))).expect("log_softmax");
+        assert_eq!(r, vec![244u8, 244]);
+    }
+
+    #[test]
+    fn other_output_quantization_or_activation_is_refused() {
+        let x = T::ints(DType::I8, &[1, 2], q(0.5, 0), &[3, 4]);
+        assert!(run_on(&CpuBackend, B::LOG_SOFTMAX, &OpParams::None, &[Some(&x)], &out(DType::I8, q(16.0 / 256.0, 0))).is_err());
+        assert!(run_on(&CpuBackend, B::LOG_SOFTMAX, &OpParams::None, &[Some(&x)], &out(DType::U8, q(16.0 / 256.0, 255))).is_err());
+        let relu = OpParams::Activation(Activation::Relu);
+        assert!(run_on(&CpuBackend, B::L2_NORMALIZATION, &relu, &[Some(&x)], &out(DType::I8, q(1.0 / 128.0, 0))).is_err());
+        assert!(run_on(&CpuBackend, B::L2_NORMALIZATION, &OpParams::None, &[Some(&x)], &out(DType::I8, q(1.0 / 64.0, 0))).is_err());
+    }
+}
