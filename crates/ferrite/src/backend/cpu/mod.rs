@@ -484,6 +484,8 @@ mod tests {
             "op-conv",
             "op-linear",
             "op-pool",
+            // qnorm (int8 / uint8 only, like qelem), then softmax.
+            "op-softmax",
             "op-softmax",
             "op-activation",
             "op-elementwise",
