@@ -237,8 +237,8 @@ op_table! {
     REAL:                    NONE,                        1..=1, 1..=1, F32;
     IMAG:                    NONE,                        1..=1, 1..=1, F32;
     SOFTMAX:                 SoftmaxOptions,              1..=1, 1..=1, F32 | I8 | U8 | I16;
-    LOG_SOFTMAX:             NONE,                        1..=1, 1..=1, F32;
-    L2_NORMALIZATION:        L2NormOptions,               1..=1, 1..=1, F32;
+    LOG_SOFTMAX:             NONE,                        1..=1, 1..=1, F32 | I8 | U8;
+    L2_NORMALIZATION:        L2NormOptions,               1..=1, 1..=1, F32 | I8 | U8;
     LOCAL_RESPONSE_NORMALIZATION: LocalResponseNormalizationOptions, 1..=1, 1..=1, F32;
     // Reductions.
     MEAN:                    ReducerOptions,              2..=2, 1..=1, F32 | I8 | U8 | I16 | INT;

@@ -157,6 +157,7 @@ pub mod qelem;
 pub mod qelementwise;
 pub mod qgemm;
 pub mod qmatmul;
+pub mod qnorm;
 pub mod qrecurrent;
 pub mod qreduce;
 pub mod quant;

@@ -10,6 +10,7 @@
 mod hlo;
 mod probe;
 mod qelem;
+mod qnorm;
 mod qred;
 mod rand;
 mod text;
@@ -123,6 +124,7 @@ fn gen(op: &str, r: &mut Rng) -> Case {
         op if text::TEXT_OPS.contains(&op) => return text::gen(op, r),
         op if qred::OPS.contains(&op) => return qred::gen(op, r),
         op if qelem::OPS.contains(&op) => return qelem::gen_case(op, r),
+        op if qnorm::OPS.contains(&op) => return qnorm::gen_case(op, r),
         op if hlo::handles(op) => return hlo::gen(op, r),
         op if rand::OPS.contains(&op) || rand::REFUSED.contains(&op) => return rand::gen(op, r),
         "CONV_2D" | "DEPTHWISE_CONV_2D" => {
@@ -2695,6 +2697,11 @@ fn f32_to_f16_bits(v: f32) -> u16 {
 /// Every op the generator covers. (float ELU, CEIL, ROUND and BROADCAST_TO have no kernel in
 /// LiteRT's reference resolver, so they cannot be compared there.)
 const OPS: &[&str] = &[
+    // int8 / uint8 LOG_SOFTMAX and L2_NORMALIZATION (the `qnorm` module's cases).
+    "LOG_SOFTMAX_INT8",
+    "LOG_SOFTMAX_UINT8",
+    "L2_NORMALIZATION_INT8",
+    "L2_NORMALIZATION_UINT8",
     // Quantized element-wise variants (the `qelem` module's cases).
     "DIV_INT8",
     "DIV_UINT8",
@@ -3356,6 +3363,9 @@ mod tests {
             assert!(super::OPS.contains(&case));
         }
         for case in super::qelem::OPS {
+            assert!(super::OPS.contains(case), "{case} is not listed in OPS");
+        }
+        for case in super::qnorm::OPS {
             assert!(super::OPS.contains(case), "{case} is not listed in OPS");
         }
     }

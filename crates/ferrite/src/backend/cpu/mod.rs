@@ -18,6 +18,7 @@ mod linear;
 mod movement;
 mod pool;
 mod qelem;
+pub(crate) mod qnorm;
 mod qreduce;
 mod quant;
 pub(crate) mod random;
@@ -96,6 +97,9 @@ const FAMILIES: &[Family] = &[
     linear::build,
     #[cfg(feature = "op-pool")]
     pool::build,
+    // Before `softmax`: the int8 / uint8 LOG_SOFTMAX and L2_NORMALIZATION.
+    #[cfg(feature = "op-softmax")]
+    qnorm::build,
     #[cfg(feature = "op-softmax")]
     softmax::build,
     #[cfg(feature = "op-activation")]
@@ -480,6 +484,8 @@ mod tests {
             "op-conv",
             "op-linear",
             "op-pool",
+            // qnorm (int8 / uint8 only, like qelem), then softmax.
+            "op-softmax",
             "op-softmax",
             "op-activation",
             "op-elementwise",

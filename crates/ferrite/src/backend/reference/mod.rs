@@ -17,7 +17,7 @@ pub(crate) use float::strided_slice_plan;
 mod float_test_util;
 mod quant;
 #[cfg(test)]
-mod quant_test_util;
+pub(crate) mod quant_test_util;
 mod random;
 mod recurrent;
 

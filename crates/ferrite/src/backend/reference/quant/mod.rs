@@ -49,6 +49,9 @@ pub(crate) fn build(op: &OpContext<'_>) -> Result<Built> {
         B::QUANTIZE => elementwise::quantize(op),
         B::DEQUANTIZE if op.is_int() => elementwise::dequantize(op),
         B::SOFTMAX if op.is_int() => elementwise::softmax(op),
+        // Shared with the CPU backend: LiteRT defines these only by its kernels.
+        B::LOG_SOFTMAX if op.is_int() => crate::backend::cpu::qnorm::log_softmax(op),
+        B::L2_NORMALIZATION if op.is_int() => crate::backend::cpu::qnorm::l2_normalize(op),
         B::RELU | B::RELU6 | B::RELU_N1_TO_1 | B::LEAKY_RELU if op.is_int() => elementwise::relu_like(op, code),
         B::ADD | B::SUB | B::MUL | B::PRELU if op.is_int() && op.opt_input(0).is_some_and(|d| d.quant.is_some()) => elementwise::binary(op, code),
         B::MAXIMUM | B::MINIMUM if op.is_int() => elementwise::maximum_minimum(op, code == B::MAXIMUM),
