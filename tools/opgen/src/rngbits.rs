@@ -22,8 +22,14 @@ pub(super) const OPS: &[&str] = &[
     "STABLEHLO_RNG_BIT_GENERATOR_THREEFRY_INT64",
 ];
 
-/// Cases both runtimes must refuse.
-pub(super) const REFUSED: &[&str] = &[];
+/// Cases both runtimes must refuse: bits of a type LiteRT does not make, a
+/// Threefry state of three values, an algorithm code the schema does not name.
+pub(super) const REFUSED: &[&str] = &[
+    "STABLEHLO_RNG_BIT_GENERATOR_PHILOX_FLOAT32",
+    "STABLEHLO_RNG_BIT_GENERATOR_PHILOX_INT16",
+    "STABLEHLO_RNG_BIT_GENERATOR_THREEFRY3_UINT32",
+    "STABLEHLO_RNG_BIT_GENERATOR_UNKNOWN_UINT32",
+];
 
 /// True for this module's cases (compared exactly).
 pub(super) fn handles(op: &str) -> bool {
@@ -39,17 +45,26 @@ pub(super) fn gen(op: &str, r: &mut Rng) -> Case {
     };
     let code: i8 = match algorithm {
         "PHILOX" => 1,
-        "THREEFRY" => 2,
+        "THREEFRY" | "THREEFRY3" => 2,
+        "UNKNOWN" => 3,
         _ => 0,
     };
     let ty = match ty {
         "UINT64" => TensorType::UINT64,
         "INT32" => TensorType::INT32,
         "INT64" => TensorType::INT64,
+        "FLOAT32" => TensorType::FLOAT32,
+        "INT16" => TensorType::INT16,
         _ => TensorType::UINT32,
     };
     // Threefry takes a u64[2] state; Philox a u64[2] or u64[3].
-    let state_len = if code == 2 || r.coin() { 2 } else { 3 };
+    let state_len = if algorithm == "THREEFRY3" {
+        3
+    } else if code == 2 || r.coin() {
+        2
+    } else {
+        3
+    };
     let s = m.add_tensor(TensorSpec::activation("state", TensorType::UINT64, &[state_len]));
     m.inputs.push(s);
     let rank = r.u(1, 3);

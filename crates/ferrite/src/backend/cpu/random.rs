@@ -175,7 +175,8 @@ pub(crate) fn bit_generator(op: &OpContext<'_>) -> Result<(BitGenerator, Vec<cra
         k::RngAlgorithm::Philox => matches!(state_len, 2 | 3),
     };
     if !fits {
-        return Err(op.bad(format!("{algorithm:?} takes a uint64[2]{} state, got uint64[{state_len}]", if algorithm == k::RngAlgorithm::Philox { " or [3]" } else { "" })));
+        // LiteRT refuses these at its first invocation (measured).
+        return Err(op.unsupported(format!("{algorithm:?} takes a uint64[2]{} state, got uint64[{state_len}]", if algorithm == k::RngAlgorithm::Philox { " or [3]" } else { "" })));
     }
     let [st, o] = op.outputs[..] else { return Err(op.bad(format!("{} outputs, the op has 2 (state, bits)", op.outputs.len()))) };
     if st.dtype != DType::U64 {
