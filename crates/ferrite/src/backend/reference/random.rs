@@ -256,6 +256,30 @@ mod tests {
     use crate::ops::OpParams;
     use ferrite_format::ops::BuiltinOp as B;
 
+    /// The bit generator's block-by-block words against the kernel's stream, for
+    /// both algorithms, both Philox state lengths, word counts that leave a block
+    /// part-used, and counters that wrap; a state of another length is refused.
+    #[test]
+    fn bit_generator_words_match_the_kernel() {
+        use ferrite_kernels::random::{rng_bit_generator, RngAlgorithm as A};
+        let mut r = Rng::new(0xb175);
+        for case in 0..60 {
+            let algorithm = if case % 2 == 0 { A::Philox } else { A::Threefry };
+            let len = if algorithm == A::Philox && case % 4 == 0 { 3 } else { 2 };
+            let mut state: Vec<u64> = (0..len).map(|_| r.next()).collect();
+            if case % 3 == 0 {
+                state[1] = u64::MAX - r.below(3) as u64;
+            }
+            let n = 1 + r.below(23);
+            let (mut want, mut got) = (vec![0u32; n], vec![0u32; n]);
+            let (mut want_next, mut got_next) = (vec![0u64; len], vec![0u64; len]);
+            rng_bit_generator(algorithm, &state, &mut want_next, &mut want).unwrap();
+            super::bit_words(algorithm, &state, &mut got_next, &mut got).unwrap();
+            assert_eq!((got, got_next), (want, want_next), "case {case}: {algorithm:?} state {state:?}, {n} words");
+        }
+        assert!(super::bit_words(A::Philox, &[1], &mut [0], &mut [0; 4]).is_err());
+    }
+
     /// Each reference kernel against the CPU kernel on random cases: the random
     /// ops from the same seeds (a fresh stream each), all exact but the sparse
     /// lookup's f64 sums.
