@@ -332,11 +332,10 @@ impl HloOptions {
                 )
                 .as_union_value()
             }
-            HloOptions::RngBitGenerator { algorithm } => fb::StablehloRngBitGeneratorOptions::create(
-                b,
-                &fb::StablehloRngBitGeneratorOptionsArgs { algorithm: fb::RngAlgorithm(*algorithm) },
-            )
-            .as_union_value(),
+            HloOptions::RngBitGenerator { algorithm } => {
+                fb::StablehloRngBitGeneratorOptions::create(b, &fb::StablehloRngBitGeneratorOptionsArgs { algorithm: fb::RngAlgorithm(*algorithm) })
+                    .as_union_value()
+            }
             HloOptions::ReduceWindow { function } => {
                 fb::ReduceWindowOptions::create(b, &fb::ReduceWindowOptionsArgs { reduce_function: fb::ReduceWindowFunction(*function) }).as_union_value()
             }

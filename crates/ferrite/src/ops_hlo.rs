@@ -171,8 +171,14 @@ mod tests {
         let rw = HloOptions::ReduceWindow { function: 4 };
         let model = Model::from_bytes(std::sync::Arc::new(one_op(BuiltinOp::REDUCE_WINDOW, 5, Options::Hlo(rw)))).expect("loads");
         assert_eq!(model.subgraphs[0].ops[0].params, OpParams::Hlo(HloParams::ReduceWindow { function: 4 }));
+        let mut m = ModelSpec::default();
+        let state = m.add_tensor(TensorSpec::activation("state", TensorType::UINT64, &[2]));
+        let (next, bits) =
+            (m.add_tensor(TensorSpec::activation("next", TensorType::UINT64, &[2])), m.add_tensor(TensorSpec::activation("bits", TensorType::UINT32, &[5])));
         let rng = HloOptions::RngBitGenerator { algorithm: 2 };
-        let model = Model::from_bytes(std::sync::Arc::new(one_op(BuiltinOp::STABLEHLO_RNG_BIT_GENERATOR, 1, Options::Hlo(rng)))).expect("loads");
+        m.add_op(OpCode::Builtin(BuiltinOp::STABLEHLO_RNG_BIT_GENERATOR.operator()), &[state], &[next, bits], Options::Hlo(rng));
+        (m.inputs, m.outputs) = (vec![state], vec![next, bits]);
+        let model = Model::from_bytes(std::sync::Arc::new(m.to_bytes().expect("writes"))).expect("loads");
         assert_eq!(model.subgraphs[0].ops[0].params, OpParams::Hlo(HloParams::RngBitGenerator { algorithm: 2 }));
         // A table of the wrong member is not read as this op's.
         let wrong = HloOptions::ReduceWindow { function: 4 };

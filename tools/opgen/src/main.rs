@@ -9,11 +9,11 @@
 
 mod hlo;
 mod probe;
-mod text;
-mod qred;
 mod qelem;
+mod qred;
 mod rand;
 mod rngbits;
+mod text;
 
 use ferrite_format::schema::TensorType;
 use ferrite_format::writer::{Activation, BuiltinOperator as B, ModelSpec, OpCode, Options, Padding, TensorSpec};

@@ -176,7 +176,10 @@ pub(crate) fn bit_generator(op: &OpContext<'_>) -> Result<(BitGenerator, Vec<cra
     };
     if !fits {
         // LiteRT refuses these at its first invocation (measured).
-        return Err(op.unsupported(format!("{algorithm:?} takes a uint64[2]{} state, got uint64[{state_len}]", if algorithm == k::RngAlgorithm::Philox { " or [3]" } else { "" })));
+        return Err(op.unsupported(format!(
+            "{algorithm:?} takes a uint64[2]{} state, got uint64[{state_len}]",
+            if algorithm == k::RngAlgorithm::Philox { " or [3]" } else { "" }
+        )));
     }
     let [st, o] = op.outputs[..] else { return Err(op.bad(format!("{} outputs, the op has 2 (state, bits)", op.outputs.len()))) };
     if st.dtype != DType::U64 {
@@ -210,7 +213,12 @@ impl BitGenerator {
                 let next = typed_mut::<u64>(next)?;
                 let bits = typed_mut::<u32>(bits)?;
                 if state.len() != state_len || next.len() != state_len || bits.len() != words {
-                    return Err(runtime(format!("bit generator buffers of {}/{}/{} values, built for {state_len}/{state_len}/{words}", state.len(), next.len(), bits.len())));
+                    return Err(runtime(format!(
+                        "bit generator buffers of {}/{}/{} values, built for {state_len}/{state_len}/{words}",
+                        state.len(),
+                        next.len(),
+                        bits.len()
+                    )));
                 }
                 fill(algorithm, state, next, bits).map_err(runtime)
             }),
