@@ -462,7 +462,9 @@ def cmd_ops(args):
                         continue
                     if np.dtype(d["dtype"]).kind in "iu":
                         info = np.iinfo(d["dtype"])
-                        xs.append(rng.integers(info.min, info.max, size=list(d["shape"]), endpoint=True).astype(d["dtype"]))
+                        # uint64's top exceeds numpy's default int64 draw: draw in the type itself.
+                        wide = {"dtype": np.uint64} if np.dtype(d["dtype"]) == np.uint64 else {}
+                        xs.append(rng.integers(info.min, info.max, size=list(d["shape"]), endpoint=True, **wide).astype(d["dtype"]))
                         continue
                     lo, hi = next(ranges)
                     # float32 values, in the input's own float type (float64 for some).
@@ -479,7 +481,8 @@ def cmd_ops(args):
                             return x
                         if x.dtype.kind in "iu":
                             info = np.iinfo(x.dtype)
-                            return rng.integers(info.min, info.max, size=x.shape, endpoint=True).astype(x.dtype)
+                            wide = {"dtype": np.uint64} if x.dtype == np.uint64 else {}
+                            return rng.integers(info.min, info.max, size=x.shape, endpoint=True, **wide).astype(x.dtype)
                         return rng.uniform(*case["ranges"][min(k, len(case["ranges"]) - 1)], size=x.shape).astype(x.dtype)
 
                     seq = [np.stack([x] + [more(k, x) for _ in range(steps - 1)]) for k, x in enumerate(xs)]

@@ -307,6 +307,8 @@ pub enum HloOptions {
         padding: Vec<i64>,
         body_subgraph_index: i32,
     },
+    /// STABLEHLO_RNG_BIT_GENERATOR: the `RngAlgorithm` code (0 DEFAULT, 1 PHILOX, 2 THREEFRY).
+    RngBitGenerator { algorithm: i8 },
 }
 
 impl HloOptions {
@@ -316,6 +318,7 @@ impl HloOptions {
             HloOptions::Pad { .. } => fb::BuiltinOptions2::StablehloPadOptions,
             HloOptions::ReduceWindow { .. } => fb::BuiltinOptions2::ReduceWindowOptions,
             HloOptions::StablehloReduceWindow { .. } => fb::BuiltinOptions2::StablehloReduceWindowOptions,
+            HloOptions::RngBitGenerator { .. } => fb::BuiltinOptions2::StablehloRngBitGeneratorOptions,
         }
     }
 
@@ -328,6 +331,10 @@ impl HloOptions {
                     &fb::StablehloPadOptionsArgs { edge_padding_low: Some(low), edge_padding_high: Some(high), interior_padding: Some(interior) },
                 )
                 .as_union_value()
+            }
+            HloOptions::RngBitGenerator { algorithm } => {
+                fb::StablehloRngBitGeneratorOptions::create(b, &fb::StablehloRngBitGeneratorOptionsArgs { algorithm: fb::RngAlgorithm(*algorithm) })
+                    .as_union_value()
             }
             HloOptions::ReduceWindow { function } => {
                 fb::ReduceWindowOptions::create(b, &fb::ReduceWindowOptionsArgs { reduce_function: fb::ReduceWindowFunction(*function) }).as_union_value()

@@ -91,6 +91,12 @@ pub enum HloParams {
         /// it could not name one).
         body: std::result::Result<BuiltinOp, String>,
     },
+    /// STABLEHLO_RNG_BIT_GENERATOR: the raw `RngAlgorithm` code (0 DEFAULT, 1 PHILOX,
+    /// 2 THREEFRY; another one is refused by the builders, with the code).
+    RngBitGenerator {
+        /// The algorithm code.
+        algorithm: i8,
+    },
 }
 
 /// The parameters of `op` from the operator table `o`, for the ops that read the
@@ -103,6 +109,7 @@ pub fn parse(op: BuiltinOp, o: Table<'_>) -> Result<Option<HloParams>> {
         BuiltinOp::STABLEHLO_PAD => T::StablehloPadOptions,
         BuiltinOp::REDUCE_WINDOW => T::ReduceWindowOptions,
         BuiltinOp::STABLEHLO_REDUCE_WINDOW => T::StablehloReduceWindowOptions,
+        BuiltinOp::STABLEHLO_RNG_BIT_GENERATOR => T::StablehloRngBitGeneratorOptions,
         _ => return Ok(None),
     };
     let kind = o.scalar::<u8>(fb::Operator::VT_BUILTIN_OPTIONS_2_TYPE, 0)?;
@@ -138,6 +145,9 @@ pub fn parse(op: BuiltinOp, o: Table<'_>) -> Result<Option<HloParams>> {
                 body_subgraph: t.scalar::<i32>(O::VT_BODY_SUBGRAPH_INDEX, 0)?,
                 body: Err("not looked up".into()),
             }
+        }
+        BuiltinOp::STABLEHLO_RNG_BIT_GENERATOR => {
+            HloParams::RngBitGenerator { algorithm: t.scalar::<i8>(fb::StablehloRngBitGeneratorOptions::VT_ALGORITHM, 0)? }
         }
         _ => HloParams::ReduceWindow { function: t.scalar::<i32>(fb::ReduceWindowOptions::VT_REDUCE_FUNCTION, 0)? },
     }))
@@ -203,6 +213,15 @@ mod tests {
         let rw = HloOptions::ReduceWindow { function: 4 };
         let model = Model::from_bytes(std::sync::Arc::new(one_op(BuiltinOp::REDUCE_WINDOW, 5, Options::Hlo(rw)))).expect("loads");
         assert_eq!(model.subgraphs[0].ops[0].params, OpParams::Hlo(HloParams::ReduceWindow { function: 4 }));
+        let mut m = ModelSpec::default();
+        let state = m.add_tensor(TensorSpec::activation("state", TensorType::UINT64, &[2]));
+        let (next, bits) =
+            (m.add_tensor(TensorSpec::activation("next", TensorType::UINT64, &[2])), m.add_tensor(TensorSpec::activation("bits", TensorType::UINT32, &[5])));
+        let rng = HloOptions::RngBitGenerator { algorithm: 2 };
+        m.add_op(OpCode::Builtin(BuiltinOp::STABLEHLO_RNG_BIT_GENERATOR.operator()), &[state], &[next, bits], Options::Hlo(rng));
+        (m.inputs, m.outputs) = (vec![state], vec![next, bits]);
+        let model = Model::from_bytes(std::sync::Arc::new(m.to_bytes().expect("writes"))).expect("loads");
+        assert_eq!(model.subgraphs[0].ops[0].params, OpParams::Hlo(HloParams::RngBitGenerator { algorithm: 2 }));
         // A table of the wrong member is not read as this op's.
         let wrong = HloOptions::ReduceWindow { function: 4 };
         let model = Model::from_bytes(std::sync::Arc::new(one_op(BuiltinOp::STABLEHLO_PAD, 2, Options::Hlo(wrong)))).expect("loads");

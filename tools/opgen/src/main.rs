@@ -13,6 +13,7 @@ mod qelem;
 mod qnorm;
 mod qred;
 mod rand;
+mod rngbits;
 mod text;
 
 use ferrite_format::schema::TensorType;
@@ -127,6 +128,7 @@ fn gen(op: &str, r: &mut Rng) -> Case {
         op if qnorm::OPS.contains(&op) => return qnorm::gen_case(op, r),
         op if hlo::handles(op) => return hlo::gen(op, r),
         op if rand::OPS.contains(&op) || rand::REFUSED.contains(&op) => return rand::gen(op, r),
+        op if rngbits::handles(op) => return rngbits::gen(op, r),
         "CONV_2D" | "DEPTHWISE_CONV_2D" => {
             let dw = op == "DEPTHWISE_CONV_2D";
             let (n, h, w, c) = (r.u(1, 2), r.u(4, 11), r.u(4, 11), r.u(1, 6));
@@ -3193,6 +3195,21 @@ const OPS: &[&str] = &[
     "FAKE_QUANT_NARROW",
     "EMBEDDING_LOOKUP_SPARSE",
     "EMBEDDING_LOOKUP_SPARSE_DYNAMIC",
+    // STABLEHLO_RNG_BIT_GENERATOR (rngbits.rs; keep in step with rngbits::OPS).
+    "STABLEHLO_RNG_BIT_GENERATOR_DEFAULT_UINT32",
+    "STABLEHLO_RNG_BIT_GENERATOR_DEFAULT_INT64",
+    "STABLEHLO_RNG_BIT_GENERATOR_PHILOX_UINT32",
+    "STABLEHLO_RNG_BIT_GENERATOR_PHILOX_UINT64",
+    "STABLEHLO_RNG_BIT_GENERATOR_PHILOX_INT32",
+    "STABLEHLO_RNG_BIT_GENERATOR_PHILOX_INT64",
+    "STABLEHLO_RNG_BIT_GENERATOR_THREEFRY_UINT32",
+    "STABLEHLO_RNG_BIT_GENERATOR_THREEFRY_UINT64",
+    "STABLEHLO_RNG_BIT_GENERATOR_THREEFRY_INT32",
+    "STABLEHLO_RNG_BIT_GENERATOR_THREEFRY_INT64",
+    "STABLEHLO_RNG_BIT_GENERATOR_PHILOX_FLOAT32",
+    "STABLEHLO_RNG_BIT_GENERATOR_PHILOX_INT16",
+    "STABLEHLO_RNG_BIT_GENERATOR_THREEFRY3_UINT32",
+    "STABLEHLO_RNG_BIT_GENERATOR_UNKNOWN_UINT32",
 ];
 
 /// Ops compared with LiteRT's builtin (optimized) kernels rather than its reference
@@ -3313,10 +3330,10 @@ fn main() -> Result<(), String> {
                         "ranges": case.ranges,
                         "fixed": fixed,
                         "integral": matches!(*op, "EQUAL" | "NOT_EQUAL" | "TOPK_V2_TIES" | "UNIQUE"),
-                        "refused": REFUSED.contains(op) || hlo::REFUSED.contains(op),
+                        "refused": REFUSED.contains(op) || hlo::REFUSED.contains(op) || rngbits::REFUSED.contains(op),
                         "builtin_oracle": BUILTIN_ORACLE.contains(op) || qelem::BUILTIN_ORACLE.contains(op),
                         "steps": stream_steps(op),
-                        "exact": rand::is_stream(op),
+                        "exact": rand::is_stream(op) || rngbits::handles(op),
                         "detection_rows": detection_rows(&case),
                     }));
                 }
@@ -3358,6 +3375,9 @@ mod tests {
         }
         for case in super::rand::OPS.iter().chain(super::rand::REFUSED) {
             assert!(super::OPS.contains(case), "{case} of rand.rs is not listed in OPS");
+        }
+        for case in super::rngbits::OPS.iter().chain(super::rngbits::REFUSED) {
+            assert!(super::OPS.contains(case), "{case} of rngbits.rs is not listed in OPS");
         }
         for case in ["IF", "WHILE", "VARIABLES"] {
             assert!(super::OPS.contains(&case));

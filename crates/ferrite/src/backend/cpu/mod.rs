@@ -255,7 +255,7 @@ pub(crate) fn family_feature(code: B) -> Option<&'static str> {
         | B::UNIDIRECTIONAL_SEQUENCE_RNN
         | B::BIDIRECTIONAL_SEQUENCE_RNN
         | B::SVDF => "op-recurrent",
-        B::RANDOM_UNIFORM | B::RANDOM_STANDARD_NORMAL | B::MULTINOMIAL => "op-random",
+        B::RANDOM_UNIFORM | B::RANDOM_STANDARD_NORMAL | B::MULTINOMIAL | B::STABLEHLO_RNG_BIT_GENERATOR => "op-random",
         B::BUCKETIZE | B::FAKE_QUANT | B::EMBEDDING_LOOKUP_SPARSE => "op-feature",
         _ => return None,
     })

@@ -24,6 +24,7 @@ pub(super) fn build(code: B, op: &OpContext<'_>, ctx: &mut BackendContext) -> Op
         B::RANDOM_UNIFORM => fill(op, ctx, false),
         B::RANDOM_STANDARD_NORMAL => fill(op, ctx, true),
         B::MULTINOMIAL => multinomial(op, ctx),
+        B::STABLEHLO_RNG_BIT_GENERATOR => bit_generator(op).map(|(g, built)| g.kernel(built, k::rng_bit_generator)),
         _ => return None,
     })
 }
@@ -140,3 +141,90 @@ fn multinomial(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> {
         }),
     })
 }
+
+/// STABLEHLO_RNG_BIT_GENERATOR's prepared geometry, shared with the reference
+/// backend (which computes the words its own way).
+pub(crate) struct BitGenerator {
+    /// The algorithm, DEFAULT already read as PHILOX.
+    pub algorithm: k::RngAlgorithm,
+    /// u64 values of the state.
+    pub state_len: usize,
+    /// 32-bit words of the output.
+    pub words: usize,
+}
+
+/// Checks STABLEHLO_RNG_BIT_GENERATOR: (initial state uint64[2] or [3]) -> (next
+/// state, same type and shape; random bits, int32/int64/uint32/uint64 of the
+/// output's declared shape, the op's only size source). Its outputs as built.
+pub(crate) fn bit_generator(op: &OpContext<'_>) -> Result<(BitGenerator, Vec<crate::backend::OutSpec>)> {
+    let OpParams::Hlo(crate::ops_hlo::HloParams::RngBitGenerator { algorithm }) = op.op.params else {
+        return Err(op.bad("missing StablehloRngBitGeneratorOptions"));
+    };
+    let algorithm = match algorithm {
+        0 | 1 => k::RngAlgorithm::Philox,
+        2 => k::RngAlgorithm::Threefry,
+        a => return Err(op.unsupported(format!("RngAlgorithm {a} (LiteRT knows DEFAULT, PHILOX and THREEFRY)"))),
+    };
+    let s = op.input(0)?;
+    if s.dtype != DType::U64 || s.shape.len() != 1 {
+        return Err(op.bad(format!("the state must be a uint64 vector, got {} of shape {:?}", s.dtype.name(), s.shape)));
+    }
+    let state_len = s.shape[0];
+    let fits = match algorithm {
+        k::RngAlgorithm::Threefry => state_len == 2,
+        k::RngAlgorithm::Philox => matches!(state_len, 2 | 3),
+    };
+    if !fits {
+        // LiteRT refuses these at its first invocation (measured).
+        return Err(op.unsupported(format!(
+            "{algorithm:?} takes a uint64[2]{} state, got uint64[{state_len}]",
+            if algorithm == k::RngAlgorithm::Philox { " or [3]" } else { "" }
+        )));
+    }
+    let [st, o] = op.outputs[..] else { return Err(op.bad(format!("{} outputs, the op has 2 (state, bits)", op.outputs.len()))) };
+    if st.dtype != DType::U64 {
+        return Err(op.bad(format!("the output state must be uint64, got {}", st.dtype.name())));
+    }
+    let width = match o.dtype {
+        DType::I32 | DType::U32 => 4,
+        DType::I64 | DType::U64 => 8,
+        t => return Err(op.unsupported(format!("{} random bits (LiteRT makes int32, int64, uint32 and uint64)", t.name()))),
+    };
+    // The output's declared shape is all there is to size it by: a dimension left
+    // unknown in its signature has no value to take.
+    if o.shape_signature.iter().any(|&d| d < 0) {
+        return Err(op.bad(format!("the random bits' shape {:?} has unknown dimensions", o.shape_signature)));
+    }
+    let n = op.checked_elements(&o.shape, width)?;
+    let g = BitGenerator { algorithm, state_len, words: n * width / 4 };
+    Ok((g, vec![(DType::U64, vec![state_len]), (o.dtype, o.shape.clone())]))
+}
+
+impl BitGenerator {
+    /// The op's kernel, computing the words with `fill` (the state, the next
+    /// state's slot, the words; `Err` on a state of the wrong length).
+    pub(crate) fn kernel(self, outputs: Vec<crate::backend::OutSpec>, fill: GeneratorFill) -> Built {
+        let BitGenerator { algorithm, state_len, words } = self;
+        Built {
+            outputs,
+            kernel: Box::new(move |ins, outs| {
+                let state = typed::<u64>(arg(ins, 0)?)?;
+                let [next, bits] = outs else { return Err(runtime("the bit generator writes two outputs")) };
+                let next = typed_mut::<u64>(next)?;
+                let bits = typed_mut::<u32>(bits)?;
+                if state.len() != state_len || next.len() != state_len || bits.len() != words {
+                    return Err(runtime(format!(
+                        "bit generator buffers of {}/{}/{} values, built for {state_len}/{state_len}/{words}",
+                        state.len(),
+                        next.len(),
+                        bits.len()
+                    )));
+                }
+                fill(algorithm, state, next, bits).map_err(runtime)
+            }),
+        }
+    }
+}
+
+/// How a backend computes the bit generator's words.
+pub(crate) type GeneratorFill = fn(k::RngAlgorithm, &[u64], &mut [u64], &mut [u32]) -> std::result::Result<(), String>;

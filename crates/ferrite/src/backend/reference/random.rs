@@ -9,11 +9,16 @@
 //!   nudged quantization formula per element; EMBEDDING_LOOKUP_SPARSE sums each run
 //!   of lookups at one position in f64.
 //!
+//! - STABLEHLO_RNG_BIT_GENERATOR: word `i` is word `i % n` of block `i / n` (n = 4
+//!   for Philox, 2 for Threefry), each block computed on its own from the counter
+//!   `state[1] + i / n` (mod 2^64); the next state's counter is the first block
+//!   not used.
+//!
 //! The random ops share the session's stream with the CPU backend's kernels
 //! ([`BackendContext::op_state`]), so either backend continues it.
 
 use ferrite_format::ops::BuiltinOp as B;
-use ferrite_kernels::random::{box_muller, uint32_to_float, uint64_to_double};
+use ferrite_kernels::random::{box_muller, philox4x32_10, threefry2x32_20, uint32_to_float, uint64_to_double, RngAlgorithm};
 
 use crate::backend::cpu::{feature, random};
 use crate::backend::{arg, typed, typed_mut, BackendContext, Built, OpContext};
@@ -30,11 +35,37 @@ pub(super) fn build(op: &OpContext<'_>, ctx: &mut BackendContext) -> Option<Resu
     Some(match code {
         B::RANDOM_UNIFORM | B::RANDOM_STANDARD_NORMAL => fill(op, ctx, code == B::RANDOM_STANDARD_NORMAL),
         B::MULTINOMIAL => multinomial(op, ctx),
+        B::STABLEHLO_RNG_BIT_GENERATOR => random::bit_generator(op).map(|(g, outs)| g.kernel(outs, bit_words)),
         B::BUCKETIZE => bucketize(op),
         B::FAKE_QUANT => fake_quant(op),
         B::EMBEDDING_LOOKUP_SPARSE => embedding_lookup_sparse(op),
         _ => return None,
     })
+}
+
+/// STABLEHLO_RNG_BIT_GENERATOR's words from the definition, block by block.
+fn bit_words(algorithm: RngAlgorithm, state: &[u64], next: &mut [u64], words: &mut [u32]) -> std::result::Result<(), String> {
+    let halves = |v: u64| [v as u32, (v >> 32) as u32];
+    let (&key, &counter) = match state {
+        [k, c] | [k, c, _] => (k, c),
+        _ => return Err(format!("a state of {} values", state.len())),
+    };
+    // Philox's counter high half: the third value, or with a two-value state the key.
+    let high = halves(*state.get(2).unwrap_or(&key));
+    let per_block: usize = if algorithm == RngAlgorithm::Philox { 4 } else { 2 };
+    for (i, w) in words.iter_mut().enumerate() {
+        let c = halves(counter.wrapping_add((i / per_block) as u64));
+        *w = match algorithm {
+            RngAlgorithm::Philox => philox4x32_10(halves(key), [c[0], c[1], high[0], high[1]])[i % 4],
+            RngAlgorithm::Threefry => threefry2x32_20(halves(key), c)[i % 2],
+        };
+    }
+    if next.len() != state.len() {
+        return Err("next state of another length".into());
+    }
+    next.copy_from_slice(state);
+    next[1] = counter.wrapping_add(words.len().div_ceil(per_block) as u64);
+    Ok(())
 }
 
 fn fill(op: &OpContext<'_>, ctx: &mut BackendContext, normal: bool) -> Result<Built> {
@@ -224,6 +255,30 @@ mod tests {
     use super::super::float_test_util::*;
     use crate::ops::OpParams;
     use ferrite_format::ops::BuiltinOp as B;
+
+    /// The bit generator's block-by-block words against the kernel's stream, for
+    /// both algorithms, both Philox state lengths, word counts that leave a block
+    /// part-used, and counters that wrap; a state of another length is refused.
+    #[test]
+    fn bit_generator_words_match_the_kernel() {
+        use ferrite_kernels::random::{rng_bit_generator, RngAlgorithm as A};
+        let mut r = Rng::new(0xb175);
+        for case in 0..60 {
+            let algorithm = if case % 2 == 0 { A::Philox } else { A::Threefry };
+            let len = if algorithm == A::Philox && case % 4 == 0 { 3 } else { 2 };
+            let mut state: Vec<u64> = (0..len).map(|_| r.next()).collect();
+            if case % 3 == 0 {
+                state[1] = u64::MAX - r.below(3) as u64;
+            }
+            let n = 1 + r.below(23);
+            let (mut want, mut got) = (vec![0u32; n], vec![0u32; n]);
+            let (mut want_next, mut got_next) = (vec![0u64; len], vec![0u64; len]);
+            rng_bit_generator(algorithm, &state, &mut want_next, &mut want).unwrap();
+            super::bit_words(algorithm, &state, &mut got_next, &mut got).unwrap();
+            assert_eq!((got, got_next), (want, want_next), "case {case}: {algorithm:?} state {state:?}, {n} words");
+        }
+        assert!(super::bit_words(A::Philox, &[1], &mut [0], &mut [0; 4]).is_err());
+    }
 
     /// Each reference kernel against the CPU kernel on random cases: the random
     /// ops from the same seeds (a fresh stream each), all exact but the sparse
