@@ -25,6 +25,23 @@ pub enum Combine {
     Any,
 }
 
+impl Combine {
+    /// REDUCE_WINDOW's `reduce_function` code (the schema's ReduceWindowFunction:
+    /// 1 add, 2 mul, 3 minimum, 4 maximum, 5 all, 6 any); `None` for UNSUPPORTED (0)
+    /// and unknown codes, which LiteRT refuses too.
+    pub fn of_reduce_function(code: i32) -> Option<Self> {
+        Some(match code {
+            1 => Combine::Add,
+            2 => Combine::Mul,
+            3 => Combine::Min,
+            4 => Combine::Max,
+            5 => Combine::All,
+            6 => Combine::Any,
+            _ => return None,
+        })
+    }
+}
+
 /// An element type the StableHLO kernels compute on.
 pub trait HloElem: Copy + PartialOrd {
     /// Sum (wrapping for integers).

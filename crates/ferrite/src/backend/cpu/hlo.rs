@@ -157,15 +157,7 @@ fn reduce_window(op: &OpContext<'_>) -> Result<Built> {
     let OpParams::Hlo(HloParams::ReduceWindow { function }) = op.op.params else {
         return Err(op.bad("missing ReduceWindowOptions"));
     };
-    let c = match function {
-        1 => Combine::Add,
-        2 => Combine::Mul,
-        3 => Combine::Min,
-        4 => Combine::Max,
-        5 => Combine::All,
-        6 => Combine::Any,
-        f => return Err(op.unsupported(format!("reduce function code {f} (LiteRT refuses it too)"))),
-    };
+    let c = Combine::of_reduce_function(function).ok_or_else(|| op.unsupported(format!("reduce function code {function} (LiteRT refuses it too)")))?;
     let (x, init) = (op.input(0)?, op.input(1)?);
     if init.dtype != x.dtype || init.shape.iter().product::<usize>() == 0 {
         return Err(op.bad(format!("init value of type {} and shape {:?} for an input of type {}", init.dtype.name(), init.shape, x.dtype.name())));

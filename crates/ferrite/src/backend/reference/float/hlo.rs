@@ -127,15 +127,7 @@ fn reduce_window(op: &OpContext<'_>) -> Result<Built> {
     let OpParams::Hlo(HloParams::ReduceWindow { function }) = op.op.params else {
         return Err(op.bad("missing ReduceWindowOptions"));
     };
-    let c = match function {
-        1 => Combine::Add,
-        2 => Combine::Mul,
-        3 => Combine::Min,
-        4 => Combine::Max,
-        5 => Combine::All,
-        6 => Combine::Any,
-        f => return Err(op.unsupported(format!("reduce function code {f}"))),
-    };
+    let c = Combine::of_reduce_function(function).ok_or_else(|| op.unsupported(format!("reduce function code {function}")))?;
     let r = op.input(0)?.shape.len();
     let mut lists = vec![];
     for i in 2..5 {
