@@ -3298,6 +3298,22 @@ fn demo() -> Result<Vec<u8>, String> {
     m.to_bytes().map_err(|e| e.to_string())
 }
 
+/// One FULLY_CONNECTED layer, `[m, k]` input by constant `[n, k]` weights: the GEMM
+/// of the GPU speed benchmark (tools/gpu_bench.py), its FLOP count 2·m·k·n exact.
+/// Written here rather than shipped: a 4096³ layer is 64 MB of weights.
+fn gemm(m_rows: i32, k: i32, n: i32) -> Result<Vec<u8>, String> {
+    let mut r = Rng(11);
+    let mut m = ModelSpec { description: format!("ferrite GEMM benchmark: [{m_rows}, {k}] x [{k}, {n}]"), ..Default::default() };
+    let x = f32in(&mut m, "x", &[m_rows, k]);
+    let w = m.add_tensor(TensorSpec::const_f32("w", &[n, k], &r.floats(n as usize * k as usize, -0.05, 0.05)));
+    let b = m.add_tensor(TensorSpec::const_f32("b", &[n], &r.floats(n as usize, -0.1, 0.1)));
+    let y = m.add_tensor(TensorSpec::activation("y", TensorType::FLOAT32, &[m_rows, n]));
+    let fc = Options::FullyConnected { activation: Activation::NONE, keep_num_dims: false, asymmetric_quantize_inputs: false };
+    m.add_op(OpCode::Builtin(B::FULLY_CONNECTED), &[x, w, b], &[y], fc);
+    m.outputs.push(y);
+    m.to_bytes().map_err(|e| e.to_string())
+}
+
 fn main() -> Result<(), String> {
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
@@ -3340,7 +3356,14 @@ fn main() -> Result<(), String> {
             }
             std::fs::write(dir.join("manifest.json"), serde_json::to_string_pretty(&entries).map_err(|e| e.to_string())?).map_err(|e| e.to_string())
         }
-        _ => Err("usage: ferrite-opgen ops OUTDIR [--seed S] [--per-op K] | probe OUTDIR [--seed S] | demo OUT.tflite".into()),
+        Some("gemm") => {
+            let usage = "usage: ferrite-opgen gemm OUT.tflite M K N";
+            let path = args.get(2).ok_or(usage)?;
+            let dim = |i: usize| args.get(i).and_then(|v| v.parse::<i32>().ok()).filter(|&d| (1..=1 << 16).contains(&d)).ok_or(usage);
+            let (m, k, n) = (dim(3)?, dim(4)?, dim(5)?);
+            std::fs::write(path, gemm(m, k, n)?).map_err(|e| e.to_string())
+        }
+        _ => Err("usage: ferrite-opgen ops OUTDIR [--seed S] [--per-op K] | probe OUTDIR [--seed S] | demo OUT.tflite | gemm OUT.tflite M K N".into()),
     }
 }
 
