@@ -159,6 +159,10 @@ echo "== python package: one script against LiteRT's Interpreter and ferrite's (
 echo "== python package: backends=[\"gpu\", \"cpu\"] with gpu_precision= fp32 and fp16 (lavapipe; seconds)"
 "$CACHE/venv/bin/python" tools/python_gpu_test.py models/demo.tflite
 
+echo "== the GPU speed benchmark's script runs end to end (lavapipe: a smoke test, not figures; seconds)"
+GPU_BENCH=$(python3 tools/gpu_bench.py --models models/demo.tflite --batches 1 --runs 2 --warmup 1 --gemm 64)
+grep -q "GEMM \[64, 64\]" <<<"$GPU_BENCH"
+
 echo "== python package: interpreters sharing one model's weights (same bits, 4 threads, any drop order)"
 "$CACHE/venv/bin/python" tools/python_shared_test.py --corpus "$CACHE/models"
 
