@@ -160,7 +160,7 @@ echo "== python package: backends=[\"gpu\", \"cpu\"] with gpu_precision= fp32 an
 "$CACHE/venv/bin/python" tools/python_gpu_test.py models/demo.tflite
 
 echo "== the GPU speed benchmark's script runs end to end (lavapipe: a smoke test, not figures; seconds)"
-GPU_BENCH=$(python3 tools/gpu_bench.py --models models/demo.tflite --batches 1 --runs 2 --warmup 1 --gemm 64)
+GPU_BENCH=$("$CACHE/venv/bin/python" tools/gpu_bench.py --models models/demo.tflite --batches 1 --runs 2 --warmup 1 --gemm 64)
 grep -q "GEMM \[64, 64\]" <<<"$GPU_BENCH"
 
 echo "== python package: interpreters sharing one model's weights (same bits, 4 threads, any drop order)"
