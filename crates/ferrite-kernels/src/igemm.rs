@@ -652,6 +652,31 @@ pub fn fully_connected(input: &[f32], batch: usize, pk: &Packed, clamp: Clamp, o
         }
         return true;
     }
+    #[cfg(target_arch = "x86_64")]
+    if batch == 1 && pk.isa.0 == Kind::Avx2 {
+        let nr = pk.isa.nr();
+        let panels = n.div_ceil(nr);
+        let mut p = 0;
+        while p < panels {
+            let b = |q: usize| pk.panel(q).0.as_ptr();
+            let bias = |q: usize| pk.panel(q).1.as_ptr();
+            let cols = |q: usize| pk.panel(q).2;
+            let o = out.as_mut_ptr().wrapping_add(p * nr);
+            // SAFETY: AVX2 + FMA (an `Avx2` token is only made after detecting them);
+            // the input holds k floats (checked), each panel k * 16 floats and 16 of
+            // bias (`Packed::panel`, which also checks q < panels), and `out` the
+            // panels' columns, consecutive from p * nr (checked size).
+            unsafe {
+                if panels - p == 1 {
+                    x86_64::gemv_panels_avx2::<1>(input.as_ptr(), k, [b(p)], [bias(p)], [cols(p)], clamp, o);
+                } else {
+                    x86_64::gemv_panels_avx2::<2>(input.as_ptr(), k, [b(p), b(p + 1)], [bias(p), bias(p + 1)], [cols(p), cols(p + 1)], clamp, o);
+                }
+            }
+            p += 2;
+        }
+        return true;
+    }
     gemm_rows(input, batch, pk, clamp, out)
 }
 

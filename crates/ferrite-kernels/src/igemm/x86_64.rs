@@ -1,5 +1,5 @@
 //! x86-64 kernels of [`super`]: AVX-512F and AVX2+FMA tiles and the AVX-512F
-//! batch-1 GEMV. Reached only through `super::run_tile` and
+//! and AVX2+FMA batch-1 GEMVs. Reached only through `super::run_tile` and
 //! `super::fully_connected`, whose `Isa` token proves the CPU has the features.
 
 use super::Tile;
@@ -77,6 +77,79 @@ pub unsafe fn gemv_panels_avx512<const P: usize>(
                 unsafe { _mm512_mask_storeu_ps(o.add(16 * v), m, r) };
             }
         }
+        // The panels' outputs are consecutive: the next one starts cols[p] later
+        // (one past the end after the last panel, never dereferenced).
+        o = o.wrapping_add(cols[p]);
+    }
+}
+
+/// One row against `P` 16-channel panels at once (a batch-1 fully-connected
+/// layer on AVX2): the 6x16 tile with one valid row keeps only two sums, so
+/// every FMA waits for the previous one (latency-bound, a quarter of the FMA
+/// rate); here two inputs in flight times 2P vectors give 4P independent sums.
+///
+/// # Safety
+/// CPU must support AVX2 and FMA; `a` holds `k` floats; each `b[p]` holds `k * 16`
+/// floats and each `bias[p]` 16; `out` is writable for the panels' columns,
+/// `cols[p]` each, panel after panel.
+// The loops index several register arrays in step; iterators would obscure that.
+#[allow(clippy::needless_range_loop)]
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn gemv_panels_avx2<const P: usize>(
+    a: *const f32,
+    k: usize,
+    b: [*const f32; P],
+    bias: [*const f32; P],
+    cols: [usize; P],
+    clamp: Clamp,
+    out: *mut f32,
+) {
+    let z = _mm256_setzero_ps();
+    let mut c = [[[z; 2]; P]; 2];
+    for p in 0..P {
+        // SAFETY: each `bias[p]` holds 16 floats (caller contract).
+        c[0][p] = unsafe { [_mm256_loadu_ps(bias[p]), _mm256_loadu_ps(bias[p].add(8))] };
+    }
+    let mut kk = 0;
+    while kk + 2 <= k {
+        for u in 0..2 {
+            // SAFETY: kk + u < k, and `a` holds k floats.
+            let x = _mm256_set1_ps(unsafe { *a.add(kk + u) });
+            for p in 0..P {
+                // SAFETY: row kk + u < k of a panel of k * 16 floats: 16 floats from `w`.
+                unsafe {
+                    let w = b[p].add((kk + u) * 16);
+                    c[u][p][0] = _mm256_fmadd_ps(x, _mm256_loadu_ps(w), c[u][p][0]);
+                    c[u][p][1] = _mm256_fmadd_ps(x, _mm256_loadu_ps(w.add(8)), c[u][p][1]);
+                }
+            }
+        }
+        kk += 2;
+    }
+    if kk < k {
+        // SAFETY: kk < k, and `a` holds k floats.
+        let x = _mm256_set1_ps(unsafe { *a.add(kk) });
+        for p in 0..P {
+            // SAFETY: row kk < k of a panel of k * 16 floats: 16 floats from `w`.
+            unsafe {
+                let w = b[p].add(kk * 16);
+                c[0][p][0] = _mm256_fmadd_ps(x, _mm256_loadu_ps(w), c[0][p][0]);
+                c[0][p][1] = _mm256_fmadd_ps(x, _mm256_loadu_ps(w.add(8)), c[0][p][1]);
+            }
+        }
+    }
+    let (lo, hi) = (_mm256_set1_ps(clamp.min), _mm256_set1_ps(clamp.max));
+    let mut o = out;
+    for p in 0..P {
+        let mut buf = [0.0f32; 16];
+        for v in 0..2 {
+            let r = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(c[0][p][v], c[1][p][v]), lo), hi);
+            // SAFETY: `buf` holds 16 floats; lanes 8v..8v+8 of it.
+            unsafe { _mm256_storeu_ps(buf.as_mut_ptr().add(8 * v), r) };
+        }
+        // SAFETY: `cols[p]` <= 16 outputs of this panel from `o` (caller contract);
+        // `buf` is a local array, so the ranges do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), o, cols[p].min(16)) };
         // The panels' outputs are consecutive: the next one starts cols[p] later
         // (one past the end after the last panel, never dereferenced).
         o = o.wrapping_add(cols[p]);
