@@ -163,6 +163,9 @@ echo "== the GPU speed benchmark's script runs end to end (lavapipe: a smoke tes
 GPU_BENCH=$("$CACHE/venv/bin/python" tools/gpu_bench.py --models models/demo.tflite --batches 1 --runs 2 --warmup 1 --gemm 64)
 grep -q "GEMM \[64, 64\]" <<<"$GPU_BENCH"
 
+echo "== per-op and per-run overhead against LiteRT's (tools/op_overhead.py; a smoke run, BENCHMARKS.md has the figures; seconds)"
+"$CACHE/venv/bin/python" tools/op_overhead.py --rounds 1 --runs 200 2>/dev/null
+
 echo "== python package: interpreters sharing one model's weights (same bits, 4 threads, any drop order)"
 "$CACHE/venv/bin/python" tools/python_shared_test.py --corpus "$CACHE/models"
 

@@ -3314,6 +3314,25 @@ fn gemm(m_rows: i32, k: i32, n: i32) -> Result<Vec<u8>, String> {
     m.to_bytes().map_err(|e| e.to_string())
 }
 
+/// `n` element-wise ops in a chain on a `[1, 8]` tensor (ADD and MUL of constants,
+/// alternating so that no converter-style folding could merge them): the model of
+/// the per-op overhead measurement (tools/op_overhead.py), where the kernels' work
+/// is a few instructions and the rest is the runtime's fixed cost per op.
+fn chain(n: usize) -> Result<Vec<u8>, String> {
+    let mut r = Rng(13);
+    let mut m = ModelSpec { description: format!("ferrite per-op overhead: {n} element-wise ops on [1, 8]"), ..Default::default() };
+    let mut x = f32in(&mut m, "x", &[1, 8]);
+    for i in 0..n {
+        let c = m.add_tensor(TensorSpec::const_f32(&format!("c{i}"), &[1, 8], &r.floats(8, 0.9, 1.1)));
+        let y = m.add_tensor(TensorSpec::activation(&format!("y{i}"), TensorType::FLOAT32, &[1, 8]));
+        let op = if i % 2 == 0 { B::ADD } else { B::MUL };
+        m.add_op(OpCode::Builtin(op), &[x, c], &[y], Options::Binary { activation: Activation::NONE });
+        x = y;
+    }
+    m.outputs.push(x);
+    m.to_bytes().map_err(|e| e.to_string())
+}
+
 fn main() -> Result<(), String> {
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
@@ -3363,7 +3382,13 @@ fn main() -> Result<(), String> {
             let (m, k, n) = (dim(3)?, dim(4)?, dim(5)?);
             std::fs::write(path, gemm(m, k, n)?).map_err(|e| e.to_string())
         }
-        _ => Err("usage: ferrite-opgen ops OUTDIR [--seed S] [--per-op K] | probe OUTDIR [--seed S] | demo OUT.tflite | gemm OUT.tflite M K N".into()),
+        Some("chain") => {
+            let usage = "usage: ferrite-opgen chain OUT.tflite N";
+            let path = args.get(2).ok_or(usage)?;
+            let n = args.get(3).and_then(|v| v.parse::<usize>().ok()).filter(|&n| (1..=10_000).contains(&n)).ok_or(usage)?;
+            std::fs::write(path, chain(n)?).map_err(|e| e.to_string())
+        }
+        _ => Err("usage: ferrite-opgen ops OUTDIR [--seed S] [--per-op K] | probe OUTDIR [--seed S] | demo OUT.tflite | gemm OUT.tflite M K N | chain OUT.tflite N".into()),
     }
 }
 
