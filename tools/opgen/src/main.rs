@@ -3338,7 +3338,7 @@ fn main() -> Result<(), String> {
                         "refused": REFUSED.contains(op) || hlo::REFUSED.contains(op) || rngbits::REFUSED.contains(op),
                         "builtin_oracle": BUILTIN_ORACLE.contains(op) || qelem::BUILTIN_ORACLE.contains(op),
                         "steps": stream_steps(op),
-                        "exact": rand::is_stream(op) || rngbits::handles(op),
+                        "exact": rand::is_stream(op) || rngbits::handles(op) || tconv::OPS.contains(op),
                         "detection_rows": detection_rows(&case),
                     }));
                 }

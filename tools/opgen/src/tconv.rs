@@ -3,7 +3,8 @@
 //! and a float32 bias or none. LiteRT quantizes each batch of the input with its own
 //! scale and zero point, so the cases have up to three batches, over a range off
 //! centre (a zero point far from 0). Strides differ per axis; output sizes are any the padding maps back onto
-//! the input (not only `input * stride`).
+//! the input (not only `input * stride`). ferrite sums in LiteRT's order, so
+//! these cases are compared exactly (the manifest's `exact`).
 
 use ferrite_format::schema::TensorType;
 use ferrite_format::writer::{BuiltinOperator as B, ModelSpec, OpCode, Options, Padding, TensorSpec};
