@@ -317,7 +317,7 @@ op_table! {
     MULTINOMIAL:             RandomOptions,               2..=2, 1..=1, F32;
     // TensorFlow 1 feature preprocessing.
     BUCKETIZE:               BucketizeOptions,            1..=1, 1..=1, F32 | INT;
-    FAKE_QUANT:              FakeQuantOptions,            1..=1, 1..=1, F32;
+    FAKE_QUANT:              FakeQuantOptions,            1..=1, 1..=1, F32 | INT;
     EMBEDDING_LOOKUP_SPARSE: EmbeddingLookupSparseOptions, 5..=5, 1..=1, F32;
     // Type conversion.
     CAST:                    NONE,                        1..=1, 1..=1, ANY;

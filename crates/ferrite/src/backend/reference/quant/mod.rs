@@ -21,10 +21,10 @@ mod batch_matmul;
 mod conv;
 mod elementwise;
 mod hybrid;
-mod tconv_hybrid;
 mod pool;
 mod qreduce;
 mod reduce;
+mod tconv_hybrid;
 
 use ferrite_format::ops::BuiltinOp as B;
 

@@ -32,7 +32,11 @@ fn pad_of(padding: Padding, out: usize, k: usize, s: usize) -> usize {
 pub(super) fn build(op: &OpContext<'_>) -> Result<Built> {
     let OpParams::TransposeConv { padding, stride, activation } = op.op.params else { return Err(op.bad("missing TransposeConv options")) };
     let (w, x) = (op.input(1)?, op.input(2)?);
-    if x.dtype != DType::F32 || w.dtype != DType::I8 || op.outputs.first().is_some_and(|o| o.dtype != DType::F32) || op.opt_input(3).is_some_and(|b| b.dtype != DType::F32) {
+    if x.dtype != DType::F32
+        || w.dtype != DType::I8
+        || op.outputs.first().is_some_and(|o| o.dtype != DType::F32)
+        || op.opt_input(3).is_some_and(|b| b.dtype != DType::F32)
+    {
         return Err(op.unsupported("hybrid TRANSPOSE_CONV takes float32 input, output and bias with int8 weights"));
     }
     let sizes = op.const_ints(0)?;
