@@ -334,7 +334,7 @@ mod tests {
             // int32 read as float32 bits: floats' bits, small integers (subnormals,
             // NaNs when negative).
             let bits: Vec<u8> = (0..n)
-                .flat_map(|_| if r.below(2) == 0 { (r.unit() as f32 * 4.0 - 2.0).to_bits() as i32 } else { r.range(0, 200) as i32 - 100 }.to_le_bytes())
+                .flat_map(|_| if r.below(2) == 0 { (r.unit() * 4.0 - 2.0).to_bits() as i32 } else { r.range(0, 200) as i32 - 100 }.to_le_bytes())
                 .collect();
             TestOp::typed(B::FAKE_QUANT, fq, vec![raw_input(DType::I32, &[n], bits)], vec![DType::I32]).compare_with_cpu(0.0, &what);
 
