@@ -173,7 +173,7 @@ op_table! {
     // Convolution and linear.
     CONV_2D:                 Conv2DOptions,               2..=3, 1..=1, F32 | I8 | U8 | I16 | HYBRID;
     DEPTHWISE_CONV_2D:       DepthwiseConv2DOptions,      2..=3, 1..=1, F32 | I8 | U8 | I16 | HYBRID;
-    TRANSPOSE_CONV:          TransposeConvOptions,        3..=4, 1..=1, F32 | I8 | U8 | I16;
+    TRANSPOSE_CONV:          TransposeConvOptions,        3..=4, 1..=1, F32 | I8 | U8 | I16 | HYBRID;
     CONV_3D:                 Conv3DOptions,               2..=3, 1..=1, F32;
     CONV_3D_TRANSPOSE:       Conv3DOptions,               3..=4, 1..=1, F32;
     FULLY_CONNECTED:         FullyConnectedOptions,       2..=3, 1..=1, F32 | I8 | U8 | I16 | HYBRID;
@@ -317,7 +317,7 @@ op_table! {
     MULTINOMIAL:             RandomOptions,               2..=2, 1..=1, F32;
     // TensorFlow 1 feature preprocessing.
     BUCKETIZE:               BucketizeOptions,            1..=1, 1..=1, F32 | INT;
-    FAKE_QUANT:              FakeQuantOptions,            1..=1, 1..=1, F32;
+    FAKE_QUANT:              FakeQuantOptions,            1..=1, 1..=1, F32 | INT;
     EMBEDDING_LOOKUP_SPARSE: EmbeddingLookupSparseOptions, 5..=5, 1..=1, F32;
     // Type conversion.
     CAST:                    NONE,                        1..=1, 1..=1, ANY;

@@ -150,6 +150,70 @@ pub fn batch_matmul_hybrid(a: &[f32], b: &[i8], ia: &[usize], ib: &[usize], p: &
     }
 }
 
+/// Run-time scratch of [`transpose_conv_hybrid`]: the quantized input and one
+/// scale and zero point per batch.
+#[derive(Debug, Clone, Default)]
+pub struct TransposeConvHybridScratch {
+    q: Vec<i8>,
+    batch_scale: Vec<f32>,
+    batch_zp: Vec<i32>,
+}
+
+impl TransposeConvHybridScratch {
+    /// Scratch for an input of `batch` batches of `per_batch` values each.
+    pub fn new(batch: usize, per_batch: usize) -> TransposeConvHybridScratch {
+        TransposeConvHybridScratch { q: vec![0; batch * per_batch], batch_scale: vec![0.0; batch], batch_zp: vec![0; batch] }
+    }
+}
+
+/// Hybrid TRANSPOSE_CONV as LiteRT computes it (float input and output, int8 OHWI
+/// filter with zero points 0, one scale per output channel in `w_scales`):
+/// each batch of the input is quantized asymmetrically as a whole; every product
+/// `(q - zp) * w` of an input value and a tap is turned to float at once, times
+/// the channel's weight scale, times the batch's scale, and added to its output
+/// in input order (input pixel, then input channel). Then the bias and the clamp.
+/// LiteRT accumulates in float term by term rather than in integers, and the
+/// order of those float additions is part of its result, so it is kept here.
+/// `g` describes the forward conv mapping the output onto the input, as for
+/// [`crate::conv::transpose_conv2d`].
+#[allow(clippy::too_many_arguments)]
+pub fn transpose_conv_hybrid(
+    x: &[f32],
+    in_c: usize,
+    w: &[i8],
+    w_scales: &[f32],
+    bias: Option<&[f32]>,
+    out_c: usize,
+    g: &crate::conv::Window,
+    clamp: Clamp,
+    s: &mut TransposeConvHybridScratch,
+    out: &mut [f32],
+) {
+    let per_batch = g.out_h * g.out_w * in_c;
+    quantize_rows(x, per_batch, true, &mut s.q, &mut s.batch_scale, &mut s.batch_zp);
+    let taps = g.k_h * g.k_w;
+    let pixels = (g.out_h * g.out_w).max(1);
+    out.fill(0.0);
+    crate::conv::transpose_scatter(g, |ip, op, tap| {
+        let b = ip / pixels;
+        let (sf, zp) = (s.batch_scale[b], s.batch_zp[b]);
+        let px = &s.q[ip * in_c..][..in_c];
+        let o = &mut out[op * out_c..][..out_c];
+        for (ic, &v) in px.iter().enumerate() {
+            let xv = i32::from(v) - zp;
+            for (oc, ov) in o.iter_mut().enumerate() {
+                let t = xv * i32::from(w[(oc * taps + tap) * in_c + ic]);
+                *ov += t as f32 * w_scales[oc] * sf;
+            }
+        }
+    });
+    for px in out.chunks_exact_mut(out_c.max(1)) {
+        for (c, v) in px.iter_mut().enumerate() {
+            *v = clamp.apply(bias.map_or(*v, |b| *v + b[c]));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,6 +299,72 @@ mod tests {
                         assert_eq!(got[(q * m + i) * n + j].to_bits(), want.to_bits(), "round {round} {p:?} batch {q} ({i}, {j})");
                     }
                 }
+            }
+        }
+    }
+
+    /// Against LiteRT's definition written as its seven nested loops (batch, input
+    /// row, column, channel, tap row, tap column, output channel), bit for bit.
+    #[test]
+    fn transpose_conv_matches_the_definition() {
+        let mut rng = Rng::new(33);
+        for round in 0..300 {
+            let (n, ih, iw, ic, oc) = (rng.size(1, 3), rng.size(1, 5), rng.size(1, 5), rng.size(1, 5), rng.size(1, 6));
+            let (kh, kw, sh, sw) = (rng.size(1, 4), rng.size(1, 4), rng.size(1, 3), rng.size(1, 3));
+            let (oh, ow) = ((ih - 1) * sh + rng.size(1, kh + sh), (iw - 1) * sw + rng.size(1, kw + sw));
+            let (pt, pl) = (rng.size(0, kh - 1), rng.size(0, kw - 1));
+            let g = crate::conv::Window {
+                batch: n,
+                in_h: oh,
+                in_w: ow,
+                out_h: ih,
+                out_w: iw,
+                k_h: kh,
+                k_w: kw,
+                stride_h: sh,
+                stride_w: sw,
+                dil_h: 1,
+                dil_w: 1,
+                pad_top: pt,
+                pad_left: pl,
+            };
+            let x = floats(&mut rng, n * ih * iw * ic);
+            let w = int8s(&mut rng, oc * kh * kw * ic);
+            let w_scales: Vec<f32> = (0..oc).map(|_| rng.scale(-3.0, -1.0)).collect();
+            let bias: Option<Vec<f32>> = rng.one_in(2).then(|| floats(&mut rng, oc));
+            let clamp = if rng.one_in(2) { Clamp::NONE } else { Clamp { min: -1.0, max: 1.0 } };
+            let mut s = TransposeConvHybridScratch::new(n, ih * iw * ic);
+            let mut got = vec![f32::NAN; n * oh * ow * oc];
+            transpose_conv_hybrid(&x, ic, &w, &w_scales, bias.as_deref(), oc, &g, clamp, &mut s, &mut got);
+            let mut want = vec![0.0f32; got.len()];
+            for b in 0..n {
+                let per = ih * iw * ic;
+                let (q, scale, zp) = quantize(&x[b * per..][..per], true);
+                for y in 0..ih {
+                    for xx in 0..iw {
+                        for c in 0..ic {
+                            for ky in 0..kh {
+                                for kx in 0..kw {
+                                    for o in 0..oc {
+                                        let (oy, ox) = ((y * sh + ky) as isize - pt as isize, (xx * sw + kx) as isize - pl as isize);
+                                        if oy < 0 || ox < 0 || oy >= oh as isize || ox >= ow as isize {
+                                            continue;
+                                        }
+                                        let qv = i32::from(q[(y * iw + xx) * ic + c]) - zp;
+                                        let wv = i32::from(w[((o * kh + ky) * kw + kx) * ic + c]);
+                                        want[((b * oh + oy as usize) * ow + ox as usize) * oc + o] += (qv * wv) as f32 * w_scales[o] * scale;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            for (i, v) in want.iter_mut().enumerate() {
+                *v = clamp.apply(bias.as_ref().map_or(*v, |bv| *v + bv[i % oc]));
+            }
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(a.to_bits(), b.to_bits(), "round {round}: output {i}: {a} vs {b}");
             }
         }
     }

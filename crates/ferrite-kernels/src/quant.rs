@@ -240,7 +240,10 @@ pub fn asymmetric_quantize(x: &[f32], out: &mut [i8]) -> (f32, i32) {
         out.fill(0);
         return (1.0, 0);
     }
-    let scale = (rmax - rmin) / (qmax - qmin);
+    // LiteRT takes the range's width in single precision before dividing in double
+    // (checked against its hybrid TRANSPOSE_CONV, whose float sums show a last-bit
+    // scale difference).
+    let scale = f64::from(hi - lo) / (qmax - qmin);
     let (zp_from_min, zp_from_max) = (qmin - rmin / scale, qmax - rmax / scale);
     let (err_min, err_max) = (qmin.abs() + (rmin / scale).abs(), qmax.abs() + (rmax / scale).abs());
     let zp_f = if err_min < err_max { zp_from_min } else { zp_from_max };
@@ -252,7 +255,8 @@ pub fn asymmetric_quantize(x: &[f32], out: &mut [i8]) -> (f32, i32) {
         zp_f.round() as i32
     };
     let scale_f = scale as f32;
-    let inv = 1.0f32 / scale_f;
+    // The inverse in double, then narrowed, as LiteRT writes it.
+    let inv = (1.0f64 / f64::from(scale_f)) as f32;
     for (o, &v) in out.iter_mut().zip(x) {
         *o = ((zp as f32 + v * inv).round() as i32).clamp(-128, 127) as i8;
     }

@@ -14,6 +14,7 @@ mod qnorm;
 mod qred;
 mod rand;
 mod rngbits;
+mod tconv;
 mod text;
 
 use ferrite_format::schema::TensorType;
@@ -129,6 +130,7 @@ fn gen(op: &str, r: &mut Rng) -> Case {
         op if hlo::handles(op) => return hlo::gen(op, r),
         op if rand::OPS.contains(&op) || rand::REFUSED.contains(&op) => return rand::gen(op, r),
         op if rngbits::handles(op) => return rngbits::gen(op, r),
+        op if tconv::OPS.contains(&op) => return tconv::gen(op, r),
         "CONV_2D" | "DEPTHWISE_CONV_2D" => {
             let dw = op == "DEPTHWISE_CONV_2D";
             let (n, h, w, c) = (r.u(1, 2), r.u(4, 11), r.u(4, 11), r.u(1, 6));
@@ -2968,6 +2970,9 @@ const OPS: &[&str] = &[
     "TRANSPOSE_CONV_INT8",
     "TRANSPOSE_CONV_INT16X8",
     "TRANSPOSE_CONV_UINT8",
+    // Hybrid TRANSPOSE_CONV (tconv.rs; keep in step with tconv::OPS).
+    "TRANSPOSE_CONV_HYBRID",
+    "TRANSPOSE_CONV_HYBRID_PER_TENSOR",
     "STRIDED_SLICE_UINT8",
     "SPLIT_UINT8",
     "SPLIT_V_UINT8",
@@ -3192,6 +3197,7 @@ const OPS: &[&str] = &[
     "BUCKETIZE_INT32",
     "BUCKETIZE_INT64",
     "FAKE_QUANT",
+    "FAKE_QUANT_INT32",
     "FAKE_QUANT_NARROW",
     "EMBEDDING_LOOKUP_SPARSE",
     "EMBEDDING_LOOKUP_SPARSE_DYNAMIC",
@@ -3368,7 +3374,7 @@ fn main() -> Result<(), String> {
                         "refused": REFUSED.contains(op) || hlo::REFUSED.contains(op) || rngbits::REFUSED.contains(op),
                         "builtin_oracle": BUILTIN_ORACLE.contains(op) || qelem::BUILTIN_ORACLE.contains(op),
                         "steps": stream_steps(op),
-                        "exact": rand::is_stream(op) || rngbits::handles(op),
+                        "exact": rand::is_stream(op) || rngbits::handles(op) || tconv::OPS.contains(op),
                         "detection_rows": detection_rows(&case),
                     }));
                 }
@@ -3435,6 +3441,9 @@ mod tests {
         }
         for case in super::qnorm::OPS {
             assert!(super::OPS.contains(case), "{case} is not listed in OPS");
+        }
+        for case in super::tconv::OPS {
+            assert!(super::OPS.contains(case), "{case} of tconv.rs is not listed in OPS");
         }
     }
     /// Every case (two seeds each) and the demo model write: their options fit

@@ -22,6 +22,7 @@ pub(super) const OPS: &[&str] = &[
     "BUCKETIZE_INT32",
     "BUCKETIZE_INT64",
     "FAKE_QUANT",
+    "FAKE_QUANT_INT32",
     "EMBEDDING_LOOKUP_SPARSE",
     "EMBEDDING_LOOKUP_SPARSE_DYNAMIC",
 ];
@@ -115,18 +116,35 @@ pub(super) fn gen(op: &str, r: &mut Rng) -> Case {
             let o = out(&mut m, TensorType::INT32, &s);
             single(B::BUCKETIZE, &[x], o, Options::Bucketize { boundaries: b }, &mut m);
         }
-        "FAKE_QUANT" | "FAKE_QUANT_NARROW" => {
-            // Ranges across zero, wholly above or below it; 2 to 16 bits.
+        "FAKE_QUANT" | "FAKE_QUANT_NARROW" | "FAKE_QUANT_INT32" => {
+            // Ranges across zero, wholly above or below it; 2 to 16 bits. On int32
+            // LiteRT takes each element's bits as a float32 (and writes the result's
+            // bits back): the values mix the bits of floats in range, small integers
+            // (subnormal floats, NaNs when negative) and the infinities' neighbours.
             let rank = r.u(1, 4);
             let s = r.shape(rank, 1, 6);
-            let x = f32in(&mut m, "x", &s);
-            ranges.push((-4.0, 4.0));
+            let int = op == "FAKE_QUANT_INT32";
+            let x = if int {
+                let x = m.add_tensor(TensorSpec::activation("x", TensorType::INT32, &s));
+                m.inputs.push(x);
+                let bits = |r: &mut Rng| match r.u(0, 3) {
+                    0 | 1 => r.f(-4.0, 4.0).to_bits() as i32,
+                    2 => r.int(-100, 100) as i32,
+                    // Around +inf, or with the sign bit set, around -inf.
+                    _ => (0x7F80_0000 + r.int(-2, 2) as i32) | if r.coin() { 0 } else { i32::MIN },
+                };
+                fixed.push((0, (0..n_of(&s)).map(|_| bits(r)).collect()));
+                x
+            } else {
+                ranges.push((-4.0, 4.0));
+                f32in(&mut m, "x", &s)
+            };
             let (min, max) = match r.u(0, 2) {
                 0 => (r.f(-3.0, -0.1), r.f(0.1, 3.0)),
                 1 => (r.f(0.1, 1.0), r.f(1.5, 3.0)),
                 _ => (r.f(-3.0, -1.5), r.f(-1.0, -0.1)),
             };
-            let o = out(&mut m, TensorType::FLOAT32, &s);
+            let o = out(&mut m, if int { TensorType::INT32 } else { TensorType::FLOAT32 }, &s);
             let opts = Options::FakeQuant { min, max, num_bits: r.u(2, 16) as i32, narrow_range: op.ends_with("NARROW") };
             single(B::FAKE_QUANT, &[x], o, opts, &mut m);
         }

@@ -30,6 +30,8 @@ pub(super) fn build(code: B, op: &OpContext<'_>, ctx: &mut BackendContext) -> Op
         B::CONV_2D => conv2d(op, ctx),
         #[cfg(feature = "type-float")]
         B::DEPTHWISE_CONV_2D => depthwise(op, ctx),
+        #[cfg(feature = "type-hybrid")]
+        B::TRANSPOSE_CONV if super::tconv_hybrid::is_hybrid(op) => super::tconv_hybrid::build(op),
         #[cfg(feature = "type-int")]
         B::TRANSPOSE_CONV if op.opt_input(2).is_some_and(|d| matches!(d.dtype, DType::I8 | DType::U8 | DType::I16)) => transpose_conv_int(op),
         #[cfg(feature = "type-float")]

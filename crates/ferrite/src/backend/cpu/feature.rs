@@ -77,16 +77,29 @@ fn bucketize(op: &OpContext<'_>) -> Result<Built> {
     }
 }
 
-/// FAKE_QUANT: float32 only (LiteRT reads the data as float).
+/// The element types FAKE_QUANT runs: LiteRT's kernel takes every element as the
+/// four bytes of a float32, in and out, whatever the tensor's type. On int32 that
+/// is well defined (the int32 bits read as a float32, the result's bits written
+/// back as an int32) and ferrite does the same; a narrower or wider element would
+/// have LiteRT read or write past the buffers, or leave half the output unwritten.
+pub(crate) fn fake_quant_type(op: &OpContext<'_>, dtype: DType) -> Result<()> {
+    match dtype {
+        DType::F32 | DType::I32 => Ok(()),
+        t => Err(op.unsupported(format!(
+            "FAKE_QUANT of {} (LiteRT's kernel takes each element as 4 bytes of float32: for this type that reads or writes past the tensors, or leaves part of the output unwritten)",
+            t.name()
+        ))),
+    }
+}
+
+/// FAKE_QUANT on float32, and on int32 taken bit for bit as float32 as LiteRT does.
 fn fake_quant(op: &OpContext<'_>) -> Result<Built> {
     let x = op.input(0)?;
-    if x.dtype != DType::F32 {
-        return Err(op.unsupported(format!("FAKE_QUANT of {} (LiteRT's kernel reads float32)", x.dtype.name())));
-    }
+    fake_quant_type(op, x.dtype)?;
     let (lo, hi, scale) = fake_quant_params(op)?;
     let n = op.checked_elements(&x.shape, 4)?;
     Ok(Built {
-        outputs: vec![(DType::F32, x.shape.clone())],
+        outputs: vec![(x.dtype, x.shape.clone())],
         kernel: Box::new(move |ins, outs| {
             let (x, o) = (typed::<f32>(arg(ins, 0)?)?, typed_mut::<f32>(outs[0])?);
             if x.len() != n || o.len() != n {

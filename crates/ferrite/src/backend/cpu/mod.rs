@@ -26,6 +26,8 @@ pub(crate) mod recurrent;
 mod reduce;
 mod signal;
 mod softmax;
+#[cfg(feature = "type-hybrid")]
+mod tconv_hybrid;
 pub(crate) mod text;
 
 /// The strided-slice resolution, shared with the training graph's backward op.
@@ -279,7 +281,7 @@ pub fn features_for(model: &crate::model::Model) -> Vec<&'static str> {
                 let data = if code == B::TRANSPOSE_CONV { op.inputs.get(2) } else { op.inputs.first() };
                 out.insert(match (dtype(data), dtype(op.inputs.get(1))) {
                     (Some(DType::I8 | DType::U8 | DType::I16), _) => "type-int",
-                    (Some(DType::F32), Some(DType::I8)) if code != B::TRANSPOSE_CONV => "type-hybrid",
+                    (Some(DType::F32), Some(DType::I8)) => "type-hybrid",
                     _ => "type-float",
                 });
             }

@@ -175,25 +175,24 @@ fn bucketize(op: &OpContext<'_>) -> Result<Built> {
 
 fn fake_quant(op: &OpContext<'_>) -> Result<Built> {
     let x = op.input(0)?;
-    if x.dtype != DType::F32 {
-        return Err(op.unsupported(format!("FAKE_QUANT of {} (LiteRT's kernel reads float32)", x.dtype.name())));
-    }
+    // float32, or int32 whose bits LiteRT reads (and writes) as float32.
+    feature::fake_quant_type(op, x.dtype)?;
     let (lo, hi, scale) = feature::fake_quant_params(op)?;
     let n = op.checked_elements(&x.shape, 4)?;
     Ok(Built {
-        outputs: vec![(DType::F32, x.shape.clone())],
+        outputs: vec![(x.dtype, x.shape.clone())],
         kernel: Box::new(move |ins, outs| {
-            let x = typed::<f32>(arg(ins, 0)?)?;
-            let o = typed_mut::<f32>(outs[0])?;
+            let x: Vec<f32> = typed::<u32>(arg(ins, 0)?)?.iter().map(|&b| f32::from_bits(b)).collect();
+            let o = typed_mut::<u32>(outs[0])?;
             if x.len() != n || o.len() != n {
                 return Err(runtime("FAKE_QUANT buffers of the wrong size"));
             }
-            for (o, &v) in o.iter_mut().zip(x) {
+            for (o, &v) in o.iter_mut().zip(&x) {
                 // NaN fails both comparisons and lands on the low end, as in LiteRT.
                 let c = if v > lo { v } else { lo };
                 let c = if c < hi { c } else { hi };
                 let steps = ((c - lo) * (1.0 / scale)).round();
-                *o = steps * scale + lo;
+                *o = (steps * scale + lo).to_bits();
             }
             Ok(())
         }),
@@ -253,6 +252,7 @@ fn embedding_lookup_sparse(op: &OpContext<'_>) -> Result<Built> {
 #[cfg(test)]
 mod tests {
     use super::super::float_test_util::*;
+    use crate::model::DType;
     use crate::ops::OpParams;
     use ferrite_format::ops::BuiltinOp as B;
 
@@ -280,6 +280,30 @@ mod tests {
         assert!(super::bit_words(A::Philox, &[1], &mut [0], &mut [0; 4]).is_err());
     }
 
+    /// FAKE_QUANT on int32 takes each element's bits as a float32 and writes the
+    /// result's bits back, as LiteRT's kernel does; a NaN pattern (-1) lands on the
+    /// range's low end. Other integer types are refused.
+    #[test]
+    fn fake_quant_int32_works_on_float_bits() {
+        let fq = OpParams::FakeQuant { min: -1.0, max: 1.0, num_bits: 8, narrow_range: false };
+        let (lo, hi, scale) = ferrite_kernels::feature::nudge(-1.0, 1.0, 0, 255);
+        let xs = [0.5f32, -2.0, 1.0];
+        let mut want = [0.0f32; 3];
+        ferrite_kernels::feature::fake_quant(&xs, lo, hi, scale, &mut want);
+        let mut ints: Vec<i32> = xs.iter().map(|v| v.to_bits() as i32).collect();
+        ints.push(-1);
+        let bytes: Vec<u8> = ints.iter().flat_map(|v| v.to_le_bytes()).collect();
+        for backend in [&super::super::ReferenceBackend as &dyn crate::backend::Backend, &crate::backend::cpu::CpuBackend] {
+            let op = TestOp::typed(B::FAKE_QUANT, fq.clone(), vec![raw_input(DType::I32, &[4], bytes.clone())], vec![DType::I32]);
+            let out = op.run_on(backend, None).expect("int32 FAKE_QUANT");
+            let got: Vec<i32> = out[0].2.chunks(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+            let expect: Vec<i32> = want.iter().chain(&[lo]).map(|v| v.to_bits() as i32).collect();
+            assert_eq!((out[0].0, got), (DType::I32, expect));
+            let op = TestOp::typed(B::FAKE_QUANT, fq.clone(), vec![raw_input(DType::I64, &[1], vec![0; 8])], vec![DType::I64]);
+            assert!(op.run_on(backend, None).is_err(), "int64 FAKE_QUANT must be refused");
+        }
+    }
+
     /// Each reference kernel against the CPU kernel on random cases: the random
     /// ops from the same seeds (a fresh stream each), all exact but the sparse
     /// lookup's f64 sums.
@@ -305,7 +329,14 @@ mod tests {
             TestOp::typed(B::BUCKETIZE, OpParams::Bucketize { boundaries }, vec![f32_input(&[n], &x)], vec![crate::model::DType::I32])
                 .compare_with_cpu(0.0, &what);
             let fq = OpParams::FakeQuant { min: -r.unit().abs() - 0.1, max: r.unit().abs() + 0.1, num_bits: r.range(2, 16) as i32, narrow_range: false };
-            TestOp::new(B::FAKE_QUANT, fq, vec![f32_input(&[n], &r.floats(n).iter().map(|v| v * 2.0).collect::<Vec<_>>())], 1).compare_with_cpu(0.0, &what);
+            TestOp::new(B::FAKE_QUANT, fq.clone(), vec![f32_input(&[n], &r.floats(n).iter().map(|v| v * 2.0).collect::<Vec<_>>())], 1)
+                .compare_with_cpu(0.0, &what);
+            // int32 read as float32 bits: floats' bits, small integers (subnormals,
+            // NaNs when negative).
+            let bits: Vec<u8> = (0..n)
+                .flat_map(|_| if r.below(2) == 0 { (r.unit() * 4.0 - 2.0).to_bits() as i32 } else { r.range(0, 200) as i32 - 100 }.to_le_bytes())
+                .collect();
+            TestOp::typed(B::FAKE_QUANT, fq, vec![raw_input(DType::I32, &[n], bits)], vec![DType::I32]).compare_with_cpu(0.0, &what);
 
             // Two positions of a [2, 3] sparse tensor, entries in row-major order.
             let ids: Vec<i32> = (0..4).map(|_| r.below(3) as i32).collect();

@@ -37,7 +37,8 @@ pub(super) fn quantize_asymmetric(x: &[f32]) -> (Vec<i32>, f32, i32) {
     }
     let (qmin, qmax) = (-128.0f64, 127.0f64);
     let (rmin, rmax) = (f64::from(lo), f64::from(hi));
-    let scale = (rmax - rmin) / (qmax - qmin);
+    // The range's width is taken in single precision, as LiteRT does.
+    let scale = f64::from(hi - lo) / (qmax - qmin);
     let from_min = qmin - rmin / scale;
     let from_max = qmax - rmax / scale;
     let zp_real = if qmin.abs() + (rmin / scale).abs() < qmax.abs() + (rmax / scale).abs() { from_min } else { from_max };
@@ -49,7 +50,7 @@ pub(super) fn quantize_asymmetric(x: &[f32]) -> (Vec<i32>, f32, i32) {
         zp_real.round() as i32
     };
     let scale = scale as f32;
-    let inverse = 1.0 / scale;
+    let inverse = (1.0 / f64::from(scale)) as f32;
     (x.iter().map(|&v| ((zp as f32 + v * inverse).round() as i32).clamp(-128, 127)).collect(), scale, zp)
 }
 

@@ -24,6 +24,7 @@ mod hybrid;
 mod pool;
 mod qreduce;
 mod reduce;
+mod tconv_hybrid;
 
 use ferrite_format::ops::BuiltinOp as B;
 
@@ -62,6 +63,9 @@ pub(crate) fn build(op: &OpContext<'_>) -> Result<Built> {
         }
         B::AVERAGE_POOL_2D | B::MAX_POOL_2D if op.is_int() => pool::pool(op, code == B::MAX_POOL_2D),
         B::TRANSPOSE_CONV if op.opt_input(2).is_some_and(|d| is_int_type(d.dtype)) => conv::transpose_conv(op),
+        B::TRANSPOSE_CONV if op.opt_input(2).is_some_and(|d| d.dtype == DType::F32) && op.opt_input(1).is_some_and(|d| d.dtype == DType::I8) => {
+            tconv_hybrid::build(op)
+        }
         B::BATCH_MATMUL if op.is_int() || op.is_hybrid() => batch_matmul::batch_matmul(op),
         B::MEAN if op.is_int() => reduce::mean(op),
         B::SUM | B::REDUCE_PROD if op.is_int() => qreduce::build(op, code),
