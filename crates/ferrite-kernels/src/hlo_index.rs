@@ -74,7 +74,8 @@ fn dim_list(name: &str, v: &[i64], bound: usize, sorted: bool) -> Result<Vec<usi
 /// The index vector dimension and the index vectors' length: `dim ==
 /// rank(indices)` means an implicit trailing dimension of size 1.
 fn index_vector(indices: &[usize], dim: i64) -> Result<(usize, usize), String> {
-    let ivd = usize::try_from(dim).ok().filter(|&d| d <= indices.len()).ok_or_else(|| format!("index_vector_dim {dim} for indices of rank {}", indices.len()))?;
+    let ivd =
+        usize::try_from(dim).ok().filter(|&d| d <= indices.len()).ok_or_else(|| format!("index_vector_dim {dim} for indices of rank {}", indices.len()))?;
     Ok((ivd, indices.get(ivd).copied().unwrap_or(1)))
 }
 

@@ -307,6 +307,65 @@ mod tests {
         assert_eq!(model.subgraphs[0].ops[0].params, OpParams::None);
     }
 
+    /// Gather and scatter options round trip; a scatter body of no op returning its
+    /// update is "replace", one returning the operand value is refused with why.
+    #[test]
+    fn gather_and_scatter_options_round_trip() {
+        let gather = HloOptions::Gather {
+            offset_dims: vec![1],
+            collapsed_slice_dims: vec![0],
+            start_index_map: vec![0],
+            index_vector_dim: 1,
+            slice_sizes: vec![1, 2],
+            indices_are_sorted: true,
+        };
+        let model = Model::from_bytes(std::sync::Arc::new(one_op(BuiltinOp::STABLEHLO_GATHER, 2, Options::Hlo(gather)))).expect("loads");
+        let want =
+            HloParams::Gather { offset_dims: vec![1], collapsed_slice_dims: vec![0], start_index_map: vec![0], index_vector_dim: 1, slice_sizes: vec![1, 2] };
+        assert_eq!(model.subgraphs[0].ops[0].params, OpParams::Hlo(want));
+        let scatter_body = |ops: &[BuiltinOp], returns_update: bool| {
+            let mut m = ModelSpec::default();
+            let ins: Vec<i32> = (0..3).map(|i| m.add_tensor(TensorSpec::activation(&format!("x{i}"), TensorType::FLOAT32, &[2]))).collect();
+            let out = m.add_tensor(TensorSpec::activation("y", TensorType::FLOAT32, &[2]));
+            let options = HloOptions::Scatter {
+                update_window_dims: vec![],
+                inserted_window_dims: vec![0],
+                scatter_dims_to_operand_dims: vec![0],
+                index_vector_dim: 1,
+                indices_are_sorted: false,
+                unique_indices: true,
+                update_computation_subgraph_index: 1,
+            };
+            m.add_op(OpCode::Builtin(BuiltinOp::STABLEHLO_SCATTER.operator()), &ins, &[out], Options::Hlo(options));
+            (m.inputs, m.outputs) = (ins, vec![out]);
+            let mut body = ModelSpec::default();
+            let (a, b) = (
+                body.add_tensor(TensorSpec::activation("a", TensorType::FLOAT32, &[])),
+                body.add_tensor(TensorSpec::activation("b", TensorType::FLOAT32, &[])),
+            );
+            let mut last = if returns_update { b } else { a };
+            for (k, &op) in ops.iter().enumerate() {
+                let o = body.add_tensor(TensorSpec::activation(&format!("o{k}"), TensorType::FLOAT32, &[]));
+                body.add_op(OpCode::Builtin(op.operator()), &[a, b], &[o], Options::None);
+                last = o;
+            }
+            (body.inputs, body.outputs) = (vec![a, b], vec![last]);
+            m.subgraphs.push(body);
+            let model = Model::from_bytes(std::sync::Arc::new(m.to_bytes().expect("writes"))).expect("loads");
+            match &model.subgraphs[0].ops[0].params {
+                OpParams::Hlo(HloParams::Scatter { body, index_vector_dim: 1, inserted_window_dims, .. }) => {
+                    assert_eq!(inserted_window_dims, &vec![0]);
+                    body.clone()
+                }
+                p => panic!("parsed as {p:?}"),
+            }
+        };
+        assert_eq!(scatter_body(&[], true), Ok(None));
+        assert!(scatter_body(&[], false).is_err_and(|e| e.contains("second input")));
+        assert_eq!(scatter_body(&[BuiltinOp::STABLEHLO_MINIMUM], true), Ok(Some(BuiltinOp::STABLEHLO_MINIMUM)));
+        assert!(scatter_body(&[BuiltinOp::STABLEHLO_ADD, BuiltinOp::STABLEHLO_ADD], true).is_err_and(|e| e.contains("2 ops")));
+    }
+
     /// A reduce-window body is named by its single op; other bodies keep the reason.
     #[test]
     fn reduce_window_bodies_are_resolved() {

@@ -46,12 +46,7 @@ pub(crate) const OPS: &[&str] = &[
 /// Cases LiteRT refuses (and ferrite must too): int16 indices, update
 /// computations of a builtin ADD, MUL, MAXIMUM or MINIMUM (LiteRT names the
 /// StableHLO ops only) or SUB, a body of two ops.
-pub(crate) const REFUSED: &[&str] = &[
-    "STABLEHLO_GATHER_NARROW_INDICES",
-    "STABLEHLO_SCATTER_BUILTIN",
-    "STABLEHLO_SCATTER_SUB",
-    "STABLEHLO_SCATTER_TWO_OPS",
-];
+pub(crate) const REFUSED: &[&str] = &["STABLEHLO_GATHER_NARROW_INDICES", "STABLEHLO_SCATTER_BUILTIN", "STABLEHLO_SCATTER_SUB", "STABLEHLO_SCATTER_TWO_OPS"];
 
 /// True for this module's cases.
 pub(crate) fn handles(name: &str) -> bool {
@@ -187,8 +182,7 @@ fn gather(name: &str, r: &mut Rng) -> Case {
     let idx = m.add_tensor(indices(r, &ishape, -2, hi, wide, name.ends_with("_NARROW_INDICES")));
     let mut slice = (0..rank).filter(|d| !collapsed.contains(d)).map(|d| sizes[d]);
     let mut bdims = batch.iter().copied();
-    let out_shape: Vec<usize> =
-        (0..batch.len() + offsets.len()).map(|d| if offsets.contains(&d) { slice.next() } else { bdims.next() }.unwrap_or(1)).collect();
+    let out_shape: Vec<usize> = (0..batch.len() + offsets.len()).map(|d| if offsets.contains(&d) { slice.next() } else { bdims.next() }.unwrap_or(1)).collect();
     let o = m.add_tensor(TensorSpec::activation("out", t, &dims(&out_shape)));
     m.outputs.push(o);
     let options = HloOptions::Gather {
