@@ -574,7 +574,7 @@ fn options(rng: &mut Rng, op: B, rank: usize, n_out: usize, subgraphs: usize) ->
         B::WHILE => Options::While { cond_subgraph: sg(rng), body_subgraph: sg(rng) },
         // Dimension numbers of any length: out of range, repeated, negative, huge.
         B::STABLEHLO_GATHER => {
-            let mut dims = |rng: &mut Rng| (0..rng.below(5)).map(|_| i64::from(axis_value(rng, rank))).collect::<Vec<_>>();
+            let dims = |rng: &mut Rng| (0..rng.below(5)).map(|_| i64::from(axis_value(rng, rank))).collect::<Vec<_>>();
             Options::Hlo(HloOptions::Gather {
                 offset_dims: dims(rng),
                 collapsed_slice_dims: dims(rng),
@@ -585,7 +585,7 @@ fn options(rng: &mut Rng, op: B, rank: usize, n_out: usize, subgraphs: usize) ->
             })
         }
         B::STABLEHLO_SCATTER => {
-            let mut dims = |rng: &mut Rng| (0..rng.below(5)).map(|_| i64::from(axis_value(rng, rank))).collect::<Vec<_>>();
+            let dims = |rng: &mut Rng| (0..rng.below(5)).map(|_| i64::from(axis_value(rng, rank))).collect::<Vec<_>>();
             Options::Hlo(HloOptions::Scatter {
                 update_window_dims: dims(rng),
                 inserted_window_dims: dims(rng),
