@@ -347,6 +347,9 @@ op_table! {
     STABLEHLO_REDUCE_WINDOW: NONE,                        2..=2, 1..=1, F32 | I8 | U8 | I16 | INT;
     // (initial state uint64) -> (next state, random bits); options in the second union.
     STABLEHLO_RNG_BIT_GENERATOR: NONE,                    1..=1, 2..=2, INT;
+    // (operand, start indices) -> slices; (operand, indices, updates) -> operand updated.
+    STABLEHLO_GATHER:        NONE,                        2..=2, 1..=1, F32 | I8 | U8 | I16 | INT;
+    STABLEHLO_SCATTER:       NONE,                        3..=3, 1..=1, F32 | I8 | U8 | I16 | INT;
     // Control flow and state, run by the executor.
     IF:                      IfOptions,                   1..=MANY, 0..=MANY, EXECUTOR;
     WHILE:                   WhileOptions,                0..=MANY, 0..=MANY, EXECUTOR;

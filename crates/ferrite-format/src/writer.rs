@@ -309,6 +309,26 @@ pub enum HloOptions {
     },
     /// STABLEHLO_RNG_BIT_GENERATOR: the `RngAlgorithm` code (0 DEFAULT, 1 PHILOX, 2 THREEFRY).
     RngBitGenerator { algorithm: i8 },
+    /// STABLEHLO_GATHER: the gather's dimension numbers and slice sizes.
+    Gather {
+        offset_dims: Vec<i64>,
+        collapsed_slice_dims: Vec<i64>,
+        start_index_map: Vec<i64>,
+        index_vector_dim: i64,
+        slice_sizes: Vec<i64>,
+        indices_are_sorted: bool,
+    },
+    /// STABLEHLO_SCATTER: the scatter's dimension numbers and the subgraph holding
+    /// the update computation.
+    Scatter {
+        update_window_dims: Vec<i64>,
+        inserted_window_dims: Vec<i64>,
+        scatter_dims_to_operand_dims: Vec<i64>,
+        index_vector_dim: i64,
+        indices_are_sorted: bool,
+        unique_indices: bool,
+        update_computation_subgraph_index: i32,
+    },
 }
 
 impl HloOptions {
@@ -319,6 +339,8 @@ impl HloOptions {
             HloOptions::ReduceWindow { .. } => fb::BuiltinOptions2::ReduceWindowOptions,
             HloOptions::StablehloReduceWindow { .. } => fb::BuiltinOptions2::StablehloReduceWindowOptions,
             HloOptions::RngBitGenerator { .. } => fb::BuiltinOptions2::StablehloRngBitGeneratorOptions,
+            HloOptions::Gather { .. } => fb::BuiltinOptions2::StablehloGatherOptions,
+            HloOptions::Scatter { .. } => fb::BuiltinOptions2::StablehloScatterOptions,
         }
     }
 
@@ -354,6 +376,50 @@ impl HloOptions {
                         window_dilations: Some(wdl),
                         padding: Some(pd),
                         body_subgraph_index: *body_subgraph_index,
+                    },
+                )
+                .as_union_value()
+            }
+            HloOptions::Gather { offset_dims, collapsed_slice_dims, start_index_map, index_vector_dim, slice_sizes, indices_are_sorted } => {
+                let od = b.create_vector(offset_dims);
+                let cd = b.create_vector(collapsed_slice_dims);
+                let sm = b.create_vector(start_index_map);
+                let ss = b.create_vector(slice_sizes);
+                fb::StablehloGatherOptions::create(
+                    b,
+                    &fb::StablehloGatherOptionsArgs {
+                        offset_dims: Some(od),
+                        collapsed_slice_dims: Some(cd),
+                        start_index_map: Some(sm),
+                        index_vector_dim: *index_vector_dim,
+                        slice_sizes: Some(ss),
+                        indices_are_sorted: *indices_are_sorted,
+                    },
+                )
+                .as_union_value()
+            }
+            HloOptions::Scatter {
+                update_window_dims,
+                inserted_window_dims,
+                scatter_dims_to_operand_dims,
+                index_vector_dim,
+                indices_are_sorted,
+                unique_indices,
+                update_computation_subgraph_index,
+            } => {
+                let uw = b.create_vector(update_window_dims);
+                let iw = b.create_vector(inserted_window_dims);
+                let so = b.create_vector(scatter_dims_to_operand_dims);
+                fb::StablehloScatterOptions::create(
+                    b,
+                    &fb::StablehloScatterOptionsArgs {
+                        indices_are_sorted: *indices_are_sorted,
+                        update_window_dims: Some(uw),
+                        inserted_window_dims: Some(iw),
+                        scatter_dims_to_operand_dims: Some(so),
+                        index_vector_dim: *index_vector_dim,
+                        unique_indices: *unique_indices,
+                        update_computation_subgraph_index: *update_computation_subgraph_index,
                     },
                 )
                 .as_union_value()

@@ -145,6 +145,7 @@ pub mod fixed16;
 pub mod gemm;
 pub mod grad;
 pub mod hlo;
+pub mod hlo_index;
 pub mod hybrid;
 pub mod igemm;
 pub mod index;

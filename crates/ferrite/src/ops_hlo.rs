@@ -97,6 +97,37 @@ pub enum HloParams {
         /// The algorithm code.
         algorithm: i8,
     },
+    /// STABLEHLO_GATHER: the dimension numbers as written (checked against the
+    /// operand and indices shapes at prepare).
+    Gather {
+        /// Output dimensions indexing within a slice.
+        offset_dims: Vec<i64>,
+        /// Operand dimensions of slice size 1 left out of the output.
+        collapsed_slice_dims: Vec<i64>,
+        /// Operand dimension each index vector element starts.
+        start_index_map: Vec<i64>,
+        /// The indices' dimension holding the index vectors.
+        index_vector_dim: i64,
+        /// Slice size per operand dimension.
+        slice_sizes: Vec<i64>,
+    },
+    /// STABLEHLO_SCATTER: the dimension numbers as written and the update
+    /// computation its body subgraph names.
+    Scatter {
+        /// Updates' dimensions indexing within a window.
+        update_window_dims: Vec<i64>,
+        /// Operand dimensions a window does not span.
+        inserted_window_dims: Vec<i64>,
+        /// Operand dimension each index vector element starts.
+        scatter_dims_to_operand_dims: Vec<i64>,
+        /// The indices' dimension holding the index vectors.
+        index_vector_dim: i64,
+        /// The update computation's subgraph.
+        body_subgraph: i32,
+        /// The body's single op, `None` for a body that returns the update as it
+        /// is, once [`resolve_bodies`] has looked (`Err` says why it could not).
+        body: std::result::Result<Option<BuiltinOp>, String>,
+    },
 }
 
 /// The parameters of `op` from the operator table `o`, for the ops that read the
@@ -110,6 +141,8 @@ pub fn parse(op: BuiltinOp, o: Table<'_>) -> Result<Option<HloParams>> {
         BuiltinOp::REDUCE_WINDOW => T::ReduceWindowOptions,
         BuiltinOp::STABLEHLO_REDUCE_WINDOW => T::StablehloReduceWindowOptions,
         BuiltinOp::STABLEHLO_RNG_BIT_GENERATOR => T::StablehloRngBitGeneratorOptions,
+        BuiltinOp::STABLEHLO_GATHER => T::StablehloGatherOptions,
+        BuiltinOp::STABLEHLO_SCATTER => T::StablehloScatterOptions,
         _ => return Ok(None),
     };
     let kind = o.scalar::<u8>(fb::Operator::VT_BUILTIN_OPTIONS_2_TYPE, 0)?;
@@ -146,6 +179,27 @@ pub fn parse(op: BuiltinOp, o: Table<'_>) -> Result<Option<HloParams>> {
                 body: Err("not looked up".into()),
             }
         }
+        BuiltinOp::STABLEHLO_GATHER => {
+            use fb::StablehloGatherOptions as O;
+            HloParams::Gather {
+                offset_dims: list(O::VT_OFFSET_DIMS, "offset_dims")?,
+                collapsed_slice_dims: list(O::VT_COLLAPSED_SLICE_DIMS, "collapsed_slice_dims")?,
+                start_index_map: list(O::VT_START_INDEX_MAP, "start_index_map")?,
+                index_vector_dim: t.scalar::<i64>(O::VT_INDEX_VECTOR_DIM, 0)?,
+                slice_sizes: list(O::VT_SLICE_SIZES, "slice_sizes")?,
+            }
+        }
+        BuiltinOp::STABLEHLO_SCATTER => {
+            use fb::StablehloScatterOptions as O;
+            HloParams::Scatter {
+                update_window_dims: list(O::VT_UPDATE_WINDOW_DIMS, "update_window_dims")?,
+                inserted_window_dims: list(O::VT_INSERTED_WINDOW_DIMS, "inserted_window_dims")?,
+                scatter_dims_to_operand_dims: list(O::VT_SCATTER_DIMS_TO_OPERAND_DIMS, "scatter_dims_to_operand_dims")?,
+                index_vector_dim: t.scalar::<i64>(O::VT_INDEX_VECTOR_DIM, 0)?,
+                body_subgraph: t.scalar::<i32>(O::VT_UPDATE_COMPUTATION_SUBGRAPH_INDEX, 0)?,
+                body: Err("not looked up".into()),
+            }
+        }
         BuiltinOp::STABLEHLO_RNG_BIT_GENERATOR => {
             HloParams::RngBitGenerator { algorithm: t.scalar::<i8>(fb::StablehloRngBitGeneratorOptions::VT_ALGORITHM, 0)? }
         }
@@ -153,16 +207,21 @@ pub fn parse(op: BuiltinOp, o: Table<'_>) -> Result<Option<HloParams>> {
     }))
 }
 
-/// Names the op each STABLEHLO_REDUCE_WINDOW's body subgraph computes: a body of
-/// one op whose two inputs are the body's inputs and whose output is its output (the
-/// only form LiteRT runs). Other bodies are left with the reason, for the builder's
-/// error; a model is not refused here, as an op that never runs may stay unread.
+/// Names the op each STABLEHLO_REDUCE_WINDOW's and STABLEHLO_SCATTER's body
+/// subgraph computes: a body of one op whose two inputs are the body's inputs and
+/// whose output is its output (the only form LiteRT runs), or for a scatter also a
+/// body of no op that returns its second input (the update replaces the value).
+/// Other bodies are left with the reason, for the builder's error; a model is not
+/// refused here, as an op that never runs may stay unread.
 pub fn resolve_bodies(subgraphs: &mut [crate::model::Subgraph]) {
     let mut found = vec![];
+    let mut scatters = vec![];
     for (si, sg) in subgraphs.iter().enumerate() {
         for (oi, op) in sg.ops.iter().enumerate() {
-            if let OpParams::Hlo(HloParams::StablehloReduceWindow { body_subgraph, .. }) = &op.params {
-                found.push((si, oi, body_of(subgraphs, *body_subgraph)));
+            match &op.params {
+                OpParams::Hlo(HloParams::StablehloReduceWindow { body_subgraph, .. }) => found.push((si, oi, body_of(subgraphs, *body_subgraph))),
+                OpParams::Hlo(HloParams::Scatter { body_subgraph, .. }) => scatters.push((si, oi, scatter_body_of(subgraphs, *body_subgraph))),
+                _ => {}
             }
         }
     }
@@ -171,6 +230,26 @@ pub fn resolve_bodies(subgraphs: &mut [crate::model::Subgraph]) {
             *body = b;
         }
     }
+    for (si, oi, b) in scatters {
+        if let OpParams::Hlo(HloParams::Scatter { body, .. }) = &mut subgraphs[si].ops[oi].params {
+            *body = b;
+        }
+    }
+}
+
+/// A scatter's update computation: `None` for a body without ops returning its
+/// second input (the update), else its single op as [`body_of`] names it.
+fn scatter_body_of(subgraphs: &[crate::model::Subgraph], index: i32) -> std::result::Result<Option<BuiltinOp>, String> {
+    let g = usize::try_from(index).ok().and_then(|i| subgraphs.get(i)).ok_or_else(|| format!("body subgraph {index} does not exist"))?;
+    if g.ops.is_empty() {
+        // LiteRT takes any body without ops as "replace"; one returning its first
+        // input would keep the operand instead, which it would compute wrongly.
+        return match (g.inputs.as_slice(), g.outputs.as_slice()) {
+            ([_, update], [out]) if update == out => Ok(None),
+            _ => Err(format!("body subgraph {index} has no op and does not return its second input (only the update itself is supported)")),
+        };
+    }
+    body_of(subgraphs, index).map(Some)
 }
 
 fn body_of(subgraphs: &[crate::model::Subgraph], index: i32) -> std::result::Result<BuiltinOp, String> {
@@ -226,6 +305,65 @@ mod tests {
         let wrong = HloOptions::ReduceWindow { function: 4 };
         let model = Model::from_bytes(std::sync::Arc::new(one_op(BuiltinOp::STABLEHLO_PAD, 2, Options::Hlo(wrong)))).expect("loads");
         assert_eq!(model.subgraphs[0].ops[0].params, OpParams::None);
+    }
+
+    /// Gather and scatter options round trip; a scatter body of no op returning its
+    /// update is "replace", one returning the operand value is refused with why.
+    #[test]
+    fn gather_and_scatter_options_round_trip() {
+        let gather = HloOptions::Gather {
+            offset_dims: vec![1],
+            collapsed_slice_dims: vec![0],
+            start_index_map: vec![0],
+            index_vector_dim: 1,
+            slice_sizes: vec![1, 2],
+            indices_are_sorted: true,
+        };
+        let model = Model::from_bytes(std::sync::Arc::new(one_op(BuiltinOp::STABLEHLO_GATHER, 2, Options::Hlo(gather)))).expect("loads");
+        let want =
+            HloParams::Gather { offset_dims: vec![1], collapsed_slice_dims: vec![0], start_index_map: vec![0], index_vector_dim: 1, slice_sizes: vec![1, 2] };
+        assert_eq!(model.subgraphs[0].ops[0].params, OpParams::Hlo(want));
+        let scatter_body = |ops: &[BuiltinOp], returns_update: bool| {
+            let mut m = ModelSpec::default();
+            let ins: Vec<i32> = (0..3).map(|i| m.add_tensor(TensorSpec::activation(&format!("x{i}"), TensorType::FLOAT32, &[2]))).collect();
+            let out = m.add_tensor(TensorSpec::activation("y", TensorType::FLOAT32, &[2]));
+            let options = HloOptions::Scatter {
+                update_window_dims: vec![],
+                inserted_window_dims: vec![0],
+                scatter_dims_to_operand_dims: vec![0],
+                index_vector_dim: 1,
+                indices_are_sorted: false,
+                unique_indices: true,
+                update_computation_subgraph_index: 1,
+            };
+            m.add_op(OpCode::Builtin(BuiltinOp::STABLEHLO_SCATTER.operator()), &ins, &[out], Options::Hlo(options));
+            (m.inputs, m.outputs) = (ins, vec![out]);
+            let mut body = ModelSpec::default();
+            let (a, b) = (
+                body.add_tensor(TensorSpec::activation("a", TensorType::FLOAT32, &[])),
+                body.add_tensor(TensorSpec::activation("b", TensorType::FLOAT32, &[])),
+            );
+            let mut last = if returns_update { b } else { a };
+            for (k, &op) in ops.iter().enumerate() {
+                let o = body.add_tensor(TensorSpec::activation(&format!("o{k}"), TensorType::FLOAT32, &[]));
+                body.add_op(OpCode::Builtin(op.operator()), &[a, b], &[o], Options::None);
+                last = o;
+            }
+            (body.inputs, body.outputs) = (vec![a, b], vec![last]);
+            m.subgraphs.push(body);
+            let model = Model::from_bytes(std::sync::Arc::new(m.to_bytes().expect("writes"))).expect("loads");
+            match &model.subgraphs[0].ops[0].params {
+                OpParams::Hlo(HloParams::Scatter { body, index_vector_dim: 1, inserted_window_dims, .. }) => {
+                    assert_eq!(inserted_window_dims, &vec![0]);
+                    body.clone()
+                }
+                p => panic!("parsed as {p:?}"),
+            }
+        };
+        assert_eq!(scatter_body(&[], true), Ok(None));
+        assert!(scatter_body(&[], false).is_err_and(|e| e.contains("second input")));
+        assert_eq!(scatter_body(&[BuiltinOp::STABLEHLO_MINIMUM], true), Ok(Some(BuiltinOp::STABLEHLO_MINIMUM)));
+        assert!(scatter_body(&[BuiltinOp::STABLEHLO_ADD, BuiltinOp::STABLEHLO_ADD], true).is_err_and(|e| e.contains("2 ops")));
     }
 
     /// A reduce-window body is named by its single op; other bodies keep the reason.

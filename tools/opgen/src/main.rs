@@ -8,6 +8,7 @@
 //!   ferrite-opgen probe OUTDIR [--seed S]              (per-type LiteRT probe models, see probe.rs)
 
 mod hlo;
+mod hlo_index;
 mod probe;
 mod qelem;
 mod qnorm;
@@ -128,6 +129,7 @@ fn gen(op: &str, r: &mut Rng) -> Case {
         op if qelem::OPS.contains(&op) => return qelem::gen_case(op, r),
         op if qnorm::OPS.contains(&op) => return qnorm::gen_case(op, r),
         op if hlo::handles(op) => return hlo::gen(op, r),
+        op if hlo_index::handles(op) => return hlo_index::gen(op, r),
         op if rand::OPS.contains(&op) || rand::REFUSED.contains(&op) => return rand::gen(op, r),
         op if rngbits::handles(op) => return rngbits::gen(op, r),
         op if tconv::OPS.contains(&op) => return tconv::gen(op, r),
@@ -3216,6 +3218,33 @@ const OPS: &[&str] = &[
     "STABLEHLO_RNG_BIT_GENERATOR_PHILOX_INT16",
     "STABLEHLO_RNG_BIT_GENERATOR_THREEFRY3_UINT32",
     "STABLEHLO_RNG_BIT_GENERATOR_UNKNOWN_UINT32",
+    // STABLEHLO_GATHER and STABLEHLO_SCATTER (hlo_index.rs; keep in step with its OPS and REFUSED).
+    "STABLEHLO_GATHER",
+    "STABLEHLO_GATHER_INT8",
+    "STABLEHLO_GATHER_UINT8",
+    "STABLEHLO_GATHER_INT16",
+    "STABLEHLO_GATHER_INT32",
+    "STABLEHLO_GATHER_INT64",
+    "STABLEHLO_GATHER_TAKE",
+    "STABLEHLO_GATHER_TAKE_INT32",
+    "STABLEHLO_GATHER_ND",
+    "STABLEHLO_GATHER_ND_INT8",
+    "STABLEHLO_SCATTER",
+    "STABLEHLO_SCATTER_INT8",
+    "STABLEHLO_SCATTER_UINT8",
+    "STABLEHLO_SCATTER_INT16",
+    "STABLEHLO_SCATTER_INT32",
+    "STABLEHLO_SCATTER_INT64",
+    "STABLEHLO_SCATTER_UPDATE",
+    "STABLEHLO_SCATTER_UPDATE_INT32",
+    "STABLEHLO_SCATTER_ADD",
+    "STABLEHLO_SCATTER_ADD_INT64",
+    "STABLEHLO_SCATTER_BUILTIN",
+    "STABLEHLO_GATHER_BOOL",
+    "STABLEHLO_SCATTER_BOOL",
+    "STABLEHLO_GATHER_NARROW_INDICES",
+    "STABLEHLO_SCATTER_SUB",
+    "STABLEHLO_SCATTER_TWO_OPS",
 ];
 
 /// Ops compared with LiteRT's builtin (optimized) kernels rather than its reference
@@ -3371,7 +3400,7 @@ fn main() -> Result<(), String> {
                         "ranges": case.ranges,
                         "fixed": fixed,
                         "integral": matches!(*op, "EQUAL" | "NOT_EQUAL" | "TOPK_V2_TIES" | "UNIQUE"),
-                        "refused": REFUSED.contains(op) || hlo::REFUSED.contains(op) || rngbits::REFUSED.contains(op),
+                        "refused": REFUSED.contains(op) || hlo::REFUSED.contains(op) || rngbits::REFUSED.contains(op) || hlo_index::REFUSED.contains(op),
                         "builtin_oracle": BUILTIN_ORACLE.contains(op) || qelem::BUILTIN_ORACLE.contains(op),
                         "steps": stream_steps(op),
                         "exact": rand::is_stream(op) || rngbits::handles(op) || tconv::OPS.contains(op),
@@ -3432,6 +3461,9 @@ mod tests {
         }
         for case in super::rngbits::OPS.iter().chain(super::rngbits::REFUSED) {
             assert!(super::OPS.contains(case), "{case} of rngbits.rs is not listed in OPS");
+        }
+        for case in super::hlo_index::OPS.iter().chain(super::hlo_index::REFUSED) {
+            assert!(super::OPS.contains(case), "{case} of hlo_index.rs is not listed in OPS");
         }
         for case in ["IF", "WHILE", "VARIABLES"] {
             assert!(super::OPS.contains(&case));

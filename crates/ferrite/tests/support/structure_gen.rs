@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use ferrite::{Model, Session, SessionOptions};
 use ferrite_format::schema::{BuiltinOptions, TensorType as T};
-use ferrite_format::writer::{Activation, BuiltinOperator as B, ModelSpec, OpCode, Options, Padding, TensorSpec};
+use ferrite_format::writer::{Activation, BuiltinOperator as B, HloOptions, ModelSpec, OpCode, Options, Padding, TensorSpec};
 
 /// Arena limit of every fuzzed session: legitimate-but-huge models end in a
 /// resource-limit error instead of an allocation.
@@ -240,6 +240,8 @@ pub const OPS: &[(B, usize, usize)] = &[
     (B::VAR_HANDLE, 0, 1),
     (B::READ_VARIABLE, 1, 1),
     (B::ASSIGN_VARIABLE, 2, 0),
+    (B::STABLEHLO_GATHER, 2, 1),
+    (B::STABLEHLO_SCATTER, 3, 1),
 ];
 
 /// Which op inputs are small integer parameter tensors (axes, shapes, paddings,
@@ -259,7 +261,7 @@ fn int_param(op: B, k: usize) -> bool {
             | (B::SPLIT_V, 1 | 2)
             | (B::SLICE, 1 | 2)
             | (B::STRIDED_SLICE, 1..=3)
-            | (B::GATHER_ND | B::TOPK_V2 | B::ONE_HOT | B::CUMSUM, 1)
+            | (B::GATHER_ND | B::TOPK_V2 | B::ONE_HOT | B::CUMSUM | B::STABLEHLO_GATHER | B::STABLEHLO_SCATTER, 1)
             | (B::SCATTER_ND, 0 | 2)
             | (B::DYNAMIC_UPDATE_SLICE, 2)
             | (B::EMBEDDING_LOOKUP, 0)
@@ -570,6 +572,30 @@ fn options(rng: &mut Rng, op: B, rank: usize, n_out: usize, subgraphs: usize) ->
         B::BATCH_MATMUL => Options::BatchMatMul { adj_x: rng.pct(30), adj_y: rng.pct(30), asymmetric_quantize_inputs: rng.pct(20) },
         B::IF => Options::If { then_subgraph: sg(rng), else_subgraph: sg(rng) },
         B::WHILE => Options::While { cond_subgraph: sg(rng), body_subgraph: sg(rng) },
+        // Dimension numbers of any length: out of range, repeated, negative, huge.
+        B::STABLEHLO_GATHER => {
+            let dims = |rng: &mut Rng| (0..rng.below(5)).map(|_| i64::from(axis_value(rng, rank))).collect::<Vec<_>>();
+            Options::Hlo(HloOptions::Gather {
+                offset_dims: dims(rng),
+                collapsed_slice_dims: dims(rng),
+                start_index_map: dims(rng),
+                index_vector_dim: i64::from(axis_value(rng, rank)),
+                slice_sizes: (0..rng.below(5)).map(|_| i64::from(small(rng))).collect(),
+                indices_are_sorted: rng.pct(50),
+            })
+        }
+        B::STABLEHLO_SCATTER => {
+            let dims = |rng: &mut Rng| (0..rng.below(5)).map(|_| i64::from(axis_value(rng, rank))).collect::<Vec<_>>();
+            Options::Hlo(HloOptions::Scatter {
+                update_window_dims: dims(rng),
+                inserted_window_dims: dims(rng),
+                scatter_dims_to_operand_dims: dims(rng),
+                index_vector_dim: i64::from(axis_value(rng, rank)),
+                indices_are_sorted: rng.pct(50),
+                unique_indices: rng.pct(50),
+                update_computation_subgraph_index: sg(rng),
+            })
+        }
         B::CALL_ONCE => Options::CallOnce { init_subgraph: sg(rng) },
         B::VAR_HANDLE => Options::VarHandle { container: String::new(), shared_name: format!("v{}", rng.below(3)) },
         B::GELU => Options::Gelu { approximate: rng.pct(50) },

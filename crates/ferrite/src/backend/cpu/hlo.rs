@@ -26,13 +26,15 @@ pub(super) fn build(code: B, op: &OpContext<'_>, _ctx: &mut BackendContext) -> O
         B::DILATE => dilate(op),
         B::REDUCE_WINDOW => reduce_window(op),
         B::STABLEHLO_REDUCE_WINDOW => stablehlo_reduce_window(op),
+        B::STABLEHLO_GATHER => super::hlo_index::gather(op),
+        B::STABLEHLO_SCATTER => super::hlo_index::scatter(op),
         _ => return None,
     })
 }
 
 /// A typed view of a kernel buffer. An empty tensor's buffer may sit at any
 /// address, so it views as empty without the alignment check.
-fn view<T: bytemuck::Pod>(b: &[u8]) -> Result<&[T]> {
+pub(super) fn view<T: bytemuck::Pod>(b: &[u8]) -> Result<&[T]> {
     if b.is_empty() {
         Ok(&[])
     } else {
@@ -41,7 +43,7 @@ fn view<T: bytemuck::Pod>(b: &[u8]) -> Result<&[T]> {
 }
 
 /// [`view`] of an output buffer.
-fn view_mut<T: bytemuck::Pod>(b: &mut [u8]) -> Result<&mut [T]> {
+pub(super) fn view_mut<T: bytemuck::Pod>(b: &mut [u8]) -> Result<&mut [T]> {
     if b.is_empty() {
         Ok(&mut [])
     } else {
@@ -50,7 +52,7 @@ fn view_mut<T: bytemuck::Pod>(b: &mut [u8]) -> Result<&mut [T]> {
 }
 
 /// A runtime error for a buffer of another size than the op was built for.
-fn sized(what: &'static str, got: usize, want: usize) -> Result<()> {
+pub(super) fn sized(what: &'static str, got: usize, want: usize) -> Result<()> {
     if got == want {
         Ok(())
     } else {

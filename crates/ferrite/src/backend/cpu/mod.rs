@@ -13,6 +13,7 @@ mod convert;
 mod elementwise;
 pub(crate) mod feature;
 mod hlo;
+pub(crate) mod hlo_index;
 mod index;
 mod linear;
 mod movement;
@@ -194,7 +195,9 @@ pub(crate) fn family_feature(code: B) -> Option<&'static str> {
         | B::STABLEHLO_PAD
         | B::DILATE
         | B::REDUCE_WINDOW
-        | B::STABLEHLO_REDUCE_WINDOW => "op-hlo",
+        | B::STABLEHLO_REDUCE_WINDOW
+        | B::STABLEHLO_GATHER
+        | B::STABLEHLO_SCATTER => "op-hlo",
         B::ARG_MAX | B::ARG_MIN | B::MEAN | B::REDUCE_MAX | B::REDUCE_MIN | B::REDUCE_PROD | B::SUM | B::REDUCE_ALL | B::REDUCE_ANY => "op-reduce",
         B::BROADCAST_TO
         | B::CONCATENATION

@@ -14,6 +14,7 @@
 
 mod elementwise;
 mod hlo;
+mod hlo_index;
 mod index;
 mod movement;
 mod nn;

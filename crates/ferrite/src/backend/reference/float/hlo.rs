@@ -26,6 +26,8 @@ pub(super) fn build(code: B, op: &OpContext<'_>) -> Option<Result<Built>> {
         B::DILATE => dilate(op),
         B::REDUCE_WINDOW => reduce_window(op),
         B::STABLEHLO_REDUCE_WINDOW => stablehlo_reduce_window(op),
+        B::STABLEHLO_GATHER => super::hlo_index::gather(op),
+        B::STABLEHLO_SCATTER => super::hlo_index::scatter(op),
         _ => return None,
     })
 }
