@@ -205,13 +205,16 @@ impl SparseIndices {
 
     /// Entry `i`, or `None` past the end (or, for an array built in memory on a
     /// 32-bit target, a value that does not fit a `usize`).
+    #[inline]
     pub fn get(&self, i: usize) -> Option<usize> {
         if i >= self.len {
             return None;
         }
+        // start + len x width lies inside the bytes (checked when the array was
+        // made), so for i < len this neither overflows nor leaves them.
         let w = self.width.bytes();
-        let at = self.start.checked_add(i.checked_mul(w)?)?;
-        let b = (*self.bytes).as_ref().get(at..at.checked_add(w)?)?;
+        let at = self.start + i * w;
+        let b = (*self.bytes).as_ref().get(at..at + w)?;
         match self.width {
             IndexWidth::U8 => Some(usize::from(b[0])),
             IndexWidth::U16 => Some(usize::from(u16::from_le_bytes([b[0], b[1]]))),

@@ -115,7 +115,12 @@ pub(crate) fn quantize(op: &OpContext<'_>) -> Result<Built> {
 fn densify_bytes(shape: &[usize], elem: usize, sp: &Sparsity, src: &[u8], dst: &mut [u8]) -> std::result::Result<(), String> {
     let n = shape.len();
     let levels = sp.traversal_order.len();
-    if levels < n || sp.block_map.len() != levels - n || sp.traversal_order.iter().any(|&t| t >= levels) || sp.block_map.iter().any(|&b| b >= n) {
+    if n > crate::model::MAX_RANK
+        || levels < n
+        || sp.block_map.len() != levels - n
+        || sp.traversal_order.iter().any(|&t| t >= levels)
+        || sp.block_map.iter().any(|&b| b >= n)
+    {
         return Err("traversal order / block map inconsistent with the tensor rank".into());
     }
     // The format takes a block's size from the metadata entry its traversal slot names.
@@ -155,7 +160,9 @@ fn densify_bytes(shape: &[usize], elem: usize, sp: &Sparsity, src: &[u8], dst: &
         *budget = budget.checked_sub(1).ok_or("sparse description requires too much work")?;
         let n = w.shape.len();
         if level == indices.len() {
-            let mut orig = vec![0usize; n];
+            // On the stack: this runs once per stored value (hundreds of thousands).
+            let mut orig = [0usize; crate::model::MAX_RANK];
+            let orig = &mut orig[..n];
             for i in 0..n {
                 orig[w.sp.traversal_order[i]] = indices[i];
             }
