@@ -203,6 +203,10 @@ impl<'a, T: Scalar> Vector<'a, T> {
     pub fn is_empty(&self) -> bool {
         self.bytes.is_empty()
     }
+    /// Where the first element lies in the file (bytes from its start).
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
     /// Element `i`, or `None` out of range.
     pub fn get(&self, i: usize) -> Option<T> {
         let s = i.checked_mul(T::SIZE)?;

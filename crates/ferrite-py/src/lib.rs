@@ -86,7 +86,7 @@ fn detail(info: &ferrite::model::TensorInfo, shape: Vec<usize>) -> Detail {
             .iter()
             .map(|d| match d {
                 ferrite::model::SparseDim::Dense(n) => (0, *n, vec![], vec![]),
-                ferrite::model::SparseDim::Csr { segments, indices } => (1, 0, segments.clone(), indices.clone()),
+                ferrite::model::SparseDim::Csr { segments, indices } => (1, 0, segments.to_vec(), indices.to_vec()),
             })
             .collect();
         (s.traversal_order.clone(), s.block_map.clone(), dims)

@@ -141,10 +141,116 @@ pub enum SparseDim {
     /// CSR: segment offsets and the indices they delimit.
     Csr {
         /// Segment boundaries.
-        segments: Vec<usize>,
+        segments: SparseIndices,
         /// Indices inside this dimension.
-        indices: Vec<usize>,
+        indices: SparseIndices,
     },
+}
+
+/// One index array of a sparse tensor (CSR segments or indices), read in place
+/// from the bytes it was loaded from at the width the file stores it (uint8,
+/// uint16 or int32). Widened to `usize` at load, a sparse model's index arrays
+/// took 8 bytes an entry on the heap for the model's whole life (5.5 MB for
+/// MediaPipe's pose detector, three times its stored weights) although only
+/// DENSIFY reads them, once, at prepare; in place they cost nothing, and the file
+/// pages they occupy are given back once the tensor is densified.
+#[derive(Clone)]
+pub struct SparseIndices {
+    bytes: ModelBytes,
+    /// Where the first entry lies in `bytes`.
+    start: usize,
+    len: usize,
+    width: IndexWidth,
+}
+
+/// How a [`SparseIndices`] array stores its entries (little-endian).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum IndexWidth {
+    U8,
+    U16,
+    /// int32 in the file; checked non-negative at load.
+    I32,
+    /// u64, for arrays built in memory ([`SparseIndices::from_values`]).
+    U64,
+}
+
+impl IndexWidth {
+    fn bytes(self) -> usize {
+        match self {
+            IndexWidth::U8 => 1,
+            IndexWidth::U16 => 2,
+            IndexWidth::I32 => 4,
+            IndexWidth::U64 => 8,
+        }
+    }
+}
+
+impl SparseIndices {
+    /// An array holding `values` in memory of its own (for descriptions built in
+    /// code rather than read from a file).
+    pub fn from_values(values: &[usize]) -> Self {
+        let bytes: Vec<u8> = values.iter().flat_map(|&v| (v as u64).to_le_bytes()).collect();
+        SparseIndices { bytes: Arc::new(bytes), start: 0, len: values.len(), width: IndexWidth::U64 }
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the array has no entries.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Entry `i`, or `None` past the end (or, for an array built in memory on a
+    /// 32-bit target, a value that does not fit a `usize`).
+    #[inline]
+    pub fn get(&self, i: usize) -> Option<usize> {
+        if i >= self.len {
+            return None;
+        }
+        // start + len x width lies inside the bytes (checked when the array was
+        // made), so for i < len this neither overflows nor leaves them.
+        let w = self.width.bytes();
+        let at = self.start + i * w;
+        let b = (*self.bytes).as_ref().get(at..at + w)?;
+        match self.width {
+            IndexWidth::U8 => Some(usize::from(b[0])),
+            IndexWidth::U16 => Some(usize::from(u16::from_le_bytes([b[0], b[1]]))),
+            IndexWidth::I32 => usize::try_from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])).ok(),
+            IndexWidth::U64 => usize::try_from(u64::from_le_bytes(b.try_into().ok()?)).ok(),
+        }
+    }
+
+    /// The entries in order.
+    pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.len).map_while(|i| self.get(i))
+    }
+
+    /// The entries collected into a vector.
+    pub fn to_vec(&self) -> Vec<usize> {
+        self.iter().collect()
+    }
+
+    /// The bytes the entries occupy in `file` when this array is read from it
+    /// (`file` is the buffer it was loaded from), for giving their pages back.
+    pub(crate) fn range_in(&self, file: &[u8]) -> Option<Range<usize>> {
+        let own = (*self.bytes).as_ref();
+        (std::ptr::eq(own.as_ptr(), file.as_ptr()) && own.len() == file.len()).then(|| self.start..self.start + self.len * self.width.bytes())
+    }
+}
+
+impl PartialEq for SparseIndices {
+    fn eq(&self, other: &Self) -> bool {
+        self.len == other.len && self.iter().eq(other.iter())
+    }
+}
+
+impl std::fmt::Debug for SparseIndices {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
 }
 
 /// Sparsity description of a constant tensor (TACO-style).
@@ -156,6 +262,20 @@ pub struct Sparsity {
     pub block_map: Vec<usize>,
     /// Per traversed dimension metadata.
     pub dims: Vec<SparseDim>,
+}
+
+impl Sparsity {
+    /// The bytes of `file` (the buffer the model was loaded from) that hold this
+    /// description's index arrays.
+    pub(crate) fn index_ranges_in<'a>(&'a self, file: &'a [u8]) -> impl Iterator<Item = Range<usize>> + 'a {
+        self.dims
+            .iter()
+            .flat_map(move |d| match d {
+                SparseDim::Csr { segments, indices } => [segments.range_in(file), indices.range_in(file)],
+                SparseDim::Dense(_) => [None, None],
+            })
+            .flatten()
+    }
 }
 
 /// A tensor's static description.
@@ -381,7 +501,7 @@ impl Model {
     /// Loads a model from caller-owned bytes without copying them.
     pub fn from_bytes(bytes: ModelBytes) -> Result<Model> {
         let started = std::time::Instant::now();
-        let (kind, version, description, subgraphs, signatures) = parse((*bytes).as_ref())?;
+        let (kind, version, description, subgraphs, signatures) = parse(&bytes)?;
         Ok(Model {
             bytes,
             kind,
@@ -490,7 +610,10 @@ fn idx(v: i64, len: usize, what: impl Fn() -> String) -> Result<usize> {
     Ok(v as usize)
 }
 
-fn parse(data: &[u8]) -> Result<Parsed> {
+/// Parses the model in `file` (sparse tensors' index arrays keep a handle on it
+/// and are read in place).
+fn parse(file: &ModelBytes) -> Result<Parsed> {
+    let data = (**file).as_ref();
     let (kind, root) = ferrite_format::open(data)?;
     let version = root.scalar::<u32>(fb::Model::VT_VERSION, 0)?;
     let description = root.string(fb::Model::VT_DESCRIPTION)?.unwrap_or_default();
@@ -541,7 +664,7 @@ fn parse(data: &[u8]) -> Result<Parsed> {
     }
     let mut subgraphs = Vec::with_capacity(fb_subgraphs.len().min(1 << 16));
     for (si, sg) in fb_subgraphs.iter().enumerate() {
-        subgraphs.push(parse_subgraph(data, kind, si, sg?, &buffers, &codes)?);
+        subgraphs.push(parse_subgraph(file, kind, si, sg?, &buffers, &codes)?);
     }
     crate::ops_hlo::resolve_bodies(&mut subgraphs);
 
@@ -571,12 +694,13 @@ fn parse(data: &[u8]) -> Result<Parsed> {
     Ok((kind, version, description, subgraphs, signatures))
 }
 
-fn parse_subgraph(data: &[u8], kind: FileKind, si: usize, sg: Table<'_>, buffers: &[Option<Range<usize>>], codes: &[(OpCode, i32)]) -> Result<Subgraph> {
+fn parse_subgraph(file: &ModelBytes, kind: FileKind, si: usize, sg: Table<'_>, buffers: &[Option<Range<usize>>], codes: &[(OpCode, i32)]) -> Result<Subgraph> {
+    let data = (**file).as_ref();
     let name = sg.string(fb::SubGraph::VT_NAME)?.unwrap_or_default();
     let fb_tensors = sg.tables(fb::SubGraph::VT_TENSORS)?;
     let mut tensors = Vec::with_capacity(fb_tensors.len().min(1 << 20));
     for (ti, t) in fb_tensors.iter().enumerate() {
-        let info = parse_tensor(kind, t?, buffers).map_err(|e| e.located(Location::tensor(si, ti)))?;
+        let info = parse_tensor(file, kind, t?, buffers).map_err(|e| e.located(Location::tensor(si, ti)))?;
         check_string_constant(data, &info).map_err(|e| e.located(Location::tensor(si, ti)))?;
         tensors.push(info);
     }
@@ -648,7 +772,7 @@ fn parse_op(data: &[u8], o: Table<'_>, n: usize, codes: &[(OpCode, i32)]) -> Res
 }
 
 /// One tensor; errors are located by the caller and name the tensor.
-fn parse_tensor(kind: FileKind, t: Table<'_>, buffers: &[Option<Range<usize>>]) -> Result<TensorInfo> {
+fn parse_tensor(file: &ModelBytes, kind: FileKind, t: Table<'_>, buffers: &[Option<Range<usize>>]) -> Result<TensorInfo> {
     let name = t.string(fb::Tensor::VT_NAME)?.unwrap_or_default();
     let code = t.scalar::<i8>(fb::Tensor::VT_TYPE_, 0)?;
     let dtype = DType::from_code(code, kind).ok_or_else(|| invalid(format!("'{name}': unknown tensor type code {code}")))?;
@@ -718,7 +842,7 @@ fn parse_tensor(kind: FileKind, t: Table<'_>, buffers: &[Option<Range<usize>>]) 
 
     let sparsity = match t.table(fb::Tensor::VT_SPARSITY)? {
         None => None,
-        Some(s) => Some(parse_sparsity(s).map_err(|e| match e {
+        Some(s) => Some(parse_sparsity(file, s).map_err(|e| match e {
             Error::InvalidModel(m) => invalid(format!("'{name}' sparsity: {m}")),
             e => e,
         })?),
@@ -750,7 +874,7 @@ fn check_string_constant(file: &[u8], t: &TensorInfo) -> Result<()> {
     Ok(())
 }
 
-fn parse_sparsity(s: Table<'_>) -> Result<Sparsity> {
+fn parse_sparsity(file: &ModelBytes, s: Table<'_>) -> Result<Sparsity> {
     let to_usize = |v: Vec<i32>, what: &str| -> Result<Vec<usize>> {
         v.into_iter().map(|x| usize::try_from(x).map_err(|_| invalid(format!("negative {what} {x}")))).collect()
     };
@@ -767,16 +891,26 @@ fn parse_sparsity(s: Table<'_>) -> Result<Sparsity> {
             let n = d.scalar::<i32>(fb::DimensionMetadata::VT_DENSE_SIZE, 0)?;
             dims.push(SparseDim::Dense(usize::try_from(n).map_err(|_| invalid(format!("negative dense size {n}")))?));
         } else {
-            let read = |type_slot, value_slot| -> Result<Vec<usize>> {
+            // The arrays stay in the file, at its width: only their place is noted
+            // (the reader has checked that they lie inside it).
+            let read = |type_slot, value_slot| -> Result<SparseIndices> {
                 let ty = d.scalar::<u8>(type_slot, 0)?;
                 let tab = d.table(value_slot)?.ok_or_else(|| invalid("CSR dimension without index arrays"))?;
                 // Int32Vector, Uint16Vector and Uint8Vector all keep `values` in slot 4.
-                Ok(match ty {
-                    1 => to_usize(tab.vec_of::<i32>(fb::Int32Vector::VT_VALUES)?, "sparse index")?,
-                    2 => tab.vec_of::<u16>(fb::Uint16Vector::VT_VALUES)?.into_iter().map(usize::from).collect(),
-                    3 => tab.vec_of::<u8>(fb::Uint8Vector::VT_VALUES)?.into_iter().map(usize::from).collect(),
+                let (start, len, width) = match ty {
+                    1 => {
+                        let v = tab.vector::<i32>(fb::Int32Vector::VT_VALUES)?;
+                        // Negative entries are refused here, so readers see indices only.
+                        if let Some(x) = v.as_ref().and_then(|v| v.iter().find(|&x| x < 0)) {
+                            return Err(invalid(format!("negative sparse index {x}")));
+                        }
+                        v.map_or((0, 0, IndexWidth::I32), |v| (v.offset(), v.len(), IndexWidth::I32))
+                    }
+                    2 => tab.vector::<u16>(fb::Uint16Vector::VT_VALUES)?.map_or((0, 0, IndexWidth::U16), |v| (v.offset(), v.len(), IndexWidth::U16)),
+                    3 => tab.vector::<u8>(fb::Uint8Vector::VT_VALUES)?.map_or((0, 0, IndexWidth::U8), |v| (v.offset(), v.len(), IndexWidth::U8)),
                     t => return Err(invalid(format!("unknown sparse index vector type {t}"))),
-                })
+                };
+                Ok(SparseIndices { bytes: file.clone(), start, len, width })
             };
             let segments = read(fb::DimensionMetadata::VT_ARRAY_SEGMENTS_TYPE, fb::DimensionMetadata::VT_ARRAY_SEGMENTS)?;
             let indices = read(fb::DimensionMetadata::VT_ARRAY_INDICES_TYPE, fb::DimensionMetadata::VT_ARRAY_INDICES)?;
@@ -871,5 +1005,24 @@ mod string_constant_tests {
         // An offset past the buffer's end, and a count the buffer cannot hold.
         assert!(Model::from_bytes(model_with(&["x", "y", "z"], |d| d[8..12].copy_from_slice(&1000i32.to_le_bytes()))).is_err());
         assert!(Model::from_bytes(model_with(&["x", "y", "z"], |d| d[..4].copy_from_slice(&i32::MAX.to_le_bytes()))).is_err());
+    }
+
+    #[test]
+    fn sparse_indices_read_each_width_in_place() {
+        use super::{IndexWidth, SparseIndices};
+        // uint8 [7, 200], uint16 [1, 60000], int32 [5, 70000] after a 3-byte header.
+        let file: Vec<u8> = [&[9u8, 9, 9][..], &[7, 200], &1u16.to_le_bytes(), &60000u16.to_le_bytes(), &5i32.to_le_bytes(), &70000i32.to_le_bytes()].concat();
+        let file: super::ModelBytes = std::sync::Arc::new(file);
+        let at = |start, width| SparseIndices { bytes: file.clone(), start, len: 2, width };
+        let (a, b, c) = (at(3, IndexWidth::U8), at(5, IndexWidth::U16), at(9, IndexWidth::I32));
+        assert_eq!((a.to_vec(), b.to_vec(), c.to_vec()), (vec![7, 200], vec![1, 60000], vec![5, 70000]));
+        assert_eq!((a.get(2), c.get(usize::MAX)), (None, None));
+        // Equal by value whatever the width; built in memory, it has no place in the file.
+        assert_eq!(b, SparseIndices::from_values(&[1, 60000]));
+        assert_ne!(b, SparseIndices::from_values(&[1, 60001]));
+        let bytes = (*file).as_ref();
+        assert_eq!((b.range_in(bytes), c.range_in(bytes)), (Some(5..9), Some(9..17)));
+        assert_eq!(SparseIndices::from_values(&[1]).range_in(bytes), None);
+        assert_eq!(c.range_in(&bytes[..bytes.len() - 1]), None);
     }
 }

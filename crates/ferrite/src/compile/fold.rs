@@ -76,8 +76,14 @@ pub(super) fn release_consumed(c: &mut Compilation<'_>, oi: usize, unneeded: imp
                 match &c.tensors[t].loc {
                     Loc::Owned(_) => c.tensors[t].loc = Loc::None,
                     // The file's constant stays where it is (a later reader of the same
-                    // bytes faults them in again); only its resident pages go.
-                    Loc::Model(r) => c.unread_model_ranges.push(r.clone()),
+                    // bytes faults them in again); only its resident pages go, with
+                    // those of its sparse index arrays when it was stored sparse.
+                    Loc::Model(r) => {
+                        c.unread_model_ranges.push(r.clone());
+                        if let Some(sp) = &g.tensors[t].sparsity {
+                            c.unread_model_ranges.extend(sp.index_ranges_in(c.bytes));
+                        }
+                    }
                     _ => {}
                 }
             }

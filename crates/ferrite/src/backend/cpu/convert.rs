@@ -110,11 +110,17 @@ pub(crate) fn quantize(op: &OpContext<'_>) -> Result<Built> {
     Ok(Built { outputs: vec![(to, x.shape.clone())], kernel })
 }
 
-/// Expands a sparse constant into its dense form, validating every index.
-pub(crate) fn densify_bytes(shape: &[usize], elem: usize, sp: &Sparsity, src: &[u8]) -> std::result::Result<Vec<u8>, String> {
+/// Expands a sparse constant into `dst`, its dense form (zeros where nothing is
+/// stored), validating every index.
+fn densify_bytes(shape: &[usize], elem: usize, sp: &Sparsity, src: &[u8], dst: &mut [u8]) -> std::result::Result<(), String> {
     let n = shape.len();
     let levels = sp.traversal_order.len();
-    if levels < n || sp.block_map.len() != levels - n || sp.traversal_order.iter().any(|&t| t >= levels) || sp.block_map.iter().any(|&b| b >= n) {
+    if n > crate::model::MAX_RANK
+        || levels < n
+        || sp.block_map.len() != levels - n
+        || sp.traversal_order.iter().any(|&t| t >= levels)
+        || sp.block_map.iter().any(|&b| b >= n)
+    {
         return Err("traversal order / block map inconsistent with the tensor rank".into());
     }
     // The format takes a block's size from the metadata entry its traversal slot names.
@@ -125,7 +131,10 @@ pub(crate) fn densify_bytes(shape: &[usize], elem: usize, sp: &Sparsity, src: &[
         })
         .collect::<std::result::Result<_, _>>()?;
     let numel = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or("dense shape overflows")?;
-    let mut dst = vec![0u8; numel.checked_mul(elem).ok_or("dense shape overflows")?];
+    if numel.checked_mul(elem) != Some(dst.len()) {
+        return Err("dense size mismatch".into());
+    }
+    dst.fill(0);
     let strides = ferrite_kernels::strides(shape);
     let mut indices = vec![0usize; levels];
     let mut src_pos = 0usize;
@@ -151,7 +160,9 @@ pub(crate) fn densify_bytes(shape: &[usize], elem: usize, sp: &Sparsity, src: &[
         *budget = budget.checked_sub(1).ok_or("sparse description requires too much work")?;
         let n = w.shape.len();
         if level == indices.len() {
-            let mut orig = vec![0usize; n];
+            // On the stack: this runs once per stored value (hundreds of thousands).
+            let mut orig = [0usize; crate::model::MAX_RANK];
+            let orig = &mut orig[..n];
             for i in 0..n {
                 orig[w.sp.traversal_order[i]] = indices[i];
             }
@@ -180,13 +191,12 @@ pub(crate) fn densify_bytes(shape: &[usize], elem: usize, sp: &Sparsity, src: &[
                 }
             }
             SparseDim::Csr { segments, indices: idx } => {
-                let (a, b) =
-                    (segments.get(prev).copied().ok_or("sparse segment out of range")?, segments.get(prev + 1).copied().ok_or("sparse segment out of range")?);
+                let (a, b) = (segments.get(prev).ok_or("sparse segment out of range")?, segments.get(prev + 1).ok_or("sparse segment out of range")?);
                 if a > b || b > idx.len() {
                     return Err("sparse segments are not ordered or exceed the indices".into());
                 }
-                for (i, &ix) in idx.iter().enumerate().take(b).skip(a) {
-                    indices[level] = ix;
+                for i in a..b {
+                    indices[level] = idx.get(i).ok_or("sparse index out of range")?;
                     go(w, level + 1, i, indices, src_pos, dst, budget)?;
                 }
             }
@@ -194,8 +204,7 @@ pub(crate) fn densify_bytes(shape: &[usize], elem: usize, sp: &Sparsity, src: &[
         Ok(())
     }
     let w = W { shape, sp, block_size: &block_size, strides: &strides, elem, src };
-    go(&w, 0, 0, &mut indices, &mut src_pos, &mut dst, &mut budget)?;
-    Ok(dst)
+    go(&w, 0, 0, &mut indices, &mut src_pos, dst, &mut budget)
 }
 
 pub(crate) fn densify(op: &OpContext<'_>) -> Result<Built> {
@@ -209,13 +218,10 @@ pub(crate) fn densify(op: &OpContext<'_>) -> Result<Built> {
     // the dense size has been checked against the session's memory limit.
     Ok(Built {
         outputs: vec![(x.dtype, x.shape.clone())],
+        // Written straight into the output: no second dense buffer at prepare.
         kernel: Box::new(move |_, outs| {
-            let dense = densify_bytes(&shape, elem, &sp, &src).map_err(|m| Error::InvalidModel(format!("{at}: {m}").into()))?;
-            if dense.len() != outs[0].len() {
-                return Err(Error::Runtime(format!("{at}: dense size mismatch").into()));
-            }
-            outs[0].copy_from_slice(&dense);
-            Ok(())
+            let out = outs.first_mut().ok_or_else(|| Error::Runtime(format!("{at}: no output").into()))?;
+            densify_bytes(&shape, elem, &sp, &src, out).map_err(|m| Error::InvalidModel(format!("{at}: {m}").into()))
         }),
     })
 }

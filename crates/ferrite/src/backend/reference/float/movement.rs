@@ -1043,13 +1043,13 @@ fn densify_into(shape: &[usize], es: usize, sp: &crate::model::Sparsity, src: &[
                 }
             }
             crate::model::SparseDim::Csr { segments, indices } => {
-                let (from, to) = (segments.get(pos).copied(), pos.checked_add(1).and_then(|p| segments.get(p)).copied());
+                let (from, to) = (segments.get(pos), pos.checked_add(1).and_then(|p| segments.get(p)));
                 let (Some(from), Some(to)) = (from, to) else { return Err("sparse segment out of range".into()) };
                 if from > to || to > indices.len() {
                     return Err("sparse segments are unordered or exceed the indices".into());
                 }
-                for (k, &i) in indices.iter().enumerate().take(to).skip(from) {
-                    index[level] = i;
+                for k in from..to {
+                    index[level] = indices.get(k).ok_or("sparse index out of range")?;
                     visit(w, level + 1, k, index, next, budget, dst)?;
                 }
             }
@@ -1177,19 +1177,26 @@ mod tests {
 
     #[test]
     fn densify_csr_and_blocks() {
-        use crate::model::{SparseDim, Sparsity};
+        use crate::model::{SparseDim, SparseIndices, Sparsity};
         // A 3x4 matrix, rows dense, columns CSR: row 0 has (0, 1.0), row 2 has (1, 2.0), (3, 3.0).
         let csr = Sparsity {
             traversal_order: vec![0, 1],
             block_map: vec![],
-            dims: vec![SparseDim::Dense(3), SparseDim::Csr { segments: vec![0, 1, 1, 3], indices: vec![0, 1, 3] }],
+            dims: vec![
+                SparseDim::Dense(3),
+                SparseDim::Csr { segments: SparseIndices::from_values(&[0, 1, 1, 3]), indices: SparseIndices::from_values(&[0, 1, 3]) },
+            ],
         };
         // The same matrix as 1x2 blocks: block columns CSR (row 0: block 0; row 2:
         // blocks 0 and 1), then a dense level within each block.
         let blocked = Sparsity {
             traversal_order: vec![0, 1, 2],
             block_map: vec![1],
-            dims: vec![SparseDim::Dense(3), SparseDim::Csr { segments: vec![0, 1, 1, 3], indices: vec![0, 0, 1] }, SparseDim::Dense(2)],
+            dims: vec![
+                SparseDim::Dense(3),
+                SparseDim::Csr { segments: SparseIndices::from_values(&[0, 1, 1, 3]), indices: SparseIndices::from_values(&[0, 0, 1]) },
+                SparseDim::Dense(2),
+            ],
         };
         let want = [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0, 0.0, 3.0];
         for (sp, values) in [(csr, vec![1.0f32, 2.0, 3.0]), (blocked, vec![1.0, 0.0, 0.0, 2.0, 0.0, 3.0])] {
@@ -1216,7 +1223,7 @@ mod tests {
         let bad = Sparsity {
             traversal_order: vec![0, 1],
             block_map: vec![],
-            dims: vec![SparseDim::Dense(1), SparseDim::Csr { segments: vec![0, 1], indices: vec![9] }],
+            dims: vec![SparseDim::Dense(1), SparseDim::Csr { segments: SparseIndices::from_values(&[0, 1]), indices: SparseIndices::from_values(&[9]) }],
         };
         let mut dst = vec![0u8; 16];
         assert!(super::densify_into(&[1, 4], 4, &bad, &[0; 4], &mut dst).is_err());
