@@ -2222,6 +2222,8 @@ const RECURRENT: &[&str] = &[
     "LSTM_HYBRID",
     "LSTM_INT8",
     "LSTM_INT16",
+    "LSTM_UINT8",
+    "UNIDIRECTIONAL_SEQUENCE_LSTM_UINT8",
     "BIDIRECTIONAL_SEQUENCE_LSTM",
     "BIDIRECTIONAL_SEQUENCE_LSTM_HYBRID",
     "UNIDIRECTIONAL_SEQUENCE_RNN",
@@ -2331,8 +2333,20 @@ fn gen_lstm_int8(op: &str, r: &mut Rng) -> Case {
     let mut m = ModelSpec { description: format!("ferrite single-op test: {op}"), ..Default::default() };
     let seq = op.starts_with("UNIDIRECTIONAL");
     // The 16x8 form: int16 activations (zero points 0), int8 weights.
-    let act = if op.ends_with("_INT16") { TensorType::INT16 } else { TensorType::INT8 };
-    let zp = |v: i64| if act == TensorType::INT16 { 0 } else { v };
+    // The uint8 form (UNIDIRECTIONAL_SEQUENCE_LSTM_UINT8, which LiteRT refuses) has
+    // uint8 activations around zero point 128.
+    let act = if op.ends_with("_INT16") {
+        TensorType::INT16
+    } else if op.ends_with("_UINT8") {
+        TensorType::UINT8
+    } else {
+        TensorType::INT8
+    };
+    let zp = |v: i64| match act {
+        TensorType::INT16 => 0,
+        TensorType::UINT8 => v + 128,
+        _ => v,
+    };
     let (t, b, ni, nc) = (r.u(1, 5) as i32, r.u(1, 3) as i32, r.u(1, 8) as i32, r.u(1, 8) as i32);
     let (cifg, peephole, layer_norm, projection) = (r.coin(), r.coin(), r.coin(), r.int(0, 2) == 0);
     let time_major = seq && r.coin();
@@ -2419,6 +2433,52 @@ fn gen_lstm_int8(op: &str, r: &mut Rng) -> Case {
     Case { spec: m, ranges: vec![], fixed: vec![] }
 }
 
+/// LiteRT's legacy 8-bit basic LSTM cell (LSTM_UINT8): the LSTM op with
+/// `kernel_type` BASIC and its five inputs (input, previous activation, weights
+/// over `[input, activation]` for the four gates, int32 biases, int16 previous
+/// state) and four outputs (activation, state, and the concatenation and gate
+/// inputs the kernel exposes, all compared). The activations have the scale and
+/// zero point the kernel assumes (1/128, 128), the state 2^-11; the weights' scale
+/// and zero point are random, the bias's scale is theirs times 1/128. The two state
+/// inputs are variables, so the state carries from step to step.
+fn gen_lstm_basic_uint8(r: &mut Rng) -> Case {
+    let mut m = ModelSpec { description: "ferrite single-op test: LSTM_UINT8".into(), ..Default::default() };
+    let (b, ni, no) = (r.u(1, 3) as i32, r.u(1, 8) as i32, r.u(1, 8) as i32);
+    let depth = ni + no;
+    let act_q = || Some((vec![1.0f32 / 128.0], vec![128], 0));
+    let state_q = || Some((vec![2f32.powi(-11)], vec![0], 0));
+    let x = m.add_tensor(TensorSpec { quant: act_q(), ..TensorSpec::activation("x", TensorType::UINT8, &[b, ni]) });
+    m.inputs.push(x);
+    let prev_a = m.add_tensor(TensorSpec { is_variable: true, quant: act_q(), ..TensorSpec::activation("prev_activation", TensorType::UINT8, &[b, no]) });
+    let w_scale = r.f(0.5, 2.0) / 128.0 / (depth as f32).sqrt();
+    let w_zp = r.int(100, 156);
+    let wv: Vec<u8> = (0..4 * no * depth).map(|_| r.int(0, 255) as u8).collect();
+    let w = m.add_tensor(TensorSpec {
+        data: Some(wv),
+        quant: Some((vec![w_scale], vec![w_zp], 0)),
+        ..TensorSpec::activation("weights", TensorType::UINT8, &[4 * no, depth])
+    });
+    // Biases of up to about 1 in real terms (their scale is the weights' / 128).
+    let lim = (128.0 / w_scale) as i64;
+    let bv: Vec<i64> = (0..4 * no).map(|_| r.int(-lim, lim)).collect();
+    let bias = qconst(&mut m, "bias", TensorType::INT32, &[4 * no], &bv, w_scale / 128.0);
+    let prev_s = m.add_tensor(TensorSpec { is_variable: true, quant: state_q(), ..TensorSpec::activation("prev_state", TensorType::INT16, &[b, no]) });
+    let outs = [
+        m.add_tensor(TensorSpec { quant: act_q(), ..TensorSpec::activation("activation", TensorType::UINT8, &[b, no]) }),
+        m.add_tensor(TensorSpec { quant: state_q(), ..TensorSpec::activation("state", TensorType::INT16, &[b, no]) }),
+        m.add_tensor(TensorSpec { quant: act_q(), ..TensorSpec::activation("concat", TensorType::UINT8, &[b, depth]) }),
+        m.add_tensor(TensorSpec { quant: Some((vec![1.0 / 4096.0], vec![0], 0)), ..TensorSpec::activation("gates", TensorType::INT16, &[b, 4 * no]) }),
+    ];
+    m.outputs.extend(outs);
+    m.add_op(
+        OpCode::Builtin(B::LSTM),
+        &[x, prev_a, w, bias, prev_s],
+        &outs,
+        Options::LstmBasic { activation: Activation::TANH, cell_clip: 0.0, proj_clip: 0.0 },
+    );
+    Case { spec: m, ranges: vec![], fixed: vec![] }
+}
+
 /// The integer SVDF: int8 input, feature weights and output, int16 time weights
 /// and memory, int32 bias (present or not), random scales and zero points; RELU,
 /// the one activation LiteRT's integer kernel takes.
@@ -2448,7 +2508,10 @@ fn gen_recurrent(op: &str, r: &mut Rng) -> Case {
     if op == "SVDF_INT8" {
         return gen_svdf_int8(r);
     }
-    if op.ends_with("_INT8") || op.ends_with("LSTM_INT16") {
+    if op == "LSTM_UINT8" {
+        return gen_lstm_basic_uint8(r);
+    }
+    if op.ends_with("_INT8") || op.ends_with("LSTM_INT16") || op.ends_with("LSTM_UINT8") {
         return gen_lstm_int8(op, r);
     }
     let mut m = ModelSpec { description: format!("ferrite single-op test: {op}"), ..Default::default() };
@@ -3220,6 +3283,10 @@ const OPS: &[&str] = &[
     // (see REFUSED).
     "LSTM_INT16",
     "UNIDIRECTIONAL_SEQUENCE_LSTM_INT16",
+    // LiteRT's legacy 8-bit basic LSTM cell (the LSTM op with kernel_type BASIC), and
+    // the uint8 sequence LSTM LiteRT refuses (see REFUSED).
+    "LSTM_UINT8",
+    "UNIDIRECTIONAL_SEQUENCE_LSTM_UINT8",
 ];
 
 /// Ops compared with LiteRT's builtin (optimized) kernels rather than its reference
@@ -3251,6 +3318,7 @@ const REFUSED: &[&str] = &[
     "FAKE_QUANT_NARROW",
     "LSTM_INT16",
     "UNIDIRECTIONAL_SEQUENCE_LSTM_INT16",
+    "UNIDIRECTIONAL_SEQUENCE_LSTM_UINT8",
 ];
 
 /// Which output rows of a `TFLite_Detection_PostProcess` case LiteRT defines:
