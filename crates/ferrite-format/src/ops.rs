@@ -327,7 +327,7 @@ op_table! {
     // Recurrent ops: their state lives in variable tensors the kernel updates in place.
     // Inputs past the first are checked by the builders: the optional ones (CIFG,
     // peephole, projection, layer norm, aux input) sit among the required ones.
-    LSTM:                         LSTMOptions,                       1..=24, 1..=1, F32 | I8 | HYBRID;
+    LSTM:                         LSTMOptions,                       1..=24, 1..=4, F32 | I8 | U8 | HYBRID;
     UNIDIRECTIONAL_SEQUENCE_LSTM: UnidirectionalSequenceLSTMOptions, 1..=24, 1..=1, F32 | I8 | HYBRID;
     BIDIRECTIONAL_SEQUENCE_LSTM:  BidirectionalSequenceLSTMOptions,  1..=48, 1..=2, F32 | HYBRID;
     RNN:                          RNNOptions,                        5..=5, 1..=1, F32 | HYBRID;

@@ -271,6 +271,12 @@ pub enum Options {
         merge_outputs: bool,
         asymmetric_quantize_inputs: bool,
     },
+    /// LSTM with the basic kernel (`kernel_type` BASIC): LiteRT's legacy 8-bit cell.
+    LstmBasic {
+        activation: Activation,
+        cell_clip: f32,
+        proj_clip: f32,
+    },
     /// SVDF.
     Svdf {
         rank: i32,
@@ -485,6 +491,7 @@ impl Options {
                 T::SequenceRNNOptions,
                 T::BidirectionalSequenceRNNOptions,
             ],
+            Options::LstmBasic { .. } => &[T::LSTMOptions],
             Options::Svdf { .. } => &[T::SVDFOptions],
         }
     }
@@ -928,6 +935,17 @@ fn write_options(b: &mut FlatBufferBuilder, table: fb::BuiltinOptions, o: &Optio
             _ => fb::SpaceToDepthOptions::create(b, &fb::SpaceToDepthOptionsArgs { block_size: *n }).as_union_value(),
         },
         Options::OneHot { axis } => fb::OneHotOptions::create(b, &fb::OneHotOptionsArgs { axis: *axis }).as_union_value(),
+        Options::LstmBasic { activation, cell_clip, proj_clip } => fb::LSTMOptions::create(
+            b,
+            &fb::LSTMOptionsArgs {
+                fused_activation_function: *activation,
+                cell_clip: *cell_clip,
+                proj_clip: *proj_clip,
+                kernel_type: fb::LSTMKernelType::BASIC,
+                ..Default::default()
+            },
+        )
+        .as_union_value(),
         Options::Recurrent { activation, cell_clip, proj_clip, time_major, merge_outputs, asymmetric_quantize_inputs } => {
             let (activation, cell_clip, proj_clip, time_major, merge_outputs, asymmetric_quantize_inputs) =
                 (*activation, *cell_clip, *proj_clip, *time_major, *merge_outputs, *asymmetric_quantize_inputs);

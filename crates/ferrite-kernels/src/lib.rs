@@ -157,6 +157,7 @@ pub mod qactivation;
 pub mod qelem;
 pub mod qelementwise;
 pub mod qgemm;
+pub mod qlstm_basic;
 pub mod qmatmul;
 pub mod qnorm;
 pub mod qrecurrent;

@@ -8,6 +8,8 @@
 #![cfg_attr(not(feature = "all-ops"), allow(dead_code, unused_imports, unused_variables))]
 
 mod activation;
+#[cfg(feature = "op-recurrent")]
+pub(crate) mod basic_lstm;
 mod conv;
 mod convert;
 mod elementwise;

@@ -34,6 +34,9 @@ pub(super) fn build(code: B, op: &OpContext<'_>, _ctx: &mut BackendContext) -> O
     ) {
         return None;
     }
+    if super::basic_lstm::is_basic_lstm(code, op) {
+        return Some(super::basic_lstm::build(op));
+    }
     if is_integer_lstm(code, op) {
         return Some(integer_lstm(code, op).map(|l| Built { outputs: vec![(DType::I8, l.output_shape.clone())], kernel: integer_lstm_kernel(l) }));
     }

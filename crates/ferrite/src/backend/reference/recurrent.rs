@@ -36,6 +36,9 @@ pub(crate) fn build(op: &OpContext<'_>) -> Option<Result<Built>> {
     // The integer LSTM's and SVDF's arithmetic is LiteRT's integer definition
     // itself (no float reformulation exists to check it against): both backends
     // run the same plain-loop kernels.
+    if crate::backend::cpu::basic_lstm::is_basic_lstm(code, op) {
+        return Some(crate::backend::cpu::basic_lstm::build(op));
+    }
     if is_integer_lstm(code, op) {
         return Some(integer_lstm(code, op).map(|l| Built { outputs: vec![(DType::I8, l.output_shape.clone())], kernel: integer_lstm_kernel(l) }));
     }
