@@ -171,6 +171,13 @@ pub enum Options {
     LshProjection {
         kind: i8,
     },
+    /// SKIP_GRAM: n-gram size, most words skipped between two, and whether
+    /// the shorter n-grams are produced too.
+    SkipGram {
+        ngram_size: i32,
+        max_skip_size: i32,
+        include_all_ngrams: bool,
+    },
     /// MIRROR_PAD: REFLECT (false) or SYMMETRIC (true).
     MirrorPad {
         symmetric: bool,
@@ -392,6 +399,7 @@ impl Options {
             Options::Unique { .. } => &[T::UniqueOptions],
             Options::MirrorPad { .. } => &[T::MirrorPadOptions],
             Options::LshProjection { .. } => &[T::LSHProjectionOptions],
+            Options::SkipGram { .. } => &[T::SkipGramOptions],
             Options::L2Norm { .. } => &[T::L2NormOptions],
             Options::LocalResponseNormalization { .. } => &[T::LocalResponseNormalizationOptions],
             Options::Pack { .. } => &[T::PackOptions],
@@ -976,6 +984,11 @@ fn write_options(b: &mut FlatBufferBuilder, table: fb::BuiltinOptions, o: &Optio
         Options::LshProjection { kind } => {
             fb::LSHProjectionOptions::create(b, &fb::LSHProjectionOptionsArgs { type_: fb::LSHProjectionType(*kind) }).as_union_value()
         }
+        Options::SkipGram { ngram_size, max_skip_size, include_all_ngrams } => fb::SkipGramOptions::create(
+            b,
+            &fb::SkipGramOptionsArgs { ngram_size: *ngram_size, max_skip_size: *max_skip_size, include_all_ngrams: *include_all_ngrams },
+        )
+        .as_union_value(),
         Options::MirrorPad { symmetric } => {
             let mode = if *symmetric { fb::MirrorPadMode::SYMMETRIC } else { fb::MirrorPadMode::REFLECT };
             fb::MirrorPadOptions::create(b, &fb::MirrorPadOptionsArgs { mode }).as_union_value()

@@ -172,6 +172,13 @@ pub enum OpParams {
     LshProjection {
         kind: i8,
     },
+    /// SKIP_GRAM: n-grams of `ngram_size` words (all sizes up to it with
+    /// `include_all_ngrams`), skipping at most `max_skip_size` words between two.
+    SkipGram {
+        ngram_size: i32,
+        max_skip_size: i32,
+        include_all_ngrams: bool,
+    },
     /// An options table holding only a fused activation (L2_NORMALIZATION).
     Activation(Activation),
     /// LOCAL_RESPONSE_NORMALIZATION.
@@ -469,6 +476,11 @@ pub fn parse_params(op: BuiltinOp, opt_type: u8, options: Option<Table<'_>>) -> 
         },
         T::SparseToDenseOptions => OpParams::SparseToDense { validate_indices: boolf(fb::SparseToDenseOptions::VT_VALIDATE_INDICES, false)? },
         T::LSHProjectionOptions => OpParams::LshProjection { kind: i8f(fb::LSHProjectionOptions::VT_TYPE_, 0)? },
+        T::SkipGramOptions => OpParams::SkipGram {
+            ngram_size: i32f(fb::SkipGramOptions::VT_NGRAM_SIZE, 0)?,
+            max_skip_size: i32f(fb::SkipGramOptions::VT_MAX_SKIP_SIZE, 0)?,
+            include_all_ngrams: boolf(fb::SkipGramOptions::VT_INCLUDE_ALL_NGRAMS, false)?,
+        },
         T::RandomOptions => {
             let i64f = |slot: u16| t.map_or(Ok(0), |t| t.scalar::<i64>(slot, 0));
             OpParams::Random { seed: i64f(fb::RandomOptions::VT_SEED)?, seed2: i64f(fb::RandomOptions::VT_SEED2)? }
@@ -676,6 +688,10 @@ mod tests {
             T::UniqueOptions => (Options::Unique { idx_out_type: TensorType::INT64 }, OpParams::OutType(TensorType::INT64.0)),
             T::MirrorPadOptions => (Options::MirrorPad { symmetric: true }, OpParams::MirrorPad { symmetric: true }),
             T::LSHProjectionOptions => (Options::LshProjection { kind: 2 }, OpParams::LshProjection { kind: 2 }),
+            T::SkipGramOptions => (
+                Options::SkipGram { ngram_size: 3, max_skip_size: 2, include_all_ngrams: true },
+                OpParams::SkipGram { ngram_size: 3, max_skip_size: 2, include_all_ngrams: true },
+            ),
             T::L2NormOptions => (Options::L2Norm { activation: A::RELU6 }, OpParams::Activation(act)),
             T::LocalResponseNormalizationOptions => (
                 Options::LocalResponseNormalization { radius: 3, bias: 1.5, alpha: 0.25, beta: 0.75 },

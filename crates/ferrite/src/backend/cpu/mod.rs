@@ -26,6 +26,7 @@ pub(crate) mod recurrent;
 mod reduce;
 mod signal;
 mod softmax;
+pub(crate) mod strings;
 pub(crate) mod text;
 
 /// The strided-slice resolution, shared with the training graph's backward op.
@@ -245,7 +246,8 @@ pub(crate) fn family_feature(code: B) -> Option<&'static str> {
         | B::SPARSE_TO_DENSE
         | B::TOPK_V2
         | B::HASHTABLE_LOOKUP
-        | B::LSH_PROJECTION => "op-index",
+        | B::LSH_PROJECTION
+        | B::SKIP_GRAM => "op-index",
         B::BITCAST | B::CAST | B::DENSIFY | B::DEQUANTIZE | B::QUANTIZE => "op-convert",
         B::RFFT2D | B::COMPLEX_ABS | B::REAL | B::IMAG => "op-signal",
         B::LSTM

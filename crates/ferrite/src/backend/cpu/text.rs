@@ -14,11 +14,12 @@ use crate::model::DType;
 use crate::ops::OpParams;
 
 /// The text family's builders.
-pub(super) fn build(code: B, op: &OpContext<'_>, _ctx: &mut BackendContext) -> Option<Result<Built>> {
+pub(super) fn build(code: B, op: &OpContext<'_>, ctx: &mut BackendContext) -> Option<Result<Built>> {
     Some(match code {
         B::HASHTABLE_LOOKUP => hashtable_lookup(op),
         B::LSH_PROJECTION => lsh_projection(op),
-        _ => return None,
+        // Ops on string tensors, in a file of their own.
+        _ => return super::strings::build(code, op, ctx),
     })
 }
 
