@@ -14,6 +14,7 @@ mod qnorm;
 mod qred;
 mod rand;
 mod rngbits;
+mod strings;
 mod text;
 
 use ferrite_format::schema::TensorType;
@@ -123,6 +124,7 @@ fn gen(op: &str, r: &mut Rng) -> Case {
     match op {
         op if RECURRENT.contains(&op) => return gen_recurrent(op, r),
         op if text::TEXT_OPS.contains(&op) => return text::gen(op, r),
+        op if strings::OPS.contains(&op) => return strings::gen(op, r),
         op if qred::OPS.contains(&op) => return qred::gen(op, r),
         op if qelem::OPS.contains(&op) => return qelem::gen_case(op, r),
         op if qnorm::OPS.contains(&op) => return qnorm::gen_case(op, r),
@@ -3057,6 +3059,8 @@ const OPS: &[&str] = &[
     "HASHTABLE_LOOKUP_UINT8",
     "LSH_PROJECTION",
     "LSH_PROJECTION_INT32",
+    // Ops on run-time string tensors (the `strings` module's cases).
+    "SKIP_GRAM",
     "TOPK_V2",
     "TOPK_V2_TIES",
     "TOPK_V2_DYNAMIC",
@@ -3335,6 +3339,7 @@ fn main() -> Result<(), String> {
                         "steps": stream_steps(op),
                         "exact": rand::is_stream(op) || rngbits::handles(op),
                         "detection_rows": detection_rows(&case),
+                        "strings": strings::take_inputs(),
                     }));
                 }
             }
