@@ -145,7 +145,13 @@ STREAM_STEPS = 50
 def run_litert_stream(model, steps_inputs, resolver=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES, steps=None):
     """Integer models: LiteRT's builtin kernels (no XNNPACK), one interpreter over all steps
     (`steps` of them: a model without inputs, such as a random op's, has no inputs to count)."""
-    it = Interpreter(model_path=str(model), experimental_op_resolver_type=resolver)
+    try:
+        it = Interpreter(model_path=str(model), experimental_op_resolver_type=resolver)
+    except ValueError as e:
+        # The reference resolver lacks a few builtins (the HASHTABLE family): its builtin kernels then.
+        if resolver != OpResolverType.BUILTIN_REF or "Didn't find op" not in str(e):
+            raise
+        it = Interpreter(model_path=str(model), experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
     it.allocate_tensors()
     outs = []
     for step in range(steps if steps is not None else len(steps_inputs[0])):
@@ -491,6 +497,9 @@ def cmd_ops(args):
                         # the type's whole range, float ones the case's.
                         if str(k) in case.get("fixed", {}):
                             return x
+                        if str(k) in case.get("strings", {}):
+                            # String inputs: the case's strings, reshuffled.
+                            return rng.permutation(x)
                         if x.dtype.kind in "iu":
                             info = np.iinfo(x.dtype)
                             wide = {"dtype": np.uint64} if x.dtype == np.uint64 else {}

@@ -178,6 +178,12 @@ pub enum Options {
         max_skip_size: i32,
         include_all_ngrams: bool,
     },
+    /// HASHTABLE: the table's id and its key and value types.
+    Hashtable {
+        table_id: i32,
+        key_dtype: TensorType,
+        value_dtype: TensorType,
+    },
     /// MIRROR_PAD: REFLECT (false) or SYMMETRIC (true).
     MirrorPad {
         symmetric: bool,
@@ -400,6 +406,7 @@ impl Options {
             Options::MirrorPad { .. } => &[T::MirrorPadOptions],
             Options::LshProjection { .. } => &[T::LSHProjectionOptions],
             Options::SkipGram { .. } => &[T::SkipGramOptions],
+            Options::Hashtable { .. } => &[T::HashtableOptions],
             Options::L2Norm { .. } => &[T::L2NormOptions],
             Options::LocalResponseNormalization { .. } => &[T::LocalResponseNormalizationOptions],
             Options::Pack { .. } => &[T::PackOptions],
@@ -984,6 +991,11 @@ fn write_options(b: &mut FlatBufferBuilder, table: fb::BuiltinOptions, o: &Optio
         Options::LshProjection { kind } => {
             fb::LSHProjectionOptions::create(b, &fb::LSHProjectionOptionsArgs { type_: fb::LSHProjectionType(*kind) }).as_union_value()
         }
+        Options::Hashtable { table_id, key_dtype, value_dtype } => fb::HashtableOptions::create(
+            b,
+            &fb::HashtableOptionsArgs { table_id: *table_id, key_dtype: *key_dtype, value_dtype: *value_dtype },
+        )
+        .as_union_value(),
         Options::SkipGram { ngram_size, max_skip_size, include_all_ngrams } => fb::SkipGramOptions::create(
             b,
             &fb::SkipGramOptionsArgs { ngram_size: *ngram_size, max_skip_size: *max_skip_size, include_all_ngrams: *include_all_ngrams },

@@ -47,6 +47,7 @@ mod session;
 mod shared_arena;
 #[cfg(feature = "train")]
 mod train;
+mod tables;
 mod variables;
 
 pub mod compare;

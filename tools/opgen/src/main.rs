@@ -125,6 +125,7 @@ fn gen(op: &str, r: &mut Rng) -> Case {
         op if RECURRENT.contains(&op) => return gen_recurrent(op, r),
         op if text::TEXT_OPS.contains(&op) => return text::gen(op, r),
         op if strings::OPS.contains(&op) => return strings::gen(op, r),
+        op if strings::TABLE_OPS.contains(&op) => return strings::gen_table(op, r),
         op if qred::OPS.contains(&op) => return qred::gen(op, r),
         op if qelem::OPS.contains(&op) => return qelem::gen_case(op, r),
         op if qnorm::OPS.contains(&op) => return qnorm::gen_case(op, r),
@@ -2241,6 +2242,8 @@ fn stream_steps(op: &str) -> usize {
         4
     } else if rand::is_stream(op) {
         rand::STEPS
+    } else if strings::TABLE_OPS.contains(&op) {
+        strings::TABLE_STEPS
     } else {
         1
     }
@@ -3061,6 +3064,8 @@ const OPS: &[&str] = &[
     "LSH_PROJECTION_INT32",
     // Ops on run-time string tensors (the `strings` module's cases).
     "SKIP_GRAM",
+    "HASHTABLE_STRING_INT64",
+    "HASHTABLE_INT64_STRING",
     "TOPK_V2",
     "TOPK_V2_TIES",
     "TOPK_V2_DYNAMIC",

@@ -12,7 +12,7 @@ use std::cell::RefCell;
 
 use crate::{out, single, Case, Rng};
 use ferrite_format::schema::TensorType;
-use ferrite_format::writer::{BuiltinOperator as B, ModelSpec, Options, TensorSpec};
+use ferrite_format::writer::{BuiltinOperator as B, ModelSpec, OpCode, Options, TensorSpec};
 
 /// The case names this module generates.
 pub(crate) const OPS: &[&str] = &["SKIP_GRAM"];
@@ -62,4 +62,63 @@ pub(crate) fn gen(op: &str, r: &mut Rng) -> Case {
     let options = Options::SkipGram { ngram_size: r.u(1, 4) as i32, max_skip_size: r.u(0, 3) as i32, include_all_ngrams: r.coin() };
     single(B::SKIP_GRAM, &[x], o, options, &mut m);
     Case { spec: m, ranges: vec![], fixed: vec![] }
+}
+
+/// The hash-table cases: one subgraph with HASHTABLE -> HASHTABLE_IMPORT ->
+/// HASHTABLE_FIND and HASHTABLE_SIZE (the ops mean nothing alone), run as a
+/// stream of invocations of one interpreter: the string input is reshuffled
+/// every step, so whether a later import changes the table shows.
+pub(crate) const TABLE_OPS: &[&str] = &["HASHTABLE_STRING_INT64", "HASHTABLE_INT64_STRING"];
+
+/// Invocations per hash-table case.
+pub(crate) const TABLE_STEPS: usize = 3;
+
+/// Distinct-ish words (repeats give duplicate keys), UTF-8 and the empty string.
+fn word(r: &mut Rng) -> String {
+    r.pick(&["", "a", "cat", "x", "é", "日本語", "naïve", "A", "cat ", "zz"]).to_string()
+}
+
+pub(crate) fn gen_table(op: &str, r: &mut Rng) -> Case {
+    let mut m = ModelSpec { description: format!("ferrite single-op test: {op}"), ..Default::default() };
+    let string_keys = op == "HASHTABLE_STRING_INT64";
+    let (n, q) = (r.u(1, 7), r.u(1, 6));
+    let (kt, vt) = if string_keys { (TensorType::STRING, TensorType::INT64) } else { (TensorType::INT64, TensorType::STRING) };
+    let h = m.add_tensor(TensorSpec::activation("table", TensorType::RESOURCE, &[]));
+    let table_id = r.u(0, 3) as i32;
+    m.add_op(OpCode::Builtin(B::HASHTABLE), &[], &[h], Options::Hashtable { table_id, key_dtype: kt, value_dtype: vt });
+    let int64 = |name: &str, shape: &[i32], v: &[i64]| TensorSpec {
+        dtype: TensorType::INT64,
+        data: Some(v.iter().flat_map(|x| x.to_le_bytes()).collect()),
+        ..TensorSpec::const_i32(name, shape, &vec![0; v.len()])
+    };
+    let mut fixed = vec![];
+    let (keys, values, query, default);
+    if string_keys {
+        // Keys: a string input (reshuffled each step); values and default constant.
+        keys = m.add_tensor(TensorSpec::activation("keys", TensorType::STRING, &[n as i32]));
+        let words: Vec<String> = (0..n).map(|_| word(r)).collect();
+        values = m.add_tensor(int64("values", &[n as i32], &(0..n).map(|_| r.int(-1000, 1000)).collect::<Vec<_>>()));
+        query = m.add_tensor(TensorSpec::activation("query", TensorType::STRING, &[q as i32]));
+        let asked: Vec<String> = (0..q).map(|_| if r.coin() { words[r.u(0, n - 1)].clone() } else { word(r) }).collect();
+        default = m.add_tensor(int64("default", &[], &[r.int(-5, 5)]));
+        m.inputs = vec![keys, query];
+        INPUTS.with(|i| *i.borrow_mut() = vec![(0, words), (1, asked)]);
+    } else {
+        // Keys: int64 constants with repeats; values a string input (reshuffled
+        // each step); the query fixed int64s that hit and miss.
+        let ks: Vec<i64> = (0..n).map(|_| r.int(-4, 4)).collect();
+        keys = m.add_tensor(int64("keys", &[n as i32], &ks));
+        values = m.add_tensor(TensorSpec::activation("values", TensorType::STRING, &[n as i32]));
+        query = m.add_tensor(TensorSpec::activation("query", TensorType::INT64, &[q as i32]));
+        fixed.push((1, (0..q).map(|_| r.int(-6, 6) as i32).collect()));
+        default = m.add_tensor(TensorSpec::const_strings("default", &[], &[word(r)]).expect("a short string"));
+        m.inputs = vec![values, query];
+        INPUTS.with(|i| *i.borrow_mut() = vec![(0, (0..n).map(|_| word(r)).collect())]);
+    }
+    m.add_op(OpCode::Builtin(B::HASHTABLE_IMPORT), &[h, keys, values], &[], Options::None);
+    let found = out(&mut m, vt, &[q as i32]);
+    m.add_op(OpCode::Builtin(B::HASHTABLE_FIND), &[h, query, default], &[found], Options::None);
+    let size = out(&mut m, TensorType::INT64, &[1]);
+    m.add_op(OpCode::Builtin(B::HASHTABLE_SIZE), &[h], &[size], Options::None);
+    Case { spec: m, ranges: vec![], fixed }
 }

@@ -336,6 +336,8 @@ pub struct BackendContext {
     /// byte size, and the tail allocates them so. `None` at prepare: a string
     /// builder then answers `Error::DataDependent`.
     pub(crate) string_sizes: Option<Vec<usize>>,
+    /// The session's hash tables (HASHTABLE ops), shared with the kernels that use them.
+    pub(crate) tables: Arc<std::sync::Mutex<crate::tables::Tables>>,
 }
 
 impl std::fmt::Debug for BackendContext {
@@ -364,6 +366,7 @@ impl BackendContext {
             gpu: Default::default(),
             op_states: HashMap::new(),
             string_sizes: None,
+            tables: Default::default(),
         }
     }
 

@@ -247,7 +247,11 @@ pub(crate) fn family_feature(code: B) -> Option<&'static str> {
         | B::TOPK_V2
         | B::HASHTABLE_LOOKUP
         | B::LSH_PROJECTION
-        | B::SKIP_GRAM => "op-index",
+        | B::SKIP_GRAM
+        | B::HASHTABLE
+        | B::HASHTABLE_IMPORT
+        | B::HASHTABLE_FIND
+        | B::HASHTABLE_SIZE => "op-index",
         B::BITCAST | B::CAST | B::DENSIFY | B::DEQUANTIZE | B::QUANTIZE => "op-convert",
         B::RFFT2D | B::COMPLEX_ABS | B::REAL | B::IMAG => "op-signal",
         B::LSTM

@@ -1,4 +1,6 @@
-//! Ops on run-time string tensors (TFLite STRING): SKIP_GRAM. A string
+//! Ops on run-time string tensors (TFLite STRING): SKIP_GRAM, and the hash
+//! tables (HASHTABLE, HASHTABLE_IMPORT, HASHTABLE_FIND, HASHTABLE_SIZE) whose
+//! keys or values are strings. A string
 //! tensor's bytes are TFLite's string buffer (count, offsets, bytes), and its
 //! size is its data's, so these ops run only in the dynamic tail: their
 //! builders see the input values there, compute the result, report each STRING
@@ -19,6 +21,10 @@ use crate::ops::OpParams;
 pub(super) fn build(code: B, op: &OpContext<'_>, ctx: &mut BackendContext) -> Option<Result<Built>> {
     Some(match code {
         B::SKIP_GRAM => skip_gram(op, ctx, ferrite_kernels::strings::skip_grams),
+        B::HASHTABLE => hashtable(op, ctx),
+        B::HASHTABLE_IMPORT => hashtable_import(op, ctx),
+        B::HASHTABLE_FIND => hashtable_find(op, ctx),
+        B::HASHTABLE_SIZE => hashtable_size(op, ctx),
         _ => return None,
     })
 }
@@ -97,6 +103,143 @@ pub(crate) fn skip_gram(op: &OpContext<'_>, ctx: &mut BackendContext, grams: Gra
     let out = grams(&words, n, i64::from(max_skip_size), include_all_ngrams, op.max_bytes).ok_or_else(too_big)?;
     let buf = strings::write(&out).filter(|b| b.len() <= op.max_bytes).ok_or_else(too_big)?;
     computed(op, ctx, vec![(DType::String, vec![out.len()], buf)])
+}
+
+/// The elements of a table's key or value tensor as byte slices: strings, or
+/// int64s as their 8 bytes.
+fn items(dtype: DType, bytes: &[u8]) -> Result<Vec<&[u8]>> {
+    match dtype {
+        DType::String => strings::parse(bytes).map_err(|e| runtime(format!("string tensor: {e}"))),
+        DType::I64 if bytes.len() % 8 == 0 => Ok(bytes.chunks_exact(8).collect()),
+        _ => Err(runtime(format!("{} tensor of {} bytes is not a table's keys or values", dtype.name(), bytes.len()))),
+    }
+}
+
+/// The key and value types LiteRT's hash tables run (its kernels' pairs).
+fn table_types(op: &OpContext<'_>) -> Result<(i32, DType, DType)> {
+    let OpParams::Hashtable { table_id, key_dtype, value_dtype } = op.op.params else { return Err(op.bad("missing Hashtable options")) };
+    let ty = |c: i8| crate::model::DType::from_code(c, crate::model::FileKind::Tflite);
+    match (ty(key_dtype), ty(value_dtype)) {
+        (Some(k @ DType::String), Some(v @ DType::I64)) | (Some(k @ DType::I64), Some(v @ DType::String)) => Ok((table_id, k, v)),
+        (k, v) => Err(op.unsupported(format!(
+            "hash table of {} -> {} (LiteRT runs string -> int64 and int64 -> string)",
+            k.map_or("an unknown type", DType::name),
+            v.map_or("an unknown type", DType::name)
+        ))),
+    }
+}
+
+/// HASHTABLE: declares the table in the session (an id already declared with
+/// the same types is the same table) and outputs its handle, the table id.
+fn hashtable(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> {
+    let (id, key, value) = table_types(op)?;
+    if op.outputs.first().is_some_and(|t| t.dtype != DType::Resource) {
+        return Err(op.bad("the table handle must be a resource tensor"));
+    }
+    let mut tables = ctx.tables.lock().map_err(|_| runtime("hash tables lock poisoned"))?;
+    if !tables.declare(id, key, value) {
+        return Err(op.bad(format!("table {id} is declared elsewhere with other key or value types")));
+    }
+    Ok(Built {
+        outputs: vec![(DType::Resource, vec![])],
+        kernel: Box::new(move |_, outs| {
+            let o = outs.first_mut().filter(|o| o.len() == 4).ok_or_else(|| runtime("HASHTABLE writes one 4-byte handle"))?;
+            o.copy_from_slice(&id.to_le_bytes());
+            Ok(())
+        }),
+    })
+}
+
+/// The table id in handle input 0, checked to be a resource tensor; in the
+/// dynamic tail (where table ops run: they read or change state, so they are
+/// never folded at prepare) its value is known.
+fn handle(op: &OpContext<'_>, ctx: &BackendContext) -> Result<i32> {
+    let d = op.input(0)?;
+    if d.dtype != DType::Resource {
+        return Err(op.bad(format!("input 0 must be a table handle (resource), got {}", d.dtype.name())));
+    }
+    if ctx.string_sizes.is_none() {
+        return Err(Error::DataDependent(format!("{}: hash tables are used at run time", op.at()).into()));
+    }
+    let v = d.value.ok_or_else(|| op.unsupported("a table handle computed at run time"))?;
+    v.get(..4).map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]])).ok_or_else(|| op.bad("empty table handle"))
+}
+
+/// Checks input `i` has type `want` (the table's key or value type).
+fn typed_as(op: &OpContext<'_>, i: usize, want: DType, what: &str) -> Result<()> {
+    let got = op.input(i)?.dtype;
+    if got != want {
+        return Err(op.bad(format!("{what} of type {} for a table of {}", got.name(), want.name())));
+    }
+    Ok(())
+}
+
+/// HASHTABLE_IMPORT (handle, keys, values): fills the table when it runs.
+fn hashtable_import(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> {
+    let id = handle(op, ctx)?;
+    let tables = ctx.tables.clone();
+    let (key, value) = {
+        let mut t = tables.lock().map_err(|_| runtime("hash tables lock poisoned"))?;
+        let table = t.get_mut(id).ok_or_else(|| op.bad(format!("no hash table {id}")))?;
+        (table.key, table.value)
+    };
+    typed_as(op, 1, key, "keys")?;
+    typed_as(op, 2, value, "values")?;
+    let n = |i: usize| op.input(i).map(|d| d.shape.iter().product::<usize>());
+    if n(1)? != n(2)? {
+        return Err(op.bad(format!("{} keys for {} values", n(1)?, n(2)?)));
+    }
+    Ok(Built {
+        outputs: vec![],
+        kernel: Box::new(move |ins, _| {
+            let (keys, values) = (items(key, crate::backend::arg(ins, 1)?)?, items(value, crate::backend::arg(ins, 2)?)?);
+            if keys.len() != values.len() {
+                return Err(runtime(format!("HASHTABLE_IMPORT: {} keys for {} values", keys.len(), values.len())));
+            }
+            let mut t = tables.lock().map_err(|_| runtime("hash tables lock poisoned"))?;
+            t.get_mut(id).ok_or_else(|| runtime(format!("no hash table {id}")))?.import(keys, values);
+            Ok(())
+        }),
+    })
+}
+
+/// HASHTABLE_FIND (handle, keys, default): each key's value, or the default
+/// (the default tensor's first element), shaped as the keys.
+fn hashtable_find(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> {
+    let id = handle(op, ctx)?;
+    let out = {
+        let mut t = ctx.tables.lock().map_err(|_| runtime("hash tables lock poisoned"))?;
+        let table = t.get_mut(id).ok_or_else(|| op.bad(format!("no hash table {id}")))?;
+        typed_as(op, 1, table.key, "keys")?;
+        typed_as(op, 2, table.value, "the default value")?;
+        if op.outputs.first().is_some_and(|o| o.dtype != table.value) {
+            return Err(op.bad(format!("output of type {} for a table of {}", op.outputs[0].dtype.name(), table.value.name())));
+        }
+        let value_of = |i: usize| op.input(i).and_then(|d| d.value.ok_or_else(|| op.unsupported("inputs known only at run time")));
+        let keys = items(table.key, value_of(1)?).map_err(|e| op.bad(e.to_string()))?;
+        let default = items(table.value, value_of(2)?).map_err(|e| op.bad(e.to_string()))?;
+        let default = *default.first().ok_or_else(|| op.bad("empty default value"))?;
+        if keys.len() != op.input(1)?.shape.iter().product::<usize>() {
+            return Err(op.bad("keys disagree with their shape"));
+        }
+        let found: Vec<&[u8]> = keys.iter().map(|k| table.find(k).unwrap_or(default)).collect();
+        let bytes = match table.value {
+            DType::String => strings::write(&found).filter(|b| b.len() <= op.max_bytes).ok_or_else(|| op.bad("HASHTABLE_FIND output exceeds the memory limit"))?,
+            _ => found.concat(),
+        };
+        (table.value, bytes)
+    };
+    computed(op, ctx, vec![(out.0, op.input(1)?.shape.clone(), out.1)])
+}
+
+/// HASHTABLE_SIZE (handle): the table's entry count, int64 of shape [1].
+fn hashtable_size(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> {
+    let id = handle(op, ctx)?;
+    let n = {
+        let mut t = ctx.tables.lock().map_err(|_| runtime("hash tables lock poisoned"))?;
+        t.get_mut(id).ok_or_else(|| op.bad(format!("no hash table {id}")))?.len()
+    };
+    computed(op, ctx, vec![(DType::I64, vec![1], (n as i64).to_le_bytes().to_vec())])
 }
 
 #[cfg(test)]
@@ -183,5 +326,60 @@ mod tests {
         s.prepare().unwrap();
         s.set_input_strings(0, &["a b"]).unwrap();
         assert!(s.run().unwrap_err().to_string().contains("ngram_size"));
+    }
+
+    /// HASHTABLE -> IMPORT (string keys from the input) -> FIND and SIZE: the
+    /// first import fills the table, a duplicate key keeps its first value, a
+    /// later run's import changes nothing, and a new session starts empty.
+    #[test]
+    fn hashtable_imports_once_and_finds() {
+        let mut m = ModelSpec::default();
+        let h = m.add_tensor(TensorSpec::activation("h", TensorType::RESOURCE, &[]));
+        m.add_op(WOp::Builtin(W::HASHTABLE), &[], &[h], Options::Hashtable { table_id: 3, key_dtype: TensorType::STRING, value_dtype: TensorType::INT64 });
+        let keys = m.add_tensor(TensorSpec::activation("keys", TensorType::STRING, &[3]));
+        let i64s = |v: &[i64]| Some(v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>());
+        let values = m.add_tensor(TensorSpec { dtype: TensorType::INT64, data: i64s(&[10, 20, 30]), ..TensorSpec::activation("values", TensorType::INT64, &[3]) });
+        let query = m.add_tensor(TensorSpec::activation("query", TensorType::STRING, &[3]));
+        let default = m.add_tensor(TensorSpec { dtype: TensorType::INT64, data: i64s(&[-1]), ..TensorSpec::activation("default", TensorType::INT64, &[]) });
+        let found = m.add_tensor(TensorSpec::activation("found", TensorType::INT64, &[3]));
+        let size = m.add_tensor(TensorSpec::activation("size", TensorType::INT64, &[1]));
+        m.add_op(WOp::Builtin(W::HASHTABLE_IMPORT), &[h, keys, values], &[], Options::None);
+        m.add_op(WOp::Builtin(W::HASHTABLE_FIND), &[h, query, default], &[found], Options::None);
+        m.add_op(WOp::Builtin(W::HASHTABLE_SIZE), &[h], &[size], Options::None);
+        m.inputs = vec![keys, query];
+        m.outputs = vec![found, size];
+        let model = Arc::new(Model::from_bytes(Arc::new(m.to_bytes().unwrap())).unwrap());
+        let i64_out = |s: &Session, k: usize| s.output(k).unwrap().bytes.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect::<Vec<_>>();
+        for _ in 0..2 {
+            let mut s = session(&model, "cpu");
+            s.set_input_strings(0, &["a", "é", "a"]).unwrap();
+            s.set_input_strings(1, &["a", "b", "é"]).unwrap();
+            s.run().unwrap();
+            assert_eq!(i64_out(&s, 0), [10, -1, 20]);
+            assert_eq!(i64_out(&s, 1), [2]);
+            s.set_input_strings(0, &["b", "c", "d"]).unwrap();
+            s.run().unwrap();
+            assert_eq!(i64_out(&s, 0), [10, -1, 20]);
+            assert_eq!(i64_out(&s, 1), [2]);
+        }
+        // A handle of the wrong type, and a table of a pair LiteRT does not run.
+        let mut bad = ModelSpec::default();
+        let f = bad.add_tensor(TensorSpec::activation("f", TensorType::FLOAT32, &[]));
+        let size = bad.add_tensor(TensorSpec::activation("size", TensorType::INT64, &[1]));
+        bad.add_op(WOp::Builtin(W::HASHTABLE_SIZE), &[f], &[size], Options::None);
+        bad.inputs = vec![f];
+        bad.outputs = vec![size];
+        let model = Arc::new(Model::from_bytes(Arc::new(bad.to_bytes().unwrap())).unwrap());
+        let mut s = Session::with_options(model, SessionOptions::default()).unwrap();
+        assert!(s.prepare().and_then(|_| s.run()).is_err());
+        let mut pair = ModelSpec::default();
+        let h = pair.add_tensor(TensorSpec::activation("h", TensorType::RESOURCE, &[]));
+        pair.add_op(WOp::Builtin(W::HASHTABLE), &[], &[h], Options::Hashtable { table_id: 0, key_dtype: TensorType::FLOAT32, value_dtype: TensorType::INT64 });
+        let size = pair.add_tensor(TensorSpec::activation("size", TensorType::INT64, &[1]));
+        pair.add_op(WOp::Builtin(W::HASHTABLE_SIZE), &[h], &[size], Options::None);
+        pair.outputs = vec![size];
+        let model = Arc::new(Model::from_bytes(Arc::new(pair.to_bytes().unwrap())).unwrap());
+        let mut s = Session::with_options(model, SessionOptions::default()).unwrap();
+        assert!(s.prepare().unwrap_err().to_string().contains("string -> int64"));
     }
 }
