@@ -3056,6 +3056,11 @@ const OPS: &[&str] = &[
     "EMBEDDING_LOOKUP_HYBRID",
     "EMBEDDING_LOOKUP_HYBRID_PER_ROW",
     // Legacy text-model ops (text.rs's TEXT_OPS).
+    // HASHTABLE -> HASHTABLE_IMPORT -> HASHTABLE_FIND and HASHTABLE_SIZE in one
+    // subgraph (the `strings` module; before HASHTABLE_LOOKUP, so that the type
+    // probe's HASHTABLE finds them).
+    "HASHTABLE_FIND_STRING_INT64",
+    "HASHTABLE_FIND_INT64_STRING",
     "HASHTABLE_LOOKUP",
     "HASHTABLE_LOOKUP_INT32",
     "HASHTABLE_LOOKUP_INT8",
@@ -3064,8 +3069,6 @@ const OPS: &[&str] = &[
     "LSH_PROJECTION_INT32",
     // Ops on run-time string tensors (the `strings` module's cases).
     "SKIP_GRAM",
-    "HASHTABLE_STRING_INT64",
-    "HASHTABLE_INT64_STRING",
     "TOPK_V2",
     "TOPK_V2_TIES",
     "TOPK_V2_DYNAMIC",
@@ -3364,6 +3367,8 @@ mod tests {
         ("ROUND", "LiteRT's reference resolver has no kernel to compare with"),
         ("BROADCAST_TO", "LiteRT's reference resolver has no kernel to compare with"),
         ("DENSIFY", "sparse constants come from the converter; checked on the corpus's sparse fp16 models"),
+        ("HASHTABLE_IMPORT", "only meaningful with a table: every HASHTABLE_FIND_* case imports, finds and sizes"),
+        ("HASHTABLE_SIZE", "only meaningful with a table: every HASHTABLE_FIND_* case imports, finds and sizes"),
     ];
 
     /// The generator covers every op of the op table (cases are named by the op,

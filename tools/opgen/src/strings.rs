@@ -68,7 +68,7 @@ pub(crate) fn gen(op: &str, r: &mut Rng) -> Case {
 /// HASHTABLE_FIND and HASHTABLE_SIZE (the ops mean nothing alone), run as a
 /// stream of invocations of one interpreter: the string input is reshuffled
 /// every step, so whether a later import changes the table shows.
-pub(crate) const TABLE_OPS: &[&str] = &["HASHTABLE_STRING_INT64", "HASHTABLE_INT64_STRING"];
+pub(crate) const TABLE_OPS: &[&str] = &["HASHTABLE_FIND_STRING_INT64", "HASHTABLE_FIND_INT64_STRING"];
 
 /// Invocations per hash-table case.
 pub(crate) const TABLE_STEPS: usize = 3;
@@ -80,10 +80,10 @@ fn word(r: &mut Rng) -> String {
 
 pub(crate) fn gen_table(op: &str, r: &mut Rng) -> Case {
     let mut m = ModelSpec { description: format!("ferrite single-op test: {op}"), ..Default::default() };
-    let string_keys = op == "HASHTABLE_STRING_INT64";
+    let string_keys = op == "HASHTABLE_FIND_STRING_INT64";
     let (n, q) = (r.u(1, 7), r.u(1, 6));
     let (kt, vt) = if string_keys { (TensorType::STRING, TensorType::INT64) } else { (TensorType::INT64, TensorType::STRING) };
-    let h = m.add_tensor(TensorSpec::activation("table", TensorType::RESOURCE, &[]));
+    let h = m.add_tensor(TensorSpec::activation("table", TensorType::RESOURCE, &[1]));
     let table_id = r.u(0, 3) as i32;
     m.add_op(OpCode::Builtin(B::HASHTABLE), &[], &[h], Options::Hashtable { table_id, key_dtype: kt, value_dtype: vt });
     let int64 = |name: &str, shape: &[i32], v: &[i64]| TensorSpec {

@@ -141,7 +141,8 @@ fn hashtable(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> {
         return Err(op.bad(format!("table {id} is declared elsewhere with other key or value types")));
     }
     Ok(Built {
-        outputs: vec![(DType::Resource, vec![])],
+        // LiteRT's handle is 1-D, one id (its HASHTABLE_FIND refuses others).
+        outputs: vec![(DType::Resource, vec![1])],
         kernel: Box::new(move |_, outs| {
             let o = outs.first_mut().filter(|o| o.len() == 4).ok_or_else(|| runtime("HASHTABLE writes one 4-byte handle"))?;
             o.copy_from_slice(&id.to_le_bytes());
@@ -334,7 +335,7 @@ mod tests {
     #[test]
     fn hashtable_imports_once_and_finds() {
         let mut m = ModelSpec::default();
-        let h = m.add_tensor(TensorSpec::activation("h", TensorType::RESOURCE, &[]));
+        let h = m.add_tensor(TensorSpec::activation("h", TensorType::RESOURCE, &[1]));
         m.add_op(WOp::Builtin(W::HASHTABLE), &[], &[h], Options::Hashtable { table_id: 3, key_dtype: TensorType::STRING, value_dtype: TensorType::INT64 });
         let keys = m.add_tensor(TensorSpec::activation("keys", TensorType::STRING, &[3]));
         let i64s = |v: &[i64]| Some(v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>());
