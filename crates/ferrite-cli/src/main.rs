@@ -837,7 +837,8 @@ fn run(
             }
             if o.dtype == DType::String && step > 0 {
                 // Steps' string buffers are merged item by item.
-                let mut items: Vec<Vec<u8>> = ferrite_format::strings::parse(&stacked[k].2).map_err(|e| e.to_string())?.into_iter().map(<[u8]>::to_vec).collect();
+                let mut items: Vec<Vec<u8>> =
+                    ferrite_format::strings::parse(&stacked[k].2).map_err(|e| e.to_string())?.into_iter().map(<[u8]>::to_vec).collect();
                 items.extend(o.strings().map_err(|e| e.to_string())?.into_iter().map(<[u8]>::to_vec));
                 stacked[k].2 = ferrite_format::strings::write(&items).ok_or("string outputs exceed 2 GiB")?;
                 continue;

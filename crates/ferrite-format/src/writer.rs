@@ -991,11 +991,10 @@ fn write_options(b: &mut FlatBufferBuilder, table: fb::BuiltinOptions, o: &Optio
         Options::LshProjection { kind } => {
             fb::LSHProjectionOptions::create(b, &fb::LSHProjectionOptionsArgs { type_: fb::LSHProjectionType(*kind) }).as_union_value()
         }
-        Options::Hashtable { table_id, key_dtype, value_dtype } => fb::HashtableOptions::create(
-            b,
-            &fb::HashtableOptionsArgs { table_id: *table_id, key_dtype: *key_dtype, value_dtype: *value_dtype },
-        )
-        .as_union_value(),
+        Options::Hashtable { table_id, key_dtype, value_dtype } => {
+            fb::HashtableOptions::create(b, &fb::HashtableOptionsArgs { table_id: *table_id, key_dtype: *key_dtype, value_dtype: *value_dtype })
+                .as_union_value()
+        }
         Options::SkipGram { ngram_size, max_skip_size, include_all_ngrams } => fb::SkipGramOptions::create(
             b,
             &fb::SkipGramOptionsArgs { ngram_size: *ngram_size, max_skip_size: *max_skip_size, include_all_ngrams: *include_all_ngrams },

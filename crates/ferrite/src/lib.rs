@@ -45,9 +45,9 @@ mod ops_hlo;
 mod package;
 mod session;
 mod shared_arena;
+mod tables;
 #[cfg(feature = "train")]
 mod train;
-mod tables;
 mod variables;
 
 pub mod compare;

@@ -53,7 +53,7 @@ fn sentence(r: &mut Rng) -> String {
 
 pub(crate) fn gen(op: &str, r: &mut Rng) -> Case {
     let mut m = ModelSpec { description: format!("ferrite single-op test: {op}"), ..Default::default() };
-    let n = if r.u(0, 3) == 0 { 2 } else { 1 };
+    let n: usize = if r.u(0, 3) == 0 { 2 } else { 1 };
     let x = m.add_tensor(TensorSpec::activation("sentence", TensorType::STRING, &[n as i32]));
     m.inputs.push(x);
     let items: Vec<String> = (0..n).map(|_| sentence(r)).collect();

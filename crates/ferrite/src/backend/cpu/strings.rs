@@ -110,7 +110,7 @@ pub(crate) fn skip_gram(op: &OpContext<'_>, ctx: &mut BackendContext, grams: Gra
 fn items(dtype: DType, bytes: &[u8]) -> Result<Vec<&[u8]>> {
     match dtype {
         DType::String => strings::parse(bytes).map_err(|e| runtime(format!("string tensor: {e}"))),
-        DType::I64 if bytes.len() % 8 == 0 => Ok(bytes.chunks_exact(8).collect()),
+        DType::I64 if bytes.len().is_multiple_of(8) => Ok(bytes.chunks_exact(8).collect()),
         _ => Err(runtime(format!("{} tensor of {} bytes is not a table's keys or values", dtype.name(), bytes.len()))),
     }
 }
@@ -225,7 +225,9 @@ fn hashtable_find(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built>
         }
         let found: Vec<&[u8]> = keys.iter().map(|k| table.find(k).unwrap_or(default)).collect();
         let bytes = match table.value {
-            DType::String => strings::write(&found).filter(|b| b.len() <= op.max_bytes).ok_or_else(|| op.bad("HASHTABLE_FIND output exceeds the memory limit"))?,
+            DType::String => {
+                strings::write(&found).filter(|b| b.len() <= op.max_bytes).ok_or_else(|| op.bad("HASHTABLE_FIND output exceeds the memory limit"))?
+            }
             _ => found.concat(),
         };
         (table.value, bytes)
@@ -339,7 +341,8 @@ mod tests {
         m.add_op(WOp::Builtin(W::HASHTABLE), &[], &[h], Options::Hashtable { table_id: 3, key_dtype: TensorType::STRING, value_dtype: TensorType::INT64 });
         let keys = m.add_tensor(TensorSpec::activation("keys", TensorType::STRING, &[3]));
         let i64s = |v: &[i64]| Some(v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>());
-        let values = m.add_tensor(TensorSpec { dtype: TensorType::INT64, data: i64s(&[10, 20, 30]), ..TensorSpec::activation("values", TensorType::INT64, &[3]) });
+        let values =
+            m.add_tensor(TensorSpec { dtype: TensorType::INT64, data: i64s(&[10, 20, 30]), ..TensorSpec::activation("values", TensorType::INT64, &[3]) });
         let query = m.add_tensor(TensorSpec::activation("query", TensorType::STRING, &[3]));
         let default = m.add_tensor(TensorSpec { dtype: TensorType::INT64, data: i64s(&[-1]), ..TensorSpec::activation("default", TensorType::INT64, &[]) });
         let found = m.add_tensor(TensorSpec::activation("found", TensorType::INT64, &[3]));

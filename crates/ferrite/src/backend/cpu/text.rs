@@ -45,7 +45,7 @@ pub(crate) fn hashtable_lookup_shapes(op: &OpContext<'_>) -> Result<(Vec<usize>,
     }
     let size = values.dtype.size().filter(|_| values.dtype != DType::Resource);
     let Some(size) = size else {
-        return Err(op.unsupported(format!("HASHTABLE_LOOKUP of {} values (ferrite has no string tensors)", values.dtype.name())));
+        return Err(op.unsupported(format!("HASHTABLE_LOOKUP of {} values (string values are not implemented)", values.dtype.name())));
     };
     if let Some(t) = op.outputs.first().filter(|t| t.dtype != values.dtype) {
         return Err(op.bad(format!("output of type {} for {} values", t.dtype.name(), values.dtype.name())));

@@ -19,8 +19,8 @@ mod quant;
 #[cfg(test)]
 pub(crate) mod quant_test_util;
 mod random;
-mod strings;
 mod recurrent;
+mod strings;
 
 use super::{Backend, BackendContext, Built, OpContext};
 use crate::error::{Error, Result};
