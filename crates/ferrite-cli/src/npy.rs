@@ -171,7 +171,7 @@ mod tests {
             u.extend_from_slice(&c.to_le_bytes());
         }
         let a = super::read(&u).unwrap();
-        assert_eq!(ferrite_format::strings::parse(&a.data).unwrap(), [&"é".as_bytes()[..], b"ab"]);
+        assert_eq!(ferrite_format::strings::parse(&a.data).unwrap(), ["é".as_bytes(), b"ab".as_slice()]);
         // Truncated data is an error.
         assert!(super::read(&u[..u.len() - 1]).is_err());
     }
