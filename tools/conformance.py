@@ -117,7 +117,8 @@ def run_ferrite(binary, model, inputs, workdir, steps=None):
     paths = []
     for k, x in enumerate(inputs):
         p = workdir / f"in_{k}.npy"
-        np.save(p, x)
+        # String arrays go to ferrite as bytes arrays ('S'; .npy keeps objects only pickled).
+        np.save(p, x.astype(np.bytes_) if x.dtype == object else x)
         paths.append(p)
     out = workdir / "out"
     # Start from an empty directory so no earlier case's outputs are read back.
@@ -144,7 +145,13 @@ STREAM_STEPS = 50
 def run_litert_stream(model, steps_inputs, resolver=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES, steps=None):
     """Integer models: LiteRT's builtin kernels (no XNNPACK), one interpreter over all steps
     (`steps` of them: a model without inputs, such as a random op's, has no inputs to count)."""
-    it = Interpreter(model_path=str(model), experimental_op_resolver_type=resolver)
+    try:
+        it = Interpreter(model_path=str(model), experimental_op_resolver_type=resolver)
+    except ValueError as e:
+        # The reference resolver lacks a few builtins (the HASHTABLE family): its builtin kernels then.
+        if resolver != OpResolverType.BUILTIN_REF or "Didn't find op" not in str(e):
+            raise
+        it = Interpreter(model_path=str(model), experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
     it.allocate_tensors()
     outs = []
     for step in range(steps if steps is not None else len(steps_inputs[0])):
@@ -214,6 +221,12 @@ def compare(got, want):
     for k, (g, w) in enumerate(zip(got, want)):
         if g.shape != w.shape:
             raise RuntimeError(f"output {k}: shape {g.shape}, expected {w.shape}")
+        if w.dtype.kind in "OSU":
+            # String outputs: equal item by item (as bytes), or the case fails.
+            as_bytes = lambda a: [v if isinstance(v, bytes) else str(v).encode() for v in a.ravel().tolist()]
+            if as_bytes(g) != as_bytes(w):
+                raise RuntimeError(f"output {k}: strings {as_bytes(g)[:6]}..., expected {as_bytes(w)[:6]}...")
+            continue
         if w.dtype.kind == "f":
             if not np.array_equal(np.isnan(g), np.isnan(w)):
                 raise RuntimeError(f"output {k}: NaN positions differ")
@@ -450,6 +463,11 @@ def cmd_ops(args):
                 xs = []
                 ranges = iter(case["ranges"])
                 for k, d in enumerate(it.get_input_details()):
+                    if str(k) in case.get("strings", {}):
+                        # String inputs: the generator's strings, as LiteRT takes them (bytes objects).
+                        items = [v.encode() for v in case["strings"][str(k)]]
+                        xs.append(np.array(items, dtype=object).reshape(list(d["shape"])))
+                        continue
                     if str(k) in case.get("fixed", {}):
                         # Fixed values take the input's declared element type (int64,
                         # bool, uint8, ...; the generator lists them as integers).
@@ -479,6 +497,9 @@ def cmd_ops(args):
                         # the type's whole range, float ones the case's.
                         if str(k) in case.get("fixed", {}):
                             return x
+                        if str(k) in case.get("strings", {}):
+                            # String inputs: the case's strings, reshuffled.
+                            return rng.permutation(x)
                         if x.dtype.kind in "iu":
                             info = np.iinfo(x.dtype)
                             wide = {"dtype": np.uint64} if x.dtype == np.uint64 else {}

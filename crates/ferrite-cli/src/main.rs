@@ -794,6 +794,7 @@ fn run(
         .enumerate()
         .map(|(k, (given, d))| match given {
             Some(b) => Ok(b),
+            None if d.dtype == DType::String => Err(format!("input {k} ('{}') is a string tensor: give it with -i (.npy of bytes or unicode)", d.name)),
             None => {
                 let n = d
                     .shape
@@ -814,6 +815,14 @@ fn run(
     let mut stacked: Vec<(DType, Vec<usize>, Vec<u8>)> = Vec::new();
     for step in 0..n_steps {
         for (k, d) in data.iter().enumerate() {
+            if descs[k].dtype == DType::String {
+                // A string buffer is not split by bytes: each step takes its share of the items.
+                let items = ferrite_format::strings::parse(d).map_err(|e| e.to_string())?;
+                let per = items.len() / n_steps;
+                let chunk = ferrite_format::strings::write(&items[step * per..(step + 1) * per]).ok_or("string input exceeds 2 GiB")?;
+                s.set_input(k, &chunk).map_err(|e| e.to_string())?;
+                continue;
+            }
             let per = d.len() / n_steps;
             s.set_input(k, &d[step * per..(step + 1) * per]).map_err(|e| e.to_string())?;
         }
@@ -825,6 +834,14 @@ fn run(
             let o = s.output(k).map_err(|e| e.to_string())?;
             if step == 0 {
                 stacked.push((o.dtype, o.shape.to_vec(), Vec::with_capacity(o.bytes.len() * n_steps)));
+            }
+            if o.dtype == DType::String && step > 0 {
+                // Steps' string buffers are merged item by item.
+                let mut items: Vec<Vec<u8>> =
+                    ferrite_format::strings::parse(&stacked[k].2).map_err(|e| e.to_string())?.into_iter().map(<[u8]>::to_vec).collect();
+                items.extend(o.strings().map_err(|e| e.to_string())?.into_iter().map(<[u8]>::to_vec));
+                stacked[k].2 = ferrite_format::strings::write(&items).ok_or("string outputs exceed 2 GiB")?;
+                continue;
             }
             stacked[k].2.extend_from_slice(o.bytes);
         }

@@ -304,6 +304,15 @@ op_table! {
     // type) and locality-sensitive hashing of any input's rows into int32 ids.
     HASHTABLE_LOOKUP:        NONE,                        3..=3, 2..=2, ANY;
     LSH_PROJECTION:          LSHProjectionOptions,        2..=3, 1..=1, ANY;
+    // String tensors (run at run time: a string's size is its data's): the
+    // n-grams of a sentence's words.
+    SKIP_GRAM:               SkipGramOptions,             1..=1, 1..=1, ANY;
+    // Hash tables in the session's resources (string -> int64, int64 -> string):
+    // the table's handle; import (keys, values); find (keys, default); size.
+    HASHTABLE:               HashtableOptions,            0..=0, 1..=1, ANY;
+    HASHTABLE_IMPORT:        NONE,                        3..=3, 0..=0, ANY;
+    HASHTABLE_FIND:          NONE,                        3..=3, 1..=1, ANY;
+    HASHTABLE_SIZE:          NONE,                        1..=1, 1..=1, ANY;
     // Detection: boxes [n, 4], scores [n], max outputs, IoU and score thresholds (V5: soft-NMS sigma).
     NON_MAX_SUPPRESSION_V4:  NONE,                        5..=5, 2..=2, F32;
     NON_MAX_SUPPRESSION_V5:  NONE,                        6..=6, 3..=3, F32;

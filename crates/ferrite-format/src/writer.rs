@@ -171,6 +171,19 @@ pub enum Options {
     LshProjection {
         kind: i8,
     },
+    /// SKIP_GRAM: n-gram size, most words skipped between two, and whether
+    /// the shorter n-grams are produced too.
+    SkipGram {
+        ngram_size: i32,
+        max_skip_size: i32,
+        include_all_ngrams: bool,
+    },
+    /// HASHTABLE: the table's id and its key and value types.
+    Hashtable {
+        table_id: i32,
+        key_dtype: TensorType,
+        value_dtype: TensorType,
+    },
     /// MIRROR_PAD: REFLECT (false) or SYMMETRIC (true).
     MirrorPad {
         symmetric: bool,
@@ -464,6 +477,8 @@ impl Options {
             Options::Unique { .. } => &[T::UniqueOptions],
             Options::MirrorPad { .. } => &[T::MirrorPadOptions],
             Options::LshProjection { .. } => &[T::LSHProjectionOptions],
+            Options::SkipGram { .. } => &[T::SkipGramOptions],
+            Options::Hashtable { .. } => &[T::HashtableOptions],
             Options::L2Norm { .. } => &[T::L2NormOptions],
             Options::LocalResponseNormalization { .. } => &[T::LocalResponseNormalizationOptions],
             Options::Pack { .. } => &[T::PackOptions],
@@ -1060,6 +1075,15 @@ fn write_options(b: &mut FlatBufferBuilder, table: fb::BuiltinOptions, o: &Optio
         Options::LshProjection { kind } => {
             fb::LSHProjectionOptions::create(b, &fb::LSHProjectionOptionsArgs { type_: fb::LSHProjectionType(*kind) }).as_union_value()
         }
+        Options::Hashtable { table_id, key_dtype, value_dtype } => {
+            fb::HashtableOptions::create(b, &fb::HashtableOptionsArgs { table_id: *table_id, key_dtype: *key_dtype, value_dtype: *value_dtype })
+                .as_union_value()
+        }
+        Options::SkipGram { ngram_size, max_skip_size, include_all_ngrams } => fb::SkipGramOptions::create(
+            b,
+            &fb::SkipGramOptionsArgs { ngram_size: *ngram_size, max_skip_size: *max_skip_size, include_all_ngrams: *include_all_ngrams },
+        )
+        .as_union_value(),
         Options::MirrorPad { symmetric } => {
             let mode = if *symmetric { fb::MirrorPadMode::SYMMETRIC } else { fb::MirrorPadMode::REFLECT };
             fb::MirrorPadOptions::create(b, &fb::MirrorPadOptionsArgs { mode }).as_union_value()

@@ -169,6 +169,7 @@ pub mod reduce;
 pub mod resize;
 pub mod signal;
 pub mod softmax;
+pub mod strings;
 #[cfg(test)]
 mod testutil;
 pub mod text;

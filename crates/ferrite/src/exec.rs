@@ -578,8 +578,11 @@ fn run_dynamic_tail(g: &mut CompiledGraph, model: &Model, arena: ArenaRef<'_>, e
     let CompiledGraph { tensors, dynamic, subgraph, .. } = g;
     let Some(tail) = dynamic.as_mut() else { return Ok(Flow::Continue) };
     let views_on = env.hooks.as_deref().is_some_and(|h| h.wants_views());
-    for v in tail.values.iter_mut() {
-        *v = None;
+    // Graph inputs held here (STRING inputs, set by `Session::set_input`) stay.
+    for (t, v) in tail.values.iter_mut().enumerate() {
+        if !sub.inputs.contains(&t) {
+            *v = None;
+        }
     }
     for oi in tail.first_op..sub.ops.len() {
         let op = &sub.ops[oi];
@@ -626,9 +629,19 @@ fn run_dynamic_tail(g: &mut CompiledGraph, model: &Model, arena: ArenaRef<'_>, e
                 input_pad: None,
                 max_bytes: env.limits.max_arena_bytes,
             };
-            let (Built { outputs, mut kernel }, runs_on, _) = build_op(&octx, env.backends, env.custom, env.ctx)?;
+            env.ctx.string_sizes = Some(Vec::new());
+            let built = build_op(&octx, env.backends, env.custom, env.ctx);
+            let mut string_sizes = env.ctx.string_sizes.take().unwrap_or_default().into_iter();
+            let (Built { outputs, mut kernel }, runs_on, _) = built?;
             for (&t, (dtype, shape)) in op.outputs.iter().zip(outputs) {
-                let n = bytes_of(dtype, &shape, &env.limits, || octx.at())?;
+                let n = match dtype {
+                    // A STRING output's size is what its builder computed.
+                    DType::String => string_sizes
+                        .next()
+                        .filter(|&n| n <= env.limits.max_arena_bytes)
+                        .ok_or_else(|| Error::Runtime(format!("{}: string output of unknown or excessive size", octx.at()).into()))?,
+                    _ => bytes_of(dtype, &shape, &env.limits, || octx.at())?,
+                };
                 outs.push((t, DynValue { dtype, shape, data: AlignedBytes::zeroed(n) }));
             }
             let input_views = |on: bool| -> SmallVec<[TensorView<'_>; 8]> {
@@ -664,7 +677,7 @@ fn run_dynamic_tail(g: &mut CompiledGraph, model: &Model, arena: ArenaRef<'_>, e
             return Ok(Flow::Stop);
         }
         for &t in op.inputs.iter().flatten() {
-            if tail.last_use[t] == oi && !sub.outputs.contains(&t) {
+            if tail.last_use[t] == oi && !sub.outputs.contains(&t) && !sub.inputs.contains(&t) {
                 tail.values[t] = None;
             }
         }

@@ -45,6 +45,7 @@ mod ops_hlo;
 mod package;
 mod session;
 mod shared_arena;
+mod tables;
 #[cfg(feature = "train")]
 mod train;
 mod variables;

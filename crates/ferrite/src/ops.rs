@@ -172,6 +172,20 @@ pub enum OpParams {
     LshProjection {
         kind: i8,
     },
+    /// SKIP_GRAM: n-grams of `ngram_size` words (all sizes up to it with
+    /// `include_all_ngrams`), skipping at most `max_skip_size` words between two.
+    SkipGram {
+        ngram_size: i32,
+        max_skip_size: i32,
+        include_all_ngrams: bool,
+    },
+    /// HASHTABLE: the table's id in the session, and its key and value types
+    /// (the schema's `TensorType` codes, kept raw so the builder can refuse pairs).
+    Hashtable {
+        table_id: i32,
+        key_dtype: i8,
+        value_dtype: i8,
+    },
     /// An options table holding only a fused activation (L2_NORMALIZATION).
     Activation(Activation),
     /// LOCAL_RESPONSE_NORMALIZATION.
@@ -469,6 +483,16 @@ pub fn parse_params(op: BuiltinOp, opt_type: u8, options: Option<Table<'_>>) -> 
         },
         T::SparseToDenseOptions => OpParams::SparseToDense { validate_indices: boolf(fb::SparseToDenseOptions::VT_VALIDATE_INDICES, false)? },
         T::LSHProjectionOptions => OpParams::LshProjection { kind: i8f(fb::LSHProjectionOptions::VT_TYPE_, 0)? },
+        T::HashtableOptions => OpParams::Hashtable {
+            table_id: i32f(fb::HashtableOptions::VT_TABLE_ID, 0)?,
+            key_dtype: i8f(fb::HashtableOptions::VT_KEY_DTYPE, 0)?,
+            value_dtype: i8f(fb::HashtableOptions::VT_VALUE_DTYPE, 0)?,
+        },
+        T::SkipGramOptions => OpParams::SkipGram {
+            ngram_size: i32f(fb::SkipGramOptions::VT_NGRAM_SIZE, 0)?,
+            max_skip_size: i32f(fb::SkipGramOptions::VT_MAX_SKIP_SIZE, 0)?,
+            include_all_ngrams: boolf(fb::SkipGramOptions::VT_INCLUDE_ALL_NGRAMS, false)?,
+        },
         T::RandomOptions => {
             let i64f = |slot: u16| t.map_or(Ok(0), |t| t.scalar::<i64>(slot, 0));
             OpParams::Random { seed: i64f(fb::RandomOptions::VT_SEED)?, seed2: i64f(fb::RandomOptions::VT_SEED2)? }
@@ -676,6 +700,14 @@ mod tests {
             T::UniqueOptions => (Options::Unique { idx_out_type: TensorType::INT64 }, OpParams::OutType(TensorType::INT64.0)),
             T::MirrorPadOptions => (Options::MirrorPad { symmetric: true }, OpParams::MirrorPad { symmetric: true }),
             T::LSHProjectionOptions => (Options::LshProjection { kind: 2 }, OpParams::LshProjection { kind: 2 }),
+            T::HashtableOptions => (
+                Options::Hashtable { table_id: 7, key_dtype: TensorType::STRING, value_dtype: TensorType::INT64 },
+                OpParams::Hashtable { table_id: 7, key_dtype: TensorType::STRING.0, value_dtype: TensorType::INT64.0 },
+            ),
+            T::SkipGramOptions => (
+                Options::SkipGram { ngram_size: 3, max_skip_size: 2, include_all_ngrams: true },
+                OpParams::SkipGram { ngram_size: 3, max_skip_size: 2, include_all_ngrams: true },
+            ),
             T::L2NormOptions => (Options::L2Norm { activation: A::RELU6 }, OpParams::Activation(act)),
             T::LocalResponseNormalizationOptions => (
                 Options::LocalResponseNormalization { radius: 3, bias: 1.5, alpha: 0.25, beta: 0.75 },

@@ -118,6 +118,15 @@ impl TensorData<'_> {
         }
         Ok(self.bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
     }
+
+    /// The strings of a STRING tensor (its bytes are TFLite's string buffer), in
+    /// row-major order.
+    pub fn strings(&self) -> Result<Vec<&[u8]>> {
+        if self.dtype != DType::String {
+            return Err(Error::InvalidArgument(format!("tensor is {}, not string", self.dtype.name()).into()));
+        }
+        ferrite_format::strings::parse(self.bytes).map_err(|e| Error::Runtime(format!("string tensor: {e}").into()))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -821,6 +830,9 @@ impl Session {
         self.require(State::Prepared, "set_input")?;
         self.ensure_plan()?;
         let (_, t) = *self.inputs.get(i).ok_or_else(|| Error::InvalidArgument(format!("input {i} does not exist ({} inputs)", self.inputs.len()).into()))?;
+        if self.model.subgraphs[self.subgraph].tensors[t].dtype == DType::String {
+            return self.set_string_input(i, t, data);
+        }
         let (offset, len) = match self.slot(t) {
             Ok(s) => s,
             // An input no op reads (or a constant input) needs no data.
@@ -835,6 +847,31 @@ impl Session {
         bytemuck::cast_slice_mut::<u64, u8>(&mut self.arena)[offset..offset + len].copy_from_slice(data);
         self.pending_input_bytes += len;
         Ok(())
+    }
+
+    /// A STRING input: `data` is TFLite's string buffer (see [`Session::set_input_strings`]),
+    /// checked as untrusted (layout, and one string per element of the input's shape).
+    /// It is kept with the dynamic tail's run-time values, since its size is its data's.
+    fn set_string_input(&mut self, i: usize, t: usize, data: &[u8]) -> Result<()> {
+        let shape = self.input_shapes[i].clone();
+        let count = ferrite_format::strings::parse(data).map_err(|e| Error::InvalidArgument(format!("input {i}: {e}").into()))?.len();
+        if count != shape.iter().product::<usize>() {
+            return Err(Error::InvalidArgument(format!("input {i} is string {shape:?}, got {count} strings").into()));
+        }
+        let c = self.compiled.as_mut().ok_or_else(|| Error::InvalidState("session is not prepared".into()))?;
+        // No dynamic tail: no op reads the input.
+        if let Some(d) = c.dynamic.as_mut() {
+            d.values[t] = Some(compile::DynValue { dtype: DType::String, shape, data: compile::AlignedBytes::from_slice(data) });
+        }
+        self.pending_input_bytes += data.len();
+        Ok(())
+    }
+
+    /// Sets a STRING input from its strings (bytes, UTF-8 or not), in row-major
+    /// order; their count must match the input's shape (see [`Session::resize_input`]).
+    pub fn set_input_strings<S: AsRef<[u8]>>(&mut self, i: usize, items: &[S]) -> Result<()> {
+        let buf = ferrite_format::strings::write(items).ok_or_else(|| Error::InvalidArgument(format!("input {i}: strings exceed 2 GiB").into()))?;
+        self.set_input(i, &buf)
     }
 
     /// Sets a float32 input.

@@ -16,6 +16,7 @@ mod qred;
 mod rand;
 mod rngbits;
 mod tconv;
+mod strings;
 mod text;
 
 use ferrite_format::schema::TensorType;
@@ -125,6 +126,8 @@ fn gen(op: &str, r: &mut Rng) -> Case {
     match op {
         op if RECURRENT.contains(&op) => return gen_recurrent(op, r),
         op if text::TEXT_OPS.contains(&op) => return text::gen(op, r),
+        op if strings::OPS.contains(&op) => return strings::gen(op, r),
+        op if strings::TABLE_OPS.contains(&op) => return strings::gen_table(op, r),
         op if qred::OPS.contains(&op) => return qred::gen(op, r),
         op if qelem::OPS.contains(&op) => return qelem::gen_case(op, r),
         op if qnorm::OPS.contains(&op) => return qnorm::gen_case(op, r),
@@ -2247,6 +2250,8 @@ fn stream_steps(op: &str) -> usize {
         4
     } else if rand::is_stream(op) {
         rand::STEPS
+    } else if strings::TABLE_OPS.contains(&op) {
+        strings::TABLE_STEPS
     } else {
         1
     }
@@ -3127,12 +3132,19 @@ const OPS: &[&str] = &[
     "EMBEDDING_LOOKUP_HYBRID",
     "EMBEDDING_LOOKUP_HYBRID_PER_ROW",
     // Legacy text-model ops (text.rs's TEXT_OPS).
+    // HASHTABLE -> HASHTABLE_IMPORT -> HASHTABLE_FIND and HASHTABLE_SIZE in one
+    // subgraph (the `strings` module; before HASHTABLE_LOOKUP, so that the type
+    // probe's HASHTABLE finds them).
+    "HASHTABLE_FIND_STRING_INT64",
+    "HASHTABLE_FIND_INT64_STRING",
     "HASHTABLE_LOOKUP",
     "HASHTABLE_LOOKUP_INT32",
     "HASHTABLE_LOOKUP_INT8",
     "HASHTABLE_LOOKUP_UINT8",
     "LSH_PROJECTION",
     "LSH_PROJECTION_INT32",
+    // Ops on run-time string tensors (the `strings` module's cases).
+    "SKIP_GRAM",
     "TOPK_V2",
     "TOPK_V2_TIES",
     "TOPK_V2_DYNAMIC",
@@ -3498,6 +3510,7 @@ fn main() -> Result<(), String> {
                         "steps": stream_steps(op),
                         "exact": rand::is_stream(op) || rngbits::handles(op) || tconv::OPS.contains(op),
                         "detection_rows": detection_rows(&case),
+                        "strings": strings::take_inputs(),
                     }));
                 }
             }
@@ -3530,6 +3543,8 @@ mod tests {
         ("ROUND", "LiteRT's reference resolver has no kernel to compare with"),
         ("BROADCAST_TO", "LiteRT's reference resolver has no kernel to compare with"),
         ("DENSIFY", "sparse constants come from the converter; checked on the corpus's sparse fp16 models"),
+        ("HASHTABLE_IMPORT", "only meaningful with a table: every HASHTABLE_FIND_* case imports, finds and sizes"),
+        ("HASHTABLE_SIZE", "only meaningful with a table: every HASHTABLE_FIND_* case imports, finds and sizes"),
     ];
 
     /// The generator covers every op of the op table (cases are named by the op,

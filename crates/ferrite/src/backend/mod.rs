@@ -329,6 +329,15 @@ pub struct BackendContext {
     /// State ops carry from run to run, by (subgraph, op): random ops' streams (see
     /// [`BackendContext::op_state`]).
     op_states: HashMap<(usize, usize), Arc<dyn std::any::Any + Send + Sync>>,
+    /// Byte sizes of the STRING outputs of the op being built at run time. A
+    /// string tensor's size is its data's, so ops producing strings run only in
+    /// the dynamic tail: it sets this to `Some(empty)` before each build, a string
+    /// builder (which sees its inputs' values there) pushes each STRING output's
+    /// byte size, and the tail allocates them so. `None` at prepare: a string
+    /// builder then answers `Error::DataDependent`.
+    pub(crate) string_sizes: Option<Vec<usize>>,
+    /// The session's hash tables (HASHTABLE ops), shared with the kernels that use them.
+    pub(crate) tables: Arc<std::sync::Mutex<crate::tables::Tables>>,
 }
 
 impl std::fmt::Debug for BackendContext {
@@ -356,6 +365,8 @@ impl BackendContext {
             #[cfg(feature = "gpu")]
             gpu: Default::default(),
             op_states: HashMap::new(),
+            string_sizes: None,
+            tables: Default::default(),
         }
     }
 

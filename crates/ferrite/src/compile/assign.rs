@@ -65,6 +65,11 @@ pub(super) fn assign(
         input_pad = Some(pads);
         substituted.push((0, src));
     }
+    // String tensors live only in the dynamic tail (their size is their data's):
+    // an op reading a string known only at run time runs there.
+    if inputs.iter().flatten().any(|d| d.dtype == crate::model::DType::String && d.value.is_none()) {
+        return Ok(None);
+    }
     let all_const = inputs.iter().flatten().all(|d| d.value.is_some());
     let octx = OpContext {
         subgraph: c.sg,

@@ -82,7 +82,9 @@ pub(super) fn plan_memory(
     }
     let mut lifetimes = Vec::new();
     for t in 0..tensors.len() {
-        if root(t) == t && first[t] != usize::MAX && matches!(tensors[t].loc, Loc::None) {
+        // A STRING graph input has no fixed size: it is kept with the dynamic
+        // tail's values (set_input puts it there), never in the arena.
+        if root(t) == t && first[t] != usize::MAX && matches!(tensors[t].loc, Loc::None) && tensors[t].dtype != crate::model::DType::String {
             let b = bytes_of(tensors[t].dtype, &tensors[t].shape, limits, || format!("subgraph {sg} tensor {t} ('{}')", g.tensors[t].name))?;
             lifetimes.push(Lifetime { tensor: t, bytes: b, first: first[t], last: last[t].max(first[t]) });
         }

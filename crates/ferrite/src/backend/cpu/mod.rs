@@ -31,6 +31,7 @@ mod signal;
 mod softmax;
 #[cfg(feature = "type-hybrid")]
 mod tconv_hybrid;
+pub(crate) mod strings;
 pub(crate) mod text;
 
 /// The strided-slice resolution, shared with the training graph's backward op.
@@ -252,7 +253,12 @@ pub(crate) fn family_feature(code: B) -> Option<&'static str> {
         | B::SPARSE_TO_DENSE
         | B::TOPK_V2
         | B::HASHTABLE_LOOKUP
-        | B::LSH_PROJECTION => "op-index",
+        | B::LSH_PROJECTION
+        | B::SKIP_GRAM
+        | B::HASHTABLE
+        | B::HASHTABLE_IMPORT
+        | B::HASHTABLE_FIND
+        | B::HASHTABLE_SIZE => "op-index",
         B::BITCAST | B::CAST | B::DENSIFY | B::DEQUANTIZE | B::QUANTIZE => "op-convert",
         B::RFFT2D | B::COMPLEX_ABS | B::REAL | B::IMAG => "op-signal",
         B::LSTM

@@ -14,11 +14,12 @@ use crate::model::DType;
 use crate::ops::OpParams;
 
 /// The text family's builders.
-pub(super) fn build(code: B, op: &OpContext<'_>, _ctx: &mut BackendContext) -> Option<Result<Built>> {
+pub(super) fn build(code: B, op: &OpContext<'_>, ctx: &mut BackendContext) -> Option<Result<Built>> {
     Some(match code {
         B::HASHTABLE_LOOKUP => hashtable_lookup(op),
         B::LSH_PROJECTION => lsh_projection(op),
-        _ => return None,
+        // Ops on string tensors, in a file of their own.
+        _ => return super::strings::build(code, op, ctx),
     })
 }
 
@@ -44,7 +45,7 @@ pub(crate) fn hashtable_lookup_shapes(op: &OpContext<'_>) -> Result<(Vec<usize>,
     }
     let size = values.dtype.size().filter(|_| values.dtype != DType::Resource);
     let Some(size) = size else {
-        return Err(op.unsupported(format!("HASHTABLE_LOOKUP of {} values (ferrite has no string tensors)", values.dtype.name())));
+        return Err(op.unsupported(format!("HASHTABLE_LOOKUP of {} values (string values are not implemented)", values.dtype.name())));
     };
     if let Some(t) = op.outputs.first().filter(|t| t.dtype != values.dtype) {
         return Err(op.bad(format!("output of type {} for {} values", t.dtype.name(), values.dtype.name())));

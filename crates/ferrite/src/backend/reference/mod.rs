@@ -20,6 +20,7 @@ mod quant;
 pub(crate) mod quant_test_util;
 mod random;
 mod recurrent;
+mod strings;
 
 use super::{Backend, BackendContext, Built, OpContext};
 use crate::error::{Error, Result};
@@ -37,6 +38,10 @@ impl Backend for ReferenceBackend {
     fn build(&self, op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> {
         // Random ops (their streams live in the session's context) and feature ops.
         if let Some(built) = random::build(op, ctx) {
+            return built;
+        }
+        // Ops on string tensors (sized at run time through the context).
+        if let Some(built) = strings::build(op, ctx) {
             return built;
         }
         // Recurrent ops, float and hybrid alike.
