@@ -10,47 +10,15 @@
 //! - Re-planning after a resize keeps working; any drop order works; the pool holds no
 //!   more buffers than runs at once, and 1,000 create/run/drop cycles leak nothing.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicIsize, Ordering};
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::{Arc, Barrier};
 
 use ferrite::{DType, Error, Flow, Model, Session, SessionOptions, SharedArena};
 use ferrite_format::writer::{Activation, BuiltinOperator as W, ModelSpec, OpCode, Options, Padding, TensorSpec, TensorType};
 
-/// Counts live heap bytes, to show create/run/drop cycles leak nothing.
-struct Live;
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: forwards to the system allocator; only counts bytes.
-unsafe impl GlobalAlloc for Live {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc_zeroed(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        LIVE.fetch_add(n as isize - l.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-
-#[global_allocator]
-static ALLOC: Live = Live;
-
-// Heap measurements need the process to themselves: tests here run one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
+#[path = "support/live_heap.rs"]
+mod live_heap;
+use live_heap::{live, SERIAL};
 
 /// The demo model, the corpus (`FERRITE_CORPUS`) and the recurrent models (`FERRITE_RNN_MODELS`).
 fn corpus() -> Vec<PathBuf> {
@@ -345,11 +313,11 @@ fn any_drop_order_and_a_thousand_cycles_leave_nothing_behind() {
         for i in 0..100 {
             cycle(i);
         }
-        let before = LIVE.load(Ordering::Relaxed);
+        let before = live();
         for i in 0..1000 {
             cycle(i);
         }
-        let after = LIVE.load(Ordering::Relaxed);
+        let after = live();
         println!("1000 create/run/drop cycles sharing an arena (a long-lived member: {keep}): live heap {before} -> {after} bytes");
         assert_eq!(after, before, "heap bytes leaked");
         assert!(pool.buffers() <= 1);

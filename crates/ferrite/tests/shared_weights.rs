@@ -9,47 +9,15 @@
 //!   the shared constants are freed with the last session even while the model
 //!   stays loaded.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicIsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use ferrite::{Model, Session, SessionOptions};
 use ferrite_format::writer::{Activation, BuiltinOperator as W, ModelSpec, OpCode, Options, Padding, TensorSpec, TensorType};
 
-/// Counts live heap bytes, to see what a session's prepare allocates.
-struct Live;
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: forwards to the system allocator; only counts bytes.
-unsafe impl GlobalAlloc for Live {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc_zeroed(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        LIVE.fetch_add(n as isize - l.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-
-#[global_allocator]
-static ALLOC: Live = Live;
-
-// Heap measurements need the process to themselves: tests here run one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
+#[path = "support/live_heap.rs"]
+mod live_heap;
+use live_heap::{live, SERIAL};
 
 /// float32 weights of a 3x3 convolution with 64 in and out channels: 147 KB.
 const C: usize = 64;
@@ -103,10 +71,6 @@ fn run(s: &mut Session, seed: usize) -> Vec<Vec<u8>> {
     }
     s.run().unwrap();
     (0..s.outputs().len()).map(|k| s.output(k).unwrap().bytes.to_vec()).collect()
-}
-
-fn live() -> isize {
-    LIVE.load(Ordering::Relaxed)
 }
 
 #[test]

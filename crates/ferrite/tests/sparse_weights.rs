@@ -8,51 +8,15 @@
 //! - the mapped file's pages of the sparse constants (values and index arrays)
 //!   are given back once densified, so the file is not resident a second time.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicIsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use ferrite::model::SparseDim;
 use ferrite::{DType, Model, Session};
 
-/// Counts live heap bytes.
-struct Live;
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: forwards to the system allocator; only counts bytes.
-unsafe impl GlobalAlloc for Live {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc_zeroed(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        LIVE.fetch_add(n as isize - l.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-
-#[global_allocator]
-static ALLOC: Live = Live;
-
-// Heap measurements need the process to themselves: tests here run one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn live() -> isize {
-    LIVE.load(Ordering::Relaxed)
-}
+#[path = "support/live_heap.rs"]
+mod live_heap;
+use live_heap::{live, SERIAL};
 
 /// The corpus's sparse models, when the corpus is there.
 fn sparse_models() -> Vec<PathBuf> {

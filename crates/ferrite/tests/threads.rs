@@ -2,41 +2,16 @@
 //! sessions run concurrently on many threads, move between threads, and survive
 //! the thread that created them.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicIsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use ferrite::{Model, Session, SessionOptions};
 
-/// Tracks live heap bytes, to show create/run/drop cycles leak nothing.
-struct Live;
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: forwards to the system allocator; only counts bytes.
-unsafe impl GlobalAlloc for Live {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        LIVE.fetch_add(n as isize - l.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-
-#[global_allocator]
-static ALLOC: Live = Live;
+#[path = "support/live_heap.rs"]
+mod live_heap;
+use live_heap::{live, SERIAL};
 
 // Memory measurements need the process to themselves: tests here run one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 fn corpus() -> Vec<PathBuf> {
     let mut v = vec![PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/demo.tflite"))];
@@ -168,11 +143,11 @@ fn a_thousand_create_run_drop_cycles_do_not_grow_memory() {
     for i in 0..100 {
         cycle(i);
     }
-    let (live_before, rss_before) = (LIVE.load(Ordering::Relaxed), rss_kb());
+    let (live_before, rss_before) = (live(), rss_kb());
     for i in 0..1000 {
         cycle(i);
     }
-    let (live_after, rss_after) = (LIVE.load(Ordering::Relaxed), rss_kb());
+    let (live_after, rss_after) = (live(), rss_kb());
     println!("1000 create/run/drop cycles (half with a 2-thread pool): live heap {live_before} -> {live_after} bytes, RSS {rss_before} -> {rss_after} kB");
     assert_eq!(live_after, live_before, "heap bytes leaked");
     // Under qemu-user (the aarch64 check) RSS includes the emulator's per-thread memory.
