@@ -608,76 +608,47 @@ pub fn fully_connected(input: &[f32], batch: usize, pk: &Packed, clamp: Clamp, o
     if pk.taps != 1 || !holds(input.len(), &[batch, k]) || !holds(out.len(), &[batch, n]) {
         return false;
     }
-    // One row: up to four panels per pass over the input (more weight loads per
-    // broadcast input; the layer is bound by streaming its weights).
+    // One row: several panels per pass over the input (more weight loads per
+    // broadcast input; the layer is bound by streaming its weights): up to four
+    // 32-channel panels with AVX-512, two 16-channel ones with AVX2.
     #[cfg(target_arch = "x86_64")]
-    if batch == 1 && pk.isa.0 == Kind::Avx512 {
-        let nr = pk.isa.nr();
+    if batch == 1 && matches!(pk.isa.0, Kind::Avx512 | Kind::Avx2) {
+        let (nr, x) = (pk.isa.nr(), input.as_ptr());
         let panels = n.div_ceil(nr);
         let mut p = 0;
         while p < panels {
-            let b = |q: usize| pk.panel(q).0.as_ptr();
-            let bias = |q: usize| pk.panel(q).1.as_ptr();
-            let cols = |q: usize| pk.panel(q).2;
             let o = out.as_mut_ptr().wrapping_add(p * nr);
-            // SAFETY: AVX-512F (an `Avx512` token is only made after detecting it);
-            // the input holds k floats (checked), each panel k * 32 floats and 32 of
-            // bias (`Packed::panel`, which also checks q < panels), and `out` the
-            // panels' columns, consecutive from p * nr (checked size).
-            unsafe {
-                match panels - p {
-                    1 => x86_64::gemv_panels_avx512::<1>(input.as_ptr(), k, [b(p)], [bias(p)], [cols(p)], clamp, o),
-                    2 => x86_64::gemv_panels_avx512::<2>(input.as_ptr(), k, [b(p), b(p + 1)], [bias(p), bias(p + 1)], [cols(p), cols(p + 1)], clamp, o),
-                    3 => x86_64::gemv_panels_avx512::<3>(
-                        input.as_ptr(),
-                        k,
-                        [b(p), b(p + 1), b(p + 2)],
-                        [bias(p), bias(p + 1), bias(p + 2)],
-                        [cols(p), cols(p + 1), cols(p + 2)],
-                        clamp,
-                        o,
-                    ),
-                    _ => x86_64::gemv_panels_avx512::<4>(
-                        input.as_ptr(),
-                        k,
-                        [b(p), b(p + 1), b(p + 2), b(p + 3)],
-                        [bias(p), bias(p + 1), bias(p + 2), bias(p + 3)],
-                        [cols(p), cols(p + 1), cols(p + 2), cols(p + 3)],
-                        clamp,
-                        o,
-                    ),
-                }
+            macro_rules! gemv {
+                ($f:ident, $n:literal) => {{
+                    let (b, bias, cols) = panel_ptrs::<$n>(pk, p);
+                    // SAFETY: the kernel's features were detected (an `Avx512` or `Avx2`
+                    // token is only made after detecting them); the input holds k floats
+                    // (checked), each panel k * nr floats and nr of bias (`Packed::panel`,
+                    // which also checks each panel index), and `out` the panels' columns,
+                    // consecutive from p * nr (checked size).
+                    unsafe { x86_64::$f::<$n>(x, k, b, bias, cols, clamp, o) };
+                    $n
+                }};
             }
-            p += 4;
-        }
-        return true;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if batch == 1 && pk.isa.0 == Kind::Avx2 {
-        let nr = pk.isa.nr();
-        let panels = n.div_ceil(nr);
-        let mut p = 0;
-        while p < panels {
-            let b = |q: usize| pk.panel(q).0.as_ptr();
-            let bias = |q: usize| pk.panel(q).1.as_ptr();
-            let cols = |q: usize| pk.panel(q).2;
-            let o = out.as_mut_ptr().wrapping_add(p * nr);
-            // SAFETY: AVX2 + FMA (an `Avx2` token is only made after detecting them);
-            // the input holds k floats (checked), each panel k * 16 floats and 16 of
-            // bias (`Packed::panel`, which also checks q < panels), and `out` the
-            // panels' columns, consecutive from p * nr (checked size).
-            unsafe {
-                if panels - p == 1 {
-                    x86_64::gemv_panels_avx2::<1>(input.as_ptr(), k, [b(p)], [bias(p)], [cols(p)], clamp, o);
-                } else {
-                    x86_64::gemv_panels_avx2::<2>(input.as_ptr(), k, [b(p), b(p + 1)], [bias(p), bias(p + 1)], [cols(p), cols(p + 1)], clamp, o);
-                }
-            }
-            p += 2;
+            p += match (pk.isa.0, panels - p) {
+                (Kind::Avx512, 1) => gemv!(gemv_panels_avx512, 1),
+                (Kind::Avx512, 2) => gemv!(gemv_panels_avx512, 2),
+                (Kind::Avx512, 3) => gemv!(gemv_panels_avx512, 3),
+                (Kind::Avx512, _) => gemv!(gemv_panels_avx512, 4),
+                (_, 1) => gemv!(gemv_panels_avx2, 1),
+                _ => gemv!(gemv_panels_avx2, 2),
+            };
         }
         return true;
     }
     gemm_rows(input, batch, pk, clamp, out)
+}
+
+/// The weights, bias and column count of `P` consecutive panels from panel `p`: the
+/// batch-1 GEMV kernels' arguments.
+#[cfg(target_arch = "x86_64")]
+fn panel_ptrs<const P: usize>(pk: &Packed, p: usize) -> ([*const f32; P], [*const f32; P], [usize; P]) {
+    (std::array::from_fn(|q| pk.panel(p + q).0.as_ptr()), std::array::from_fn(|q| pk.panel(p + q).1.as_ptr()), std::array::from_fn(|q| pk.panel(p + q).2))
 }
 
 /// The rows of a fully-connected product (or a 1x1 convolution's pixels) through
