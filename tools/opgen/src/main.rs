@@ -15,8 +15,8 @@ mod qnorm;
 mod qred;
 mod rand;
 mod rngbits;
-mod tconv;
 mod strings;
+mod tconv;
 mod text;
 
 use ferrite_format::schema::TensorType;
@@ -3529,7 +3529,10 @@ fn main() -> Result<(), String> {
             let n = args.get(3).and_then(|v| v.parse::<usize>().ok()).filter(|&n| (1..=10_000).contains(&n)).ok_or(usage)?;
             std::fs::write(path, chain(n)?).map_err(|e| e.to_string())
         }
-        _ => Err("usage: ferrite-opgen ops OUTDIR [--seed S] [--per-op K] | probe OUTDIR [--seed S] | demo OUT.tflite | gemm OUT.tflite M K N | chain OUT.tflite N".into()),
+        _ => Err(
+            "usage: ferrite-opgen ops OUTDIR [--seed S] [--per-op K] | probe OUTDIR [--seed S] | demo OUT.tflite | gemm OUT.tflite M K N | chain OUT.tflite N"
+                .into(),
+        ),
     }
 }
 

@@ -29,9 +29,9 @@ pub(crate) mod recurrent;
 mod reduce;
 mod signal;
 mod softmax;
+pub(crate) mod strings;
 #[cfg(feature = "type-hybrid")]
 mod tconv_hybrid;
-pub(crate) mod strings;
 pub(crate) mod text;
 
 /// The strided-slice resolution, shared with the training graph's backward op.
