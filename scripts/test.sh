@@ -156,6 +156,9 @@ echo "== python package: one script against LiteRT's Interpreter and ferrite's (
 "$CACHE/venv/bin/python" tools/python_api_test.py --corpus "$CACHE/models"
 "$CACHE/venv/bin/python" tools/python_api_test.py --corpus "$RNN_MODELS"
 
+echo "== python package: string tensors (SKIP_GRAM, HASHTABLE_FIND_*) on both interpreters, several runs (seconds)"
+"$CACHE/venv/bin/python" tools/python_strings_test.py --opgen target/release/ferrite-opgen
+
 echo "== python package: backends=[\"gpu\", \"cpu\"] with gpu_precision= fp32 and fp16 (lavapipe; seconds)"
 "$CACHE/venv/bin/python" tools/python_gpu_test.py models/demo.tflite
 

@@ -448,6 +448,14 @@ impl NativeSession {
         })
     }
 
+    /// Sets STRING input `k` (its position among the inputs) from a TFLite string buffer
+    /// (count, offsets, bytes) the Python side encoded; the session validates the buffer
+    /// and the count against the input's shape, as it does for any caller.
+    fn set_strings(&self, k: usize, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        let data = ReadBuffer::get(data)?;
+        contain("set_strings", || self.lock()?.set_input(k, data.bytes()).map_err(err_as::<PyValueError>))
+    }
+
     /// Copies tensor `t` into `out` (a fresh C-contiguous numpy array the Python side made
     /// for the tensor's dtype and shape). Returns false, copying nothing, when the sizes
     /// differ (a sparse constant's stored values); `get` then gives the shape.

@@ -152,14 +152,30 @@ def _copy_detail(d):
 
 
 def _strings(data, shape):
-    """A TFLite string tensor's bytes (count, offsets, characters) as an array of bytes."""
+    """A TFLite string tensor's bytes (count, offsets, characters) as LiteRT returns
+    them: an object array of ``bytes`` (a fixed-width 'S' array would drop trailing NULs)."""
     raw = bytes(data)
-    if len(raw) < 4:
-        return np.array([], dtype=np.bytes_).reshape(shape)
-    n = int.from_bytes(raw[:4], "little", signed=True)
-    offsets = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "little", signed=True) for i in range(n + 1)]
-    items = [raw[offsets[i] : offsets[i + 1]] for i in range(n)]
-    return np.array(items, dtype=np.bytes_).reshape(shape)
+    n = int.from_bytes(raw[:4], "little", signed=True) if len(raw) >= 4 else 0
+    offsets = np.frombuffer(raw, "<i4", count=n + 1, offset=4).tolist() if n > 0 else []
+    out = np.empty(n, dtype=object)
+    for i in range(n):
+        out[i] = raw[offsets[i] : offsets[i + 1]]
+    return out.reshape(shape)
+
+
+def _string_buffer(arr):
+    """An 'S', 'U' or object array as a TFLite string buffer (int32 count, int32 offsets,
+    bytes), row-major; ``str`` items are encoded UTF-8, as LiteRT does. The native
+    session validates the buffer again."""
+    items = [x.encode() if isinstance(x, str) else x for x in arr.ravel().tolist()]
+    if not all(isinstance(x, bytes) for x in items):
+        # LiteRT's message for an item that is neither bytes nor str.
+        raise ValueError("PyBytes_AsStringAndSize() failed.")
+    head = 4 * (len(items) + 2)
+    offsets = np.cumsum([head] + [len(x) for x in items], dtype=np.int64)
+    if offsets[-1] >= 2**31:
+        raise ValueError("Cannot set tensor: strings exceed 2 GiB")
+    return np.array([len(items)], "<i4").tobytes() + offsets.astype("<i4").tobytes() + b"".join(items)
 
 
 def _from_bytes(data, dtype, shape):
@@ -259,7 +275,8 @@ class _Graph:
     def set(self, t, value):
         dtype, shape, name, _ = self.meta(t)
         arr = value if type(value) is np.ndarray else np.asarray(value)
-        if arr.dtype != dtype:
+        # A STRING tensor takes bytes ('S', any width), text ('U') and object arrays.
+        if arr.dtype != dtype and not (dtype.kind == "S" and arr.dtype.kind in "SUO"):
             raise ValueError(
                 f"Cannot set tensor: Got value of type {_type_name(arr.dtype)} but expected type {_type_name(dtype)} for input {t}, name: {name} "
             )
@@ -268,8 +285,11 @@ class _Graph:
                 raise ValueError(f"Cannot set tensor: Dimension mismatch. Got {arr.ndim} but expected {len(shape)} for input {t}.")
             i = next(i for i, (a, b) in enumerate(zip(arr.shape, shape)) if a != b)
             raise ValueError(f"Cannot set tensor: Dimension mismatch. Got {arr.shape[i]} but expected {shape[i]} for dimension {i} of input {t}.")
+        if dtype.kind == "S" and t in self.in_pos:
+            self.s.set_strings(self.in_pos[t], _string_buffer(arr))
+            return
         if dtype.kind in "SO":
-            raise ValueError(f"Cannot set tensor: ferrite does not set {_type_name(dtype)} tensors")
+            raise ValueError(f"Cannot set tensor: ferrite does not set {_type_name(dtype)} tensors other than inputs")
         try:
             self.s.set(t, arr)
         except (BufferError, ValueError):
