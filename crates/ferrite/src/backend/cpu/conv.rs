@@ -513,6 +513,36 @@ pub(crate) fn conv_int(op: &OpContext<'_>, depthwise: bool, ctx: &mut crate::bac
 /// weights with a zero point, run through the int8 kernel shifted by 128) or
 /// int16x8 (int64 bias, 64-bit sums): integer scatter of the zero-point-corrected
 /// input, bias, per-channel requantization.
+/// A TRANSPOSE_CONV's shapes, checked against each other: the filter `[oc, kh, kw, ic]`,
+/// the input `[batch, h, w, ic]` (input 2), the constant output shape (input 0)
+/// `[batch, out_h, out_w, oc]`, and the bias (input 3) `oc` long.
+pub(super) struct TransposeGeometry {
+    pub oc: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub ic: usize,
+    pub out_h: usize,
+    pub out_w: usize,
+}
+
+/// Checks the shapes of the quantized and hybrid TRANSPOSE_CONVs (see
+/// [`TransposeGeometry`]) and a non-zero stride.
+pub(super) fn transpose_geometry(op: &OpContext<'_>, stride: (usize, usize)) -> Result<TransposeGeometry> {
+    let (w, x) = (op.input(1)?, op.input(2)?);
+    let out_shape = op.const_ints(0)?;
+    if x.shape.len() != 4 || w.shape.len() != 4 || out_shape.len() != 4 || out_shape.iter().any(|&d| d <= 0) {
+        return Err(op.bad(format!("TRANSPOSE_CONV of {:?} with filter {:?} to {out_shape:?}", x.shape, w.shape)));
+    }
+    let (oc, kh, kw, ic) = (w.shape[0], w.shape[1], w.shape[2], w.shape[3]);
+    if ic != x.shape[3] || out_shape[0] as usize != x.shape[0] || out_shape[3] as usize != oc || stride.0 == 0 || stride.1 == 0 {
+        return Err(op.bad(format!("output_shape {out_shape:?} does not match input {:?} / filter {:?}", x.shape, w.shape)));
+    }
+    if op.opt_input(3).is_some_and(|b| b.shape.iter().product::<usize>() != oc) {
+        return Err(op.bad("bias size does not match the output channels"));
+    }
+    Ok(TransposeGeometry { oc, kh, kw, ic, out_h: out_shape[1] as usize, out_w: out_shape[2] as usize })
+}
+
 pub(crate) fn transpose_conv_int(op: &OpContext<'_>) -> Result<Built> {
     let OpParams::TransposeConv { padding, stride, activation } = op.op.params else { return Err(op.bad("missing TransposeConv options")) };
     let (w, x) = (op.input(1)?, op.input(2)?);
@@ -529,18 +559,7 @@ pub(crate) fn transpose_conv_int(op: &OpContext<'_>) -> Result<Built> {
             )))
         }
     };
-    let out_shape = op.const_ints(0)?;
-    if x.shape.len() != 4 || w.shape.len() != 4 || out_shape.len() != 4 || out_shape.iter().any(|&d| d <= 0) {
-        return Err(op.bad(format!("TRANSPOSE_CONV of {:?} with filter {:?} to {out_shape:?}", x.shape, w.shape)));
-    }
-    let (oc, kh, kw, ic) = (w.shape[0], w.shape[1], w.shape[2], w.shape[3]);
-    let (out_h, out_w) = (out_shape[1] as usize, out_shape[2] as usize);
-    if ic != x.shape[3] || out_shape[0] as usize != x.shape[0] || out_shape[3] as usize != oc || stride.0 == 0 || stride.1 == 0 {
-        return Err(op.bad(format!("output_shape {out_shape:?} does not match input {:?} / filter {:?}", x.shape, w.shape)));
-    }
-    if op.opt_input(3).is_some_and(|b| b.shape.iter().product::<usize>() != oc) {
-        return Err(op.bad("bias size does not match the output channels"));
-    }
+    let TransposeGeometry { oc, kh, kw, ic, out_h, out_w } = transpose_geometry(op, stride)?;
     let (in_scale, in_zp) = per_tensor(op, x.quant, "input")?;
     let wq = w.quant.ok_or_else(|| op.bad("filter has no quantization parameters"))?;
     if wq.scale.len() != 1 && wq.scale.len() != oc {

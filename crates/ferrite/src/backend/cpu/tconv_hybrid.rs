@@ -10,6 +10,7 @@ use ferrite_kernels::conv::Window;
 use ferrite_kernels::hybrid::{self, TransposeConvHybridScratch};
 
 use super::clamp_of;
+use super::conv::{transpose_geometry, TransposeGeometry};
 use crate::backend::{arg, typed, typed_mut, Built, OpContext};
 use crate::error::Result;
 use crate::model::DType;
@@ -35,18 +36,7 @@ pub(super) fn build(op: &OpContext<'_>) -> Result<Built> {
     if op.outputs.first().is_some_and(|o| o.dtype != DType::F32) || op.opt_input(3).is_some_and(|b| b.dtype != DType::F32) {
         return Err(op.unsupported("hybrid TRANSPOSE_CONV takes float32 input, output and bias with int8 weights"));
     }
-    let out_shape = op.const_ints(0)?;
-    if x.shape.len() != 4 || w.shape.len() != 4 || out_shape.len() != 4 || out_shape.iter().any(|&d| d <= 0) {
-        return Err(op.bad(format!("TRANSPOSE_CONV of {:?} with filter {:?} to {out_shape:?}", x.shape, w.shape)));
-    }
-    let (oc, kh, kw, ic) = (w.shape[0], w.shape[1], w.shape[2], w.shape[3]);
-    let (out_h, out_w) = (out_shape[1] as usize, out_shape[2] as usize);
-    if ic != x.shape[3] || out_shape[0] as usize != x.shape[0] || out_shape[3] as usize != oc || stride.0 == 0 || stride.1 == 0 {
-        return Err(op.bad(format!("output_shape {out_shape:?} does not match input {:?} / filter {:?}", x.shape, w.shape)));
-    }
-    if op.opt_input(3).is_some_and(|b| b.shape.iter().product::<usize>() != oc) {
-        return Err(op.bad("bias size does not match the output channels"));
-    }
+    let TransposeGeometry { oc, kh, kw, ic, out_h, out_w } = transpose_geometry(op, stride)?;
     let wq = w.quant.ok_or_else(|| op.bad("filter has no quantization parameters"))?;
     if wq.zero_point.iter().any(|&z| z != 0) {
         return Err(op.bad("hybrid TRANSPOSE_CONV weights must have zero point 0"));
