@@ -979,8 +979,19 @@ pub fn exercise(bytes: Vec<u8>, seed: u64) -> Result<Outcome, String> {
             return Outcome::Prepare(e.to_string());
         }
         for (k, d) in s.inputs().iter().enumerate() {
+            let Some(size) = d.dtype.size() else {
+                // A string input holds the caller's buffer, not arena memory, so its
+                // shape is not bounded by the arena limit: a few short random strings
+                // when the shape is small, none otherwise.
+                let count = d.shape.iter().try_fold(1usize, |a, &v| a.checked_mul(v)).filter(|&c| c <= 4096);
+                if let Some(c) = count {
+                    let items: Vec<Vec<u8>> = (0..c).map(|_| (0..rng.below(6)).map(|_| rng.next() as u8).collect()).collect();
+                    let _ = s.set_input_strings(k, &items);
+                }
+                continue;
+            };
             // Prepare planned the arena within the limit, so these sizes are bounded.
-            let n = d.shape.iter().product::<usize>() * d.dtype.size().unwrap_or(1);
+            let n = d.shape.iter().product::<usize>() * size;
             let data: Vec<u8> = (0..n).map(|_| rng.next() as u8).collect();
             let _ = s.set_input(k, &data);
         }
