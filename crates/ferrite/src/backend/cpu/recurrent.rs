@@ -34,6 +34,9 @@ pub(super) fn build(code: B, op: &OpContext<'_>, _ctx: &mut BackendContext) -> O
     ) {
         return None;
     }
+    // The basic cell's module is gated with the family (this file also serves
+    // builds without it).
+    #[cfg(feature = "op-recurrent")]
     if super::basic_lstm::is_basic_lstm(code, op) {
         return Some(super::basic_lstm::build(op));
     }
