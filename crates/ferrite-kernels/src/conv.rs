@@ -138,9 +138,9 @@ simd_fn! {
     /// whole pixels. Elsewhere the work goes in tiles of 4 output pixels x 16
     /// channels, accumulators in registers across all taps; channels past the last
     /// whole block of 16 and multipliers above 1 take a simple per-pixel path,
-    /// except with AVX2 + FMA and no AVX-512, where one register-tiled kernel takes
-    /// every multiplier, stride, dilation and channel count (see
-    /// [`depthwise_avx2_tiles`]).
+    /// except with AVX2 + FMA and no AVX-512, and on aarch64 (NEON), where one
+    /// register-tiled kernel takes every multiplier, stride, dilation and channel
+    /// count (see [`depthwise_direct_tiles`]).
     pub fn depthwise_conv2d(input: &[f32], in_c: usize, multiplier: usize, w: &[f32], bias: Option<&[f32]>, g: &Window, clamp: Clamp, out: &mut [f32], rows: std::ops::Range<usize>) {
         const B: usize = 16;
         const P: usize = 4;
@@ -161,6 +161,14 @@ simd_fn! {
             // SAFETY: AVX2 + FMA checked; buffers, rows and index ranges asserted above,
             // weights and bias lengths just now.
             unsafe { avx2::dw_rows(input, in_c, multiplier, w, bias, g, clamp, out, rows) };
+            return;
+        }
+        // aarch64: the NEON counterpart (4-lane blocks), for the same cases.
+        #[cfg(target_arch = "aarch64")]
+        if crate::level::has_neon() && crate::product(&[g.k_h, g.k_w, out_c]).is_some_and(|n| n <= w.len()) && bias.is_none_or(|b| b.len() >= out_c) {
+            // SAFETY: buffers, rows and index ranges asserted above, weights and bias
+            // lengths just now (NEON is baseline on aarch64).
+            unsafe { aarch64::dw_rows(input, in_c, multiplier, w, bias, g, clamp, out, rows) };
             return;
         }
         let in_row = g.in_w * in_c;
@@ -300,6 +308,13 @@ pub fn depthwise_avx2_tiles() -> bool {
     cfg!(target_arch = "x86_64") && !crate::level::has_avx512f() && crate::level::has_avx2_fma()
 }
 
+/// Whether [`depthwise_conv2d`] takes a register-tiled kernel that reads any
+/// channel multiplier straight from the input and takes any stride: AVX2 without
+/// AVX-512 ([`depthwise_avx2_tiles`]), or NEON on aarch64 (4-lane blocks).
+pub fn depthwise_direct_tiles() -> bool {
+    depthwise_avx2_tiles() || (cfg!(target_arch = "aarch64") && crate::level::has_neon())
+}
+
 /// Whether [`depthwise_conv2d`] runs every channel count at full vector width
 /// (AVX-512 masks the last block); elsewhere [`depthwise_rows`] serves channel
 /// counts that are neither multiples nor divisors of 16.
@@ -363,6 +378,8 @@ simd_fn! {
     }
 }
 
+#[cfg(target_arch = "aarch64")]
+mod aarch64;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]

@@ -10,20 +10,22 @@
 //! `[panel][tap][k][nr]`, zero-padded past the last channel.
 //!
 //! The kernel is chosen at run time from the CPU's features: AVX-512F (8x32
-//! tiles), AVX2+FMA (6x16), or a portable fallback (4x8). Results differ from a
+//! tiles), AVX2+FMA (6x16), NEON on aarch64 (8x8), or a portable fallback (4x8). Results differ from a
 //! naive sum only by float reassociation; they are identical for any split of
 //! the rows across threads, since each output element is summed in one order.
 
 use crate::{holds, product, Clamp};
 
+#[cfg(target_arch = "aarch64")]
+mod aarch64;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 
 /// Which kernel an [`Isa`] token selects (private: tokens are made only by
 /// feature detection).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-// Only x86-64 constructs the x86 variants.
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+// Each architecture constructs only its own variants.
+#[allow(dead_code)]
 enum Kind {
     /// x86-64 AVX-512F, 8x32 tiles.
     Avx512,
@@ -32,6 +34,8 @@ enum Kind {
     Avx512Narrow,
     /// x86-64 AVX2 + FMA, 6x16 tiles.
     Avx2,
+    /// aarch64 NEON (baseline there), 8x8 tiles.
+    Neon,
     /// Any CPU, 4x8 tiles.
     Portable,
 }
@@ -75,14 +79,19 @@ impl Isa {
         None
     }
 
+    /// The NEON kernel, on aarch64 (where NEON is part of the base architecture).
+    pub fn neon() -> Option<Isa> {
+        cfg!(target_arch = "aarch64").then_some(Isa(Kind::Neon))
+    }
+
     /// The best instruction set this CPU supports.
     pub fn detect() -> Isa {
-        Isa::avx512().or_else(Isa::avx2).unwrap_or_else(Isa::portable)
+        Isa::avx512().or_else(Isa::avx2).or_else(Isa::neon).unwrap_or_else(Isa::portable)
     }
 
     /// Every kernel this CPU can run, best first (the portable one last).
     pub fn available() -> Vec<Isa> {
-        [Isa::avx512(), Isa::avx512_narrow(), Isa::avx2(), Some(Isa::portable())].into_iter().flatten().collect()
+        [Isa::avx512(), Isa::avx512_narrow(), Isa::avx2(), Isa::neon(), Some(Isa::portable())].into_iter().flatten().collect()
     }
 
     /// The kernel to use for a layer with `n` output channels: on AVX-512 machines,
@@ -101,7 +110,7 @@ impl Isa {
         match self.0 {
             Kind::Avx512 => 32,
             Kind::Avx512Narrow | Kind::Avx2 => 16,
-            Kind::Portable => 8,
+            Kind::Neon | Kind::Portable => 8,
         }
     }
 
@@ -111,6 +120,7 @@ impl Isa {
             Kind::Avx512 => 8,
             Kind::Avx512Narrow => 12,
             Kind::Avx2 => 6,
+            Kind::Neon => 8,
             Kind::Portable => 4,
         }
     }
@@ -121,6 +131,7 @@ impl Isa {
         match self.0 {
             Kind::Avx512 | Kind::Avx512Narrow => 16,
             Kind::Avx2 => 8,
+            Kind::Neon => 4,
             Kind::Portable => 1,
         }
     }
@@ -196,6 +207,10 @@ unsafe fn run_tile(isa: Isa, tile: &Tile<'_>, clamp: Clamp, out: *mut f32, out_s
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, for AVX2 + FMA.
         Kind::Avx2 => unsafe { x86_64::tile_avx2(tile, clamp, out, out_stride) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: NEON is baseline on aarch64; the tile's shape and pointers are
+        // this function's contract.
+        Kind::Neon => unsafe { aarch64::tile_neon(tile, clamp, out, out_stride) },
         // SAFETY: the tile's shape and pointers are this function's contract (on
         // other architectures only the portable token can be made).
         _ => unsafe { tile_portable(tile, clamp, out, out_stride) },
@@ -804,6 +819,86 @@ mod tests {
         }
     }
 
+    /// Every kernel against the definition on random shapes: fully-connected over
+    /// 1-20 rows (every tile height and remainder), and convolutions with odd
+    /// channel counts, 1xN and Nx1 filters, strides 1-3, dilation and both paddings,
+    /// over thread-like pixel ranges.
+    #[test]
+    fn random_shapes_match_the_definition() {
+        use crate::conv::{out_size_and_pad, Window};
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        for isa in Isa::available() {
+            for case in 0..60 {
+                let (batch, n, k) = (1 + next(20), 1 + next(45), 1 + next(70));
+                let w: Vec<f32> = (0..n * k).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
+                let x: Vec<f32> = (0..batch * k).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
+                let bias: Vec<f32> = (0..n).map(|_| next(1000) as f32 * 0.001).collect();
+                let clamp = if case % 2 == 0 { Clamp::RELU6 } else { Clamp::NONE };
+                let pk = Packed::new(isa, &w, (case % 3 != 0).then_some(&bias[..]), n, 1, k);
+                let mut out = vec![f32::NAN; batch * n];
+                assert!(fully_connected(&x, batch, &pk, clamp, &mut out));
+                for b in 0..batch {
+                    for j in 0..n {
+                        let s = if case % 3 != 0 { bias[j] } else { 0.0 } + (0..k).map(|kk| x[b * k + kk] * w[j * k + kk]).sum::<f32>();
+                        let got = out[b * n + j];
+                        assert!((got - clamp.apply(s)).abs() < 1e-4, "{isa:?} fc case {case} {batch}x{n}x{k} [{b},{j}]: {got} vs {s}");
+                    }
+                }
+            }
+            for case in 0..60 {
+                let (c, n) = (1 + next(19), 1 + next(40));
+                let (k_h, k_w) = [(3, 3), (1, 1), (5, 5), (1, 7), (7, 1), (2, 3)][next(6)];
+                let (stride, dil) = (1 + next(3), if next(3) == 0 { 2 } else { 1 });
+                let same = next(2) == 0;
+                let (in_h, in_w) = (1 + next(9), 1 + next(17));
+                let Some((out_h, pad_top)) = out_size_and_pad(in_h, k_h, stride, dil, same) else { continue };
+                let Some((out_w, pad_left)) = out_size_and_pad(in_w, k_w, stride, dil, same) else { continue };
+                if out_h == 0 || out_w == 0 {
+                    continue;
+                }
+                let g = Window { batch: 2, in_h, in_w, out_h, out_w, k_h, k_w, stride_h: stride, stride_w: stride, dil_h: dil, dil_w: dil, pad_top, pad_left };
+                let x: Vec<f32> = (0..2 * in_h * in_w * c).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
+                let w: Vec<f32> = (0..n * k_h * k_w * c).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
+                let bias: Vec<f32> = (0..n).map(|_| next(1000) as f32 * 0.001).collect();
+                let mut packings = vec![Packed::new(isa, &w, Some(&bias), n, k_h * k_w, c)];
+                if dil == 1 {
+                    packings.push(Packed::with_merged_rows(isa, &w, Some(&bias), n, k_h, k_w, c));
+                }
+                let start = next(2 * out_h);
+                for pk in packings {
+                    let mut out = vec![f32::NAN; (2 * out_h - start) * out_w * n];
+                    let mut sc = pk.scratch(&g);
+                    assert!(conv2d(&x, &pk, &g, Clamp::NONE, &mut out, start..2 * out_h, &mut sc));
+                    for row in start..2 * out_h {
+                        let (b, oy) = (row / out_h, row % out_h);
+                        for ox in 0..out_w {
+                            for o in 0..n {
+                                let mut s = bias[o];
+                                for ky in 0..k_h {
+                                    let Some(y) = (oy * stride + ky * dil).checked_sub(pad_top).filter(|&y| y < in_h) else { continue };
+                                    for kx in 0..k_w {
+                                        let Some(xx) = (ox * stride + kx * dil).checked_sub(pad_left).filter(|&v| v < in_w) else { continue };
+                                        for i in 0..c {
+                                            s += x[((b * in_h + y) * in_w + xx) * c + i] * w[((o * k_h + ky) * k_w + kx) * c + i];
+                                        }
+                                    }
+                                }
+                                let got = out[((row - start) * out_w + ox) * n + o];
+                                assert!((got - s).abs() < 1e-4, "{isa:?} conv case {case} {g:?} c{c} n{n} merged {}: {got} vs {s}", pk.merged_kw);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn every_available_kernel_matches_naive() {
         for isa in Isa::available() {
@@ -827,7 +922,9 @@ mod tests {
             assert_eq!(all.contains(&Isa(Kind::Avx512Narrow)), avx512);
             assert_eq!(all.contains(&Isa(Kind::Avx2)), avx2);
         }
-        #[cfg(not(target_arch = "x86_64"))]
+        #[cfg(target_arch = "aarch64")]
+        assert_eq!(all, [Isa(Kind::Neon), Isa::portable()]);
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
         assert_eq!(all, [Isa::portable()]);
     }
 

@@ -50,6 +50,8 @@ pub(crate) mod level {
     pub(crate) enum Level {
         /// Baseline x86-64 (or another architecture).
         Baseline,
+        /// aarch64 NEON (baseline there; capped off in tests so the portable code runs too).
+        Neon,
         /// AVX2 + FMA.
         Avx2,
         /// AVX-512F.
@@ -94,11 +96,23 @@ pub(crate) mod level {
         false
     }
 
+    /// Whether the NEON kernels that have a portable twin may run: on aarch64
+    /// (where NEON is baseline), unless a test cap forbids them.
+    #[inline(always)]
+    #[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+    pub(crate) fn has_neon() -> bool {
+        #[cfg(test)]
+        if !allowed(Level::Neon) {
+            return false;
+        }
+        cfg!(target_arch = "aarch64")
+    }
+
     /// Every level this CPU runs, best first.
     #[cfg(test)]
     pub(crate) fn available() -> Vec<Level> {
-        let (avx512, avx2) = with_cap(Level::Avx512, || (has_avx512f(), has_avx2_fma()));
-        [(Level::Avx512, avx512), (Level::Avx2, avx2), (Level::Baseline, true)].into_iter().filter_map(|(l, ok)| ok.then_some(l)).collect()
+        let (avx512, avx2, neon) = with_cap(Level::Avx512, || (has_avx512f(), has_avx2_fma(), has_neon()));
+        [(Level::Avx512, avx512), (Level::Avx2, avx2), (Level::Neon, neon), (Level::Baseline, true)].into_iter().filter_map(|(l, ok)| ok.then_some(l)).collect()
     }
 
     /// Runs `f` with the kernels on this thread limited to `cap`.
@@ -249,8 +263,9 @@ mod tests {
     fn level_cap_selects_each_build() {
         let all = level::available();
         assert_eq!(all.last(), Some(&Level::Baseline));
+        assert_eq!(all.contains(&Level::Neon), cfg!(target_arch = "aarch64"));
         level::with_cap(Level::Baseline, || {
-            assert!(!level::has_avx512f() && !level::has_avx2_fma());
+            assert!(!level::has_avx512f() && !level::has_avx2_fma() && !level::has_neon());
             assert!(!crate::conv::depthwise_masks_tails());
         });
         level::with_cap(Level::Avx2, || {

@@ -6,8 +6,9 @@
 //! `k` per channel: `[panel][k / 4][16][4]`, zero past `k` and past the last
 //! channel. On CPUs with AVX-512 VNNI one `vpdpbusd` then adds 64 products; with
 //! AVX2, one `vpmaddwd` adds 16 (int16 operands, exact); aarch64 with the
-//! dot-product extension runs `sdot`; other CPUs run a portable loop over the same
-//! layout (vectorized per instruction set).
+//! dot-product extension runs `sdot`, and without it `smull` + `sadalp` (int16
+//! products added pairwise into int32, exact); other CPUs run a portable loop over
+//! the same layout (vectorized per instruction set).
 //!
 //! The activation shift is undone exactly through the weights' column sums:
 //! `sum (x - zp) * w = sum (x + 128) * w - (128 + zp) * sum w`.
@@ -58,6 +59,8 @@ enum QKind {
     Avx2,
     /// aarch64 with the dot-product extension (`sdot`).
     DotProd,
+    /// aarch64 without it: NEON `smull` + `sadalp`.
+    Neon,
     /// Any CPU (compiled per x86-64 vector width by `simd_fn!`).
     Portable,
 }
@@ -98,14 +101,19 @@ impl QIsa {
         None
     }
 
+    /// The plain NEON kernel, on aarch64 (NEON is part of the base architecture).
+    pub fn neon() -> Option<QIsa> {
+        cfg!(target_arch = "aarch64").then_some(QIsa(QKind::Neon))
+    }
+
     /// The best kernel this CPU runs.
     pub fn detect() -> QIsa {
-        QIsa::vnni().or_else(QIsa::avx2).or_else(QIsa::dotprod).unwrap_or_else(QIsa::portable)
+        QIsa::vnni().or_else(QIsa::avx2).or_else(QIsa::dotprod).or_else(QIsa::neon).unwrap_or_else(QIsa::portable)
     }
 
     /// Every kernel this CPU can run, best first (the portable one last).
     pub fn available() -> Vec<QIsa> {
-        [QIsa::vnni(), QIsa::avx2(), QIsa::dotprod(), Some(QIsa::portable())].into_iter().flatten().collect()
+        [QIsa::vnni(), QIsa::avx2(), QIsa::dotprod(), QIsa::neon(), Some(QIsa::portable())].into_iter().flatten().collect()
     }
 }
 
@@ -172,6 +180,9 @@ pub fn gemm_with(isa: QIsa, a: &[u8], rows: usize, pk: &QPacked, out: &mut [i32]
         // SAFETY: a `DotProd` token is only made after detecting the dot-product
         // extension, and the operand lengths were checked as above.
         QKind::DotProd => unsafe { aarch64::gemm(a, rows, pk, out) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: NEON is baseline on aarch64; the operand lengths were checked as above.
+        QKind::Neon => unsafe { aarch64::gemm_neon(a, rows, pk, out) },
         _ => gemm_portable(a, rows, pk, out),
     }
 }
@@ -1468,6 +1479,7 @@ mod tests {
         assert_eq!(all.contains(&QIsa(QKind::Avx2)), std::arch::is_x86_feature_detected!("avx2"));
         #[cfg(not(target_arch = "x86_64"))]
         assert!(!all.contains(&QIsa(QKind::Avx2)));
+        assert_eq!(all.contains(&QIsa(QKind::Neon)), cfg!(target_arch = "aarch64"));
     }
 
     /// Operands shorter than the packing's shape panic before any kernel runs,
