@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # aarch64 check: the kernels and the runtime cross-compiled for aarch64-linux and
 # their tests run under qemu-user, once on a CPU with the dot-product extension
-# (NEON + sdot kernels) and once on a Cortex-A53 (NEON only: portable kernels).
+# (NEON + sdot kernels) and once on a Cortex-A53 (NEON only: the NEON float
+# kernels and the int8 GEMM on smull + sadalp instead of sdot).
 # Installs what it needs: the Rust target, a cross linker and qemu-user.
 set -euo pipefail
 cd "$(dirname "$0")/.."

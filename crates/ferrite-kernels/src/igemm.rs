@@ -219,6 +219,9 @@ unsafe fn run_tile(isa: Isa, tile: &Tile<'_>, clamp: Clamp, out: *mut f32, out_s
 
 /// # Safety
 /// See [`run_tile`].
+// Out of line (called once per tile, so it costs nothing) so that
+// tools/kernel_instr.py finds its loop in the compiled library.
+#[inline(never)]
 unsafe fn tile_portable(tile: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
     const MR: usize = 4;
     const NR: usize = 8;

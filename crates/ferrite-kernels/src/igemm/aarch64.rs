@@ -63,7 +63,7 @@ unsafe fn tile_r<const R: usize, const U: usize>(t: &Tile<'_>, clamp: Clamp, out
                 // One weight row per lane of the input vectors; the lane index must be
                 // a constant, hence the macro rather than a loop.
                 macro_rules! step {
-                            ($u:literal, $w:expr) => {{
+                    ($u:literal, $w:expr) => {{
                         let w: *const f32 = $w;
                         let (w0, w1) = (vld1q_f32(w), vld1q_f32(w.add(4)));
                         for r in 0..R {

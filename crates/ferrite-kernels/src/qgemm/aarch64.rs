@@ -83,7 +83,9 @@ fn mac4(acc: &mut [int32x4_t; 2], a: int8x16_t, w: int8x16_t) {
 #[target_feature(enable = "neon")]
 pub(super) unsafe fn gemm_neon(a: &[u8], rows: usize, pk: &QPacked, out: &mut [i32]) {
     let groups = pk.kq / 4;
-    let word = |row: &[u8], g: usize| vreinterpretq_s8_u32(vdupq_n_u32(u32::from_le_bytes([row[g * 4], row[g * 4 + 1], row[g * 4 + 2], row[g * 4 + 3]]) ^ 0x8080_8080));
+    let word = |row: &[u8], g: usize| {
+        vreinterpretq_s8_u32(vdupq_n_u32(u32::from_le_bytes([row[g * 4], row[g * 4 + 1], row[g * 4 + 2], row[g * 4 + 3]]) ^ 0x8080_8080))
+    };
     for p in 0..pk.n.div_ceil(NR) {
         let cols = NR.min(pk.n - p * NR);
         let wp = &pk.w[p * groups * NR * 4..][..groups * NR * 4];
