@@ -335,7 +335,10 @@ fn conv_8bit(
 ) {
     // Shared buffers are fitted at prepare; this only grows ones that are not.
     s.fit(pk);
-    let g = &q.g;
+    // A column filter over a one-column map ([N, T, 1, C] audio) runs as the same
+    // filter along one row: the bytes are the same, and the row form gathers whole
+    // runs of pixels instead of one output pixel per step.
+    let g = &column_as_row(q.g);
     let (in_c, n, kq) = (q.in_c, pk.n, pk.kq);
     let k_const = w_off.wrapping_mul(a_zp).wrapping_mul(pk.k as i32);
     for (j, o) in rq.offset.iter_mut().enumerate() {
@@ -356,11 +359,13 @@ fn conv_8bit(
         let hi = if g.in_h + g.pad_top > y0 { ((g.in_h + g.pad_top - y0 - 1) / dil_h + 1).min(g.k_h) } else { 0 };
         (lo, hi.max(lo))
     };
-    // Output columns ix_lo..ix_hi have every filter row inside the input
-    // horizontally, and each filter row is one contiguous segment (dilation 1).
+    // Output columns ix_lo..ix_hi have every filter tap inside the input
+    // horizontally. Each filter row is then one contiguous segment (dilation 1)
+    // or `k_w` segments of one pixel, `dil_w` pixels apart.
     let reach = (g.k_w - 1) * g.dil_w;
     let ix_lo = g.pad_left.div_ceil(g.stride_w.max(1));
-    let ix_hi = if g.dil_w == 1 && g.in_w + g.pad_left > reach { (g.in_w + g.pad_left - reach - 1) / g.stride_w.max(1) + 1 } else { 0 };
+    let ix_hi = if g.in_w + g.pad_left > reach { (g.in_w + g.pad_left - reach - 1) / g.stride_w.max(1) + 1 } else { 0 };
+    let taps = if g.dil_w == 1 { Taps { count: 1, len: row_span, step: row_span } } else { Taps { count: g.k_w, len: in_c, step: g.dil_w * in_c } };
     // A pixel at the edge: each tap checked against the input's bounds.
     let edge_pixel = |rows: &mut [u8], base: usize, nb: usize, oy: usize, ox: usize| {
         for ky in 0..g.k_h {
@@ -421,7 +426,7 @@ fn conv_8bit(
                 let rows_in = ky_range(oy);
                 let from = ((nb * g.in_h + (oy * g.stride_h + rows_in.0 * g.dil_h).saturating_sub(g.pad_top)) * g.in_w + lo * g.stride_w - g.pad_left) * in_c;
                 let seg_step = g.dil_h * in_row;
-                gather_interior(&mut s.rows, (r + lo - ox) * kq, kq, input, from, g.stride_w * in_c, seg_step, row_span, rows_in, g.k_h, hi - lo, fill, flip);
+                gather_interior(&mut s.rows, (r + lo - ox) * kq, kq, input, from, g.stride_w * in_c, seg_step, row_span, taps, rows_in, g.k_h, hi - lo, fill, flip);
             }
             for c in hi..ox + run {
                 edge_pixel(&mut s.rows, (r + c - ox) * kq, nb, oy, c);
@@ -440,7 +445,7 @@ fn conv_8bit(
         gemm(&s.rows[..count * kq], count, pk, &mut s.dots[..count * n]);
         if w_off != 0 {
             for (r, sum) in s.row_sums[..count].iter_mut().enumerate() {
-                *sum = s.rows[r * kq..r * kq + pk.k].iter().map(|&b| i32::from(b)).sum::<i32>().wrapping_mul(w_off);
+                *sum = byte_sum(&s.rows[r * kq..], pk.k).wrapping_mul(w_off);
             }
             for (d, &sum) in s.dots[..count * n].chunks_exact_mut(n.max(1)).zip(&s.row_sums) {
                 d.iter_mut().for_each(|d| *d = d.wrapping_add(sum));
@@ -800,7 +805,8 @@ fn depthwise_8bit(input: &[u8], d: &mut Depthwise, bias: Option<&[i32]>, q: &QCo
 /// lie inside the input horizontally, written from `rows[at..]` at a stride of
 /// `kq`: filter rows `lo..hi` (inside vertically; the first at `input[from..]`,
 /// the next `seg_step` further, the next pixel's `px_step` further) copied as
-/// one segment of `row_span` bytes each, the rest filled with the padding value.
+/// `taps` segments each (one of `row_span` bytes, or with dilation one pixel
+/// per filter column), the rest filled with the padding value.
 /// When every 16-byte chunk stays inside both buffers (checked once per run),
 /// segments are copied in whole chunks without further checks; the over-long
 /// tails follow [`flip_copy`]'s rule.
@@ -815,6 +821,7 @@ fn gather_interior(
     px_step: usize,
     seg_step: usize,
     row_span: usize,
+    taps: Taps,
     (lo, hi): (usize, usize),
     k_h: usize,
     pixels: usize,
@@ -822,14 +829,16 @@ fn gather_interior(
     flip: u8,
 ) {
     let segs = hi - lo;
-    let chunks = row_span.div_ceil(16);
+    let chunks = taps.len.div_ceil(16);
     let fits = |last: Option<usize>, len: usize| last.is_some_and(|l| l <= len);
+    let last_tap = taps.count.saturating_sub(1);
     let last_in = (pixels - 1)
         .checked_mul(px_step)
         .and_then(|o| o.checked_add(segs.saturating_sub(1).checked_mul(seg_step)?))
+        .and_then(|o| o.checked_add(last_tap.checked_mul(taps.step)?))
         .and_then(|o| o.checked_add(from + chunks * 16));
-    let last_out = (pixels - 1).checked_mul(kq).and_then(|o| o.checked_add((hi.max(1) - 1) * row_span + at + chunks * 16));
-    let fast = segs > 0 && fits(last_in, input.len()) && fits(last_out, rows.len());
+    let last_out = (pixels - 1).checked_mul(kq).and_then(|o| o.checked_add((hi.max(1) - 1) * row_span + last_tap * taps.len + at + chunks * 16));
+    let fast = segs > 0 && taps.count > 0 && fits(last_in, input.len()) && fits(last_out, rows.len());
     for p in 0..pixels {
         let (base, src) = (at + p * kq, from + p * px_step);
         if lo > 0 {
@@ -840,18 +849,20 @@ fn gather_interior(
             // SAFETY: every chunk ends at or before the last pixel's last chunk,
             // inside `input` and `rows` (`fast` checked both).
             let (d, s) = unsafe { (rows.as_mut_ptr().add(dst), input.as_ptr().add(src)) };
-            // SAFETY: `chunks` chunks of `segs` segments, as above; the short
-            // segments of few-channel layers get loops of fixed length.
+            // SAFETY: `chunks` chunks of `taps.count` taps of `segs` segments, as
+            // above; the short segments of few-channel layers get loops of fixed length.
             unsafe {
                 match chunks {
-                    1 => flip_segments::<1>(d, s, segs, row_span, seg_step, 1, flip),
-                    2 => flip_segments::<2>(d, s, segs, row_span, seg_step, 2, flip),
-                    _ => flip_segments::<0>(d, s, segs, row_span, seg_step, chunks, flip),
+                    1 => flip_segments::<1>(d, s, segs, row_span, seg_step, taps, 1, flip),
+                    2 => flip_segments::<2>(d, s, segs, row_span, seg_step, taps, 2, flip),
+                    _ => flip_segments::<0>(d, s, segs, row_span, seg_step, taps, chunks, flip),
                 }
             }
         } else {
             for seg in 0..segs {
-                flip_copy(rows, base + (lo + seg) * row_span, input, src + seg * seg_step, row_span, flip);
+                for t in 0..taps.count {
+                    flip_copy(rows, base + (lo + seg) * row_span + t * taps.len, input, src + seg * seg_step + t * taps.step, taps.len, flip);
+                }
             }
         }
         if hi < k_h {
@@ -860,19 +871,69 @@ fn gather_interior(
     }
 }
 
-/// `segs` segments of `chunks` 16-byte chunks (`CH` of them when not 0, a
-/// constant the loops unroll on), segment `i` from `src + i * src_step` to
-/// `dst + i * dst_step`, each byte xor `flip`.
+/// The sum of `bytes[..len]` (`len <= bytes.len()`). On x86-64, 16 bytes per
+/// `psadbw` (the rows of a uint8 convolution are summed per output pixel, and
+/// their few-channel filters make rows of 15-200 bytes, too short for the
+/// compiler's vector loop).
+#[inline]
+fn byte_sum(bytes: &[u8], len: usize) -> i32 {
+    let bytes = &bytes[..len];
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::*;
+        let (whole, tail) = bytes.split_at(len / 16 * 16);
+        // SAFETY: SSE2 is part of x86-64; each chunk is 16 bytes of `whole`
+        // (unaligned loads).
+        let wide = unsafe {
+            let mut acc = _mm_setzero_si128();
+            for c in whole.chunks_exact(16) {
+                acc = _mm_add_epi64(acc, _mm_sad_epu8(_mm_loadu_si128(c.as_ptr() as *const __m128i), _mm_setzero_si128()));
+            }
+            (_mm_cvtsi128_si64(acc) + _mm_cvtsi128_si64(_mm_unpackhi_epi64(acc, acc))) as i32
+        };
+        let mut rest = [0u8; 16];
+        rest[..tail.len()].copy_from_slice(tail);
+        // SAFETY: as above, on the 16-byte copy of the tail (zero past it).
+        let tail_sum = unsafe {
+            let v = _mm_sad_epu8(_mm_loadu_si128(rest.as_ptr() as *const __m128i), _mm_setzero_si128());
+            (_mm_cvtsi128_si64(v) + _mm_cvtsi128_si64(_mm_unpackhi_epi64(v, v))) as i32
+        };
+        wide + tail_sum
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        bytes.iter().map(|&b| i32::from(b)).sum()
+    }
+}
+
+/// How [`gather_interior`] copies one filter row: `count` segments of `len`
+/// bytes, `step` bytes apart in the input and back to back in the row.
+#[derive(Clone, Copy)]
+struct Taps {
+    count: usize,
+    len: usize,
+    step: usize,
+}
+
+/// `segs` segments of `taps` taps of `chunks` 16-byte chunks (`CH` of them when
+/// not 0, a constant the loops unroll on), tap `t` of segment `i` from
+/// `src + i * src_step + t * taps.step` to `dst + i * dst_step + t * taps.len`,
+/// each byte xor `flip`. Written in increasing order of `dst`, so each chunk's
+/// over-long tail is overwritten by the next tap or segment.
 ///
 /// # Safety
 /// Every chunk must lie inside readable `src` and writable `dst` memory.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn flip_segments<const CH: usize>(dst: *mut u8, src: *const u8, segs: usize, dst_step: usize, src_step: usize, chunks: usize, flip: u8) {
+unsafe fn flip_segments<const CH: usize>(dst: *mut u8, src: *const u8, segs: usize, dst_step: usize, src_step: usize, taps: Taps, chunks: usize, flip: u8) {
     let chunks = if CH > 0 { CH } else { chunks };
     for i in 0..segs {
-        for c in 0..chunks {
-            // SAFETY: chunk c of segment i lies inside both buffers (contract).
-            unsafe { flip16(dst.add(i * dst_step + c * 16), src.add(i * src_step + c * 16), flip) };
+        for t in 0..taps.count {
+            let (d, s) = (i * dst_step + t * taps.len, i * src_step + t * taps.step);
+            for c in 0..chunks {
+                // SAFETY: chunk c of tap t of segment i lies inside both buffers (contract).
+                unsafe { flip16(dst.add(d + c * 16), src.add(s + c * 16), flip) };
+            }
         }
     }
 }
@@ -1362,6 +1423,58 @@ mod tests {
                 conv_u8_in(&input_u, &pk_u, Some(&bias), &qu, &mut got_u, &mut s, &mut shared);
                 assert_eq!(got_u, want.iter().map(|&v| v as u8 ^ 0x80).collect::<Vec<_>>(), "uint8 case {case}, shared buffers");
                 assert!(shared.bytes() >= BLOCK_ROWS * (pk.kq + 4 * pk.n), "the shared buffers fit every convolution that used them");
+            }
+        });
+    }
+
+    /// The 1-D family on its own: `[1, 1, T, C]` rows and `[1, T, 1, C]`
+    /// columns, filters up to 9 taps, dilation 1-4, strides 1-3, SAME and VALID,
+    /// few and odd channel counts, input and weight zero points over the whole
+    /// range (uint8 models have both away from the middle), per-channel scales.
+    #[test]
+    fn conv_1d_family_matches_the_definition() {
+        let mut rng = Rng(0x5851_f42d_4c95_7f2d);
+        crate::level::each(|_| {
+            let mut shared = ConvBuffers::default();
+            for case in 0..200 {
+                let (t, k, stride, dil) = (1 + rng.below(300), 1 + rng.below(9), 1 + rng.below(3), 1 + rng.below(4));
+                let same = rng.below(2) == 0;
+                let Some((out_t, pad)) = crate::conv::out_size_and_pad(t, k, stride, dil, same) else { continue };
+                if out_t == 0 {
+                    continue;
+                }
+                let column = case % 3 == 0;
+                let batch = 1 + rng.below(2);
+                let g = if column {
+                    crate::conv::Window { batch, in_h: t, in_w: 1, out_h: out_t, out_w: 1, k_h: k, k_w: 1, stride_h: stride, stride_w: 1, dil_h: dil, dil_w: 1, pad_top: pad, pad_left: 0 }
+                } else {
+                    crate::conv::Window { batch, in_h: 1, in_w: t, out_h: 1, out_w: out_t, k_h: 1, k_w: k, stride_h: 1, stride_w: stride, dil_h: 1, dil_w: dil, pad_top: 0, pad_left: pad }
+                };
+                let in_c = if case % 4 == 0 { 1 + rng.below(48) } else { 1 + rng.below(9) };
+                let out_c = 1 + rng.below(70);
+                let (multiplier, shift) = (0..out_c).map(|_| crate::quant::quantize_multiplier((1 + rng.below(1000)) as f64 * 2e-5)).unzip();
+                let rq = Requant { multiplier, shift, out_zp: rng.below(256) as i32 - 128, min: -128, max: 127 };
+                let q = QConv { g, in_c, out_c, depth_multiplier: 0, in_zp: rng.below(256) as i32 - 128, w_zp: rng.below(256) as i32 - 128, rq };
+                let input: Vec<i8> = (0..batch * t * in_c).map(|_| rng.next() as i8).collect();
+                let w: Vec<i8> = (0..out_c * k * in_c).map(|_| rng.next() as i8).collect();
+                let bias: Vec<i32> = (0..out_c).map(|_| rng.below(20_000) as i32 - 10_000).collect();
+                let want = conv_by_definition(&input, &w, &bias, &q);
+                let pk = QPacked::new(&w, out_c, k * in_c);
+                let mut s = ConvScratch::sharing(&pk, &q.rq, false, &mut shared);
+                let mut got = vec![0i8; want.len()];
+                conv_i8_in(bytes_of(&input), &pk, Some(&bias), &q, &mut got, &mut s, &mut shared);
+                assert_eq!(got, want, "case {case}: {g:?} in_c {in_c} out_c {out_c} zp {} w_zp {}", q.in_zp, q.w_zp);
+                let qu = QConv {
+                    in_zp: q.in_zp + 128,
+                    w_zp: q.w_zp + 128,
+                    rq: Requant { out_zp: q.rq.out_zp + 128, min: 0, max: 255, ..q.rq.clone() },
+                    ..q.clone()
+                };
+                let input_u: Vec<u8> = input.iter().map(|&x| x as u8 ^ 0x80).collect();
+                let mut s = ConvScratch::new_u8(&pk, &qu.rq);
+                let mut got_u = vec![0u8; want.len()];
+                conv_u8(&input_u, &pk, Some(&bias), &qu, &mut got_u, &mut s);
+                assert_eq!(got_u, want.iter().map(|&v| v as u8 ^ 0x80).collect::<Vec<_>>(), "uint8 case {case}: {g:?} in_c {in_c} out_c {out_c}");
             }
         });
     }
