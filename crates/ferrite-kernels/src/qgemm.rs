@@ -303,7 +303,6 @@ pub fn conv_u8(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out:
     let ConvScratch { bufs, rq } = s;
     // The rows hold the uint8 values themselves; W = (w - 128) + (128 - w_zp).
     conv_8bit(input, 0, q.in_zp, 128 - q.w_zp, pk, bias, q, out8, rq, bufs);
-    out.iter_mut().for_each(|b| *b ^= 0x80);
 }
 
 /// [`conv_u8`] with the block buffers `bufs`, as [`conv_i8_in`] (`s` from
@@ -312,7 +311,6 @@ pub fn conv_u8_in(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, o
     // SAFETY: i8 and u8 have the same size, alignment and valid bit patterns.
     let out8 = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut i8, out.len()) };
     conv_8bit(input, 0, q.in_zp, 128 - q.w_zp, pk, bias, q, out8, &mut s.rq, bufs);
-    out.iter_mut().for_each(|b| *b ^= 0x80);
 }
 
 /// [`conv_i8`] and [`conv_u8`]: the rows hold `a = x ^ flip` (unsigned, zero
@@ -320,6 +318,8 @@ pub fn conv_u8_in(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, o
 /// `sum (a - a_zp) W = dot - a_zp sum w - w_off a_zp K + w_off sum a`: the
 /// first three terms per channel (in the offsets), the last per row (`K` =
 /// the taps' count; the padding taps hold `a_zp`, so they still add nothing).
+/// The outputs are requantized in int8 terms and written xor `flip ^ 0x80`
+/// (unchanged for int8 rows, shifted back to uint8 for uint8 ones).
 #[allow(clippy::too_many_arguments)]
 fn conv_8bit(
     input: &[u8],
@@ -443,15 +443,24 @@ fn conv_8bit(
             }
         }
         gemm(&s.rows[..count * kq], count, pk, &mut s.dots[..count * n]);
-        if w_off != 0 {
+        let row_add = if w_off != 0 {
             for (r, sum) in s.row_sums[..count].iter_mut().enumerate() {
                 *sum = byte_sum(&s.rows[r * kq..], pk.k).wrapping_mul(w_off);
             }
-            for (d, &sum) in s.dots[..count * n].chunks_exact_mut(n.max(1)).zip(&s.row_sums) {
+            &s.row_sums[..count]
+        } else {
+            &[][..]
+        };
+        let (dots, o) = (&mut s.dots[..count * n], &mut out[start * n..(start + count) * n]);
+        if !rq.apply_fused(dots, row_add, flip ^ 0x80, o) {
+            for (d, &sum) in dots.chunks_exact_mut(n.max(1)).zip(row_add) {
                 d.iter_mut().for_each(|d| *d = d.wrapping_add(sum));
             }
+            rq.apply(dots, o);
+            if flip == 0 {
+                o.iter_mut().for_each(|b| *b ^= i8::MIN);
+            }
         }
-        rq.apply(&s.dots[..count * n], &mut out[start * n..(start + count) * n]);
         start += count;
     }
 }
@@ -874,36 +883,43 @@ fn gather_interior(
 /// The sum of `bytes[..len]` (`len <= bytes.len()`). On x86-64, 16 bytes per
 /// `psadbw` (the rows of a uint8 convolution are summed per output pixel, and
 /// their few-channel filters make rows of 15-200 bytes, too short for the
-/// compiler's vector loop).
+/// compiler's vector loop); the last partial chunk is read whole and masked
+/// when `bytes` extends that far (the block rows do: they carry 16 bytes of slack).
 #[inline]
 fn byte_sum(bytes: &[u8], len: usize) -> i32 {
-    let bytes = &bytes[..len];
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::*;
-        let (whole, tail) = bytes.split_at(len / 16 * 16);
-        // SAFETY: SSE2 is part of x86-64; each chunk is 16 bytes of `whole`
-        // (unaligned loads).
-        let wide = unsafe {
-            let mut acc = _mm_setzero_si128();
-            for c in whole.chunks_exact(16) {
-                acc = _mm_add_epi64(acc, _mm_sad_epu8(_mm_loadu_si128(c.as_ptr() as *const __m128i), _mm_setzero_si128()));
+        // 16 ones then 16 zeros: the 16 bytes from 16 - r keep the first r lanes.
+        const KEEP: [u8; 32] = {
+            let mut k = [0u8; 32];
+            let mut i = 0;
+            while i < 16 {
+                k[i] = 0xff;
+                i += 1;
             }
-            (_mm_cvtsi128_si64(acc) + _mm_cvtsi128_si64(_mm_unpackhi_epi64(acc, acc))) as i32
+            k
         };
-        let mut rest = [0u8; 16];
-        rest[..tail.len()].copy_from_slice(tail);
-        // SAFETY: as above, on the 16-byte copy of the tail (zero past it).
-        let tail_sum = unsafe {
-            let v = _mm_sad_epu8(_mm_loadu_si128(rest.as_ptr() as *const __m128i), _mm_setzero_si128());
-            (_mm_cvtsi128_si64(v) + _mm_cvtsi128_si64(_mm_unpackhi_epi64(v, v))) as i32
-        };
-        wide + tail_sum
+        let chunks = len.div_ceil(16);
+        if chunks * 16 <= bytes.len() {
+            let r = len - (chunks - 1) * 16;
+            // SAFETY: SSE2 is part of x86-64; every chunk lies inside `bytes`
+            // (checked just above) and the mask inside KEEP (16 - r in 0..16);
+            // unaligned loads.
+            return unsafe {
+                let mut acc = _mm_setzero_si128();
+                for c in 0..chunks {
+                    let mut v = _mm_loadu_si128(bytes.as_ptr().add(c * 16) as *const __m128i);
+                    if c + 1 == chunks {
+                        v = _mm_and_si128(v, _mm_loadu_si128(KEEP.as_ptr().add(16 - r) as *const __m128i));
+                    }
+                    acc = _mm_add_epi64(acc, _mm_sad_epu8(v, _mm_setzero_si128()));
+                }
+                (_mm_cvtsi128_si64(acc) + _mm_cvtsi128_si64(_mm_unpackhi_epi64(acc, acc))) as i32
+            };
+        }
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        bytes.iter().map(|&b| i32::from(b)).sum()
-    }
+    bytes[..len].iter().map(|&b| i32::from(b)).sum()
 }
 
 /// How [`gather_interior`] copies one filter row: `count` segments of `len`
@@ -1024,6 +1040,23 @@ impl RowRequant {
     /// The per-channel offsets added before rescaling (bias and zero-point terms).
     pub fn offset_mut(&mut self) -> &mut [i32] {
         &mut self.offset
+    }
+
+    /// [`RowRequant::apply`] with `row_add[r]` added to each accumulator of row
+    /// `r` (none if empty) and each output byte xor `flip`, in one pass where
+    /// this CPU has that kernel (AVX2 without AVX-512, rounding twice); false,
+    /// with nothing written, where it has not.
+    fn apply_fused(&self, dots: &[i32], row_add: &[i32], flip: u8, out: &mut [i8]) -> bool {
+        let n = self.offset.len();
+        let shapes_agree = dots.len() == out.len() && n > 0 && dots.len().is_multiple_of(n) && (row_add.is_empty() || row_add.len() == dots.len() / n);
+        #[cfg(target_arch = "x86_64")]
+        if shapes_agree && self.rounding == Rounding::Double && !crate::level::has_avx512f() && crate::level::has_avx2_fma() {
+            // SAFETY: AVX2 is present (checked just above); the lengths were checked.
+            unsafe { x86_64::requant_avx2_fused(self, dots, row_add, flip, out) };
+            return true;
+        }
+        let _ = (shapes_agree, row_add, flip);
+        false
     }
 
     /// Requantizes rows of `n` accumulators into int8.
