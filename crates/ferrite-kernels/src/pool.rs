@@ -355,7 +355,9 @@ pub fn pool_i8(input: &[i8], c: usize, g: &Window, max: bool, lo: i32, hi: i32, 
         && crate::holds(out.len(), &[g.batch, g.out_h, g.out_w, c])
     {
         // SAFETY: i8 and u8 have the same size, alignment and valid bit patterns.
-        let (input, out) = unsafe { (std::slice::from_raw_parts(input.as_ptr() as *const u8, input.len()), std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut u8, out.len())) };
+        let (input, out) = unsafe {
+            (std::slice::from_raw_parts(input.as_ptr() as *const u8, input.len()), std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut u8, out.len()))
+        };
         // SAFETY: AVX2 is present and both buffers hold the geometry (checked just above).
         unsafe { max_pool_8bit_avx2::<false>(input, c, g, lo, hi, out) };
         return;
@@ -443,7 +445,13 @@ unsafe fn max_pool_8bit_avx2<const UNSIGNED: bool>(input: &[u8], c: usize, g: &W
                             }
                         }
                     }
-                    out[o + ch] = if key(m) < lo { lo8 } else if key(m) > hi { hi8 } else { m };
+                    out[o + ch] = if key(m) < lo {
+                        lo8
+                    } else if key(m) > hi {
+                        hi8
+                    } else {
+                        m
+                    };
                 }
             }
         }

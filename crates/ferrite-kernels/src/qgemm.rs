@@ -426,7 +426,22 @@ fn conv_8bit(
                 let rows_in = ky_range(oy);
                 let from = ((nb * g.in_h + (oy * g.stride_h + rows_in.0 * g.dil_h).saturating_sub(g.pad_top)) * g.in_w + lo * g.stride_w - g.pad_left) * in_c;
                 let seg_step = g.dil_h * in_row;
-                gather_interior(&mut s.rows, (r + lo - ox) * kq, kq, input, from, g.stride_w * in_c, seg_step, row_span, taps, rows_in, g.k_h, hi - lo, fill, flip);
+                gather_interior(
+                    &mut s.rows,
+                    (r + lo - ox) * kq,
+                    kq,
+                    input,
+                    from,
+                    g.stride_w * in_c,
+                    seg_step,
+                    row_span,
+                    taps,
+                    rows_in,
+                    g.k_h,
+                    hi - lo,
+                    fill,
+                    flip,
+                );
             }
             for c in hi..ox + run {
                 edge_pixel(&mut s.rows, (r + c - ox) * kq, nb, oy, c);
@@ -452,7 +467,7 @@ fn conv_8bit(
             &[][..]
         };
         let (dots, o) = (&mut s.dots[..count * n], &mut out[start * n..(start + count) * n]);
-        if !rq.apply_fused(dots, row_add, flip ^ 0x80, o) {
+        if !rq.apply_fused(dots, row_add, flip == 0, o) {
             for (d, &sum) in dots.chunks_exact_mut(n.max(1)).zip(row_add) {
                 d.iter_mut().for_each(|d| *d = d.wrapping_add(sum));
             }
@@ -861,10 +876,12 @@ fn gather_interior(
             // SAFETY: `chunks` chunks of `taps.count` taps of `segs` segments, as
             // above; the short segments of few-channel layers get loops of fixed length.
             unsafe {
-                match chunks {
-                    1 => flip_segments::<1>(d, s, segs, row_span, seg_step, taps, 1, flip),
-                    2 => flip_segments::<2>(d, s, segs, row_span, seg_step, taps, 2, flip),
-                    _ => flip_segments::<0>(d, s, segs, row_span, seg_step, taps, chunks, flip),
+                match (chunks, taps.count) {
+                    (1, 1) => flip_segments::<1, false>(d, s, segs, row_span, seg_step, taps, 1, flip),
+                    (2, 1) => flip_segments::<2, false>(d, s, segs, row_span, seg_step, taps, 2, flip),
+                    (_, 1) => flip_segments::<0, false>(d, s, segs, row_span, seg_step, taps, chunks, flip),
+                    (1, _) => flip_segments::<1, true>(d, s, segs, row_span, seg_step, taps, 1, flip),
+                    _ => flip_segments::<0, true>(d, s, segs, row_span, seg_step, taps, chunks, flip),
                 }
             }
         } else {
@@ -931,7 +948,8 @@ struct Taps {
     step: usize,
 }
 
-/// `segs` segments of `taps` taps of `chunks` 16-byte chunks (`CH` of them when
+/// `segs` segments of `taps` taps (one unless `TAPS`, a constant that keeps the
+/// undilated loop as short as it was) of `chunks` 16-byte chunks (`CH` of them when
 /// not 0, a constant the loops unroll on), tap `t` of segment `i` from
 /// `src + i * src_step + t * taps.step` to `dst + i * dst_step + t * taps.len`,
 /// each byte xor `flip`. Written in increasing order of `dst`, so each chunk's
@@ -941,8 +959,18 @@ struct Taps {
 /// Every chunk must lie inside readable `src` and writable `dst` memory.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn flip_segments<const CH: usize>(dst: *mut u8, src: *const u8, segs: usize, dst_step: usize, src_step: usize, taps: Taps, chunks: usize, flip: u8) {
+unsafe fn flip_segments<const CH: usize, const TAPS: bool>(
+    dst: *mut u8,
+    src: *const u8,
+    segs: usize,
+    dst_step: usize,
+    src_step: usize,
+    taps: Taps,
+    chunks: usize,
+    flip: u8,
+) {
     let chunks = if CH > 0 { CH } else { chunks };
+    let taps = if TAPS { taps } else { Taps { count: 1, ..taps } };
     for i in 0..segs {
         for t in 0..taps.count {
             let (d, s) = (i * dst_step + t * taps.len, i * src_step + t * taps.step);
@@ -1043,19 +1071,19 @@ impl RowRequant {
     }
 
     /// [`RowRequant::apply`] with `row_add[r]` added to each accumulator of row
-    /// `r` (none if empty) and each output byte xor `flip`, in one pass where
+    /// `r` (none if empty) and, if `to_u8`, each output byte xor 0x80, in one pass where
     /// this CPU has that kernel (AVX2 without AVX-512, rounding twice); false,
     /// with nothing written, where it has not.
-    fn apply_fused(&self, dots: &[i32], row_add: &[i32], flip: u8, out: &mut [i8]) -> bool {
+    fn apply_fused(&self, dots: &[i32], row_add: &[i32], to_u8: bool, out: &mut [i8]) -> bool {
         let n = self.offset.len();
         let shapes_agree = dots.len() == out.len() && n > 0 && dots.len().is_multiple_of(n) && (row_add.is_empty() || row_add.len() == dots.len() / n);
         #[cfg(target_arch = "x86_64")]
         if shapes_agree && self.rounding == Rounding::Double && !crate::level::has_avx512f() && crate::level::has_avx2_fma() {
             // SAFETY: AVX2 is present (checked just above); the lengths were checked.
-            unsafe { x86_64::requant_avx2_fused(self, dots, row_add, flip, out) };
+            unsafe { x86_64::requant_avx2_fused(self, dots, row_add, to_u8, out) };
             return true;
         }
-        let _ = (shapes_agree, row_add, flip);
+        let _ = (shapes_agree, row_add, to_u8);
         false
     }
 
@@ -1479,9 +1507,37 @@ mod tests {
                 let column = case % 3 == 0;
                 let batch = 1 + rng.below(2);
                 let g = if column {
-                    crate::conv::Window { batch, in_h: t, in_w: 1, out_h: out_t, out_w: 1, k_h: k, k_w: 1, stride_h: stride, stride_w: 1, dil_h: dil, dil_w: 1, pad_top: pad, pad_left: 0 }
+                    crate::conv::Window {
+                        batch,
+                        in_h: t,
+                        in_w: 1,
+                        out_h: out_t,
+                        out_w: 1,
+                        k_h: k,
+                        k_w: 1,
+                        stride_h: stride,
+                        stride_w: 1,
+                        dil_h: dil,
+                        dil_w: 1,
+                        pad_top: pad,
+                        pad_left: 0,
+                    }
                 } else {
-                    crate::conv::Window { batch, in_h: 1, in_w: t, out_h: 1, out_w: out_t, k_h: 1, k_w: k, stride_h: 1, stride_w: stride, dil_h: 1, dil_w: dil, pad_top: 0, pad_left: pad }
+                    crate::conv::Window {
+                        batch,
+                        in_h: 1,
+                        in_w: t,
+                        out_h: 1,
+                        out_w: out_t,
+                        k_h: 1,
+                        k_w: k,
+                        stride_h: 1,
+                        stride_w: stride,
+                        dil_h: 1,
+                        dil_w: dil,
+                        pad_top: 0,
+                        pad_left: pad,
+                    }
                 };
                 let in_c = if case % 4 == 0 { 1 + rng.below(48) } else { 1 + rng.below(9) };
                 let out_c = 1 + rng.below(70);

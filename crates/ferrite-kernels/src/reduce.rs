@@ -278,9 +278,7 @@ impl MeanQ {
         let first = (0..shape.len()).find(|&d| reduce[d] && big(d));
         let last = (0..shape.len()).rev().find(|&d| reduce[d] && big(d));
         let blocks = match (first, last) {
-            (Some(f), Some(l)) if (f..=l).all(|d| reduce[d] || !big(d)) => {
-                Some([shape[..f].iter().product(), count, shape[l + 1..].iter().product()])
-            }
+            (Some(f), Some(l)) if (f..=l).all(|d| reduce[d] || !big(d)) => Some([shape[..f].iter().product(), count, shape[l + 1..].iter().product()]),
             _ => None,
         };
         MeanQ { shape: shape.to_vec(), out_stride, outputs, count, in_zp, out_zp, multiplier, shift: e - sh, blocks }
