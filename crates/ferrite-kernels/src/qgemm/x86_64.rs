@@ -282,6 +282,8 @@ pub(super) unsafe fn requant_avx2_fused(rq: &super::RowRequant, dots: &[i32], ro
 ///
 /// # Safety
 /// As [`requant_avx2_fused`], with `row_add` holding one value per row if `ROWS`.
+// `r` indexes the rows of `dots` and `out` (through pointers) as well as `row_add`.
+#[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx2")]
 unsafe fn requant_avx2_with<const ROWS: bool, const FLIP: bool>(rq: &super::RowRequant, dots: &[i32], row_add: &[i32], out: &mut [i8]) {
     let n = rq.offset.len();
