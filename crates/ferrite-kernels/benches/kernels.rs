@@ -159,6 +159,12 @@ fn same_window(h: usize, w: usize, k_h: usize, k_w: usize, stride: usize) -> Win
     Window { batch: 1, in_h: h, in_w: w, out_h, out_w, k_h, k_w, stride_h: stride, stride_w: stride, dil_h: 1, dil_w: 1, pad_top, pad_left }
 }
 
+/// A byte buffer as int8 values (same size, alignment and valid bit patterns).
+fn bytemuck_i8(b: &mut [u8]) -> &mut [i8] {
+    // SAFETY: u8 and i8 have the same layout and every bit pattern is valid for both.
+    unsafe { std::slice::from_raw_parts_mut(b.as_mut_ptr() as *mut i8, b.len()) }
+}
+
 fn int8_qconv(g: Window, in_c: usize, out_c: usize, depthwise: bool) -> QConv {
     let (multiplier, shift) = quantize_multiplier(0.0007);
     let rq = Requant { multiplier: vec![multiplier; out_c], shift: vec![shift; out_c], out_zp: -3, min: -128, max: 127 };
@@ -221,6 +227,42 @@ fn int8_benches(filter: &str) {
         let mut out = vec![0i8; g.out_h * g.out_w * oc];
         let name = format!("conv {name}: {h}x{w}x{c} -> {oc}, {kh}x{kw}/{stride}");
         run(name, g.out_h * g.out_w * oc * kh * kw * c, &mut || qgemm::conv_i8(std::hint::black_box(&x), &pk, None, &q, &mut out, &mut s));
+    }
+    // The 1-D family (audio / sensor maps laid out [1, 1, T, C], 1xN filters,
+    // SAME): few-channel first layers, dilation, and uint8 with weight and input
+    // zero points away from 128 (the models' legacy uint8 path).
+    // (name, T, channels, output channels, filter width, dilation, uint8)
+    let conv1d = [
+        ("first layer", 128, 6, 16, 5, 1, false),
+        ("first layer", 128, 6, 16, 5, 1, true),
+        ("mid", 64, 16, 32, 5, 1, true),
+        ("last", 32, 32, 64, 5, 1, true),
+        ("dilated first layer", 200, 3, 12, 7, 2, false),
+        ("dilated first layer", 200, 3, 12, 7, 2, true),
+        ("dilated", 100, 12, 24, 7, 2, true),
+        ("dilated", 50, 24, 48, 7, 2, true),
+        ("1x1 narrow", 64, 8, 16, 1, 1, true),
+    ];
+    for (name, t, c, oc, k, dil, unsigned) in conv1d {
+        let (out_w, pad_left) = out_size_and_pad(t, k, 1, dil, true).unwrap();
+        let g = Window { batch: 1, in_h: 1, in_w: t, out_h: 1, out_w, k_h: 1, k_w: k, stride_h: 1, stride_w: 1, dil_h: 1, dil_w: dil, pad_top: 0, pad_left };
+        let mut q = int8_qconv(g, c, oc, false);
+        let x: Vec<u8> = (0..t * c).map(|i| (i * 31 % 256) as u8).collect();
+        let wt: Vec<i8> = (0..oc * k * c).map(|i| (i * 7 % 255) as i8).collect();
+        let pk = qgemm::QPacked::new(&wt, oc, k * c);
+        let mut out = vec![0u8; out_w * oc];
+        let macs = out_w * oc * k * c;
+        let name = format!("conv1d {name} {}: {t}x{c} -> {oc}, 1x{k} dilation {dil}", if unsigned { "uint8" } else { "int8" });
+        if unsigned {
+            (q.in_zp, q.w_zp) = (127, 121);
+            q.rq = Requant { out_zp: 0, min: 0, max: 255, ..q.rq };
+            let mut s = qgemm::ConvScratch::new_u8(&pk, &q.rq);
+            run(name, macs, &mut || qgemm::conv_u8(std::hint::black_box(&x), &pk, None, &q, &mut out, &mut s));
+        } else {
+            let mut s = qgemm::ConvScratch::new(&pk, &q.rq);
+            let out = bytemuck_i8(&mut out);
+            run(name, macs, &mut || qgemm::conv_i8(std::hint::black_box(&x), &pk, None, &q, out, &mut s));
+        }
     }
     for (name, h, w, c, k, stride) in
         [("3x3", 24, 24, 8, 3, 1), ("3x3 stride 2", 24, 24, 8, 3, 2), ("3x3", 56, 56, 64, 3, 1), ("1xN temporal", 1, 49, 64, 5, 1)]

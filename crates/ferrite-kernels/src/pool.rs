@@ -354,8 +354,12 @@ pub fn pool_i8(input: &[i8], c: usize, g: &Window, max: bool, lo: i32, hi: i32, 
         && crate::holds(input.len(), &[g.batch, g.in_h, g.in_w, c])
         && crate::holds(out.len(), &[g.batch, g.out_h, g.out_w, c])
     {
+        // SAFETY: i8 and u8 have the same size, alignment and valid bit patterns.
+        let (input, out) = unsafe {
+            (std::slice::from_raw_parts(input.as_ptr() as *const u8, input.len()), std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut u8, out.len()))
+        };
         // SAFETY: AVX2 is present and both buffers hold the geometry (checked just above).
-        unsafe { max_pool_i8_avx2(input, c, g, lo, hi, out) };
+        unsafe { max_pool_8bit_avx2::<false>(input, c, g, lo, hi, out) };
         return;
     }
     pool_i8_simd(input, c, g, max, lo, hi, out, acc)
@@ -369,20 +373,25 @@ simd_fn! {
     }
 }
 
-/// int8 max pooling with `vpmaxsb`, 16 channels per step (then 8, then one at
-/// a time), each block's maximum held in a register across the window: the
-/// few-channel maps of small models get vector lanes that a loop over the
-/// channel count only gets in wider blocks.
+/// 8-bit max pooling with `vpmaxsb` (int8; `vpmaxub` for uint8, `UNSIGNED`),
+/// 16 channels per step (then 8, then one at a time), each block's maximum held
+/// in a register across the window: the few-channel maps of small models get
+/// vector lanes that a loop over the channel count only gets in wider blocks.
+/// `input` and `out` hold the values' bytes.
 ///
 /// # Safety
 /// The CPU must support AVX2; `input` and `out` hold the geometry `g` with `c`
-/// channels. (`-128 <= lo <= hi <= 127`, or the results differ from `pool_int`.)
+/// channels. (`lo <= hi` within the type's range, or the results differ from `pool_int`.)
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn max_pool_i8_avx2(input: &[i8], c: usize, g: &Window, lo: i32, hi: i32, out: &mut [i8]) {
+unsafe fn max_pool_8bit_avx2<const UNSIGNED: bool>(input: &[u8], c: usize, g: &Window, lo: i32, hi: i32, out: &mut [u8]) {
     use std::arch::x86_64::*;
-    let (lo8, hi8) = (lo as i8, hi as i8);
-    let (vlo, vhi) = (_mm_set1_epi8(lo8), _mm_set1_epi8(hi8));
+    let (lo8, hi8) = (lo as u8, hi as u8);
+    let (vlo, vhi) = (_mm_set1_epi8(lo8 as i8), _mm_set1_epi8(hi8 as i8));
+    let vmax = |a: __m128i, b: __m128i| if UNSIGNED { _mm_max_epu8(a, b) } else { _mm_max_epi8(a, b) };
+    let vmin = |a: __m128i, b: __m128i| if UNSIGNED { _mm_min_epu8(a, b) } else { _mm_min_epi8(a, b) };
+    // The scalar channels compare as the type compares.
+    let key = |v: u8| if UNSIGNED { i32::from(v) } else { i32::from(v as i8) };
     for n in 0..g.batch {
         for oy in 0..g.out_h {
             let y0 = (oy * g.stride_h) as isize - g.pad_top as isize;
@@ -406,10 +415,10 @@ unsafe fn max_pool_i8_avx2(input: &[i8], c: usize, g: &Window, lo: i32, hi: i32,
                         let mut m = _mm_loadu_si128(input.as_ptr().add(first + ch) as *const __m128i);
                         for yy in ys..ye {
                             for xx in xs..xe {
-                                m = _mm_max_epi8(m, _mm_loadu_si128(input.as_ptr().add(px(yy, xx) + ch) as *const __m128i));
+                                m = vmax(m, _mm_loadu_si128(input.as_ptr().add(px(yy, xx) + ch) as *const __m128i));
                             }
                         }
-                        _mm_storeu_si128(out.as_mut_ptr().add(o + ch) as *mut __m128i, _mm_min_epi8(_mm_max_epi8(m, vlo), vhi));
+                        _mm_storeu_si128(out.as_mut_ptr().add(o + ch) as *mut __m128i, vmin(vmax(m, vlo), vhi));
                     }
                     ch += 16;
                 }
@@ -419,10 +428,10 @@ unsafe fn max_pool_i8_avx2(input: &[i8], c: usize, g: &Window, lo: i32, hi: i32,
                         let mut m = _mm_loadl_epi64(input.as_ptr().add(first + ch) as *const __m128i);
                         for yy in ys..ye {
                             for xx in xs..xe {
-                                m = _mm_max_epi8(m, _mm_loadl_epi64(input.as_ptr().add(px(yy, xx) + ch) as *const __m128i));
+                                m = vmax(m, _mm_loadl_epi64(input.as_ptr().add(px(yy, xx) + ch) as *const __m128i));
                             }
                         }
-                        _mm_storel_epi64(out.as_mut_ptr().add(o + ch) as *mut __m128i, _mm_min_epi8(_mm_max_epi8(m, vlo), vhi));
+                        _mm_storel_epi64(out.as_mut_ptr().add(o + ch) as *mut __m128i, vmin(vmax(m, vlo), vhi));
                     }
                     ch += 8;
                 }
@@ -430,20 +439,48 @@ unsafe fn max_pool_i8_avx2(input: &[i8], c: usize, g: &Window, lo: i32, hi: i32,
                     let mut m = input[first + ch];
                     for yy in ys..ye {
                         for xx in xs..xe {
-                            m = m.max(input[px(yy, xx) + ch]);
+                            let v = input[px(yy, xx) + ch];
+                            if key(v) > key(m) {
+                                m = v;
+                            }
                         }
                     }
-                    out[o + ch] = m.clamp(lo8, hi8);
+                    out[o + ch] = if key(m) < lo {
+                        lo8
+                    } else if key(m) > hi {
+                        hi8
+                    } else {
+                        m
+                    };
                 }
             }
         }
     }
 }
 
+/// uint8 max / average pooling (see `pool_int`).
+#[allow(clippy::too_many_arguments)]
+pub fn pool_u8(input: &[u8], c: usize, g: &Window, max: bool, lo: i32, hi: i32, out: &mut [u8], acc: &mut [i32]) {
+    #[cfg(target_arch = "x86_64")]
+    if max
+        && 0 <= lo
+        && lo <= hi
+        && hi <= 255
+        && crate::level::has_avx2_fma()
+        && crate::holds(input.len(), &[g.batch, g.in_h, g.in_w, c])
+        && crate::holds(out.len(), &[g.batch, g.out_h, g.out_w, c])
+    {
+        // SAFETY: AVX2 is present and both buffers hold the geometry (checked just above).
+        unsafe { max_pool_8bit_avx2::<true>(input, c, g, lo, hi, out) };
+        return;
+    }
+    pool_u8_simd(input, c, g, max, lo, hi, out, acc)
+}
+
 simd_fn! {
-    /// uint8 max / average pooling (see `pool_int`).
+    /// [`pool_u8`] in plain Rust, compiled per vector width.
     #[allow(clippy::too_many_arguments)]
-    pub fn pool_u8(input: &[u8], c: usize, g: &Window, max: bool, lo: i32, hi: i32, out: &mut [u8], acc: &mut [i32]) {
+    pub fn pool_u8_simd(input: &[u8], c: usize, g: &Window, max: bool, lo: i32, hi: i32, out: &mut [u8], acc: &mut [i32]) {
         pool_int(input, c, g, max, lo, hi, out, acc, |v| v as u8)
     }
 }

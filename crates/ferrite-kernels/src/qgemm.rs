@@ -314,7 +314,6 @@ pub fn conv_u8(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out:
     let ConvScratch { bufs, rq } = s;
     // The rows hold the uint8 values themselves; W = (w - 128) + (128 - w_zp).
     conv_8bit(input, 0, q.in_zp, 128 - q.w_zp, pk, bias, q, out8, rq, bufs);
-    out.iter_mut().for_each(|b| *b ^= 0x80);
 }
 
 /// [`conv_u8`] with the block buffers `bufs`, as [`conv_i8_in`] (`s` from
@@ -323,7 +322,6 @@ pub fn conv_u8_in(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, o
     // SAFETY: i8 and u8 have the same size, alignment and valid bit patterns.
     let out8 = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut i8, out.len()) };
     conv_8bit(input, 0, q.in_zp, 128 - q.w_zp, pk, bias, q, out8, &mut s.rq, bufs);
-    out.iter_mut().for_each(|b| *b ^= 0x80);
 }
 
 /// [`conv_i8`] and [`conv_u8`]: the rows hold `a = x ^ flip` (unsigned, zero
@@ -331,6 +329,8 @@ pub fn conv_u8_in(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, o
 /// `sum (a - a_zp) W = dot - a_zp sum w - w_off a_zp K + w_off sum a`: the
 /// first three terms per channel (in the offsets), the last per row (`K` =
 /// the taps' count; the padding taps hold `a_zp`, so they still add nothing).
+/// The outputs are requantized in int8 terms and written xor `flip ^ 0x80`
+/// (unchanged for int8 rows, shifted back to uint8 for uint8 ones).
 #[allow(clippy::too_many_arguments)]
 fn conv_8bit(
     input: &[u8],
@@ -346,7 +346,10 @@ fn conv_8bit(
 ) {
     // Shared buffers are fitted at prepare; this only grows ones that are not.
     s.fit(pk);
-    let g = &q.g;
+    // A column filter over a one-column map ([N, T, 1, C] audio) runs as the same
+    // filter along one row: the bytes are the same, and the row form gathers whole
+    // runs of pixels instead of one output pixel per step.
+    let g = &column_as_row(q.g);
     let (in_c, n, kq) = (q.in_c, pk.n, pk.kq);
     let k_const = w_off.wrapping_mul(a_zp).wrapping_mul(pk.k as i32);
     for (j, o) in rq.offset.iter_mut().enumerate() {
@@ -367,11 +370,13 @@ fn conv_8bit(
         let hi = if g.in_h + g.pad_top > y0 { ((g.in_h + g.pad_top - y0 - 1) / dil_h + 1).min(g.k_h) } else { 0 };
         (lo, hi.max(lo))
     };
-    // Output columns ix_lo..ix_hi have every filter row inside the input
-    // horizontally, and each filter row is one contiguous segment (dilation 1).
+    // Output columns ix_lo..ix_hi have every filter tap inside the input
+    // horizontally. Each filter row is then one contiguous segment (dilation 1)
+    // or `k_w` segments of one pixel, `dil_w` pixels apart.
     let reach = (g.k_w - 1) * g.dil_w;
     let ix_lo = g.pad_left.div_ceil(g.stride_w.max(1));
-    let ix_hi = if g.dil_w == 1 && g.in_w + g.pad_left > reach { (g.in_w + g.pad_left - reach - 1) / g.stride_w.max(1) + 1 } else { 0 };
+    let ix_hi = if g.in_w + g.pad_left > reach { (g.in_w + g.pad_left - reach - 1) / g.stride_w.max(1) + 1 } else { 0 };
+    let taps = if g.dil_w == 1 { Taps { count: 1, len: row_span, step: row_span } } else { Taps { count: g.k_w, len: in_c, step: g.dil_w * in_c } };
     // A pixel at the edge: each tap checked against the input's bounds.
     let edge_pixel = |rows: &mut [u8], base: usize, nb: usize, oy: usize, ox: usize| {
         for ky in 0..g.k_h {
@@ -432,7 +437,22 @@ fn conv_8bit(
                 let rows_in = ky_range(oy);
                 let from = ((nb * g.in_h + (oy * g.stride_h + rows_in.0 * g.dil_h).saturating_sub(g.pad_top)) * g.in_w + lo * g.stride_w - g.pad_left) * in_c;
                 let seg_step = g.dil_h * in_row;
-                gather_interior(&mut s.rows, (r + lo - ox) * kq, kq, input, from, g.stride_w * in_c, seg_step, row_span, rows_in, g.k_h, hi - lo, fill, flip);
+                gather_interior(
+                    &mut s.rows,
+                    (r + lo - ox) * kq,
+                    kq,
+                    input,
+                    from,
+                    g.stride_w * in_c,
+                    seg_step,
+                    row_span,
+                    taps,
+                    rows_in,
+                    g.k_h,
+                    hi - lo,
+                    fill,
+                    flip,
+                );
             }
             for c in hi..ox + run {
                 edge_pixel(&mut s.rows, (r + c - ox) * kq, nb, oy, c);
@@ -449,15 +469,24 @@ fn conv_8bit(
             }
         }
         gemm(&s.rows[..count * kq], count, pk, &mut s.dots[..count * n]);
-        if w_off != 0 {
+        let row_add = if w_off != 0 {
             for (r, sum) in s.row_sums[..count].iter_mut().enumerate() {
-                *sum = s.rows[r * kq..r * kq + pk.k].iter().map(|&b| i32::from(b)).sum::<i32>().wrapping_mul(w_off);
+                *sum = byte_sum(&s.rows[r * kq..], pk.k).wrapping_mul(w_off);
             }
-            for (d, &sum) in s.dots[..count * n].chunks_exact_mut(n.max(1)).zip(&s.row_sums) {
+            &s.row_sums[..count]
+        } else {
+            &[][..]
+        };
+        let (dots, o) = (&mut s.dots[..count * n], &mut out[start * n..(start + count) * n]);
+        if !rq.apply_fused(dots, row_add, flip == 0, o) {
+            for (d, &sum) in dots.chunks_exact_mut(n.max(1)).zip(row_add) {
                 d.iter_mut().for_each(|d| *d = d.wrapping_add(sum));
             }
+            rq.apply(dots, o);
+            if flip == 0 {
+                o.iter_mut().for_each(|b| *b ^= i8::MIN);
+            }
         }
-        rq.apply(&s.dots[..count * n], &mut out[start * n..(start + count) * n]);
         start += count;
     }
 }
@@ -811,7 +840,8 @@ fn depthwise_8bit(input: &[u8], d: &mut Depthwise, bias: Option<&[i32]>, q: &QCo
 /// lie inside the input horizontally, written from `rows[at..]` at a stride of
 /// `kq`: filter rows `lo..hi` (inside vertically; the first at `input[from..]`,
 /// the next `seg_step` further, the next pixel's `px_step` further) copied as
-/// one segment of `row_span` bytes each, the rest filled with the padding value.
+/// `taps` segments each (one of `row_span` bytes, or with dilation one pixel
+/// per filter column), the rest filled with the padding value.
 /// When every 16-byte chunk stays inside both buffers (checked once per run),
 /// segments are copied in whole chunks without further checks; the over-long
 /// tails follow [`flip_copy`]'s rule.
@@ -826,6 +856,7 @@ fn gather_interior(
     px_step: usize,
     seg_step: usize,
     row_span: usize,
+    taps: Taps,
     (lo, hi): (usize, usize),
     k_h: usize,
     pixels: usize,
@@ -833,14 +864,16 @@ fn gather_interior(
     flip: u8,
 ) {
     let segs = hi - lo;
-    let chunks = row_span.div_ceil(16);
+    let chunks = taps.len.div_ceil(16);
     let fits = |last: Option<usize>, len: usize| last.is_some_and(|l| l <= len);
+    let last_tap = taps.count.saturating_sub(1);
     let last_in = (pixels - 1)
         .checked_mul(px_step)
         .and_then(|o| o.checked_add(segs.saturating_sub(1).checked_mul(seg_step)?))
+        .and_then(|o| o.checked_add(last_tap.checked_mul(taps.step)?))
         .and_then(|o| o.checked_add(from + chunks * 16));
-    let last_out = (pixels - 1).checked_mul(kq).and_then(|o| o.checked_add((hi.max(1) - 1) * row_span + at + chunks * 16));
-    let fast = segs > 0 && fits(last_in, input.len()) && fits(last_out, rows.len());
+    let last_out = (pixels - 1).checked_mul(kq).and_then(|o| o.checked_add((hi.max(1) - 1) * row_span + last_tap * taps.len + at + chunks * 16));
+    let fast = segs > 0 && taps.count > 0 && fits(last_in, input.len()) && fits(last_out, rows.len());
     for p in 0..pixels {
         let (base, src) = (at + p * kq, from + p * px_step);
         if lo > 0 {
@@ -851,18 +884,22 @@ fn gather_interior(
             // SAFETY: every chunk ends at or before the last pixel's last chunk,
             // inside `input` and `rows` (`fast` checked both).
             let (d, s) = unsafe { (rows.as_mut_ptr().add(dst), input.as_ptr().add(src)) };
-            // SAFETY: `chunks` chunks of `segs` segments, as above; the short
-            // segments of few-channel layers get loops of fixed length.
+            // SAFETY: `chunks` chunks of `taps.count` taps of `segs` segments, as
+            // above; the short segments of few-channel layers get loops of fixed length.
             unsafe {
-                match chunks {
-                    1 => flip_segments::<1>(d, s, segs, row_span, seg_step, 1, flip),
-                    2 => flip_segments::<2>(d, s, segs, row_span, seg_step, 2, flip),
-                    _ => flip_segments::<0>(d, s, segs, row_span, seg_step, chunks, flip),
+                match (chunks, taps.count) {
+                    (1, 1) => flip_segments::<1, false>(d, s, segs, row_span, seg_step, taps, 1, flip),
+                    (2, 1) => flip_segments::<2, false>(d, s, segs, row_span, seg_step, taps, 2, flip),
+                    (_, 1) => flip_segments::<0, false>(d, s, segs, row_span, seg_step, taps, chunks, flip),
+                    (1, _) => flip_segments::<1, true>(d, s, segs, row_span, seg_step, taps, 1, flip),
+                    _ => flip_segments::<0, true>(d, s, segs, row_span, seg_step, taps, chunks, flip),
                 }
             }
         } else {
             for seg in 0..segs {
-                flip_copy(rows, base + (lo + seg) * row_span, input, src + seg * seg_step, row_span, flip);
+                for t in 0..taps.count {
+                    flip_copy(rows, base + (lo + seg) * row_span + t * taps.len, input, src + seg * seg_step + t * taps.step, taps.len, flip);
+                }
             }
         }
         if hi < k_h {
@@ -871,19 +908,87 @@ fn gather_interior(
     }
 }
 
-/// `segs` segments of `chunks` 16-byte chunks (`CH` of them when not 0, a
-/// constant the loops unroll on), segment `i` from `src + i * src_step` to
-/// `dst + i * dst_step`, each byte xor `flip`.
+/// The sum of `bytes[..len]` (`len <= bytes.len()`). On x86-64, 16 bytes per
+/// `psadbw` (the rows of a uint8 convolution are summed per output pixel, and
+/// their few-channel filters make rows of 15-200 bytes, too short for the
+/// compiler's vector loop); the last partial chunk is read whole and masked
+/// when `bytes` extends that far (the block rows do: they carry 16 bytes of slack).
+#[inline]
+fn byte_sum(bytes: &[u8], len: usize) -> i32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::*;
+        // 16 ones then 16 zeros: the 16 bytes from 16 - r keep the first r lanes.
+        const KEEP: [u8; 32] = {
+            let mut k = [0u8; 32];
+            let mut i = 0;
+            while i < 16 {
+                k[i] = 0xff;
+                i += 1;
+            }
+            k
+        };
+        let chunks = len.div_ceil(16);
+        if chunks * 16 <= bytes.len() {
+            let r = len - (chunks - 1) * 16;
+            // SAFETY: SSE2 is part of x86-64; every chunk lies inside `bytes`
+            // (checked just above) and the mask inside KEEP (16 - r in 0..16);
+            // unaligned loads.
+            return unsafe {
+                let mut acc = _mm_setzero_si128();
+                for c in 0..chunks {
+                    let mut v = _mm_loadu_si128(bytes.as_ptr().add(c * 16) as *const __m128i);
+                    if c + 1 == chunks {
+                        v = _mm_and_si128(v, _mm_loadu_si128(KEEP.as_ptr().add(16 - r) as *const __m128i));
+                    }
+                    acc = _mm_add_epi64(acc, _mm_sad_epu8(v, _mm_setzero_si128()));
+                }
+                (_mm_cvtsi128_si64(acc) + _mm_cvtsi128_si64(_mm_unpackhi_epi64(acc, acc))) as i32
+            };
+        }
+    }
+    bytes[..len].iter().map(|&b| i32::from(b)).sum()
+}
+
+/// How [`gather_interior`] copies one filter row: `count` segments of `len`
+/// bytes, `step` bytes apart in the input and back to back in the row.
+#[derive(Clone, Copy)]
+struct Taps {
+    count: usize,
+    len: usize,
+    step: usize,
+}
+
+/// `segs` segments of `taps` taps (one unless `TAPS`, a constant that keeps the
+/// undilated loop as short as it was) of `chunks` 16-byte chunks (`CH` of them when
+/// not 0, a constant the loops unroll on), tap `t` of segment `i` from
+/// `src + i * src_step + t * taps.step` to `dst + i * dst_step + t * taps.len`,
+/// each byte xor `flip`. Written in increasing order of `dst`, so each chunk's
+/// over-long tail is overwritten by the next tap or segment.
 ///
 /// # Safety
 /// Every chunk must lie inside readable `src` and writable `dst` memory.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn flip_segments<const CH: usize>(dst: *mut u8, src: *const u8, segs: usize, dst_step: usize, src_step: usize, chunks: usize, flip: u8) {
+unsafe fn flip_segments<const CH: usize, const TAPS: bool>(
+    dst: *mut u8,
+    src: *const u8,
+    segs: usize,
+    dst_step: usize,
+    src_step: usize,
+    taps: Taps,
+    chunks: usize,
+    flip: u8,
+) {
     let chunks = if CH > 0 { CH } else { chunks };
+    let taps = if TAPS { taps } else { Taps { count: 1, ..taps } };
     for i in 0..segs {
-        for c in 0..chunks {
-            // SAFETY: chunk c of segment i lies inside both buffers (contract).
-            unsafe { flip16(dst.add(i * dst_step + c * 16), src.add(i * src_step + c * 16), flip) };
+        for t in 0..taps.count {
+            let (d, s) = (i * dst_step + t * taps.len, i * src_step + t * taps.step);
+            for c in 0..chunks {
+                // SAFETY: chunk c of tap t of segment i lies inside both buffers (contract).
+                unsafe { flip16(dst.add(d + c * 16), src.add(s + c * 16), flip) };
+            }
         }
     }
 }
@@ -974,6 +1079,23 @@ impl RowRequant {
     /// The per-channel offsets added before rescaling (bias and zero-point terms).
     pub fn offset_mut(&mut self) -> &mut [i32] {
         &mut self.offset
+    }
+
+    /// [`RowRequant::apply`] with `row_add[r]` added to each accumulator of row
+    /// `r` (none if empty) and, if `to_u8`, each output byte xor 0x80, in one pass where
+    /// this CPU has that kernel (AVX2 without AVX-512, rounding twice); false,
+    /// with nothing written, where it has not.
+    fn apply_fused(&self, dots: &[i32], row_add: &[i32], to_u8: bool, out: &mut [i8]) -> bool {
+        let n = self.offset.len();
+        let shapes_agree = dots.len() == out.len() && n > 0 && dots.len().is_multiple_of(n) && (row_add.is_empty() || row_add.len() == dots.len() / n);
+        #[cfg(target_arch = "x86_64")]
+        if shapes_agree && self.rounding == Rounding::Double && !crate::level::has_avx512f() && crate::level::has_avx2_fma() {
+            // SAFETY: AVX2 is present (checked just above); the lengths were checked.
+            unsafe { x86_64::requant_avx2_fused(self, dots, row_add, to_u8, out) };
+            return true;
+        }
+        let _ = (shapes_agree, row_add, to_u8);
+        false
     }
 
     /// Requantizes rows of `n` accumulators into int8.
@@ -1373,6 +1495,86 @@ mod tests {
                 conv_u8_in(&input_u, &pk_u, Some(&bias), &qu, &mut got_u, &mut s, &mut shared);
                 assert_eq!(got_u, want.iter().map(|&v| v as u8 ^ 0x80).collect::<Vec<_>>(), "uint8 case {case}, shared buffers");
                 assert!(shared.bytes() >= BLOCK_ROWS * (pk.kq + 4 * pk.n), "the shared buffers fit every convolution that used them");
+            }
+        });
+    }
+
+    /// The 1-D family on its own: `[1, 1, T, C]` rows and `[1, T, 1, C]`
+    /// columns, filters up to 9 taps, dilation 1-4, strides 1-3, SAME and VALID,
+    /// few and odd channel counts, input and weight zero points over the whole
+    /// range (uint8 models have both away from the middle), per-channel scales.
+    #[test]
+    fn conv_1d_family_matches_the_definition() {
+        let mut rng = Rng(0x5851_f42d_4c95_7f2d);
+        crate::level::each(|_| {
+            let mut shared = ConvBuffers::default();
+            for case in 0..200 {
+                let (t, k, stride, dil) = (1 + rng.below(300), 1 + rng.below(9), 1 + rng.below(3), 1 + rng.below(4));
+                let same = rng.below(2) == 0;
+                let Some((out_t, pad)) = crate::conv::out_size_and_pad(t, k, stride, dil, same) else { continue };
+                if out_t == 0 {
+                    continue;
+                }
+                let column = case % 3 == 0;
+                let batch = 1 + rng.below(2);
+                let g = if column {
+                    crate::conv::Window {
+                        batch,
+                        in_h: t,
+                        in_w: 1,
+                        out_h: out_t,
+                        out_w: 1,
+                        k_h: k,
+                        k_w: 1,
+                        stride_h: stride,
+                        stride_w: 1,
+                        dil_h: dil,
+                        dil_w: 1,
+                        pad_top: pad,
+                        pad_left: 0,
+                    }
+                } else {
+                    crate::conv::Window {
+                        batch,
+                        in_h: 1,
+                        in_w: t,
+                        out_h: 1,
+                        out_w: out_t,
+                        k_h: 1,
+                        k_w: k,
+                        stride_h: 1,
+                        stride_w: stride,
+                        dil_h: 1,
+                        dil_w: dil,
+                        pad_top: 0,
+                        pad_left: pad,
+                    }
+                };
+                let in_c = if case % 4 == 0 { 1 + rng.below(48) } else { 1 + rng.below(9) };
+                let out_c = 1 + rng.below(70);
+                let (multiplier, shift) = (0..out_c).map(|_| crate::quant::quantize_multiplier((1 + rng.below(1000)) as f64 * 2e-5)).unzip();
+                let rq = Requant { multiplier, shift, out_zp: rng.below(256) as i32 - 128, min: -128, max: 127 };
+                let q = QConv { g, in_c, out_c, depth_multiplier: 0, in_zp: rng.below(256) as i32 - 128, w_zp: rng.below(256) as i32 - 128, rq };
+                let input: Vec<i8> = (0..batch * t * in_c).map(|_| rng.next() as i8).collect();
+                let w: Vec<i8> = (0..out_c * k * in_c).map(|_| rng.next() as i8).collect();
+                let bias: Vec<i32> = (0..out_c).map(|_| rng.below(20_000) as i32 - 10_000).collect();
+                let want = conv_by_definition(&input, &w, &bias, &q);
+                let pk = QPacked::new(&w, out_c, k * in_c);
+                let mut s = ConvScratch::sharing(&pk, &q.rq, false, &mut shared);
+                let mut got = vec![0i8; want.len()];
+                conv_i8_in(bytes_of(&input), &pk, Some(&bias), &q, &mut got, &mut s, &mut shared);
+                assert_eq!(got, want, "case {case}: {g:?} in_c {in_c} out_c {out_c} zp {} w_zp {}", q.in_zp, q.w_zp);
+                let qu = QConv {
+                    in_zp: q.in_zp + 128,
+                    w_zp: q.w_zp + 128,
+                    rq: Requant { out_zp: q.rq.out_zp + 128, min: 0, max: 255, ..q.rq.clone() },
+                    ..q.clone()
+                };
+                let input_u: Vec<u8> = input.iter().map(|&x| x as u8 ^ 0x80).collect();
+                let mut s = ConvScratch::new_u8(&pk, &qu.rq);
+                let mut got_u = vec![0u8; want.len()];
+                conv_u8(&input_u, &pk, Some(&bias), &qu, &mut got_u, &mut s);
+                assert_eq!(got_u, want.iter().map(|&v| v as u8 ^ 0x80).collect::<Vec<_>>(), "uint8 case {case}: {g:?} in_c {in_c} out_c {out_c}");
             }
         });
     }

@@ -252,6 +252,40 @@ pub(super) unsafe fn gemm_avx2(a: &[u8], rows: usize, pk: &QPacked, out: &mut [i
 /// The CPU must support AVX2; `dots` and `out` hold whole rows of `n`.
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn requant_avx2(rq: &super::RowRequant, dots: &[i32], out: &mut [i8]) {
+    // SAFETY: the caller's contract, with no row terms.
+    unsafe { requant_avx2_with::<false, false>(rq, dots, &[], out) }
+}
+
+/// [`requant_avx2`] with `row_add[r]` added to row `r`'s accumulators (none if
+/// `row_add` is empty) and, if `to_u8`, each output byte xor 0x80 (the uint8
+/// convolutions' weight zero-point term and shift back to uint8, without two
+/// more passes).
+///
+/// # Safety
+/// The CPU must support AVX2; `dots` and `out` hold whole rows of `n`, and
+/// `row_add` is empty or holds one value per row.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn requant_avx2_fused(rq: &super::RowRequant, dots: &[i32], row_add: &[i32], to_u8: bool, out: &mut [i8]) {
+    // SAFETY: the caller's contract; `ROWS` only where `row_add` holds the rows.
+    unsafe {
+        match (!row_add.is_empty(), to_u8) {
+            (false, false) => requant_avx2_with::<false, false>(rq, dots, row_add, out),
+            (false, true) => requant_avx2_with::<false, true>(rq, dots, row_add, out),
+            (true, false) => requant_avx2_with::<true, false>(rq, dots, row_add, out),
+            (true, true) => requant_avx2_with::<true, true>(rq, dots, row_add, out),
+        }
+    }
+}
+
+/// [`requant_avx2_fused`] with the row terms (`ROWS`) and the shift to uint8
+/// (`FLIP`, xor 0x80) chosen at compile time, so the int8 form has no extra step.
+///
+/// # Safety
+/// As [`requant_avx2_fused`], with `row_add` holding one value per row if `ROWS`.
+// `r` indexes the rows of `dots` and `out` (through pointers) as well as `row_add`.
+#[allow(clippy::needless_range_loop)]
+#[target_feature(enable = "avx2")]
+unsafe fn requant_avx2_with<const ROWS: bool, const FLIP: bool>(rq: &super::RowRequant, dots: &[i32], row_add: &[i32], out: &mut [i8]) {
     let n = rq.offset.len();
     if n == 0 {
         return;
@@ -289,6 +323,7 @@ pub(super) unsafe fn requant_avx2(rq: &super::RowRequant, dots: &[i32], out: &mu
                     _mm256_maskload_epi32(dots.as_ptr().add(at), k)
                 }
             };
+            let d = if ROWS { _mm256_add_epi32(d, _mm256_set1_epi32(row_add[r])) } else { d };
             let x = _mm256_sllv_epi32(_mm256_add_epi32(d, off), left);
             let even = _mm256_srli_epi64::<31>(_mm256_add_epi64(_mm256_mul_epi32(x, m), half));
             let odd = _mm256_slli_epi64::<1>(_mm256_add_epi64(_mm256_mul_epi32(_mm256_shuffle_epi32::<0xF5>(x), m_odd), half));
@@ -301,6 +336,7 @@ pub(super) unsafe fn requant_avx2(rq: &super::RowRequant, dots: &[i32], out: &mu
             // Clamped to int8 already, so the saturating packs only narrow.
             let h = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
             let packed = _mm_packs_epi16(h, h);
+            let packed = if FLIP { _mm_xor_si128(packed, _mm_set1_epi8(i8::MIN)) } else { packed };
             if cols == 8 {
                 // SAFETY: bytes at..at + 8 lie inside row r of `out` (n bytes from r * n).
                 unsafe { _mm_storel_epi64(out.as_mut_ptr().add(at) as *mut __m128i, packed) };
