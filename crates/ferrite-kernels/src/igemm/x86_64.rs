@@ -376,11 +376,77 @@ unsafe fn tile_avx512_r<const R: usize>(t: &Tile<'_>, clamp: Clamp, out: *mut f3
 pub unsafe fn tile_avx2(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
     // SAFETY: the same contract as this function's, passed on unchanged.
     unsafe {
-        match t.rows {
-            1 => tile_avx2_r::<1>(t, clamp, out, out_stride),
-            2 => tile_avx2_r::<2>(t, clamp, out, out_stride),
-            3 | 4 => tile_avx2_r::<4>(t, clamp, out, out_stride),
+        match (t.rows, t.cols <= 8) {
+            // A panel with at most 8 valid columns (layers of 8 channels, the last
+            // panel of 24 or 40): half the FMAs of the full tile.
+            (1, true) => tile_avx2_half_r::<1>(t, clamp, out, out_stride),
+            (2, true) => tile_avx2_half_r::<2>(t, clamp, out, out_stride),
+            (3 | 4, true) => tile_avx2_half_r::<4>(t, clamp, out, out_stride),
+            (_, true) => tile_avx2_half_r::<6>(t, clamp, out, out_stride),
+            (1, false) => tile_avx2_r::<1>(t, clamp, out, out_stride),
+            (2, false) => tile_avx2_r::<2>(t, clamp, out, out_stride),
+            (3 | 4, false) => tile_avx2_r::<4>(t, clamp, out, out_stride),
             _ => tile_avx2_r::<6>(t, clamp, out, out_stride),
+        }
+    }
+}
+
+/// `R` rows of the first 8 columns of a 16-channel panel (whose other 8 are
+/// padding): one weight vector per k. With one accumulator per row every FMA
+/// would wait on the previous one of its row, so even and odd k sum apart (2R
+/// independent chains), added once at the end.
+// The loops index several register arrays in step; iterators would obscure that.
+#[allow(clippy::needless_range_loop)]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile_avx2_half_r<const R: usize>(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
+    const MR: usize = 6;
+    const NR: usize = 16;
+    // SAFETY: `t.bias` is a panel's bias, NR floats (Packed pads bias to whole panels).
+    let b0 = unsafe { _mm256_loadu_ps(t.bias.as_ptr()) };
+    let mut c0 = [b0; R];
+    let mut c1 = [_mm256_setzero_ps(); R];
+    // SAFETY: every row pointer `t.a[tap * MR + r]` (r < R <= MR, tap < taps) is valid
+    // for `t.k` reads and `t.b` holds `taps * k * NR` floats (the `run_tile`
+    // contract), so each weight row read here, `bp` + kk * NR + 8 floats with
+    // kk < k, and each input `a[r] + kk` lie inside them.
+    unsafe {
+        for tap in 0..t.taps {
+            let a = &t.a[tap * MR..tap * MR + R];
+            let bp = t.b.as_ptr().add(tap * t.k * NR);
+            let mut kk = 0;
+            while kk + 2 <= t.k {
+                let w0 = _mm256_loadu_ps(bp.add(kk * NR));
+                let w1 = _mm256_loadu_ps(bp.add((kk + 1) * NR));
+                for r in 0..R {
+                    c0[r] = _mm256_fmadd_ps(_mm256_set1_ps(*a[r].add(kk)), w0, c0[r]);
+                    c1[r] = _mm256_fmadd_ps(_mm256_set1_ps(*a[r].add(kk + 1)), w1, c1[r]);
+                }
+                kk += 2;
+            }
+            if kk < t.k {
+                let w0 = _mm256_loadu_ps(bp.add(kk * NR));
+                for r in 0..R {
+                    c0[r] = _mm256_fmadd_ps(_mm256_set1_ps(*a[r].add(kk)), w0, c0[r]);
+                }
+            }
+        }
+    }
+    let lo = _mm256_set1_ps(clamp.min);
+    let hi = _mm256_set1_ps(clamp.max);
+    let mut buf = [0.0f32; 8];
+    // SAFETY: rows r < t.rows <= R, and a full store only when cols == 8, else
+    // `cols` floats: the outputs `out + r * out_stride + j`, j < cols, that
+    // `run_tile` lets us write.
+    unsafe {
+        for r in 0..t.rows.min(R) {
+            let o = out.add(r * out_stride);
+            let v = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(c0[r], c1[r]), lo), hi);
+            if t.cols == 8 {
+                _mm256_storeu_ps(o, v);
+            } else {
+                _mm256_storeu_ps(buf.as_mut_ptr(), v);
+                std::ptr::copy_nonoverlapping(buf.as_ptr(), o, t.cols);
+            }
         }
     }
 }
