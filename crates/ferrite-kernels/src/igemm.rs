@@ -275,7 +275,7 @@ pub struct Packed {
 pub struct ConvScratch {
     ptrs: Vec<usize>,
     lines: Vec<f32>,
-    /// Per tap, the offset in floats of its input from the window's first input
+    /// Per tap, the offset in bytes of its input from the window's first input
     /// (filled on each call of [`conv2d_pixels`]; sized for the taps here).
     offs: Vec<usize>,
 }
@@ -501,13 +501,13 @@ pub fn conv2d_pixels(
     }
     let zero = pk.zero.as_ptr() as usize;
     let ConvScratch { ptrs: scratch, offs, .. } = scratch;
-    // Each tap's input offset from the window's first input: a window that lies
+    // Each tap's input offset (bytes) from the window's first input: a window that lies
     // wholly inside the image (most of them) then takes one add per tap. The
     // largest offset is inside the input whenever such a window exists (its last
     // tap is an input pixel), and is only used then.
     for ky in 0..g.k_h {
         for kx in 0..g.k_w {
-            offs[ky * g.k_w + kx] = (ky * g.dil_h * g.in_w + kx * g.dil_w) * c;
+            offs[ky * g.k_w + kx] = (ky * g.dil_h * g.in_w + kx * g.dil_w) * c * std::mem::size_of::<f32>();
         }
     }
     // The last row and column a window reaches past its first (the span of the
@@ -528,9 +528,11 @@ pub fn conv2d_pixels(
                 let (y0, x0) = ((oy * g.stride_h).checked_sub(g.pad_top), (ox * g.stride_w).checked_sub(g.pad_left));
                 match (y0, x0) {
                     (Some(y0), Some(x0)) if px < end && y0 + span_y < g.in_h && x0 + span_x < g.in_w => {
-                        let base = ((b * g.in_h + y0) * g.in_w + x0) * c;
-                        for (t, &off) in offs[..pk.taps].iter().enumerate() {
-                            scratch[(blk * pk.taps + t) * mr + r] = input[base + off..].as_ptr() as usize;
+                        // Addresses only (stored as words): the window is inside
+                        // the input, so base + off is an input index for every tap.
+                        let base = input.as_ptr() as usize + ((b * g.in_h + y0) * g.in_w + x0) * c * std::mem::size_of::<f32>();
+                        for (slot, &off) in scratch[blk * pk.taps * mr + r..].iter_mut().step_by(mr).zip(&offs[..pk.taps]) {
+                            *slot = base + off;
                         }
                     }
                     _ => {
