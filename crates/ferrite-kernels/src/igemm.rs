@@ -838,7 +838,7 @@ mod tests {
                 _ => (rng.size(1, 5), rng.size(1, 5)),
             };
             let (sh, sw, dh, dw) = (rng.size(1, 3), rng.size(1, 3), rng.size(1, 2), rng.size(1, 2));
-            let same = rng.bits() % 2 == 0;
+            let same = rng.bits().is_multiple_of(2);
             let (batch, c, n) = (rng.size(1, 2), rng.size(1, 20), rng.size(1, 40));
             let (in_h, in_w) = (rng.size(kh * dh, 14), rng.size(kw * dw, 14));
             let (Some((out_h, pt)), Some((out_w, pl))) = (out_size_and_pad(in_h, kh, sh, dh, same), out_size_and_pad(in_w, kw, sw, dw, same)) else {
