@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Per-model float throughput: multiply-adds per run of a model's float CONV_2D,
 DEPTHWISE_CONV_2D, FULLY_CONNECTED, TRANSPOSE_CONV and BATCH_MATMUL ops (counted
-from the shapes `ferrite inspect --json` reports), divided by ferrite's median
-latency (`ferrite bench --json`), against the single-core FMA peak that
+from the shapes `ferrite inspect --json` reports), divided by ferrite's median (or
+fastest) latency (`ferrite bench --json`), against the single-core FMA peak that
 `cargo bench -p ferrite-kernels` measures (or `--peak`).
 
-  gflops.py --ferrite target/release/ferrite MODEL... [--threads N] [--runs R]
-            [--peak GFLOPS | --measure-peak] [--markdown FILE --title TITLE]
+  gflops.py --ferrite target/release/ferrite MODEL... [--threads N] [--runs R] [--stat median|min]
+            [--peak GFLOPS] [--markdown FILE --title TITLE]
 
 One flop is a multiply or an add: a multiply-add counts 2, as the kernel
 benchmarks count them. Only ops whose output is float32 count (a quantized op
@@ -69,10 +69,10 @@ def model_macs(binary, path):
     return per_op
 
 
-def median_ms(binary, path, threads, runs):
+def latency_ms(binary, path, threads, runs, stat):
     cmd = [binary, "bench", str(path), "--threads", str(threads), "--warmup", "3", "--runs", str(runs), "--json"]
     d = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
-    return d["execute_ms"]["median"]
+    return d["execute_ms"][stat]
 
 
 PEAK_LINE = re.compile(r"FMA peak per core: ([0-9.]+) GFLOP/s measured.*?([0-9.]+) GFLOP/s nominal")
@@ -99,6 +99,12 @@ def main():
     ap.add_argument("models", nargs="+")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument(
+        "--stat",
+        choices=["median", "min"],
+        default="median",
+        help="latency statistic: the median run (default), or the fastest, which a machine shared with other work disturbs least",
+    )
     ap.add_argument("--peak", type=float, help="single-core FMA peak in GFLOP/s (default: measure it)")
     ap.add_argument("--markdown", help="append the table to this file")
     ap.add_argument("--title", default="GFLOP/s per model")
@@ -115,15 +121,19 @@ def main():
         path = pathlib.Path(m).expanduser()
         per_op = model_macs(a.ferrite, path)
         macs = sum(per_op.values())
-        ms = median_ms(a.ferrite, path, a.threads, a.runs)
+        if not macs:
+            # Every model this tool is pointed at has float GEMM-like ops: none
+            # counted means the shapes were not read (a changed inspect format).
+            sys.exit(f"gflops.py: no float multiply-adds counted in {path.name}")
+        ms = latency_ms(a.ferrite, path, a.threads, a.runs, a.stat)
         gf = 2 * macs / (ms * 1e6) if ms > 0 else 0.0
         pct = 100 * gf / (peak * a.threads) if peak else 0.0
         rows.append((path.name, 2 * macs / 1e9, ms, gf, pct, per_op))
         print(f"{path.name:44} {2 * macs / 1e9:8.3f} GFLOP {ms:9.3f} ms {gf:7.1f} GFLOP/s {pct:5.1f}% of {a.threads} x peak", flush=True)
     if a.markdown:
         with open(a.markdown, "a") as f:
-            f.write(f"\n### {a.title}\n\n{note}; {a.threads} thread(s), median of {a.runs} runs.\n\n")
-            f.write("| model | GFLOP per run | ferrite median (ms) | GFLOP/s | % of peak | largest share |\n|---|---|---|---|---|---|\n")
+            f.write(f"\n### {a.title}\n\n{note}; {a.threads} thread(s), {a.stat} of {a.runs} runs.\n\n")
+            f.write(f"| model | GFLOP per run | ferrite {a.stat} (ms) | GFLOP/s | % of peak | largest share |\n|---|---|---|---|---|---|\n")
             for name, gflop, ms, gf, pct, per_op in rows:
                 top = max(per_op, key=per_op.get) if per_op else "-"
                 share = f"{top} {100 * per_op[top] / sum(per_op.values()):.0f}%" if per_op else "-"
