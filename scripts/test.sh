@@ -95,6 +95,10 @@ GPU_OPS='^(ABS|ADD|AVERAGE_POOL_2D|BATCH_MATMUL|CONCATENATION|CONV_.*|DEPTHWISE_
 echo "== conformance: real models vs LiteRT (face_landmark_with_attention, which LiteRT cannot run: tools/mediapipe_ops_check.py, ~10 s per backend choice)"
 "$CACHE/venv/bin/python" tools/conformance.py models --ferrite target/release/ferrite --corpus "$CACHE/models"
 
+echo "== tools/gflops.py counts float multiply-adds from the shapes and times them (smoke run on two unseen-suite models, a few seconds)"
+"$CACHE/venv/bin/python" tools/gflops.py --ferrite target/release/ferrite --peak 1 --runs 3 \
+    "$CACHE/models/unseen-2.19.1/tune/ic_resnet8_32_w16_float.tflite" "$CACHE/models/unseen-2.19.1/tune/kws_tenet_101x40_w32_float.tflite"
+
 echo "== conformance: recurrent models made by the converter vs LiteRT (cpu, then reference backend); bench runs the WHILE-loop ones"
 "$CACHE/venv/bin/python" tools/conformance.py models --ferrite target/release/ferrite --corpus "$RNN_MODELS"
 "$CACHE/venv/bin/python" tools/conformance.py models --ferrite target/release/ferrite --corpus "$RNN_MODELS" --backends reference

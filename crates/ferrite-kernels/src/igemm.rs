@@ -293,6 +293,9 @@ pub struct Packed {
 pub struct ConvScratch {
     ptrs: Vec<usize>,
     lines: Vec<f32>,
+    /// Per tap, the offset in bytes of its input from the window's first input
+    /// (filled on each call of [`conv2d_pixels`]; sized for the taps here).
+    offs: Vec<usize>,
 }
 
 impl Packed {
@@ -372,7 +375,7 @@ impl Packed {
         let mr = self.isa.mr();
         let width = || padded_width(g).expect("convolution geometry overflows");
         let lines = if self.merged_kw > 1 { self.taps * width() * (self.k / self.merged_kw) } else { 0 };
-        ConvScratch { ptrs: vec![0; g.out_w.div_ceil(mr) * mr * self.taps], lines: vec![0.0; lines] }
+        ConvScratch { ptrs: vec![0; g.out_w.div_ceil(mr) * mr * self.taps], lines: vec![0.0; lines], offs: vec![0; self.taps] }
     }
 
     /// Tile of `rows` rows of `panel` over row pointers `a` (`taps * mr` of them).
@@ -434,7 +437,7 @@ pub fn conv2d(
     }
     let width = width.unwrap_or(0);
     let zero = pk.zero.as_ptr() as usize;
-    let ConvScratch { ptrs: scratch, lines } = scratch;
+    let ConvScratch { ptrs: scratch, lines, .. } = scratch;
     // Merged filter rows: one output row at a time, over zero-padded copies of the
     // input rows its filter rows read (every column's window is then kw * c
     // contiguous floats).
@@ -506,6 +509,7 @@ pub fn conv2d_pixels(
         || !holds(input.len(), &[g.batch, g.in_h, g.in_w, c])
         || !holds(out.len(), &[end - start, n])
         || !holds(scratch.ptrs.len(), &[blocks, mr, pk.taps])
+        || scratch.offs.len() < pk.taps
         || product(&[g.batch, g.out_h, g.out_w]).is_none_or(|total| end > total)
     {
         return false;
@@ -514,7 +518,19 @@ pub fn conv2d_pixels(
         return input.get(start * c..).is_some_and(|x| gemm_rows(x, end - start, pk, clamp, out));
     }
     let zero = pk.zero.as_ptr() as usize;
-    let scratch = &mut scratch.ptrs;
+    let ConvScratch { ptrs: scratch, offs, .. } = scratch;
+    // Each tap's input offset (bytes) from the window's first input: a window that lies
+    // wholly inside the image (most of them) then takes one add per tap. The
+    // largest offset is inside the input whenever such a window exists (its last
+    // tap is an input pixel), and is only used then.
+    for ky in 0..g.k_h {
+        for kx in 0..g.k_w {
+            offs[ky * g.k_w + kx] = (ky * g.dil_h * g.in_w + kx * g.dil_w) * c * std::mem::size_of::<f32>();
+        }
+    }
+    // The last row and column a window reaches past its first (the span of the
+    // filter), for the inside test.
+    let (span_y, span_x) = ((g.k_h.max(1) - 1) * g.dil_h, (g.k_w.max(1) - 1) * g.dil_w);
     // Per-tap implicit GEMM over the chunk's pixels in groups of `blocks` tiles:
     // tiles span output rows (no partial tiles on maps not a multiple of mr
     // wide), and each panel's weights sweep a whole group before the next.
@@ -522,18 +538,41 @@ pub fn conv2d_pixels(
     while p < end {
         let group = (blocks * mr).min(end - p);
         let tiles = group.div_ceil(mr);
+        // The group's first pixel, then one step per pixel (no divisions per pixel).
+        let (mut b, mut oy, mut ox) = (p / (g.out_h * g.out_w), p / g.out_w % g.out_h, p % g.out_w);
         for blk in 0..tiles {
             for r in 0..mr {
                 let px = p + blk * mr + r;
-                let (b, oy, ox) = (px / (g.out_h * g.out_w), px / g.out_w % g.out_h, px % g.out_w);
-                for ky in 0..g.k_h {
-                    let iy = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h && px < end);
-                    for kx in 0..g.k_w {
-                        let ix = (ox * g.stride_w + kx * g.dil_w).checked_sub(g.pad_left).filter(|&x| x < g.in_w);
-                        scratch[(blk * pk.taps + ky * g.k_w + kx) * mr + r] = match (iy, ix) {
-                            (Some(y), Some(x)) => input[((b * g.in_h + y) * g.in_w + x) * c..].as_ptr() as usize,
-                            _ => zero,
-                        };
+                let (y0, x0) = ((oy * g.stride_h).checked_sub(g.pad_top), (ox * g.stride_w).checked_sub(g.pad_left));
+                match (y0, x0) {
+                    (Some(y0), Some(x0)) if px < end && y0 + span_y < g.in_h && x0 + span_x < g.in_w => {
+                        // Addresses only (stored as words): the window is inside
+                        // the input, so base + off is an input index for every tap.
+                        let base = input.as_ptr() as usize + ((b * g.in_h + y0) * g.in_w + x0) * c * std::mem::size_of::<f32>();
+                        for (slot, &off) in scratch[blk * pk.taps * mr + r..].iter_mut().step_by(mr).zip(&offs[..pk.taps]) {
+                            *slot = base + off;
+                        }
+                    }
+                    _ => {
+                        for ky in 0..g.k_h {
+                            let iy = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h && px < end);
+                            for kx in 0..g.k_w {
+                                let ix = (ox * g.stride_w + kx * g.dil_w).checked_sub(g.pad_left).filter(|&x| x < g.in_w);
+                                scratch[(blk * pk.taps + ky * g.k_w + kx) * mr + r] = match (iy, ix) {
+                                    (Some(y), Some(x)) => input[((b * g.in_h + y) * g.in_w + x) * c..].as_ptr() as usize,
+                                    _ => zero,
+                                };
+                            }
+                        }
+                    }
+                }
+                ox += 1;
+                if ox == g.out_w {
+                    ox = 0;
+                    oy += 1;
+                    if oy == g.out_h {
+                        oy = 0;
+                        b += 1;
                     }
                 }
             }
@@ -796,6 +835,71 @@ mod tests {
                     for (i, (a, b)) in out.iter().zip(&want).enumerate() {
                         assert!((a - b).abs() < 1e-4, "{isa:?} c{c} n{n} k{k} s{stride} d{dil} merged {}: element {i} {a} vs {b}", pk.merged_kw);
                     }
+                }
+            }
+        }
+    }
+
+    /// The per-pixel implicit GEMM (windows inside the image by tap offsets, the
+    /// rest tap by tap), the half-panel tiles (at most 8 valid columns) and the
+    /// single-column tiles against
+    /// the definition, on random geometries under every available kernel: filters
+    /// 1x1 to 5x5, 1xN and Nx1, strides 1-3, dilation 1-2, SAME and VALID, batch
+    /// 1-2, 1-40 output channels, and chunks of pixels starting mid-image.
+    #[test]
+    fn conv_pixels_random_geometries_match_definition() {
+        use crate::conv::{out_size_and_pad, Window};
+        let mut rng = crate::testutil::Rng::new(0xf_c0a7);
+        for case in 0..300 {
+            let (kh, kw) = match case % 4 {
+                0 => (1, rng.size(2, 7)),
+                1 => (rng.size(2, 7), 1),
+                _ => (rng.size(1, 5), rng.size(1, 5)),
+            };
+            let (sh, sw, dh, dw) = (rng.size(1, 3), rng.size(1, 3), rng.size(1, 2), rng.size(1, 2));
+            let same = rng.bits().is_multiple_of(2);
+            // Every eighth case has one output channel (the single-column tiles).
+            let (batch, c) = (rng.size(1, 2), rng.size(1, 20));
+            let n = if case % 8 == 0 { 1 } else { rng.size(1, 40) };
+            let (in_h, in_w) = (rng.size(kh * dh, 14), rng.size(kw * dw, 14));
+            let (Some((out_h, pt)), Some((out_w, pl))) = (out_size_and_pad(in_h, kh, sh, dh, same), out_size_and_pad(in_w, kw, sw, dw, same)) else {
+                continue;
+            };
+            let g = Window { batch, in_h, in_w, out_h, out_w, k_h: kh, k_w: kw, stride_h: sh, stride_w: sw, dil_h: dh, dil_w: dw, pad_top: pt, pad_left: pl };
+            let x: Vec<f32> = (0..batch * in_h * in_w * c).map(|_| rng.range(-50, 50) as f32 * 0.02).collect();
+            let w: Vec<f32> = (0..n * kh * kw * c).map(|_| rng.range(-50, 50) as f32 * 0.02).collect();
+            let bias: Vec<f32> = (0..n).map(|_| rng.range(-50, 50) as f32 * 0.01).collect();
+            let total = batch * out_h * out_w;
+            let mut want = vec![0.0f32; total * n];
+            for px in 0..total {
+                let (b, oy, ox) = (px / (out_h * out_w), px / out_w % out_h, px % out_w);
+                for o in 0..n {
+                    let mut s = bias[o];
+                    for ky in 0..kh {
+                        for kx in 0..kw {
+                            let (y, xx) = ((oy * sh + ky * dh) as isize - pt as isize, (ox * sw + kx * dw) as isize - pl as isize);
+                            if y >= 0 && xx >= 0 && (y as usize) < in_h && (xx as usize) < in_w {
+                                for i in 0..c {
+                                    s += x[((b * in_h + y as usize) * in_w + xx as usize) * c + i] * w[((o * kh + ky) * kw + kx) * c + i];
+                                }
+                            }
+                        }
+                    }
+                    want[px * n + o] = s.max(0.0);
+                }
+            }
+            for isa in Isa::available() {
+                let pk = Packed::new(isa, &w, Some(&bias), n, kh * kw, c);
+                let mut sc = pk.scratch(&g);
+                // Two chunks split on a tile boundary, as the thread split does.
+                let mid = (total / 2).div_ceil(isa.mr()) * isa.mr();
+                let mid = mid.min(total);
+                let mut out = vec![f32::NAN; total * n];
+                let (lo, hi) = out.split_at_mut(mid * n);
+                assert!(conv2d_pixels(&x, &pk, &g, Clamp::RELU, lo, 0..mid, &mut sc));
+                assert!(conv2d_pixels(&x, &pk, &g, Clamp::RELU, hi, mid..total, &mut sc));
+                for (i, (a, b)) in out.iter().zip(&want).enumerate() {
+                    assert!((a - b).abs() < 1e-3, "{isa:?} case {case} {g:?} c{c} n{n}: element {i} {a} vs {b}");
                 }
             }
         }

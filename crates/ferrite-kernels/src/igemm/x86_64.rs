@@ -376,11 +376,140 @@ unsafe fn tile_avx512_r<const R: usize>(t: &Tile<'_>, clamp: Clamp, out: *mut f3
 pub unsafe fn tile_avx2(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
     // SAFETY: the same contract as this function's, passed on unchanged.
     unsafe {
-        match t.rows {
-            1 => tile_avx2_r::<1>(t, clamp, out, out_stride),
-            2 => tile_avx2_r::<2>(t, clamp, out, out_stride),
-            3 | 4 => tile_avx2_r::<4>(t, clamp, out, out_stride),
+        match (t.rows, t.cols <= 8) {
+            // One valid column (a convolution to a single channel, e.g. a
+            // segmentation head): a dot product per row along k.
+            (1, _) if t.cols == 1 => tile_avx2_col_r::<1>(t, clamp, out, out_stride),
+            (2, _) if t.cols == 1 => tile_avx2_col_r::<2>(t, clamp, out, out_stride),
+            (3 | 4, _) if t.cols == 1 => tile_avx2_col_r::<4>(t, clamp, out, out_stride),
+            (_, _) if t.cols == 1 => tile_avx2_col_r::<6>(t, clamp, out, out_stride),
+            // A panel with at most 8 valid columns (layers of 8 channels, the last
+            // panel of 24 or 40): half the FMAs of the full tile.
+            (1, true) => tile_avx2_half_r::<1>(t, clamp, out, out_stride),
+            (2, true) => tile_avx2_half_r::<2>(t, clamp, out, out_stride),
+            (3 | 4, true) => tile_avx2_half_r::<4>(t, clamp, out, out_stride),
+            (_, true) => tile_avx2_half_r::<6>(t, clamp, out, out_stride),
+            (1, false) => tile_avx2_r::<1>(t, clamp, out, out_stride),
+            (2, false) => tile_avx2_r::<2>(t, clamp, out, out_stride),
+            (3 | 4, false) => tile_avx2_r::<4>(t, clamp, out, out_stride),
             _ => tile_avx2_r::<6>(t, clamp, out, out_stride),
+        }
+    }
+}
+
+/// `R` rows of a panel's only valid column: the broadcast tiles would spend 15
+/// of 16 (or 7 of 8) lanes on padding, so here the lanes run along k instead,
+/// inputs loaded 8 at a time against the column's weights copied contiguous
+/// (chunk by chunk, once per tile, from the panel's stride of 16).
+// The loops index several register arrays in step; iterators would obscure that.
+#[allow(clippy::needless_range_loop)]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile_avx2_col_r<const R: usize>(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
+    const MR: usize = 6;
+    const NR: usize = 16;
+    const CHUNK: usize = 64;
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut tail = [0.0f32; R];
+    let mut wb = [0.0f32; CHUNK];
+    // SAFETY: every row pointer `t.a[tap * MR + r]` (r < R <= MR, tap < taps) is valid
+    // for `t.k` reads and `t.b` holds `taps * k * NR` floats (the `run_tile`
+    // contract): each weight read, `bp + (k0 + j) * NR` with k0 + j < k, and each
+    // input range `a[r] + k0 + j .. + 8` with k0 + j + 8 <= k lie inside them.
+    unsafe {
+        for tap in 0..t.taps {
+            let a = &t.a[tap * MR..tap * MR + R];
+            let bp = t.b.as_ptr().add(tap * t.k * NR);
+            let mut k0 = 0;
+            while k0 < t.k {
+                let len = CHUNK.min(t.k - k0);
+                for (j, w) in wb[..len].iter_mut().enumerate() {
+                    *w = *bp.add((k0 + j) * NR);
+                }
+                let mut j = 0;
+                while j + 8 <= len {
+                    let w = _mm256_loadu_ps(wb.as_ptr().add(j));
+                    for r in 0..R {
+                        acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(a[r].add(k0 + j)), w, acc[r]);
+                    }
+                    j += 8;
+                }
+                while j < len {
+                    for r in 0..R {
+                        tail[r] += *a[r].add(k0 + j) * wb[j];
+                    }
+                    j += 1;
+                }
+                k0 += len;
+            }
+        }
+    }
+    let bias = t.bias[0];
+    for r in 0..t.rows.min(R) {
+        let mut lanes = [0.0f32; 8];
+        // SAFETY: `lanes` holds 8 floats.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc[r]) };
+        let v = bias + lanes.iter().sum::<f32>() + tail[r];
+        // SAFETY: row r < t.rows, column 0 < cols: an output `run_tile` lets us write.
+        unsafe { *out.add(r * out_stride) = clamp.apply(v) };
+    }
+}
+
+/// `R` rows of the first 8 columns of a 16-channel panel (whose other 8 are
+/// padding): one weight vector per k. With one accumulator per row every FMA
+/// would wait on the previous one of its row, so even and odd k sum apart (2R
+/// independent chains), added once at the end.
+// The loops index several register arrays in step; iterators would obscure that.
+#[allow(clippy::needless_range_loop)]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile_avx2_half_r<const R: usize>(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
+    const MR: usize = 6;
+    const NR: usize = 16;
+    // SAFETY: `t.bias` is a panel's bias, NR floats (Packed pads bias to whole panels).
+    let b0 = unsafe { _mm256_loadu_ps(t.bias.as_ptr()) };
+    let mut c0 = [b0; R];
+    let mut c1 = [_mm256_setzero_ps(); R];
+    // SAFETY: every row pointer `t.a[tap * MR + r]` (r < R <= MR, tap < taps) is valid
+    // for `t.k` reads and `t.b` holds `taps * k * NR` floats (the `run_tile`
+    // contract), so each weight row read here, `bp` + kk * NR + 8 floats with
+    // kk < k, and each input `a[r] + kk` lie inside them.
+    unsafe {
+        for tap in 0..t.taps {
+            let a = &t.a[tap * MR..tap * MR + R];
+            let bp = t.b.as_ptr().add(tap * t.k * NR);
+            let mut kk = 0;
+            while kk + 2 <= t.k {
+                let w0 = _mm256_loadu_ps(bp.add(kk * NR));
+                let w1 = _mm256_loadu_ps(bp.add((kk + 1) * NR));
+                for r in 0..R {
+                    c0[r] = _mm256_fmadd_ps(_mm256_set1_ps(*a[r].add(kk)), w0, c0[r]);
+                    c1[r] = _mm256_fmadd_ps(_mm256_set1_ps(*a[r].add(kk + 1)), w1, c1[r]);
+                }
+                kk += 2;
+            }
+            if kk < t.k {
+                let w0 = _mm256_loadu_ps(bp.add(kk * NR));
+                for r in 0..R {
+                    c0[r] = _mm256_fmadd_ps(_mm256_set1_ps(*a[r].add(kk)), w0, c0[r]);
+                }
+            }
+        }
+    }
+    let lo = _mm256_set1_ps(clamp.min);
+    let hi = _mm256_set1_ps(clamp.max);
+    let mut buf = [0.0f32; 8];
+    // SAFETY: rows r < t.rows <= R, and a full store only when cols == 8, else
+    // `cols` floats: the outputs `out + r * out_stride + j`, j < cols, that
+    // `run_tile` lets us write.
+    unsafe {
+        for r in 0..t.rows.min(R) {
+            let o = out.add(r * out_stride);
+            let v = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(c0[r], c1[r]), lo), hi);
+            if t.cols == 8 {
+                _mm256_storeu_ps(o, v);
+            } else {
+                _mm256_storeu_ps(buf.as_mut_ptr(), v);
+                std::ptr::copy_nonoverlapping(buf.as_ptr(), o, t.cols);
+            }
         }
     }
 }
