@@ -440,6 +440,11 @@ pub(crate) fn for_row_chunks_aligned(
     granule: usize,
     f: &RowTask<'_>,
 ) -> Result<()> {
+    // An empty output (a VALID window wider than its input gives zero columns) has
+    // nothing to compute; the kernels' shape checks would reject it as a mismatch.
+    if out.is_empty() {
+        return Ok(());
+    }
     let granule = granule.max(1);
     let units = rows.div_ceil(granule);
     // Chunk `i` of the rows, in whole granules (the last one possibly short).
