@@ -138,6 +138,29 @@ pub fn execute(g: &mut CompiledGraph, model: &Model, mut arena: RunArena<'_>, mu
             announced = steps[si].op + 1;
         }
         let st = &mut steps[si];
+        if env.hooks.is_none() {
+            // The common step, unobserved: views checked once for this arena (see
+            // `StepViews`), built here without checks or searching.
+            let RunArena { own, scratch } = arena.reborrow();
+            let key = (own.len(), scratch.len(), is_bound);
+            if st.views.key != Some(key) {
+                st.views = StepViews::check(&st.inputs, &st.outputs, key);
+            }
+            if st.views.fast {
+                let caller: &[&[u8]] = bound.as_ref().map_or(&[], |b| b.0);
+                let mut in_views = [None; FAST_INPUTS];
+                let (out, n) = st.views.resolve(own, scratch, &st.inputs, caller, bytes, &mut in_views);
+                let ins = &in_views[..n];
+                let result = match (&mut st.work, out) {
+                    (Work::Kernel(k), Some(out)) => k(ins, &mut [out]),
+                    (Work::Kernel(k), None) => k(ins, &mut []),
+                    (work, Some(out)) => run_work(work, (subgraph, st.op), ins, &mut [out], model, env),
+                    (work, None) => run_work(work, (subgraph, st.op), ins, &mut [], model, env),
+                };
+                result.map_err(|e| op_error(st.op, e))?;
+                continue;
+            }
+        }
         // The common step: at most one output, in the arena. Its views come
         // from two splits of the arena, without the general path's sorting and
         // searching (this loop runs once per op per invocation).
@@ -526,6 +549,145 @@ impl Announce<'_> {
     }
 }
 
+/// Most inputs a step may have to take the fast path (its views live in an array
+/// on the stack); steps with more take the checked path.
+const FAST_INPUTS: usize = 8;
+
+/// Where one input of a step lies, checked by [`StepViews::check`].
+#[derive(Debug, Clone, Copy)]
+enum FastIn {
+    /// An optional input left out.
+    Absent,
+    /// `len` bytes at `at` of the session's own region (`scratch` false) or of the lent scratch.
+    Arena { scratch: bool, at: usize, len: usize },
+    /// Resolved from the step's `Src` each run (model bytes, owned constants, a
+    /// caller's bound input): no arena view.
+    Other,
+}
+
+/// A step's arena views, resolved and checked once for the arena sizes a run
+/// lends, so the run loop builds them without bounds or overlap checks. The
+/// offsets are copied out of the step here: the views a run builds are exactly
+/// the ones checked, whatever happens to the step's `inputs` and `outputs` later.
+/// Checked again whenever a run's arena sizes, or whether it binds caller
+/// buffers, differ from the ones checked (a resize re-plans and builds new steps).
+#[derive(Debug, Default)]
+pub(crate) struct StepViews {
+    /// (own bytes, scratch bytes, bound) the views were checked for; None before the first run.
+    key: Option<(usize, usize, bool)>,
+    /// Whether the step takes the fast path: at most one output, not a caller's
+    /// buffer, every arena range inside its region and clear of the output.
+    fast: bool,
+    /// The output: (in the scratch, offset in its region, bytes); None without one.
+    out: Option<(bool, usize, usize)>,
+    ins: SmallVec<[FastIn; 8]>,
+}
+
+impl StepViews {
+    /// Checks a step's locations against an arena of `own` + `scratch` bytes.
+    /// Anything out of place (which a correct plan never has) leaves the step on the
+    /// checked path, which reports it.
+    fn check(inputs: &[Option<Src>], outputs: &[(usize, usize, Option<usize>)], key: (usize, usize, bool)) -> StepViews {
+        let (own, scratch, is_bound) = key;
+        let slow = StepViews { key: Some(key), ..StepViews::default() };
+        // An arena range as (in the scratch, offset in its region), if inside it.
+        let place = |off: usize, len: usize| -> Option<(bool, usize)> {
+            let (in_scratch, at, size) = if off >= own { (true, off - own, scratch) } else { (false, off, own) };
+            (at.checked_add(len)? <= size).then_some((in_scratch, at))
+        };
+        let out = match outputs {
+            [] => None,
+            [(off, len, tag)] if !(is_bound && tag.is_some()) => match place(*off, *len) {
+                Some((s, at)) => Some((s, at, *len)),
+                None => return slow,
+            },
+            _ => return slow,
+        };
+        if inputs.len() > FAST_INPUTS {
+            return slow;
+        }
+        let mut ins = SmallVec::new();
+        for src in inputs {
+            let (off, len) = match src {
+                None => {
+                    ins.push(FastIn::Absent);
+                    continue;
+                }
+                Some(Src::Arena(o, l)) => (*o, *l),
+                Some(Src::Input(_, o, l)) if !is_bound => (*o, *l),
+                Some(_) => {
+                    ins.push(FastIn::Other);
+                    continue;
+                }
+            };
+            let Some((s, at)) = place(off, len) else { return slow };
+            // An input must not overlap the output the kernel writes while reading it.
+            if let Some((os, oat, olen)) = out {
+                if olen > 0 && len > 0 && os == s && at < oat + olen && oat < at + len {
+                    return slow;
+                }
+            }
+            ins.push(FastIn::Arena { scratch: s, at, len });
+        }
+        StepViews { key: Some(key), fast: true, out, ins }
+    }
+
+    /// The step's output view, with its input views written into `ins` (the
+    /// first of the count returned), built from the run's arena regions.
+    ///
+    /// `own` and `scratch` are the regions whose sizes were checked: the caller
+    /// calls this only when `key` holds their sizes and `fast` is set (otherwise
+    /// no view is built).
+    fn resolve<'a>(
+        &self,
+        own: &'a mut [u8],
+        scratch: &'a mut [u8],
+        srcs: &'a [Option<Src>],
+        caller: &'a [&'a [u8]],
+        bytes: &'a [u8],
+        ins: &mut [Option<&'a [u8]>; FAST_INPUTS],
+    ) -> (Option<&'a mut [u8]>, usize) {
+        let (own_len, scratch_len) = (own.len(), scratch.len());
+        // The soundness of the views below rests on these sizes being the checked
+        // ones; one comparison per step keeps that local to this function.
+        if !self.fast || self.key.is_none_or(|k| (k.0, k.1) != (own_len, scratch_len)) {
+            return (None, 0);
+        }
+        let (own_p, scratch_p) = (own.as_mut_ptr(), scratch.as_mut_ptr());
+        let region = |s: bool| if s { scratch_p } else { own_p };
+        // Empty views too point into their region at their planned offset, never at a
+        // dangling address: kernels view the bytes as wider types, which checks alignment.
+        let out = self.out.map(|(s, at, len)| -> &'a mut [u8] {
+            debug_assert!(at + len <= if s { scratch_len } else { own_len });
+            // SAFETY: `check` placed `at..at + len` inside the region, whose size is
+            // the one checked (compared above), so the range is in bounds of the
+            // allocation `own` / `scratch` borrow mutably for 'a. No other view of
+            // it exists while the kernel runs: every arena input was checked to be
+            // clear of it, and `own` / `scratch` themselves are not used again.
+            unsafe { std::slice::from_raw_parts_mut(region(s).add(at), len) }
+        });
+        for (k, (f, slot)) in self.ins.iter().zip(ins.iter_mut()).enumerate() {
+            *slot = match *f {
+                FastIn::Absent => None,
+                FastIn::Arena { scratch: s, at, len } => {
+                    debug_assert!(at + len <= if s { scratch_len } else { own_len });
+                    // SAFETY: in bounds of its region as the output is (checked for
+                    // these sizes), and disjoint from the output, the only mutable
+                    // view: shared reads of it for 'a alias nothing written.
+                    Some(unsafe { std::slice::from_raw_parts(region(s).add(at).cast_const(), len) })
+                }
+                FastIn::Other => match srcs.get(k) {
+                    Some(Some(Src::Model(r))) => bytes.get(r.clone()),
+                    Some(Some(Src::Owned(b))) => Some(b.bytes()),
+                    Some(Some(Src::Input(i, ..))) => caller.get(*i).copied(),
+                    _ => None,
+                },
+            };
+        }
+        (out, self.ins.len().min(FAST_INPUTS))
+    }
+}
+
 /// Runs one step's work on its input and output views; `at` is the step's op
 /// (subgraph, index), the call frame of a control-flow op's child.
 fn run_work(work: &mut Work, at: (usize, usize), ins: &[Option<&[u8]>], outs: &mut [&mut [u8]], model: &Model, env: &mut DynEnv<'_>) -> Result<()> {
@@ -745,4 +907,97 @@ fn run_while(
         }
     }
     Err(Error::Runtime(format!("WHILE ran {MAX_WHILE_ITERATIONS} iterations without stopping").into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// Checks a step with one output at `out` over an arena of 256 own + 128
+    /// scratch bytes, not bound.
+    fn check(inputs: &[Option<Src>], out: (usize, usize)) -> StepViews {
+        StepViews::check(inputs, &[(out.0, out.1, None)], (256, 128, false))
+    }
+
+    #[test]
+    fn views_are_checked_against_the_arena_and_the_output() {
+        // Inputs in both regions, clear of the output: fast.
+        let v = check(&[Some(Src::Arena(0, 64)), None, Some(Src::Arena(256, 32))], (64, 64));
+        assert!(v.fast);
+        assert!(matches!(v.ins[..], [FastIn::Arena { scratch: false, at: 0, len: 64 }, FastIn::Absent, FastIn::Arena { scratch: true, at: 0, len: 32 }]));
+        // An output in the scratch, an input ending right where it starts.
+        let v = check(&[Some(Src::Arena(256, 64))], (320, 64));
+        assert!(v.fast && v.out == Some((true, 64, 64)));
+        // An input overlapping the output by one byte, in either region: the checked path.
+        assert!(!check(&[Some(Src::Arena(0, 65))], (64, 64)).fast);
+        assert!(!check(&[Some(Src::Arena(300, 64))], (256, 64)).fast);
+        // The same range in the other region does not overlap.
+        assert!(check(&[Some(Src::Arena(0, 64))], (256, 64)).fast);
+        // Ranges leaving their region (or crossing from own into scratch).
+        assert!(!check(&[Some(Src::Arena(200, 64))], (0, 64)).fast);
+        assert!(!check(&[Some(Src::Arena(320, 65))], (0, 64)).fast);
+        assert!(!check(&[Some(Src::Arena(usize::MAX, 2))], (0, 64)).fast);
+        assert!(!check(&[], (384, 64)).fast);
+        // Too many inputs, or a second output: the checked path.
+        let many: Vec<Option<Src>> = (0..=FAST_INPUTS).map(|_| None).collect();
+        assert!(!check(&many, (0, 64)).fast);
+        assert!(!StepViews::check(&[], &[(0, 8, None), (64, 8, None)], (256, 128, false)).fast);
+        // A graph output written in place into a bound caller buffer: the checked path
+        // then, the arena otherwise.
+        assert!(!StepViews::check(&[], &[(0, 8, Some(0))], (256, 128, true)).fast);
+        assert!(StepViews::check(&[], &[(0, 8, Some(0))], (256, 128, false)).fast);
+    }
+
+    #[test]
+    fn views_resolve_only_for_the_checked_sizes() {
+        let owned = Arc::new(AlignedBytes::zeroed(4));
+        let srcs = [Some(Src::Arena(8, 4)), Some(Src::Input(0, 16, 4)), Some(Src::Model(1..3)), Some(Src::Owned(owned)), None];
+        let (mut own, mut scratch) = (vec![0u8; 32], vec![0u8; 16]);
+        own[8] = 7;
+        own[16] = 5;
+        scratch[2] = 9;
+        let bytes = [1u8, 2, 3, 4];
+        let caller: [&[u8]; 1] = [&[42, 43, 44, 45]];
+        // Unbound: the graph input is read from its arena slot.
+        let v = StepViews::check(&srcs, &[(34, 4, None)], (32, 16, false));
+        assert!(v.fast);
+        let mut ins = [None; FAST_INPUTS];
+        let (out, n) = v.resolve(&mut own, &mut scratch, &srcs, &caller, &bytes, &mut ins);
+        let out = out.unwrap();
+        assert_eq!((out.len(), out[0], n), (4, 9, 5));
+        assert_eq!(ins[0], Some(&[7u8, 0, 0, 0][..]));
+        assert_eq!(ins[1].map(|s| s[0]), Some(5));
+        assert_eq!(ins[2], Some(&[2u8, 3][..]));
+        assert_eq!(ins[3], Some(&[0u8; 4][..]));
+        assert_eq!(ins[4], None);
+        out[1] = 1;
+        assert_eq!(scratch[3], 1);
+        // Bound: the caller's buffer.
+        let v = StepViews::check(&srcs, &[(34, 4, None)], (32, 16, true));
+        let mut ins = [None; FAST_INPUTS];
+        let _ = v.resolve(&mut own, &mut scratch, &srcs, &caller, &bytes, &mut ins);
+        assert_eq!(ins[1], Some(&[42u8, 43, 44, 45][..]));
+        // Other sizes than the checked ones (a resized scratch): no views at all.
+        let mut small = vec![0u8; 8];
+        let mut ins = [None; FAST_INPUTS];
+        let (out, n) = v.resolve(&mut own, &mut small, &srcs, &caller, &bytes, &mut ins);
+        assert!(out.is_none() && n == 0 && ins.iter().all(Option::is_none));
+        // Empty views point at their planned offset (kernels check the alignment of
+        // what they view as wider types), not at a dangling address.
+        let srcs = [Some(Src::Arena(8, 0))];
+        let v = StepViews::check(&srcs, &[(32, 0, None)], (32, 16, false));
+        assert!(v.fast);
+        let base = (own.as_ptr() as usize, scratch.as_ptr() as usize);
+        let mut ins = [None; FAST_INPUTS];
+        let (out, n) = v.resolve(&mut own, &mut scratch, &srcs, &caller, &bytes, &mut ins);
+        assert_eq!((out.map(|o| (o.len(), o.as_ptr() as usize)), n), (Some((0, base.1)), 1));
+        assert_eq!(ins[0].map(|i| (i.len(), i.as_ptr() as usize)), Some((0, base.0 + 8)));
+        // Nor from a step that failed its check.
+        let slow = StepViews::check(&[Some(Src::Arena(34, 4))], &[(34, 4, None)], (32, 16, false));
+        assert!(!slow.fast);
+        let mut ins = [None; FAST_INPUTS];
+        let (out, n) = slow.resolve(&mut own, &mut scratch, &srcs, &caller, &bytes, &mut ins);
+        assert!(out.is_none() && n == 0);
+    }
 }

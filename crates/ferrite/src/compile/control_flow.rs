@@ -95,6 +95,7 @@ pub(super) fn lower(c: &mut Compilation<'_>, env: &Env<'_>, ctx: &mut BackendCon
         extra: SmallVec::new(),
         substituted: SmallVec::new(),
         io: None,
+        views: Default::default(),
     });
     c.assignment[oi] = OpRun::Executor;
     Ok(true)

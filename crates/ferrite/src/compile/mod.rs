@@ -134,6 +134,9 @@ pub struct Step {
     /// A step running several ops (a GPU segment): the tensors it reads and
     /// writes, in place of its op's.
     pub(crate) io: Option<Box<SegmentIo>>,
+    /// The step's arena views, checked once for the arena the runs lend (the
+    /// executor's fast path); empty until the first run.
+    pub(crate) views: crate::exec::StepViews,
 }
 
 /// The host tensors a multi-op step exchanges: those it uploads at entry and
@@ -662,6 +665,7 @@ impl<'m> Compilation<'m> {
             extra: SmallVec::new(),
             substituted: built.substituted,
             io: None,
+            views: Default::default(),
         });
     }
 }

@@ -225,6 +225,7 @@ mod tests {
             extra: SmallVec::new(),
             substituted: SmallVec::new(),
             io: None,
+            views: Default::default(),
         }
     }
 

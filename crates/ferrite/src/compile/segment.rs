@@ -137,6 +137,7 @@ pub(super) fn form_segments(c: &mut Compilation<'_>, dynamic_from: Option<usize>
             extra: SmallVec::new(),
             substituted: SmallVec::new(),
             io: Some(Box::new(SegmentIo { reads, writes, ops, by_op: Some(by_op) })),
+            views: Default::default(),
         });
         si = end;
     }
