@@ -311,7 +311,7 @@ def render(args, rows, big, multi):
             "|---|---|---|---|",
         ]
         for row in sizes.get("rows", []):
-            lines.append(f"| {row['target']} | {row['build']} | {row.get('lib', '')} | {row.get('cli', '')} |")
+            lines.append(f"| {row['target']} | {row['build']} | {row.get('lib', '')} | {row.get('cli') or ''} |")
         rows_ = sizes.get("rows", [])
         full_ok = all(r["lib"] <= 1.5 * 1024 * 1024 for r in rows_ if r["build"].startswith("full") and "dist" in r["build"])
         sel_ok = all(r["lib"] <= 400 * 1024 for r in rows_ if r["build"].startswith("selective"))
