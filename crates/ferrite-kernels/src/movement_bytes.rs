@@ -301,7 +301,8 @@ mod tests {
     fn strided_slice_matches_typed() {
         // (shape, begin, stride, out_shape): unit steps, a stepped innermost dim,
         // negative steps, a stepped outer dim with whole inner dims.
-        let cases: Vec<(Vec<usize>, Vec<i64>, Vec<i64>, Vec<usize>)> = vec![
+        type Case = (Vec<usize>, Vec<i64>, Vec<i64>, Vec<usize>);
+        let cases: Vec<Case> = vec![
             (vec![4, 5, 6], vec![1, 0, 0], vec![1, 1, 1], vec![2, 5, 6]),
             (vec![4, 5, 6], vec![0, 1, 2], vec![1, 1, 1], vec![4, 3, 4]),
             (vec![4, 5, 6], vec![0, 0, 1], vec![1, 2, 2], vec![4, 3, 3]),
