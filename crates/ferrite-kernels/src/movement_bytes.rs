@@ -1,5 +1,5 @@
 //! Data movement on raw bytes, for any element type of `width` bytes: transpose,
-//! strided slice, reverse, tile and pad.
+//! strided slice, reverse and tile.
 //!
 //! The generic kernels of [`crate::movement`] compile once per element size; the
 //! CPU backend's builders ran them for 1-, 2-, 4- and 8-byte elements, four
@@ -205,61 +205,6 @@ pub fn tile(input: &[u8], shape: &[usize], multiples: &[usize], width: usize, ou
     }
 }
 
-/// Fills `out` with copies of the element `value` (its length is the width).
-pub fn fill(out: &mut [u8], value: &[u8]) {
-    let w = value.len();
-    if w == 0 || out.len() < w {
-        return;
-    }
-    if value.iter().all(|&b| b == value[0]) {
-        out.fill(value[0]);
-        return;
-    }
-    out[..w].copy_from_slice(value);
-    // Doubling copies: log2(n) memcpys instead of n small ones.
-    let mut done = w;
-    while done < out.len() {
-        let n = done.min(out.len() - done);
-        out.copy_within(..n, done);
-        done += n;
-    }
-}
-
-/// Pads each dimension with `pads[d] = (before, after)` copies of the element
-/// `value` (its length is the element width). Dims from the last padded one
-/// inward are contiguous in input and output: each such span is one copy.
-pub fn pad(input: &[u8], in_shape: &[usize], pads: &[(usize, usize)], value: &[u8], out: &mut [u8]) {
-    let (r, width) = (in_shape.len(), value.len());
-    fill(out, value);
-    if input.is_empty() {
-        return;
-    }
-    if r == 0 {
-        out[..width].copy_from_slice(&input[..width]);
-        return;
-    }
-    let mut out_shape = [0usize; crate::MAX_DIMS];
-    for (d, (&s, &(b, a))) in in_shape.iter().zip(pads).enumerate() {
-        out_shape[d] = s + b + a;
-    }
-    let ost = strides(&out_shape[..r]);
-    let lp = (0..r).rev().find(|&d| pads[d] != (0, 0)).unwrap_or(0);
-    let inner = in_shape[lp..].iter().product::<usize>() * width;
-    if inner == 0 {
-        return;
-    }
-    let mut idx = [0usize; crate::MAX_DIMS];
-    for src in input.chunks_exact(inner) {
-        let mut o = pads[lp].0 * ost[lp];
-        for d in 0..lp {
-            o += (idx[d] + pads[d].0) * ost[d];
-        }
-        let o = o * width;
-        out[o..o + inner].copy_from_slice(src);
-        next(&mut idx[..lp], &in_shape[..lp]);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -342,20 +287,6 @@ mod tests {
             let mut got = vec![0u8; n * 4];
             tile(&bytes(&x), &shape, &mult, 4, &mut got);
             assert_eq!(got, bytes(&want), "{shape:?} {mult:?}");
-        }
-    }
-
-    #[test]
-    fn pad_matches_typed_with_a_multibyte_value() {
-        for (shape, pads) in [(vec![2, 3], vec![(1, 0), (2, 1)]), (vec![1, 2, 2, 3], vec![(0, 0), (1, 1), (1, 1), (0, 0)]), (vec![4], vec![(0, 0)])] {
-            let x = data(shape.iter().product());
-            let n: usize = shape.iter().zip(&pads).map(|(s, (a, b))| s + a + b).product();
-            let value = 0xdead_beefu32;
-            let mut want = vec![0u32; n];
-            movement::pad(&x, &shape, &pads, value, &mut want);
-            let mut got = vec![0u8; n * 4];
-            pad(&bytes(&x), &shape, &pads, &value.to_le_bytes(), &mut got);
-            assert_eq!(got, bytes(&want), "{shape:?} {pads:?}");
         }
     }
 }
