@@ -311,7 +311,7 @@ def render(args, rows, big, multi):
             "|---|---|---|---|",
         ]
         for row in sizes.get("rows", []):
-            lines.append(f"| {row['target']} | {row['build']} | {row.get('lib', '')} | {row.get('cli', '')} |")
+            lines.append(f"| {row['target']} | {row['build']} | {row.get('lib', '')} | {row.get('cli') or ''} |")
         rows_ = sizes.get("rows", [])
         full_ok = all(r["lib"] <= 1.5 * 1024 * 1024 for r in rows_ if r["build"].startswith("full") and "dist" in r["build"])
         sel_ok = all(r["lib"] <= 400 * 1024 for r in rows_ if r["build"].startswith("selective"))
@@ -320,14 +320,10 @@ def render(args, rows, big, multi):
             f"Full target {'met' if full_ok else 'missed'}, selective target {'met' if sel_ok else 'missed'}. What stays in the",
             "selective build is the runtime every model needs (format reader, compiler passes, executor, session,",
             "traces) and the generic code of the standard library (formatting, panics with backtrace symbolization,",
-            "collections), not kernels. In the full library (symbol sizes of an unstripped `dist` build, `nm --size-sort`):",
-            "the CPU backend's op builders and the kernels they inline (elementwise, movement and index families) ~1.5 MB,",
-            "the reference backend ~0.46 MB (default on, off in a selective build), training ~0.2 MB, the standard",
-            "library's sorts instantiated per element type and comparator were 0.26 MB (TOPK_V2 and UNIQUE now sort",
-            "`(key, index)` pairs and the memory planner's orderings share one sort: 0.25 MB less), the panic",
-            "backtrace symbolizer ~0.1 MB (std, prebuilt: not removable on a stable toolchain). The `dist` profile",
-            "builds the model reader, flatbuffers and serde_json at opt-level \"s\" (load-time code); the runtime crate",
-            "stays at 3 because its CPU backend instantiates the kernels' generic loops.",
+            "collections), not kernels. The `dist` profile builds the model reader, flatbuffers and serde_json at",
+            "opt-level \"s\" (load-time code); the runtime crate stays at 3 because its CPU backend instantiates the",
+            "kernels' generic loops (a generic function compiles at the opt level of the crate that instantiates it).",
+            "Where the bytes are: `tools/size_breakdown.py` on an unstripped `dist` build.",
         ]
     if args.out:
         pathlib.Path(args.out).write_text("\n".join(lines) + "\n")

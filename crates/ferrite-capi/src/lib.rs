@@ -746,7 +746,9 @@ pub unsafe extern "C" fn ferrite_session_set_num_threads(s: *mut FerriteSession,
 /// Sets the backends the session's ops run on, in order of preference, as a
 /// comma-separated list (`"gpu,cpu"`, `"reference,cpu"`; cpu is always tried
 /// last): each op runs on the first with a kernel for it. Only before the first
-/// resize or prepare. `gpu` needs a library built with the `gpu` feature; without
+/// resize or prepare. `reference` needs a library built with the `reference`
+/// feature (an unknown name is `FERRITE_STATUS_INVALID_ARGUMENT`), `gpu` one built
+/// with the `gpu` feature; without
 /// an adapter its ops run on the next backend (with a warning on stderr).
 /// `FERRITE_BACKENDS` is the default; this call overrides it.
 ///

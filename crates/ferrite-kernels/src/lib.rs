@@ -165,6 +165,7 @@ pub mod igemm;
 pub mod index;
 pub mod mediapipe;
 pub mod movement;
+pub mod movement_bytes;
 pub mod parallel;
 pub mod pool;
 pub mod qactivation;

@@ -6,7 +6,11 @@
 //! prepacked weights) lives in a [`BackendContext`] the session owns.
 
 pub(crate) mod cpu;
+// Registered only with `op-custom` (a selective build whose models use none of them
+// leaves them out); the gpu backend borrows the transposed convolution's checks.
+#[cfg_attr(not(feature = "op-custom"), allow(dead_code))]
 pub(crate) mod custom_builtin;
+#[cfg_attr(not(feature = "op-custom"), allow(dead_code))]
 pub(crate) mod custom_mediapipe;
 #[cfg(feature = "gpu")]
 pub(crate) mod gpu;
@@ -510,18 +514,27 @@ impl std::fmt::Debug for CustomOpRegistry {
     }
 }
 
+/// The custom ops [`CustomOpRegistry::with_builtins`] registers (feature `op-custom`).
+pub const BUILTIN_CUSTOM_OPS: &[&str] =
+    &["Convolution2DTransposeBias", "TFLite_Detection_PostProcess", "Landmarks2TransformMatrix", "TransformTensorBilinear", "TransformLandmarks"];
+
 impl CustomOpRegistry {
     /// The registry with ferrite's built-in custom ops (MediaPipe's
     /// `Convolution2DTransposeBias` and its landmark ops `Landmarks2TransformMatrix`,
     /// `TransformTensorBilinear`, `TransformLandmarks`; LiteRT's
-    /// `TFLite_Detection_PostProcess`).
+    /// `TFLite_Detection_PostProcess`; [`BUILTIN_CUSTOM_OPS`]), when the build has
+    /// the `op-custom` feature.
     pub fn with_builtins() -> Self {
+        #[cfg_attr(not(feature = "op-custom"), allow(unused_mut))]
         let mut r = CustomOpRegistry::default();
-        r.register("Convolution2DTransposeBias", Arc::new(custom_builtin::TransposeConvBias));
-        r.register("TFLite_Detection_PostProcess", Arc::new(custom_builtin::DetectionPostProcess));
-        r.register("Landmarks2TransformMatrix", Arc::new(custom_mediapipe::Landmarks2TransformMatrix));
-        r.register("TransformTensorBilinear", Arc::new(custom_mediapipe::TransformTensorBilinear));
-        r.register("TransformLandmarks", Arc::new(custom_mediapipe::TransformLandmarks));
+        #[cfg(feature = "op-custom")]
+        {
+            r.register("Convolution2DTransposeBias", Arc::new(custom_builtin::TransposeConvBias));
+            r.register("TFLite_Detection_PostProcess", Arc::new(custom_builtin::DetectionPostProcess));
+            r.register("Landmarks2TransformMatrix", Arc::new(custom_mediapipe::Landmarks2TransformMatrix));
+            r.register("TransformTensorBilinear", Arc::new(custom_mediapipe::TransformTensorBilinear));
+            r.register("TransformLandmarks", Arc::new(custom_mediapipe::TransformLandmarks));
+        }
         r
     }
     /// Registers (or replaces) a custom op.

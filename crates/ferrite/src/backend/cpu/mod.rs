@@ -116,6 +116,8 @@ const FAMILIES: &[Family] = &[
     reduce::build,
     #[cfg(feature = "op-movement")]
     movement::build,
+    #[cfg(feature = "op-layout")]
+    movement::build_layout,
     #[cfg(feature = "op-index")]
     index::build,
     #[cfg(feature = "op-convert")]
@@ -202,9 +204,7 @@ pub(crate) fn family_feature(code: B) -> Option<&'static str> {
         | B::STABLEHLO_GATHER
         | B::STABLEHLO_SCATTER => "op-hlo",
         B::ARG_MAX | B::ARG_MIN | B::MEAN | B::REDUCE_MAX | B::REDUCE_MIN | B::REDUCE_PROD | B::SUM | B::REDUCE_ALL | B::REDUCE_ANY => "op-reduce",
-        B::BROADCAST_TO
-        | B::CONCATENATION
-        | B::DEPTH_TO_SPACE
+        B::CONCATENATION
         | B::EXPAND_DIMS
         | B::FILL
         | B::GATHER
@@ -212,25 +212,27 @@ pub(crate) fn family_feature(code: B) -> Option<&'static str> {
         | B::PAD
         | B::PADV2
         | B::RESHAPE
-        | B::RESIZE_BILINEAR
-        | B::RESIZE_NEAREST_NEIGHBOR
-        | B::REVERSE_V2
-        | B::REVERSE_SEQUENCE
         | B::RANK
         | B::SHAPE
         | B::SLICE
-        | B::SPACE_TO_DEPTH
         | B::SPLIT
         | B::SPLIT_V
         | B::SQUEEZE
         | B::STRIDED_SLICE
-        | B::TILE
         | B::TRANSPOSE
         | B::UNPACK
-        | B::ZEROS_LIKE
+        | B::ZEROS_LIKE => "op-movement",
+        B::BROADCAST_TO
+        | B::DEPTH_TO_SPACE
+        | B::RESIZE_BILINEAR
+        | B::RESIZE_NEAREST_NEIGHBOR
+        | B::REVERSE_V2
+        | B::REVERSE_SEQUENCE
+        | B::SPACE_TO_DEPTH
+        | B::TILE
         | B::MIRROR_PAD
         | B::SPACE_TO_BATCH_ND
-        | B::BATCH_TO_SPACE_ND => "op-movement",
+        | B::BATCH_TO_SPACE_ND => "op-layout",
         B::BROADCAST_ARGS
         | B::MATRIX_DIAG
         | B::MATRIX_SET_DIAG
@@ -285,6 +287,12 @@ pub fn features_for(model: &crate::model::Model) -> Vec<&'static str> {
     for g in model.subgraphs() {
         let dtype = |i: Option<&Option<usize>>| i.copied().flatten().and_then(|t| g.tensors.get(t)).map(|t| t.dtype);
         for op in &g.ops {
+            // The custom ops ferrite ships run without a family of their own.
+            if let OpCode::Custom(name) = &op.code {
+                if crate::backend::BUILTIN_CUSTOM_OPS.contains(&name.as_str()) {
+                    out.insert("op-custom");
+                }
+            }
             let Some(code) = op.code.builtin() else { continue };
             let Some(family) = family_feature(code) else { continue };
             out.insert(family);
@@ -493,6 +501,34 @@ mod tests {
     /// `family_feature` names, for every op of the table, the family whose dispatch
     /// takes it: a selective build with the features `ferrite features` lists then
     /// has every kernel its models need.
+    /// `features_for` names `op-custom` exactly for the corpus models (FERRITE_CORPUS)
+    /// with a custom op ferrite ships, so a selective build registers every custom op
+    /// its models use; the shipped list is what the registry holds.
+    #[cfg(feature = "op-custom")]
+    #[test]
+    fn op_custom_follows_the_shipped_custom_ops() {
+        let registry = crate::backend::CustomOpRegistry::with_builtins();
+        for name in crate::backend::BUILTIN_CUSTOM_OPS {
+            assert!(registry.get(name).is_some(), "{name} is not registered");
+        }
+        let Ok(dir) = std::env::var("FERRITE_CORPUS") else { return };
+        let mut stack = vec![std::path::PathBuf::from(dir)];
+        let mut seen = [0usize; 2];
+        while let Some(d) = stack.pop() {
+            for p in std::fs::read_dir(&d).unwrap().flatten().map(|e| e.path()) {
+                if p.is_dir() {
+                    stack.push(p);
+                    continue;
+                }
+                let Some(m) = p.extension().filter(|x| *x == "tflite").and_then(|_| crate::Model::from_file(&p).ok()) else { continue };
+                let uses = m.subgraphs().iter().flat_map(|g| &g.ops).any(|op| matches!(&op.code, OpCode::Custom(n) if registry.get(n).is_some()));
+                assert_eq!(features_for(&m).contains(&"op-custom"), uses, "{}", p.display());
+                seen[usize::from(uses)] += 1;
+            }
+        }
+        assert!(seen[0] > 0 && seen[1] > 0, "the corpus needs models with and without shipped custom ops: {seen:?}");
+    }
+
     #[test]
     fn family_features_follow_the_dispatch() {
         let names = [
@@ -509,6 +545,7 @@ mod tests {
             "op-elementwise",
             "op-reduce",
             "op-movement",
+            "op-layout",
             "op-index",
             "op-convert",
             "op-signal",

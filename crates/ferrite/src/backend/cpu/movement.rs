@@ -4,7 +4,7 @@
 
 use ferrite_format::ops::BuiltinOp as B;
 use ferrite_kernels::quant::RescaleU8;
-use ferrite_kernels::{movement, resize as kresize};
+use ferrite_kernels::{movement, movement_bytes, resize as kresize};
 
 use super::{axis, by_size, require_f32};
 use crate::backend::{arg, typed, typed_mut, BackendContext, Built, KernelFn, OpContext};
@@ -12,26 +12,35 @@ use crate::error::Result;
 use crate::model::DType;
 use crate::ops::OpParams;
 
-/// The data-movement family's builders (any element type).
-pub(super) fn build(code: B, op: &OpContext<'_>, ctx: &mut BackendContext) -> Option<Result<Built>> {
+/// The data-movement family's builders (any element type): the common ops
+/// (feature `op-movement`).
+pub(super) fn build(code: B, op: &OpContext<'_>, _ctx: &mut BackendContext) -> Option<Result<Built>> {
     Some(match code {
         B::RESHAPE | B::SQUEEZE | B::EXPAND_DIMS => reshape_like(op, code),
-        B::MIRROR_PAD => mirror_pad(op),
-        B::SPACE_TO_BATCH_ND | B::BATCH_TO_SPACE_ND => space_batch(op, code == B::SPACE_TO_BATCH_ND),
         B::CONCATENATION | B::PACK => concat(op, code == B::PACK),
         B::UNPACK | B::SPLIT | B::SPLIT_V => split(op, code),
         B::SLICE | B::STRIDED_SLICE => slice(op, code == B::STRIDED_SLICE),
         B::TRANSPOSE => transpose(op),
-        B::REVERSE_V2 => reverse(op),
-        B::REVERSE_SEQUENCE => reverse_sequence(op),
         B::RANK => rank(op),
         B::PAD | B::PADV2 => pad(op),
         B::GATHER => gather(op),
+        B::SHAPE => shape(op),
+        B::FILL | B::ZEROS_LIKE => fill(op, code == B::ZEROS_LIKE),
+        _ => return None,
+    })
+}
+
+/// The rest of the family (feature `op-layout`): rearrangements and resizes that
+/// few models use, kept out of a selective build that only slices and concatenates.
+pub(super) fn build_layout(code: B, op: &OpContext<'_>, ctx: &mut BackendContext) -> Option<Result<Built>> {
+    Some(match code {
+        B::MIRROR_PAD => mirror_pad(op),
+        B::SPACE_TO_BATCH_ND | B::BATCH_TO_SPACE_ND => space_batch(op, code == B::SPACE_TO_BATCH_ND),
+        B::REVERSE_V2 => reverse(op),
+        B::REVERSE_SEQUENCE => reverse_sequence(op),
         B::TILE | B::BROADCAST_TO => tile(op, code == B::BROADCAST_TO),
         B::DEPTH_TO_SPACE | B::SPACE_TO_DEPTH => depth_space(op, code == B::DEPTH_TO_SPACE),
         B::RESIZE_BILINEAR | B::RESIZE_NEAREST_NEIGHBOR => resize(op, code == B::RESIZE_BILINEAR, ctx.pool()),
-        B::SHAPE => shape(op),
-        B::FILL | B::ZEROS_LIKE => fill(op, code == B::ZEROS_LIKE),
         _ => return None,
     })
 }
@@ -43,6 +52,16 @@ fn copy_kernel() -> KernelFn {
         outs[0][..n].copy_from_slice(&i[..n]);
         Ok(())
     })
+}
+
+/// The element width in bytes of a type the byte-level movement kernels take.
+/// They run once for every width (`movement_bytes`) instead of once per element
+/// size, which kept four copies of each kernel and closure in the library.
+fn width(op: &OpContext<'_>, dtype: DType) -> Result<usize> {
+    match dtype.size() {
+        Some(w @ (1 | 2 | 4 | 8)) => Ok(w),
+        _ => Err(op.unsupported(format!("element type {}", dtype.name()))),
+    }
 }
 
 pub(crate) fn reshape_like(op: &OpContext<'_>, code: B) -> Result<Built> {
@@ -219,18 +238,20 @@ pub(crate) fn concat(op: &OpContext<'_>, pack: bool) -> Result<Built> {
             }),
         });
     }
-    by_size!(op, dtype, T => {
-        Ok(Built {
-            outputs: vec![(dtype, out)],
-            kernel: Box::new(move |ins, outs| {
-                let parts: smallvec::SmallVec<[(&[T], &[usize]); 8]> = (0..shapes.len()).map(|i| Ok((typed::<T>(arg(ins, i)?)?, &shapes[i][..]))).collect::<Result<_>>()?;
-                movement::concat(&parts, ax, typed_mut::<T>(outs[0])?);
-                if clamp != ferrite_kernels::Clamp::NONE {
-                    clamp.apply_slice(typed_mut::<f32>(outs[0])?);
-                }
-                Ok(())
-            }),
-        })
+    // Bytes: each shape gains a trailing dim of the element width.
+    let w = width(op, dtype)?;
+    let byte_shapes: Vec<Vec<usize>> = shapes.iter().map(|s| s.iter().copied().chain([w]).collect()).collect();
+    Ok(Built {
+        outputs: vec![(dtype, out)],
+        kernel: Box::new(move |ins, outs| {
+            let parts: smallvec::SmallVec<[(&[u8], &[usize]); 8]> =
+                (0..byte_shapes.len()).map(|i| Ok((arg(ins, i)?, &byte_shapes[i][..]))).collect::<Result<_>>()?;
+            movement::concat(&parts, ax, &mut *outs[0]);
+            if clamp != ferrite_kernels::Clamp::NONE {
+                clamp.apply_slice(typed_mut::<f32>(outs[0])?);
+            }
+            Ok(())
+        }),
     })
 }
 
@@ -289,28 +310,27 @@ pub(crate) fn split(op: &OpContext<'_>, code: B) -> Result<Built> {
         })
         .collect();
     let outer: usize = in_shape[..ax].iter().product();
-    let inner: usize = in_shape[ax + 1..].iter().product();
+    // In bytes: the inner block is `width` times longer.
+    let inner: usize = in_shape[ax + 1..].iter().product::<usize>() * width(op, dtype)?;
     let total = in_shape[ax];
-    by_size!(op, dtype, T => {
-        Ok(Built {
-            outputs,
-            kernel: Box::new(move |ins, outs| {
-                let x = typed::<T>(arg(ins, usize::from(code == B::SPLIT))?)?;
-                if x.is_empty() {
-                    return Ok(());
+    Ok(Built {
+        outputs,
+        kernel: Box::new(move |ins, outs| {
+            let x = arg(ins, usize::from(code == B::SPLIT))?;
+            if x.is_empty() {
+                return Ok(());
+            }
+            let mut start = 0;
+            for (k, &s) in sizes.iter().enumerate() {
+                let o = &mut *outs[k];
+                for b in 0..outer {
+                    let src = (b * total + start) * inner;
+                    o[b * s * inner..(b + 1) * s * inner].copy_from_slice(&x[src..src + s * inner]);
                 }
-                let mut start = 0;
-                for (k, &s) in sizes.iter().enumerate() {
-                    let o = typed_mut::<T>(outs[k])?;
-                    for b in 0..outer {
-                        let src = (b * total + start) * inner;
-                        o[b * s * inner..(b + 1) * s * inner].copy_from_slice(&x[src..src + s * inner]);
-                    }
-                    start += s;
-                }
-                Ok(())
-            }),
-        })
+                start += s;
+            }
+            Ok(())
+        }),
     })
 }
 
@@ -459,14 +479,13 @@ pub(crate) fn slice(op: &OpContext<'_>, strided: bool) -> Result<Built> {
         (b, vec![1; shape.len()], sizes.clone(), sizes)
     };
     let dtype = x.dtype;
-    by_size!(op, dtype, T => {
-        Ok(Built {
-            outputs: vec![(dtype, out)],
-            kernel: Box::new(move |ins, outs| {
-                movement::strided_slice(typed::<T>(arg(ins, 0)?)?, &shape, &begin, &stride, &sizes, typed_mut::<T>(outs[0])?);
-                Ok(())
-            }),
-        })
+    let w = width(op, dtype)?;
+    Ok(Built {
+        outputs: vec![(dtype, out)],
+        kernel: Box::new(move |ins, outs| {
+            movement_bytes::strided_slice(arg(ins, 0)?, &shape, &begin, &stride, &sizes, w, outs[0]);
+            Ok(())
+        }),
     })
 }
 
@@ -480,18 +499,17 @@ pub(crate) fn reverse(op: &OpContext<'_>) -> Result<Built> {
         flip[super::axis(op, a, r)?] = true;
     }
     let (shape, dtype) = (x.shape.clone(), x.dtype);
-    by_size!(op, dtype, T => {
-        Ok(Built {
-            outputs: vec![(dtype, shape.clone())],
-            kernel: Box::new(move |ins, outs| {
-                let (input, out) = (typed::<T>(arg(ins, 0)?)?, typed_mut::<T>(outs[0])?);
-                if input.len() != out.len() {
-                    return Err(super::runtime("REVERSE_V2 buffers do not match the planned shape"));
-                }
-                movement::reverse(input, &shape, &flip, out);
-                Ok(())
-            }),
-        })
+    let w = width(op, dtype)?;
+    Ok(Built {
+        outputs: vec![(dtype, shape.clone())],
+        kernel: Box::new(move |ins, outs| {
+            let (input, out) = (arg(ins, 0)?, &mut *outs[0]);
+            if input.len() != out.len() {
+                return Err(super::runtime("REVERSE_V2 buffers do not match the planned shape"));
+            }
+            movement_bytes::reverse(input, &shape, &flip, w, out);
+            Ok(())
+        }),
     })
 }
 
@@ -553,17 +571,19 @@ pub(crate) fn transpose(op: &OpContext<'_>) -> Result<Built> {
     let shape = x.shape.clone();
     let out = perm.iter().map(|&p| shape[p]).collect();
     let dtype = x.dtype;
-    by_size!(op, dtype, T => {
-        Ok(Built {
-            outputs: vec![(dtype, out)],
-            kernel: Box::new(move |ins, outs| {
-                movement::transpose(typed::<T>(arg(ins, 0)?)?, &shape, &perm, typed_mut::<T>(outs[0])?);
-                Ok(())
-            }),
-        })
+    let w = width(op, dtype)?;
+    Ok(Built {
+        outputs: vec![(dtype, out)],
+        kernel: Box::new(move |ins, outs| {
+            movement_bytes::transpose(arg(ins, 0)?, &shape, &perm, w, outs[0]);
+            Ok(())
+        }),
     })
 }
 
+// PAD stays typed: its fill of the whole output compiles, per element size, to a
+// vector store loop; the byte fill (memset) counted twice the instructions under
+// callgrind on face_detection_short_range (issue 16), so the four copies stay.
 pub(crate) fn pad(op: &OpContext<'_>) -> Result<Built> {
     let x = op.input(0)?;
     let p = op.const_ints(1)?;
@@ -649,14 +669,13 @@ pub(crate) fn tile(op: &OpContext<'_>, broadcast_to: bool) -> Result<Built> {
     };
     let out: Vec<usize> = shape.iter().zip(&mult).map(|(&a, &b)| a * b).collect();
     let dtype = x.dtype;
-    by_size!(op, dtype, T => {
-        Ok(Built {
-            outputs: vec![(dtype, out)],
-            kernel: Box::new(move |ins, outs| {
-                movement::tile(typed::<T>(arg(ins, 0)?)?, &shape, &mult, typed_mut::<T>(outs[0])?);
-                Ok(())
-            }),
-        })
+    let w = width(op, dtype)?;
+    Ok(Built {
+        outputs: vec![(dtype, out)],
+        kernel: Box::new(move |ins, outs| {
+            movement_bytes::tile(arg(ins, 0)?, &shape, &mult, w, outs[0]);
+            Ok(())
+        }),
     })
 }
 
@@ -679,19 +698,19 @@ pub(crate) fn depth_space(op: &OpContext<'_>, to_space: bool) -> Result<Built> {
         vec![s[0], s[1] / b, s[2] / b, s[3] * b * b]
     };
     let dtype = x.dtype;
-    by_size!(op, dtype, T => {
-        Ok(Built {
-            outputs: vec![(dtype, out)],
-            kernel: Box::new(move |ins, outs| {
-                let (i, o) = (typed::<T>(arg(ins, 0)?)?, typed_mut::<T>(outs[0])?);
-                if to_space {
-                    movement::depth_to_space(i, s[0], s[1], s[2], s[3], b, o)
-                } else {
-                    movement::space_to_depth(i, s[0], s[1], s[2], s[3], b, o)
-                }
-                Ok(())
-            }),
-        })
+    // Bytes: the channel dim counts `w` bytes per element; only whole channel runs move.
+    let w = width(op, dtype)?;
+    Ok(Built {
+        outputs: vec![(dtype, out)],
+        kernel: Box::new(move |ins, outs| {
+            let (i, o) = (arg(ins, 0)?, &mut *outs[0]);
+            if to_space {
+                movement::depth_to_space(i, s[0], s[1], s[2], s[3] * w, b, o)
+            } else {
+                movement::space_to_depth(i, s[0], s[1], s[2], s[3] * w, b, o)
+            }
+            Ok(())
+        }),
     })
 }
 

@@ -1,0 +1,292 @@
+//! Data movement on raw bytes, for any element type of `width` bytes: transpose,
+//! strided slice, reverse and tile.
+//!
+//! The generic kernels of [`crate::movement`] compile once per element size; the
+//! CPU backend's builders ran them for 1-, 2-, 4- and 8-byte elements, four
+//! copies of every loop and of every closure around it (issue 16, library size).
+//! These take the width at run time instead. Whole runs of elements move with one
+//! `copy_from_slice`; where elements are not adjacent (a transpose's inner loop, a
+//! slice with a step, a reversed innermost axis) [`copy_strided`] moves them one at
+//! a time with a fixed-size copy per supported width, so the per-element cost is
+//! the load and store the typed loop had.
+
+use crate::strides;
+
+/// Copies `dst.len() / width` elements of `width` bytes: element `k` comes from
+/// `src[start + k * step..][..width]` (`step` in bytes, negative walks backwards).
+/// The caller keeps every source element inside `src` (slicing panics otherwise).
+pub fn copy_strided(src: &[u8], start: usize, step: isize, width: usize, dst: &mut [u8]) {
+    if step == width as isize {
+        dst.copy_from_slice(&src[start..start + dst.len()]);
+        return;
+    }
+    // One loop per width with a constant-size copy: a single load and store per
+    // element, as the typed kernels had, instead of a memcpy call.
+    fn each<const W: usize>(src: &[u8], start: usize, step: isize, dst: &mut [u8]) {
+        let mut s = start as isize;
+        for d in dst.chunks_exact_mut(W) {
+            let at = s as usize;
+            d.copy_from_slice(&src[at..at + W]);
+            s += step;
+        }
+    }
+    match width {
+        1 => each::<1>(src, start, step, dst),
+        2 => each::<2>(src, start, step, dst),
+        4 => each::<4>(src, start, step, dst),
+        8 => each::<8>(src, start, step, dst),
+        _ => {
+            let mut s = start as isize;
+            for d in dst.chunks_exact_mut(width.max(1)) {
+                let at = s as usize;
+                d.copy_from_slice(&src[at..at + width]);
+                s += step;
+            }
+        }
+    }
+}
+
+/// Advances the row-major counter `idx` over `shape` (the dims to count), last
+/// dim fastest.
+#[inline]
+fn next(idx: &mut [usize], shape: &[usize]) {
+    for d in (0..shape.len()).rev() {
+        idx[d] += 1;
+        if idx[d] < shape[d] {
+            return;
+        }
+        idx[d] = 0;
+    }
+}
+
+/// Permutes dimensions: `out` dim `i` is input dim `perm[i]` (elements of `width` bytes).
+pub fn transpose(input: &[u8], in_shape: &[usize], perm: &[usize], width: usize, out: &mut [u8]) {
+    let r = in_shape.len();
+    if r == 0 || out.is_empty() {
+        out.copy_from_slice(&input[..out.len()]);
+        return;
+    }
+    let in_st = strides(in_shape);
+    let mut out_shape = [0usize; crate::MAX_DIMS];
+    let mut src_st = [0usize; crate::MAX_DIMS];
+    for (d, &p) in perm.iter().enumerate() {
+        out_shape[d] = in_shape[p];
+        src_st[d] = in_st[p];
+    }
+    let row = out_shape[r - 1] * width;
+    if row == 0 {
+        return;
+    }
+    let step = (src_st[r - 1] * width) as isize;
+    let mut idx = [0usize; crate::MAX_DIMS];
+    for dst in out.chunks_exact_mut(row) {
+        let base: usize = (0..r - 1).map(|d| idx[d] * src_st[d]).sum();
+        copy_strided(input, base * width, step, width, dst);
+        next(&mut idx[..r - 1], &out_shape[..r - 1]);
+    }
+}
+
+/// Copies elements `begin[d] + i * stride[d]` (stride may be negative) for the
+/// output shape `out_shape`; the caller has validated every index.
+pub fn strided_slice(input: &[u8], in_shape: &[usize], begin: &[i64], stride: &[i64], out_shape: &[usize], width: usize, out: &mut [u8]) {
+    let r = in_shape.len();
+    if out.is_empty() {
+        return;
+    }
+    if r == 0 {
+        out[..width].copy_from_slice(&input[..width]);
+        return;
+    }
+    let st = strides(in_shape);
+    // The trailing dims taken whole, plus the dim before them, form rows: the
+    // row's elements are adjacent when that dim steps by 1 (one copy), else they
+    // are `stride` apart (copied one by one).
+    let mut inner = r;
+    while inner > 0 && begin[inner - 1] == 0 && stride[inner - 1] == 1 && out_shape[inner - 1] == in_shape[inner - 1] {
+        inner -= 1;
+    }
+    // `outer` dims are counted; each output row is `row_elems` elements made of
+    // blocks of `block` adjacent elements, `step` elements apart in the input
+    // (adjacent when the row's dim steps by 1: then the row is one run).
+    let (outer, row_elems, block, step) = if inner == 0 {
+        (0, out_shape.iter().product::<usize>(), 0, 0)
+    } else {
+        let od = inner - 1;
+        let block: usize = out_shape[inner..].iter().product();
+        (od, out_shape[od] * block, block, stride[od] * st[od] as i64)
+    };
+    let contiguous = inner == 0 || stride[inner - 1] == 1;
+    if row_elems == 0 {
+        return;
+    }
+    let row_start: i64 = (outer..r).map(|d| begin[d] * st[d] as i64).sum();
+    let mut idx = [0usize; crate::MAX_DIMS];
+    for dst in out.chunks_exact_mut(row_elems * width) {
+        let mut src = row_start;
+        for d in 0..outer {
+            src += (begin[d] + idx[d] as i64 * stride[d]) * st[d] as i64;
+        }
+        let src = src as usize * width;
+        if contiguous {
+            dst.copy_from_slice(&input[src..src + dst.len()]);
+        } else if block == 1 {
+            copy_strided(input, src, step as isize * width as isize, width, dst);
+        } else {
+            let bytes = block * width;
+            let mut s = src as isize;
+            for d in dst.chunks_exact_mut(bytes) {
+                let at = s as usize;
+                d.copy_from_slice(&input[at..at + bytes]);
+                s += step as isize * width as isize;
+            }
+        }
+        next(&mut idx[..outer], &out_shape[..outer]);
+    }
+}
+
+/// Reverses the dimensions marked in `flip` (one flag per dimension of `shape`):
+/// `out[i0, .., ik, ..] = input[i0, .., n_k - 1 - ik, ..]` for every flipped `k`.
+pub fn reverse(input: &[u8], shape: &[usize], flip: &[bool], width: usize, out: &mut [u8]) {
+    let r = shape.len().min(flip.len());
+    let Some(last) = flip[..r].iter().rposition(|&f| f) else {
+        out.copy_from_slice(&input[..out.len()]);
+        return;
+    };
+    // Dims after the last flipped one keep their order: one block each.
+    let block = shape[last + 1..r].iter().product::<usize>() * width;
+    let st = strides(&shape[..=last]);
+    let n_last = shape[last];
+    let row = n_last * block;
+    if row == 0 {
+        return;
+    }
+    // Rows along the last flipped dim, read backwards.
+    let mut idx = [0usize; crate::MAX_DIMS];
+    for dst in out.chunks_exact_mut(row) {
+        let src: usize = (0..last).map(|d| if flip[d] { shape[d] - 1 - idx[d] } else { idx[d] } * st[d]).sum();
+        let start = (src + n_last - 1) * block;
+        if block == width {
+            copy_strided(input, start, -(width as isize), width, dst);
+        } else {
+            for (k, d) in dst.chunks_exact_mut(block).enumerate() {
+                let at = start - k * block;
+                d.copy_from_slice(&input[at..at + block]);
+            }
+        }
+        next(&mut idx[..last], &shape[..last]);
+    }
+}
+
+/// Repeats the input `multiples[d]` times along each dimension.
+pub fn tile(input: &[u8], shape: &[usize], multiples: &[usize], width: usize, out: &mut [u8]) {
+    let r = shape.len();
+    if r == 0 {
+        out.copy_from_slice(&input[..out.len()]);
+        return;
+    }
+    let mut out_shape = [0usize; crate::MAX_DIMS];
+    for (d, (&s, &m)) in shape.iter().zip(multiples).enumerate() {
+        out_shape[d] = s * m;
+    }
+    let st = strides(shape);
+    // Each output row (the last dim) is the input row repeated.
+    let in_row = shape[r - 1] * width;
+    let row = in_row * multiples[r - 1];
+    if row == 0 {
+        return;
+    }
+    let mut idx = [0usize; crate::MAX_DIMS];
+    for dst in out.chunks_exact_mut(row) {
+        let src = (0..r - 1).map(|d| (idx[d] % shape[d]) * st[d]).sum::<usize>() * width;
+        for d in dst.chunks_exact_mut(in_row) {
+            d.copy_from_slice(&input[src..src + in_row]);
+        }
+        next(&mut idx[..r - 1], &out_shape[..r - 1]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::movement;
+
+    /// Little-endian bytes of `v`.
+    fn bytes(v: &[u32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    /// Distinct values per element, so a misplaced byte shows.
+    fn data(n: usize) -> Vec<u32> {
+        (0..n as u32).map(|i| i.wrapping_mul(0x0101_0101).wrapping_add(0x0302_0100)).collect()
+    }
+
+    /// Each shape/perm against the typed kernel, for 4-byte elements and for
+    /// 1-byte ones (the u32 data's low bytes).
+    #[test]
+    fn transpose_matches_typed() {
+        for (shape, perm) in
+            [(vec![2, 3, 4], vec![2, 0, 1]), (vec![2, 3, 4], vec![0, 1, 2]), (vec![5, 1, 3], vec![1, 2, 0]), (vec![3, 4], vec![1, 0]), (vec![7], vec![0])]
+        {
+            let x = data(shape.iter().product());
+            let mut want = vec![0u32; x.len()];
+            movement::transpose(&x, &shape, &perm, &mut want);
+            let mut got = vec![0u8; x.len() * 4];
+            transpose(&bytes(&x), &shape, &perm, 4, &mut got);
+            assert_eq!(got, bytes(&want), "{shape:?} {perm:?}");
+            let x8: Vec<u8> = x.iter().map(|&v| v as u8).collect();
+            let mut want8 = vec![0u8; x8.len()];
+            movement::transpose(&x8, &shape, &perm, &mut want8);
+            let mut got8 = vec![0u8; x8.len()];
+            transpose(&x8, &shape, &perm, 1, &mut got8);
+            assert_eq!(got8, want8, "{shape:?} {perm:?} bytes");
+        }
+    }
+
+    #[test]
+    fn strided_slice_matches_typed() {
+        // (shape, begin, stride, out_shape): unit steps, a stepped innermost dim,
+        // negative steps, a stepped outer dim with whole inner dims.
+        type Case = (Vec<usize>, Vec<i64>, Vec<i64>, Vec<usize>);
+        let cases: Vec<Case> = vec![
+            (vec![4, 5, 6], vec![1, 0, 0], vec![1, 1, 1], vec![2, 5, 6]),
+            (vec![4, 5, 6], vec![0, 1, 2], vec![1, 1, 1], vec![4, 3, 4]),
+            (vec![4, 5, 6], vec![0, 0, 1], vec![1, 2, 2], vec![4, 3, 3]),
+            (vec![4, 5, 6], vec![3, 4, 5], vec![-1, -2, -1], vec![4, 3, 6]),
+            (vec![4, 5, 6], vec![0, 4, 0], vec![2, -1, 1], vec![2, 5, 6]),
+            (vec![6], vec![5], vec![-2], vec![3]),
+            (vec![2, 3], vec![0, 0], vec![1, 1], vec![2, 3]),
+        ];
+        for (shape, begin, stride, out_shape) in cases {
+            let x = data(shape.iter().product());
+            let n: usize = out_shape.iter().product();
+            let mut want = vec![0u32; n];
+            movement::strided_slice(&x, &shape, &begin, &stride, &out_shape, &mut want);
+            let mut got = vec![0u8; n * 4];
+            strided_slice(&bytes(&x), &shape, &begin, &stride, &out_shape, 4, &mut got);
+            assert_eq!(got, bytes(&want), "{shape:?} {begin:?} {stride:?}");
+        }
+    }
+
+    #[test]
+    fn reverse_and_tile_match_typed() {
+        for (shape, flip) in
+            [(vec![2, 3, 4], vec![true, false, true]), (vec![2, 3, 4], vec![false, true, false]), (vec![5], vec![true]), (vec![2, 3], vec![false, false])]
+        {
+            let x = data(shape.iter().product());
+            let mut want = vec![0u32; x.len()];
+            movement::reverse(&x, &shape, &flip, &mut want);
+            let mut got = vec![0u8; x.len() * 4];
+            reverse(&bytes(&x), &shape, &flip, 4, &mut got);
+            assert_eq!(got, bytes(&want), "{shape:?} {flip:?}");
+        }
+        for (shape, mult) in [(vec![2, 3], vec![2, 3]), (vec![1, 3, 1], vec![4, 1, 2]), (vec![3], vec![3])] {
+            let x = data(shape.iter().product());
+            let n: usize = shape.iter().zip(&mult).map(|(a, b)| a * b).product();
+            let mut want = vec![0u32; n];
+            movement::tile(&x, &shape, &mult, &mut want);
+            let mut got = vec![0u8; n * 4];
+            tile(&bytes(&x), &shape, &mult, 4, &mut got);
+            assert_eq!(got, bytes(&want), "{shape:?} {mult:?}");
+        }
+    }
+}
