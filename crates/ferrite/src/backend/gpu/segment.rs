@@ -352,20 +352,16 @@ impl Segment {
             }
         }
         dev.queue.submit([encoder.finish()]);
-        let done: Arc<Mutex<Option<std::result::Result<(), wgpu::BufferAsyncError>>>> = Arc::new(Mutex::new(None));
-        if let Some(staging) = &staging {
-            let flag = done.clone();
-            staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
-                if let Ok(mut f) = flag.lock() {
-                    *f = Some(r);
-                }
-            });
-        }
-        dev.device.poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).map_err(|e| Error::Runtime(format!("GPU: {e}").into()))?;
+        let mapped = match &staging {
+            Some(staging) => Some(map_for_read(dev, staging)?),
+            None => {
+                dev.device.poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).map_err(|e| Error::Runtime(format!("GPU: {e}").into()))?;
+                None
+            }
+        };
         let mut out = Vec::with_capacity(read.len());
         if let Some(staging) = &staging {
-            let mapped = done.lock().ok().and_then(|mut d| d.take());
-            if !matches!(mapped, Some(Ok(()))) {
+            if !matches!(mapped, Some(Some(Ok(())))) {
                 let e = pollster::block_on(scope.pop());
                 return Err(Error::Runtime(format!("GPU readback failed: {mapped:?} {e:?}").into()));
             }
@@ -436,20 +432,12 @@ impl Segment {
         }
         dev.queue.submit([encoder.finish()]);
         if let Some(staging) = &self.staging {
-            let done: Arc<Mutex<Option<std::result::Result<(), wgpu::BufferAsyncError>>>> = Arc::new(Mutex::new(None));
-            let flag = done.clone();
-            staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
-                if let Ok(mut f) = flag.lock() {
-                    *f = Some(r);
-                }
-            });
-            dev.device.poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).map_err(|e| Error::Runtime(format!("GPU: {e}").into()))?;
+            let mapped = map_for_read(dev, staging)?;
             let mut gpu_ns = ns(t_gpu);
             // With timestamps, the GPU's copies into the staging buffer (measured on
             // the GPU) count as readback; the host clock cannot tell them apart.
             let mut copy_ns = 0;
             let t_readback = Instant::now();
-            let mapped = done.lock().ok().and_then(|mut d| d.take());
             if !matches!(mapped, Some(Ok(()))) {
                 let e = pollster::block_on(scope.pop());
                 return Err(Error::Runtime(format!("GPU readback failed: {mapped:?} {e:?}").into()));
@@ -576,4 +564,43 @@ pub(crate) fn standalone(dev: Arc<GpuDevice>, op: Arc<GpuOp>, times: Arc<Times>)
         let picked: Vec<Option<&[u8]>> = (0..op.inputs.len()).filter(|&k| op.inputs[k].is_some()).map(|k| ins.get(k).copied().flatten()).collect();
         s.run(&picked, outs)
     })
+}
+
+/// Maps `staging` (its copies submitted) for reading and waits for the mapping's
+/// callback: its result, or None if it never came.
+///
+/// Sessions on several threads share one device, and wgpu runs a mapping's
+/// callback on whichever thread polls the device next. This thread's blocking poll
+/// can return (its submission done) while another thread's poll, which took the
+/// callback, has not run it yet; reading the result right after the poll then saw
+/// nothing (a failed readback under concurrent sessions). So the wait is for the
+/// callback itself, polling again meanwhile in case no other thread does.
+fn map_for_read(dev: &GpuDevice, staging: &wgpu::Buffer) -> Result<Option<std::result::Result<(), wgpu::BufferAsyncError>>> {
+    type Slot = (Mutex<Option<std::result::Result<(), wgpu::BufferAsyncError>>>, std::sync::Condvar);
+    let done: Arc<Slot> = Arc::new((Mutex::new(None), std::sync::Condvar::new()));
+    let flag = done.clone();
+    staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+        if let Ok(mut f) = flag.0.lock() {
+            *f = Some(r);
+        }
+        flag.1.notify_all();
+    });
+    let poll_err = |e: wgpu::PollError| Error::Runtime(format!("GPU: {e}").into());
+    dev.device.poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).map_err(poll_err)?;
+    // The callback normally ran in the poll above; another thread's poll runs it
+    // within microseconds. The deadline only turns a lost callback into an error.
+    let deadline = Instant::now() + std::time::Duration::from_secs(10);
+    let mut got = done.0.lock().map_err(|_| Error::Runtime("GPU: readback state poisoned".into()))?;
+    while got.is_none() && Instant::now() < deadline {
+        got = match done.1.wait_timeout(got, std::time::Duration::from_millis(1)) {
+            Ok((g, _)) => g,
+            Err(_) => return Err(Error::Runtime("GPU: readback state poisoned".into())),
+        };
+        if got.is_none() {
+            drop(got);
+            dev.device.poll(wgpu::PollType::Poll).map_err(poll_err)?;
+            got = done.0.lock().map_err(|_| Error::Runtime("GPU: readback state poisoned".into()))?;
+        }
+    }
+    Ok(got.take())
 }
