@@ -59,7 +59,11 @@ def op_macs(op):
 
 
 def model_macs(binary, path):
-    d = json.loads(subprocess.run([binary, "inspect", "--json", str(path)], capture_output=True, text=True, check=True).stdout)
+    r = subprocess.run([binary, "inspect", "--json", str(path)], capture_output=True, text=True)
+    if r.returncode != 0:
+        # ferrite's own message (a missing or invalid file) says what went wrong.
+        sys.exit(f"gflops.py: {path}: {r.stderr.strip() or f'ferrite inspect exited with {r.returncode}'}")
+    d = json.loads(r.stdout)
     per_op = {}
     for sg in d["subgraphs"]:
         for op in sg["ops"]:
