@@ -737,6 +737,32 @@ fn gemm_rows(input: &[f32], batch: usize, pk: &Packed, clamp: Clamp, out: &mut [
 mod tests {
     use super::*;
 
+    /// The convolution by its definition (NHWC input of `c` channels, OHWI weights,
+    /// bias, no clamp): every output row, [batch * out_h, out_w, n], each sum taken
+    /// from the bias over the taps inside the input, filter row, column, channel.
+    fn conv_definition(x: &[f32], w: &[f32], bias: &[f32], g: &crate::conv::Window, c: usize, n: usize) -> Vec<f32> {
+        let mut want = vec![0.0f32; g.batch * g.out_h * g.out_w * n];
+        for row in 0..g.batch * g.out_h {
+            let (b, oy) = (row / g.out_h, row % g.out_h);
+            for ox in 0..g.out_w {
+                for o in 0..n {
+                    let mut s = bias[o];
+                    for ky in 0..g.k_h {
+                        let Some(y) = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h) else { continue };
+                        for kx in 0..g.k_w {
+                            let Some(xx) = (ox * g.stride_w + kx * g.dil_w).checked_sub(g.pad_left).filter(|&v| v < g.in_w) else { continue };
+                            for i in 0..c {
+                                s += x[((b * g.in_h + y) * g.in_w + xx) * c + i] * w[((o * g.k_h + ky) * g.k_w + kx) * c + i];
+                            }
+                        }
+                    }
+                    want[(row * g.out_w + ox) * n + o] = s;
+                }
+            }
+        }
+        want
+    }
+
     fn check(isa: Isa) {
         let (mr, nr) = (isa.mr(), isa.nr());
         let (taps, k, n, rows) = (3, 5, nr + 3, mr - 1);
@@ -803,27 +829,7 @@ mod tests {
                 let x: Vec<f32> = (0..2 * in_h * in_w * c).map(|i| ((i * 7 % 13) as f32) * 0.1 - 0.6).collect();
                 let w: Vec<f32> = (0..n * k * k * c).map(|i| ((i * 5 % 11) as f32) * 0.1 - 0.5).collect();
                 let bias: Vec<f32> = (0..n).map(|i| i as f32 * 0.01).collect();
-                let mut want = vec![0.0f32; 2 * out_h * out_w * n];
-                for b in 0..2 {
-                    for oy in 0..out_h {
-                        for ox in 0..out_w {
-                            for o in 0..n {
-                                let mut s = bias[o];
-                                for ky in 0..k {
-                                    for kx in 0..k {
-                                        let (y, xx) = ((oy * stride + ky * dil) as isize - pt as isize, (ox * stride + kx * dil) as isize - pl as isize);
-                                        if y >= 0 && xx >= 0 && (y as usize) < in_h && (xx as usize) < in_w {
-                                            for i in 0..c {
-                                                s += x[((b * in_h + y as usize) * in_w + xx as usize) * c + i] * w[((o * k + ky) * k + kx) * c + i];
-                                            }
-                                        }
-                                    }
-                                }
-                                want[((b * out_h + oy) * out_w + ox) * n + o] = s;
-                            }
-                        }
-                    }
-                }
+                let want = conv_definition(&x, &w, &bias, &g, c, n);
                 let mut packings = vec![Packed::new(isa, &w, Some(&bias), n, k * k, c)];
                 if dil == 1 {
                     packings.push(Packed::with_merged_rows(isa, &w, Some(&bias), n, k, k, c));
@@ -870,24 +876,7 @@ mod tests {
             let w: Vec<f32> = (0..n * kh * kw * c).map(|_| rng.range(-50, 50) as f32 * 0.02).collect();
             let bias: Vec<f32> = (0..n).map(|_| rng.range(-50, 50) as f32 * 0.01).collect();
             let total = batch * out_h * out_w;
-            let mut want = vec![0.0f32; total * n];
-            for px in 0..total {
-                let (b, oy, ox) = (px / (out_h * out_w), px / out_w % out_h, px % out_w);
-                for o in 0..n {
-                    let mut s = bias[o];
-                    for ky in 0..kh {
-                        for kx in 0..kw {
-                            let (y, xx) = ((oy * sh + ky * dh) as isize - pt as isize, (ox * sw + kx * dw) as isize - pl as isize);
-                            if y >= 0 && xx >= 0 && (y as usize) < in_h && (xx as usize) < in_w {
-                                for i in 0..c {
-                                    s += x[((b * in_h + y as usize) * in_w + xx as usize) * c + i] * w[((o * kh + ky) * kw + kx) * c + i];
-                                }
-                            }
-                        }
-                    }
-                    want[px * n + o] = s.max(0.0);
-                }
-            }
+            let want: Vec<f32> = conv_definition(&x, &w, &bias, &g, c, n).into_iter().map(|s| s.max(0.0)).collect();
             for isa in Isa::available() {
                 let pk = Packed::new(isa, &w, Some(&bias), n, kh * kw, c);
                 let mut sc = pk.scratch(&g);
@@ -978,24 +967,15 @@ mod tests {
                     packings.push(Packed::with_merged_rows(isa, &w, Some(&bias), n, k_h, k_w, c));
                 }
                 let start = next(2 * out_h);
+                let want = conv_definition(&x, &w, &bias, &g, c, n);
                 for pk in packings {
                     let mut out = vec![f32::NAN; (2 * out_h - start) * out_w * n];
                     let mut sc = pk.scratch(&g);
                     assert!(conv2d(&x, &pk, &g, Clamp::NONE, &mut out, start..2 * out_h, &mut sc));
                     for row in start..2 * out_h {
-                        let (b, oy) = (row / out_h, row % out_h);
                         for ox in 0..out_w {
                             for o in 0..n {
-                                let mut s = bias[o];
-                                for ky in 0..k_h {
-                                    let Some(y) = (oy * stride + ky * dil).checked_sub(pad_top).filter(|&y| y < in_h) else { continue };
-                                    for kx in 0..k_w {
-                                        let Some(xx) = (ox * stride + kx * dil).checked_sub(pad_left).filter(|&v| v < in_w) else { continue };
-                                        for i in 0..c {
-                                            s += x[((b * in_h + y) * in_w + xx) * c + i] * w[((o * k_h + ky) * k_w + kx) * c + i];
-                                        }
-                                    }
-                                }
+                                let s = want[(row * out_w + ox) * n + o];
                                 let got = out[((row - start) * out_w + ox) * n + o];
                                 assert!((got - s).abs() < 1e-4, "{isa:?} conv case {case} {g:?} c{c} n{n} merged {}: {got} vs {s}", pk.merged_kw);
                             }
