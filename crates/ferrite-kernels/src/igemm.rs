@@ -59,7 +59,7 @@ impl Isa {
     /// The AVX-512F kernel, if this CPU has AVX-512F.
     pub fn avx512() -> Option<Isa> {
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        if crate::level::cpu_avx512f() {
             return Some(Isa(Kind::Avx512));
         }
         None
@@ -73,7 +73,7 @@ impl Isa {
     /// The AVX2 + FMA kernel, if this CPU has both.
     pub fn avx2() -> Option<Isa> {
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        if crate::level::cpu_avx2_fma() {
             return Some(Isa(Kind::Avx2));
         }
         None
@@ -1003,8 +1003,8 @@ mod tests {
         assert_eq!(all.first(), Some(&Isa::detect()));
         #[cfg(target_arch = "x86_64")]
         {
-            let avx512 = std::arch::is_x86_feature_detected!("avx512f");
-            let avx2 = std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
+            let avx512 = crate::level::cpu_avx512f();
+            let avx2 = crate::level::cpu_avx2_fma();
             assert_eq!(all.contains(&Isa(Kind::Avx512)), avx512);
             assert_eq!(all.contains(&Isa(Kind::Avx512Narrow)), avx512);
             assert_eq!(all.contains(&Isa(Kind::Avx2)), avx2);

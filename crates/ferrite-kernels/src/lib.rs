@@ -43,7 +43,7 @@ macro_rules! simd_fn {
 /// cap the level per thread ([`level::with_cap`]) so that on an AVX-512 machine
 /// the AVX2 + FMA and baseline builds run too; outside tests the checks are the
 /// plain cached feature tests.
-pub(crate) mod level {
+pub mod level {
     /// A vector level, in increasing order.
     #[cfg(test)]
     #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -69,6 +69,41 @@ pub(crate) mod level {
         CAP.with(|c| c.get() >= l)
     }
 
+    /// The widest x86-64 vector level the process may use, from `FERRITE_CPU_MAX_ISA`
+    /// (`avx512`, `avx2` or `baseline`; unset or anything else: no limit), read once.
+    /// It lets a user (or a benchmark) run the AVX2 or baseline kernels on an AVX-512
+    /// machine, e.g. to compare them or to match what a smaller deployment target runs.
+    /// 2 = AVX-512 allowed, 1 = up to AVX2 + FMA, 0 = baseline only.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub fn env_max() -> u8 {
+        static MAX: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
+        *MAX.get_or_init(|| match std::env::var("FERRITE_CPU_MAX_ISA").as_deref().map(str::to_ascii_lowercase).as_deref() {
+            Ok("avx2") => 1,
+            Ok("baseline") | Ok("sse2") | Ok("portable") => 0,
+            _ => 2,
+        })
+    }
+
+    /// Whether the CPU has AVX-512F and the process may use it (`FERRITE_CPU_MAX_ISA`).
+    #[inline(always)]
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub fn cpu_avx512f() -> bool {
+        #[cfg(target_arch = "x86_64")]
+        return env_max() >= 2 && std::arch::is_x86_feature_detected!("avx512f");
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    }
+
+    /// Whether the CPU has AVX2 and FMA and the process may use them (`FERRITE_CPU_MAX_ISA`).
+    #[inline(always)]
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub fn cpu_avx2_fma() -> bool {
+        #[cfg(target_arch = "x86_64")]
+        return env_max() >= 1 && std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    }
+
     /// Whether AVX-512F kernels may run: the CPU has it (and no test cap forbids it).
     #[inline(always)]
     pub(crate) fn has_avx512f() -> bool {
@@ -77,7 +112,7 @@ pub(crate) mod level {
             return false;
         }
         #[cfg(target_arch = "x86_64")]
-        return std::arch::is_x86_feature_detected!("avx512f");
+        return cpu_avx512f();
         #[cfg(not(target_arch = "x86_64"))]
         false
     }
@@ -91,7 +126,7 @@ pub(crate) mod level {
             return false;
         }
         #[cfg(target_arch = "x86_64")]
-        return std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
+        return cpu_avx2_fma();
         #[cfg(not(target_arch = "x86_64"))]
         false
     }

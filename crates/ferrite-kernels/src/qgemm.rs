@@ -74,7 +74,7 @@ impl QIsa {
     /// The VNNI kernel, if this CPU has AVX-512F, AVX-512BW and AVX-512 VNNI.
     pub fn vnni() -> Option<QIsa> {
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx512f")
+        if crate::level::cpu_avx512f()
             && std::arch::is_x86_feature_detected!("avx512bw")
             && std::arch::is_x86_feature_detected!("avx512vnni")
         {
@@ -86,7 +86,7 @@ impl QIsa {
     /// The AVX2 kernel, if this CPU has AVX2.
     pub fn avx2() -> Option<QIsa> {
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") {
+        if crate::level::env_max() >= 1 && std::arch::is_x86_feature_detected!("avx2") {
             return Some(QIsa(QKind::Avx2));
         }
         None
@@ -1678,7 +1678,7 @@ mod tests {
         assert_eq!(all.last(), Some(&QIsa::portable()));
         assert_eq!(all.contains(&QIsa(QKind::Vnni)), has_vnni());
         #[cfg(target_arch = "x86_64")]
-        assert_eq!(all.contains(&QIsa(QKind::Avx2)), std::arch::is_x86_feature_detected!("avx2"));
+        assert_eq!(all.contains(&QIsa(QKind::Avx2)), crate::level::env_max() >= 1 && std::arch::is_x86_feature_detected!("avx2"));
         #[cfg(not(target_arch = "x86_64"))]
         assert!(!all.contains(&QIsa(QKind::Avx2)));
         assert_eq!(all.contains(&QIsa(QKind::Neon)), cfg!(target_arch = "aarch64"));
