@@ -463,11 +463,13 @@ fn devices(as_json: bool) {
         .collect();
     #[cfg(not(feature = "gpu"))]
     let adapters: Vec<Value> = Vec::new();
+    let (float_isa, int8_isa) = ferrite::cpu_kernel_isas();
     if as_json {
-        outln!("{}", json!({"backends": ferrite::BACKEND_NAMES, "gpu_adapters": adapters}));
+        outln!("{}", json!({"backends": ferrite::BACKEND_NAMES, "cpu_kernels": {"float": float_isa, "int8": int8_isa}, "gpu_adapters": adapters}));
         return;
     }
     outln!("backends: {}", ferrite::BACKEND_NAMES.join(", "));
+    outln!("cpu kernels: float {float_isa}, int8 {int8_isa} (FERRITE_CPU_MAX_ISA caps them)");
     if !cfg!(feature = "gpu") {
         outln!("gpu: not in this build (cargo feature `gpu`)");
     } else if adapters.is_empty() {

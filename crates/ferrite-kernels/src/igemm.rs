@@ -89,6 +89,17 @@ impl Isa {
         Isa::avx512().or_else(Isa::avx2).or_else(Isa::neon).unwrap_or_else(Isa::portable)
     }
 
+    /// A short name for reports (`ferrite devices`).
+    pub fn name(self) -> &'static str {
+        match self.0 {
+            Kind::Avx512 => "avx512",
+            Kind::Avx512Narrow => "avx512-narrow",
+            Kind::Avx2 => "avx2-fma",
+            Kind::Neon => "neon",
+            Kind::Portable => "portable",
+        }
+    }
+
     /// Every kernel this CPU can run, best first (the portable one last).
     pub fn available() -> Vec<Isa> {
         [Isa::avx512(), Isa::avx512_narrow(), Isa::avx2(), Isa::neon(), Some(Isa::portable())].into_iter().flatten().collect()

@@ -74,10 +74,7 @@ impl QIsa {
     /// The VNNI kernel, if this CPU has AVX-512F, AVX-512BW and AVX-512 VNNI.
     pub fn vnni() -> Option<QIsa> {
         #[cfg(target_arch = "x86_64")]
-        if crate::level::cpu_avx512f()
-            && std::arch::is_x86_feature_detected!("avx512bw")
-            && std::arch::is_x86_feature_detected!("avx512vnni")
-        {
+        if crate::level::cpu_avx512f() && std::arch::is_x86_feature_detected!("avx512bw") && std::arch::is_x86_feature_detected!("avx512vnni") {
             return Some(QIsa(QKind::Vnni));
         }
         None
@@ -109,6 +106,17 @@ impl QIsa {
     /// The best kernel this CPU runs.
     pub fn detect() -> QIsa {
         QIsa::vnni().or_else(QIsa::avx2).or_else(QIsa::dotprod).or_else(QIsa::neon).unwrap_or_else(QIsa::portable)
+    }
+
+    /// A short name for reports (`ferrite devices`).
+    pub fn name(self) -> &'static str {
+        match self.0 {
+            QKind::Vnni => "avx512-vnni",
+            QKind::Avx2 => "avx2",
+            QKind::DotProd => "neon-dotprod",
+            QKind::Neon => "neon",
+            QKind::Portable => "portable",
+        }
     }
 
     /// Every kernel this CPU can run, best first (the portable one last).

@@ -71,3 +71,10 @@ pub use session::{PlanStats, RunStats, Session, SessionOptions, TensorData, Tens
 pub use shared_arena::SharedArena;
 #[cfg(feature = "train")]
 pub use train::{BatchMetrics, Loss, LossReduction, Optimizer, TrainConfig, TrainMemory, TrainableTensor, Trainer};
+
+/// The instruction sets the CPU backend's kernels use on this machine: the float
+/// GEMM/convolution kernels' and the int8 GEMM's (`ferrite devices` prints them).
+/// They follow the CPU's features, capped by `FERRITE_CPU_MAX_ISA` when it is set.
+pub fn cpu_kernel_isas() -> (&'static str, &'static str) {
+    (ferrite_kernels::igemm::Isa::detect().name(), ferrite_kernels::qgemm::QIsa::detect().name())
+}
