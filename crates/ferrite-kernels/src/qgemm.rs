@@ -648,6 +648,13 @@ impl Depthwise {
         }
         if m > 1 {
             let line = &mut self.lines[slot * self.npl * cp * 2..][..self.npl * cp * 2];
+            #[cfg(target_arch = "x86_64")]
+            if dw_avx512::available() {
+                // SAFETY: the CPU features are present (checked just above); `cp`
+                // is `out_c` rounded up to 8 and `line` holds `npl` whole pixels.
+                unsafe { dw_avx512::pair_line_repeated(src, self.in_c, m, g.pad_left, g.dil_w, self.zp8, self.flip, cp, line) };
+                return;
+            }
             pair_line_repeated(src, self.in_c, m, g.pad_left, g.dil_w, self.zp8, self.flip, cp, line);
             return;
         }

@@ -226,3 +226,104 @@ pub(super) unsafe fn depthwise_row(r: &DwRow<'_>, rq: &RowRequant, out: &mut [i8
         }
     }
 }
+
+/// `(x - zp)` of pixel `p` of a pair line (input pixel `p - pad_left`), 16
+/// channels from `c0` (the lanes of `kin`) as int32; 0 in the padding.
+///
+/// # Safety
+/// The CPU must support AVX-512F/BW/VL; the `kin` bytes from channel `c0` of
+/// every pixel lie inside `src` (`width` pixels of `in_c` bytes).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn widen16(src: &[u8], in_c: usize, width: usize, p: usize, pad_left: usize, c0: usize, kin: __mmask16, flip: __m128i, zp: __m512i) -> __m512i {
+    match p.checked_sub(pad_left).filter(|&x| x < width) {
+        Some(x) => {
+            // SAFETY: the `kin` bytes of pixel x from channel c0 (contract).
+            let b = unsafe { _mm_maskz_loadu_epi8(kin, src.as_ptr().add(x * in_c + c0) as *const i8) };
+            _mm512_sub_epi32(_mm512_cvtepi8_epi32(_mm_xor_si128(b, flip)), zp)
+        }
+        None => _mm512_setzero_si512(),
+    }
+}
+
+/// The pair line of one input row for a channel multiplier `m > 1` (as
+/// `super::pair_line_repeated`): each input channel's pair of int16 values
+/// (pixels `p` and `p + dil`) as one int32 lane, repeated over its `m` output
+/// channels by a lane permutation. A one-channel input (a depthwise-first layer
+/// on an image or spectrogram) takes 16 pixels per step and broadcasts each
+/// pixel's pair over its `cp` lanes.
+///
+/// # Safety
+/// The CPU must support AVX-512F/BW/VL; `cp` is a multiple of 8, at least
+/// `in_c * m`, and `line` holds whole pixels of `2 * cp` values.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+pub(super) unsafe fn pair_line_repeated(src: &[u8], in_c: usize, m: usize, pad_left: usize, dil: usize, zp: i32, flip: u8, cp: usize, line: &mut [i16]) {
+    let in_c = in_c.max(1);
+    let width = src.len() / in_c;
+    let npl = line.len() / (2 * cp);
+    let (flip, zp) = (_mm_set1_epi8(flip as i8), _mm512_set1_epi32(zp));
+    let low = _mm512_set1_epi32(0xFFFF);
+    let pack = |a: __m512i, b: __m512i| _mm512_or_si512(_mm512_and_si512(a, low), _mm512_slli_epi32::<16>(b));
+    let out = line.as_mut_ptr() as *mut i32;
+    // Stores the `cp` lanes of pixel p, all equal to `v`.
+    let fill = |p: usize, v: __m512i| {
+        let mut j = 0;
+        while j < cp {
+            let k: __mmask16 = if cp - j >= 16 { !0 } else { 0xFF };
+            // SAFETY: lanes j..j + 16 (or 8) <= cp of pixel p < npl.
+            unsafe { _mm512_mask_storeu_epi32(out.add(p * cp + j), k, v) };
+            j += 16;
+        }
+    };
+    if in_c == 1 {
+        let mut p = 0;
+        while p < npl {
+            // 16 pixels whose both taps lie inside the row: two plain loads.
+            let inside = p >= pad_left && p + 15 + dil < pad_left + width && p + 16 <= npl;
+            if inside {
+                let x = p - pad_left;
+                // SAFETY: bytes x .. x + dil + 16 <= width lie inside `src`.
+                let (a, b) = unsafe { (_mm_loadu_si128(src.as_ptr().add(x) as *const __m128i), _mm_loadu_si128(src.as_ptr().add(x + dil) as *const __m128i)) };
+                let wid = |v: __m128i| _mm512_sub_epi32(_mm512_cvtepi8_epi32(_mm_xor_si128(v, flip)), zp);
+                let v = pack(wid(a), wid(b));
+                for t in 0..16 {
+                    fill(p + t, _mm512_permutexvar_epi32(_mm512_set1_epi32(t as i32), v));
+                }
+                p += 16;
+            } else {
+                // SAFETY: one byte of pixels p and p + dil where they lie in `src`.
+                let (a, b) = unsafe { (widen16(src, 1, width, p, pad_left, 0, 1, flip, zp), widen16(src, 1, width, p + dil, pad_left, 0, 1, flip, zp)) };
+                fill(p, _mm512_permutexvar_epi32(_mm512_setzero_si512(), pack(a, b)));
+                p += 1;
+            }
+        }
+        return;
+    }
+    let iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    let mut q = 0;
+    while q < cp {
+        // Output lanes q..q + 16 read input channels c0.. (at most 16 of them).
+        let c0 = q / m;
+        if c0 >= in_c {
+            break;
+        }
+        let n_in = (in_c - c0).min(16);
+        let kin: __mmask16 = if n_in == 16 { !0 } else { (1 << n_in) - 1 };
+        let mut idx = [0i32; 16];
+        for (l, i) in idx.iter_mut().enumerate() {
+            *i = (((q + l) / m).saturating_sub(c0)).min(15) as i32;
+        }
+        // SAFETY: 16 int32 from a 16-element array.
+        let idx = unsafe { _mm512_loadu_si512(idx.as_ptr() as *const _) };
+        let idx = if m == 1 { iota } else { idx };
+        let k: __mmask16 = if cp - q >= 16 { !0 } else { 0xFF };
+        for p in 0..npl {
+            // SAFETY: the `kin` channels from c0 < in_c of pixels inside `src`.
+            let (a, b) = unsafe { (widen16(src, in_c, width, p, pad_left, c0, kin, flip, zp), widen16(src, in_c, width, p + dil, pad_left, c0, kin, flip, zp)) };
+            // SAFETY: lanes q..q + 16 (or 8) <= cp of pixel p < npl.
+            unsafe { _mm512_mask_storeu_epi32(out.add(p * cp + q), k, _mm512_permutexvar_epi32(idx, pack(a, b))) };
+        }
+        q += 16;
+    }
+}
