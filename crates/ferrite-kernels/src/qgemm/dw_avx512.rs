@@ -246,16 +246,17 @@ unsafe fn widen16(src: &[u8], in_c: usize, width: usize, p: usize, pad_left: usi
     }
 }
 
-/// The pair line of one input row for a channel multiplier `m > 1` (as
+/// The pair line of one input row for any channel multiplier `m` (as
 /// `super::pair_line_repeated`): each input channel's pair of int16 values
 /// (pixels `p` and `p + dil`) as one int32 lane, repeated over its `m` output
-/// channels by a lane permutation. A one-channel input (a depthwise-first layer
+/// channels by a lane permutation (none for `m == 1`). A one-channel input (a depthwise-first layer
 /// on an image or spectrogram) takes 16 pixels per step and broadcasts each
 /// pixel's pair over its `cp` lanes.
 ///
 /// # Safety
 /// The CPU must support AVX-512F/BW/VL; `cp` is a multiple of 8, at least
-/// `in_c * m`, and `line` holds whole pixels of `2 * cp` values.
+/// `in_c * m` and less than `in_c * m + 8`, and `line` holds whole pixels of
+/// `2 * cp` values.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 pub(super) unsafe fn pair_line_repeated(src: &[u8], in_c: usize, m: usize, pad_left: usize, dil: usize, zp: i32, flip: u8, cp: usize, line: &mut [i16]) {
@@ -287,8 +288,18 @@ pub(super) unsafe fn pair_line_repeated(src: &[u8], in_c: usize, m: usize, pad_l
                 let (a, b) = unsafe { (_mm_loadu_si128(src.as_ptr().add(x) as *const __m128i), _mm_loadu_si128(src.as_ptr().add(x + dil) as *const __m128i)) };
                 let wid = |v: __m128i| _mm512_sub_epi32(_mm512_cvtepi8_epi32(_mm_xor_si128(v, flip)), zp);
                 let v = pack(wid(a), wid(b));
-                for t in 0..16 {
-                    fill(p + t, _mm512_permutexvar_epi32(_mm512_set1_epi32(t as i32), v));
+                if cp == 8 {
+                    // Two pixels' 8 lanes per store.
+                    let half = _mm512_srli_epi32::<3>(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+                    for t in 0..8 {
+                        let pair = _mm512_permutexvar_epi32(_mm512_add_epi32(half, _mm512_set1_epi32(2 * t as i32)), v);
+                        // SAFETY: the 16 lanes of pixels p + 2t and p + 2t + 1 < npl.
+                        unsafe { _mm512_storeu_si512(out.add((p + 2 * t) * 8) as *mut _, pair) };
+                    }
+                } else {
+                    for t in 0..16 {
+                        fill(p + t, _mm512_permutexvar_epi32(_mm512_set1_epi32(t as i32), v));
+                    }
                 }
                 p += 16;
             } else {
@@ -300,7 +311,6 @@ pub(super) unsafe fn pair_line_repeated(src: &[u8], in_c: usize, m: usize, pad_l
         }
         return;
     }
-    let iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     let mut q = 0;
     while q < cp {
         // Output lanes q..q + 16 read input channels c0.. (at most 16 of them).
@@ -316,13 +326,14 @@ pub(super) unsafe fn pair_line_repeated(src: &[u8], in_c: usize, m: usize, pad_l
         }
         // SAFETY: 16 int32 from a 16-element array.
         let idx = unsafe { _mm512_loadu_si512(idx.as_ptr() as *const _) };
-        let idx = if m == 1 { iota } else { idx };
         let k: __mmask16 = if cp - q >= 16 { !0 } else { 0xFF };
         for p in 0..npl {
             // SAFETY: the `kin` channels from c0 < in_c of pixels inside `src`.
             let (a, b) = unsafe { (widen16(src, in_c, width, p, pad_left, c0, kin, flip, zp), widen16(src, in_c, width, p + dil, pad_left, c0, kin, flip, zp)) };
             // SAFETY: lanes q..q + 16 (or 8) <= cp of pixel p < npl.
-            unsafe { _mm512_mask_storeu_epi32(out.add(p * cp + q), k, _mm512_permutexvar_epi32(idx, pack(a, b))) };
+            let v = if m == 1 { pack(a, b) } else { _mm512_permutexvar_epi32(idx, pack(a, b)) };
+            // SAFETY: lanes q..q + 16 (or 8) <= cp of pixel p < npl.
+            unsafe { _mm512_mask_storeu_epi32(out.add(p * cp + q), k, v) };
         }
         q += 16;
     }
