@@ -76,10 +76,7 @@ impl QIsa {
     /// The VNNI kernel, if this CPU has AVX-512F, AVX-512BW and AVX-512 VNNI.
     pub fn vnni() -> Option<QIsa> {
         #[cfg(target_arch = "x86_64")]
-        if crate::level::cpu_avx512f()
-            && std::arch::is_x86_feature_detected!("avx512bw")
-            && std::arch::is_x86_feature_detected!("avx512vnni")
-        {
+        if crate::level::cpu_avx512f() && std::arch::is_x86_feature_detected!("avx512bw") && std::arch::is_x86_feature_detected!("avx512vnni") {
             return Some(QIsa(QKind::Vnni));
         }
         None
@@ -1692,7 +1689,21 @@ mod tests {
                     else {
                         continue;
                     };
-                    q.g = crate::conv::Window { in_h, in_w, out_h, out_w, k_h: k, k_w: k, stride_h: stride, stride_w: stride, dil_h: 1, dil_w: 1, pad_top, pad_left, ..q.g };
+                    q.g = crate::conv::Window {
+                        in_h,
+                        in_w,
+                        out_h,
+                        out_w,
+                        k_h: k,
+                        k_w: k,
+                        stride_h: stride,
+                        stride_w: stride,
+                        dil_h: 1,
+                        dil_w: 1,
+                        pad_top,
+                        pad_left,
+                        ..q.g
+                    };
                 }
                 let (in_c, mult) = match case % 3 {
                     0 => (1 + rng.below(3), [2, 4, 5, 8, 16][rng.below(5)]),

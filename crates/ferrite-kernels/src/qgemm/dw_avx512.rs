@@ -95,12 +95,32 @@ impl Rq16 {
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn tile<const T: usize>(r: &DwRow<'_>, x: usize, w: *const i16, lk: __mmask32) -> [__m512i; T] {
+    // SAFETY: the caller's contract, passed on; a fixed pair count (the
+    // 3- and 5-wide filters) lets the compiler unroll the taps.
+    unsafe {
+        match r.pairs {
+            1 => tile_p::<T, 1>(r, x, w, lk),
+            2 => tile_p::<T, 2>(r, x, w, lk),
+            3 => tile_p::<T, 3>(r, x, w, lk),
+            _ => tile_p::<T, 0>(r, x, w, lk),
+        }
+    }
+}
+
+/// [`tile`] with `P` column pairs (`r.pairs` where `P` is 0).
+///
+/// # Safety
+/// As [`tile`]; `P` is 0 or `r.pairs`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn tile_p<const T: usize, const P: usize>(r: &DwRow<'_>, x: usize, w: *const i16, lk: __mmask32) -> [__m512i; T] {
     let mut acc = [_mm512_setzero_si512(); T];
     let lines = r.lines.as_ptr();
+    let pairs = if P == 0 { r.pairs } else { P };
     for (k, &off) in r.offs.iter().enumerate() {
-        for pr in 0..r.pairs {
+        for pr in 0..pairs {
             // SAFETY: weights of filter row k and pair pr, this block (contract).
-            let wv = unsafe { _mm512_maskz_loadu_epi16(lk, w.add((k * r.pairs + pr) * 2 * r.cp)) };
+            let wv = unsafe { _mm512_maskz_loadu_epi16(lk, w.add((k * pairs + pr) * 2 * r.cp)) };
             for (t, acc) in acc.iter_mut().enumerate() {
                 // SAFETY: pixel t's pair pr in filter row k's line (contract).
                 let xv = unsafe { _mm512_maskz_loadu_epi16(lk, lines.add(off + x + t * r.px_step + pr * r.pair_step)) };
@@ -134,7 +154,10 @@ unsafe fn tile_pairs<const T: usize>(r: &DwRow<'_>, x: usize) -> [__m512i; T] {
                     if r.px_step == 16 {
                         _mm512_loadu_si512(p as *const _)
                     } else {
-                        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(_mm256_loadu_si256(p as *const __m256i)), _mm256_loadu_si256(p.add(r.px_step) as *const __m256i))
+                        _mm512_inserti64x4::<1>(
+                            _mm512_castsi256_si512(_mm256_loadu_si256(p as *const __m256i)),
+                            _mm256_loadu_si256(p.add(r.px_step) as *const __m256i),
+                        )
                     }
                 };
                 *acc = _mm512_dpwssd_epi32(*acc, xv, wv);
@@ -206,8 +229,14 @@ pub(super) unsafe fn depthwise_row(r: &DwRow<'_>, rq: &RowRequant, out: &mut [i8
         // SAFETY: block cb of filter row 0's weights (in_bounds).
         let w = unsafe { r.w.as_ptr().add(base * 2) };
         let store = |ox: usize, v: __m512i| {
-            // SAFETY: pixel ox < out_w, channels base..base + cols < out_c.
-            unsafe { _mm_mask_storeu_epi8(o.add(ox * r.out_c + base), ok, p.apply(v)) };
+            // SAFETY: pixel ox < out_w, channels base..base + cols <= out_c.
+            unsafe {
+                if cols == 16 {
+                    _mm_storeu_si128(o.add(ox * r.out_c + base) as *mut __m128i, p.apply(v));
+                } else {
+                    _mm_mask_storeu_epi8(o.add(ox * r.out_c + base), ok, p.apply(v));
+                }
+            }
         };
         let mut ox = 0;
         while ox + TILE <= r.out_w {
@@ -329,7 +358,8 @@ pub(super) unsafe fn pair_line_repeated(src: &[u8], in_c: usize, m: usize, pad_l
         let k: __mmask16 = if cp - q >= 16 { !0 } else { 0xFF };
         for p in 0..npl {
             // SAFETY: the `kin` channels from c0 < in_c of pixels inside `src`.
-            let (a, b) = unsafe { (widen16(src, in_c, width, p, pad_left, c0, kin, flip, zp), widen16(src, in_c, width, p + dil, pad_left, c0, kin, flip, zp)) };
+            let (a, b) =
+                unsafe { (widen16(src, in_c, width, p, pad_left, c0, kin, flip, zp), widen16(src, in_c, width, p + dil, pad_left, c0, kin, flip, zp)) };
             // SAFETY: lanes q..q + 16 (or 8) <= cp of pixel p < npl.
             let v = if m == 1 { pack(a, b) } else { _mm512_permutexvar_epi32(idx, pack(a, b)) };
             // SAFETY: lanes q..q + 16 (or 8) <= cp of pixel p < npl.
