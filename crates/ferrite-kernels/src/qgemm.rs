@@ -23,6 +23,8 @@ pub const BLOCK_ROWS: usize = 64;
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
 #[cfg(target_arch = "x86_64")]
+mod dw_avx512;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod x86_64;
 
 /// int8 weights packed for [`gemm`], with their per-channel sums.
@@ -639,6 +641,16 @@ impl Depthwise {
         let (g, cp, m) = (&self.g, self.cp, self.out_c / self.in_c.max(1));
         let src = &input[row * g.in_w * self.in_c..][..g.in_w * self.in_c];
         self.tags[slot] = row;
+        // (With multiplier 1 the AVX2 interleave of the bytes is as fast as a
+        // 512-bit form would be: the line is stores, not arithmetic.)
+        #[cfg(target_arch = "x86_64")]
+        if m > 1 && dw_avx512::available() {
+            let line = &mut self.lines[slot * self.npl * cp * 2..][..self.npl * cp * 2];
+            // SAFETY: the CPU features are present (checked just above); `cp` is
+            // `out_c` rounded up to 8 and `line` holds `npl` whole pixels.
+            unsafe { dw_avx512::pair_line_repeated(src, self.in_c, m, g.pad_left, g.dil_w, self.zp8, self.flip, cp, line) };
+            return;
+        }
         #[cfg(target_arch = "x86_64")]
         if m == 1 && crate::level::has_avx2_fma() {
             let line = &mut self.lines[slot * self.npl * cp * 2..][..self.npl * cp * 2];
@@ -650,6 +662,11 @@ impl Depthwise {
                     x86_64::pair_line_avx2::<0x80>(src, self.in_c, g.pad_left, g.dil_w, self.zp8, cp, line);
                 }
             }
+            return;
+        }
+        if m > 1 {
+            let line = &mut self.lines[slot * self.npl * cp * 2..][..self.npl * cp * 2];
+            pair_line_repeated(src, self.in_c, m, g.pad_left, g.dil_w, self.zp8, self.flip, cp, line);
             return;
         }
         // Columns before pad_left and past the input stay 0 from construction.
@@ -697,6 +714,28 @@ fn widen_pixel(px: &[u8], m: usize, zp: i32, flip: u8, d: &mut [i16]) {
     } else {
         for (d, &x) in d.chunks_exact_mut(m).zip(px) {
             d.fill((i32::from((x ^ flip) as i8) - zp) as i16);
+        }
+    }
+}
+
+simd_fn! {
+    /// The pair line of one input row for a channel multiplier `m > 1`, built in
+    /// one pass: each input channel's pair (pixels `p` and `p + dil`, less the
+    /// zero point; 0 in the padding) repeated over its `m` output channels. The
+    /// lanes past `in_c * m` are left as they are (they meet zero weights).
+    #[allow(clippy::too_many_arguments)]
+    fn pair_line_repeated(src: &[u8], in_c: usize, m: usize, pad_left: usize, dil: usize, zp: i32, flip: u8, cp: usize, line: &mut [i16]) {
+        let width = src.len() / in_c.max(1);
+        let pixel = |p: usize| p.checked_sub(pad_left).filter(|&x| x < width).map(|x| &src[x * in_c..][..in_c]);
+        for (p, out) in line.chunks_exact_mut(2 * cp).enumerate() {
+            let (a, b) = (pixel(p), pixel(p + dil));
+            let value = |px: Option<&[u8]>, c: usize| px.map_or(0, |px| (i32::from((px[c] ^ flip) as i8) - zp) as i16);
+            for (c, group) in out[..2 * in_c * m].chunks_exact_mut(2 * m).enumerate() {
+                let pair = [value(a, c), value(b, c)];
+                for d in group.chunks_exact_mut(2) {
+                    d.copy_from_slice(&pair);
+                }
+            }
         }
     }
 }
@@ -828,6 +867,16 @@ fn depthwise_8bit(input: &[u8], d: &mut Depthwise, bias: Option<&[i32]>, q: &QCo
                 pair_step: 2 * g.dil_w * cp * 2,
             };
             assert!(r.in_bounds(&d.acc), "depthwise_i8: row geometry out of bounds");
+            let o = &mut out[((nb * g.out_h + oy) * g.out_w) * d.out_c..][..row];
+            #[cfg(target_arch = "x86_64")]
+            if dw_avx512::available() {
+                assert!(d.rq.offset.len() == d.out_c);
+                // SAFETY: the CPU features are present (checked just above); the
+                // row's reads were bounds-checked by `in_bounds`, `o` holds the
+                // row and `d.rq` its `out_c` channels.
+                unsafe { dw_avx512::depthwise_row(&r, &d.rq, o) };
+                continue;
+            }
             #[cfg(target_arch = "x86_64")]
             if crate::level::has_avx2_fma() {
                 // SAFETY: AVX2 is present (checked just above); every read and
@@ -838,7 +887,6 @@ fn depthwise_8bit(input: &[u8], d: &mut Depthwise, bias: Option<&[i32]>, q: &QCo
             }
             #[cfg(not(target_arch = "x86_64"))]
             depthwise_row(&r, &mut d.acc);
-            let o = &mut out[((nb * g.out_h + oy) * g.out_w) * d.out_c..][..row];
             d.rq.apply(&d.acc, o);
         }
     }
@@ -1628,6 +1676,75 @@ mod tests {
                 let mut got_u = vec![0u8; got.len()];
                 depthwise_u8(&input_u, &mut d, Some(&bias), &qu, &mut got_u);
                 assert_eq!(got_u, want.iter().map(|&v| v as u8 ^ 0x80).collect::<Vec<_>>(), "uint8 case {case}");
+            }
+        });
+    }
+
+    /// Depth multipliers up to 16 on one to three input channels, few channels
+    /// at multiplier 1 and hundreds (not multiples of 16) at 1 or 2, filters up
+    /// to 7x7 with strides up to 4: the AVX-512 kernel's two-pixel rows of at
+    /// most 8 channels, its 16-channel blocks and their ragged ends, under every
+    /// vector level, int8 and uint8.
+    #[test]
+    fn depthwise_multipliers_and_channel_counts_match_the_definition() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        crate::level::each(|_| {
+            for case in 0..150 {
+                let mut q = random_conv(&mut rng, true);
+                if case % 4 == 0 {
+                    let (k, stride) = (3 + rng.below(5), 1 + rng.below(4));
+                    let same = rng.below(2) == 0;
+                    let (in_h, in_w) = (k + rng.below(12), k + rng.below(40));
+                    let (Some((out_h, pad_top)), Some((out_w, pad_left))) =
+                        (crate::conv::out_size_and_pad(in_h, k, stride, 1, same), crate::conv::out_size_and_pad(in_w, k, stride, 1, same))
+                    else {
+                        continue;
+                    };
+                    q.g = crate::conv::Window {
+                        in_h,
+                        in_w,
+                        out_h,
+                        out_w,
+                        k_h: k,
+                        k_w: k,
+                        stride_h: stride,
+                        stride_w: stride,
+                        dil_h: 1,
+                        dil_w: 1,
+                        pad_top,
+                        pad_left,
+                        ..q.g
+                    };
+                }
+                let (in_c, mult) = match case % 3 {
+                    0 => (1 + rng.below(3), [2, 4, 5, 8, 16][rng.below(5)]),
+                    1 => (1 + rng.below(8), 1),
+                    _ => (9 + rng.below(300), 1 + rng.below(2)),
+                };
+                let out_c = in_c * mult;
+                let (multiplier, shift) = (0..out_c).map(|_| crate::quant::quantize_multiplier((1 + rng.below(1000)) as f64 * 2e-5)).unzip();
+                q = QConv { in_c, out_c, depth_multiplier: mult, rq: Requant { multiplier, shift, ..q.rq }, ..q };
+                let g = q.g;
+                let input: Vec<i8> = (0..g.batch * g.in_h * g.in_w * in_c).map(|_| rng.next() as i8).collect();
+                let w: Vec<i8> = (0..g.k_h * g.k_w * out_c).map(|_| rng.next() as i8).collect();
+                let bias: Vec<i32> = (0..out_c).map(|_| rng.below(20_000) as i32 - 10_000).collect();
+                let want = conv_by_definition(&input, &w, &bias, &q);
+                let mut d = Depthwise::new(&w, &q);
+                let mut got = vec![0i8; want.len()];
+                depthwise_i8(bytes_of(&input), &mut d, Some(&bias), &q, &mut got);
+                assert_eq!(got, want, "case {case}: {g:?} in_c {in_c} x {mult}");
+                let qu = QConv {
+                    in_zp: q.in_zp + 128,
+                    w_zp: q.w_zp + 128,
+                    rq: Requant { out_zp: q.rq.out_zp + 128, min: q.rq.min + 128, max: q.rq.max + 128, ..q.rq.clone() },
+                    ..q.clone()
+                };
+                let w_u: Vec<u8> = w.iter().map(|&v| v as u8 ^ 0x80).collect();
+                let input_u: Vec<u8> = input.iter().map(|&v| v as u8 ^ 0x80).collect();
+                let mut d = Depthwise::new_u8(&w_u, &qu);
+                let mut got_u = vec![0u8; got.len()];
+                depthwise_u8(&input_u, &mut d, Some(&bias), &qu, &mut got_u);
+                assert_eq!(got_u, want.iter().map(|&v| v as u8 ^ 0x80).collect::<Vec<_>>(), "uint8 case {case}: {g:?} in_c {in_c} x {mult}");
             }
         });
     }

@@ -1,0 +1,370 @@
+//! The AVX-512 row kernel of [`super::depthwise_i8`]: 16 channels per vector,
+//! two filter taps per `vpdpwssd` on the pair lines, and the requantization
+//! fused in (the accumulators go from registers straight to int8 bytes).
+//!
+//! A layer of at most 8 channels (a depthwise-first layer on a one-channel
+//! image, or a narrow MobileNet stage) fills a vector with two output pixels
+//! instead, so its lanes are not half idle.
+//!
+//! The bytes are narrowed in a register (`vpmovdb` to xmm) and stored with a
+//! byte mask: the memory form of the masked narrowing store is microcoded and
+//! slow on some AVX-512 CPUs.
+
+use super::{DwRow, RowRequant};
+use std::arch::x86_64::*;
+
+/// Output pixels (or pixel pairs) per register tile.
+const TILE: usize = 4;
+
+/// Whether this CPU (and the process's vector cap) runs [`depthwise_row`].
+pub(super) fn available() -> bool {
+    crate::level::has_avx512f()
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512vl")
+        && std::arch::is_x86_feature_detected!("avx512vnni")
+}
+
+/// The requantization of 16 lanes: per-lane parameters (bias offset,
+/// multiplier, shifts) of a block of channels, the output zero point and clamp.
+struct Rq16 {
+    off: __m512i,
+    m: __m512i,
+    m_odd: __m512i,
+    left: __m512i,
+    right: __m512i,
+    mask: __m512i,
+    half_mask: __m512i,
+    zp: __m512i,
+    lo: __m512i,
+    hi: __m512i,
+}
+
+impl Rq16 {
+    /// Lane `l` from `load(vector)`: each per-channel vector of `rq` read by
+    /// `load`, which is given its base pointer.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn new(rq: &RowRequant, load: impl Fn(*const i32) -> __m512i) -> Rq16 {
+        let one = _mm512_set1_epi32(1);
+        let m = load(rq.multiplier.as_ptr());
+        let right = load(rq.right.as_ptr() as *const i32);
+        let mask = _mm512_sub_epi32(_mm512_sllv_epi32(one, right), one);
+        Rq16 {
+            off: load(rq.offset.as_ptr()),
+            m,
+            m_odd: _mm512_srli_epi64::<32>(m),
+            left: load(rq.left.as_ptr() as *const i32),
+            right,
+            mask,
+            half_mask: _mm512_srli_epi32::<1>(mask),
+            zp: _mm512_set1_epi32(rq.out_zp),
+            lo: _mm512_set1_epi32(rq.min),
+            hi: _mm512_set1_epi32(rq.max),
+        }
+    }
+
+    /// `RowRequant::apply` of 16 accumulators: the doubled high product
+    /// rounded (64-bit products of even and odd lanes), the rounding right
+    /// shift, the zero point and the clamp; narrowed to 16 int8 bytes.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn apply(&self, d: __m512i) -> __m128i {
+        let (half, one) = (_mm512_set1_epi64(1 << 30), _mm512_set1_epi32(1));
+        let x = _mm512_sllv_epi32(_mm512_add_epi32(d, self.off), self.left);
+        let even = _mm512_srai_epi64::<31>(_mm512_add_epi64(_mm512_mul_epi32(x, self.m), half));
+        let odd = _mm512_srai_epi64::<31>(_mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64::<32>(x), self.m_odd), half));
+        let high = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64::<32>(odd));
+        let threshold = _mm512_add_epi32(self.half_mask, _mm512_srli_epi32::<31>(high));
+        let up = _mm512_cmpgt_epi32_mask(_mm512_and_si512(high, self.mask), threshold);
+        let shifted = _mm512_srav_epi32(high, self.right);
+        let v = _mm512_mask_add_epi32(shifted, up, shifted, one);
+        // Clamped into int8, so the truncating narrowing is exact.
+        _mm512_cvtepi32_epi8(_mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(v, self.zp), self.lo), self.hi))
+    }
+}
+
+/// `T` output pixels of one block of 16 channels (the lanes past `lk`, the
+/// int16 values loaded, zero): per filter row and column pair one weight load
+/// and, per pixel, one `vpdpwssd`.
+///
+/// # Safety
+/// The CPU must support AVX-512F/BW and VNNI; `x` is the first pixel's block
+/// offset in the first filter row's line (the others at `r.offs` relative to
+/// it), `w` points at the block's weights of filter row 0, and the `lk` lanes
+/// of every read lie inside `r.lines` and `r.w`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn tile<const T: usize>(r: &DwRow<'_>, x: usize, w: *const i16, lk: __mmask32) -> [__m512i; T] {
+    // SAFETY: the caller's contract, passed on; a fixed pair count (the
+    // 3- and 5-wide filters) lets the compiler unroll the taps.
+    unsafe {
+        match r.pairs {
+            1 => tile_p::<T, 1>(r, x, w, lk),
+            2 => tile_p::<T, 2>(r, x, w, lk),
+            3 => tile_p::<T, 3>(r, x, w, lk),
+            _ => tile_p::<T, 0>(r, x, w, lk),
+        }
+    }
+}
+
+/// [`tile`] with `P` column pairs (`r.pairs` where `P` is 0).
+///
+/// # Safety
+/// As [`tile`]; `P` is 0 or `r.pairs`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn tile_p<const T: usize, const P: usize>(r: &DwRow<'_>, x: usize, w: *const i16, lk: __mmask32) -> [__m512i; T] {
+    let mut acc = [_mm512_setzero_si512(); T];
+    let lines = r.lines.as_ptr();
+    let pairs = if P == 0 { r.pairs } else { P };
+    for (k, &off) in r.offs.iter().enumerate() {
+        for pr in 0..pairs {
+            // SAFETY: weights of filter row k and pair pr, this block (contract).
+            let wv = unsafe { _mm512_maskz_loadu_epi16(lk, w.add((k * pairs + pr) * 2 * r.cp)) };
+            for (t, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: pixel t's pair pr in filter row k's line (contract).
+                let xv = unsafe { _mm512_maskz_loadu_epi16(lk, lines.add(off + x + t * r.px_step + pr * r.pair_step)) };
+                *acc = _mm512_dpwssd_epi32(*acc, xv, wv);
+            }
+        }
+    }
+    acc
+}
+
+/// `T` pairs of output pixels of an 8-channel row (`r.cp == 8`): pixel `2i` in
+/// the low half of vector `i`, pixel `2i + 1` in the high half, the weights
+/// repeated in both halves.
+///
+/// # Safety
+/// As [`tile`], with `2 * T` pixels from offset `x` inside the row.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn tile_pairs<const T: usize>(r: &DwRow<'_>, x: usize) -> [__m512i; T] {
+    let mut acc = [_mm512_setzero_si512(); T];
+    let (lines, w) = (r.lines.as_ptr(), r.w.as_ptr());
+    for (k, &off) in r.offs.iter().enumerate() {
+        for pr in 0..r.pairs {
+            // SAFETY: the 16 weights of filter row k and pair pr (contract).
+            let wv = _mm512_broadcast_i64x4(unsafe { _mm256_loadu_si256(w.add((k * r.pairs + pr) * 16) as *const __m256i) });
+            for (t, acc) in acc.iter_mut().enumerate() {
+                let p = lines.wrapping_add(off + x + 2 * t * r.px_step + pr * r.pair_step);
+                // SAFETY: pixels 2t and 2t + 1 of pair pr in filter row k's line
+                // (contract); with stride 1 they are adjacent, one load.
+                let xv = unsafe {
+                    if r.px_step == 16 {
+                        _mm512_loadu_si512(p as *const _)
+                    } else {
+                        _mm512_inserti64x4::<1>(
+                            _mm512_castsi256_si512(_mm256_loadu_si256(p as *const __m256i)),
+                            _mm256_loadu_si256(p.add(r.px_step) as *const __m256i),
+                        )
+                    }
+                };
+                *acc = _mm512_dpwssd_epi32(*acc, xv, wv);
+            }
+        }
+    }
+    acc
+}
+
+/// One output row of `super::depthwise_i8`, requantized by `rq` into `out`
+/// (`out_w * out_c` bytes, int8).
+///
+/// # Safety
+/// The CPU must support AVX-512F/BW/VL and VNNI ([`available`]); `r.in_bounds`
+/// holds, `rq` has `r.out_c` channels and `out` holds `r.out_w * r.out_c` bytes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn depthwise_row(r: &DwRow<'_>, rq: &RowRequant, out: &mut [i8]) {
+    let o = out.as_mut_ptr();
+    if r.cp == 8 {
+        let cols = r.out_c;
+        let k8: __mmask8 = ((1u16 << cols) - 1) as __mmask8;
+        let k16: __mmask16 = (1 << cols) - 1;
+        // SAFETY: the `cols` valid lanes of each per-channel vector (out_c of them).
+        let p = Rq16::new(rq, |v| _mm512_broadcast_i64x4(unsafe { _mm256_maskz_loadu_epi32(k8, v) }));
+        let store2 = |ox: usize, v: __m512i| {
+            let b = p.apply(v);
+            // SAFETY: pixels ox and ox + 1 < out_w, `cols` bytes each.
+            unsafe {
+                if cols == 8 {
+                    _mm_storeu_si128(o.add(ox * 8) as *mut __m128i, b);
+                } else {
+                    _mm_mask_storeu_epi8(o.add(ox * cols), k16, b);
+                    _mm_mask_storeu_epi8(o.add((ox + 1) * cols), k16, _mm_srli_si128::<8>(b));
+                }
+            }
+        };
+        let mut ox = 0;
+        while ox + 2 * TILE <= r.out_w {
+            // SAFETY: pixels ox..ox + 2 * TILE <= out_w (in_bounds).
+            let v = unsafe { tile_pairs::<TILE>(r, ox * r.px_step) };
+            for (t, v) in v.into_iter().enumerate() {
+                store2(ox + 2 * t, v);
+            }
+            ox += 2 * TILE;
+        }
+        while ox + 2 <= r.out_w {
+            // SAFETY: pixels ox, ox + 1 < out_w (in_bounds).
+            let [v] = unsafe { tile_pairs::<1>(r, ox * r.px_step) };
+            store2(ox, v);
+            ox += 2;
+        }
+        if ox < r.out_w {
+            // SAFETY: pixel ox < out_w, its 8 channels' 16 values (in_bounds).
+            let [v] = unsafe { tile::<1>(r, ox * r.px_step, r.w.as_ptr(), 0xFFFF) };
+            // SAFETY: pixel ox < out_w, `cols` bytes.
+            unsafe { _mm_mask_storeu_epi8(o.add(ox * cols), k16, p.apply(v)) };
+        }
+        return;
+    }
+    for cb in 0..r.cp.div_ceil(16) {
+        let base = cb * 16;
+        // In-bounds int16 lanes of the block (8 channels in a last half block),
+        // and the output channels it holds (at least one: `cp - out_c < 8`).
+        let lk: __mmask32 = if r.cp - base >= 16 { !0 } else { 0xFFFF };
+        let cols = (r.out_c - base).min(16);
+        let ok: __mmask16 = if cols == 16 { !0 } else { (1 << cols) - 1 };
+        // SAFETY: lanes base..base + cols of vectors of out_c values.
+        let p = Rq16::new(rq, |v| unsafe { _mm512_maskz_loadu_epi32(ok, v.add(base)) });
+        // SAFETY: block cb of filter row 0's weights (in_bounds).
+        let w = unsafe { r.w.as_ptr().add(base * 2) };
+        let store = |ox: usize, v: __m512i| {
+            // SAFETY: pixel ox < out_w, channels base..base + cols <= out_c.
+            unsafe {
+                if cols == 16 {
+                    _mm_storeu_si128(o.add(ox * r.out_c + base) as *mut __m128i, p.apply(v));
+                } else {
+                    _mm_mask_storeu_epi8(o.add(ox * r.out_c + base), ok, p.apply(v));
+                }
+            }
+        };
+        let mut ox = 0;
+        while ox + TILE <= r.out_w {
+            // SAFETY: pixels ox..ox + TILE <= out_w, block cb (in_bounds).
+            let v = unsafe { tile::<TILE>(r, ox * r.px_step + base * 2, w, lk) };
+            for (t, v) in v.into_iter().enumerate() {
+                store(ox + t, v);
+            }
+            ox += TILE;
+        }
+        while ox < r.out_w {
+            // SAFETY: pixel ox < out_w, block cb (in_bounds).
+            let [v] = unsafe { tile::<1>(r, ox * r.px_step + base * 2, w, lk) };
+            store(ox, v);
+            ox += 1;
+        }
+    }
+}
+
+/// `(x - zp)` of pixel `p` of a pair line (input pixel `p - pad_left`), 16
+/// channels from `c0` (the lanes of `kin`) as int32; 0 in the padding.
+///
+/// # Safety
+/// The CPU must support AVX-512F/BW/VL; the `kin` bytes from channel `c0` of
+/// every pixel lie inside `src` (`width` pixels of `in_c` bytes).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn widen16(src: &[u8], in_c: usize, width: usize, p: usize, pad_left: usize, c0: usize, kin: __mmask16, flip: __m128i, zp: __m512i) -> __m512i {
+    match p.checked_sub(pad_left).filter(|&x| x < width) {
+        Some(x) => {
+            // SAFETY: the `kin` bytes of pixel x from channel c0 (contract).
+            let b = unsafe { _mm_maskz_loadu_epi8(kin, src.as_ptr().add(x * in_c + c0) as *const i8) };
+            _mm512_sub_epi32(_mm512_cvtepi8_epi32(_mm_xor_si128(b, flip)), zp)
+        }
+        None => _mm512_setzero_si512(),
+    }
+}
+
+/// The pair line of one input row for any channel multiplier `m` (as
+/// `super::pair_line_repeated`): each input channel's pair of int16 values
+/// (pixels `p` and `p + dil`) as one int32 lane, repeated over its `m` output
+/// channels by a lane permutation (none for `m == 1`). A one-channel input (a depthwise-first layer
+/// on an image or spectrogram) takes 16 pixels per step and broadcasts each
+/// pixel's pair over its `cp` lanes.
+///
+/// # Safety
+/// The CPU must support AVX-512F/BW/VL; `cp` is a multiple of 8, at least
+/// `in_c * m` and less than `in_c * m + 8`, and `line` holds whole pixels of
+/// `2 * cp` values.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+pub(super) unsafe fn pair_line_repeated(src: &[u8], in_c: usize, m: usize, pad_left: usize, dil: usize, zp: i32, flip: u8, cp: usize, line: &mut [i16]) {
+    let in_c = in_c.max(1);
+    let width = src.len() / in_c;
+    let npl = line.len() / (2 * cp);
+    let (flip, zp) = (_mm_set1_epi8(flip as i8), _mm512_set1_epi32(zp));
+    let low = _mm512_set1_epi32(0xFFFF);
+    let pack = |a: __m512i, b: __m512i| _mm512_or_si512(_mm512_and_si512(a, low), _mm512_slli_epi32::<16>(b));
+    let out = line.as_mut_ptr() as *mut i32;
+    // Stores the `cp` lanes of pixel p, all equal to `v`.
+    let fill = |p: usize, v: __m512i| {
+        let mut j = 0;
+        while j < cp {
+            let k: __mmask16 = if cp - j >= 16 { !0 } else { 0xFF };
+            // SAFETY: lanes j..j + 16 (or 8) <= cp of pixel p < npl.
+            unsafe { _mm512_mask_storeu_epi32(out.add(p * cp + j), k, v) };
+            j += 16;
+        }
+    };
+    if in_c == 1 {
+        let mut p = 0;
+        while p < npl {
+            // 16 pixels whose both taps lie inside the row: two plain loads.
+            let inside = p >= pad_left && p + 15 + dil < pad_left + width && p + 16 <= npl;
+            if inside {
+                let x = p - pad_left;
+                // SAFETY: bytes x .. x + dil + 16 <= width lie inside `src`.
+                let (a, b) = unsafe { (_mm_loadu_si128(src.as_ptr().add(x) as *const __m128i), _mm_loadu_si128(src.as_ptr().add(x + dil) as *const __m128i)) };
+                let wid = |v: __m128i| _mm512_sub_epi32(_mm512_cvtepi8_epi32(_mm_xor_si128(v, flip)), zp);
+                let v = pack(wid(a), wid(b));
+                if cp == 8 {
+                    // Two pixels' 8 lanes per store.
+                    let half = _mm512_srli_epi32::<3>(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+                    for t in 0..8 {
+                        let pair = _mm512_permutexvar_epi32(_mm512_add_epi32(half, _mm512_set1_epi32(2 * t as i32)), v);
+                        // SAFETY: the 16 lanes of pixels p + 2t and p + 2t + 1 < npl.
+                        unsafe { _mm512_storeu_si512(out.add((p + 2 * t) * 8) as *mut _, pair) };
+                    }
+                } else {
+                    for t in 0..16 {
+                        fill(p + t, _mm512_permutexvar_epi32(_mm512_set1_epi32(t as i32), v));
+                    }
+                }
+                p += 16;
+            } else {
+                // SAFETY: one byte of pixels p and p + dil where they lie in `src`.
+                let (a, b) = unsafe { (widen16(src, 1, width, p, pad_left, 0, 1, flip, zp), widen16(src, 1, width, p + dil, pad_left, 0, 1, flip, zp)) };
+                fill(p, _mm512_permutexvar_epi32(_mm512_setzero_si512(), pack(a, b)));
+                p += 1;
+            }
+        }
+        return;
+    }
+    let mut q = 0;
+    while q < cp {
+        // Output lanes q..q + 16 read input channels c0.. (at most 16 of them).
+        let c0 = q / m;
+        if c0 >= in_c {
+            break;
+        }
+        let n_in = (in_c - c0).min(16);
+        let kin: __mmask16 = if n_in == 16 { !0 } else { (1 << n_in) - 1 };
+        let mut idx = [0i32; 16];
+        for (l, i) in idx.iter_mut().enumerate() {
+            *i = (((q + l) / m).saturating_sub(c0)).min(15) as i32;
+        }
+        // SAFETY: 16 int32 from a 16-element array.
+        let idx = unsafe { _mm512_loadu_si512(idx.as_ptr() as *const _) };
+        let k: __mmask16 = if cp - q >= 16 { !0 } else { 0xFF };
+        for p in 0..npl {
+            // SAFETY: the `kin` channels from c0 < in_c of pixels inside `src`.
+            let (a, b) =
+                unsafe { (widen16(src, in_c, width, p, pad_left, c0, kin, flip, zp), widen16(src, in_c, width, p + dil, pad_left, c0, kin, flip, zp)) };
+            // SAFETY: lanes q..q + 16 (or 8) <= cp of pixel p < npl.
+            let v = if m == 1 { pack(a, b) } else { _mm512_permutexvar_epi32(idx, pack(a, b)) };
+            // SAFETY: lanes q..q + 16 (or 8) <= cp of pixel p < npl.
+            unsafe { _mm512_mask_storeu_epi32(out.add(p * cp + q), k, v) };
+        }
+        q += 16;
+    }
+}
