@@ -727,6 +727,25 @@ fn run_work(work: &mut Work, at: (usize, usize), ins: &[Option<&[u8]>], outs: &m
             let id = resource_id(ins.first().copied().flatten().unwrap_or(&[]))?;
             env.ctx.variables.set(id, ins.get(1).copied().flatten().unwrap_or(&[]))
         }
+        Work::KernelOnVariables { kernel, reads } => {
+            let mut with: SmallVec<[Option<&[u8]>; 8]> = ins.iter().copied().collect();
+            for &(k, len) in reads.iter() {
+                let id = resource_id(ins.get(k).copied().flatten().unwrap_or(&[]))?;
+                let v = env.ctx.variables.get(id)?;
+                if v.len() != len {
+                    return Err(Error::Runtime(format!("variable {id} holds {} bytes, the read expects {len}", v.len()).into()));
+                }
+                if let Some(slot) = with.get_mut(k) {
+                    *slot = Some(v);
+                }
+            }
+            kernel(&with, outs)
+        }
+        Work::AssignComputed { kernel, len } => {
+            let id = resource_id(ins.first().copied().flatten().unwrap_or(&[]))?;
+            let value = env.ctx.variables.assign_in_place(id, *len)?;
+            kernel(ins.get(1..).unwrap_or(&[]), &mut [value])
+        }
     }
 }
 
