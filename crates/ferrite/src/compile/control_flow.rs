@@ -390,13 +390,24 @@ mod tests {
         m.add_op(WOp::Builtin(W::VAR_HANDLE), &[], &[h], Options::VarHandle { container: String::new(), shared_name: "state".into() });
         m.add_op(WOp::Builtin(W::READ_VARIABLE), &[h], &[v], Options::None);
         m.add_op(WOp::Builtin(W::RELU), &[v], &[y], Options::None);
-        m.outputs = vec![y];
+        // The read's value is a graph output too: it keeps its step and its copy.
+        m.outputs = vec![y, v];
         let (_, cg) = compile_cpu(&m).unwrap();
         assert_eq!(cg.assignment, [OpRun::Executor, OpRun::Executor, OpRun::Backend("cpu")]);
         // No step for the handle: its output is the variable's id.
         assert_eq!(cg.steps.iter().map(|s| s.op).collect::<Vec<_>>(), [1, 2]);
         assert!(matches!(cg.steps[0].work, Work::ReadVariable));
+        assert!(matches!(cg.steps[1].work, Work::Kernel(_)));
         assert!(matches!(&cg.tensors[0].loc, Loc::Owned(b) if b.bytes().len() == 4));
         assert_eq!(cg.tensors[0].dtype, DType::Resource);
+
+        // Read only by the RELU: the RELU reads the variable itself, through the handle.
+        m.outputs = vec![y];
+        let (_, cg) = compile_cpu(&m).unwrap();
+        assert_eq!(cg.assignment, [OpRun::Executor, OpRun::Fused { into: 2 }, OpRun::Backend("cpu")]);
+        assert_eq!(cg.steps.iter().map(|s| s.op).collect::<Vec<_>>(), [2]);
+        assert!(matches!(&cg.steps[0].work, Work::KernelOnVariables { reads, .. } if reads[..] == [(0, 8)]));
+        assert_eq!(cg.steps[0].substituted[..], [(0, 0)]);
+        assert!(matches!(cg.tensors[1].loc, Loc::None), "the read's value takes no memory");
     }
 }
