@@ -74,7 +74,10 @@ impl QIsa {
     /// The VNNI kernel, if this CPU has AVX-512F, AVX-512BW and AVX-512 VNNI.
     pub fn vnni() -> Option<QIsa> {
         #[cfg(target_arch = "x86_64")]
-        if crate::level::cpu_avx512f() && std::arch::is_x86_feature_detected!("avx512bw") && std::arch::is_x86_feature_detected!("avx512vnni") {
+        if crate::level::cpu_avx512f()
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vnni")
+        {
             return Some(QIsa(QKind::Vnni));
         }
         None
