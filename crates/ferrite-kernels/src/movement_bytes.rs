@@ -144,6 +144,131 @@ pub fn strided_slice(input: &[u8], in_shape: &[usize], begin: &[i64], stride: &[
     }
 }
 
+/// One contiguous piece of a data-movement op, resolved at prepare: `len` bytes
+/// of input `input` from byte `src` go to the output at byte `dst`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CopyRun {
+    /// Which of the op's inputs the bytes come from.
+    pub input: usize,
+    /// Byte offset in that input.
+    pub src: usize,
+    /// Byte offset in the output.
+    pub dst: usize,
+    /// Bytes.
+    pub len: usize,
+}
+
+/// A list of copy runs kept short: adjacent pieces (the next one continuing both
+/// the source and the destination of the last) merge into one, and pushing more
+/// than `max` runs gives up (`None`), so a small op's copy list stays a handful of
+/// `memcpy` calls and a large one keeps its general loop.
+struct Runs {
+    runs: Vec<CopyRun>,
+    max: usize,
+}
+
+impl Runs {
+    fn push(&mut self, r: CopyRun) -> Option<()> {
+        if r.len == 0 {
+            return Some(());
+        }
+        if let Some(last) = self.runs.last_mut() {
+            if last.input == r.input && last.src + last.len == r.src && last.dst + last.len == r.dst {
+                last.len += r.len;
+                return Some(());
+            }
+        }
+        if self.runs.len() == self.max {
+            return None;
+        }
+        self.runs.push(r);
+        Some(())
+    }
+}
+
+/// The copies [`strided_slice`] makes, as at most `max` runs (`None` when there
+/// would be more): small slices, such as a streaming model's state shifted by one
+/// frame, then cost a few copies per run instead of the general loop's set-up.
+/// Every run lies inside the input (`in_shape` elements of `width` bytes) and the
+/// output (`out_shape`), for a `begin` / `stride` that [`strided_slice`] accepts.
+pub fn strided_slice_runs(in_shape: &[usize], begin: &[i64], stride: &[i64], out_shape: &[usize], width: usize, max: usize) -> Option<Vec<CopyRun>> {
+    let r = in_shape.len();
+    if r > crate::MAX_DIMS || begin.len() != r || stride.len() != r || out_shape.len() != r {
+        return None;
+    }
+    let total: usize = out_shape.iter().product();
+    let mut runs = Runs { runs: Vec::new(), max };
+    if total == 0 {
+        return Some(runs.runs);
+    }
+    if r == 0 {
+        runs.push(CopyRun { input: 0, src: 0, dst: 0, len: width })?;
+        return Some(runs.runs);
+    }
+    let st = strides(in_shape);
+    // The pieces `strided_slice` copies: rows of the trailing dims taken whole
+    // (plus the dim before them) when that dim steps by 1, else blocks of the
+    // whole trailing dims, one per step. Counted before they are listed, so a
+    // large slice gives up without walking its elements.
+    let mut inner = r;
+    while inner > 0 && begin[inner - 1] == 0 && stride[inner - 1] == 1 && out_shape[inner - 1] == in_shape[inner - 1] {
+        inner -= 1;
+    }
+    let contiguous = inner == 0 || stride[inner - 1] == 1;
+    let counted = if contiguous { inner.saturating_sub(1) } else { inner };
+    let piece: usize = out_shape[counted..].iter().product();
+    if total / piece > max {
+        return None;
+    }
+    let mut idx = [0usize; crate::MAX_DIMS];
+    for k in 0..total / piece {
+        let mut src: i64 = 0;
+        for d in 0..r {
+            let i = if d < counted { idx[d] as i64 } else { 0 };
+            src += (begin[d] + i * stride[d]) * st[d] as i64;
+        }
+        let src = usize::try_from(src).ok()?;
+        runs.push(CopyRun { input: 0, src: src * width, dst: k * piece * width, len: piece * width })?;
+        next(&mut idx[..counted], &out_shape[..counted]);
+    }
+    Some(runs.runs)
+}
+
+/// The copies of a concatenation along `axis` of inputs with the given shapes
+/// (in bytes: each shape ends with the element width), as at most `max` runs.
+pub fn concat_runs(shapes: &[&[usize]], axis: usize, max: usize) -> Option<Vec<CopyRun>> {
+    let s0 = shapes.first()?;
+    if axis >= s0.len() {
+        return None;
+    }
+    let outer: usize = s0[..axis].iter().product();
+    let mut runs = Runs { runs: Vec::new(), max };
+    let mut o = 0;
+    for k in 0..outer {
+        for (i, shape) in shapes.iter().enumerate() {
+            let chunk: usize = shape.get(axis..)?.iter().product();
+            runs.push(CopyRun { input: i, src: k * chunk, dst: o, len: chunk })?;
+            o += chunk;
+        }
+    }
+    Some(runs.runs)
+}
+
+/// Makes the copies `runs` list into `out`, reading input `i` as `input(i)`;
+/// false (after copying the runs before it) when a run does not fit its buffers
+/// or names an input that is missing.
+pub fn copy_runs<'a>(runs: &[CopyRun], input: impl Fn(usize) -> Option<&'a [u8]>, out: &mut [u8]) -> bool {
+    for r in runs {
+        let src = input(r.input).and_then(|x| x.get(r.src..r.src.checked_add(r.len)?));
+        let dst = out.get_mut(r.dst..r.dst.wrapping_add(r.len));
+        match (src, dst) {
+            (Some(s), Some(d)) if r.dst.checked_add(r.len).is_some() => d.copy_from_slice(s),
+            _ => return false,
+        }
+    }
+    true
+}
+
 /// Reverses the dimensions marked in `flip` (one flag per dimension of `shape`):
 /// `out[i0, .., ik, ..] = input[i0, .., n_k - 1 - ik, ..]` for every flipped `k`.
 pub fn reverse(input: &[u8], shape: &[usize], flip: &[bool], width: usize, out: &mut [u8]) {
@@ -264,6 +389,96 @@ mod tests {
             let mut got = vec![0u8; n * 4];
             strided_slice(&bytes(&x), &shape, &begin, &stride, &out_shape, 4, &mut got);
             assert_eq!(got, bytes(&want), "{shape:?} {begin:?} {stride:?}");
+        }
+    }
+
+    /// Random slices (unit and stepped dims, negative steps, whole and partial
+    /// dims, empty outputs, widths 1, 2 and 4): where the copy runs exist, making
+    /// them gives what `strided_slice` writes.
+    #[test]
+    fn strided_slice_runs_match_the_loop() {
+        let mut rng = crate::testutil::Rng::new(7);
+        let mut listed = 0;
+        for case in 0..3000 {
+            let r = rng.size(1, 5);
+            let shape: Vec<usize> = (0..r).map(|_| rng.size(1, 6)).collect();
+            let (mut begin, mut stride, mut out_shape) = (vec![], vec![], vec![]);
+            for &n in &shape {
+                let (b, s, m) = match rng.size(0, 4) {
+                    // The whole dim, as a streaming state's inner dims.
+                    0 | 1 => (0, 1, n),
+                    2 => {
+                        let b = rng.size(0, n - 1);
+                        (b as i64, 1, rng.size(0, n - b))
+                    }
+                    3 => {
+                        let s = rng.size(2, 3);
+                        let b = rng.size(0, n - 1);
+                        (b as i64, s as i64, (n - b).div_ceil(s))
+                    }
+                    _ => {
+                        let s = rng.size(1, 2) as i64;
+                        let b = rng.size(0, n - 1);
+                        (b as i64, -s, (b + 1).div_ceil(s as usize))
+                    }
+                };
+                begin.push(b);
+                stride.push(s);
+                out_shape.push(m);
+            }
+            let width = [1, 2, 4][case % 3];
+            let x: Vec<u8> = (0..shape.iter().product::<usize>() * width).map(|i| (i * 7 + 3) as u8).collect();
+            let n = out_shape.iter().product::<usize>() * width;
+            let mut want = vec![0u8; n];
+            strided_slice(&x, &shape, &begin, &stride, &out_shape, width, &mut want);
+            let max = rng.size(1, 12);
+            if let Some(runs) = strided_slice_runs(&shape, &begin, &stride, &out_shape, width, max) {
+                assert!(runs.len() <= max);
+                let mut got = vec![0u8; n];
+                assert!(copy_runs(&runs, |_| Some(&x[..]), &mut got));
+                assert_eq!(got, want, "{shape:?} {begin:?} {stride:?} {out_shape:?} w{width}");
+                listed += 1;
+            }
+        }
+        // Most cases are small enough to list: the comparison ran.
+        assert!(listed > 1000, "{listed}");
+    }
+
+    /// Random concatenations along each axis against the loop, and runs that do
+    /// not fit their buffers refused rather than copied out of bounds.
+    #[test]
+    fn concat_runs_match_the_loop() {
+        let mut rng = crate::testutil::Rng::new(11);
+        for _ in 0..1000 {
+            let r = rng.size(1, 4);
+            let axis = rng.size(0, r - 1);
+            let base: Vec<usize> = (0..r).map(|_| rng.size(1, 4)).collect();
+            let width = rng.size(1, 4);
+            let shapes: Vec<Vec<usize>> = (0..rng.size(1, 4))
+                .map(|_| {
+                    let mut s = base.clone();
+                    s[axis] = rng.size(0, 3);
+                    s.push(width);
+                    s
+                })
+                .collect();
+            let data: Vec<Vec<u8>> =
+                shapes.iter().enumerate().map(|(i, s)| (0..s.iter().product::<usize>()).map(|k| (k * 5 + i * 31) as u8).collect()).collect();
+            let parts: Vec<(&[u8], &[usize])> = data.iter().zip(&shapes).map(|(d, s)| (&d[..], &s[..])).collect();
+            let n: usize = data.iter().map(Vec::len).sum();
+            let mut want = vec![0u8; n];
+            crate::movement::concat(&parts, axis, &mut want);
+            let refs: Vec<&[usize]> = shapes.iter().map(|s| &s[..]).collect();
+            if let Some(runs) = concat_runs(&refs, axis, 16) {
+                assert!(runs.len() <= 16);
+                let ins: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
+                let mut got = vec![0u8; n];
+                assert!(copy_runs(&runs, |i| ins.get(i).copied(), &mut got));
+                assert_eq!(got, want, "{shapes:?} axis {axis}");
+                if n > 0 {
+                    assert!(!copy_runs(&runs, |i| ins.get(i).copied(), &mut vec![0u8; n - 1]));
+                }
+            }
         }
     }
 

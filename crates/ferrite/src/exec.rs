@@ -149,16 +149,16 @@ pub fn execute(g: &mut CompiledGraph, model: &Model, mut arena: RunArena<'_>, mu
             if st.views.fast {
                 let caller: &[&[u8]] = bound.as_ref().map_or(&[], |b| b.0);
                 let mut in_views = [None; FAST_INPUTS];
-                let (out, n) = st.views.resolve(own, scratch, &st.inputs, caller, bytes, &mut in_views);
-                let ins = &in_views[..n];
-                let result = match (&mut st.work, out) {
-                    (Work::Kernel(k), Some(out)) => k(ins, &mut [out]),
-                    (Work::Kernel(k), None) => k(ins, &mut []),
-                    (work, Some(out)) => run_work(work, (subgraph, st.op), ins, &mut [out], model, env),
-                    (work, None) => run_work(work, (subgraph, st.op), ins, &mut [], model, env),
-                };
-                result.map_err(|e| op_error(st.op, e))?;
-                continue;
+                let mut out_views: [&mut [u8]; FAST_OUTPUTS] = Default::default();
+                if let Some((n_out, n_in)) = st.views.resolve(own, scratch, &st.inputs, caller, bytes, &mut in_views, &mut out_views) {
+                    let (ins, outs) = (&in_views[..n_in], &mut out_views[..n_out]);
+                    let result = match &mut st.work {
+                        Work::Kernel(k) => k(ins, outs),
+                        work => run_work(work, (subgraph, st.op), ins, outs, model, env),
+                    };
+                    result.map_err(|e| op_error(st.op, e))?;
+                    continue;
+                }
             }
         }
         // The common step: at most one output, in the arena. Its views come
@@ -553,6 +553,10 @@ impl Announce<'_> {
 /// on the stack); steps with more take the checked path.
 const FAST_INPUTS: usize = 8;
 
+/// Most outputs a step may have to take the fast path (SPLIT, UNPACK and the like
+/// have several; their views live in an array on the stack too).
+const FAST_OUTPUTS: usize = 4;
+
 /// Where one input of a step lies, checked by [`StepViews::check`].
 #[derive(Debug, Clone, Copy)]
 enum FastIn {
@@ -575,12 +579,18 @@ enum FastIn {
 pub(crate) struct StepViews {
     /// (own bytes, scratch bytes, bound) the views were checked for; None before the first run.
     key: Option<(usize, usize, bool)>,
-    /// Whether the step takes the fast path: at most one output, not a caller's
-    /// buffer, every arena range inside its region and clear of the output.
+    /// Whether the step takes the fast path: at most [`FAST_OUTPUTS`] outputs, none
+    /// a caller's buffer, every arena range inside its region, the outputs clear of
+    /// each other and the inputs clear of the outputs.
     fast: bool,
-    /// The output: (in the scratch, offset in its region, bytes); None without one.
-    out: Option<(bool, usize, usize)>,
+    /// The outputs: (in the scratch, offset in its region, bytes).
+    outs: SmallVec<[(bool, usize, usize); 1]>,
     ins: SmallVec<[FastIn; 8]>,
+}
+
+/// Whether two ranges of one region share a byte (empty ones share none).
+fn overlap((a, alen): (usize, usize), (b, blen): (usize, usize)) -> bool {
+    alen > 0 && blen > 0 && a < b + blen && b < a + alen
 }
 
 impl StepViews {
@@ -595,16 +605,20 @@ impl StepViews {
             let (in_scratch, at, size) = if off >= own { (true, off - own, scratch) } else { (false, off, own) };
             (at.checked_add(len)? <= size).then_some((in_scratch, at))
         };
-        let out = match outputs {
-            [] => None,
-            [(off, len, tag)] if !(is_bound && tag.is_some()) => match place(*off, *len) {
-                Some((s, at)) => Some((s, at, *len)),
-                None => return slow,
-            },
-            _ => return slow,
-        };
-        if inputs.len() > FAST_INPUTS {
+        if inputs.len() > FAST_INPUTS || outputs.len() > FAST_OUTPUTS {
             return slow;
+        }
+        let mut outs: SmallVec<[(bool, usize, usize); 1]> = SmallVec::new();
+        for &(off, len, tag) in outputs {
+            if is_bound && tag.is_some() {
+                return slow;
+            }
+            let Some((s, at)) = place(off, len) else { return slow };
+            // The kernel gets a mutable view of each: they must not share a byte.
+            if outs.iter().any(|&(os, oat, olen)| os == s && overlap((at, len), (oat, olen))) {
+                return slow;
+            }
+            outs.push((s, at, len));
         }
         let mut ins = SmallVec::new();
         for src in inputs {
@@ -621,23 +635,22 @@ impl StepViews {
                 }
             };
             let Some((s, at)) = place(off, len) else { return slow };
-            // An input must not overlap the output the kernel writes while reading it.
-            if let Some((os, oat, olen)) = out {
-                if olen > 0 && len > 0 && os == s && at < oat + olen && oat < at + len {
-                    return slow;
-                }
+            // An input must not overlap an output the kernel writes while reading it.
+            if outs.iter().any(|&(os, oat, olen)| os == s && overlap((at, len), (oat, olen))) {
+                return slow;
             }
             ins.push(FastIn::Arena { scratch: s, at, len });
         }
-        StepViews { key: Some(key), fast: true, out, ins }
+        StepViews { key: Some(key), fast: true, outs, ins }
     }
 
-    /// The step's output view, with its input views written into `ins` (the
-    /// first of the count returned), built from the run's arena regions.
+    /// The step's views built from the run's arena regions: its outputs written
+    /// into `outs` and its inputs into `ins`, returning how many of each; None
+    /// (and no view) unless the step passed its check for these region sizes.
     ///
-    /// `own` and `scratch` are the regions whose sizes were checked: the caller
-    /// calls this only when `key` holds their sizes and `fast` is set (otherwise
-    /// no view is built).
+    /// `own` and `scratch` are the regions whose sizes were checked: the views are
+    /// built only when `key` holds their sizes and `fast` is set.
+    #[allow(clippy::too_many_arguments)]
     fn resolve<'a>(
         &self,
         own: &'a mut [u8],
@@ -646,34 +659,36 @@ impl StepViews {
         caller: &'a [&'a [u8]],
         bytes: &'a [u8],
         ins: &mut [Option<&'a [u8]>; FAST_INPUTS],
-    ) -> (Option<&'a mut [u8]>, usize) {
+        outs: &mut [&'a mut [u8]; FAST_OUTPUTS],
+    ) -> Option<(usize, usize)> {
         let (own_len, scratch_len) = (own.len(), scratch.len());
         // The soundness of the views below rests on these sizes being the checked
         // ones; one comparison per step keeps that local to this function.
         if !self.fast || self.key.is_none_or(|k| (k.0, k.1) != (own_len, scratch_len)) {
-            return (None, 0);
+            return None;
         }
         let (own_p, scratch_p) = (own.as_mut_ptr(), scratch.as_mut_ptr());
         let region = |s: bool| if s { scratch_p } else { own_p };
         // Empty views too point into their region at their planned offset, never at a
         // dangling address: kernels view the bytes as wider types, which checks alignment.
-        let out = self.out.map(|(s, at, len)| -> &'a mut [u8] {
+        for (&(s, at, len), slot) in self.outs.iter().zip(outs.iter_mut()) {
             debug_assert!(at + len <= if s { scratch_len } else { own_len });
             // SAFETY: `check` placed `at..at + len` inside the region, whose size is
             // the one checked (compared above), so the range is in bounds of the
             // allocation `own` / `scratch` borrow mutably for 'a. No other view of
-            // it exists while the kernel runs: every arena input was checked to be
-            // clear of it, and `own` / `scratch` themselves are not used again.
-            unsafe { std::slice::from_raw_parts_mut(region(s).add(at), len) }
-        });
+            // it exists while the kernel runs: `check` kept the outputs clear of each
+            // other and every arena input clear of them, and `own` / `scratch`
+            // themselves are not used again.
+            *slot = unsafe { std::slice::from_raw_parts_mut(region(s).add(at), len) };
+        }
         for (k, (f, slot)) in self.ins.iter().zip(ins.iter_mut()).enumerate() {
             *slot = match *f {
                 FastIn::Absent => None,
                 FastIn::Arena { scratch: s, at, len } => {
                     debug_assert!(at + len <= if s { scratch_len } else { own_len });
-                    // SAFETY: in bounds of its region as the output is (checked for
-                    // these sizes), and disjoint from the output, the only mutable
-                    // view: shared reads of it for 'a alias nothing written.
+                    // SAFETY: in bounds of its region as the outputs are (checked for
+                    // these sizes), and disjoint from every output, the only mutable
+                    // views: shared reads of it for 'a alias nothing written.
                     Some(unsafe { std::slice::from_raw_parts(region(s).add(at).cast_const(), len) })
                 }
                 FastIn::Other => match srcs.get(k) {
@@ -684,7 +699,7 @@ impl StepViews {
                 },
             };
         }
-        (out, self.ins.len().min(FAST_INPUTS))
+        Some((self.outs.len().min(FAST_OUTPUTS), self.ins.len().min(FAST_INPUTS)))
     }
 }
 
@@ -726,6 +741,25 @@ fn run_work(work: &mut Work, at: (usize, usize), ins: &[Option<&[u8]>], outs: &m
         Work::AssignVariable => {
             let id = resource_id(ins.first().copied().flatten().unwrap_or(&[]))?;
             env.ctx.variables.set(id, ins.get(1).copied().flatten().unwrap_or(&[]))
+        }
+        Work::KernelOnVariables { kernel, reads } => {
+            let mut with: SmallVec<[Option<&[u8]>; 8]> = ins.iter().copied().collect();
+            for &(k, len) in reads.iter() {
+                let id = resource_id(ins.get(k).copied().flatten().unwrap_or(&[]))?;
+                let v = env.ctx.variables.get(id)?;
+                if v.len() != len {
+                    return Err(Error::Runtime(format!("variable {id} holds {} bytes, the read expects {len}", v.len()).into()));
+                }
+                if let Some(slot) = with.get_mut(k) {
+                    *slot = Some(v);
+                }
+            }
+            kernel(&with, outs)
+        }
+        Work::AssignComputed { kernel, len } => {
+            let id = resource_id(ins.first().copied().flatten().unwrap_or(&[]))?;
+            let value = env.ctx.variables.assign_in_place(id, *len)?;
+            kernel(ins.get(1..).unwrap_or(&[]), &mut [value])
         }
     }
 }
@@ -928,7 +962,7 @@ mod tests {
         assert!(matches!(v.ins[..], [FastIn::Arena { scratch: false, at: 0, len: 64 }, FastIn::Absent, FastIn::Arena { scratch: true, at: 0, len: 32 }]));
         // An output in the scratch, an input ending right where it starts.
         let v = check(&[Some(Src::Arena(256, 64))], (320, 64));
-        assert!(v.fast && v.out == Some((true, 64, 64)));
+        assert!(v.fast && v.outs[..] == [(true, 64, 64)]);
         // An input overlapping the output by one byte, in either region: the checked path.
         assert!(!check(&[Some(Src::Arena(0, 65))], (64, 64)).fast);
         assert!(!check(&[Some(Src::Arena(300, 64))], (256, 64)).fast);
@@ -939,10 +973,20 @@ mod tests {
         assert!(!check(&[Some(Src::Arena(320, 65))], (0, 64)).fast);
         assert!(!check(&[Some(Src::Arena(usize::MAX, 2))], (0, 64)).fast);
         assert!(!check(&[], (384, 64)).fast);
-        // Too many inputs, or a second output: the checked path.
+        // Too many inputs or outputs: the checked path.
         let many: Vec<Option<Src>> = (0..=FAST_INPUTS).map(|_| None).collect();
         assert!(!check(&many, (0, 64)).fast);
-        assert!(!StepViews::check(&[], &[(0, 8, None), (64, 8, None)], (256, 128, false)).fast);
+        let outs: Vec<(usize, usize, Option<usize>)> = (0..=FAST_OUTPUTS).map(|k| (k * 8, 8, None)).collect();
+        assert!(!StepViews::check(&[], &outs, (256, 128, false)).fast);
+        assert!(StepViews::check(&[], &outs[..FAST_OUTPUTS], (256, 128, false)).fast);
+        // Several outputs: fast when clear of each other (empty ones overlap nothing),
+        // and every input clear of all of them.
+        let two = [(0, 8, None), (264, 8, None)];
+        assert!(StepViews::check(&[Some(Src::Arena(8, 8)), Some(Src::Arena(256, 8))], &two, (256, 128, false)).fast);
+        assert!(!StepViews::check(&[Some(Src::Arena(260, 8))], &two, (256, 128, false)).fast);
+        assert!(!StepViews::check(&[], &[(0, 8, None), (7, 8, None)], (256, 128, false)).fast);
+        assert!(StepViews::check(&[], &[(0, 8, None), (4, 0, None)], (256, 128, false)).fast);
+        assert!(!StepViews::check(&[], &[(0, 8, None), (64, 8, Some(1))], (256, 128, true)).fast);
         // A graph output written in place into a bound caller buffer: the checked path
         // then, the arena otherwise.
         assert!(!StepViews::check(&[], &[(0, 8, Some(0))], (256, 128, true)).fast);
@@ -963,26 +1007,28 @@ mod tests {
         let v = StepViews::check(&srcs, &[(34, 4, None)], (32, 16, false));
         assert!(v.fast);
         let mut ins = [None; FAST_INPUTS];
-        let (out, n) = v.resolve(&mut own, &mut scratch, &srcs, &caller, &bytes, &mut ins);
-        let out = out.unwrap();
-        assert_eq!((out.len(), out[0], n), (4, 9, 5));
+        let mut outs: [&mut [u8]; FAST_OUTPUTS] = Default::default();
+        assert_eq!(v.resolve(&mut own, &mut scratch, &srcs, &caller, &bytes, &mut ins, &mut outs), Some((1, 5)));
+        assert_eq!((outs[0].len(), outs[0][0]), (4, 9));
         assert_eq!(ins[0], Some(&[7u8, 0, 0, 0][..]));
         assert_eq!(ins[1].map(|s| s[0]), Some(5));
         assert_eq!(ins[2], Some(&[2u8, 3][..]));
         assert_eq!(ins[3], Some(&[0u8; 4][..]));
         assert_eq!(ins[4], None);
-        out[1] = 1;
+        outs[0][1] = 1;
         assert_eq!(scratch[3], 1);
         // Bound: the caller's buffer.
         let v = StepViews::check(&srcs, &[(34, 4, None)], (32, 16, true));
         let mut ins = [None; FAST_INPUTS];
-        let _ = v.resolve(&mut own, &mut scratch, &srcs, &caller, &bytes, &mut ins);
+        let mut outs: [&mut [u8]; FAST_OUTPUTS] = Default::default();
+        let _ = v.resolve(&mut own, &mut scratch, &srcs, &caller, &bytes, &mut ins, &mut outs);
         assert_eq!(ins[1], Some(&[42u8, 43, 44, 45][..]));
         // Other sizes than the checked ones (a resized scratch): no views at all.
         let mut small = vec![0u8; 8];
         let mut ins = [None; FAST_INPUTS];
-        let (out, n) = v.resolve(&mut own, &mut small, &srcs, &caller, &bytes, &mut ins);
-        assert!(out.is_none() && n == 0 && ins.iter().all(Option::is_none));
+        let mut outs: [&mut [u8]; FAST_OUTPUTS] = Default::default();
+        assert_eq!(v.resolve(&mut own, &mut small, &srcs, &caller, &bytes, &mut ins, &mut outs), None);
+        assert!(ins.iter().all(Option::is_none) && outs.iter().all(|o| o.is_empty()));
         // Empty views point at their planned offset (kernels check the alignment of
         // what they view as wider types), not at a dangling address.
         let srcs = [Some(Src::Arena(8, 0))];
@@ -990,14 +1036,23 @@ mod tests {
         assert!(v.fast);
         let base = (own.as_ptr() as usize, scratch.as_ptr() as usize);
         let mut ins = [None; FAST_INPUTS];
-        let (out, n) = v.resolve(&mut own, &mut scratch, &srcs, &caller, &bytes, &mut ins);
-        assert_eq!((out.map(|o| (o.len(), o.as_ptr() as usize)), n), (Some((0, base.1)), 1));
+        let mut outs: [&mut [u8]; FAST_OUTPUTS] = Default::default();
+        assert_eq!(v.resolve(&mut own, &mut scratch, &srcs, &caller, &bytes, &mut ins, &mut outs), Some((1, 1)));
+        assert_eq!((outs[0].len(), outs[0].as_ptr() as usize), (0, base.1));
         assert_eq!(ins[0].map(|i| (i.len(), i.as_ptr() as usize)), Some((0, base.0 + 8)));
+        // Two outputs, one in each region, each written where the plan put it.
+        let v = StepViews::check(&[Some(Src::Arena(0, 4))], &[(4, 4, None), (40, 2, None)], (32, 16, false));
+        let mut ins = [None; FAST_INPUTS];
+        let mut outs: [&mut [u8]; FAST_OUTPUTS] = Default::default();
+        assert_eq!(v.resolve(&mut own, &mut scratch, &srcs, &caller, &bytes, &mut ins, &mut outs), Some((2, 1)));
+        outs[0][3] = 6;
+        outs[1][1] = 8;
+        assert_eq!((own[7], scratch[9]), (6, 8));
         // Nor from a step that failed its check.
         let slow = StepViews::check(&[Some(Src::Arena(34, 4))], &[(34, 4, None)], (32, 16, false));
         assert!(!slow.fast);
         let mut ins = [None; FAST_INPUTS];
-        let (out, n) = slow.resolve(&mut own, &mut scratch, &srcs, &caller, &bytes, &mut ins);
-        assert!(out.is_none() && n == 0);
+        let mut outs: [&mut [u8]; FAST_OUTPUTS] = Default::default();
+        assert_eq!(slow.resolve(&mut own, &mut scratch, &srcs, &caller, &bytes, &mut ins, &mut outs), None);
     }
 }

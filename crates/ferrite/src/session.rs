@@ -1103,9 +1103,9 @@ impl Session {
         self.compiled.as_ref().map(|c| (c.steps.len(), c.folded_ops, c.aliased_ops))
     }
 
-    /// Ops fused into a neighbouring convolution: a zero PAD before it (read as
-    /// explicit padding), a residual ADD and PRELU after it (applied while its
-    /// output is in cache).
+    /// Ops fused into a neighbouring kernel: a zero PAD before a convolution (read
+    /// as explicit padding), a residual ADD and PRELU after it (applied while its
+    /// output is in cache), a slice computed by the ASSIGN_VARIABLE storing it.
     pub fn fused_op_count(&self) -> Option<usize> {
         self.compiled.as_ref().map(|c| c.fused_ops)
     }

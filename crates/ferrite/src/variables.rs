@@ -55,6 +55,23 @@ impl Variables {
     }
 }
 
+impl Variables {
+    /// Variable `id`'s value as `len` writable bytes, for a kernel that computes
+    /// the assigned value in place (an ASSIGN_VARIABLE fused with its value's
+    /// producer). A variable unassigned so far, or holding another size, gets a
+    /// zeroed value of `len` bytes first (that assignment allocates, later ones of
+    /// the same size do not). A kernel that fails leaves the value partly written,
+    /// where an assignment of a copy would have left the old one: the run that
+    /// failed reports it.
+    pub(crate) fn assign_in_place(&mut self, id: usize, len: usize) -> Result<&mut [u8]> {
+        let slot = self.values.get_mut(id).ok_or_else(|| Error::Runtime(format!("variable {id} does not exist").into()))?;
+        if slot.as_ref().is_none_or(|v| v.len() != len) {
+            *slot = Some(vec![0; len]);
+        }
+        Ok(slot.as_deref_mut().unwrap_or_default())
+    }
+}
+
 pub(crate) fn resource_id(b: &[u8]) -> Result<usize> {
     let v = b.get(..4).map(|x| i32::from_le_bytes([x[0], x[1], x[2], x[3]])).ok_or_else(|| Error::Runtime("resource handle is empty".into()))?;
     usize::try_from(v).map_err(|_| Error::Runtime(format!("invalid resource handle {v}").into()))

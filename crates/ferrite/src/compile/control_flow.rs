@@ -83,7 +83,14 @@ pub(super) fn lower(c: &mut Compilation<'_>, env: &Env<'_>, ctx: &mut BackendCon
             }
             Work::ReadVariable
         }
-        (B::ASSIGN_VARIABLE, _) => Work::AssignVariable,
+        (B::ASSIGN_VARIABLE, _) => match assign_in_place(c, oi, &at)? {
+            Some(step) => {
+                c.steps.push(step);
+                c.assignment[oi] = OpRun::Executor;
+                return Ok(true);
+            }
+            None => Work::AssignVariable,
+        },
         _ => return Ok(false),
     };
     c.steps.push(Step {
@@ -99,6 +106,118 @@ pub(super) fn lower(c: &mut Compilation<'_>, env: &Env<'_>, ctx: &mut BackendCon
     });
     c.assignment[oi] = OpRun::Executor;
     Ok(true)
+}
+
+/// ASSIGN_VARIABLE op `oi` as one step with the kernel computing its value, when
+/// that value is read by nothing else and its producer is the step just built (a
+/// streaming model's state shifted by a frame: the STRIDED_SLICE of a
+/// CONCATENATION, assigned back). The producer's kernel then writes the variable
+/// itself: its output takes no arena memory, and the run saves a step and a copy.
+/// The producer is marked fused into the assignment; the step reads the
+/// producer's inputs in its place (input 1 substituted, the rest as extra inputs).
+/// None leaves the assignment as it was (a copy of its value).
+fn assign_in_place(c: &mut Compilation<'_>, oi: usize, at: &dyn Fn() -> String) -> Result<Option<Step>> {
+    let g = c.g;
+    let op = &g.ops[oi];
+    let Some(&Some(value)) = op.inputs.get(1) else { return Ok(None) };
+    let p = c.producer_of[value];
+    let Some(last) = c.steps.last() else { return Ok(None) };
+    if p == usize::MAX || last.op != p || c.readers_of[value] != 1 || g.tensors[value].is_variable || c.alias_of[value] != value {
+        return Ok(None);
+    }
+    let producer = &g.ops[p];
+    // A plain kernel of a host backend, with one output and its own inputs as the
+    // op lists them (a GPU op is run by its segment; a substituted, prepacked or
+    // fused input would need its bookkeeping carried over).
+    let host = matches!(c.assignment[p], OpRun::Backend(b) if b != "gpu");
+    let plain = matches!(last.work, Work::Kernel(_)) && last.io.is_none() && last.extra.is_empty() && last.substituted.is_empty() && last.prepacked.is_empty();
+    let step_index = c.steps.len() - 1;
+    let awaited = c.pending_epilogues.iter().any(|e| e.step == step_index);
+    let Some(Some(first)) = producer.inputs.first().copied() else { return Ok(None) };
+    if !host || !plain || awaited || producer.outputs.len() != 1 || producer.inputs.iter().any(Option::is_none) {
+        return Ok(None);
+    }
+    let len = bytes_of(c.tensors[value].dtype, &c.tensors[value].shape, &c.limits, at)?;
+    let Some(Step { work: Work::Kernel(kernel), .. }) = c.steps.pop() else { return Ok(None) };
+    c.assignment[p] = OpRun::Fused { into: oi };
+    c.fused_ops += 1;
+    let mut substituted = SmallVec::new();
+    substituted.push((1, first));
+    Ok(Some(Step {
+        op: oi,
+        work: Work::AssignComputed { kernel, len },
+        inputs: SmallVec::new(),
+        prepacked: SmallVec::new(),
+        outputs: SmallVec::new(),
+        extra: producer.inputs[1..].iter().flatten().copied().collect(),
+        substituted,
+        io: None,
+        views: Default::default(),
+    }))
+}
+
+/// The inputs of kernel op `oi` that are READ_VARIABLE outputs only it reads: the
+/// kernel reads those variables itself (a streaming model's state, concatenated
+/// with the new frame), so the reads' steps and copies go. Each such read is
+/// marked fused into `oi`, its step removed, and the input slot substituted by
+/// the resource handle; returned as (slot, bytes) for `Work::KernelOnVariables`.
+///
+/// Only where nothing between the read and `oi` may assign that variable (an
+/// ASSIGN_VARIABLE of another, known variable is fine; control flow, whose
+/// children may assign anything, is not), so the kernel sees the value the read
+/// would have copied. `prepacked` slots are not read at run time: left alone.
+pub(super) fn read_in_place(
+    c: &mut Compilation<'_>,
+    oi: usize,
+    prepacked: &[usize],
+    substituted: &mut SmallVec<[(usize, usize); 1]>,
+) -> SmallVec<[(usize, usize); 2]> {
+    let g = c.g;
+    let mut reads = SmallVec::new();
+    if !matches!(c.assignment[oi], OpRun::Backend(b) if b != "gpu") {
+        return reads;
+    }
+    // The variable a handle tensor names, when it is a VAR_HANDLE's constant.
+    let variable = |c: &Compilation<'_>, t: usize| match &c.tensors[t].loc {
+        Loc::Owned(b) if c.tensors[t].dtype == DType::Resource => Some(b.bytes().to_vec()),
+        _ => None,
+    };
+    for (k, input) in g.ops[oi].inputs.iter().enumerate() {
+        let Some(t) = *input else { continue };
+        let r = c.producer_of[t];
+        if r == usize::MAX || c.readers_of[t] != 1 || prepacked.contains(&k) || substituted.iter().any(|s| s.0 == k) || c.alias_of[t] != t {
+            continue;
+        }
+        if !matches!(g.ops[r].code, OpCode::Builtin(B::READ_VARIABLE)) || c.assignment[r] != OpRun::Executor {
+            continue;
+        }
+        let Some(&Some(handle)) = g.ops[r].inputs.first() else { continue };
+        let Some(id) = variable(c, handle) else { continue };
+        let may_write = g.ops[r + 1..oi].iter().any(|o| match o.code {
+            OpCode::Builtin(B::ASSIGN_VARIABLE) => o.inputs.first().copied().flatten().is_none_or(|h| variable(c, h).is_none_or(|v| v == id)),
+            OpCode::Builtin(B::IF | B::WHILE | B::CALL_ONCE) => true,
+            OpCode::Builtin(_) => false,
+            // A custom op is not known to leave variables alone.
+            _ => true,
+        });
+        let Some(si) = c.steps.iter().rposition(|st| st.op == r) else { continue };
+        let Ok(len) = bytes_of(c.tensors[t].dtype, &c.tensors[t].shape, &c.limits, String::new) else { continue };
+        if may_write || !matches!(c.steps[si].work, Work::ReadVariable) {
+            continue;
+        }
+        c.steps.remove(si);
+        // Kernels waiting for an epilogue name their step by index.
+        for e in &mut c.pending_epilogues {
+            if e.step > si {
+                e.step -= 1;
+            }
+        }
+        c.assignment[r] = OpRun::Fused { into: oi };
+        c.fused_ops += 1;
+        substituted.push((k, handle));
+        reads.push((k, len));
+    }
+    reads
 }
 
 /// Compiles subgraph `sub`, called by op `oi` with `operands` (their shapes so far)
@@ -271,13 +390,24 @@ mod tests {
         m.add_op(WOp::Builtin(W::VAR_HANDLE), &[], &[h], Options::VarHandle { container: String::new(), shared_name: "state".into() });
         m.add_op(WOp::Builtin(W::READ_VARIABLE), &[h], &[v], Options::None);
         m.add_op(WOp::Builtin(W::RELU), &[v], &[y], Options::None);
-        m.outputs = vec![y];
+        // The read's value is a graph output too: it keeps its step and its copy.
+        m.outputs = vec![y, v];
         let (_, cg) = compile_cpu(&m).unwrap();
         assert_eq!(cg.assignment, [OpRun::Executor, OpRun::Executor, OpRun::Backend("cpu")]);
         // No step for the handle: its output is the variable's id.
         assert_eq!(cg.steps.iter().map(|s| s.op).collect::<Vec<_>>(), [1, 2]);
         assert!(matches!(cg.steps[0].work, Work::ReadVariable));
+        assert!(matches!(cg.steps[1].work, Work::Kernel(_)));
         assert!(matches!(&cg.tensors[0].loc, Loc::Owned(b) if b.bytes().len() == 4));
         assert_eq!(cg.tensors[0].dtype, DType::Resource);
+
+        // Read only by the RELU: the RELU reads the variable itself, through the handle.
+        m.outputs = vec![y];
+        let (_, cg) = compile_cpu(&m).unwrap();
+        assert_eq!(cg.assignment, [OpRun::Executor, OpRun::Fused { into: 2 }, OpRun::Backend("cpu")]);
+        assert_eq!(cg.steps.iter().map(|s| s.op).collect::<Vec<_>>(), [2]);
+        assert!(matches!(&cg.steps[0].work, Work::KernelOnVariables { reads, .. } if reads[..] == [(0, 8)]));
+        assert_eq!(cg.steps[0].substituted[..], [(0, 0)]);
+        assert!(matches!(cg.tensors[1].loc, Loc::None), "the read's value takes no memory");
     }
 }

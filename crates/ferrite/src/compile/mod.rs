@@ -205,11 +205,36 @@ pub const MAX_NESTING: usize = 16;
 /// What one step does.
 pub(crate) enum Work {
     Kernel(KernelFn),
-    If { then: Box<Child>, otherwise: Box<Child> },
-    While { cond: Box<Child>, body: Box<Child>, next: Vec<AlignedBytes>, flag: AlignedBytes },
-    CallOnce { init: Box<Child>, ran_at: Option<u64> },
+    If {
+        then: Box<Child>,
+        otherwise: Box<Child>,
+    },
+    While {
+        cond: Box<Child>,
+        body: Box<Child>,
+        next: Vec<AlignedBytes>,
+        flag: AlignedBytes,
+    },
+    CallOnce {
+        init: Box<Child>,
+        ran_at: Option<u64>,
+    },
     ReadVariable,
     AssignVariable,
+    /// ASSIGN_VARIABLE whose value's producer runs here, writing the variable's
+    /// `len` bytes itself (see `control_flow::assign_in_place`): its kernel reads
+    /// the step's inputs after the resource handle.
+    AssignComputed {
+        kernel: KernelFn,
+        len: usize,
+    },
+    /// A kernel reading some inputs straight from variables (see
+    /// `control_flow::read_in_place`): (input slot holding the resource handle, the
+    /// value's bytes) for each.
+    KernelOnVariables {
+        kernel: KernelFn,
+        reads: SmallVec<[(usize, usize); 2]>,
+    },
 }
 
 /// A subgraph ready to run.
@@ -653,17 +678,20 @@ impl<'m> Compilation<'m> {
             }
         }
         fold::release_consumed(self, oi, |k| prepacked.contains(&k));
+        let mut substituted = built.substituted;
+        let reads = control_flow::read_in_place(self, oi, &prepacked, &mut substituted);
         if built.applies_epilogues {
             fusion::await_epilogue(self, oi, offered);
         }
+        let work = if reads.is_empty() { Work::Kernel(built.kernel) } else { Work::KernelOnVariables { kernel: built.kernel, reads } };
         self.steps.push(Step {
             op: oi,
-            work: Work::Kernel(built.kernel),
+            work,
             inputs: SmallVec::new(),
             prepacked,
             outputs: SmallVec::new(),
             extra: SmallVec::new(),
-            substituted: built.substituted,
+            substituted,
             io: None,
             views: Default::default(),
         });

@@ -137,6 +137,24 @@ pub(crate) fn reshape_like(op: &OpContext<'_>, code: B) -> Result<Built> {
     Ok(Built { outputs: vec![(x.dtype, out)], kernel: copy_kernel() })
 }
 
+/// Most copies a concatenation or slice lists at prepare (see [`runs_kernel`]);
+/// one with more keeps its general loop, whose set-up is then small beside the copies.
+const SMALL_COPY_RUNS: usize = 16;
+
+/// A kernel making copies resolved at prepare: the shape walk of a small
+/// concatenation or slice (a streaming model's state shifted by a frame, a few
+/// hundred bytes) cost more than its copies when done every run.
+fn runs_kernel(runs: Vec<movement_bytes::CopyRun>, what: &'static str) -> KernelFn {
+    Box::new(move |ins, outs| {
+        let out = outs.first_mut().ok_or_else(|| super::runtime("copy without an output"))?;
+        if movement_bytes::copy_runs(&runs, |i| ins.get(i).copied().flatten(), out) {
+            Ok(())
+        } else {
+            Err(super::runtime(format!("{what} buffers do not match the planned shapes")))
+        }
+    })
+}
+
 pub(crate) fn concat(op: &OpContext<'_>, pack: bool) -> Result<Built> {
     let inputs: Vec<_> = op.inputs.iter().map(|i| i.as_ref().ok_or_else(|| op.bad("missing input"))).collect::<Result<_>>()?;
     let first = *inputs.first().ok_or_else(|| op.bad("no inputs"))?;
@@ -241,6 +259,12 @@ pub(crate) fn concat(op: &OpContext<'_>, pack: bool) -> Result<Built> {
     // Bytes: each shape gains a trailing dim of the element width.
     let w = width(op, dtype)?;
     let byte_shapes: Vec<Vec<usize>> = shapes.iter().map(|s| s.iter().copied().chain([w]).collect()).collect();
+    if clamp == ferrite_kernels::Clamp::NONE {
+        let refs: Vec<&[usize]> = byte_shapes.iter().map(|s| &s[..]).collect();
+        if let Some(runs) = movement_bytes::concat_runs(&refs, ax, SMALL_COPY_RUNS) {
+            return Ok(Built { outputs: vec![(dtype, out)], kernel: runs_kernel(runs, "CONCATENATION") });
+        }
+    }
     Ok(Built {
         outputs: vec![(dtype, out)],
         kernel: Box::new(move |ins, outs| {
@@ -480,6 +504,9 @@ pub(crate) fn slice(op: &OpContext<'_>, strided: bool) -> Result<Built> {
     };
     let dtype = x.dtype;
     let w = width(op, dtype)?;
+    if let Some(runs) = movement_bytes::strided_slice_runs(&shape, &begin, &stride, &sizes, w, SMALL_COPY_RUNS) {
+        return Ok(Built { outputs: vec![(dtype, out)], kernel: runs_kernel(runs, "slice") });
+    }
     Ok(Built {
         outputs: vec![(dtype, out)],
         kernel: Box::new(move |ins, outs| {
