@@ -135,9 +135,9 @@ simd_fn! {
     ///
     /// With AVX-512 and multiplier 1 every row runs on SIMD kernels (8- and
     /// 4-pixel tiles, single edge pixels, channel groups for large filters); a
-    /// multiplier above 1, at most 8 channels or a map under 8 pixels wide run on
-    /// a kernel that reads the multiplier from the input and packs several pixels
-    /// into one vector. Elsewhere the work goes in tiles of 4 output pixels x 16
+    /// multiplier above 1 or at most 8 channels run on a kernel that reads the
+    /// multiplier from the input and packs several pixels into one vector (so do
+    /// `[batch, T, 1, C]` maps with Nx1 filters, as rows along T). Elsewhere the work goes in tiles of 4 output pixels x 16
     /// channels, accumulators in registers across all taps; channels past the last
     /// whole block of 16 and multipliers above 1 take a simple per-pixel path,
     /// except with AVX2 + FMA and no AVX-512, and on aarch64 (NEON), where one
@@ -165,13 +165,15 @@ simd_fn! {
             unsafe { avx2::dw_rows(input, in_c, multiplier, w, bias, g, clamp, out, rows) };
             return;
         }
-        // AVX-512: a multiplier above 1, at most 8 channels, or a map too narrow for
-        // the multiplier-1 row kernel's tiles (edge pixels only there), on the
-        // lane-packing kernel (the multiplier read from the input, several pixels
-        // per vector, multi-pixel tiles at the edges).
+        // AVX-512: a multiplier above 1, at most 8 channels, or a [batch, T, 1, C] map
+        // with an Nx1 filter (one pixel per row for the multiplier-1 row kernel,
+        // rows along T here), on the lane-packing kernel (the multiplier read from
+        // the input, several pixels per vector). Other narrow maps stay on the row
+        // kernel: its per-pixel edge tiles measured faster there than masked
+        // multi-pixel tiles (kws_dscnn's 5-wide maps, vww's 3- and 6-wide ones).
         #[cfg(target_arch = "x86_64")]
         if depthwise_masks_tails()
-            && (multiplier > 1 || out_c <= 8 || g.out_w < 8)
+            && (multiplier > 1 || out_c <= 8 || column_as_row(g).is_some())
             && crate::product(&[g.k_h, g.k_w, out_c]).is_some_and(|n| n <= w.len())
             && bias.is_none_or(|b| b.len() >= out_c)
         {

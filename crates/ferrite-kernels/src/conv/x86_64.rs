@@ -376,6 +376,31 @@ unsafe fn lanes_tile<const P: usize, const CHECKED: bool, const MODE: u8>(r: &La
     let mut acc = [bias; P];
     let full: __mmask16 = ((1u32 << l.extent) - 1) as __mmask16;
     let step = (l.v * g.stride_w) as isize;
+    // Which floats of a vector's load lie inside the row: one pixel's are all in
+    // or all out; several pixels' take the per-float range.
+    let mask = |col: isize| {
+        if l.v == 1 {
+            if (col as usize) < g.in_w {
+                full
+            } else {
+                0
+            }
+        } else {
+            column_mask(col, r.in_c, g.in_w, l.src, l.extent)
+        }
+    };
+    // The masks depend on the filter column and the vector, not the filter row:
+    // worked out once per tile (for filters up to 16 wide), not per tap.
+    let mut masks = [0 as __mmask16; 64];
+    let pre = CHECKED && g.k_w * P <= 64;
+    if pre {
+        for kx in 0..g.k_w {
+            let col = (ox0 * g.stride_w + kx * g.dil_w) as isize - g.pad_left as isize;
+            for p in 0..P {
+                masks[kx * P + p] = mask(col + p as isize * step);
+            }
+        }
+    }
     for ky in r.ky.0..r.ky.1 {
         let line = r.x.wrapping_add((ky - r.ky.0) * g.dil_h * r.in_row);
         for kx in 0..g.k_w {
@@ -385,8 +410,12 @@ unsafe fn lanes_tile<const P: usize, const CHECKED: bool, const MODE: u8>(r: &La
                 wv = _mm512_permutexvar_ps(l.widx, wv);
             }
             let mut col = (ox0 * g.stride_w + kx * g.dil_w) as isize - g.pad_left as isize;
-            for a in acc.iter_mut() {
-                let m = if CHECKED { column_mask(col, r.in_c, g.in_w, l.src, l.extent) } else { full };
+            for (p, a) in acc.iter_mut().enumerate() {
+                let m = match (CHECKED, pre) {
+                    (false, _) => full,
+                    (true, true) => masks[kx * P + p],
+                    (true, false) => mask(col),
+                };
                 let at = line.wrapping_offset(col * r.in_c as isize + l.src as isize);
                 let xv = if MODE == BCAST {
                     if m == 0 {
@@ -482,10 +511,8 @@ unsafe fn lanes_row<const MODE: u8>(r: &LaneRow, l: &Lanes, bias: __m512, (x_lo,
 /// one load) and for at most 8 output channels (several pixels side by side in
 /// one vector: 2 of 8 channels, 4 of 3-4, ... as far as one 16-float load spans
 /// their input). Neither then needs a copy of the input with its channels
-/// repeated, and a few channels do not leave most lanes idle. Narrow maps (and
-/// `[batch, T, 1, C]` ones, taken as rows along T) run here at any multiplier:
-/// several pixels per tile share each weight load, where the per-pixel edge
-/// kernel would load it for every pixel.
+/// repeated, and a few channels do not leave most lanes idle. `[batch, T, 1, C]`
+/// maps with Nx1 filters run here at any multiplier, taken as rows along T.
 /// Output rows `rows` (row = batch * out_h + oy) into `out`, which holds just
 /// them. Each output sums bias, then the taps by filter row and column (a tap
 /// in the padding adds a zero at the edges): the same for any split of rows.
