@@ -479,7 +479,7 @@ unsafe fn lanes_row<const MODE: u8>(r: &LaneRow, l: &Lanes, bias: __m512, (x_lo,
     let v = l.v;
     let x_hi = x_hi.min(to);
     let mut ox = from;
-    // SAFETY (all calls): tiles without checks only where every pixel's taps lie
+    // SAFETY: (all calls) tiles without checks only where every pixel's taps lie
     // inside the row ([x_lo, x_hi)); the others checked; stores within the piece.
     unsafe {
         if x_hi < x_lo.max(from) + 8 * v {
