@@ -134,8 +134,10 @@ simd_fn! {
     /// rows `rows` (row = batch * out_h + oy), which `out` holds.
     ///
     /// With AVX-512 and multiplier 1 every row runs on SIMD kernels (8- and
-    /// 4-pixel tiles, single edge pixels, channel groups for large filters); few channels (dividing 16) at stride 1 run 16 lanes over
-    /// whole pixels. Elsewhere the work goes in tiles of 4 output pixels x 16
+    /// 4-pixel tiles, single edge pixels, channel groups for large filters); a
+    /// multiplier above 1 or at most 8 channels run on a kernel that reads the
+    /// multiplier from the input and packs several pixels into one vector (so do
+    /// `[batch, T, 1, C]` maps with Nx1 filters, as rows along T). Elsewhere the work goes in tiles of 4 output pixels x 16
     /// channels, accumulators in registers across all taps; channels past the last
     /// whole block of 16 and multipliers above 1 take a simple per-pixel path,
     /// except with AVX2 + FMA and no AVX-512, and on aarch64 (NEON), where one
@@ -163,6 +165,23 @@ simd_fn! {
             unsafe { avx2::dw_rows(input, in_c, multiplier, w, bias, g, clamp, out, rows) };
             return;
         }
+        // AVX-512: a multiplier above 1, at most 8 channels, or a [batch, T, 1, C] map
+        // with an Nx1 filter (one pixel per row for the multiplier-1 row kernel,
+        // rows along T here), on the lane-packing kernel (the multiplier read from
+        // the input, several pixels per vector). Other narrow maps stay on the row
+        // kernel: its per-pixel edge tiles measured faster there than masked
+        // multi-pixel tiles (kws_dscnn's 5-wide maps, vww's 3- and 6-wide ones).
+        #[cfg(target_arch = "x86_64")]
+        if depthwise_masks_tails()
+            && (multiplier > 1 || out_c <= 8 || column_as_row(g).is_some())
+            && crate::product(&[g.k_h, g.k_w, out_c]).is_some_and(|n| n <= w.len())
+            && bias.is_none_or(|b| b.len() >= out_c)
+        {
+            // SAFETY: AVX-512F checked; buffers, rows and index ranges asserted above,
+            // weights and bias lengths just now.
+            unsafe { x86_64::dw_rows_lanes(input, in_c, multiplier, w, bias, g, clamp, out, rows) };
+            return;
+        }
         // aarch64: the NEON counterpart (4-lane blocks), for the same cases.
         #[cfg(target_arch = "aarch64")]
         if crate::level::has_neon() && crate::product(&[g.k_h, g.k_w, out_c]).is_some_and(|n| n <= w.len()) && bias.is_none_or(|b| b.len() >= out_c) {
@@ -176,49 +195,8 @@ simd_fn! {
         let blocked = if multiplier == 1 { out_c / B * B } else { 0 };
         let first_row = rows.start;
         // `out` holds output rows `rows` (row = batch * out_h + oy) only.
-        // Few channels (C divides 16), stride 1: one 16-float vector spans 16 / C whole
-        // pixels, so weights tiled to 16 lanes let interior strips run 16 lanes wide.
-        let taps = g.k_h * g.k_w;
-        let small_c = taps > 0 && in_c > 0 && multiplier == 1 && in_c < 16 && 16 % in_c == 0 && g.stride_w == 1 && g.dil_w == 1 && taps <= 49;
-        let mut tiled_w = [0.0f32; 16 * 49];
-        let mut tiled_b = [0.0f32; 16];
-        if small_c {
-            for t in 0..taps {
-                for l in 0..16 {
-                    tiled_w[t * 16 + l] = w[t * out_c + l % in_c];
-                }
-            }
-            for l in 0..16 {
-                tiled_b[l] = bias.map_or(0.0, |b| b[l % in_c]);
-            }
-        }
         for row in rows {
             let (n, oy) = (row / g.out_h, row % g.out_h);
-            if small_c {
-                let ppv = 16 / in_c;
-                let strip = 4 * ppv;
-                let row_out = (row - first_row) * g.out_w;
-                let y_ok = (oy * g.stride_h).checked_sub(g.pad_top).filter(|&y0| y0 + (g.k_h - 1) * g.dil_h < g.in_h);
-                let mut ox = 0;
-                while ox < g.out_w {
-                    let x_ok = ox.checked_sub(g.pad_left).filter(|&x0| ox + strip <= g.out_w && x0 + strip - 1 + (g.k_w - 1) < g.in_w);
-                    if let (Some(y0), Some(x0)) = (y_ok, x_ok) {
-                        let start = n * in_img + y0 * in_row + x0 * in_c;
-                        let last = start + (g.k_h - 1) * g.dil_h * in_row + (strip - 1 + g.k_w - 1) * in_c + in_c;
-                        if last <= input.len() && (row_out + ox + strip) * out_c <= out.len() {
-                            // SAFETY: reads stay in [start, last) of `input` (checked), writes
-                            // in this strip's pixels of `out` (checked), tiled arrays are local.
-                            if unsafe { dw_small_c(input.as_ptr().add(start), in_c, in_row, g, &tiled_w, &tiled_b, clamp, out.as_mut_ptr().add((row_out + ox) * out_c)) } {
-                                ox += strip;
-                                continue;
-                            }
-                        }
-                    }
-                    dw_pixel(input, in_c, multiplier, w, bias, g, clamp, out, n, oy, ox, row_out, 0);
-                    ox += 1;
-                }
-                continue;
-            }
             let row_out = (row - first_row) * g.out_w;
             if multiplier == 1 {
                 if let Some(o) = out.get_mut(row_out * out_c..(row_out + g.out_w) * out_c) {
@@ -309,10 +287,33 @@ pub fn depthwise_avx2_tiles() -> bool {
 }
 
 /// Whether [`depthwise_conv2d`] takes a register-tiled kernel that reads any
-/// channel multiplier straight from the input and takes any stride: AVX2 without
-/// AVX-512 ([`depthwise_avx2_tiles`]), or NEON on aarch64 (4-lane blocks).
+/// channel multiplier straight from the input and takes any stride: AVX-512,
+/// AVX2 without AVX-512 ([`depthwise_avx2_tiles`]), or NEON on aarch64 (4-lane blocks).
 pub fn depthwise_direct_tiles() -> bool {
-    depthwise_avx2_tiles() || (cfg!(target_arch = "aarch64") && crate::level::has_neon())
+    depthwise_masks_tails() || depthwise_avx2_tiles() || (cfg!(target_arch = "aarch64") && crate::level::has_neon())
+}
+
+/// A one-column map with a one-column filter (`[batch, T, 1, C]` audio and sensor
+/// shapes, Nx1 filters) is the same memory as a one-row map with a 1xN filter:
+/// taken that way, each batch item is one row whose pixels run along T, and pixel
+/// tiles fill instead of running one pixel per row. That row geometry, or `None`.
+#[cfg(target_arch = "x86_64")]
+fn column_as_row(g: &Window) -> Option<Window> {
+    (g.in_w == 1 && g.out_w == 1 && g.k_w == 1).then_some(Window {
+        in_h: 1,
+        in_w: g.in_h,
+        out_h: 1,
+        out_w: g.out_h,
+        k_h: 1,
+        k_w: g.k_h,
+        stride_h: 1,
+        stride_w: g.stride_h,
+        dil_h: 1,
+        dil_w: g.dil_h,
+        pad_top: 0,
+        pad_left: g.pad_top,
+        ..*g
+    })
 }
 
 /// Whether [`depthwise_conv2d`] runs every channel count at full vector width
@@ -441,24 +442,6 @@ fn dw_pixel(
     for a in acc.iter_mut() {
         *a = a.max(clamp.min).min(clamp.max);
     }
-}
-
-/// A strip of `4 * 16 / C` interior pixels of a depthwise convolution with C
-/// channels (C divides 16), stride 1, using AVX-512. False without AVX-512.
-///
-/// # Safety
-/// `x` points at the strip's top-left input pixel; the strip's taps must stay
-/// inside the input; `o` must be writable for the strip's outputs.
-#[allow(clippy::too_many_arguments)]
-unsafe fn dw_small_c(x: *const f32, in_c: usize, in_row: usize, g: &Window, wt: &[f32; 16 * 49], bt: &[f32; 16], clamp: Clamp, o: *mut f32) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    if crate::level::has_avx512f() {
-        // SAFETY: AVX-512F checked; pointers per this function's contract.
-        unsafe { x86_64::dw_small_c_avx512(x, in_c, in_row, g, wt, bt, clamp, o) };
-        return true;
-    }
-    let _ = (x, in_c, in_row, g, wt, bt, clamp, o);
-    false
 }
 
 /// Walks a transposed convolution's scatter: output pixel (y, x) receives input
@@ -772,6 +755,99 @@ mod tests {
                             }
                             let got = out[((row - start) * out_w + ox) * oc + o];
                             assert!((got - clamp.apply(s)).abs() < 1e-4, "{l:?} {g:?} c{c} m{mult}: {got} vs {s} at row {row} x {ox} ch {o}");
+                        }
+                    }
+                }
+            }
+        });
+    }
+
+    /// Every split of 1-8 output channels into input channels and a multiplier,
+    /// and wider blocks with multipliers (channels past 16 and a block spanning
+    /// several input channels), at strides 1-3, dilation 1-2 and widths from
+    /// below one vector's pixels to several tiles: the pixel packing (several
+    /// pixels per vector), its edge masks and its lane permutations.
+    #[test]
+    fn depthwise_packed_pixels_match_naive() {
+        let naive = |x: &[f32], c: usize, mult: usize, w: &[f32], b: &[f32], g: &Window| {
+            let oc = c * mult;
+            let mut out = vec![0.0f32; g.batch * g.out_h * g.out_w * oc];
+            for n in 0..g.batch {
+                for oy in 0..g.out_h {
+                    for ox in 0..g.out_w {
+                        for o in 0..oc {
+                            let mut s = b[o];
+                            for ky in 0..g.k_h {
+                                let Some(y) = g.in_y(oy, ky) else { continue };
+                                for kx in 0..g.k_w {
+                                    let Some(xx) = g.in_x(ox, kx) else { continue };
+                                    s += x[((n * g.in_h + y) * g.in_w + xx) * c + o / mult] * w[(ky * g.k_w + kx) * oc + o];
+                                }
+                            }
+                            out[((n * g.out_h + oy) * g.out_w + ox) * oc + o] = s;
+                        }
+                    }
+                }
+            }
+            out
+        };
+        let splits = [
+            (1, 1),
+            (2, 1),
+            (1, 2),
+            (3, 1),
+            (1, 3),
+            (4, 1),
+            (2, 2),
+            (1, 4),
+            (5, 1),
+            (6, 1),
+            (3, 2),
+            (2, 3),
+            (7, 1),
+            (8, 1),
+            (4, 2),
+            (2, 4),
+            (1, 8),
+            (1, 16),
+            (3, 8),
+            (5, 4),
+            (2, 12),
+        ];
+        crate::level::each(|l| {
+            for (i, &(c, mult)) in splits.iter().enumerate() {
+                for stride in 1..=3 {
+                    for dil in [1, 2] {
+                        for in_w in [1, 3, 9, 17, 40] {
+                            let (k, in_h) = (if i % 2 == 0 { 3 } else { 5 }, 4);
+                            let Some((out_w, pad_left)) = out_size_and_pad(in_w, k, stride, dil, true) else { continue };
+                            let (out_h, pad_top) = out_size_and_pad(in_h, k, 1, 1, true).unwrap();
+                            let g = Window {
+                                batch: 2,
+                                in_h,
+                                in_w,
+                                out_h,
+                                out_w,
+                                k_h: k,
+                                k_w: k,
+                                stride_h: 1,
+                                stride_w: stride,
+                                dil_h: 1,
+                                dil_w: dil,
+                                pad_top,
+                                pad_left,
+                            };
+                            let oc = c * mult;
+                            let x: Vec<f32> = (0..2 * in_h * in_w * c).map(|j| ((j * 13 % 17) as f32) * 0.1 - 0.8).collect();
+                            let w: Vec<f32> = (0..k * k * oc).map(|j| ((j * 5 % 7) as f32) * 0.2 - 0.6).collect();
+                            let b: Vec<f32> = (0..oc).map(|j| j as f32 * 0.01).collect();
+                            let want = naive(&x, c, mult, &w, &b, &g);
+                            // From row 1: a thread's share that starts mid-image.
+                            let mut out = vec![f32::NAN; (2 * out_h - 1) * out_w * oc];
+                            depthwise_conv2d(&x, c, mult, &w, Some(&b), &g, Clamp::NONE, &mut out, 1..2 * out_h);
+                            for (j, (a, r)) in out.iter().zip(&want[out_w * oc..]).enumerate() {
+                                assert!((a - r).abs() < 1e-4, "{l:?} c{c} m{mult} s{stride} d{dil} w{in_w}: {a} vs {r} at {j}");
+                            }
                         }
                     }
                 }

@@ -59,12 +59,63 @@ fn next(idx: &mut [usize], shape: &[usize]) {
     }
 }
 
+/// The same permutation on fewer dims: dims of size 1 dropped, and input dims
+/// that stay adjacent and in order in the output merged into one. Returns the
+/// input shape and permutation of that form and its rank (0 when nothing but a
+/// copy is left).
+fn simplify(in_shape: &[usize], perm: &[usize]) -> ([usize; crate::MAX_DIMS], [usize; crate::MAX_DIMS], usize) {
+    // Output order of the input dims other than those of size 1.
+    let mut order = [0usize; crate::MAX_DIMS];
+    let mut n = 0;
+    for &p in perm {
+        if in_shape[p] != 1 {
+            order[n] = p;
+            n += 1;
+        }
+    }
+    // Runs of consecutive input dims in output order: each becomes one dim, of
+    // the runs' product size, placed in the input by its first dim (`head`).
+    let mut size = [1usize; crate::MAX_DIMS];
+    let mut head = [0usize; crate::MAX_DIMS];
+    let mut runs = 0;
+    for i in 0..n {
+        // A dim continues the previous run when it follows it in the input,
+        // skipping dims of size 1 (dropped) in between.
+        let cont = i > 0 && (order[i - 1] + 1..order[i]).all(|d| in_shape[d] == 1) && order[i] > order[i - 1];
+        if !cont {
+            head[runs] = order[i];
+            runs += 1;
+        }
+        size[runs - 1] *= in_shape[order[i]];
+    }
+    // Input order of the runs: by their first dim; the output takes them in run order.
+    let mut shape = [0usize; crate::MAX_DIMS];
+    let mut new_perm = [0usize; crate::MAX_DIMS];
+    for r in 0..runs {
+        let rank = (0..runs).filter(|&q| head[q] < head[r]).count();
+        shape[rank] = size[r];
+        new_perm[r] = rank;
+    }
+    (shape, new_perm, if runs <= 1 { 0 } else { runs })
+}
+
 /// Permutes dimensions: `out` dim `i` is input dim `perm[i]` (elements of `width` bytes).
+/// Dims of size 1 are dropped and dims that stay together merged first, so a
+/// permutation that only moves dims of size 1 is one copy, and the innermost
+/// loop runs over as many elements as it can.
 pub fn transpose(input: &[u8], in_shape: &[usize], perm: &[usize], width: usize, out: &mut [u8]) {
     let r = in_shape.len();
     if r == 0 || out.is_empty() {
         out.copy_from_slice(&input[..out.len()]);
         return;
+    }
+    let (shape, p, rank) = simplify(in_shape, perm);
+    if rank == 0 {
+        out.copy_from_slice(&input[..out.len()]);
+        return;
+    }
+    if rank < r {
+        return transpose(input, &shape[..rank], &p[..rank], width, out);
     }
     let in_st = strides(in_shape);
     let mut out_shape = [0usize; crate::MAX_DIMS];
@@ -347,10 +398,44 @@ mod tests {
 
     /// Each shape/perm against the typed kernel, for 4-byte elements and for
     /// 1-byte ones (the u32 data's low bytes).
+    /// Permutations the simplification changes: dims of size 1 moved (a copy),
+    /// dims that stay adjacent merged (around a size-1 dim too), and a few random
+    /// ones of rank 2-6 with sizes 1-3.
+    fn transpose_shapes() -> Vec<(Vec<usize>, Vec<usize>)> {
+        let mut v = vec![
+            (vec![1, 1, 16], vec![0, 2, 1]),
+            (vec![1, 1, 7, 1], vec![0, 1, 3, 2]),
+            (vec![1, 5, 7], vec![0, 2, 1]),
+            (vec![2, 3, 4, 5], vec![0, 3, 1, 2]),
+            (vec![2, 3, 1, 4, 5], vec![3, 4, 0, 1, 2]),
+            (vec![4, 1, 3, 2], vec![2, 3, 1, 0]),
+            (vec![1], vec![0]),
+        ];
+        let mut seed = 0x9e37_79b9_u64;
+        let mut next = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        for _ in 0..60 {
+            let r = 2 + next(5);
+            let shape: Vec<usize> = (0..r).map(|_| 1 + next(3)).collect();
+            let mut perm: Vec<usize> = (0..r).collect();
+            for i in (1..r).rev() {
+                perm.swap(i, next(i + 1));
+            }
+            v.push((shape, perm));
+        }
+        v
+    }
+
     #[test]
     fn transpose_matches_typed() {
         for (shape, perm) in
             [(vec![2, 3, 4], vec![2, 0, 1]), (vec![2, 3, 4], vec![0, 1, 2]), (vec![5, 1, 3], vec![1, 2, 0]), (vec![3, 4], vec![1, 0]), (vec![7], vec![0])]
+                .into_iter()
+                .chain(transpose_shapes())
         {
             let x = data(shape.iter().product());
             let mut want = vec![0u32; x.len()];

@@ -1,6 +1,6 @@
 //! x86-64 (AVX-512F) depthwise convolution kernels of [`super`], reached through
-//! [`dw_row_simd`] and `super::dw_small_c`, which check the CPU features and the
-//! ranges the kernels read and write.
+//! [`dw_row_simd`] and [`dw_rows_lanes`], whose callers check the CPU features
+//! and the ranges the kernels read and write.
 
 use super::{depthwise_masks_tails, Window};
 use crate::Clamp;
@@ -103,43 +103,6 @@ pub(super) fn dw_row_simd(input: &[f32], c: usize, w: &[f32], bias: Option<&[f32
         }
     }
     true
-}
-
-/// `super::dw_small_c` with AVX-512F: four vectors of 16 / C pixels each.
-///
-/// # Safety
-/// The CPU must support AVX-512F; `x` points at the strip's top-left input pixel
-/// and every tap of the strip's 64 floats per pixel row stays inside the input;
-/// `o` is writable for 64 floats; `g.k_h * g.k_w <= 49`.
-#[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn dw_small_c_avx512(x: *const f32, in_c: usize, in_row: usize, g: &Window, wt: &[f32; 16 * 49], bt: &[f32; 16], clamp: Clamp, o: *mut f32) {
-    // SAFETY: `bt` is 16 floats.
-    let b = unsafe { _mm512_loadu_ps(bt.as_ptr()) };
-    let (mut a0, mut a1, mut a2, mut a3) = (b, b, b, b);
-    for ky in 0..g.k_h {
-        for kx in 0..g.k_w {
-            // SAFETY: tap (ky, kx) < 49 indexes 16 floats of `wt`; the input reads,
-            // 64 floats from the tap's first pixel, stay inside the input (contract).
-            unsafe {
-                let xr = x.add(ky * g.dil_h * in_row);
-                let wv = _mm512_loadu_ps(wt.as_ptr().add((ky * g.k_w + kx) * 16));
-                let xp = xr.add(kx * in_c);
-                a0 = _mm512_fmadd_ps(_mm512_loadu_ps(xp), wv, a0);
-                a1 = _mm512_fmadd_ps(_mm512_loadu_ps(xp.add(16)), wv, a1);
-                a2 = _mm512_fmadd_ps(_mm512_loadu_ps(xp.add(32)), wv, a2);
-                a3 = _mm512_fmadd_ps(_mm512_loadu_ps(xp.add(48)), wv, a3);
-            }
-        }
-    }
-    let (lo, hi) = (_mm512_set1_ps(clamp.min), _mm512_set1_ps(clamp.max));
-    // SAFETY: `o` is writable for the strip's 64 outputs (contract).
-    unsafe {
-        _mm512_storeu_ps(o, _mm512_min_ps(_mm512_max_ps(a0, lo), hi));
-        _mm512_storeu_ps(o.add(16), _mm512_min_ps(_mm512_max_ps(a1, lo), hi));
-        _mm512_storeu_ps(o.add(32), _mm512_min_ps(_mm512_max_ps(a2, lo), hi));
-        _mm512_storeu_ps(o.add(48), _mm512_min_ps(_mm512_max_ps(a3, lo), hi));
-    }
 }
 
 /// Depthwise tile of 4 output pixels over channels `0..blocked` (the last block
@@ -340,5 +303,344 @@ unsafe fn dw_row8_avx512<const KW: usize>(
             // is writable for (contract).
             unsafe { _mm512_mask_storeu_ps(o.add(p * out_c + c0), m, _mm512_min_ps(_mm512_max_ps(*a, lo), hi)) };
         }
+    }
+}
+
+/// How [`dw_rows_lanes`] lays one channel block over the 16 lanes: `v` output
+/// pixels side by side, `s` lanes each (a power of two at least the block's
+/// channel count), and where every lane finds its input.
+struct Lanes {
+    /// Pixels per vector.
+    v: usize,
+    /// Lanes per pixel.
+    s: usize,
+    /// First output channel of the block.
+    c0: usize,
+    /// First input channel read, and how many floats one vector load spans from it.
+    src: usize,
+    extent: usize,
+    /// Lane `l` takes loaded float `idx[l]`.
+    idx: __m512i,
+    /// Lane `l` takes weight (and bias) `l % s` of the block.
+    widx: __m512i,
+    /// Weight and bias floats of the block (`nl`).
+    wmask: __mmask16,
+    /// Output float `j` of the vector's `v` pixels comes from lane `oidx[j]`.
+    oidx: __m512i,
+}
+
+/// What stays the same along one piece of an output row of [`dw_rows_lanes`].
+struct LaneRow {
+    /// The input row under filter row `ky.0`; `ky` the filter rows inside the image.
+    x: *const f32,
+    ky: (usize, usize),
+    in_c: usize,
+    in_row: usize,
+    out_c: usize,
+    w: *const f32,
+    g: Window,
+    lo: __m512,
+    hi: __m512,
+    /// Output pixels `px.0..px.1` of the row; pixel `ox` at `o + (ox - px.0) * out_c`.
+    o: *mut f32,
+    px: (usize, usize),
+}
+
+/// Which of the `extent` floats a load from input column `col` (channel `src`)
+/// may touch: those whose column lies inside the row.
+#[inline(always)]
+fn column_mask(col: isize, in_c: usize, in_w: usize, src: usize, extent: usize) -> __mmask16 {
+    let (c, s) = (in_c as isize, src as isize);
+    let lo = (-col * c - s).clamp(0, extent as isize) as u32;
+    let hi = ((in_w as isize - col) * c - s).clamp(0, extent as isize) as u32;
+    if hi <= lo {
+        0
+    } else {
+        (((1u32 << (hi - lo)) - 1) << lo) as __mmask16
+    }
+}
+
+/// `P` vectors (`P * v` pixels from `ox0`) of one channel block. With `CHECKED`
+/// each load is masked to the columns inside the input (a tap in the padding
+/// adds a zero); without, every tap of every pixel must lie inside. The last
+/// vector stores only `np` pixels. `MODE`: how lanes get their input (see
+/// [`DIRECT`], [`PERM`], [`BCAST`]).
+///
+/// # Safety
+/// AVX-512F; the row's pointers and geometry as [`dw_rows_lanes`] sets them up;
+/// pixels `ox0..ox0 + (P - 1) * v + np` inside the piece `r.px`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn lanes_tile<const P: usize, const CHECKED: bool, const MODE: u8>(r: &LaneRow, l: &Lanes, bias: __m512, ox0: usize, np: usize) {
+    let g = &r.g;
+    let mut acc = [bias; P];
+    let full: __mmask16 = ((1u32 << l.extent) - 1) as __mmask16;
+    let step = (l.v * g.stride_w) as isize;
+    // Which floats of a vector's load lie inside the row: one pixel's are all in
+    // or all out; several pixels' take the per-float range.
+    let mask = |col: isize| {
+        if l.v == 1 {
+            if (col as usize) < g.in_w {
+                full
+            } else {
+                0
+            }
+        } else {
+            column_mask(col, r.in_c, g.in_w, l.src, l.extent)
+        }
+    };
+    // The masks depend on the filter column and the vector, not the filter row:
+    // worked out once per tile (for filters up to 16 wide), not per tap.
+    let mut masks = [0 as __mmask16; 64];
+    let pre = CHECKED && g.k_w * P <= 64;
+    if pre {
+        for kx in 0..g.k_w {
+            let col = (ox0 * g.stride_w + kx * g.dil_w) as isize - g.pad_left as isize;
+            for p in 0..P {
+                masks[kx * P + p] = mask(col + p as isize * step);
+            }
+        }
+    }
+    for ky in r.ky.0..r.ky.1 {
+        let line = r.x.wrapping_add((ky - r.ky.0) * g.dil_h * r.in_row);
+        for kx in 0..g.k_w {
+            // SAFETY: the block's `nl` weights of tap (ky, kx) lie within k_h * k_w * out_c.
+            let mut wv = unsafe { _mm512_maskz_loadu_ps(l.wmask, r.w.add((ky * g.k_w + kx) * r.out_c + l.c0)) };
+            if l.v > 1 {
+                wv = _mm512_permutexvar_ps(l.widx, wv);
+            }
+            let mut col = (ox0 * g.stride_w + kx * g.dil_w) as isize - g.pad_left as isize;
+            for (p, a) in acc.iter_mut().enumerate() {
+                let m = match (CHECKED, pre) {
+                    (false, _) => full,
+                    (true, true) => masks[kx * P + p],
+                    (true, false) => mask(col),
+                };
+                let at = line.wrapping_offset(col * r.in_c as isize + l.src as isize);
+                let xv = if MODE == BCAST {
+                    if m == 0 {
+                        _mm512_setzero_ps()
+                    } else {
+                        // SAFETY: the one float lies in a column inside the row
+                        // (checked here, or interior by the caller), channel src < in_c.
+                        _mm512_set1_ps(unsafe { *at })
+                    }
+                } else {
+                    // SAFETY: the unmasked floats lie in columns inside the row (checked
+                    // here, or interior by the caller) and channels below in_c; masked-off
+                    // ones are not accessed, so the address is formed with wrapping arithmetic.
+                    let xv = unsafe { _mm512_maskz_loadu_ps(m, at) };
+                    if MODE == PERM {
+                        _mm512_permutexvar_ps(l.idx, xv)
+                    } else {
+                        xv
+                    }
+                };
+                *a = _mm512_fmadd_ps(xv, wv, *a);
+                col += step;
+            }
+        }
+    }
+    for (p, a) in acc.iter().enumerate() {
+        let v = _mm512_min_ps(_mm512_max_ps(*a, r.lo), r.hi);
+        let px = ox0 + p * l.v - r.px.0;
+        let n = if p + 1 == P { np } else { l.v };
+        // SAFETY: pixels of the piece (contract), channels c0..c0 + nl, which `o` holds.
+        unsafe {
+            if l.v == 1 {
+                _mm512_mask_storeu_ps(r.o.add(px * r.out_c + l.c0), l.wmask, v);
+            } else {
+                let v = if l.s == r.out_c { v } else { _mm512_permutexvar_ps(l.oidx, v) };
+                _mm512_mask_storeu_ps(r.o.add(px * r.out_c), ((1u32 << (n * r.out_c)) - 1) as __mmask16, v);
+            }
+        }
+    }
+}
+
+/// Lanes load their own floats (one load per vector).
+const DIRECT: u8 = 0;
+/// Lanes pick their floats from one load by `idx` (a permutation).
+const PERM: u8 = 1;
+/// Every lane takes the same float (one input channel over the block).
+const BCAST: u8 = 2;
+
+/// One channel block over a piece of a row: interior pixels (`[x_lo, x_hi)`) in
+/// tiles of 8 vectors (8 accumulator chains keep both FMA pipes busy), then 4,
+/// then single vectors; edge pixels checked. A piece whose interior is too
+/// short for an 8-vector tile (narrow maps) runs wholly in checked tiles of 4
+/// vectors: the weights of a tap are then loaded once per 4 vectors, not per pixel.
+///
+/// # Safety
+/// As [`lanes_tile`], for the whole piece.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn lanes_row<const MODE: u8>(r: &LaneRow, l: &Lanes, bias: __m512, (x_lo, x_hi): (usize, usize)) {
+    let (from, to) = r.px;
+    let v = l.v;
+    let x_hi = x_hi.min(to);
+    let mut ox = from;
+    // SAFETY: (all calls) tiles without checks only where every pixel's taps lie
+    // inside the row ([x_lo, x_hi)); the others checked; stores within the piece.
+    unsafe {
+        if x_hi < x_lo.max(from) + 8 * v {
+            while ox + 4 * v <= to {
+                lanes_tile::<4, true, MODE>(r, l, bias, ox, v);
+                ox += 4 * v;
+            }
+        }
+        while ox < to {
+            if ox >= x_lo && ox + 8 * v <= x_hi {
+                lanes_tile::<8, false, MODE>(r, l, bias, ox, v);
+                ox += 8 * v;
+            } else if ox >= x_lo && ox + 4 * v <= x_hi {
+                lanes_tile::<4, false, MODE>(r, l, bias, ox, v);
+                ox += 4 * v;
+            } else if ox >= x_lo && ox + v <= x_hi {
+                lanes_tile::<1, false, MODE>(r, l, bias, ox, v);
+                ox += v;
+            } else {
+                lanes_tile::<1, true, MODE>(r, l, bias, ox, v.min(to - ox));
+                ox += v;
+            }
+        }
+    }
+}
+
+/// Depthwise convolution with AVX-512 for a channel multiplier above 1 (read
+/// straight from the input: each lane's input float picked by a permutation of
+/// one load) and for at most 8 output channels (several pixels side by side in
+/// one vector: 2 of 8 channels, 4 of 3-4, ... as far as one 16-float load spans
+/// their input). Neither then needs a copy of the input with its channels
+/// repeated, and a few channels do not leave most lanes idle. `[batch, T, 1, C]`
+/// maps with Nx1 filters run here at any multiplier, taken as rows along T.
+/// Output rows `rows` (row = batch * out_h + oy) into `out`, which holds just
+/// them. Each output sums bias, then the taps by filter row and column (a tap
+/// in the padding adds a zero at the edges): the same for any split of rows.
+///
+/// # Safety
+/// AVX-512F available. `input` holds `[batch, in_h, in_w, in_c]`, `w` holds
+/// `k_h * k_w * in_c * mult` values, `bias` (if any) `in_c * mult`, `out`
+/// `rows.len() * out_w * in_c * mult`, `rows.end <= batch * out_h`, and
+/// `g.indices_fit(in_c * mult)`.
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn dw_rows_lanes(
+    input: &[f32],
+    in_c: usize,
+    mult: usize,
+    w: &[f32],
+    bias: Option<&[f32]>,
+    g: &Window,
+    clamp: Clamp,
+    out: &mut [f32],
+    rows: std::ops::Range<usize>,
+) {
+    let out_c = in_c * mult;
+    if out_c == 0 || g.out_w == 0 || g.k_w == 0 || g.k_h == 0 || rows.is_empty() {
+        return;
+    }
+    // A [batch, T, 1, C] map with an Nx1 filter runs as one row per batch item.
+    let column = super::column_as_row(g);
+    let gt = column.unwrap_or(*g);
+    let in_img = g.in_h * g.in_w * in_c;
+    let x_lo = gt.pad_left.div_ceil(gt.stride_w).min(gt.out_w);
+    let span = (gt.k_w - 1) * gt.dil_w;
+    let x_hi = if gt.in_w + gt.pad_left > span { ((gt.in_w + gt.pad_left - span - 1) / gt.stride_w + 1).min(gt.out_w) } else { 0 };
+    let cols = (x_lo, x_hi.max(x_lo));
+    // Pixels per vector: as many as fit 16 lanes and one load's reach.
+    let (s, v) = if out_c <= 8 {
+        let s = out_c.next_power_of_two();
+        let mut v = 16 / s;
+        while v > 1 && (v - 1) * gt.stride_w * in_c + in_c > 16 {
+            v /= 2;
+        }
+        if v == 1 {
+            (16, 1)
+        } else {
+            (s, v)
+        }
+    } else {
+        (16, 1)
+    };
+    let (lo, hi) = (_mm512_set1_ps(clamp.min), _mm512_set1_ps(clamp.max));
+    let mut c0 = 0;
+    while c0 < out_c {
+        let nl = (out_c - c0).min(s);
+        let (src, last) = (c0 / mult, (c0 + nl - 1) / mult);
+        let extent = (v - 1) * gt.stride_w * in_c + last - src + 1;
+        let idx: [i32; 16] = std::array::from_fn(|lane| {
+            let (q, sl) = (lane / s, lane % s);
+            if sl < nl {
+                (q * gt.stride_w * in_c + (c0 + sl) / mult - src) as i32
+            } else {
+                0
+            }
+        });
+        // Lanes that load their own float need no permutation (multiplier 1 with
+        // the pixels' channels adjacent: stride 1, a channel count dividing 16).
+        let perm = idx.iter().enumerate().any(|(lane, &i)| lane % s < nl && i as usize != lane);
+        let widx: [i32; 16] = std::array::from_fn(|lane| (lane % s) as i32);
+        let oidx: [i32; 16] = std::array::from_fn(|j| if j < v * out_c { ((j / out_c) * s + j % out_c) as i32 } else { 0 });
+        // SAFETY: the index arrays are local, 16 i32 each.
+        let l = unsafe {
+            Lanes {
+                v,
+                s,
+                c0,
+                src,
+                extent,
+                idx: _mm512_loadu_si512(idx.as_ptr().cast()),
+                widx: _mm512_loadu_si512(widx.as_ptr().cast()),
+                wmask: ((1u32 << nl) - 1) as __mmask16,
+                oidx: _mm512_loadu_si512(oidx.as_ptr().cast()),
+            }
+        };
+        let b = match bias {
+            // SAFETY: the bias holds out_c values; the mask keeps to c0..c0 + nl.
+            Some(b) => unsafe { _mm512_maskz_loadu_ps(l.wmask, b.as_ptr().add(c0)) },
+            None => _mm512_setzero_ps(),
+        };
+        let b = if v > 1 { _mm512_permutexvar_ps(l.widx, b) } else { b };
+        let mut row = rows.start;
+        while row < rows.end {
+            // Pieces of rows of `gt`: (batch item, output row, first and end pixel).
+            let (n, oy, from, to, next) = if column.is_some() {
+                // The old rows are pixels of the item's single row.
+                let n = row / g.out_h;
+                let end = rows.end.min((n + 1) * g.out_h);
+                (n, 0, row - n * g.out_h, end - n * g.out_h, end)
+            } else {
+                (row / g.out_h, row % g.out_h, 0, g.out_w, row + 1)
+            };
+            // Filter rows inside the input: a contiguous range, as the input row grows with ky.
+            let inside = |ky: usize| gt.in_y(oy, ky).is_some();
+            let ky_lo = (0..gt.k_h).find(|&ky| inside(ky)).unwrap_or(gt.k_h);
+            let ky_hi = (ky_lo..gt.k_h).find(|&ky| !inside(ky)).unwrap_or(gt.k_h);
+            let iy0 = gt.in_y(oy, ky_lo).unwrap_or(0);
+            let r = LaneRow {
+                // n < batch and iy0 < in_h: the row lies inside `input`.
+                x: input.as_ptr().wrapping_add(n * in_img + iy0 * gt.in_w * in_c),
+                ky: (ky_lo, ky_hi),
+                in_c,
+                in_row: gt.in_w * in_c,
+                out_c,
+                w: w.as_ptr(),
+                g: gt,
+                lo,
+                hi,
+                o: out[(row - rows.start) * g.out_w * out_c..].as_mut_ptr(),
+                px: (from, to),
+            };
+            // SAFETY: the row's pointers and geometry as set up above.
+            unsafe {
+                match (extent, perm) {
+                    (1, _) => lanes_row::<BCAST>(&r, &l, b, cols),
+                    (_, true) => lanes_row::<PERM>(&r, &l, b, cols),
+                    (_, false) => lanes_row::<DIRECT>(&r, &l, b, cols),
+                }
+            }
+            row = next;
+        }
+        c0 += nl;
     }
 }

@@ -213,6 +213,9 @@ pub enum Packing {
     Gemm(ferrite_kernels::igemm::Isa),
     /// The same panels read as whole filter rows (this many columns merged per tap).
     GemmRows(ferrite_kernels::igemm::Isa, usize),
+    /// A BATCH_MATMUL's constant right operand in GEMM panels (its columns are
+    /// the output channels; `true` when stored transposed, `adj_y`).
+    GemmColumns(ferrite_kernels::igemm::Isa, bool),
     /// Weights dequantized or converted to float32.
     DenseF32,
     /// int8 convolution weights in the int8 GEMM's panels.

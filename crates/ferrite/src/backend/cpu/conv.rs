@@ -247,8 +247,10 @@ pub(crate) fn depthwise(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<
     // and takes any stride in register tiles (8 channels a block), so neither the
     // repeat nor the tiled rows below pay off, except for fewer than 8 channels at
     // horizontal stride 1, where the rows run full width and a block would not.
-    // NEON on aarch64 reads the multiplier the same way (4-channel blocks).
-    let direct = conv::depthwise_direct_tiles() && (oc >= 8 || g.stride_w > 1);
+    // NEON on aarch64 reads the multiplier the same way (4-channel blocks), and so
+    // does AVX-512 (a lane permutation of one load), which also packs the pixels
+    // of fewer than 8 channels into full vectors.
+    let direct = conv::depthwise_direct_tiles() && (conv::depthwise_masks_tails() || oc >= 8 || g.stride_w > 1);
     let wide = if mult > 1 && !direct { Some(Mutex::new(vec![0.0f32; op.checked_elements(&[g.batch, g.in_h, g.in_w, oc], 4)?])) } else { None };
     // Channels the kernel sees.
     let kc = if wide.is_some() { oc } else { ic };

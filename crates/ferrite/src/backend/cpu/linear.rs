@@ -28,7 +28,7 @@ pub(super) fn build(code: B, op: &OpContext<'_>, ctx: &mut BackendContext) -> Op
         B::FULLY_CONNECTED if op.is_int() => fully_connected_int(op, ctx),
         #[cfg(feature = "type-float")]
         B::FULLY_CONNECTED => fully_connected(op, ctx),
-        B::BATCH_MATMUL => batch_matmul(op),
+        B::BATCH_MATMUL => batch_matmul(op, ctx),
         // Reached only when a type feature left the op's kernel out of this build.
         #[allow(unreachable_patterns)]
         B::FULLY_CONNECTED => super::type_not_built(op),
@@ -87,7 +87,7 @@ pub(crate) fn fully_connected(op: &OpContext<'_>, ctx: &mut BackendContext) -> R
     })
 }
 
-pub(crate) fn batch_matmul(op: &OpContext<'_>) -> Result<Built> {
+pub(crate) fn batch_matmul(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> {
     let OpParams::BatchMatMul { adj_x, adj_y, .. } = op.op.params else { return Err(op.bad("missing BatchMatMul options")) };
     let int_type = op.input(0)?.dtype;
     let int8 = matches!(int_type, DType::I8 | DType::I16);
@@ -146,6 +146,38 @@ pub(crate) fn batch_matmul(op: &OpContext<'_>) -> Result<Built> {
     }
     if hybrid {
         return batch_matmul_hybrid(op, (m, k, n), (adj_x, adj_y), ia, ib, out_shape);
+    }
+    // A constant right operand shared by every batch, with the left operand's
+    // batches not broadcast: all batches' rows are one fully-connected product
+    // through the GEMM kernels (B packed once into panels), instead of the
+    // portable row-by-row loop (spectrogram filter banks: [frames, bins] x [bins, mels]).
+    let bt = op.input(1)?;
+    if !adj_x && bt.constant && ib.iter().all(|&i| i == 0) && ia.iter().enumerate().all(|(p, &i)| i == p) {
+        let bytes = bt.value.ok_or_else(|| op.bad("constant operand without data"))?;
+        let isa = igemm::Isa::for_channels(n);
+        op.checked_elements(&[(n.div_ceil(isa.nr()) * isa.nr()).max(1), k.max(1)], 4)?;
+        let key = crate::backend::PackKey { subgraph: op.subgraph, tensor: bt.tensor, with: None, packing: crate::backend::Packing::GemmColumns(isa, adj_y) };
+        let pk = ctx.packed(key, || {
+            let b = typed::<f32>(bytes)?;
+            let b = b.get(..k * n).ok_or_else(|| op.bad("constant operand shorter than its shape"))?;
+            // Packed takes [n][k] (output channel major): B^T, or B itself under adj_y.
+            if adj_y {
+                return Ok(igemm::Packed::new(isa, b, None, n, 1, k));
+            }
+            let mut t = vec![0.0f32; k * n];
+            ferrite_kernels::movement::transpose(b, &[k, n], &[1, 0], &mut t);
+            Ok(igemm::Packed::new(isa, &t, None, n, 1, k))
+        })?;
+        let rows = nb * m;
+        return Ok(Built {
+            outputs: vec![(DType::F32, out_shape)],
+            kernel: Box::new(move |ins, outs| {
+                if !igemm::fully_connected(typed::<f32>(arg(ins, 0)?)?, rows, &pk, ferrite_kernels::Clamp::NONE, typed_mut::<f32>(outs[0])?) {
+                    return Err(crate::error::Error::Runtime("batch matmul buffers do not match the planned shapes".into()));
+                }
+                Ok(())
+            }),
+        });
     }
     // Transpose scratch, sized once here so runs do not allocate.
     let mut ta = vec![0.0f32; if adj_x { m * k } else { 0 }];
