@@ -23,6 +23,10 @@ pub const BLOCK_ROWS: usize = 64;
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
 #[cfg(target_arch = "x86_64")]
+mod vnni;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use vnni::add_sub_8bit as vnni_add_sub_8bit;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod x86_64;
 
 /// int8 weights packed for [`gemm`], with their per-channel sums.
@@ -74,10 +78,7 @@ impl QIsa {
     /// The VNNI kernel, if this CPU has AVX-512F, AVX-512BW and AVX-512 VNNI.
     pub fn vnni() -> Option<QIsa> {
         #[cfg(target_arch = "x86_64")]
-        if crate::level::cpu_avx512f()
-            && std::arch::is_x86_feature_detected!("avx512bw")
-            && std::arch::is_x86_feature_detected!("avx512vnni")
-        {
+        if crate::level::cpu_avx512f() && std::arch::is_x86_feature_detected!("avx512bw") && std::arch::is_x86_feature_detected!("avx512vnni") {
             return Some(QIsa(QKind::Vnni));
         }
         None
@@ -224,6 +225,9 @@ pub struct ConvBuffers {
     rows: Vec<u8>,
     dots: Vec<i32>,
     row_sums: Vec<i32>,
+    /// The padded input the VNNI convolution reads its receptive fields from
+    /// (grown on its first run).
+    padded: Vec<u8>,
 }
 
 impl ConvBuffers {
@@ -243,7 +247,7 @@ impl ConvBuffers {
 
     /// Bytes held.
     pub fn bytes(&self) -> usize {
-        self.rows.len() + 4 * (self.dots.len() + self.row_sums.len())
+        self.rows.len() + self.padded.len() + 4 * (self.dots.len() + self.row_sums.len())
     }
 }
 
@@ -356,6 +360,13 @@ fn conv_8bit(
         *o = bias.map_or(0, |b| b[j]).wrapping_sub(a_zp.wrapping_mul(pk.col_sum[j])).wrapping_sub(k_const);
     }
     let fill = a_zp as u8;
+    // With AVX-512 VNNI the tiles read the receptive fields from a padded copy
+    // of the input instead (no gathered rows; a weight offset would need the
+    // rows' sums, so it stays here).
+    #[cfg(target_arch = "x86_64")]
+    if w_off == 0 && vnni::conv(input, flip, fill, pk, g, in_c, rq, out, &mut s.padded) {
+        return;
+    }
     let pixels = g.batch * g.out_h * g.out_w;
     let row_span = g.k_w * in_c;
     let in_row = g.in_w * in_c;
