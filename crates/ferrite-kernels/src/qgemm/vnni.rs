@@ -41,7 +41,7 @@ fn flattened(g: &Window) -> Window {
 /// four `k` per filter row) and the buffer stays within a few times the input.
 fn padded_dims(g: &Window, in_c: usize, kq: usize) -> Option<(usize, usize)> {
     let row_k = g.k_w.checked_mul(in_c)?;
-    if g.k_w > 1 && g.dil_w != 1 || g.k_h > 1 && !row_k.is_multiple_of(4) || g.k_h.checked_mul(row_k.next_multiple_of(4))? != kq {
+    if g.k_w > 1 && g.dil_w != 1 || g.k_h.checked_mul(row_k.next_multiple_of(4))? != kq {
         return None;
     }
     if g.out_h == 0 || g.out_w == 0 || g.batch == 0 || in_c == 0 {
@@ -53,6 +53,35 @@ fn padded_dims(g: &Window, in_c: usize, kq: usize) -> Option<(usize, usize)> {
     let bytes = crate::product(&[g.batch, hp, wp, in_c])?;
     let input = crate::product(&[g.batch, g.in_h, g.in_w, in_c])?;
     (bytes <= input.saturating_mul(4).max(1 << 20)).then_some((hp, wp))
+}
+
+/// The taps per filter row (`k_w * in_c`) where [`conv`] needs the weights
+/// laid out by [`pad_rows`] first: a filter of several rows whose rows are not
+/// whole groups of four `k` (a first layer's 3 channels), contiguous along the row.
+pub(super) fn row_groups(g: &Window, in_c: usize) -> Option<usize> {
+    let row_k = g.k_w * in_c;
+    (g.k_h > 1 && !row_k.is_multiple_of(4) && (g.k_w == 1 || g.dil_w == 1)).then_some(row_k)
+}
+
+/// `pk`'s weights with each of the `k_h` filter rows of `row_k` taps padded
+/// with zeros to whole groups of four, kept in `seg` (made once; remade if it
+/// holds another layer's).
+pub(super) fn pad_rows<'a>(seg: &'a mut Option<QPacked>, pk: &QPacked, k_h: usize, row_k: usize) -> &'a QPacked {
+    let row_kq = row_k.next_multiple_of(4);
+    if seg.as_ref().is_some_and(|s| s.n == pk.n && s.k == k_h * row_kq) {
+        return seg.as_ref().expect("checked just above");
+    }
+    let (groups, n) = (pk.kq / 4, pk.n);
+    let mut w = vec![0i8; n * k_h * row_kq];
+    for j in 0..n {
+        for ky in 0..k_h {
+            for t in 0..row_k {
+                let kk = ky * row_k + t;
+                w[j * k_h * row_kq + ky * row_kq + t] = pk.w[((j / NR) * groups + kk / 4) * NR * 4 + (j % NR) * 4 + kk % 4];
+            }
+        }
+    }
+    seg.insert(QPacked::new(&w, n, k_h * row_kq))
 }
 
 /// Bytes past the padded image the tiles may read: a filter row's last group
@@ -67,7 +96,11 @@ const SLACK: usize = 64;
 /// byte (the unsigned zero point), and the outputs are written xor `flip ^ 0x80`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn conv(input: &[u8], flip: u8, fill: u8, pk: &QPacked, g: &Window, in_c: usize, rq: &RowRequant, out: &mut [i8], pad: &mut Vec<u8>) -> bool {
-    if !available() || rq.offset.len() != pk.n || pk.n == 0 || pk.k != g.k_h * g.k_w * in_c {
+    // The weights in the filter rows' layout: padded per row (`pad_rows`) unless
+    // the filter has one row or its rows are whole groups already.
+    let row_k = g.k_w * in_c;
+    let k = if g.k_h == 1 { row_k } else { g.k_h * row_k.next_multiple_of(4) };
+    if !available() || rq.offset.len() != pk.n || pk.n == 0 || pk.k != k {
         return false;
     }
     let g = &flattened(g);
@@ -364,6 +397,48 @@ fn mbqm16(x: __m512i, s: &ScaleV) -> __m512i {
     _mm512_mask_add_epi32(shifted, up, shifted, _mm512_set1_epi32(1))
 }
 
+/// An 8-bit input's rescale `mbqm_split(d << l, m, 0, right)` for `|d| <= 255`
+/// and `9 <= l <= 22`, in 32-bit lanes: with `s = 31 - l` and `m = mh 2^s + ml`,
+/// the rounded high half `(d 2^l m + 2^30) >> 31` is exactly
+/// `d mh + ((d ml + 2^(s - 1)) >> s)`, both products inside int32 (`|d mh| <
+/// 2^30`, `|d ml| < 2^30`), so no 64-bit products are needed.
+struct SplitScale {
+    mh: __m512i,
+    ml: __m512i,
+    half: __m512i,
+    shift: __m128i,
+    scale: ScaleV,
+}
+
+impl SplitScale {
+    /// The split for `s` after a left shift of `l`, if `l + s.left` is in 9..=22.
+    #[target_feature(enable = "avx512f")]
+    fn new(s: crate::quant::Scale, l: u32) -> Option<SplitScale> {
+        let l = l.checked_add(s.left).filter(|l| (9..=22).contains(l))?;
+        let sh = 31 - l;
+        Some(SplitScale {
+            mh: _mm512_set1_epi32(s.multiplier >> sh),
+            ml: _mm512_set1_epi32(s.multiplier & ((1 << sh) - 1)),
+            half: _mm512_set1_epi32(1 << (sh - 1)),
+            shift: _mm_cvtsi32_si128(sh as i32),
+            scale: ScaleV::new(s),
+        })
+    }
+
+    /// The rescaled `d` (unshifted, `|d| <= 255`).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn apply(&self, d: __m512i) -> __m512i {
+        let low = _mm512_sra_epi32(_mm512_add_epi32(_mm512_mullo_epi32(d, self.ml), self.half), self.shift);
+        let high = _mm512_add_epi32(_mm512_mullo_epi32(d, self.mh), low);
+        let s = &self.scale;
+        let threshold = _mm512_add_epi32(s.half_mask, _mm512_srli_epi32::<31>(high));
+        let up = _mm512_cmpgt_epi32_mask(_mm512_and_si512(high, s.mask), threshold);
+        let shifted = _mm512_srav_epi32(high, s.right);
+        _mm512_mask_add_epi32(shifted, up, shifted, _mm512_set1_epi32(1))
+    }
+}
+
 /// Quantized ADD / SUB of 8-bit operands ([`crate::quant::AddSub::apply`] per
 /// element), 16 elements per step, the last `len % 16` masked. `UNSIGNED` reads
 /// and writes uint8 values, otherwise int8.
@@ -379,9 +454,17 @@ pub(crate) unsafe fn add_sub_8bit<const UNSIGNED: bool>(a: &[u8], b: &[u8], p: &
     let shift = _mm_cvtsi32_si128((p.left_shift & 31) as i32);
     let sign = _mm512_set1_epi32(p.sign);
     let widen = |v: __m128i| if UNSIGNED { _mm512_cvtepu8_epi32(v) } else { _mm512_cvtepi8_epi32(v) };
+    // 8-bit zero points keep |x - zp| <= 255 for the split rescale; others take
+    // the 64-bit products.
+    let zp_ok = |zp: i32| if UNSIGNED { (0..=255).contains(&zp) } else { (-128..=127).contains(&zp) };
+    let split = if zp_ok(p.zp.0) && zp_ok(p.zp.1) { SplitScale::new(p.scale.0, p.left_shift).zip(SplitScale::new(p.scale.1, p.left_shift)) } else { None };
     let step = |x: __m128i, y: __m128i| {
-        let x = mbqm16(_mm512_sll_epi32(_mm512_sub_epi32(widen(x), zpa), shift), &sa);
-        let y = mbqm16(_mm512_sll_epi32(_mm512_sub_epi32(widen(y), zpb), shift), &sb);
+        let (x, y) = match &split {
+            Some((fa, fb)) => (fa.apply(_mm512_sub_epi32(widen(x), zpa)), fb.apply(_mm512_sub_epi32(widen(y), zpb))),
+            None => {
+                (mbqm16(_mm512_sll_epi32(_mm512_sub_epi32(widen(x), zpa), shift), &sa), mbqm16(_mm512_sll_epi32(_mm512_sub_epi32(widen(y), zpb), shift), &sb))
+            }
+        };
         let s = match p.sign {
             1 => _mm512_add_epi32(x, y),
             -1 => _mm512_sub_epi32(x, y),
