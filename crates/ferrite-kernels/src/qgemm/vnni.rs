@@ -147,21 +147,25 @@ pub(super) fn conv(input: &[u8], flip: u8, fill: u8, pk: &QPacked, g: &Window, i
     let last = (g.batch - 1) * image + (g.out_h - 1) * g.stride_h * line + (g.out_w - 1) * t.px + (g.k_h - 1) * t.seg + t.seg_groups * 4;
     assert!(last <= len && pk.w.len() >= n.div_ceil(NR) * t.panel, "conv: padded input too short");
     let panels = n.div_ceil(NR);
-    // Panels per tile and rows per tile: 8 to 16 accumulators, so the products'
-    // latency is covered, with the broadcast rows shared by up to 4 panels.
+    // Panels per tile and pixels per tile: 12 to 16 accumulators, so that two
+    // products issued per cycle cover their latency, with the broadcast pixels
+    // shared by up to 4 panels.
     let chunk = panels.min(4);
     let rows = match chunk {
-        1 => 8,
-        2 => 6,
+        1 => 12,
+        2 => 8,
         _ => 4,
     };
+    // An output row in tiles of nearly equal width (32 pixels as 11 + 11 + 10,
+    // not 12 + 12 + 8), so no tile is left with few accumulators.
+    let tiles = g.out_w.div_ceil(rows);
     for nb in 0..g.batch {
         for oy in 0..g.out_h {
             let a_row = nb * image + oy * g.stride_h * line;
             let o_row = ((nb * g.out_h + oy) * g.out_w) * n;
             let mut ox = 0;
-            while ox < g.out_w {
-                let r = rows.min(g.out_w - ox);
+            for tile in 0..tiles {
+                let r = (g.out_w - ox).div_ceil(tiles - tile);
                 let mut p = 0;
                 while p < panels {
                     let pc = chunk.min(panels - p);
@@ -222,8 +226,8 @@ unsafe fn dispatch(t: &Tile, r: usize, pc: usize, a: *const u8, w: *const i8, rq
     // SAFETY: the caller's contract, for the rows and panels named.
     unsafe {
         match pc {
-            1 => go!(1, 2, 3, 4, 5, 6, 7, 8; 1),
-            2 => go!(1, 2, 3, 4, 5, 6; 2),
+            1 => go!(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12; 1),
+            2 => go!(1, 2, 3, 4, 5, 6, 7, 8; 2),
             3 => go!(1, 2, 3, 4; 3),
             _ => go!(1, 2, 3, 4; 4),
         }
@@ -259,6 +263,18 @@ unsafe fn tile<const R: usize, const P: usize>(t: &Tile, a: *const u8, w: *const
         }
     }
     let flip = _mm_set1_epi8(t.flip as i8);
+    let store = |at: *mut i8, k: __mmask16, v: __m512i| {
+        let b = _mm512_cvtepi32_epi8(v);
+        let b = if t.flip != 0 { _mm_xor_si128(b, flip) } else { b };
+        // SAFETY: the caller's `at` holds the lanes of `k` (16 with a plain store).
+        unsafe {
+            if k == 0xFFFF {
+                _mm_storeu_si128(at as *mut _, b);
+            } else {
+                _mm_mask_storeu_epi8(at as *mut _, k, b);
+            }
+        }
+    };
     for p in 0..P {
         let j = (p0 + p) * NR;
         let cols = NR.min(t.ldo - j);
@@ -267,9 +283,8 @@ unsafe fn tile<const R: usize, const P: usize>(t: &Tile, a: *const u8, w: *const
         let s = unsafe { Scale16::load(rq, j, k) };
         for (r, acc) in acc.iter().enumerate() {
             let v = if t.single { s.single(acc[p]) } else { s.double(acc[p]) };
-            let b = _mm_xor_si128(_mm512_cvtepi32_epi8(v), flip);
             // SAFETY: pixel r's channels j..j + cols inside its row of ldo (contract).
-            unsafe { _mm_mask_storeu_epi8(out.add(r * t.ldo + j) as *mut _, k, b) };
+            store(unsafe { out.add(r * t.ldo + j) }, k, v);
         }
     }
 }
