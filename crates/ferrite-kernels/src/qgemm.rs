@@ -25,6 +25,10 @@ mod aarch64;
 #[cfg(target_arch = "x86_64")]
 mod dw_avx512;
 #[cfg(target_arch = "x86_64")]
+mod vnni;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use vnni::add_sub_8bit as vnni_add_sub_8bit;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod x86_64;
 
 /// int8 weights packed for [`gemm`], with their per-channel sums.
@@ -234,6 +238,9 @@ pub struct ConvBuffers {
     rows: Vec<u8>,
     dots: Vec<i32>,
     row_sums: Vec<i32>,
+    /// The padded input the VNNI convolution reads its receptive fields from
+    /// (grown on its first run).
+    padded: Vec<u8>,
 }
 
 impl ConvBuffers {
@@ -253,7 +260,7 @@ impl ConvBuffers {
 
     /// Bytes held.
     pub fn bytes(&self) -> usize {
-        self.rows.len() + 4 * (self.dots.len() + self.row_sums.len())
+        self.rows.len() + self.padded.len() + 4 * (self.dots.len() + self.row_sums.len())
     }
 }
 
@@ -264,6 +271,10 @@ impl ConvBuffers {
 pub struct ConvScratch {
     bufs: ConvBuffers,
     rq: RowRequant,
+    /// The weights laid out with each filter row's taps padded to whole groups
+    /// of four, for the VNNI convolution of a layer whose filter rows are not
+    /// (made on its first run).
+    seg: Option<QPacked>,
 }
 
 impl ConvScratch {
@@ -278,7 +289,7 @@ impl ConvScratch {
     pub fn with_rounding(pk: &QPacked, rq: &Requant, rounding: Rounding) -> ConvScratch {
         let mut bufs = ConvBuffers::default();
         bufs.fit(pk);
-        ConvScratch { bufs, rq: RowRequant::new(rq, pk.n).with_rounding(rounding) }
+        ConvScratch { bufs, rq: RowRequant::new(rq, pk.n).with_rounding(rounding), seg: None }
     }
 
     /// Scratch for [`conv_u8`]: `rq` in uint8 terms (output zero point and clamp
@@ -292,7 +303,7 @@ impl ConvScratch {
     pub fn sharing(pk: &QPacked, rq: &Requant, unsigned: bool, shared: &mut ConvBuffers) -> ConvScratch {
         shared.fit(pk);
         let rq = if unsigned { Requant { out_zp: rq.out_zp - 128, min: rq.min - 128, max: rq.max - 128, ..rq.clone() } } else { rq.clone() };
-        ConvScratch { bufs: ConvBuffers::default(), rq: RowRequant::new(&rq, pk.n) }
+        ConvScratch { bufs: ConvBuffers::default(), rq: RowRequant::new(&rq, pk.n), seg: None }
     }
 }
 
@@ -303,16 +314,16 @@ impl ConvScratch {
 /// zero point other than 0 is taken out through the rows' sums. Bit-exact with
 /// the per-tap definition.
 pub fn conv_i8(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out: &mut [i8], s: &mut ConvScratch) {
-    let ConvScratch { bufs, rq } = s;
+    let ConvScratch { bufs, rq, seg } = s;
     // Unsigned rows x + 128 against weights w (W = w - w_zp).
-    conv_8bit(input, 0x80, 128 + q.in_zp, -q.w_zp, pk, bias, q, out, rq, bufs);
+    conv_8bit(input, 0x80, 128 + q.in_zp, -q.w_zp, pk, bias, q, out, rq, bufs, seg);
 }
 
 /// [`conv_i8`] with the block buffers `bufs` (shared between convolutions that
 /// run in turn; `s` from [`ConvScratch::sharing`]). Buffers too small for `pk`
 /// are grown first.
 pub fn conv_i8_in(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out: &mut [i8], s: &mut ConvScratch, bufs: &mut ConvBuffers) {
-    conv_8bit(input, 0x80, 128 + q.in_zp, -q.w_zp, pk, bias, q, out, &mut s.rq, bufs);
+    conv_8bit(input, 0x80, 128 + q.in_zp, -q.w_zp, pk, bias, q, out, &mut s.rq, bufs, &mut s.seg);
 }
 
 /// uint8 convolution through [`gemm`], as [`conv_i8`]: `input` and `out` are
@@ -321,9 +332,9 @@ pub fn conv_i8_in(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, o
 pub fn conv_u8(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out: &mut [u8], s: &mut ConvScratch) {
     // SAFETY: i8 and u8 have the same size, alignment and valid bit patterns.
     let out8 = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut i8, out.len()) };
-    let ConvScratch { bufs, rq } = s;
+    let ConvScratch { bufs, rq, seg } = s;
     // The rows hold the uint8 values themselves; W = (w - 128) + (128 - w_zp).
-    conv_8bit(input, 0, q.in_zp, 128 - q.w_zp, pk, bias, q, out8, rq, bufs);
+    conv_8bit(input, 0, q.in_zp, 128 - q.w_zp, pk, bias, q, out8, rq, bufs, seg);
 }
 
 /// [`conv_u8`] with the block buffers `bufs`, as [`conv_i8_in`] (`s` from
@@ -331,7 +342,7 @@ pub fn conv_u8(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out:
 pub fn conv_u8_in(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out: &mut [u8], s: &mut ConvScratch, bufs: &mut ConvBuffers) {
     // SAFETY: i8 and u8 have the same size, alignment and valid bit patterns.
     let out8 = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut i8, out.len()) };
-    conv_8bit(input, 0, q.in_zp, 128 - q.w_zp, pk, bias, q, out8, &mut s.rq, bufs);
+    conv_8bit(input, 0, q.in_zp, 128 - q.w_zp, pk, bias, q, out8, &mut s.rq, bufs, &mut s.seg);
 }
 
 /// [`conv_i8`] and [`conv_u8`]: the rows hold `a = x ^ flip` (unsigned, zero
@@ -353,6 +364,7 @@ fn conv_8bit(
     out: &mut [i8],
     rq: &mut RowRequant,
     s: &mut ConvBuffers,
+    seg: &mut Option<QPacked>,
 ) {
     // Shared buffers are fitted at prepare; this only grows ones that are not.
     s.fit(pk);
@@ -366,6 +378,21 @@ fn conv_8bit(
         *o = bias.map_or(0, |b| b[j]).wrapping_sub(a_zp.wrapping_mul(pk.col_sum[j])).wrapping_sub(k_const);
     }
     let fill = a_zp as u8;
+    // With AVX-512 VNNI the tiles read the receptive fields from a padded copy
+    // of the input instead (no gathered rows; a weight offset would need the
+    // rows' sums, so it stays here).
+    #[cfg(target_arch = "x86_64")]
+    if w_off == 0 && vnni::available() {
+        let pk = match vnni::row_groups(g, in_c) {
+            Some(row_k) => vnni::pad_rows(seg, pk, g.k_h, row_k),
+            None => pk,
+        };
+        if vnni::conv(input, flip, fill, pk, g, in_c, rq, out, &mut s.padded) {
+            return;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = seg;
     let pixels = g.batch * g.out_h * g.out_w;
     let row_span = g.k_w * in_c;
     let in_row = g.in_w * in_c;
@@ -1635,6 +1662,98 @@ mod tests {
         });
     }
 
+    /// The VNNI tiles' shapes on their own (the random geometries above rarely
+    /// reach them): 1 to 10 panels (chunks of 1-4 panels and their tails), 1-8
+    /// pixels per tile in every output row, few-channel first layers (filter
+    /// rows padded to groups of four), pointwise layers flattened into one row,
+    /// fully-connected rows rounding once, int8 and uint8 (weight zero point 128),
+    /// under every vector level.
+    #[test]
+    fn conv_tiles_match_the_definition() {
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        crate::level::each(|_| {
+            let mut shared = ConvBuffers::default();
+            for case in 0..160 {
+                let pointwise = case % 4 == 0;
+                let (k_h, k_w) = if pointwise { (1, 1) } else { [(3, 3), (1, 5), (5, 1), (3, 1), (2, 2), (3, 3)][rng.below(6)] };
+                let stride = if pointwise { 1 } else { 1 + rng.below(2) };
+                let (in_h, in_w) = (1 + rng.below(12), 1 + rng.below(20));
+                let same = !pointwise && rng.below(2) == 0;
+                let (Some((out_h, pad_top)), Some((out_w, pad_left))) =
+                    (crate::conv::out_size_and_pad(in_h, k_h, stride, 1, same), crate::conv::out_size_and_pad(in_w, k_w, stride, 1, same))
+                else {
+                    continue;
+                };
+                if out_h == 0 || out_w == 0 {
+                    continue;
+                }
+                let in_c = [1, 2, 3, 4, 5, 8, 16, 24, 32, 64][rng.below(10)];
+                let out_c = 1 + rng.below(160);
+                let batch = 1 + rng.below(2);
+                let g = crate::conv::Window {
+                    batch,
+                    in_h,
+                    in_w,
+                    out_h,
+                    out_w,
+                    k_h,
+                    k_w,
+                    stride_h: stride,
+                    stride_w: stride,
+                    dil_h: 1,
+                    dil_w: 1,
+                    pad_top,
+                    pad_left,
+                };
+                let (multiplier, shift) = (0..out_c).map(|_| crate::quant::quantize_multiplier((1 + rng.below(1000)) as f64 * 2e-5)).unzip();
+                let (min, max) = if rng.below(2) == 0 { (-128, 127) } else { (-128 + rng.below(100) as i32, 127 - rng.below(100) as i32) };
+                let rq = Requant { multiplier, shift, out_zp: rng.below(256) as i32 - 128, min, max };
+                let q = QConv { g, in_c, out_c, depth_multiplier: 0, in_zp: rng.below(256) as i32 - 128, w_zp: 0, rq };
+                let k = k_h * k_w * in_c;
+                let input: Vec<i8> = (0..batch * in_h * in_w * in_c).map(|_| rng.next() as i8).collect();
+                let w: Vec<i8> = (0..out_c * k).map(|_| if case % 5 == 0 { [-128, 127][rng.below(2)] } else { rng.next() as i8 }).collect();
+                let bias: Vec<i32> = (0..out_c).map(|_| rng.below(20_000) as i32 - 10_000).collect();
+                let pk = QPacked::new(&w, out_c, k);
+                // Pointwise layers also as fully-connected rows, which round once.
+                let single = pointwise && case % 8 == 0;
+                let want = if single {
+                    let pixels = batch * in_h * in_w;
+                    (0..pixels * out_c)
+                        .map(|i| {
+                            let (p, o) = (i / out_c, i % out_c);
+                            let acc = bias[o] + (0..in_c).map(|c| (i32::from(input[p * in_c + c]) - q.in_zp) * i32::from(w[o * in_c + c])).sum::<i32>();
+                            q.rq.apply_rounded(acc, o, Rounding::Single) as i8
+                        })
+                        .collect()
+                } else {
+                    conv_by_definition(&input, &w, &bias, &q)
+                };
+                let mut s =
+                    if single { ConvScratch::with_rounding(&pk, &q.rq, Rounding::Single) } else { ConvScratch::sharing(&pk, &q.rq, false, &mut shared) };
+                let mut got = vec![0i8; want.len()];
+                // Twice: the second run reuses the padded buffer and the padded-row weights.
+                for run in 0..2 {
+                    conv_i8_in(bytes_of(&input), &pk, Some(&bias), &q, &mut got, &mut s, &mut shared);
+                    assert_eq!(got, want, "case {case} run {run}: {g:?} in_c {in_c} out_c {out_c} zp {} single {single}", q.in_zp);
+                }
+                if single {
+                    continue;
+                }
+                let qu = QConv {
+                    in_zp: q.in_zp + 128,
+                    w_zp: 128,
+                    rq: Requant { out_zp: q.rq.out_zp + 128, min: q.rq.min + 128, max: q.rq.max + 128, ..q.rq.clone() },
+                    ..q.clone()
+                };
+                let input_u: Vec<u8> = input.iter().map(|&x| x as u8 ^ 0x80).collect();
+                let mut s = ConvScratch::sharing(&pk, &qu.rq, true, &mut shared);
+                let mut got_u = vec![0u8; want.len()];
+                conv_u8_in(&input_u, &pk, Some(&bias), &qu, &mut got_u, &mut s, &mut shared);
+                assert_eq!(got_u, want.iter().map(|&v| v as u8 ^ 0x80).collect::<Vec<_>>(), "uint8 case {case}: {g:?} in_c {in_c} out_c {out_c}");
+            }
+        });
+    }
+
     /// Every multiplier, channel count and geometry, with random values and with
     /// only the extremes (inputs -128/127 against zero points -128/127, weights
     /// -128/127), under every vector level.
@@ -1762,12 +1881,15 @@ mod tests {
                 let (s1, s2, so) = [0.001, 0.01, 0.1].map(|s| s * (0.5 + rng.below(1000) as f64 / 1000.0)).into();
                 let twice_max = 2.0 * f64::max(s1, s2);
                 let (lo, hi) = if case % 3 == 0 { (-100 + rng.below(50) as i32, 50 + rng.below(77) as i32) } else { (-128, 127) };
+                // A shorter left shift now and then takes the AVX-512 kernel's
+                // 64-bit rescale instead of its 32-bit split one.
+                let left_shift = if case % 6 == 5 { 8 } else { 20 };
                 let p = AddSub {
                     zp: (rng.below(256) as i32 - 128, rng.below(256) as i32 - 128),
                     out_zp: rng.below(256) as i32 - 128,
-                    left_shift: 20,
+                    left_shift,
                     scale: (Scale::new(s1 / twice_max), Scale::new(s2 / twice_max)),
-                    out_scale: Scale::new(twice_max / (f64::from(1u32 << 20) * so)),
+                    out_scale: Scale::new(twice_max / (f64::from(1u32 << left_shift) * so)),
                     sign: if case % 2 == 0 { 1 } else { -1 },
                     min: lo,
                     max: hi,

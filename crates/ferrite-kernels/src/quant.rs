@@ -643,13 +643,18 @@ impl AddSub {
 /// [`AddSub`] over int8 operands of equal length.
 pub fn add_sub_i8(a: &[i8], b: &[i8], p: &AddSub, out: &mut [i8]) {
     #[cfg(target_arch = "x86_64")]
-    if !crate::level::has_avx512f() && crate::level::has_avx2_fma() {
+    if crate::level::has_avx2_fma() {
         let bytes = |v: &[i8]| -> &[u8] {
             // SAFETY: i8 and u8 have the same size, alignment and valid bit patterns.
             unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, v.len()) }
         };
         // SAFETY: i8 and u8 have the same size, alignment and valid bit patterns.
         let out = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut u8, out.len()) };
+        if crate::level::has_avx512f() {
+            // SAFETY: AVX-512F is present (checked just above).
+            unsafe { crate::qgemm::vnni_add_sub_8bit::<false>(bytes(a), bytes(b), p, out) };
+            return;
+        }
         // SAFETY: AVX2 is present (checked just above).
         unsafe { crate::qgemm::x86_64::add_sub_8bit_avx2::<false>(bytes(a), bytes(b), p, out) };
         return;
@@ -670,7 +675,13 @@ simd_fn! {
 /// [`AddSub`] over uint8 operands of equal length.
 pub fn add_sub_u8(a: &[u8], b: &[u8], p: &AddSub, out: &mut [u8]) {
     #[cfg(target_arch = "x86_64")]
-    if !crate::level::has_avx512f() && crate::level::has_avx2_fma() {
+    if crate::level::has_avx512f() {
+        // SAFETY: AVX-512F is present (checked just above).
+        unsafe { crate::qgemm::vnni_add_sub_8bit::<true>(a, b, p, out) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if crate::level::has_avx2_fma() {
         // SAFETY: AVX2 is present (checked just above).
         unsafe { crate::qgemm::x86_64::add_sub_8bit_avx2::<true>(a, b, p, out) };
         return;

@@ -1,0 +1,512 @@
+//! AVX-512 VNNI convolution without gathered rows, and the AVX-512 form of the
+//! 8-bit ADD / SUB.
+//!
+//! [`conv`] copies the input once into a padded buffer (shifted to unsigned,
+//! the padding holding the zero point) and lets the register tiles read each
+//! output pixel's receptive field straight from it: with a filter row's taps
+//! contiguous (dilation 1 along the row), filter row `ky` of pixel `p` is the
+//! bytes from `p`'s corner plus `ky` padded rows, in the packed weights' own `k`
+//! order. That replaces the per-block gather (a copy `k_h * k_w` times the input)
+//! by one copy of the input, and the tiles requantize their accumulators in
+//! registers, so the int32 products never go through memory either.
+
+use super::{QPacked, RowRequant, NR};
+use crate::conv::Window;
+use crate::quant::Rounding;
+use std::arch::x86_64::*;
+
+/// Whether this CPU (and, under test, the vector level allowed) runs [`conv`].
+pub(super) fn available() -> bool {
+    crate::level::has_avx512f()
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512vl")
+        && std::arch::is_x86_feature_detected!("avx512vnni")
+}
+
+/// The geometry [`conv`] runs: a pointwise convolution over every pixel as one
+/// row of pixels (an FC layer's batch rows, a 1x1 layer's whole map), so its
+/// tiles are full.
+fn flattened(g: &Window) -> Window {
+    let pointwise =
+        g.k_h == 1 && g.k_w == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_top == 0 && g.pad_left == 0 && g.in_h == g.out_h && g.in_w == g.out_w;
+    if !pointwise {
+        return *g;
+    }
+    let px = g.batch * g.out_h * g.out_w;
+    Window { batch: 1, in_h: 1, in_w: px, out_h: 1, out_w: px, ..*g }
+}
+
+/// The padded input's rows and columns for `g`, if [`conv`] runs this geometry
+/// with weights of `kq` (the taps of a filter row contiguous, whole groups of
+/// four `k` per filter row) and the buffer stays within a few times the input.
+fn padded_dims(g: &Window, in_c: usize, kq: usize) -> Option<(usize, usize)> {
+    let row_k = g.k_w.checked_mul(in_c)?;
+    if g.k_w > 1 && g.dil_w != 1 || g.k_h.checked_mul(row_k.next_multiple_of(4))? != kq {
+        return None;
+    }
+    if g.out_h == 0 || g.out_w == 0 || g.batch == 0 || in_c == 0 {
+        return None;
+    }
+    let extent = |out: usize, stride: usize, k: usize, dil: usize| (out - 1).checked_mul(stride)?.checked_add((k.max(1) - 1).checked_mul(dil)?)?.checked_add(1);
+    let hp = extent(g.out_h, g.stride_h, g.k_h, g.dil_h)?.max(g.in_h.checked_add(g.pad_top)?);
+    let wp = extent(g.out_w, g.stride_w, g.k_w, g.dil_w)?.max(g.in_w.checked_add(g.pad_left)?);
+    let bytes = crate::product(&[g.batch, hp, wp, in_c])?;
+    let input = crate::product(&[g.batch, g.in_h, g.in_w, in_c])?;
+    (bytes <= input.saturating_mul(4).max(1 << 20)).then_some((hp, wp))
+}
+
+/// The taps per filter row (`k_w * in_c`) where [`conv`] needs the weights
+/// laid out by [`pad_rows`] first: a filter of several rows whose rows are not
+/// whole groups of four `k` (a first layer's 3 channels), contiguous along the row.
+pub(super) fn row_groups(g: &Window, in_c: usize) -> Option<usize> {
+    let row_k = g.k_w * in_c;
+    (g.k_h > 1 && !row_k.is_multiple_of(4) && (g.k_w == 1 || g.dil_w == 1)).then_some(row_k)
+}
+
+/// `pk`'s weights with each of the `k_h` filter rows of `row_k` taps padded
+/// with zeros to whole groups of four, kept in `seg` (made once; remade if it
+/// holds another layer's).
+pub(super) fn pad_rows<'a>(seg: &'a mut Option<QPacked>, pk: &QPacked, k_h: usize, row_k: usize) -> &'a QPacked {
+    let row_kq = row_k.next_multiple_of(4);
+    if seg.as_ref().is_some_and(|s| s.n == pk.n && s.k == k_h * row_kq) {
+        return seg.as_ref().expect("checked just above");
+    }
+    let (groups, n) = (pk.kq / 4, pk.n);
+    let mut w = vec![0i8; n * k_h * row_kq];
+    for j in 0..n {
+        for ky in 0..k_h {
+            for t in 0..row_k {
+                let kk = ky * row_k + t;
+                w[j * k_h * row_kq + ky * row_kq + t] = pk.w[((j / NR) * groups + kk / 4) * NR * 4 + (j % NR) * 4 + kk % 4];
+            }
+        }
+    }
+    seg.insert(QPacked::new(&w, n, k_h * row_kq))
+}
+
+/// Bytes past the padded image the tiles may read: a filter row's last group
+/// reaches up to 3 bytes past its taps.
+const SLACK: usize = 64;
+
+/// int8 convolution (`super::conv_8bit` with no weight offset) through the
+/// VNNI tiles, reading the receptive fields from a padded copy of the input in
+/// `pad` (grown to fit). Returns false, having done nothing, where the
+/// geometry does not suit it (see [`padded_dims`]) or the CPU lacks the
+/// instructions. `flip` turns the input bytes unsigned, `fill` is the padding
+/// byte (the unsigned zero point), and the outputs are written xor `flip ^ 0x80`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn conv(input: &[u8], flip: u8, fill: u8, pk: &QPacked, g: &Window, in_c: usize, rq: &RowRequant, out: &mut [i8], pad: &mut Vec<u8>) -> bool {
+    // The weights in the filter rows' layout: padded per row (`pad_rows`) unless
+    // the filter has one row or its rows are whole groups already.
+    let row_k = g.k_w * in_c;
+    let k = if g.k_h == 1 { row_k } else { g.k_h * row_k.next_multiple_of(4) };
+    if !available() || rq.offset.len() != pk.n || pk.n == 0 || pk.k != k {
+        return false;
+    }
+    let g = &flattened(g);
+    let Some((hp, wp)) = padded_dims(g, in_c, pk.kq) else {
+        return false;
+    };
+    let n = pk.n;
+    let pixels = g.batch * g.out_h * g.out_w;
+    assert!(crate::holds(input.len(), &[g.batch, g.in_h, g.in_w, in_c]) && crate::holds(out.len(), &[pixels, n]), "conv: buffers shorter than the geometry");
+    let line = wp * in_c;
+    let image = hp * line;
+    let len = g.batch * image + SLACK;
+    if pad.len() < len {
+        pad.resize(len, 0);
+    }
+    for nb in 0..g.batch {
+        for py in 0..hp {
+            let at = nb * image + py * line;
+            match py.checked_sub(g.pad_top).filter(|&iy| iy < g.in_h) {
+                Some(iy) => {
+                    pad[at..at + g.pad_left * in_c].fill(fill);
+                    super::flip_copy(pad, at + g.pad_left * in_c, input, ((nb * g.in_h + iy) * g.in_w) * in_c, g.in_w * in_c, flip);
+                    pad[at + (g.pad_left + g.in_w) * in_c..at + line].fill(fill);
+                }
+                None => pad[at..at + line].fill(fill),
+            }
+        }
+    }
+    // The slack is read only against zero weights; any fixed value serves.
+    pad[g.batch * image..len].fill(fill);
+    let t = Tile {
+        px: g.stride_w * in_c,
+        seg: g.dil_h * line,
+        k_h: g.k_h,
+        seg_groups: pk.kq / 4 / g.k_h,
+        panel: pk.kq * NR,
+        ldo: n,
+        flip: flip ^ 0x80,
+        single: rq.rounding == Rounding::Single,
+    };
+    // The furthest byte a tile reads: the last pixel's last filter row's last
+    // group, inside the padded image plus its slack (checked once here, so the
+    // tiles' unchecked loads stay inside `pad`).
+    let last = (g.batch - 1) * image + (g.out_h - 1) * g.stride_h * line + (g.out_w - 1) * t.px + (g.k_h - 1) * t.seg + t.seg_groups * 4;
+    assert!(last <= len && pk.w.len() >= n.div_ceil(NR) * t.panel, "conv: padded input too short");
+    let panels = n.div_ceil(NR);
+    // Panels per tile and pixels per tile: 12 to 16 accumulators, so that two
+    // products issued per cycle cover their latency, with the broadcast pixels
+    // shared by up to 4 panels.
+    let chunk = panels.min(4);
+    let rows = match chunk {
+        1 => 12,
+        2 => 8,
+        _ => 4,
+    };
+    // An output row in tiles of nearly equal width (32 pixels as 11 + 11 + 10,
+    // not 12 + 12 + 8), so no tile is left with few accumulators.
+    let tiles = g.out_w.div_ceil(rows);
+    for nb in 0..g.batch {
+        for oy in 0..g.out_h {
+            let a_row = nb * image + oy * g.stride_h * line;
+            let o_row = ((nb * g.out_h + oy) * g.out_w) * n;
+            let mut ox = 0;
+            for tile in 0..tiles {
+                let r = (g.out_w - ox).div_ceil(tiles - tile);
+                let mut p = 0;
+                while p < panels {
+                    let pc = chunk.min(panels - p);
+                    // SAFETY: AVX-512F/BW/VL and VNNI are present (`available`);
+                    // pixels ox..ox + r of this output row read inside `pad` (the
+                    // furthest read checked above) and write their `n` outputs
+                    // inside `out` (checked above); panels p..p + pc < panels lie
+                    // inside `pk.w`, and `rq` holds n channels.
+                    unsafe {
+                        let a = pad.as_ptr().add(a_row + ox * t.px);
+                        let o = out.as_mut_ptr().add(o_row + ox * n);
+                        dispatch(&t, r, pc, a, pk.w.as_ptr().add(p * t.panel), rq, p, o);
+                    }
+                    p += pc;
+                }
+                ox += r;
+            }
+        }
+    }
+    true
+}
+
+/// Strides and epilogue of the tiles of one convolution.
+struct Tile {
+    /// Bytes between consecutive output pixels' receptive fields.
+    px: usize,
+    /// Bytes between consecutive filter rows.
+    seg: usize,
+    /// Filter rows.
+    k_h: usize,
+    /// Groups of four `k` per filter row.
+    seg_groups: usize,
+    /// Bytes per packed panel of [`NR`] channels.
+    panel: usize,
+    /// Outputs per pixel (the output row stride).
+    ldo: usize,
+    /// xor applied to the int8 outputs (0x80 turns them to uint8).
+    flip: u8,
+    /// One rounding of the exact product ([`Rounding::Single`]), else two.
+    single: bool,
+}
+
+/// [`tile`] for `r` rows (at most the chunk's tile height) of `pc` panels.
+///
+/// # Safety
+/// As [`tile`].
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn dispatch(t: &Tile, r: usize, pc: usize, a: *const u8, w: *const i8, rq: &RowRequant, p0: usize, out: *mut i8) {
+    macro_rules! go {
+        ($($r:literal),*; $p:literal) => {
+            match r {
+                $($r => tile::<$r, $p>(t, a, w, rq, p0, out),)*
+                _ => unreachable!("tile rows"),
+            }
+        };
+    }
+    // SAFETY: the caller's contract, for the rows and panels named.
+    unsafe {
+        match pc {
+            1 => go!(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12; 1),
+            2 => go!(1, 2, 3, 4, 5, 6, 7, 8; 2),
+            3 => go!(1, 2, 3, 4; 3),
+            _ => go!(1, 2, 3, 4; 4),
+        }
+    }
+}
+
+/// `R` output pixels by `P` panels of 16 channels: per filter row and group of
+/// four `k`, `P` weight loads, `R` broadcasts of the pixels' four bytes and
+/// `R * P` `vpdpbusd`; then each accumulator requantized and stored as bytes.
+///
+/// # Safety
+/// The CPU must support AVX-512F/BW/VL and VNNI; pixel `r < R`'s filter row
+/// `ky` reads `seg_groups * 4` bytes from `a + r * px + ky * seg`, panel
+/// `p < P` reads `k_h * seg_groups * 64` weights from `w + p * panel`, and
+/// pixel `r` writes channels `16 * p0..` (at most `ldo`) at `out + r * ldo`;
+/// `rq` holds `ldo` channels.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn tile<const R: usize, const P: usize>(t: &Tile, a: *const u8, w: *const i8, rq: &RowRequant, p0: usize, out: *mut i8) {
+    let mut acc = [[_mm512_setzero_si512(); P]; R];
+    for ky in 0..t.k_h {
+        // SAFETY: filter row ky of each pixel and panel (contract).
+        let (a, w) = unsafe { (a.add(ky * t.seg), w.add(ky * t.seg_groups * 64)) };
+        for g in 0..t.seg_groups {
+            // SAFETY: group g of filter row ky of panel p (contract).
+            let wv: [__m512i; P] = std::array::from_fn(|p| unsafe { _mm512_loadu_si512(w.add(p * t.panel + g * 64) as *const _) });
+            for (r, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: bytes 4g..4g + 4 of pixel r's filter row (contract); unaligned read.
+                let av = _mm512_set1_epi32(unsafe { (a.add(r * t.px + g * 4) as *const i32).read_unaligned() });
+                for (acc, &wv) in acc.iter_mut().zip(&wv) {
+                    *acc = _mm512_dpbusd_epi32(*acc, av, wv);
+                }
+            }
+        }
+    }
+    let flip = _mm_set1_epi8(t.flip as i8);
+    let store = |at: *mut i8, k: __mmask16, v: __m512i| {
+        let b = _mm512_cvtepi32_epi8(v);
+        let b = if t.flip != 0 { _mm_xor_si128(b, flip) } else { b };
+        // SAFETY: the caller's `at` holds the lanes of `k` (16 with a plain store).
+        unsafe {
+            if k == 0xFFFF {
+                _mm_storeu_si128(at as *mut _, b);
+            } else {
+                _mm_mask_storeu_epi8(at as *mut _, k, b);
+            }
+        }
+    };
+    for p in 0..P {
+        let j = (p0 + p) * NR;
+        let cols = NR.min(t.ldo - j);
+        let k: __mmask16 = if cols >= NR { 0xFFFF } else { (1u16 << cols) - 1 };
+        // SAFETY: the `cols` channels from j of `rq`'s arrays of ldo (contract).
+        let s = unsafe { Scale16::load(rq, j, k) };
+        for (r, acc) in acc.iter().enumerate() {
+            let v = if t.single { s.single(acc[p]) } else { s.double(acc[p]) };
+            // SAFETY: pixel r's channels j..j + cols inside its row of ldo (contract).
+            store(unsafe { out.add(r * t.ldo + j) }, k, v);
+        }
+    }
+}
+
+/// One panel's requantization parameters in registers.
+struct Scale16 {
+    offset: __m512i,
+    m: __m512i,
+    m_odd: __m512i,
+    left: __m512i,
+    right: __m512i,
+    mask: __m512i,
+    half_mask: __m512i,
+    /// `31 + right - left`, clamped to 1..=62, per 64-bit lane (even and odd channels).
+    total: (__m512i, __m512i),
+    zp: __m512i,
+    lo: __m512i,
+    hi: __m512i,
+}
+
+impl Scale16 {
+    /// # Safety
+    /// The CPU must support AVX-512F; `rq`'s arrays hold the lanes of `k` from `j`.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn load(rq: &RowRequant, j: usize, k: __mmask16) -> Scale16 {
+        // SAFETY: masked to the lanes the contract names.
+        let (offset, m, left, right) = unsafe {
+            (
+                _mm512_maskz_loadu_epi32(k, rq.offset.as_ptr().add(j)),
+                _mm512_maskz_loadu_epi32(k, rq.multiplier.as_ptr().add(j)),
+                _mm512_maskz_loadu_epi32(k, rq.left.as_ptr().add(j) as *const i32),
+                _mm512_maskz_loadu_epi32(k, rq.right.as_ptr().add(j) as *const i32),
+            )
+        };
+        let one = _mm512_set1_epi32(1);
+        let mask = _mm512_sub_epi32(_mm512_sllv_epi32(one, right), one);
+        let total = _mm512_min_epi32(_mm512_max_epi32(_mm512_sub_epi32(_mm512_add_epi32(right, _mm512_set1_epi32(31)), left), one), _mm512_set1_epi32(62));
+        Scale16 {
+            offset,
+            m,
+            m_odd: _mm512_srli_epi64::<32>(m),
+            left,
+            right,
+            mask,
+            half_mask: _mm512_srli_epi32::<1>(mask),
+            total: (_mm512_and_si512(total, _mm512_set1_epi64(0xFFFF_FFFF)), _mm512_srli_epi64::<32>(total)),
+            zp: _mm512_set1_epi32(rq.out_zp),
+            lo: _mm512_set1_epi32(rq.min),
+            hi: _mm512_set1_epi32(rq.max),
+        }
+    }
+
+    /// TFLite's two roundings (as `super::x86_64::requant`): the rounded high
+    /// half of the doubled product, then the rounding right shift; zero point
+    /// and clamp.
+    #[target_feature(enable = "avx512f")]
+    fn double(&self, d: __m512i) -> __m512i {
+        let (half, one) = (_mm512_set1_epi64(1 << 30), _mm512_set1_epi32(1));
+        let x = _mm512_sllv_epi32(_mm512_add_epi32(d, self.offset), self.left);
+        let even = _mm512_srai_epi64::<31>(_mm512_add_epi64(_mm512_mul_epi32(x, self.m), half));
+        let odd = _mm512_srai_epi64::<31>(_mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64::<32>(x), self.m_odd), half));
+        let high = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64::<32>(odd));
+        let threshold = _mm512_add_epi32(self.half_mask, _mm512_srli_epi32::<31>(high));
+        let up = _mm512_cmpgt_epi32_mask(_mm512_and_si512(high, self.mask), threshold);
+        let shifted = _mm512_srav_epi32(high, self.right);
+        let v = _mm512_mask_add_epi32(shifted, up, shifted, one);
+        _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(v, self.zp), self.lo), self.hi)
+    }
+
+    /// One rounding of the exact product (as `super::requant_rows_single`):
+    /// `(x * m + 2^(total - 1)) >> total` in 64 bits, clamped to int32, then
+    /// the zero point (wrapping, as there) and clamp.
+    #[target_feature(enable = "avx512f")]
+    fn single(&self, d: __m512i) -> __m512i {
+        let one = _mm512_set1_epi64(1);
+        let (i32_lo, i32_hi) = (_mm512_set1_epi64(i64::from(i32::MIN)), _mm512_set1_epi64(i64::from(i32::MAX)));
+        let x = _mm512_add_epi32(d, self.offset);
+        let round = |prod: __m512i, total: __m512i| {
+            let half = _mm512_sllv_epi64(one, _mm512_sub_epi64(total, one));
+            let v = _mm512_srav_epi64(_mm512_add_epi64(prod, half), total);
+            _mm512_min_epi64(_mm512_max_epi64(v, i32_lo), i32_hi)
+        };
+        let even = round(_mm512_mul_epi32(x, self.m), self.total.0);
+        let odd = round(_mm512_mul_epi32(_mm512_srli_epi64::<32>(x), self.m_odd), self.total.1);
+        let v = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64::<32>(odd));
+        _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(v, self.zp), self.lo), self.hi)
+    }
+}
+
+/// A [`crate::quant::Scale`] broadcast to 16 lanes for [`mbqm16`].
+struct ScaleV {
+    m: __m512i,
+    m_odd: __m512i,
+    left: __m512i,
+    right: __m512i,
+    mask: __m512i,
+    half_mask: __m512i,
+}
+
+impl ScaleV {
+    #[target_feature(enable = "avx512f")]
+    fn new(s: crate::quant::Scale) -> ScaleV {
+        let one = _mm512_set1_epi32(1);
+        let m = _mm512_set1_epi32(s.multiplier);
+        // `wrapping_shl` takes the shift modulo 32; `vpsllvd` would clear the lane.
+        let right = _mm512_set1_epi32(s.right.min(31) as i32);
+        let mask = _mm512_sub_epi32(_mm512_sllv_epi32(one, right), one);
+        ScaleV { m, m_odd: _mm512_srli_epi64::<32>(m), left: _mm512_set1_epi32((s.left & 31) as i32), right, mask, half_mask: _mm512_srli_epi32::<1>(mask) }
+    }
+}
+
+/// `mbqm_split` on 16 lanes: the rounded high half of the doubled product (from
+/// the 64-bit products of even and odd lanes), then the rounding right shift.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn mbqm16(x: __m512i, s: &ScaleV) -> __m512i {
+    let half = _mm512_set1_epi64(1 << 30);
+    let x = _mm512_sllv_epi32(x, s.left);
+    let even = _mm512_srai_epi64::<31>(_mm512_add_epi64(_mm512_mul_epi32(x, s.m), half));
+    let odd = _mm512_srai_epi64::<31>(_mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64::<32>(x), s.m_odd), half));
+    let high = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64::<32>(odd));
+    let threshold = _mm512_add_epi32(s.half_mask, _mm512_srli_epi32::<31>(high));
+    let up = _mm512_cmpgt_epi32_mask(_mm512_and_si512(high, s.mask), threshold);
+    let shifted = _mm512_srav_epi32(high, s.right);
+    _mm512_mask_add_epi32(shifted, up, shifted, _mm512_set1_epi32(1))
+}
+
+/// An 8-bit input's rescale `mbqm_split(d << l, m, 0, right)` for `|d| <= 255`
+/// and `9 <= l <= 22`, in 32-bit lanes: with `s = 31 - l` and `m = mh 2^s + ml`,
+/// the rounded high half `(d 2^l m + 2^30) >> 31` is exactly
+/// `d mh + ((d ml + 2^(s - 1)) >> s)`, both products inside int32 (`|d mh| <
+/// 2^30`, `|d ml| < 2^30`), so no 64-bit products are needed.
+struct SplitScale {
+    mh: __m512i,
+    ml: __m512i,
+    half: __m512i,
+    shift: __m128i,
+    scale: ScaleV,
+}
+
+impl SplitScale {
+    /// The split for `s` after a left shift of `l`, if `l + s.left` is in 9..=22.
+    #[target_feature(enable = "avx512f")]
+    fn new(s: crate::quant::Scale, l: u32) -> Option<SplitScale> {
+        let l = l.checked_add(s.left).filter(|l| (9..=22).contains(l))?;
+        let sh = 31 - l;
+        Some(SplitScale {
+            mh: _mm512_set1_epi32(s.multiplier >> sh),
+            ml: _mm512_set1_epi32(s.multiplier & ((1 << sh) - 1)),
+            half: _mm512_set1_epi32(1 << (sh - 1)),
+            shift: _mm_cvtsi32_si128(sh as i32),
+            scale: ScaleV::new(s),
+        })
+    }
+
+    /// The rescaled `d` (unshifted, `|d| <= 255`).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn apply(&self, d: __m512i) -> __m512i {
+        let low = _mm512_sra_epi32(_mm512_add_epi32(_mm512_mullo_epi32(d, self.ml), self.half), self.shift);
+        let high = _mm512_add_epi32(_mm512_mullo_epi32(d, self.mh), low);
+        let s = &self.scale;
+        let threshold = _mm512_add_epi32(s.half_mask, _mm512_srli_epi32::<31>(high));
+        let up = _mm512_cmpgt_epi32_mask(_mm512_and_si512(high, s.mask), threshold);
+        let shifted = _mm512_srav_epi32(high, s.right);
+        _mm512_mask_add_epi32(shifted, up, shifted, _mm512_set1_epi32(1))
+    }
+}
+
+/// Quantized ADD / SUB of 8-bit operands ([`crate::quant::AddSub::apply`] per
+/// element), 16 elements per step, the last `len % 16` masked. `UNSIGNED` reads
+/// and writes uint8 values, otherwise int8.
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn add_sub_8bit<const UNSIGNED: bool>(a: &[u8], b: &[u8], p: &crate::quant::AddSub, out: &mut [u8]) {
+    let n = out.len().min(a.len()).min(b.len());
+    let (sa, sb, so) = (ScaleV::new(p.scale.0), ScaleV::new(p.scale.1), ScaleV::new(p.out_scale));
+    let (zpa, zpb, zpo) = (_mm512_set1_epi32(p.zp.0), _mm512_set1_epi32(p.zp.1), _mm512_set1_epi32(p.out_zp));
+    let (lo, hi) = (_mm512_set1_epi32(p.min), _mm512_set1_epi32(p.max));
+    let shift = _mm_cvtsi32_si128((p.left_shift & 31) as i32);
+    let sign = _mm512_set1_epi32(p.sign);
+    let widen = |v: __m128i| if UNSIGNED { _mm512_cvtepu8_epi32(v) } else { _mm512_cvtepi8_epi32(v) };
+    // 8-bit zero points keep |x - zp| <= 255 for the split rescale; others take
+    // the 64-bit products.
+    let zp_ok = |zp: i32| if UNSIGNED { (0..=255).contains(&zp) } else { (-128..=127).contains(&zp) };
+    let split = if zp_ok(p.zp.0) && zp_ok(p.zp.1) { SplitScale::new(p.scale.0, p.left_shift).zip(SplitScale::new(p.scale.1, p.left_shift)) } else { None };
+    let step = |x: __m128i, y: __m128i| {
+        let (x, y) = match &split {
+            Some((fa, fb)) => (fa.apply(_mm512_sub_epi32(widen(x), zpa)), fb.apply(_mm512_sub_epi32(widen(y), zpb))),
+            None => {
+                (mbqm16(_mm512_sll_epi32(_mm512_sub_epi32(widen(x), zpa), shift), &sa), mbqm16(_mm512_sll_epi32(_mm512_sub_epi32(widen(y), zpb), shift), &sb))
+            }
+        };
+        let s = match p.sign {
+            1 => _mm512_add_epi32(x, y),
+            -1 => _mm512_sub_epi32(x, y),
+            _ => _mm512_add_epi32(x, _mm512_mullo_epi32(y, sign)),
+        };
+        // Clamped inside the 8-bit type, so the truncating narrow keeps the value.
+        _mm512_cvtepi32_epi8(_mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(mbqm16(s, &so), zpo), lo), hi))
+    };
+    let mut i = 0;
+    while i + 16 <= n {
+        // SAFETY: elements i..i + 16 <= n of both inputs and of `out`.
+        unsafe {
+            let v = step(_mm_loadu_si128(a.as_ptr().add(i) as *const _), _mm_loadu_si128(b.as_ptr().add(i) as *const _));
+            _mm_storeu_si128(out.as_mut_ptr().add(i) as *mut _, v);
+        }
+        i += 16;
+    }
+    if i < n {
+        // The tail through small buffers: masked byte moves would need AVX-512BW.
+        let (mut x, mut y, mut o) = ([0u8; 16], [0u8; 16], [0u8; 16]);
+        x[..n - i].copy_from_slice(&a[i..n]);
+        y[..n - i].copy_from_slice(&b[i..n]);
+        // SAFETY: 16-byte arrays, unaligned accesses.
+        unsafe {
+            let v = step(_mm_loadu_si128(x.as_ptr() as *const _), _mm_loadu_si128(y.as_ptr() as *const _));
+            _mm_storeu_si128(o.as_mut_ptr() as *mut _, v);
+        }
+        out[i..n].copy_from_slice(&o[..n - i]);
+    }
+}
