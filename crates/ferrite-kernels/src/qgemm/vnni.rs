@@ -262,19 +262,6 @@ unsafe fn tile<const R: usize, const P: usize>(t: &Tile, a: *const u8, w: *const
             }
         }
     }
-    let flip = _mm_set1_epi8(t.flip as i8);
-    let store = |at: *mut i8, k: __mmask16, v: __m512i| {
-        let b = _mm512_cvtepi32_epi8(v);
-        let b = if t.flip != 0 { _mm_xor_si128(b, flip) } else { b };
-        // SAFETY: the caller's `at` holds the lanes of `k` (16 with a plain store).
-        unsafe {
-            if k == 0xFFFF {
-                _mm_storeu_si128(at as *mut _, b);
-            } else {
-                _mm_mask_storeu_epi8(at as *mut _, k, b);
-            }
-        }
-    };
     for p in 0..P {
         let j = (p0 + p) * NR;
         let cols = NR.min(t.ldo - j);
@@ -283,8 +270,31 @@ unsafe fn tile<const R: usize, const P: usize>(t: &Tile, a: *const u8, w: *const
         let s = unsafe { Scale16::load(rq, j, k) };
         for (r, acc) in acc.iter().enumerate() {
             let v = if t.single { s.single(acc[p]) } else { s.double(acc[p]) };
-            // SAFETY: pixel r's channels j..j + cols inside its row of ldo (contract).
-            store(unsafe { out.add(r * t.ldo + j) }, k, v);
+            // SAFETY: pixel r's channels j..j + cols inside its row of ldo (contract);
+            // the features are this function's.
+            unsafe { store16(out.add(r * t.ldo + j), k, v, t.flip) };
+        }
+    }
+}
+
+/// Narrows 16 int32 lanes (already clamped to 8 bits) to bytes, xors them with
+/// `flip` (0x80 turns int8 into uint8) and stores the lanes of `k` at `at`: a plain
+/// 16-byte store for a full mask (a masked byte store is slow on some CPUs).
+///
+/// # Safety
+/// The CPU must support AVX-512F/BW/VL; `at` must be valid for the lanes of `k`
+/// (16 bytes with the full mask).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn store16(at: *mut i8, k: __mmask16, v: __m512i, flip: u8) {
+    let b = _mm512_cvtepi32_epi8(v);
+    let b = if flip != 0 { _mm_xor_si128(b, _mm_set1_epi8(flip as i8)) } else { b };
+    // SAFETY: `at` holds the lanes of `k` (contract); unaligned accesses.
+    unsafe {
+        if k == 0xFFFF {
+            _mm_storeu_si128(at as *mut _, b);
+        } else {
+            _mm_mask_storeu_epi8(at as *mut _, k, b);
         }
     }
 }
