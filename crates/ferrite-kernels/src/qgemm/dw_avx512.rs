@@ -10,6 +10,7 @@
 //! byte mask: the memory form of the masked narrowing store is microcoded and
 //! slow on some AVX-512 CPUs.
 
+use super::vnni::Scale16;
 use super::{DwRow, RowRequant};
 use std::arch::x86_64::*;
 
@@ -24,63 +25,11 @@ pub(super) fn available() -> bool {
         && std::arch::is_x86_feature_detected!("avx512vnni")
 }
 
-/// The requantization of 16 lanes: per-lane parameters (bias offset,
-/// multiplier, shifts) of a block of channels, the output zero point and clamp.
-struct Rq16 {
-    off: __m512i,
-    m: __m512i,
-    m_odd: __m512i,
-    left: __m512i,
-    right: __m512i,
-    mask: __m512i,
-    half_mask: __m512i,
-    zp: __m512i,
-    lo: __m512i,
-    hi: __m512i,
-}
-
-impl Rq16 {
-    /// Lane `l` from `load(vector)`: each per-channel vector of `rq` read by
-    /// `load`, which is given its base pointer.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn new(rq: &RowRequant, load: impl Fn(*const i32) -> __m512i) -> Rq16 {
-        let one = _mm512_set1_epi32(1);
-        let m = load(rq.multiplier.as_ptr());
-        let right = load(rq.right.as_ptr() as *const i32);
-        let mask = _mm512_sub_epi32(_mm512_sllv_epi32(one, right), one);
-        Rq16 {
-            off: load(rq.offset.as_ptr()),
-            m,
-            m_odd: _mm512_srli_epi64::<32>(m),
-            left: load(rq.left.as_ptr() as *const i32),
-            right,
-            mask,
-            half_mask: _mm512_srli_epi32::<1>(mask),
-            zp: _mm512_set1_epi32(rq.out_zp),
-            lo: _mm512_set1_epi32(rq.min),
-            hi: _mm512_set1_epi32(rq.max),
-        }
-    }
-
-    /// `RowRequant::apply` of 16 accumulators: the doubled high product
-    /// rounded (64-bit products of even and odd lanes), the rounding right
-    /// shift, the zero point and the clamp; narrowed to 16 int8 bytes.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn apply(&self, d: __m512i) -> __m128i {
-        let (half, one) = (_mm512_set1_epi64(1 << 30), _mm512_set1_epi32(1));
-        let x = _mm512_sllv_epi32(_mm512_add_epi32(d, self.off), self.left);
-        let even = _mm512_srai_epi64::<31>(_mm512_add_epi64(_mm512_mul_epi32(x, self.m), half));
-        let odd = _mm512_srai_epi64::<31>(_mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64::<32>(x), self.m_odd), half));
-        let high = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64::<32>(odd));
-        let threshold = _mm512_add_epi32(self.half_mask, _mm512_srli_epi32::<31>(high));
-        let up = _mm512_cmpgt_epi32_mask(_mm512_and_si512(high, self.mask), threshold);
-        let shifted = _mm512_srav_epi32(high, self.right);
-        let v = _mm512_mask_add_epi32(shifted, up, shifted, one);
-        // Clamped into int8, so the truncating narrowing is exact.
-        _mm512_cvtepi32_epi8(_mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(v, self.zp), self.lo), self.hi))
-    }
+/// 16 requantized lanes (clamped into int8, so the truncating narrowing is exact) as bytes.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn narrow(v: __m512i) -> __m128i {
+    _mm512_cvtepi32_epi8(v)
 }
 
 /// `T` output pixels of one block of 16 channels (the lanes past `lk`, the
@@ -181,9 +130,9 @@ pub(super) unsafe fn depthwise_row(r: &DwRow<'_>, rq: &RowRequant, out: &mut [i8
         let k8: __mmask8 = ((1u16 << cols) - 1) as __mmask8;
         let k16: __mmask16 = (1 << cols) - 1;
         // SAFETY: the `cols` valid lanes of each per-channel vector (out_c of them).
-        let p = Rq16::new(rq, |v| _mm512_broadcast_i64x4(unsafe { _mm256_maskz_loadu_epi32(k8, v) }));
+        let p = Scale16::from_lanes(rq, |v| _mm512_broadcast_i64x4(unsafe { _mm256_maskz_loadu_epi32(k8, v) }));
         let store2 = |ox: usize, v: __m512i| {
-            let b = p.apply(v);
+            let b = narrow(p.double(v));
             // SAFETY: pixels ox and ox + 1 < out_w, `cols` bytes each.
             unsafe {
                 if cols == 8 {
@@ -213,7 +162,7 @@ pub(super) unsafe fn depthwise_row(r: &DwRow<'_>, rq: &RowRequant, out: &mut [i8
             // SAFETY: pixel ox < out_w, its 8 channels' 16 values (in_bounds).
             let [v] = unsafe { tile::<1>(r, ox * r.px_step, r.w.as_ptr(), 0xFFFF) };
             // SAFETY: pixel ox < out_w, `cols` bytes.
-            unsafe { _mm_mask_storeu_epi8(o.add(ox * cols), k16, p.apply(v)) };
+            unsafe { _mm_mask_storeu_epi8(o.add(ox * cols), k16, narrow(p.double(v))) };
         }
         return;
     }
@@ -225,16 +174,16 @@ pub(super) unsafe fn depthwise_row(r: &DwRow<'_>, rq: &RowRequant, out: &mut [i8
         let cols = (r.out_c - base).min(16);
         let ok: __mmask16 = if cols == 16 { !0 } else { (1 << cols) - 1 };
         // SAFETY: lanes base..base + cols of vectors of out_c values.
-        let p = Rq16::new(rq, |v| unsafe { _mm512_maskz_loadu_epi32(ok, v.add(base)) });
+        let p = Scale16::from_lanes(rq, |v| unsafe { _mm512_maskz_loadu_epi32(ok, v.add(base)) });
         // SAFETY: block cb of filter row 0's weights (in_bounds).
         let w = unsafe { r.w.as_ptr().add(base * 2) };
         let store = |ox: usize, v: __m512i| {
             // SAFETY: pixel ox < out_w, channels base..base + cols <= out_c.
             unsafe {
                 if cols == 16 {
-                    _mm_storeu_si128(o.add(ox * r.out_c + base) as *mut __m128i, p.apply(v));
+                    _mm_storeu_si128(o.add(ox * r.out_c + base) as *mut __m128i, narrow(p.double(v)));
                 } else {
-                    _mm_mask_storeu_epi8(o.add(ox * r.out_c + base), ok, p.apply(v));
+                    _mm_mask_storeu_epi8(o.add(ox * r.out_c + base), ok, narrow(p.double(v)));
                 }
             }
         };

@@ -299,8 +299,8 @@ unsafe fn store16(at: *mut i8, k: __mmask16, v: __m512i, flip: u8) {
     }
 }
 
-/// One panel's requantization parameters in registers.
-struct Scale16 {
+/// One panel's (or depthwise block's) requantization parameters in registers.
+pub(super) struct Scale16 {
     offset: __m512i,
     m: __m512i,
     m_odd: __m512i,
@@ -321,14 +321,16 @@ impl Scale16 {
     #[target_feature(enable = "avx512f")]
     unsafe fn load(rq: &RowRequant, j: usize, k: __mmask16) -> Scale16 {
         // SAFETY: masked to the lanes the contract names.
-        let (offset, m, left, right) = unsafe {
-            (
-                _mm512_maskz_loadu_epi32(k, rq.offset.as_ptr().add(j)),
-                _mm512_maskz_loadu_epi32(k, rq.multiplier.as_ptr().add(j)),
-                _mm512_maskz_loadu_epi32(k, rq.left.as_ptr().add(j) as *const i32),
-                _mm512_maskz_loadu_epi32(k, rq.right.as_ptr().add(j) as *const i32),
-            )
-        };
+        Scale16::from_lanes(rq, |v| unsafe { _mm512_maskz_loadu_epi32(k, v.add(j)) })
+    }
+
+    /// The parameters of 16 lanes, each per-channel vector of `rq` read by
+    /// `load` from its base pointer (a masked load of one block of channels, or
+    /// a block broadcast to both halves when a vector holds two pixels).
+    #[target_feature(enable = "avx512f")]
+    pub(super) fn from_lanes(rq: &RowRequant, load: impl Fn(*const i32) -> __m512i) -> Scale16 {
+        let (offset, m) = (load(rq.offset.as_ptr()), load(rq.multiplier.as_ptr()));
+        let (left, right) = (load(rq.left.as_ptr() as *const i32), load(rq.right.as_ptr() as *const i32));
         let one = _mm512_set1_epi32(1);
         let mask = _mm512_sub_epi32(_mm512_sllv_epi32(one, right), one);
         let total = _mm512_min_epi32(_mm512_max_epi32(_mm512_sub_epi32(_mm512_add_epi32(right, _mm512_set1_epi32(31)), left), one), _mm512_set1_epi32(62));
@@ -351,7 +353,7 @@ impl Scale16 {
     /// half of the doubled product, then the rounding right shift; zero point
     /// and clamp.
     #[target_feature(enable = "avx512f")]
-    fn double(&self, d: __m512i) -> __m512i {
+    pub(super) fn double(&self, d: __m512i) -> __m512i {
         let (half, one) = (_mm512_set1_epi64(1 << 30), _mm512_set1_epi32(1));
         let x = _mm512_sllv_epi32(_mm512_add_epi32(d, self.offset), self.left);
         let even = _mm512_srai_epi64::<31>(_mm512_add_epi64(_mm512_mul_epi32(x, self.m), half));
