@@ -1492,6 +1492,23 @@ mod tests {
 
     /// The per-tap definition: taps in the padding skipped, `(x - zp) * w`
     /// summed in int32 with the bias, requantized by [`Requant::apply`].
+    /// Runs the int8 case `q` in uint8 terms (values and zero points shifted by 128)
+    /// through [`depthwise_u8`] and checks it against the int8 result `want`, shifted.
+    fn depthwise_u8_matches(w: &[i8], input: &[i8], bias: &[i32], q: &QConv, want: &[i8], label: &str) {
+        let qu = QConv {
+            in_zp: q.in_zp + 128,
+            w_zp: q.w_zp + 128,
+            rq: Requant { out_zp: q.rq.out_zp + 128, min: q.rq.min + 128, max: q.rq.max + 128, ..q.rq.clone() },
+            ..q.clone()
+        };
+        let w_u: Vec<u8> = w.iter().map(|&v| v as u8 ^ 0x80).collect();
+        let input_u: Vec<u8> = input.iter().map(|&v| v as u8 ^ 0x80).collect();
+        let mut d = Depthwise::new_u8(&w_u, &qu);
+        let mut got_u = vec![0u8; want.len()];
+        depthwise_u8(&input_u, &mut d, Some(bias), &qu, &mut got_u);
+        assert_eq!(got_u, want.iter().map(|&v| v as u8 ^ 0x80).collect::<Vec<_>>(), "uint8 {label}");
+    }
+
     fn conv_by_definition(input: &[i8], w: &[i8], bias: &[i32], q: &QConv) -> Vec<i8> {
         let g = &q.g;
         let mut out = Vec::new();
@@ -1783,18 +1800,7 @@ mod tests {
                 depthwise_i8(bytes_of(&input), &mut d, Some(&bias), &q, &mut got);
                 assert_eq!(got, want, "case {case}: {g:?} in_c {} x {} zp {} w_zp {}", q.in_c, q.depth_multiplier, q.in_zp, q.w_zp);
                 // The same in uint8 terms (values and zero points shifted by 128).
-                let qu = QConv {
-                    in_zp: q.in_zp + 128,
-                    w_zp: q.w_zp + 128,
-                    rq: Requant { out_zp: q.rq.out_zp + 128, min: q.rq.min + 128, max: q.rq.max + 128, ..q.rq.clone() },
-                    ..q.clone()
-                };
-                let w_u: Vec<u8> = w.iter().map(|&v| v as u8 ^ 0x80).collect();
-                let input_u: Vec<u8> = input.iter().map(|&v| v as u8 ^ 0x80).collect();
-                let mut d = Depthwise::new_u8(&w_u, &qu);
-                let mut got_u = vec![0u8; got.len()];
-                depthwise_u8(&input_u, &mut d, Some(&bias), &qu, &mut got_u);
-                assert_eq!(got_u, want.iter().map(|&v| v as u8 ^ 0x80).collect::<Vec<_>>(), "uint8 case {case}");
+                depthwise_u8_matches(&w, &input, &bias, &q, &want, &format!("case {case}"));
             }
         });
     }
@@ -1852,18 +1858,7 @@ mod tests {
                 let mut got = vec![0i8; want.len()];
                 depthwise_i8(bytes_of(&input), &mut d, Some(&bias), &q, &mut got);
                 assert_eq!(got, want, "case {case}: {g:?} in_c {in_c} x {mult}");
-                let qu = QConv {
-                    in_zp: q.in_zp + 128,
-                    w_zp: q.w_zp + 128,
-                    rq: Requant { out_zp: q.rq.out_zp + 128, min: q.rq.min + 128, max: q.rq.max + 128, ..q.rq.clone() },
-                    ..q.clone()
-                };
-                let w_u: Vec<u8> = w.iter().map(|&v| v as u8 ^ 0x80).collect();
-                let input_u: Vec<u8> = input.iter().map(|&v| v as u8 ^ 0x80).collect();
-                let mut d = Depthwise::new_u8(&w_u, &qu);
-                let mut got_u = vec![0u8; got.len()];
-                depthwise_u8(&input_u, &mut d, Some(&bias), &qu, &mut got_u);
-                assert_eq!(got_u, want.iter().map(|&v| v as u8 ^ 0x80).collect::<Vec<_>>(), "uint8 case {case}: {g:?} in_c {in_c} x {mult}");
+                depthwise_u8_matches(&w, &input, &bias, &q, &want, &format!("case {case}: {g:?} in_c {in_c} x {mult}"));
             }
         });
     }
