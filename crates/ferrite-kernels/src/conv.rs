@@ -297,7 +297,7 @@ pub fn depthwise_direct_tiles() -> bool {
 /// shapes, Nx1 filters) is the same memory as a one-row map with a 1xN filter:
 /// taken that way, each batch item is one row whose pixels run along T, and pixel
 /// tiles fill instead of running one pixel per row. That row geometry, or `None`.
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 fn column_as_row(g: &Window) -> Option<Window> {
     (g.in_w == 1 && g.out_w == 1 && g.k_w == 1).then_some(Window {
         in_h: 1,

@@ -1490,17 +1490,21 @@ mod tests {
         }
     }
 
-    /// The per-tap definition: taps in the padding skipped, `(x - zp) * w`
-    /// summed in int32 with the bias, requantized by [`Requant::apply`].
-    /// Runs the int8 case `q` in uint8 terms (values and zero points shifted by 128)
-    /// through [`depthwise_u8`] and checks it against the int8 result `want`, shifted.
-    fn depthwise_u8_matches(w: &[i8], input: &[i8], bias: &[i32], q: &QConv, want: &[i8], label: &str) {
-        let qu = QConv {
+    /// The int8 case `q` in uint8 terms: zero points and the output range shifted by
+    /// 128, so the same values shifted by 128 give the same outputs shifted.
+    fn in_uint8_terms(q: &QConv) -> QConv {
+        QConv {
             in_zp: q.in_zp + 128,
             w_zp: q.w_zp + 128,
             rq: Requant { out_zp: q.rq.out_zp + 128, min: q.rq.min + 128, max: q.rq.max + 128, ..q.rq.clone() },
             ..q.clone()
-        };
+        }
+    }
+
+    /// Runs the int8 case `q` in uint8 terms (values and zero points shifted by 128)
+    /// through [`depthwise_u8`] and checks it against the int8 result `want`, shifted.
+    fn depthwise_u8_matches(w: &[i8], input: &[i8], bias: &[i32], q: &QConv, want: &[i8], label: &str) {
+        let qu = in_uint8_terms(q);
         let w_u: Vec<u8> = w.iter().map(|&v| v as u8 ^ 0x80).collect();
         let input_u: Vec<u8> = input.iter().map(|&v| v as u8 ^ 0x80).collect();
         let mut d = Depthwise::new_u8(&w_u, &qu);
@@ -1509,6 +1513,8 @@ mod tests {
         assert_eq!(got_u, want.iter().map(|&v| v as u8 ^ 0x80).collect::<Vec<_>>(), "uint8 {label}");
     }
 
+    /// The per-tap definition: taps in the padding skipped, `(x - zp) * w`
+    /// summed in int32 with the bias, requantized by [`Requant::apply`].
     fn conv_by_definition(input: &[i8], w: &[i8], bias: &[i32], q: &QConv) -> Vec<i8> {
         let g = &q.g;
         let mut out = Vec::new();
@@ -1577,12 +1583,7 @@ mod tests {
                 assert_eq!(got, want, "shared buffers, case {case}");
                 // The same convolution in uint8 terms: every value and zero point
                 // shifted by 128, so the accumulators and the outputs (shifted) agree.
-                let qu = QConv {
-                    in_zp: q.in_zp + 128,
-                    w_zp: q.w_zp + 128,
-                    rq: Requant { out_zp: q.rq.out_zp + 128, min: q.rq.min + 128, max: q.rq.max + 128, ..q.rq.clone() },
-                    ..q.clone()
-                };
+                let qu = in_uint8_terms(&q);
                 let input_u: Vec<u8> = input.iter().map(|&x| x as u8 ^ 0x80).collect();
                 // Packed as conv_u8 wants them: the uint8 weights (w + 128) back in int8.
                 let pk_u = QPacked::new(&w, q.out_c, k);

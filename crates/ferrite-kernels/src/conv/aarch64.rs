@@ -221,30 +221,9 @@ pub(super) unsafe fn dw_rows(
     }
     let in_img = g.in_h * g.in_w * in_c;
     let first = rows.start;
-    // A one-column map with a one-column filter ([batch, T, 1, C] audio and sensor
-    // shapes, Nx1 filters) is the same memory as a one-row map with a 1xN filter:
-    // taken that way, each batch item is one row whose pixels run along T, and the
-    // pixel tiles fill instead of running one pixel per row.
-    let column = g.in_w == 1 && g.out_w == 1 && g.k_w == 1;
-    let gt = if column {
-        Window {
-            in_h: 1,
-            in_w: g.in_h,
-            out_h: 1,
-            out_w: g.out_h,
-            k_h: 1,
-            k_w: g.k_h,
-            stride_h: 1,
-            stride_w: g.stride_h,
-            dil_h: 1,
-            dil_w: g.dil_h,
-            pad_top: 0,
-            pad_left: g.pad_top,
-            ..*g
-        }
-    } else {
-        *g
-    };
+    // [batch, T, 1, C] maps with Nx1 filters run as one row per batch item.
+    let column = super::column_as_row(g);
+    let gt = column.unwrap_or(*g);
     // Output columns whose taps all lie inside the input: [x_lo, x_hi).
     let x_lo = gt.pad_left.div_ceil(gt.stride_w).min(gt.out_w);
     let span = (gt.k_w - 1) * gt.dil_w;
@@ -254,7 +233,7 @@ pub(super) unsafe fn dw_rows(
     let none = vdupq_n_u32(0);
     let mut row = rows.start;
     while row < rows.end {
-        let (n, oy, from, to, next) = if column {
+        let (n, oy, from, to, next) = if column.is_some() {
             // Old rows are pixels of the item's single row.
             let n = row / g.out_h;
             let end = rows.end.min((n + 1) * g.out_h);
