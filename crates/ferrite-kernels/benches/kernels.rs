@@ -154,9 +154,14 @@ fn nominal_peak(isa: Isa) -> f64 {
 
 /// A window over an `h x w` input with SAME padding.
 fn same_window(h: usize, w: usize, k_h: usize, k_w: usize, stride: usize) -> Window {
-    let (out_h, pad_top) = out_size_and_pad(h, k_h, stride, 1, true).unwrap();
-    let (out_w, pad_left) = out_size_and_pad(w, k_w, stride, 1, true).unwrap();
-    Window { batch: 1, in_h: h, in_w: w, out_h, out_w, k_h, k_w, stride_h: stride, stride_w: stride, dil_h: 1, dil_w: 1, pad_top, pad_left }
+    dilated_window(h, w, k_h, k_w, stride, 1)
+}
+
+/// [`same_window`] with dilation `dil` along both axes.
+fn dilated_window(h: usize, w: usize, k_h: usize, k_w: usize, stride: usize, dil: usize) -> Window {
+    let (out_h, pad_top) = out_size_and_pad(h, k_h, stride, dil, true).unwrap();
+    let (out_w, pad_left) = out_size_and_pad(w, k_w, stride, dil, true).unwrap();
+    Window { batch: 1, in_h: h, in_w: w, out_h, out_w, k_h, k_w, stride_h: stride, stride_w: stride, dil_h: dil, dil_w: dil, pad_top, pad_left }
 }
 
 /// A byte buffer as int8 values (same size, alignment and valid bit patterns).
@@ -208,24 +213,25 @@ fn int8_benches(filter: &str) {
         let mut out = vec![0i8; rows * n];
         run(format!("requantize {rows} rows x {n}"), 0, &mut || rr.apply(std::hint::black_box(&dots), &mut out));
     }
-    // (name, height, width, channels, output channels, filter height, width, stride)
+    // (name, height, width, channels, output channels, filter height, width, stride, dilation)
     let convs = [
-        ("first layer", 32, 32, 3, 8, 3, 3, 1),
-        ("1x1 few channels", 24, 24, 8, 8, 1, 1, 1),
-        ("1x1", 28, 28, 64, 64, 1, 1, 1),
-        ("3x3", 14, 14, 32, 32, 3, 3, 1),
-        ("3x3 stride 2", 16, 16, 8, 16, 3, 3, 2),
-        ("1xN temporal", 1, 49, 40, 64, 1, 5, 1),
+        ("first layer", 32, 32, 3, 8, 3, 3, 1, 1),
+        ("1x1 few channels", 24, 24, 8, 8, 1, 1, 1, 1),
+        ("1x1", 28, 28, 64, 64, 1, 1, 1, 1),
+        ("3x3", 14, 14, 32, 32, 3, 3, 1, 1),
+        ("3x3 dilated", 14, 14, 32, 32, 3, 3, 1, 2),
+        ("3x3 stride 2", 16, 16, 8, 16, 3, 3, 2, 1),
+        ("1xN temporal", 1, 49, 40, 64, 1, 5, 1, 1),
     ];
-    for (name, h, w, c, oc, kh, kw, stride) in convs {
-        let g = same_window(h, w, kh, kw, stride);
+    for (name, h, w, c, oc, kh, kw, stride, dil) in convs {
+        let g = dilated_window(h, w, kh, kw, stride, dil);
         let q = int8_qconv(g, c, oc, false);
         let x: Vec<u8> = (0..h * w * c).map(|i| (i * 31 % 256) as u8).collect();
         let wt: Vec<i8> = (0..oc * kh * kw * c).map(|i| (i * 7 % 255) as i8).collect();
         let pk = qgemm::QPacked::new(&wt, oc, kh * kw * c);
         let mut s = qgemm::ConvScratch::new(&pk, &q.rq);
         let mut out = vec![0i8; g.out_h * g.out_w * oc];
-        let name = format!("conv {name}: {h}x{w}x{c} -> {oc}, {kh}x{kw}/{stride}");
+        let name = format!("conv {name}: {h}x{w}x{c} -> {oc}, {kh}x{kw}/{stride} dilation {dil}");
         run(name, g.out_h * g.out_w * oc * kh * kw * c, &mut || qgemm::conv_i8(std::hint::black_box(&x), &pk, None, &q, &mut out, &mut s));
     }
     // The 1-D family (audio / sensor maps laid out [1, 1, T, C], 1xN filters,
@@ -239,7 +245,9 @@ fn int8_benches(filter: &str) {
         ("last", 32, 32, 64, 5, 1, true),
         ("dilated first layer", 200, 3, 12, 7, 2, false),
         ("dilated first layer", 200, 3, 12, 7, 2, true),
+        ("dilated", 100, 12, 24, 7, 2, false),
         ("dilated", 100, 12, 24, 7, 2, true),
+        ("dilated", 64, 32, 32, 3, 4, false),
         ("dilated", 50, 24, 48, 7, 2, true),
         ("1x1 narrow", 64, 8, 16, 1, 1, true),
     ];

@@ -238,9 +238,10 @@ pub struct ConvBuffers {
     rows: Vec<u8>,
     dots: Vec<i32>,
     row_sums: Vec<i32>,
-    /// The padded input the VNNI convolution reads its receptive fields from
-    /// (grown on its first run).
-    padded: Vec<u8>,
+    /// The padded input the VNNI convolution reads its receptive fields from,
+    /// and its pixel sums (grown on its first run).
+    #[cfg(target_arch = "x86_64")]
+    padded: vnni::Padded,
 }
 
 impl ConvBuffers {
@@ -260,7 +261,11 @@ impl ConvBuffers {
 
     /// Bytes held.
     pub fn bytes(&self) -> usize {
-        self.rows.len() + self.padded.len() + 4 * (self.dots.len() + self.row_sums.len())
+        #[cfg(target_arch = "x86_64")]
+        let padded = self.padded.bytes.len() + 4 * self.padded.sums.len();
+        #[cfg(not(target_arch = "x86_64"))]
+        let padded = 0;
+        self.rows.len() + padded + 4 * (self.dots.len() + self.row_sums.len())
     }
 }
 
@@ -379,15 +384,14 @@ fn conv_8bit(
     }
     let fill = a_zp as u8;
     // With AVX-512 VNNI the tiles read the receptive fields from a padded copy
-    // of the input instead (no gathered rows; a weight offset would need the
-    // rows' sums, so it stays here).
+    // of the input instead (no gathered rows).
     #[cfg(target_arch = "x86_64")]
-    if w_off == 0 && vnni::available() {
+    if vnni::available() {
         let pk = match vnni::row_groups(g, in_c) {
-            Some(row_k) => vnni::pad_rows(seg, pk, g.k_h, row_k),
+            Some((segments, seg_k)) => vnni::pad_rows(seg, pk, segments, seg_k),
             None => pk,
         };
-        if vnni::conv(input, flip, fill, pk, g, in_c, rq, out, &mut s.padded) {
+        if vnni::conv(input, flip, fill, w_off, pk, g, in_c, rq, out, &mut s.padded) {
             return;
         }
     }
@@ -1684,8 +1688,9 @@ mod tests {
     /// reach them): 1 to 10 panels (chunks of 1-4 panels and their tails), 1-8
     /// pixels per tile in every output row, few-channel first layers (filter
     /// rows padded to groups of four), pointwise layers flattened into one row,
-    /// fully-connected rows rounding once, int8 and uint8 (weight zero point 128),
-    /// under every vector level.
+    /// fully-connected rows rounding once, dilation along either axis (a dilated
+    /// row read as one segment per tap), weight zero points other than 0 (the
+    /// per-pixel sums), int8 and uint8, under every vector level.
     #[test]
     fn conv_tiles_match_the_definition() {
         let mut rng = Rng(0x2545_f491_4f6c_dd1d);
@@ -1695,10 +1700,11 @@ mod tests {
                 let pointwise = case % 4 == 0;
                 let (k_h, k_w) = if pointwise { (1, 1) } else { [(3, 3), (1, 5), (5, 1), (3, 1), (2, 2), (3, 3)][rng.below(6)] };
                 let stride = if pointwise { 1 } else { 1 + rng.below(2) };
+                let (dil_h, dil_w) = if pointwise { (1, 1) } else { ([1, 1, 2, 3][rng.below(4)], [1, 1, 2, 4][rng.below(4)]) };
                 let (in_h, in_w) = (1 + rng.below(12), 1 + rng.below(20));
                 let same = !pointwise && rng.below(2) == 0;
                 let (Some((out_h, pad_top)), Some((out_w, pad_left))) =
-                    (crate::conv::out_size_and_pad(in_h, k_h, stride, 1, same), crate::conv::out_size_and_pad(in_w, k_w, stride, 1, same))
+                    (crate::conv::out_size_and_pad(in_h, k_h, stride, dil_h, same), crate::conv::out_size_and_pad(in_w, k_w, stride, dil_w, same))
                 else {
                     continue;
                 };
@@ -1708,32 +1714,25 @@ mod tests {
                 let in_c = [1, 2, 3, 4, 5, 8, 16, 24, 32, 64][rng.below(10)];
                 let out_c = 1 + rng.below(160);
                 let batch = 1 + rng.below(2);
-                let g = crate::conv::Window {
-                    batch,
-                    in_h,
-                    in_w,
-                    out_h,
-                    out_w,
-                    k_h,
-                    k_w,
-                    stride_h: stride,
-                    stride_w: stride,
-                    dil_h: 1,
-                    dil_w: 1,
-                    pad_top,
-                    pad_left,
-                };
+                let g = crate::conv::Window { batch, in_h, in_w, out_h, out_w, k_h, k_w, stride_h: stride, stride_w: stride, dil_h, dil_w, pad_top, pad_left };
                 let (multiplier, shift) = (0..out_c).map(|_| crate::quant::quantize_multiplier((1 + rng.below(1000)) as f64 * 2e-5)).unzip();
                 let (min, max) = if rng.below(2) == 0 { (-128, 127) } else { (-128 + rng.below(100) as i32, 127 - rng.below(100) as i32) };
                 let rq = Requant { multiplier, shift, out_zp: rng.below(256) as i32 - 128, min, max };
-                let q = QConv { g, in_c, out_c, depth_multiplier: 0, in_zp: rng.below(256) as i32 - 128, w_zp: 0, rq };
+                // A third of the cases with a weight zero point (in uint8 terms, other than 128).
+                let w_zp = match (case % 3, rng.below(4)) {
+                    (1, 0) => -128,
+                    (1, 1) => 127,
+                    (1, _) => rng.below(256) as i32 - 128,
+                    _ => 0,
+                };
+                let q = QConv { g, in_c, out_c, depth_multiplier: 0, in_zp: rng.below(256) as i32 - 128, w_zp, rq };
                 let k = k_h * k_w * in_c;
                 let input: Vec<i8> = (0..batch * in_h * in_w * in_c).map(|_| rng.next() as i8).collect();
                 let w: Vec<i8> = (0..out_c * k).map(|_| if case % 5 == 0 { [-128, 127][rng.below(2)] } else { rng.next() as i8 }).collect();
                 let bias: Vec<i32> = (0..out_c).map(|_| rng.below(20_000) as i32 - 10_000).collect();
                 let pk = QPacked::new(&w, out_c, k);
                 // Pointwise layers also as fully-connected rows, which round once.
-                let single = pointwise && case % 8 == 0;
+                let single = pointwise && case % 8 == 0 && w_zp == 0;
                 let want = if single {
                     let pixels = batch * in_h * in_w;
                     (0..pixels * out_c)
@@ -1757,12 +1756,7 @@ mod tests {
                 if single {
                     continue;
                 }
-                let qu = QConv {
-                    in_zp: q.in_zp + 128,
-                    w_zp: 128,
-                    rq: Requant { out_zp: q.rq.out_zp + 128, min: q.rq.min + 128, max: q.rq.max + 128, ..q.rq.clone() },
-                    ..q.clone()
-                };
+                let qu = in_uint8_terms(&q);
                 let input_u: Vec<u8> = input.iter().map(|&x| x as u8 ^ 0x80).collect();
                 let mut s = ConvScratch::sharing(&pk, &qu.rq, true, &mut shared);
                 let mut got_u = vec![0u8; want.len()];

@@ -1683,7 +1683,12 @@ fn gen(op: &str, r: &mut Rng) -> Case {
                 "DEPTHWISE_CONV_2D" => {
                     (B::DEPTHWISE_CONV_2D, Options::DepthwiseConv2D { padding, stride, dilation: (1, 1), depth_multiplier: (oc as i32) / xs[3], activation })
                 }
-                _ => (B::CONV_2D, Options::Conv2D { padding, stride, dilation: (1, 1), activation }),
+                _ => {
+                    // Dilation along either axis with stride 1 and SAME padding (so
+                    // the dilated filter never outgrows the small maps).
+                    let dilation = if stride == (1, 1) && padding == Padding::SAME { (r.u(1, 3) as i32, r.u(1, 3) as i32) } else { (1, 1) };
+                    (B::CONV_2D, Options::Conv2D { padding, stride, dilation, activation })
+                }
             };
             single(code, &[x, wt, bt], o, opts, &mut m);
         }
@@ -3454,6 +3459,42 @@ fn gemm(m_rows: i32, k: i32, n: i32) -> Result<Vec<u8>, String> {
     m.to_bytes().map_err(|e| e.to_string())
 }
 
+/// One quantized CONV_2D over `[1, h, w, c]` to `oc` channels, a `kh x kw`
+/// filter with SAME padding, `stride` and dilation `dil` (rows, columns):
+/// int8 with per-channel weight scales, or uint8 with a per-tensor weight zero
+/// point away from 128 (older converters' models). The kernel benchmarks'
+/// single-op models (timed against LiteRT with tools/bench_compare.py).
+#[allow(clippy::too_many_arguments)]
+fn qconv(dims: [i32; 4], kh: i32, kw: i32, stride: i32, dil: (i32, i32), unsigned: bool) -> Result<Vec<u8>, String> {
+    let [h, w, c, oc] = dims;
+    let mut r = Rng(17);
+    let kind = if unsigned { "uint8" } else { "int8" };
+    let mut m =
+        ModelSpec { description: format!("ferrite {kind} CONV_2D benchmark: {h}x{w}x{c} -> {oc}, {kh}x{kw}/{stride} dilation {dil:?}"), ..Default::default() };
+    let (ty, off) = if unsigned { (TensorType::UINT8, 128) } else { (TensorType::INT8, 0) };
+    let s_in = 0.05;
+    let x = m.add_tensor(TensorSpec { quant: Some((vec![s_in], vec![off - 3], 0)), ..TensorSpec::activation("x", ty, &[1, h, w, c]) });
+    m.inputs.push(x);
+    let n_w = (oc * kh * kw * c) as usize;
+    let wscales: Vec<f32> = if unsigned { vec![0.01] } else { (0..oc).map(|_| r.f(0.002, 0.02)).collect() };
+    let (wzp, wdata): (i64, Vec<u8>) =
+        if unsigned { (113, (0..n_w).map(|_| r.int(0, 255) as u8).collect()) } else { (0, (0..n_w).map(|_| r.int(-127, 127) as i8 as u8).collect()) };
+    let wt = m.add_tensor(TensorSpec {
+        data: Some(wdata),
+        quant: Some((wscales.clone(), vec![wzp; wscales.len()], 0)),
+        ..TensorSpec::activation("w", ty, &[oc, kh, kw, c])
+    });
+    let bscales: Vec<f32> = wscales.iter().map(|&w| s_in * w).collect();
+    let boc = bscales.len();
+    let bdata: Vec<u8> = (0..oc).flat_map(|_| (r.int(-2000, 2000) as i32).to_le_bytes()).collect();
+    let bt = m.add_tensor(TensorSpec { data: Some(bdata), quant: Some((bscales, vec![0; boc], 0)), ..TensorSpec::activation("b", TensorType::INT32, &[oc]) });
+    let y = m.add_tensor(TensorSpec { quant: Some((vec![0.2], vec![off + 5], 0)), ..TensorSpec::activation("y", ty, &[]) });
+    m.outputs.push(y);
+    let opts = Options::Conv2D { padding: Padding::SAME, stride: (stride, stride), dilation: dil, activation: Activation::RELU };
+    m.add_op(OpCode::Builtin(B::CONV_2D), &[x, wt, bt], &[y], opts);
+    m.to_bytes().map_err(|e| e.to_string())
+}
+
 /// `n` element-wise ops in a chain on a `[1, 8]` tensor (ADD and MUL of constants,
 /// alternating so that no converter-style folding could merge them): the model of
 /// the per-op overhead measurement (tools/op_overhead.py), where the kernels' work
@@ -3523,6 +3564,18 @@ fn main() -> Result<(), String> {
             let (m, k, n) = (dim(3)?, dim(4)?, dim(5)?);
             std::fs::write(path, gemm(m, k, n)?).map_err(|e| e.to_string())
         }
+        Some("qconv") => {
+            let usage = "usage: ferrite-opgen qconv OUT.tflite H W C OC KH KW STRIDE DIL_H DIL_W int8|uint8";
+            let path = args.get(2).ok_or(usage)?;
+            let dim = |i: usize| args.get(i).and_then(|v| v.parse::<i32>().ok()).filter(|&d| (1..=1 << 12).contains(&d)).ok_or(usage);
+            let unsigned = match args.get(12).map(String::as_str) {
+                Some("int8") => false,
+                Some("uint8") => true,
+                _ => return Err(usage.into()),
+            };
+            let bytes = qconv([dim(3)?, dim(4)?, dim(5)?, dim(6)?], dim(7)?, dim(8)?, dim(9)?, (dim(10)?, dim(11)?), unsigned)?;
+            std::fs::write(path, bytes).map_err(|e| e.to_string())
+        }
         Some("chain") => {
             let usage = "usage: ferrite-opgen chain OUT.tflite N";
             let path = args.get(2).ok_or(usage)?;
@@ -3530,7 +3583,7 @@ fn main() -> Result<(), String> {
             std::fs::write(path, chain(n)?).map_err(|e| e.to_string())
         }
         _ => Err(
-            "usage: ferrite-opgen ops OUTDIR [--seed S] [--per-op K] | probe OUTDIR [--seed S] | demo OUT.tflite | gemm OUT.tflite M K N | chain OUT.tflite N"
+            "usage: ferrite-opgen ops OUTDIR [--seed S] [--per-op K] | probe OUTDIR [--seed S] | demo OUT.tflite | gemm OUT.tflite M K N | qconv OUT.tflite H W C OC KH KW STRIDE DIL_H DIL_W int8|uint8 | chain OUT.tflite N"
                 .into(),
         ),
     }

@@ -3,10 +3,10 @@
 //!
 //! [`conv`] copies the input once into a padded buffer (shifted to unsigned,
 //! the padding holding the zero point) and lets the register tiles read each
-//! output pixel's receptive field straight from it: with a filter row's taps
-//! contiguous (dilation 1 along the row), filter row `ky` of pixel `p` is the
-//! bytes from `p`'s corner plus `ky` padded rows, in the packed weights' own `k`
-//! order. That replaces the per-block gather (a copy `k_h * k_w` times the input)
+//! output pixel's receptive field straight from it: the receptive field is a
+//! few *segments* of contiguous taps, a whole filter row (dilation 1 along the
+//! row) or one tap's channels (dilated rows), each at a fixed offset from the
+//! pixel's corner in the padded image, in the packed weights' own `k` order. That replaces the per-block gather (a copy `k_h * k_w` times the input)
 //! by one copy of the input, and the tiles requantize their accumulators in
 //! registers, so the int32 products never go through memory either.
 
@@ -36,12 +36,36 @@ fn flattened(g: &Window) -> Window {
     Window { batch: 1, in_h: 1, in_w: px, out_h: 1, out_w: px, ..*g }
 }
 
+/// How [`conv`] cuts a filter into segments of contiguous taps in the padded
+/// input: `(segments per filter row, taps per segment)`. A filter row is one
+/// segment where its taps are adjacent (dilation 1 along the row, or one
+/// column); a dilated row is `k_w` segments of one pixel's `in_c` channels,
+/// `dil_w` pixels apart.
+fn row_segments(g: &Window, in_c: usize) -> (usize, usize) {
+    if g.k_w == 1 || g.dil_w == 1 {
+        (1, g.k_w * in_c)
+    } else {
+        (g.k_w, in_c)
+    }
+}
+
+/// The packed `k` [`conv`] needs for `g`: each segment's taps in whole groups
+/// of four (zero weights after them), unless the filter is one segment.
+fn segmented_k(g: &Window, in_c: usize) -> Option<usize> {
+    let (per_row, seg_k) = row_segments(g, in_c);
+    let segments = g.k_h.checked_mul(per_row)?;
+    if segments == 1 {
+        Some(seg_k)
+    } else {
+        segments.checked_mul(seg_k.checked_next_multiple_of(4)?)
+    }
+}
+
 /// The padded input's rows and columns for `g`, if [`conv`] runs this geometry
-/// with weights of `kq` (the taps of a filter row contiguous, whole groups of
-/// four `k` per filter row) and the buffer stays within a few times the input.
+/// with weights of `kq` (whole groups of four `k` per segment, see
+/// [`segmented_k`]) and the buffer stays within a few times the input.
 fn padded_dims(g: &Window, in_c: usize, kq: usize) -> Option<(usize, usize)> {
-    let row_k = g.k_w.checked_mul(in_c)?;
-    if g.k_w > 1 && g.dil_w != 1 || g.k_h.checked_mul(row_k.next_multiple_of(4))? != kq {
+    if segmented_k(g, in_c)?.checked_next_multiple_of(4)? != kq {
         return None;
     }
     if g.out_h == 0 || g.out_w == 0 || g.batch == 0 || in_c == 0 {
@@ -55,52 +79,107 @@ fn padded_dims(g: &Window, in_c: usize, kq: usize) -> Option<(usize, usize)> {
     (bytes <= input.saturating_mul(4).max(1 << 20)).then_some((hp, wp))
 }
 
-/// The taps per filter row (`k_w * in_c`) where [`conv`] needs the weights
-/// laid out by [`pad_rows`] first: a filter of several rows whose rows are not
-/// whole groups of four `k` (a first layer's 3 channels), contiguous along the row.
-pub(super) fn row_groups(g: &Window, in_c: usize) -> Option<usize> {
-    let row_k = g.k_w * in_c;
-    (g.k_h > 1 && !row_k.is_multiple_of(4) && (g.k_w == 1 || g.dil_w == 1)).then_some(row_k)
+/// `(segments, taps per segment)` where [`conv`] needs the weights laid out
+/// by [`pad_rows`] first: a filter of several segments whose segments are not
+/// whole groups of four `k` (a first layer's 3 channels, or a dilated row's
+/// taps of a few channels each).
+pub(super) fn row_groups(g: &Window, in_c: usize) -> Option<(usize, usize)> {
+    let (per_row, seg_k) = row_segments(g, in_c);
+    let segments = g.k_h * per_row;
+    (segments > 1 && !seg_k.is_multiple_of(4)).then_some((segments, seg_k))
 }
 
-/// `pk`'s weights with each of the `k_h` filter rows of `row_k` taps padded
+/// `pk`'s weights with each of its `segments` runs of `seg_k` taps padded
 /// with zeros to whole groups of four, kept in `seg` (made once; remade if it
 /// holds another layer's).
-pub(super) fn pad_rows<'a>(seg: &'a mut Option<QPacked>, pk: &QPacked, k_h: usize, row_k: usize) -> &'a QPacked {
-    let row_kq = row_k.next_multiple_of(4);
-    if seg.as_ref().is_some_and(|s| s.n == pk.n && s.k == k_h * row_kq) {
+pub(super) fn pad_rows<'a>(seg: &'a mut Option<QPacked>, pk: &QPacked, segments: usize, seg_k: usize) -> &'a QPacked {
+    let seg_kq = seg_k.next_multiple_of(4);
+    if seg.as_ref().is_some_and(|s| s.n == pk.n && s.k == segments * seg_kq) {
         return seg.as_ref().expect("checked just above");
     }
     let (groups, n) = (pk.kq / 4, pk.n);
-    let mut w = vec![0i8; n * k_h * row_kq];
+    let mut w = vec![0i8; n * segments * seg_kq];
     for j in 0..n {
-        for ky in 0..k_h {
-            for t in 0..row_k {
-                let kk = ky * row_k + t;
-                w[j * k_h * row_kq + ky * row_kq + t] = pk.w[((j / NR) * groups + kk / 4) * NR * 4 + (j % NR) * 4 + kk % 4];
+        for s in 0..segments {
+            for t in 0..seg_k {
+                let kk = s * seg_k + t;
+                w[j * segments * seg_kq + s * seg_kq + t] = pk.w[((j / NR) * groups + kk / 4) * NR * 4 + (j % NR) * 4 + kk % 4];
             }
         }
     }
-    seg.insert(QPacked::new(&w, n, k_h * row_kq))
+    seg.insert(QPacked::new(&w, n, segments * seg_kq))
 }
 
-/// Bytes past the padded image the tiles may read: a filter row's last group
+/// Bytes past the padded image the tiles may read: a segment's last group
 /// reaches up to 3 bytes past its taps.
 const SLACK: usize = 64;
 
-/// int8 convolution (`super::conv_8bit` with no weight offset) through the
-/// VNNI tiles, reading the receptive fields from a padded copy of the input in
-/// `pad` (grown to fit). Returns false, having done nothing, where the
-/// geometry does not suit it (see [`padded_dims`]) or the CPU lacks the
-/// instructions. `flip` turns the input bytes unsigned, `fill` is the padding
-/// byte (the unsigned zero point), and the outputs are written xor `flip ^ 0x80`.
+/// The padded copy of a convolution's input and the per-pixel sums a weight
+/// offset needs (grown on first use, kept between runs).
+#[derive(Debug, Clone, Default)]
+pub(super) struct Padded {
+    /// The input, padded and shifted to unsigned.
+    pub(super) bytes: Vec<u8>,
+    /// The padded pixels' byte sums, then the output pixels' weight-offset terms.
+    pub(super) sums: Vec<i32>,
+}
+
+/// `w_off` times each output pixel's sum of its receptive field's bytes in the
+/// padded image (`w_off * sum a` of `super::conv_8bit`; the padding's bytes
+/// hold the zero point, as its formula wants), one per output pixel. Each
+/// padded pixel's channels are summed once, then each output pixel adds its
+/// taps' pixels: `k_h * k_w` adds instead of `k_h * k_w * in_c`.
+fn pixel_terms<'a>(pad: &[u8], g: &Window, (hp, wp): (usize, usize), in_c: usize, w_off: i32, sums: &'a mut Vec<i32>) -> &'a [i32] {
+    let (image, pixels) = (hp * wp, g.batch * g.out_h * g.out_w);
+    if sums.len() < g.batch * image + pixels {
+        sums.resize(g.batch * image + pixels, 0);
+    }
+    let (px_sums, terms) = sums.split_at_mut(g.batch * image);
+    for (s, px) in px_sums.iter_mut().zip(pad.chunks_exact(in_c)) {
+        *s = px.iter().map(|&b| i32::from(b)).sum();
+    }
+    let mut o = 0;
+    for nb in 0..g.batch {
+        for oy in 0..g.out_h {
+            for ox in 0..g.out_w {
+                let corner = nb * image + oy * g.stride_h * wp + ox * g.stride_w;
+                let mut sum = 0i32;
+                for ky in 0..g.k_h {
+                    let row = corner + ky * g.dil_h * wp;
+                    sum += (0..g.k_w).map(|kx| px_sums[row + kx * g.dil_w]).sum::<i32>();
+                }
+                terms[o] = sum.wrapping_mul(w_off);
+                o += 1;
+            }
+        }
+    }
+    &terms[..pixels]
+}
+
+/// 8-bit convolution (`super::conv_8bit`: unsigned input bytes `a`, packed
+/// weights `w`, true weights `w + w_off`) through the VNNI tiles, reading the
+/// receptive fields from a padded copy of the input in `pad` (grown to fit); a
+/// weight offset adds `w_off * sum a` per output pixel before requantizing.
+/// Returns false, having done nothing, where the geometry does not suit it
+/// (see [`padded_dims`]) or the CPU lacks the instructions. `flip` turns the
+/// input bytes unsigned, `fill` is the padding byte (the unsigned zero point),
+/// and the outputs are written xor `flip ^ 0x80`.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn conv(input: &[u8], flip: u8, fill: u8, pk: &QPacked, g: &Window, in_c: usize, rq: &RowRequant, out: &mut [i8], pad: &mut Vec<u8>) -> bool {
-    // The weights in the filter rows' layout: padded per row (`pad_rows`) unless
-    // the filter has one row or its rows are whole groups already.
-    let row_k = g.k_w * in_c;
-    let k = if g.k_h == 1 { row_k } else { g.k_h * row_k.next_multiple_of(4) };
-    if !available() || rq.offset.len() != pk.n || pk.n == 0 || pk.k != k {
+pub(super) fn conv(
+    input: &[u8],
+    flip: u8,
+    fill: u8,
+    w_off: i32,
+    pk: &QPacked,
+    g: &Window,
+    in_c: usize,
+    rq: &RowRequant,
+    out: &mut [i8],
+    pad: &mut Padded,
+) -> bool {
+    // The weights in the segments' layout: padded per segment (`pad_rows`)
+    // unless the filter is one segment or its segments are whole groups already.
+    if !available() || rq.offset.len() != pk.n || pk.n == 0 || segmented_k(g, in_c) != Some(pk.k) {
         return false;
     }
     let g = &flattened(g);
@@ -113,6 +192,7 @@ pub(super) fn conv(input: &[u8], flip: u8, fill: u8, pk: &QPacked, g: &Window, i
     let line = wp * in_c;
     let image = hp * line;
     let len = g.batch * image + SLACK;
+    let Padded { bytes: pad, sums } = pad;
     if pad.len() < len {
         pad.resize(len, 0);
     }
@@ -131,20 +211,26 @@ pub(super) fn conv(input: &[u8], flip: u8, fill: u8, pk: &QPacked, g: &Window, i
     }
     // The slack is read only against zero weights; any fixed value serves.
     pad[g.batch * image..len].fill(fill);
+    let terms = if w_off != 0 { pixel_terms(&pad[..g.batch * image], g, (hp, wp), in_c, w_off, sums) } else { &[][..] };
+    let (per_row, _) = row_segments(g, in_c);
     let t = Tile {
         px: g.stride_w * in_c,
-        seg: g.dil_h * line,
+        row: g.dil_h * line,
         k_h: g.k_h,
-        seg_groups: pk.kq / 4 / g.k_h,
+        tap: g.dil_w * in_c,
+        per_row,
+        seg_groups: pk.kq / 4 / (g.k_h * per_row),
         panel: pk.kq * NR,
         ldo: n,
         flip: flip ^ 0x80,
         single: rq.rounding == Rounding::Single,
+        terms: !terms.is_empty(),
     };
-    // The furthest byte a tile reads: the last pixel's last filter row's last
+    // The furthest byte a tile reads: the last pixel's last segment's last
     // group, inside the padded image plus its slack (checked once here, so the
     // tiles' unchecked loads stay inside `pad`).
-    let last = (g.batch - 1) * image + (g.out_h - 1) * g.stride_h * line + (g.out_w - 1) * t.px + (g.k_h - 1) * t.seg + t.seg_groups * 4;
+    let last =
+        (g.batch - 1) * image + (g.out_h - 1) * g.stride_h * line + (g.out_w - 1) * t.px + (g.k_h - 1) * t.row + (per_row - 1) * t.tap + t.seg_groups * 4;
     assert!(last <= len && pk.w.len() >= n.div_ceil(NR) * t.panel, "conv: padded input too short");
     let panels = n.div_ceil(NR);
     // Panels per tile and pixels per tile: 12 to 16 accumulators, so that two
@@ -162,7 +248,8 @@ pub(super) fn conv(input: &[u8], flip: u8, fill: u8, pk: &QPacked, g: &Window, i
     for nb in 0..g.batch {
         for oy in 0..g.out_h {
             let a_row = nb * image + oy * g.stride_h * line;
-            let o_row = ((nb * g.out_h + oy) * g.out_w) * n;
+            let px_row = (nb * g.out_h + oy) * g.out_w;
+            let o_row = px_row * n;
             let mut ox = 0;
             for tile in 0..tiles {
                 let r = (g.out_w - ox).div_ceil(tiles - tile);
@@ -173,11 +260,13 @@ pub(super) fn conv(input: &[u8], flip: u8, fill: u8, pk: &QPacked, g: &Window, i
                     // pixels ox..ox + r of this output row read inside `pad` (the
                     // furthest read checked above) and write their `n` outputs
                     // inside `out` (checked above); panels p..p + pc < panels lie
-                    // inside `pk.w`, and `rq` holds n channels.
+                    // inside `pk.w`, `rq` holds n channels, and `terms` (when
+                    // used) one per output pixel.
                     unsafe {
                         let a = pad.as_ptr().add(a_row + ox * t.px);
                         let o = out.as_mut_ptr().add(o_row + ox * n);
-                        dispatch(&t, r, pc, a, pk.w.as_ptr().add(p * t.panel), rq, p, o);
+                        let add = if t.terms { terms.as_ptr().add(px_row + ox) } else { std::ptr::null() };
+                        dispatch(&t, r, pc, a, pk.w.as_ptr().add(p * t.panel), rq, p, add, o);
                     }
                     p += pc;
                 }
@@ -193,10 +282,14 @@ struct Tile {
     /// Bytes between consecutive output pixels' receptive fields.
     px: usize,
     /// Bytes between consecutive filter rows.
-    seg: usize,
+    row: usize,
     /// Filter rows.
     k_h: usize,
-    /// Groups of four `k` per filter row.
+    /// Bytes between consecutive segments of a filter row.
+    tap: usize,
+    /// Segments per filter row.
+    per_row: usize,
+    /// Groups of four `k` per segment.
     seg_groups: usize,
     /// Bytes per packed panel of [`NR`] channels.
     panel: usize,
@@ -206,6 +299,8 @@ struct Tile {
     flip: u8,
     /// One rounding of the exact product ([`Rounding::Single`]), else two.
     single: bool,
+    /// Whether each pixel adds a weight-offset term before requantizing.
+    terms: bool,
 }
 
 /// [`tile`] for `r` rows (at most the chunk's tile height) of `pc` panels.
@@ -214,11 +309,11 @@ struct Tile {
 /// As [`tile`].
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn dispatch(t: &Tile, r: usize, pc: usize, a: *const u8, w: *const i8, rq: &RowRequant, p0: usize, out: *mut i8) {
+unsafe fn dispatch(t: &Tile, r: usize, pc: usize, a: *const u8, w: *const i8, rq: &RowRequant, p0: usize, add: *const i32, out: *mut i8) {
     macro_rules! go {
         ($($r:literal),*; $p:literal) => {
             match r {
-                $($r => tile::<$r, $p>(t, a, w, rq, p0, out),)*
+                $($r => tile::<$r, $p>(t, a, w, rq, p0, add, out),)*
                 _ => unreachable!("tile rows"),
             }
         };
@@ -234,22 +329,24 @@ unsafe fn dispatch(t: &Tile, r: usize, pc: usize, a: *const u8, w: *const i8, rq
     }
 }
 
-/// `R` output pixels by `P` panels of 16 channels: per filter row and group of
+/// `R` output pixels by `P` panels of 16 channels: per segment and group of
 /// four `k`, `P` weight loads, `R` broadcasts of the pixels' four bytes and
 /// `R * P` `vpdpbusd`; then each accumulator requantized and stored as bytes.
 ///
 /// # Safety
-/// The CPU must support AVX-512F/BW/VL and VNNI; pixel `r < R`'s filter row
-/// `ky` reads `seg_groups * 4` bytes from `a + r * px + ky * seg`, panel
-/// `p < P` reads `k_h * seg_groups * 64` weights from `w + p * panel`, and
+/// The CPU must support AVX-512F/BW/VL and VNNI; pixel `r < R`'s segment `sx`
+/// of filter row `ky` reads `seg_groups * 4` bytes from `a + r * px + ky * row
+/// + sx * tap`, panel `p < P` reads `k_h * per_row * seg_groups * 64` weights
+/// from `w + p * panel`, and
 /// pixel `r` writes channels `16 * p0..` (at most `ldo`) at `out + r * ldo`;
-/// `rq` holds `ldo` channels.
+/// `rq` holds `ldo` channels; with `t.terms`, `add` holds `R` values.
+#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn tile<const R: usize, const P: usize>(t: &Tile, a: *const u8, w: *const i8, rq: &RowRequant, p0: usize, out: *mut i8) {
+unsafe fn tile<const R: usize, const P: usize>(t: &Tile, a: *const u8, w: *const i8, rq: &RowRequant, p0: usize, add: *const i32, out: *mut i8) {
     let mut acc = [[_mm512_setzero_si512(); P]; R];
-    for ky in 0..t.k_h {
-        // SAFETY: filter row ky of each pixel and panel (contract).
-        let (a, w) = unsafe { (a.add(ky * t.seg), w.add(ky * t.seg_groups * 64)) };
+    for (ky, sx) in (0..t.k_h).flat_map(|ky| (0..t.per_row).map(move |sx| (ky, sx))) {
+        // SAFETY: segment sx of filter row ky of each pixel and panel (contract).
+        let (a, w) = unsafe { (a.add(ky * t.row + sx * t.tap), w.add((ky * t.per_row + sx) * t.seg_groups * 64)) };
         for g in 0..t.seg_groups {
             // SAFETY: group g of filter row ky of panel p (contract).
             let wv: [__m512i; P] = std::array::from_fn(|p| unsafe { _mm512_loadu_si512(w.add(p * t.panel + g * 64) as *const _) });
@@ -260,6 +357,13 @@ unsafe fn tile<const R: usize, const P: usize>(t: &Tile, a: *const u8, w: *const
                     *acc = _mm512_dpbusd_epi32(*acc, av, wv);
                 }
             }
+        }
+    }
+    if t.terms {
+        for (r, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: pixel r's term (contract).
+            let v = _mm512_set1_epi32(unsafe { *add.add(r) });
+            acc.iter_mut().for_each(|a| *a = _mm512_add_epi32(*a, v));
         }
     }
     for p in 0..P {
