@@ -344,9 +344,16 @@ unsafe fn dispatch(t: &Tile, r: usize, pc: usize, a: *const u8, w: *const i8, rq
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn tile<const R: usize, const P: usize>(t: &Tile, a: *const u8, w: *const i8, rq: &RowRequant, p0: usize, add: *const i32, out: *mut i8) {
     let mut acc = [[_mm512_setzero_si512(); P]; R];
-    for (ky, sx) in (0..t.k_h).flat_map(|ky| (0..t.per_row).map(move |sx| (ky, sx))) {
+    // Segment s is segment sx of filter row ky (one plain loop: an iterator
+    // adapter here was not inlined into the tile).
+    let (mut ky, mut sx) = (0, 0);
+    for s in 0..t.k_h * t.per_row {
         // SAFETY: segment sx of filter row ky of each pixel and panel (contract).
-        let (a, w) = unsafe { (a.add(ky * t.row + sx * t.tap), w.add((ky * t.per_row + sx) * t.seg_groups * 64)) };
+        let (a, w) = unsafe { (a.add(ky * t.row + sx * t.tap), w.add(s * t.seg_groups * 64)) };
+        sx += 1;
+        if sx == t.per_row {
+            (ky, sx) = (ky + 1, 0);
+        }
         for g in 0..t.seg_groups {
             // SAFETY: group g of filter row ky of panel p (contract).
             let wv: [__m512i; P] = std::array::from_fn(|p| unsafe { _mm512_loadu_si512(w.add(p * t.panel + g * 64) as *const _) });
@@ -584,31 +591,45 @@ pub(crate) unsafe fn add_sub_8bit<const UNSIGNED: bool>(a: &[u8], b: &[u8], p: &
     let (lo, hi) = (_mm512_set1_epi32(p.min), _mm512_set1_epi32(p.max));
     let shift = _mm_cvtsi32_si128((p.left_shift & 31) as i32);
     let sign = _mm512_set1_epi32(p.sign);
-    let widen = |v: __m128i| if UNSIGNED { _mm512_cvtepu8_epi32(v) } else { _mm512_cvtepi8_epi32(v) };
+    macro_rules! widen {
+        ($v:expr) => {
+            if UNSIGNED {
+                _mm512_cvtepu8_epi32($v)
+            } else {
+                _mm512_cvtepi8_epi32($v)
+            }
+        };
+    }
     // 8-bit zero points keep |x - zp| <= 255 for the split rescale; others take
     // the 64-bit products.
     let zp_ok = |zp: i32| if UNSIGNED { (0..=255).contains(&zp) } else { (-128..=127).contains(&zp) };
     let split = if zp_ok(p.zp.0) && zp_ok(p.zp.1) { SplitScale::new(p.scale.0, p.left_shift).zip(SplitScale::new(p.scale.1, p.left_shift)) } else { None };
-    let step = |x: __m128i, y: __m128i| {
-        let (x, y) = match &split {
-            Some((fa, fb)) => (fa.apply(_mm512_sub_epi32(widen(x), zpa)), fb.apply(_mm512_sub_epi32(widen(y), zpb))),
-            None => {
-                (mbqm16(_mm512_sll_epi32(_mm512_sub_epi32(widen(x), zpa), shift), &sa), mbqm16(_mm512_sll_epi32(_mm512_sub_epi32(widen(y), zpb), shift), &sb))
-            }
-        };
-        let s = match p.sign {
-            1 => _mm512_add_epi32(x, y),
-            -1 => _mm512_sub_epi32(x, y),
-            _ => _mm512_add_epi32(x, _mm512_mullo_epi32(y, sign)),
-        };
-        // Clamped inside the 8-bit type, so the truncating narrow keeps the value.
-        _mm512_cvtepi32_epi8(_mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(mbqm16(s, &so), zpo), lo), hi))
-    };
+    // Macros, not closures: the closures were compiled out of line (a call per
+    // 16 elements, its vectors passed through memory).
+    macro_rules! step {
+        ($x:expr, $y:expr) => {{
+            let (x, y): (__m128i, __m128i) = ($x, $y);
+            let (x, y) = match &split {
+                Some((fa, fb)) => (fa.apply(_mm512_sub_epi32(widen!(x), zpa)), fb.apply(_mm512_sub_epi32(widen!(y), zpb))),
+                None => (
+                    mbqm16(_mm512_sll_epi32(_mm512_sub_epi32(widen!(x), zpa), shift), &sa),
+                    mbqm16(_mm512_sll_epi32(_mm512_sub_epi32(widen!(y), zpb), shift), &sb),
+                ),
+            };
+            let s = match p.sign {
+                1 => _mm512_add_epi32(x, y),
+                -1 => _mm512_sub_epi32(x, y),
+                _ => _mm512_add_epi32(x, _mm512_mullo_epi32(y, sign)),
+            };
+            // Clamped inside the 8-bit type, so the truncating narrow keeps the value.
+            _mm512_cvtepi32_epi8(_mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(mbqm16(s, &so), zpo), lo), hi))
+        }};
+    }
     let mut i = 0;
     while i + 16 <= n {
         // SAFETY: elements i..i + 16 <= n of both inputs and of `out`.
         unsafe {
-            let v = step(_mm_loadu_si128(a.as_ptr().add(i) as *const _), _mm_loadu_si128(b.as_ptr().add(i) as *const _));
+            let v = step!(_mm_loadu_si128(a.as_ptr().add(i) as *const _), _mm_loadu_si128(b.as_ptr().add(i) as *const _));
             _mm_storeu_si128(out.as_mut_ptr().add(i) as *mut _, v);
         }
         i += 16;
@@ -620,7 +641,7 @@ pub(crate) unsafe fn add_sub_8bit<const UNSIGNED: bool>(a: &[u8], b: &[u8], p: &
         y[..n - i].copy_from_slice(&b[i..n]);
         // SAFETY: 16-byte arrays, unaligned accesses.
         unsafe {
-            let v = step(_mm_loadu_si128(x.as_ptr() as *const _), _mm_loadu_si128(y.as_ptr() as *const _));
+            let v = step!(_mm_loadu_si128(x.as_ptr() as *const _), _mm_loadu_si128(y.as_ptr() as *const _));
             _mm_storeu_si128(o.as_mut_ptr() as *mut _, v);
         }
         out[i..n].copy_from_slice(&o[..n - i]);
