@@ -3488,7 +3488,12 @@ fn qconv(dims: [i32; 4], kh: i32, kw: i32, stride: i32, dil: (i32, i32), unsigne
     let boc = bscales.len();
     let bdata: Vec<u8> = (0..oc).flat_map(|_| (r.int(-2000, 2000) as i32).to_le_bytes()).collect();
     let bt = m.add_tensor(TensorSpec { data: Some(bdata), quant: Some((bscales, vec![0; boc], 0)), ..TensorSpec::activation("b", TensorType::INT32, &[oc]) });
-    let y = m.add_tensor(TensorSpec { quant: Some((vec![0.2], vec![off + 5], 0)), ..TensorSpec::activation("y", ty, &[]) });
+    // The output's shape written out (SAME): LiteRT's XNNPACK delegate takes
+    // only static shapes, and the comparison is against it.
+    let y = m.add_tensor(TensorSpec {
+        quant: Some((vec![0.2], vec![off + 5], 0)),
+        ..TensorSpec::activation("y", ty, &[1, (h + stride - 1) / stride, (w + stride - 1) / stride, oc])
+    });
     m.outputs.push(y);
     let opts = Options::Conv2D { padding: Padding::SAME, stride: (stride, stride), dilation: dil, activation: Activation::RELU };
     m.add_op(OpCode::Builtin(B::CONV_2D), &[x, wt, bt], &[y], opts);
