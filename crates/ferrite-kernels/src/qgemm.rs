@@ -1715,7 +1715,9 @@ mod tests {
                 let out_c = 1 + rng.below(160);
                 let batch = 1 + rng.below(2);
                 let g = crate::conv::Window { batch, in_h, in_w, out_h, out_w, k_h, k_w, stride_h: stride, stride_w: stride, dil_h, dil_w, pad_top, pad_left };
-                let (multiplier, shift) = (0..out_c).map(|_| crate::quant::quantize_multiplier((1 + rng.below(1000)) as f64 * 2e-5)).unzip();
+                // Every seventh case with scales of 1 to 4 (a left shift before the product).
+                let scale = |r: usize| if case % 7 == 3 { 1.0 + r as f64 * 3e-3 } else { (1 + r) as f64 * 2e-5 };
+                let (multiplier, shift) = (0..out_c).map(|_| crate::quant::quantize_multiplier(scale(rng.below(1000)))).unzip();
                 let (min, max) = if rng.below(2) == 0 { (-128, 127) } else { (-128 + rng.below(100) as i32, 127 - rng.below(100) as i32) };
                 let rq = Requant { multiplier, shift, out_zp: rng.below(256) as i32 - 128, min, max };
                 // A third of the cases with a weight zero point (in uint8 terms, other than 128).

@@ -410,12 +410,27 @@ unsafe fn store16(at: *mut i8, k: __mmask16, v: __m512i, flip: u8) {
     }
 }
 
+/// The rounded high halves `(p + 2^30) >> 31` of the doubled products, the
+/// even lanes' 64-bit products in `even` and the odd lanes' in `odd`, back in
+/// their 32-bit lanes: bits 31..62 of each sum, moved down into the even
+/// lanes' low halves and up into the odd lanes' high halves (one shift each).
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn high_halves(even: __m512i, odd: __m512i) -> __m512i {
+    let half = _mm512_set1_epi64(1 << 30);
+    let even = _mm512_srli_epi64::<31>(_mm512_add_epi64(even, half));
+    let odd = _mm512_slli_epi64::<1>(_mm512_add_epi64(odd, half));
+    _mm512_mask_blend_epi32(0xAAAA, even, odd)
+}
+
 /// One panel's (or depthwise block's) requantization parameters in registers.
 pub(super) struct Scale16 {
     offset: __m512i,
     m: __m512i,
     m_odd: __m512i,
     left: __m512i,
+    /// Whether any lane shifts left.
+    shifts: bool,
     right: __m512i,
     mask: __m512i,
     half_mask: __m512i,
@@ -450,6 +465,7 @@ impl Scale16 {
             m,
             m_odd: _mm512_srli_epi64::<32>(m),
             left,
+            shifts: _mm512_test_epi32_mask(left, left) != 0,
             right,
             mask,
             half_mask: _mm512_srli_epi32::<1>(mask),
@@ -465,11 +481,11 @@ impl Scale16 {
     /// and clamp.
     #[target_feature(enable = "avx512f")]
     pub(super) fn double(&self, d: __m512i) -> __m512i {
-        let (half, one) = (_mm512_set1_epi64(1 << 30), _mm512_set1_epi32(1));
-        let x = _mm512_sllv_epi32(_mm512_add_epi32(d, self.offset), self.left);
-        let even = _mm512_srai_epi64::<31>(_mm512_add_epi64(_mm512_mul_epi32(x, self.m), half));
-        let odd = _mm512_srai_epi64::<31>(_mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64::<32>(x), self.m_odd), half));
-        let high = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64::<32>(odd));
+        let one = _mm512_set1_epi32(1);
+        let x = _mm512_add_epi32(d, self.offset);
+        // Scales below 1 (nearly all) have no left shift: one instruction fewer.
+        let x = if self.shifts { _mm512_sllv_epi32(x, self.left) } else { x };
+        let high = high_halves(_mm512_mul_epi32(x, self.m), _mm512_mul_epi32(_mm512_srli_epi64::<32>(x), self.m_odd));
         let threshold = _mm512_add_epi32(self.half_mask, _mm512_srli_epi32::<31>(high));
         let up = _mm512_cmpgt_epi32_mask(_mm512_and_si512(high, self.mask), threshold);
         let shifted = _mm512_srav_epi32(high, self.right);
@@ -524,11 +540,8 @@ impl ScaleV {
 #[inline]
 #[target_feature(enable = "avx512f")]
 fn mbqm16(x: __m512i, s: &ScaleV) -> __m512i {
-    let half = _mm512_set1_epi64(1 << 30);
     let x = _mm512_sllv_epi32(x, s.left);
-    let even = _mm512_srai_epi64::<31>(_mm512_add_epi64(_mm512_mul_epi32(x, s.m), half));
-    let odd = _mm512_srai_epi64::<31>(_mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64::<32>(x), s.m_odd), half));
-    let high = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64::<32>(odd));
+    let high = high_halves(_mm512_mul_epi32(x, s.m), _mm512_mul_epi32(_mm512_srli_epi64::<32>(x), s.m_odd));
     let threshold = _mm512_add_epi32(s.half_mask, _mm512_srli_epi32::<31>(high));
     let up = _mm512_cmpgt_epi32_mask(_mm512_and_si512(high, s.mask), threshold);
     let shifted = _mm512_srav_epi32(high, s.right);
