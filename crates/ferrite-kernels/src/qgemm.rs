@@ -276,9 +276,9 @@ impl ConvBuffers {
 pub struct ConvScratch {
     bufs: ConvBuffers,
     rq: RowRequant,
-    /// The weights laid out with each filter row's taps padded to whole groups
-    /// of four, for the VNNI convolution of a layer whose filter rows are not
-    /// (made on its first run).
+    /// The weights laid out with each segment's taps (a filter row, or one tap
+    /// of a dilated row) padded to whole groups of four, for the VNNI
+    /// convolution of a layer whose segments are not (made on its first run).
     seg: Option<QPacked>,
 }
 
