@@ -589,10 +589,10 @@ pub struct Depthwise {
     /// One output row of accumulators, `out_w * out_c`.
     acc: Vec<i32>,
     rq: RowRequant,
-    /// `rq` laid out per block for the AVX-512 row kernel (once per run, with
-    /// that run's bias).
+    /// `rq`'s scales laid out per block for the AVX-512 row kernel, and
+    /// whether any channel shifts left.
     #[cfg(target_arch = "x86_64")]
-    params: Vec<i32>,
+    params: (Vec<i32>, bool),
 }
 
 impl Depthwise {
@@ -653,6 +653,7 @@ impl Depthwise {
         }
         let extent = (g.k_h.max(1) - 1) * g.dil_h + 1;
         let ring = extent <= DW_RING_MAX;
+        let rq = RowRequant::new(rq, q.out_c);
         let slots = if ring { extent } else { g.k_h };
         Depthwise {
             prepared: q.g,
@@ -673,9 +674,9 @@ impl Depthwise {
             tags: vec![usize::MAX; slots],
             offs: Vec::with_capacity(g.k_h),
             acc: vec![0; g.out_w * q.out_c],
-            rq: RowRequant::new(rq, q.out_c),
             #[cfg(target_arch = "x86_64")]
-            params: Vec::new(),
+            params: dw_avx512::block_params(&rq, cp),
+            rq,
         }
     }
 
@@ -903,8 +904,6 @@ fn depthwise_8bit(input: &[u8], d: &mut Depthwise, bias: Option<&[i32]>, q: &QCo
     d.tags.fill(usize::MAX);
     #[cfg(target_arch = "x86_64")]
     let avx512 = dw_avx512::available();
-    #[cfg(target_arch = "x86_64")]
-    let left = avx512 && dw_avx512::block_params(&d.rq, d.cp, &mut d.params);
     let (cp, pairs, npl) = (d.cp, d.pairs, d.npl);
     let dil_h = g.dil_h.max(1);
     for nb in 0..g.batch {
@@ -936,15 +935,17 @@ fn depthwise_8bit(input: &[u8], d: &mut Depthwise, bias: Option<&[i32]>, q: &QCo
             let o = &mut out[((nb * g.out_h + oy) * g.out_w) * d.out_c..][..row];
             #[cfg(target_arch = "x86_64")]
             if avx512 {
-                assert!(d.params.len() >= cp.div_ceil(16) * dw_avx512::PARAMS * 16);
+                let (params, left) = (&d.params.0, d.params.1);
+                assert!(params.len() >= cp.div_ceil(16) * dw_avx512::PARAMS * 16 && d.rq.offset.len() == d.out_c);
                 // SAFETY: the CPU features are present (checked above); the row's
-                // reads were bounds-checked by `in_bounds`, `o` holds the row and
-                // `d.params` every block of `cp` (checked just above).
+                // reads were bounds-checked by `in_bounds`, `o` holds the row,
+                // `d.rq` its `out_c` channels and `params` every block of `cp`
+                // (checked just above).
                 unsafe {
                     if left {
-                        dw_avx512::depthwise_row::<true>(&r, &d.rq, &d.params, o);
+                        dw_avx512::depthwise_row::<true>(&r, &d.rq, params, o);
                     } else {
-                        dw_avx512::depthwise_row::<false>(&r, &d.rq, &d.params, o);
+                        dw_avx512::depthwise_row::<false>(&r, &d.rq, params, o);
                     }
                 }
                 continue;

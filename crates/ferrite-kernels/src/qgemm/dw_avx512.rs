@@ -7,7 +7,7 @@
 //! instead, so its lanes are not half idle.
 //!
 //! The requantization costs more than the products of a 3x3 filter, so it is
-//! kept short: the per-channel parameters are laid out once per run
+//! kept short: the per-channel parameters are laid out once per layer
 //! ([`block_params`]), the accumulators start from the bias terms, a layer
 //! whose scales need no left shift skips it, and the clamp runs on the bytes
 //! after a saturating narrowing (`vpmovsdb` to xmm, then byte min/max), which
@@ -21,10 +21,10 @@ use std::arch::x86_64::*;
 /// Output pixels (or pixel pairs) per register tile.
 const TILE: usize = 4;
 
-/// Vectors of 16 int32 per block of [`block_params`]: offset, multiplier, the
-/// odd lanes' multiplier, left shift, right shift, its remainder mask and half
+/// Vectors of 16 int32 per block of [`block_params`]: multiplier, the odd
+/// lanes' multiplier, left shift, right shift, its remainder mask and half
 /// that mask.
-pub(super) const PARAMS: usize = 7;
+pub(super) const PARAMS: usize = 6;
 
 /// Whether this CPU (and the process's vector cap) runs [`depthwise_row`].
 pub(super) fn available() -> bool {
@@ -34,17 +34,16 @@ pub(super) fn available() -> bool {
         && std::arch::is_x86_feature_detected!("avx512vnni")
 }
 
-/// Lays out `rq`'s per-channel parameters (the offsets set for this run) for
-/// [`depthwise_row`] over `cp` lanes: [`PARAMS`] vectors of 16 lanes per block
-/// of 16 channels, or, for rows of 8 lanes (`cp == 8`, two pixels per vector),
-/// one block whose halves both hold channels 0..8. Lanes past the channels hold
-/// zeros (their results are never stored). Returns whether any channel shifts
-/// left.
-pub(super) fn block_params(rq: &RowRequant, cp: usize, params: &mut Vec<i32>) -> bool {
+/// Lays out `rq`'s per-channel scales for [`depthwise_row`] over `cp` lanes
+/// (once per layer: the offsets, which hold the bias, are read per run):
+/// [`PARAMS`] vectors of 16 lanes per block of 16 channels, or, for rows of 8
+/// lanes (`cp == 8`, two pixels per vector), one block whose halves both hold
+/// channels 0..8. Lanes past the channels hold zeros (their results are never
+/// stored). Also returns whether any channel shifts left.
+pub(super) fn block_params(rq: &RowRequant, cp: usize) -> (Vec<i32>, bool) {
     let n = rq.offset.len();
     let blocks = cp.div_ceil(16);
-    params.clear();
-    params.resize(blocks * PARAMS * 16, 0);
+    let mut params = vec![0; blocks * PARAMS * 16];
     for (b, block) in params.chunks_exact_mut(PARAMS * 16).enumerate() {
         let channel = |l: usize| if cp == 8 { l % 8 } else { b * 16 + l };
         for l in 0..16 {
@@ -54,20 +53,20 @@ pub(super) fn block_params(rq: &RowRequant, cp: usize, params: &mut Vec<i32>) ->
             }
             // As `vpsllvd` would: a count past 31 gives an all-ones mask.
             let mask = 1u32.checked_shl(rq.right[j]).unwrap_or(0).wrapping_sub(1);
-            block[l] = rq.offset[j];
-            block[16 + l] = rq.multiplier[j];
+            block[l] = rq.multiplier[j];
             // `vpmuldq` reads the low half of each 64-bit lane: odd channel
             // 2i + 1's multiplier goes to lane 2i.
             if l % 2 == 1 {
-                block[32 + l - 1] = rq.multiplier[j];
+                block[16 + l - 1] = rq.multiplier[j];
             }
-            block[48 + l] = rq.left[j] as i32;
-            block[64 + l] = rq.right[j] as i32;
-            block[80 + l] = mask as i32;
-            block[96 + l] = (mask >> 1) as i32;
+            block[32 + l] = rq.left[j] as i32;
+            block[48 + l] = rq.right[j] as i32;
+            block[64 + l] = mask as i32;
+            block[80 + l] = (mask >> 1) as i32;
         }
     }
-    rq.left.iter().any(|&l| l != 0)
+    let left = rq.left.iter().any(|&l| l != 0);
+    (params, left)
 }
 
 /// One block's requantization parameters in registers.
@@ -87,20 +86,21 @@ struct Rq16 {
 impl Rq16 {
     /// # Safety
     /// The CPU must support AVX-512F; `p` points at one block of
-    /// [`block_params`] ([`PARAMS`] * 16 values).
+    /// [`block_params`] ([`PARAMS`] * 16 values); `offset` holds the block's
+    /// offsets (both halves for a row of two pixels per vector).
     #[inline]
     #[target_feature(enable = "avx512f")]
-    unsafe fn load(p: *const i32, rq: &RowRequant) -> Rq16 {
+    unsafe fn load(p: *const i32, rq: &RowRequant, offset: __m512i) -> Rq16 {
         // SAFETY: vector i of the block (contract).
         let v = |i: usize| unsafe { _mm512_loadu_si512(p.add(16 * i) as *const _) };
         Rq16 {
-            offset: v(0),
-            m: v(1),
-            m_odd: v(2),
-            left: v(3),
-            right: v(4),
-            mask: v(5),
-            half_mask: v(6),
+            offset,
+            m: v(0),
+            m_odd: v(1),
+            left: v(2),
+            right: v(3),
+            mask: v(4),
+            half_mask: v(5),
             zp: _mm512_set1_epi32(rq.out_zp),
             lo: _mm_set1_epi8(rq.min.clamp(-128, 127) as i8),
             hi: _mm_set1_epi8(rq.max.clamp(-128, 127) as i8),
@@ -233,8 +233,10 @@ unsafe fn row<const LEFT: bool, const P: usize>(r: &DwRow<'_>, rq: &RowRequant, 
     if r.cp == 8 {
         let cols = r.out_c;
         let k16: __mmask16 = (1 << cols) - 1;
+        // SAFETY: the `cols` offsets (out_c of them), repeated in both halves.
+        let offset = _mm512_broadcast_i64x4(unsafe { _mm256_maskz_loadu_epi32(k16 as __mmask8, rq.offset.as_ptr()) });
         // SAFETY: the one block of `params` (contract).
-        let p = unsafe { Rq16::load(params.as_ptr(), rq) };
+        let p = unsafe { Rq16::load(params.as_ptr(), rq, offset) };
         let store2 = |ox: usize, v: __m512i| {
             let b = p.bytes::<LEFT>(v);
             // SAFETY: pixels ox and ox + 1 < out_w, `cols` bytes each.
@@ -277,8 +279,8 @@ unsafe fn row<const LEFT: bool, const P: usize>(r: &DwRow<'_>, rq: &RowRequant, 
         let lk: __mmask32 = if r.cp - base >= 16 { !0 } else { 0xFFFF };
         let cols = (r.out_c - base).min(16);
         let ok: __mmask16 = if cols == 16 { !0 } else { (1 << cols) - 1 };
-        // SAFETY: block cb of `params` (contract).
-        let p = unsafe { Rq16::load(params.as_ptr().add(cb * PARAMS * 16), rq) };
+        // SAFETY: offsets base..base + cols of out_c; block cb of `params` (contract).
+        let p = unsafe { Rq16::load(params.as_ptr().add(cb * PARAMS * 16), rq, _mm512_maskz_loadu_epi32(ok, rq.offset.as_ptr().add(base))) };
         // SAFETY: block cb of filter row 0's weights (in_bounds).
         let w = unsafe { r.w.as_ptr().add(base * 2) };
         let store = |ox: usize, v: __m512i| {
