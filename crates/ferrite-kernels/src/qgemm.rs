@@ -550,6 +550,9 @@ const DW_RING_MAX: usize = 16;
 /// |w| <= 128). Output channel `o` reads input channel `o / multiplier`; channels
 /// are padded to blocks of 8 with zero weights. The lines of the input rows a
 /// filter spans are kept in a ring, so with stride 1 each row is widened once.
+/// With multiplier 1 a line holds only the pixels whose pairs are read (every
+/// [`line_step`]-th one: every second at stride 2), so a strided layer widens
+/// each input pixel once, not twice.
 #[derive(Debug, Clone)]
 pub struct Depthwise {
     /// The geometry prepared for.
@@ -571,12 +574,15 @@ pub struct Depthwise {
     pairs: usize,
     /// Pixels per pair line: one for every first tap a pair reads.
     npl: usize,
+    /// Input pixels between consecutive pair-line pixels ([`line_step`]).
+    step: usize,
     /// Whether input row `iy` lives in slot `iy % slots` across output rows (a
     /// short filter extent) or filter row `ky` in slot `ky`, rebuilt per row.
     ring: bool,
     /// `[k_h][pairs][cp][2]`, zero past `k_w` and `out_c`.
     w: Vec<i16>,
-    /// One widened input row, `[npl + dil_w][cp]`, zero in the padding columns.
+    /// One widened input row, `[(npl - 1) * step + dil_w + 1][cp]`, zero in the
+    /// padding columns.
     single: Vec<i16>,
     /// The slots' pair lines, `npl * cp * 2` values each.
     lines: Vec<i16>,
@@ -587,6 +593,10 @@ pub struct Depthwise {
     /// One output row of accumulators, `out_w * out_c`.
     acc: Vec<i32>,
     rq: RowRequant,
+    /// `rq`'s scales laid out per block for the AVX-512 row kernel, and
+    /// whether any channel shifts left.
+    #[cfg(target_arch = "x86_64")]
+    params: (Vec<i32>, bool),
 }
 
 impl Depthwise {
@@ -597,7 +607,9 @@ impl Depthwise {
         let g = &column_as_row(q.g);
         let cp = q.out_c.checked_next_multiple_of(DW_BLOCK)?;
         let pairs = g.k_w.div_ceil(2);
-        let npl = g.out_w.saturating_sub(1).checked_mul(g.stride_w)?.checked_add((2 * pairs).saturating_sub(2).checked_mul(g.dil_w)?)?.checked_add(1)?;
+        let step = line_step(g, pairs, q.depth_multiplier);
+        let npl =
+            (g.out_w.saturating_sub(1).checked_mul(g.stride_w)?.checked_add((2 * pairs).saturating_sub(2).checked_mul(g.dil_w)?)? / step).checked_add(1)?;
         let extent = g.k_h.saturating_sub(1).checked_mul(g.dil_h)?.checked_add(1)?;
         let slots = if extent <= DW_RING_MAX { extent } else { g.k_h };
         let lines = crate::product(&[slots.checked_add(1)?, npl.checked_add(g.dil_w)?, cp, 4])?;
@@ -633,7 +645,8 @@ impl Depthwise {
         assert!(w_len >= g.k_h * g.k_w * q.out_c, "depthwise: {w_len} weights for {}x{}x{}", g.k_h, g.k_w, q.out_c);
         let cp = q.out_c.next_multiple_of(DW_BLOCK);
         let pairs = g.k_w.div_ceil(2);
-        let npl = if g.out_w == 0 { 0 } else { (g.out_w - 1) * g.stride_w + (2 * pairs - 2) * g.dil_w + 1 };
+        let step = line_step(&g, pairs, m);
+        let npl = if g.out_w == 0 { 0 } else { ((g.out_w - 1) * g.stride_w + (2 * pairs - 2) * g.dil_w) / step + 1 };
         let mut wp = vec![0i16; g.k_h * pairs * cp * 2];
         for ky in 0..g.k_h {
             for kx in 0..g.k_w {
@@ -644,6 +657,7 @@ impl Depthwise {
         }
         let extent = (g.k_h.max(1) - 1) * g.dil_h + 1;
         let ring = extent <= DW_RING_MAX;
+        let rq = RowRequant::new(rq, q.out_c);
         let slots = if ring { extent } else { g.k_h };
         Depthwise {
             prepared: q.g,
@@ -656,14 +670,17 @@ impl Depthwise {
             cp,
             pairs,
             npl,
+            step,
             ring,
             w: wp,
-            single: vec![0; (npl + g.dil_w) * cp],
+            single: vec![0; (npl.saturating_sub(1) * step + g.dil_w + 1) * cp],
             lines: vec![0; slots * npl * cp * 2],
             tags: vec![usize::MAX; slots],
             offs: Vec::with_capacity(g.k_h),
             acc: vec![0; g.out_w * q.out_c],
-            rq: RowRequant::new(rq, q.out_c),
+            #[cfg(target_arch = "x86_64")]
+            params: dw_avx512::block_params(&rq, cp),
+            rq,
         }
     }
 
@@ -688,9 +705,9 @@ impl Depthwise {
             // SAFETY: AVX2 is present (checked just above).
             unsafe {
                 if self.flip == 0 {
-                    x86_64::pair_line_avx2::<0>(src, self.in_c, g.pad_left, g.dil_w, self.zp8, cp, line);
+                    x86_64::pair_line_avx2::<0>(src, self.in_c, g.pad_left, g.dil_w, self.step, self.zp8, cp, line);
                 } else {
-                    x86_64::pair_line_avx2::<0x80>(src, self.in_c, g.pad_left, g.dil_w, self.zp8, cp, line);
+                    x86_64::pair_line_avx2::<0x80>(src, self.in_c, g.pad_left, g.dil_w, self.step, self.zp8, cp, line);
                 }
             }
             return;
@@ -701,13 +718,32 @@ impl Depthwise {
             return;
         }
         // Columns before pad_left and past the input stay 0 from construction.
-        let dst = &mut self.single[g.pad_left.min(self.npl + g.dil_w) * cp..];
+        let from = (g.pad_left * cp).min(self.single.len());
+        let dst = &mut self.single[from..];
         for (px, d) in src.chunks_exact(self.in_c.max(1)).zip(dst.chunks_exact_mut(cp)) {
             widen_pixel(px, m, self.zp8, self.flip, &mut d[..self.out_c]);
         }
         let line = &mut self.lines[slot * self.npl * cp * 2..][..self.npl * cp * 2];
-        interleave_pairs(&self.single, cp, g.dil_w, line);
+        interleave_pairs(&self.single, cp, g.dil_w, self.step, line);
     }
+}
+
+/// Input pixels between consecutive pixels of a pair line: the first taps of
+/// the pairs lie at `ox * stride_w + 2 * pr * dil_w`, all multiples of this
+/// (with one pair, of the stride). Multipliers above 1 keep every pixel: their
+/// line builders read runs of neighbouring pixels.
+fn line_step(g: &crate::conv::Window, pairs: usize, m: usize) -> usize {
+    fn gcd(a: usize, b: usize) -> usize {
+        if b == 0 {
+            a
+        } else {
+            gcd(b, a % b)
+        }
+    }
+    if m > 1 {
+        return 1;
+    }
+    gcd(g.stride_w, if pairs > 1 { 2 * g.dil_w } else { 0 }).max(1)
 }
 
 /// A filter of one column over a one-column input (`[N, H, 1, C]`, the
@@ -772,10 +808,10 @@ simd_fn! {
 }
 
 simd_fn! {
-    /// Pair line from a widened row: `line[p][c] = (single[p][c], single[p + dil][c])`.
-    fn interleave_pairs(single: &[i16], cp: usize, dil: usize, line: &mut [i16]) {
+    /// Pair line from a widened row: `line[p][c] = (single[p * step][c], single[p * step + dil][c])`.
+    fn interleave_pairs(single: &[i16], cp: usize, dil: usize, step: usize, line: &mut [i16]) {
         for (p, pair) in line.chunks_exact_mut(2 * cp).enumerate() {
-            let (a, b) = (&single[p * cp..][..cp], &single[(p + dil) * cp..][..cp]);
+            let (a, b) = (&single[p * step * cp..][..cp], &single[(p * step + dil) * cp..][..cp]);
             for ((d, &a), &b) in pair.chunks_exact_mut(2).zip(a).zip(b) {
                 d[0] = a;
                 d[1] = b;
@@ -870,6 +906,8 @@ fn depthwise_8bit(input: &[u8], d: &mut Depthwise, bias: Option<&[i32]>, q: &QCo
         *o = bias.map_or(0, |b| b[j]);
     }
     d.tags.fill(usize::MAX);
+    #[cfg(target_arch = "x86_64")]
+    let avx512 = dw_avx512::available();
     let (cp, pairs, npl) = (d.cp, d.pairs, d.npl);
     let dil_h = g.dil_h.max(1);
     for nb in 0..g.batch {
@@ -894,18 +932,26 @@ fn depthwise_8bit(input: &[u8], d: &mut Depthwise, bias: Option<&[i32]>, q: &QCo
                 cp,
                 out_w: g.out_w,
                 out_c: d.out_c,
-                px_step: g.stride_w * cp * 2,
-                pair_step: 2 * g.dil_w * cp * 2,
+                px_step: g.stride_w / d.step * cp * 2,
+                pair_step: 2 * g.dil_w / d.step * cp * 2,
             };
             assert!(r.in_bounds(&d.acc), "depthwise_i8: row geometry out of bounds");
             let o = &mut out[((nb * g.out_h + oy) * g.out_w) * d.out_c..][..row];
             #[cfg(target_arch = "x86_64")]
-            if dw_avx512::available() {
-                assert!(d.rq.offset.len() == d.out_c);
-                // SAFETY: the CPU features are present (checked just above); the
-                // row's reads were bounds-checked by `in_bounds`, `o` holds the
-                // row and `d.rq` its `out_c` channels.
-                unsafe { dw_avx512::depthwise_row(&r, &d.rq, o) };
+            if avx512 {
+                let (params, left) = (&d.params.0, d.params.1);
+                assert!(params.len() >= cp.div_ceil(16) * dw_avx512::PARAMS * 16 && d.rq.offset.len() == d.out_c);
+                // SAFETY: the CPU features are present (checked above); the row's
+                // reads were bounds-checked by `in_bounds`, `o` holds the row,
+                // `d.rq` its `out_c` channels and `params` every block of `cp`
+                // (checked just above).
+                unsafe {
+                    if left {
+                        dw_avx512::depthwise_row::<true>(&r, &d.rq, params, o);
+                    } else {
+                        dw_avx512::depthwise_row::<false>(&r, &d.rq, params, o);
+                    }
+                }
                 continue;
             }
             #[cfg(target_arch = "x86_64")]
@@ -1855,6 +1901,57 @@ mod tests {
                 let mut got = vec![0i8; want.len()];
                 depthwise_i8(bytes_of(&input), &mut d, Some(&bias), &q, &mut got);
                 assert_eq!(got, want, "case {case}: {g:?} in_c {in_c} x {mult}");
+                depthwise_u8_matches(&w, &input, &bias, &q, &want, &format!("case {case}: {g:?} in_c {in_c} x {mult}"));
+            }
+        });
+    }
+
+    /// The requantization's edges through every depthwise row kernel: scales
+    /// from far below one LSB to well above one (right shifts up to 31, left
+    /// shifts up to 8, zero multipliers), biases up to 2^30 in size, narrow
+    /// clamps, and filters 1 to 12
+    /// columns wide (the unrolled column-pair counts and the general one).
+    #[test]
+    fn depthwise_requantization_extremes_match_the_definition() {
+        let mut rng = Rng(0x51f1_5eed_0dd5_a11e);
+        crate::level::each(|_| {
+            for case in 0..160 {
+                let mut q = random_conv(&mut rng, true);
+                if case % 2 == 0 {
+                    let k_w = 1 + rng.below(12);
+                    let in_w = k_w + rng.below(20);
+                    let Some((out_w, pad_left)) = crate::conv::out_size_and_pad(in_w, k_w, q.g.stride_w, 1, rng.below(2) == 0) else {
+                        continue;
+                    };
+                    q.g = crate::conv::Window { in_w, out_w, k_w, dil_w: 1, pad_left, ..q.g };
+                }
+                let (in_c, mult) = match case % 4 {
+                    0 => (1 + rng.below(3), [2, 4, 8, 16][rng.below(4)]),
+                    1 => (1 + rng.below(8), 1),
+                    _ => (9 + rng.below(60), 1 + rng.below(2)),
+                };
+                let out_c = in_c * mult;
+                let left = case % 3 == 0;
+                let (multiplier, shift) = (0..out_c)
+                    .map(|_| {
+                        let e = if left { rng.below(9) as i32 } else { -(rng.below(36) as i32) };
+                        crate::quant::quantize_multiplier((1.0 + rng.below(1000) as f64 / 1000.0) * 2f64.powi(e - 1))
+                    })
+                    .unzip();
+                let (min, max) = if rng.below(2) == 0 { (-128, 127) } else { (-128 + rng.below(120) as i32, 127 - rng.below(120) as i32) };
+                q = QConv { in_c, out_c, depth_multiplier: mult, rq: Requant { multiplier, shift, min, max, ..q.rq }, ..q };
+                let g = q.g;
+                let input: Vec<i8> = (0..g.batch * g.in_h * g.in_w * in_c).map(|_| rng.next() as i8).collect();
+                let w: Vec<i8> = (0..g.k_h * g.k_w * out_c).map(|_| rng.next() as i8).collect();
+                // Large biases only where no left shift could overflow the
+                // definition's (checked) arithmetic.
+                let big = !left && rng.below(3) == 0;
+                let bias: Vec<i32> = (0..out_c).map(|_| if big { (rng.next() as i32) >> 1 } else { rng.below(2_000_000) as i32 - 1_000_000 }).collect();
+                let want = conv_by_definition(&input, &w, &bias, &q);
+                let mut d = Depthwise::new(&w, &q);
+                let mut got = vec![0i8; want.len()];
+                depthwise_i8(bytes_of(&input), &mut d, Some(&bias), &q, &mut got);
+                assert_eq!(got, want, "case {case}: {g:?} in_c {in_c} x {mult} shifts {:?}", q.rq.shift);
                 depthwise_u8_matches(&w, &input, &bias, &q, &want, &format!("case {case}: {g:?} in_c {in_c} x {mult}"));
             }
         });

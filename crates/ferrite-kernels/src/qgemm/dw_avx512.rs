@@ -6,16 +6,25 @@
 //! image, or a narrow MobileNet stage) fills a vector with two output pixels
 //! instead, so its lanes are not half idle.
 //!
-//! The bytes are narrowed in a register (`vpmovdb` to xmm) and stored with a
-//! byte mask: the memory form of the masked narrowing store is microcoded and
-//! slow on some AVX-512 CPUs.
+//! The requantization costs more than the products of a 3x3 filter, so it is
+//! kept short: the per-channel parameters are laid out once per layer
+//! ([`block_params`]), the accumulators start from the bias terms, a layer
+//! whose scales need no left shift skips it, and the clamp runs on the bytes
+//! after a saturating narrowing (`vpmovsdb` to xmm, then byte min/max), which
+//! gives the same bytes as clamping the int32 values. The bytes are stored
+//! plainly, or with a byte mask for channel tails: the memory form of the
+//! masked narrowing store is microcoded and slow on some AVX-512 CPUs.
 
-use super::vnni::Scale16;
 use super::{DwRow, RowRequant};
 use std::arch::x86_64::*;
 
 /// Output pixels (or pixel pairs) per register tile.
 const TILE: usize = 4;
+
+/// Vectors of 16 int32 per block of [`block_params`]: multiplier, the odd
+/// lanes' multiplier, left shift, right shift, its remainder mask and half
+/// that mask.
+pub(super) const PARAMS: usize = 6;
 
 /// Whether this CPU (and the process's vector cap) runs [`depthwise_row`].
 pub(super) fn available() -> bool {
@@ -25,45 +34,118 @@ pub(super) fn available() -> bool {
         && std::arch::is_x86_feature_detected!("avx512vnni")
 }
 
-/// 16 requantized lanes (clamped into int8, so the truncating narrowing is exact) as bytes.
-#[inline]
-#[target_feature(enable = "avx512f")]
-fn narrow(v: __m512i) -> __m128i {
-    _mm512_cvtepi32_epi8(v)
+/// Lays out `rq`'s per-channel scales for [`depthwise_row`] over `cp` lanes
+/// (once per layer: the offsets, which hold the bias, are read per run):
+/// [`PARAMS`] vectors of 16 lanes per block of 16 channels, or, for rows of 8
+/// lanes (`cp == 8`, two pixels per vector), one block whose halves both hold
+/// channels 0..8. Lanes past the channels hold zeros (their results are never
+/// stored). Also returns whether any channel shifts left.
+pub(super) fn block_params(rq: &RowRequant, cp: usize) -> (Vec<i32>, bool) {
+    let n = rq.offset.len();
+    let blocks = cp.div_ceil(16);
+    let mut params = vec![0; blocks * PARAMS * 16];
+    for (b, block) in params.chunks_exact_mut(PARAMS * 16).enumerate() {
+        let channel = |l: usize| if cp == 8 { l % 8 } else { b * 16 + l };
+        for l in 0..16 {
+            let j = channel(l);
+            if j >= n {
+                continue;
+            }
+            // As `vpsllvd` would: a count past 31 gives an all-ones mask.
+            let mask = 1u32.checked_shl(rq.right[j]).unwrap_or(0).wrapping_sub(1);
+            block[l] = rq.multiplier[j];
+            // `vpmuldq` reads the low half of each 64-bit lane: odd channel
+            // 2i + 1's multiplier goes to lane 2i.
+            if l % 2 == 1 {
+                block[16 + l - 1] = rq.multiplier[j];
+            }
+            block[32 + l] = rq.left[j] as i32;
+            block[48 + l] = rq.right[j] as i32;
+            block[64 + l] = mask as i32;
+            block[80 + l] = (mask >> 1) as i32;
+        }
+    }
+    let left = rq.left.iter().any(|&l| l != 0);
+    (params, left)
 }
 
-/// `T` output pixels of one block of 16 channels (the lanes past `lk`, the
-/// int16 values loaded, zero): per filter row and column pair one weight load
-/// and, per pixel, one `vpdpwssd`.
-///
-/// # Safety
-/// The CPU must support AVX-512F/BW and VNNI; `x` is the first pixel's block
-/// offset in the first filter row's line (the others at `r.offs` relative to
-/// it), `w` points at the block's weights of filter row 0, and the `lk` lanes
-/// of every read lie inside `r.lines` and `r.w`.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn tile<const T: usize>(r: &DwRow<'_>, x: usize, w: *const i16, lk: __mmask32) -> [__m512i; T] {
-    // SAFETY: the caller's contract, passed on; a fixed pair count (the
-    // 3- and 5-wide filters) lets the compiler unroll the taps.
-    unsafe {
-        match r.pairs {
-            1 => tile_p::<T, 1>(r, x, w, lk),
-            2 => tile_p::<T, 2>(r, x, w, lk),
-            3 => tile_p::<T, 3>(r, x, w, lk),
-            _ => tile_p::<T, 0>(r, x, w, lk),
+/// One block's requantization parameters in registers.
+struct Rq16 {
+    offset: __m512i,
+    m: __m512i,
+    m_odd: __m512i,
+    left: __m512i,
+    right: __m512i,
+    mask: __m512i,
+    half_mask: __m512i,
+    zp: __m512i,
+    lo: __m128i,
+    hi: __m128i,
+}
+
+impl Rq16 {
+    /// # Safety
+    /// The CPU must support AVX-512F; `p` points at one block of
+    /// [`block_params`] ([`PARAMS`] * 16 values); `offset` holds the block's
+    /// offsets (both halves for a row of two pixels per vector).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn load(p: *const i32, rq: &RowRequant, offset: __m512i) -> Rq16 {
+        // SAFETY: vector i of the block (contract).
+        let v = |i: usize| unsafe { _mm512_loadu_si512(p.add(16 * i) as *const _) };
+        Rq16 {
+            offset,
+            m: v(0),
+            m_odd: v(1),
+            left: v(2),
+            right: v(3),
+            mask: v(4),
+            half_mask: v(5),
+            zp: _mm512_set1_epi32(rq.out_zp),
+            lo: _mm_set1_epi8(rq.min.clamp(-128, 127) as i8),
+            hi: _mm_set1_epi8(rq.max.clamp(-128, 127) as i8),
         }
+    }
+
+    /// TFLite's two roundings of `acc` (the offset already in it): the rounded
+    /// high half of the doubled product, then the rounding right shift; zero
+    /// point and clamp, as 16 bytes.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    fn bytes<const LEFT: bool>(&self, acc: __m512i) -> __m128i {
+        let half = _mm512_set1_epi64(1 << 30);
+        let x = if LEFT { _mm512_sllv_epi32(acc, self.left) } else { acc };
+        // `(x * m + 2^30) >> 31` fits in 32 bits (m < 2^31): bits 31..62 of the
+        // 64-bit sum, brought to the low half (even lanes) or the high half
+        // (odd lanes) of each 64-bit lane by one shift.
+        let even = _mm512_srli_epi64::<31>(_mm512_add_epi64(_mm512_mul_epi32(x, self.m), half));
+        let odd = _mm512_slli_epi64::<1>(_mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64::<32>(x), self.m_odd), half));
+        let high = _mm512_mask_blend_epi32(0xAAAA, even, odd);
+        // Rounding half away from zero: up when the remainder exceeds half the
+        // divisor, less one for negative values.
+        let threshold = _mm512_add_epi32(self.half_mask, _mm512_srli_epi32::<31>(high));
+        let up = _mm512_cmpgt_epi32_mask(_mm512_and_si512(high, self.mask), threshold);
+        let v = _mm512_add_epi32(_mm512_srav_epi32(high, self.right), self.zp);
+        let v = _mm512_mask_sub_epi32(v, up, v, _mm512_set1_epi32(-1));
+        // The clamp bounds lie in int8: saturating to int8 first changes nothing.
+        _mm_min_epi8(_mm_max_epi8(_mm512_cvtsepi32_epi8(v), self.lo), self.hi)
     }
 }
 
-/// [`tile`] with `P` column pairs (`r.pairs` where `P` is 0).
+/// `T` output pixels of one block of 16 channels (the lanes past `lk`, the
+/// int16 values loaded, zero), the sums started at `init`: per filter row and
+/// column pair one weight load and, per pixel, one `vpdpwssd`. `P` is the
+/// column pair count (`r.pairs` where `P` is 0).
 ///
 /// # Safety
-/// As [`tile`]; `P` is 0 or `r.pairs`.
+/// The CPU must support AVX-512F/BW and VNNI; `P` is 0 or `r.pairs`; `x` is
+/// the first pixel's block offset in the first filter row's line (the others
+/// at `r.offs` relative to it), `w` points at the block's weights of filter
+/// row 0, and the `lk` lanes of every read lie inside `r.lines` and `r.w`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn tile_p<const T: usize, const P: usize>(r: &DwRow<'_>, x: usize, w: *const i16, lk: __mmask32) -> [__m512i; T] {
-    let mut acc = [_mm512_setzero_si512(); T];
+unsafe fn tile<const T: usize, const P: usize>(r: &DwRow<'_>, x: usize, w: *const i16, lk: __mmask32, init: __m512i) -> [__m512i; T] {
+    let mut acc = [init; T];
     let lines = r.lines.as_ptr();
     let pairs = if P == 0 { r.pairs } else { P };
     for (k, &off) in r.offs.iter().enumerate() {
@@ -80,21 +162,22 @@ unsafe fn tile_p<const T: usize, const P: usize>(r: &DwRow<'_>, x: usize, w: *co
     acc
 }
 
-/// `T` pairs of output pixels of an 8-channel row (`r.cp == 8`): pixel `2i` in
-/// the low half of vector `i`, pixel `2i + 1` in the high half, the weights
-/// repeated in both halves.
+/// `T` pairs of output pixels of an 8-channel row (`r.cp == 8`), the sums
+/// started at `init`: pixel `2i` in the low half of vector `i`, pixel `2i + 1`
+/// in the high half, the weights repeated in both halves.
 ///
 /// # Safety
 /// As [`tile`], with `2 * T` pixels from offset `x` inside the row.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn tile_pairs<const T: usize>(r: &DwRow<'_>, x: usize) -> [__m512i; T] {
-    let mut acc = [_mm512_setzero_si512(); T];
+unsafe fn tile_pairs<const T: usize, const P: usize>(r: &DwRow<'_>, x: usize, init: __m512i) -> [__m512i; T] {
+    let mut acc = [init; T];
     let (lines, w) = (r.lines.as_ptr(), r.w.as_ptr());
+    let pairs = if P == 0 { r.pairs } else { P };
     for (k, &off) in r.offs.iter().enumerate() {
-        for pr in 0..r.pairs {
+        for pr in 0..pairs {
             // SAFETY: the 16 weights of filter row k and pair pr (contract).
-            let wv = _mm512_broadcast_i64x4(unsafe { _mm256_loadu_si256(w.add((k * r.pairs + pr) * 16) as *const __m256i) });
+            let wv = _mm512_broadcast_i64x4(unsafe { _mm256_loadu_si256(w.add((k * pairs + pr) * 16) as *const __m256i) });
             for (t, acc) in acc.iter_mut().enumerate() {
                 let p = lines.wrapping_add(off + x + 2 * t * r.px_step + pr * r.pair_step);
                 // SAFETY: pixels 2t and 2t + 1 of pair pr in filter row k's line
@@ -116,23 +199,46 @@ unsafe fn tile_pairs<const T: usize>(r: &DwRow<'_>, x: usize) -> [__m512i; T] {
     acc
 }
 
-/// One output row of `super::depthwise_i8`, requantized by `rq` into `out`
-/// (`out_w * out_c` bytes, int8).
+/// One output row of `super::depthwise_i8`, requantized by `rq` (its
+/// per-channel parameters laid out by [`block_params`] in `params`; `LEFT`
+/// where any channel shifts left) into `out` (`out_w * out_c` bytes, int8).
 ///
 /// # Safety
 /// The CPU must support AVX-512F/BW/VL and VNNI ([`available`]); `r.in_bounds`
-/// holds, `rq` has `r.out_c` channels and `out` holds `r.out_w * r.out_c` bytes.
+/// holds, `params` holds [`PARAMS`] * 16 values per block of 16 lanes of
+/// `r.cp`, and `out` holds `r.out_w * r.out_c` bytes.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) unsafe fn depthwise_row(r: &DwRow<'_>, rq: &RowRequant, out: &mut [i8]) {
+pub(super) unsafe fn depthwise_row<const LEFT: bool>(r: &DwRow<'_>, rq: &RowRequant, params: &[i32], out: &mut [i8]) {
+    // SAFETY: the caller's contract, passed on; a fixed column pair count
+    // (filters 1 to 10 wide) lets the compiler unroll the taps.
+    unsafe {
+        match r.pairs {
+            1 => row::<LEFT, 1>(r, rq, params, out),
+            2 => row::<LEFT, 2>(r, rq, params, out),
+            3 => row::<LEFT, 3>(r, rq, params, out),
+            4 => row::<LEFT, 4>(r, rq, params, out),
+            5 => row::<LEFT, 5>(r, rq, params, out),
+            _ => row::<LEFT, 0>(r, rq, params, out),
+        }
+    }
+}
+
+/// [`depthwise_row`] with `P` column pairs (`r.pairs` where `P` is 0).
+///
+/// # Safety
+/// As [`depthwise_row`]; `P` is 0 or `r.pairs`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn row<const LEFT: bool, const P: usize>(r: &DwRow<'_>, rq: &RowRequant, params: &[i32], out: &mut [i8]) {
     let o = out.as_mut_ptr();
     if r.cp == 8 {
         let cols = r.out_c;
-        let k8: __mmask8 = ((1u16 << cols) - 1) as __mmask8;
         let k16: __mmask16 = (1 << cols) - 1;
-        // SAFETY: the `cols` valid lanes of each per-channel vector (out_c of them).
-        let p = Scale16::from_lanes(rq, |v| _mm512_broadcast_i64x4(unsafe { _mm256_maskz_loadu_epi32(k8, v) }));
+        // SAFETY: the `cols` offsets (out_c of them), repeated in both halves.
+        let offset = _mm512_broadcast_i64x4(unsafe { _mm256_maskz_loadu_epi32(k16 as __mmask8, rq.offset.as_ptr()) });
+        // SAFETY: the one block of `params` (contract).
+        let p = unsafe { Rq16::load(params.as_ptr(), rq, offset) };
         let store2 = |ox: usize, v: __m512i| {
-            let b = narrow(p.double(v));
+            let b = p.bytes::<LEFT>(v);
             // SAFETY: pixels ox and ox + 1 < out_w, `cols` bytes each.
             unsafe {
                 if cols == 8 {
@@ -146,7 +252,7 @@ pub(super) unsafe fn depthwise_row(r: &DwRow<'_>, rq: &RowRequant, out: &mut [i8
         let mut ox = 0;
         while ox + 2 * TILE <= r.out_w {
             // SAFETY: pixels ox..ox + 2 * TILE <= out_w (in_bounds).
-            let v = unsafe { tile_pairs::<TILE>(r, ox * r.px_step) };
+            let v = unsafe { tile_pairs::<TILE, P>(r, ox * r.px_step, p.offset) };
             for (t, v) in v.into_iter().enumerate() {
                 store2(ox + 2 * t, v);
             }
@@ -154,15 +260,15 @@ pub(super) unsafe fn depthwise_row(r: &DwRow<'_>, rq: &RowRequant, out: &mut [i8
         }
         while ox + 2 <= r.out_w {
             // SAFETY: pixels ox, ox + 1 < out_w (in_bounds).
-            let [v] = unsafe { tile_pairs::<1>(r, ox * r.px_step) };
+            let [v] = unsafe { tile_pairs::<1, P>(r, ox * r.px_step, p.offset) };
             store2(ox, v);
             ox += 2;
         }
         if ox < r.out_w {
             // SAFETY: pixel ox < out_w, its 8 channels' 16 values (in_bounds).
-            let [v] = unsafe { tile::<1>(r, ox * r.px_step, r.w.as_ptr(), 0xFFFF) };
+            let [v] = unsafe { tile::<1, P>(r, ox * r.px_step, r.w.as_ptr(), 0xFFFF, p.offset) };
             // SAFETY: pixel ox < out_w, `cols` bytes.
-            unsafe { _mm_mask_storeu_epi8(o.add(ox * cols), k16, narrow(p.double(v))) };
+            unsafe { _mm_mask_storeu_epi8(o.add(ox * cols), k16, p.bytes::<LEFT>(v)) };
         }
         return;
     }
@@ -173,24 +279,25 @@ pub(super) unsafe fn depthwise_row(r: &DwRow<'_>, rq: &RowRequant, out: &mut [i8
         let lk: __mmask32 = if r.cp - base >= 16 { !0 } else { 0xFFFF };
         let cols = (r.out_c - base).min(16);
         let ok: __mmask16 = if cols == 16 { !0 } else { (1 << cols) - 1 };
-        // SAFETY: lanes base..base + cols of vectors of out_c values.
-        let p = Scale16::from_lanes(rq, |v| unsafe { _mm512_maskz_loadu_epi32(ok, v.add(base)) });
+        // SAFETY: offsets base..base + cols of out_c; block cb of `params` (contract).
+        let p = unsafe { Rq16::load(params.as_ptr().add(cb * PARAMS * 16), rq, _mm512_maskz_loadu_epi32(ok, rq.offset.as_ptr().add(base))) };
         // SAFETY: block cb of filter row 0's weights (in_bounds).
         let w = unsafe { r.w.as_ptr().add(base * 2) };
         let store = |ox: usize, v: __m512i| {
+            let b = p.bytes::<LEFT>(v);
             // SAFETY: pixel ox < out_w, channels base..base + cols <= out_c.
             unsafe {
                 if cols == 16 {
-                    _mm_storeu_si128(o.add(ox * r.out_c + base) as *mut __m128i, narrow(p.double(v)));
+                    _mm_storeu_si128(o.add(ox * r.out_c + base) as *mut __m128i, b);
                 } else {
-                    _mm_mask_storeu_epi8(o.add(ox * r.out_c + base), ok, narrow(p.double(v)));
+                    _mm_mask_storeu_epi8(o.add(ox * r.out_c + base), ok, b);
                 }
             }
         };
         let mut ox = 0;
         while ox + TILE <= r.out_w {
             // SAFETY: pixels ox..ox + TILE <= out_w, block cb (in_bounds).
-            let v = unsafe { tile::<TILE>(r, ox * r.px_step + base * 2, w, lk) };
+            let v = unsafe { tile::<TILE, P>(r, ox * r.px_step + base * 2, w, lk, p.offset) };
             for (t, v) in v.into_iter().enumerate() {
                 store(ox + t, v);
             }
@@ -198,7 +305,7 @@ pub(super) unsafe fn depthwise_row(r: &DwRow<'_>, rq: &RowRequant, out: &mut [i8
         }
         while ox < r.out_w {
             // SAFETY: pixel ox < out_w, block cb (in_bounds).
-            let [v] = unsafe { tile::<1>(r, ox * r.px_step + base * 2, w, lk) };
+            let [v] = unsafe { tile::<1, P>(r, ox * r.px_step + base * 2, w, lk, p.offset) };
             store(ox, v);
             ox += 1;
         }

@@ -427,7 +427,8 @@ pub(super) unsafe fn depthwise_row_avx2(r: &super::DwRow<'_>, acc: &mut [i32]) {
 }
 
 /// The pair line of one input row (channel multiplier 1), 8 channels per step:
-/// the bytes of pixels `p` and `p + dil` (xor `flip`: uint8 to int8) interleaved
+/// for line pixel `p`, the bytes of input pixels `p * step` and `p * step + dil`
+/// (less `pad_left`; xor `flip`: uint8 to int8) interleaved
 /// (`vpunpcklbw`), sign-extended and less the zero point (`zp`, in int8 terms); a pixel in the padding reads the zero point itself,
 /// so it becomes 0. The lanes of a last partial block read the next pixel's
 /// channels (bounded values that meet zero weights) or, at the end of the row,
@@ -437,7 +438,7 @@ pub(super) unsafe fn depthwise_row_avx2(r: &super::DwRow<'_>, acc: &mut [i32]) {
 /// The CPU must support AVX2.
 #[target_feature(enable = "avx2")]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn pair_line_avx2<const FLIP: u8>(src: &[u8], c: usize, pad_left: usize, dil: usize, zp: i32, cp: usize, line: &mut [i16]) {
+pub(super) unsafe fn pair_line_avx2<const FLIP: u8>(src: &[u8], c: usize, pad_left: usize, dil: usize, step: usize, zp: i32, cp: usize, line: &mut [i16]) {
     let width = src.len() / c.max(1);
     let zp8 = _mm_set1_epi8(zp as i8);
     let flip = FLIP;
@@ -462,14 +463,16 @@ pub(super) unsafe fn pair_line_avx2<const FLIP: u8>(src: &[u8], c: usize, pad_le
         }
     };
     let npl = line.len() / (2 * cp).max(1);
-    // Pair-line pixels p whose two input pixels (p and p + dil, less pad_left)
-    // have every block's 8 bytes inside the row: one range, no per-pixel checks.
+    let step = step.max(1);
+    // Pair-line pixels p whose two input pixels (p * step and p * step + dil,
+    // less pad_left) have every block's 8 bytes inside the row: one range, no
+    // per-pixel checks.
     let whole = if src.len() >= cp { (src.len() - cp) / c.max(1) + 1 } else { 0 }.min(width);
-    let p_lo = pad_left.min(npl);
-    let p_hi = (pad_left + whole).saturating_sub(dil).clamp(p_lo, npl);
+    let p_lo = pad_left.div_ceil(step).min(npl);
+    let p_hi = (pad_left + whole).saturating_sub(dil).div_ceil(step).clamp(p_lo, npl);
     let edge = |p: usize, pair: &mut [i16]| {
         for (blk, out) in pair.chunks_exact_mut(16).enumerate() {
-            let v = _mm256_sub_epi16(_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(load(p, blk * 8), load(p + dil, blk * 8))), zp16);
+            let v = _mm256_sub_epi16(_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(load(p * step, blk * 8), load(p * step + dil, blk * 8))), zp16);
             // SAFETY: `out` holds 16 int16 (chunks_exact).
             unsafe { _mm256_storeu_si256(out.as_mut_ptr() as *mut __m256i, v) };
         }
@@ -478,7 +481,7 @@ pub(super) unsafe fn pair_line_avx2<const FLIP: u8>(src: &[u8], c: usize, pad_le
         edge(p, &mut line[p * 2 * cp..(p + 1) * 2 * cp]);
     }
     for p in p_lo..p_hi {
-        let (xa, xb) = (p - pad_left, p + dil - pad_left);
+        let (xa, xb) = (p * step - pad_left, p * step + dil - pad_left);
         for blk in 0..cp / 8 {
             // SAFETY: xa, xb < whole, so bytes x * c + blk * 8 .. + 8 <= x * c + cp
             // lie inside `src`; the 16 int16 of block blk of pixel p < npl lie
