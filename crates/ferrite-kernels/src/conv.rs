@@ -171,20 +171,33 @@ simd_fn! {
         // the input, several pixels per vector). Other narrow maps stay on the row
         // kernel: its per-pixel edge tiles measured faster there than masked
         // multi-pixel tiles (kws_dscnn's 5-wide maps, vww's 3- and 6-wide ones).
-        // Multiplier 1 over more channels on such a map goes to the row tiles
-        // instead, along T (each input column loaded once for all the pixels it feeds).
+        // AVX-512 row tiles (each input column loaded once for all the pixels it
+        // feeds, borders inside the tiles): multiplier 1 over more than 8 channels on
+        // a [batch, T, 1, C] map, along T (other maps reach them through the row
+        // kernel below), and one input channel under a multiplier above 8 (first
+        // layers: the input float broadcast, where the lane kernel would load it per
+        // tap). At most 8 channels stay on the lane kernel, which packs two or more
+        // pixels per vector (a broadcast tile of 8 channels measured 1.6x slower).
         #[cfg(target_arch = "x86_64")]
-        if multiplier == 1 && out_c > 8 && depthwise_masks_tails() {
-            if let Some(gt) = column_as_row(g).filter(x86_64::row_tiles_fit) {
+        if depthwise_masks_tails() && out_c > 8 && (multiplier == 1 || in_c == 1) {
+            let column = column_as_row(g);
+            let gt = column.unwrap_or(*g);
+            if x86_64::row_tiles_fit(&gt) && (column.is_some() || multiplier > 1) {
                 let mut row = rows.start;
                 let mut done = true;
                 while row < rows.end && done {
-                    // Each batch item is one row of `gt`; its pixels are the rows of `g`.
-                    let n = row / g.out_h;
-                    let end = rows.end.min((n + 1) * g.out_h);
-                    let o = &mut out[(row - rows.start) * out_c..(end - rows.start) * out_c];
-                    done = x86_64::dw_row_tiles(input, in_c, w, bias, &gt, clamp, o, n, 0, row - n * g.out_h..end - n * g.out_h);
-                    row = end;
+                    // Pieces of rows of `gt`: (batch item, output row, pixels, next row of `g`);
+                    // on a column map each item is one row whose pixels are the rows of `g`.
+                    let (n, oy, px, next) = if column.is_some() {
+                        let n = row / g.out_h;
+                        let end = rows.end.min((n + 1) * g.out_h);
+                        (n, 0, row - n * g.out_h..end - n * g.out_h, end)
+                    } else {
+                        (row / g.out_h, row % g.out_h, 0..g.out_w, row + 1)
+                    };
+                    let o = &mut out[(row - rows.start) * g.out_w * out_c..(next - rows.start) * g.out_w * out_c];
+                    done = x86_64::dw_row_tiles(input, in_c, out_c, w, bias, &gt, clamp, o, n, oy, px);
+                    row = next;
                 }
                 if done {
                     return;
@@ -788,7 +801,8 @@ mod tests {
     /// below one vector's pixels to several tiles: the pixel packing (several
     /// pixels per vector), its edge masks and its lane permutations.
     /// The AVX-512 row tiles (3-, 5- and 9-wide filters at horizontal stride 1 or
-    /// 2, tiles of 1 to 8 pixels with the borders inside them): maps from 1 to 30
+    /// 2, tiles of 1 to 8 pixels with the borders inside them; multiplier 1, or one
+    /// input channel broadcast under a multiplier): maps from 1 to 30
     /// columns (every tile size and both edges in one tile), odd channel counts and
     /// ones past a channel group, `[batch, T, 1, C]` maps split mid-item, and
     /// row ranges starting anywhere, under every vector level.
@@ -803,7 +817,9 @@ mod tests {
         };
         crate::level::each(|l| {
             for case in 0..300 {
-                let c = [9, 16, 17, 24, 31, 48, 64, 96, 170][next(9)];
+                let c = [8, 9, 16, 17, 24, 31, 48, 64, 96, 170][next(10)];
+                // A third have one input channel under a multiplier (broadcast tiles).
+                let (in_c, mult) = if next(3) == 0 { (1, c) } else { (c, 1) };
                 let kw = [3, 5, 9][next(3)];
                 let column = next(4) == 0;
                 let (k_h, k_w, in_h, in_w) = if column { (kw, 1, 1 + next(40), 1) } else { (1 + next(5), kw, 1 + next(8), 1 + next(30)) };
@@ -817,7 +833,7 @@ mod tests {
                 }
                 let batch = 2;
                 let g = Window { batch, in_h, in_w, out_h, out_w, k_h, k_w, stride_h, stride_w, dil_h, dil_w: 1, pad_top, pad_left };
-                let x: Vec<f32> = (0..batch * in_h * in_w * c).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
+                let x: Vec<f32> = (0..batch * in_h * in_w * in_c).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
                 let w: Vec<f32> = (0..k_h * k_w * c).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
                 let b: Vec<f32> = (0..c).map(|_| next(1000) as f32 * 0.001).collect();
                 let clamp = if case % 3 == 0 { Clamp::RELU6 } else { Clamp::NONE };
@@ -825,7 +841,7 @@ mod tests {
                 let total = batch * out_h;
                 let start = next(total);
                 let mut out = vec![f32::NAN; (total - start) * out_w * c];
-                depthwise_conv2d(&x, c, 1, &w, bias, &g, clamp, &mut out, start..total);
+                depthwise_conv2d(&x, in_c, mult, &w, bias, &g, clamp, &mut out, start..total);
                 for row in start..total {
                     let (n, oy) = (row / out_h, row % out_h);
                     for ox in 0..out_w {
@@ -835,11 +851,11 @@ mod tests {
                                 let Some(y) = (oy * stride_h + ky * dil_h).checked_sub(pad_top).filter(|&y| y < in_h) else { continue };
                                 for kx in 0..k_w {
                                     let Some(xx) = (ox * stride_w + kx).checked_sub(pad_left).filter(|&v| v < in_w) else { continue };
-                                    s += x[((n * in_h + y) * in_w + xx) * c + o] * w[(ky * k_w + kx) * c + o];
+                                    s += x[((n * in_h + y) * in_w + xx) * in_c + o / mult] * w[(ky * k_w + kx) * c + o];
                                 }
                             }
                             let got = out[((row - start) * out_w + ox) * c + o];
-                            assert!((got - clamp.apply(s)).abs() < 1e-4, "{l:?} {g:?} c{c}: {got} vs {s} at row {row} x {ox} ch {o}");
+                            assert!((got - clamp.apply(s)).abs() < 1e-4, "{l:?} {g:?} c{c} m{mult}: {got} vs {s} at row {row} x {ox} ch {o}");
                         }
                     }
                 }

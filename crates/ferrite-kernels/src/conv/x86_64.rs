@@ -27,7 +27,7 @@ pub(super) fn dw_row_simd(input: &[f32], c: usize, w: &[f32], bias: Option<&[f32
     }
     // The filter widths and strides the tiles take: the whole row on them.
     if row_tiles_fit(g) {
-        return dw_row_tiles(input, c, w, bias, g, clamp, o, n, oy, 0..g.out_w);
+        return dw_row_tiles(input, c, c, w, bias, g, clamp, o, n, oy, 0..g.out_w);
     }
     let taps = g.k_h * g.k_w;
     if w.len() < taps * c || bias.is_some_and(|b| b.len() < c) || o.len() < g.out_w * c {
@@ -134,9 +134,10 @@ struct TileRow {
     clamp: Clamp,
 }
 
-/// Output pixels `ox .. ox + np` (the range `px` of one output row, `o` holding
-/// pixel `px.start` onward) of a multiplier-1 depthwise convolution, with AVX-512,
-/// in tiles of up to 8 pixels. Every tile takes borders in its stride: it skips
+/// Output pixels `px` of one output row (`o` holding pixel `px.start` onward) of a
+/// depthwise convolution of multiplier 1 (`in_c == out_c`) or of one input channel
+/// (`in_c == 1`, any multiplier: each input float broadcast over the output
+/// channels), with AVX-512, in tiles of up to 8 pixels. Every tile takes borders in its stride: it skips
 /// input columns outside the row, so narrow maps (5 or 6
 /// pixels wide, where a per-pixel edge path would take every pixel) and the edge
 /// columns of wide ones run on the same register tiles as the interior, and each
@@ -150,6 +151,7 @@ struct TileRow {
 #[allow(clippy::too_many_arguments)]
 pub(super) fn dw_row_tiles(
     input: &[f32],
+    in_c: usize,
     c: usize,
     w: &[f32],
     bias: Option<&[f32]>,
@@ -160,14 +162,15 @@ pub(super) fn dw_row_tiles(
     oy: usize,
     px: std::ops::Range<usize>,
 ) -> bool {
-    if !depthwise_masks_tails() || !row_tiles_fit(g) || c == 0 || g.k_h == 0 || px.start > px.end || px.end > g.out_w || g.in_w == 0 {
+    let bcast = in_c == 1 && c > 1;
+    if !depthwise_masks_tails() || !row_tiles_fit(g) || c == 0 || (in_c != c && !bcast) || g.k_h == 0 || px.start > px.end || px.end > g.out_w || g.in_w == 0 {
         return false;
     }
     let taps = g.k_h * g.k_w;
     if w.len() < taps * c || bias.is_some_and(|b| b.len() < c) || o.len() < px.len() * c {
         return false;
     }
-    let in_row = g.in_w * c;
+    let in_row = g.in_w * in_c;
     let ky_lo = (0..g.k_h).find(|&ky| g.in_y(oy, ky).is_some());
     let ky_hi = (0..g.k_h).rev().find(|&ky| g.in_y(oy, ky).is_some()).map_or(0, |k| k + 1);
     // The input rows read: those under filter rows ky_lo..ky_hi, all inside the image.
@@ -185,10 +188,11 @@ pub(super) fn dw_row_tiles(
     let group = if taps * c * 4 > 16 * 1024 { DW_GROUP } else { c };
     for cg in (0..c).step_by(group) {
         let r = TileRow {
-            x: input.as_ptr().wrapping_add(row0 + cg),
+            // A broadcast input has one channel: every group reads it from 0.
+            x: input.as_ptr().wrapping_add(row0 + if bcast { 0 } else { cg }),
             ky,
             row_step: g.dil_h * in_row,
-            in_c: c,
+            in_c,
             w: w[cg..].as_ptr(),
             bias: bias.map(|b| b[cg..].as_ptr()),
             blocked: group.min(c - cg),
@@ -213,15 +217,19 @@ pub(super) fn dw_row_tiles(
                     // taps < k_h * k_w from `cg` (checked length); stores of `np`
                     // pixels of the group's channels inside `o` (checked length).
                     unsafe {
-                        match np {
-                            1 => dw_tile_avx512::<$kw, $s, 1>(&r, col0, valid, dst),
-                            2 => dw_tile_avx512::<$kw, $s, 2>(&r, col0, valid, dst),
-                            3 => dw_tile_avx512::<$kw, $s, 3>(&r, col0, valid, dst),
-                            4 => dw_tile_avx512::<$kw, $s, 4>(&r, col0, valid, dst),
-                            5 => dw_tile_avx512::<$kw, $s, 5>(&r, col0, valid, dst),
-                            6 => dw_tile_avx512::<$kw, $s, 6>(&r, col0, valid, dst),
-                            7 => dw_tile_avx512::<$kw, $s, 7>(&r, col0, valid, dst),
-                            _ => dw_tile_avx512::<$kw, $s, 8>(&r, col0, valid, dst),
+                        match (np, bcast) {
+                            (1, false) => dw_tile_avx512::<$kw, $s, 1, false>(&r, col0, valid, np, dst),
+                            (2, false) => dw_tile_avx512::<$kw, $s, 2, false>(&r, col0, valid, np, dst),
+                            (3, false) => dw_tile_avx512::<$kw, $s, 3, false>(&r, col0, valid, np, dst),
+                            (4, false) => dw_tile_avx512::<$kw, $s, 4, false>(&r, col0, valid, np, dst),
+                            (5, false) => dw_tile_avx512::<$kw, $s, 5, false>(&r, col0, valid, np, dst),
+                            (6, false) => dw_tile_avx512::<$kw, $s, 6, false>(&r, col0, valid, np, dst),
+                            (7, false) => dw_tile_avx512::<$kw, $s, 7, false>(&r, col0, valid, np, dst),
+                            (_, false) => dw_tile_avx512::<$kw, $s, 8, false>(&r, col0, valid, np, dst),
+                            // Broadcast tiles: whole tiles of 8 and one of 4 or 8 for
+                            // the rest (first layers, wide maps: few such tiles).
+                            (1..=4, true) => dw_tile_avx512::<$kw, $s, 4, true>(&r, col0, valid, np, dst),
+                            (_, true) => dw_tile_avx512::<$kw, $s, 8, true>(&r, col0, valid, np, dst),
                         }
                     }
                 };
@@ -241,8 +249,9 @@ pub(super) fn dw_row_tiles(
 }
 
 /// One tile of [`dw_row_tiles`]: `P` output pixels from input column `col0` (under
-/// tap 0 of the first pixel), `KW`-wide filter at stride `S`, over the row's
-/// channels in blocks of 16 (the last masked). Per filter row the
+/// tap 0 of the first pixel), `KW`-wide filter at stride `S`, of which the first
+/// `np` are stored, over the row's channels in blocks of 16 (the last masked);
+/// with `BC` the input has one channel, broadcast to every lane. Per filter row the
 /// `(P - 1) * S + KW` input columns are each loaded once and multiplied by every
 /// tap that reaches them; a column whose bit in `valid` is clear lies outside
 /// the input and is skipped (its taps add nothing).
@@ -250,11 +259,11 @@ pub(super) fn dw_row_tiles(
 /// # Safety
 /// AVX-512F. For every filter row in `r.ky` and every column `j` with bit `j` of
 /// `valid` set, the floats `r.x + (ky - r.ky.0) * r.row_step + (col0 + j) * in_c`
-/// plus `0..r.blocked` must be readable; `r.w` must hold `k_h * KW * out_c` floats
+/// plus `0..r.blocked` (with `BC`, plus 0 only) must be readable; `r.w` must hold `k_h * KW * out_c` floats
 /// (less the group's offset), `r.bias` (if any) `blocked`; `o` must be writable for
-/// `P` pixels of `out_c` floats (channels `0..blocked` of each).
+/// `np <= P` pixels of `out_c` floats (channels `0..blocked` of each).
 #[target_feature(enable = "avx512f")]
-unsafe fn dw_tile_avx512<const KW: usize, const S: usize, const P: usize>(r: &TileRow, col0: isize, valid: u32, o: *mut f32) {
+unsafe fn dw_tile_avx512<const KW: usize, const S: usize, const P: usize, const BC: bool>(r: &TileRow, col0: isize, valid: u32, np: usize, o: *mut f32) {
     let (lo, hi) = (_mm512_set1_ps(r.clamp.min), _mm512_set1_ps(r.clamp.max));
     for c0 in (0..r.blocked).step_by(16) {
         // The last block of a channel count that is not a multiple of 16 is masked.
@@ -268,7 +277,7 @@ unsafe fn dw_tile_avx512<const KW: usize, const S: usize, const P: usize>(r: &Ti
         for ky in r.ky.0..r.ky.1 {
             // Column 0 of the window may lie left of the row: the address is formed
             // with wrapping arithmetic, and only columns inside are accessed.
-            let xr = r.x.wrapping_add((ky - r.ky.0) * r.row_step + c0).wrapping_offset(col0 * r.in_c as isize);
+            let xr = r.x.wrapping_add((ky - r.ky.0) * r.row_step + if BC { 0 } else { c0 }).wrapping_offset(col0 * r.in_c as isize);
             let mut wv = [_mm512_setzero_ps(); KW];
             for (kx, v) in wv.iter_mut().enumerate() {
                 // SAFETY: tap (ky, kx) < k_h * KW: its block of weights lies within
@@ -283,8 +292,15 @@ unsafe fn dw_tile_avx512<const KW: usize, const S: usize, const P: usize>(r: &Ti
                     continue;
                 }
                 // SAFETY: the column lies inside the row (its bit is set): the
-                // unmasked floats are its channels c0..blocked (contract).
-                let xv = unsafe { _mm512_maskz_loadu_ps(m, xr.wrapping_add(col * r.in_c)) };
+                // unmasked floats are its channels c0..blocked (contract), or with
+                // `BC` its one float.
+                let xv = unsafe {
+                    if BC {
+                        _mm512_set1_ps(*xr.wrapping_add(col))
+                    } else {
+                        _mm512_maskz_loadu_ps(m, xr.wrapping_add(col * r.in_c))
+                    }
+                };
                 for (kx, wk) in wv.iter().enumerate() {
                     if col >= kx && (col - kx) % S == 0 && (col - kx) / S < P {
                         let p = (col - kx) / S;
@@ -293,8 +309,8 @@ unsafe fn dw_tile_avx512<const KW: usize, const S: usize, const P: usize>(r: &Ti
                 }
             }
         }
-        for (p, a) in acc.iter().enumerate() {
-            // SAFETY: masked store to channels c0..blocked of pixel p < P, which `o`
+        for (p, a) in acc.iter().enumerate().take(np) {
+            // SAFETY: masked store to channels c0..blocked of pixel p < np, which `o`
             // is writable for (contract).
             unsafe { _mm512_mask_storeu_ps(o.add(p * r.out_c + c0), m, _mm512_min_ps(_mm512_max_ps(*a, lo), hi)) };
         }
