@@ -25,8 +25,9 @@ pub(super) fn dw_row_simd(input: &[f32], c: usize, w: &[f32], bias: Option<&[f32
     if !depthwise_masks_tails() || c == 0 || g.out_w == 0 || g.k_h == 0 || g.k_w == 0 {
         return false;
     }
-    // The filter widths and strides the tiles take: the whole row on them.
-    if row_tiles_fit(g) {
+    // The filter widths and strides the tiles take: the whole row on them, but
+    // for wide rows at stride 1, whose interior runs on unchecked 8-pixel tiles below.
+    if row_tiles_fit(g) && (g.stride_w > 1 || g.out_w < 16) {
         return dw_row_tiles(input, c, c, w, bias, g, clamp, o, n, oy, 0..g.out_w);
     }
     let taps = g.k_h * g.k_w;
