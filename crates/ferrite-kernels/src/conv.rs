@@ -133,8 +133,11 @@ simd_fn! {
     /// Depthwise convolution: weights [1, k_h, k_w, in_c * multiplier], over output
     /// rows `rows` (row = batch * out_h + oy), which `out` holds.
     ///
-    /// With AVX-512 and multiplier 1 every row runs on SIMD kernels (8- and
-    /// 4-pixel tiles, single edge pixels, channel groups for large filters); a
+    /// With AVX-512 and multiplier 1 every row runs on SIMD kernels: row tiles of
+    /// 1-8 pixels with the borders inside them for 3-, 5- and 9-wide filters at
+    /// stride 2 or on rows under 16 pixels (also along T on `[batch, T, 1, C]` maps,
+    /// and with one input channel broadcast under a multiplier above 8), else 8-
+    /// and 4-pixel tiles, single edge pixels, channel groups for large filters; a
     /// multiplier above 1 or at most 8 channels run on a kernel that reads the
     /// multiplier from the input and packs several pixels into one vector (so do
     /// `[batch, T, 1, C]` maps with Nx1 filters, as rows along T). Elsewhere the work goes in tiles of 4 output pixels x 16
