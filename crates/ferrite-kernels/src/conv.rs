@@ -133,8 +133,11 @@ simd_fn! {
     /// Depthwise convolution: weights [1, k_h, k_w, in_c * multiplier], over output
     /// rows `rows` (row = batch * out_h + oy), which `out` holds.
     ///
-    /// With AVX-512 and multiplier 1 every row runs on SIMD kernels (8- and
-    /// 4-pixel tiles, single edge pixels, channel groups for large filters); a
+    /// With AVX-512 and multiplier 1 every row runs on SIMD kernels: row tiles of
+    /// 1-8 pixels with the borders inside them for 3-, 5- and 9-wide filters at
+    /// stride 2 or on rows under 16 pixels (also along T on `[batch, T, 1, C]` maps,
+    /// and with one input channel broadcast under a multiplier above 8), else 8-
+    /// and 4-pixel tiles, single edge pixels, channel groups for large filters; a
     /// multiplier above 1 or at most 8 channels run on a kernel that reads the
     /// multiplier from the input and packs several pixels into one vector (so do
     /// `[batch, T, 1, C]` maps with Nx1 filters, as rows along T). Elsewhere the work goes in tiles of 4 output pixels x 16
@@ -171,6 +174,39 @@ simd_fn! {
         // the input, several pixels per vector). Other narrow maps stay on the row
         // kernel: its per-pixel edge tiles measured faster there than masked
         // multi-pixel tiles (kws_dscnn's 5-wide maps, vww's 3- and 6-wide ones).
+        // AVX-512 row tiles (each input column loaded once for all the pixels it
+        // feeds, borders inside the tiles): multiplier 1 over more than 8 channels on
+        // a [batch, T, 1, C] map, along T (other maps reach them through the row
+        // kernel below), and one input channel under a multiplier above 8 (first
+        // layers: the input float broadcast, where the lane kernel would load it per
+        // tap). At most 8 channels stay on the lane kernel, which packs two or more
+        // pixels per vector (a broadcast tile of 8 channels measured 1.6x slower).
+        #[cfg(target_arch = "x86_64")]
+        if depthwise_masks_tails() && out_c > 8 && (multiplier == 1 || in_c == 1) {
+            let column = column_as_row(g);
+            let gt = column.unwrap_or(*g);
+            if x86_64::row_tiles_fit(&gt) && (column.is_some() || multiplier > 1) {
+                let mut row = rows.start;
+                let mut done = true;
+                while row < rows.end && done {
+                    // Pieces of rows of `gt`: (batch item, output row, pixels, next row of `g`);
+                    // on a column map each item is one row whose pixels are the rows of `g`.
+                    let (n, oy, px, next) = if column.is_some() {
+                        let n = row / g.out_h;
+                        let end = rows.end.min((n + 1) * g.out_h);
+                        (n, 0, row - n * g.out_h..end - n * g.out_h, end)
+                    } else {
+                        (row / g.out_h, row % g.out_h, 0..g.out_w, row + 1)
+                    };
+                    let o = &mut out[(row - rows.start) * g.out_w * out_c..(next - rows.start) * g.out_w * out_c];
+                    done = x86_64::dw_row_tiles(input, in_c, out_c, w, bias, &gt, clamp, o, n, oy, px);
+                    row = next;
+                }
+                if done {
+                    return;
+                }
+            }
+        }
         #[cfg(target_arch = "x86_64")]
         if depthwise_masks_tails()
             && (multiplier > 1 || out_c <= 8 || column_as_row(g).is_some())
@@ -767,6 +803,69 @@ mod tests {
     /// several input channels), at strides 1-3, dilation 1-2 and widths from
     /// below one vector's pixels to several tiles: the pixel packing (several
     /// pixels per vector), its edge masks and its lane permutations.
+    /// The AVX-512 row tiles (3-, 5- and 9-wide filters at horizontal stride 1 or
+    /// 2, tiles of 1 to 8 pixels with the borders inside them; multiplier 1, or one
+    /// input channel broadcast under a multiplier): maps from 1 to 30
+    /// columns (every tile size and both edges in one tile), odd channel counts and
+    /// ones past a channel group, `[batch, T, 1, C]` maps split mid-item, and
+    /// row ranges starting anywhere, under every vector level.
+    #[test]
+    fn depthwise_row_tiles_match_naive() {
+        let mut seed = 0x9e37_79b9_u64;
+        let mut next = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        crate::level::each(|l| {
+            for case in 0..300 {
+                let c = [8, 9, 16, 17, 24, 31, 48, 64, 96, 170][next(10)];
+                // A third have one input channel under a multiplier (broadcast tiles).
+                let (in_c, mult) = if next(3) == 0 { (1, c) } else { (c, 1) };
+                let kw = [3, 5, 9][next(3)];
+                let column = next(4) == 0;
+                let (k_h, k_w, in_h, in_w) = if column { (kw, 1, 1 + next(40), 1) } else { (1 + next(5), kw, 1 + next(8), 1 + next(30)) };
+                let (stride_h, stride_w) = if column { (1 + next(2), 1) } else { (1 + next(2), 1 + next(2)) };
+                let dil_h = 1 + next(2);
+                let same = next(3) != 0;
+                let Some((out_h, pad_top)) = out_size_and_pad(in_h, k_h, stride_h, dil_h, same) else { continue };
+                let Some((out_w, pad_left)) = out_size_and_pad(in_w, k_w, stride_w, 1, same) else { continue };
+                if out_h == 0 || out_w == 0 {
+                    continue;
+                }
+                let batch = 2;
+                let g = Window { batch, in_h, in_w, out_h, out_w, k_h, k_w, stride_h, stride_w, dil_h, dil_w: 1, pad_top, pad_left };
+                let x: Vec<f32> = (0..batch * in_h * in_w * in_c).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
+                let w: Vec<f32> = (0..k_h * k_w * c).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
+                let b: Vec<f32> = (0..c).map(|_| next(1000) as f32 * 0.001).collect();
+                let clamp = if case % 3 == 0 { Clamp::RELU6 } else { Clamp::NONE };
+                let bias = (case % 4 != 1).then_some(&b[..]);
+                let total = batch * out_h;
+                let start = next(total);
+                let mut out = vec![f32::NAN; (total - start) * out_w * c];
+                depthwise_conv2d(&x, in_c, mult, &w, bias, &g, clamp, &mut out, start..total);
+                for row in start..total {
+                    let (n, oy) = (row / out_h, row % out_h);
+                    for ox in 0..out_w {
+                        for o in 0..c {
+                            let mut s = bias.map_or(0.0, |b| b[o]);
+                            for ky in 0..k_h {
+                                let Some(y) = (oy * stride_h + ky * dil_h).checked_sub(pad_top).filter(|&y| y < in_h) else { continue };
+                                for kx in 0..k_w {
+                                    let Some(xx) = (ox * stride_w + kx).checked_sub(pad_left).filter(|&v| v < in_w) else { continue };
+                                    s += x[((n * in_h + y) * in_w + xx) * in_c + o / mult] * w[(ky * k_w + kx) * c + o];
+                                }
+                            }
+                            let got = out[((row - start) * out_w + ox) * c + o];
+                            assert!((got - clamp.apply(s)).abs() < 1e-4, "{l:?} {g:?} c{c} m{mult}: {got} vs {s} at row {row} x {ox} ch {o}");
+                        }
+                    }
+                }
+            }
+        });
+    }
+
     #[test]
     fn depthwise_packed_pixels_match_naive() {
         let naive = |x: &[f32], c: usize, mult: usize, w: &[f32], b: &[f32], g: &Window| {

@@ -552,24 +552,29 @@ pub fn conv2d_pixels(
         // The group's first pixel, then one step per pixel (no divisions per pixel).
         let (mut b, mut oy, mut ox) = (p / (g.out_h * g.out_w), p / g.out_w % g.out_h, p % g.out_w);
         for blk in 0..tiles {
+            let slots = &mut scratch[blk * pk.taps * mr..(blk + 1) * pk.taps * mr];
+            // Windows inside the input (most of them) get their taps' addresses in a
+            // second pass, tap by tap over the tile's rows: one add and store each,
+            // with no per-pixel bookkeeping in the inner loop. Rows past the tile
+            // height a 16-entry table holds (no kernel has them) go the per-tap way.
+            let mut bases = [0usize; 16];
+            let mut inside = 0u32;
             for r in 0..mr {
                 let px = p + blk * mr + r;
                 let (y0, x0) = ((oy * g.stride_h).checked_sub(g.pad_top), (ox * g.stride_w).checked_sub(g.pad_left));
                 match (y0, x0) {
-                    (Some(y0), Some(x0)) if px < end && y0 + span_y < g.in_h && x0 + span_x < g.in_w => {
+                    (Some(y0), Some(x0)) if r < bases.len() && px < end && y0 + span_y < g.in_h && x0 + span_x < g.in_w => {
                         // Addresses only (stored as words): the window is inside
                         // the input, so base + off is an input index for every tap.
-                        let base = input.as_ptr() as usize + ((b * g.in_h + y0) * g.in_w + x0) * c * std::mem::size_of::<f32>();
-                        for (slot, &off) in scratch[blk * pk.taps * mr + r..].iter_mut().step_by(mr).zip(&offs[..pk.taps]) {
-                            *slot = base + off;
-                        }
+                        bases[r] = input.as_ptr() as usize + ((b * g.in_h + y0) * g.in_w + x0) * c * std::mem::size_of::<f32>();
+                        inside |= 1 << r;
                     }
                     _ => {
                         for ky in 0..g.k_h {
                             let iy = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h && px < end);
                             for kx in 0..g.k_w {
                                 let ix = (ox * g.stride_w + kx * g.dil_w).checked_sub(g.pad_left).filter(|&x| x < g.in_w);
-                                scratch[(blk * pk.taps + ky * g.k_w + kx) * mr + r] = match (iy, ix) {
+                                slots[(ky * g.k_w + kx) * mr + r] = match (iy, ix) {
                                     (Some(y), Some(x)) => input[((b * g.in_h + y) * g.in_w + x) * c..].as_ptr() as usize,
                                     _ => zero,
                                 };
@@ -584,6 +589,16 @@ pub fn conv2d_pixels(
                     if oy == g.out_h {
                         oy = 0;
                         b += 1;
+                    }
+                }
+            }
+            if inside != 0 {
+                let rows = mr.min(bases.len());
+                for (tap, &off) in slots.chunks_exact_mut(mr).zip(&offs[..pk.taps]) {
+                    for (r, (slot, &base)) in tap[..rows].iter_mut().zip(&bases[..rows]).enumerate() {
+                        if inside & (1 << r) != 0 {
+                            *slot = base + off;
+                        }
                     }
                 }
             }

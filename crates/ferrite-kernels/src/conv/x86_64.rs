@@ -25,6 +25,11 @@ pub(super) fn dw_row_simd(input: &[f32], c: usize, w: &[f32], bias: Option<&[f32
     if !depthwise_masks_tails() || c == 0 || g.out_w == 0 || g.k_h == 0 || g.k_w == 0 {
         return false;
     }
+    // The filter widths and strides the tiles take: the whole row on them, but
+    // for wide rows at stride 1, whose interior runs on unchecked 8-pixel tiles below.
+    if row_tiles_fit(g) && (g.stride_w > 1 || g.out_w < 16) {
+        return dw_row_tiles(input, c, c, w, bias, g, clamp, o, n, oy, 0..g.out_w);
+    }
     let taps = g.k_h * g.k_w;
     if w.len() < taps * c || bias.is_some_and(|b| b.len() < c) || o.len() < g.out_w * c {
         return false;
@@ -103,6 +108,214 @@ pub(super) fn dw_row_simd(input: &[f32], c: usize, w: &[f32], bias: Option<&[f32
         }
     }
     true
+}
+
+/// Whether [`dw_row_tiles`] serves this row geometry: 3-, 5- and 9-wide filters
+/// (the shapes of 2-D depthwise layers and of 1-D audio ones taken as rows) at
+/// horizontal stride 1 or 2, no horizontal dilation.
+pub(super) fn row_tiles_fit(g: &Window) -> bool {
+    g.dil_w == 1 && matches!(g.k_w, 3 | 5 | 9) && matches!(g.stride_w, 1 | 2)
+}
+
+/// What stays the same across the tiles of one piece of an output row of
+/// [`dw_row_tiles`], for one channel group.
+struct TileRow {
+    /// The input row under filter row `ky.0`, column 0, first channel of the group.
+    x: *const f32,
+    ky: (usize, usize),
+    /// Floats between the input rows of consecutive filter rows.
+    row_step: usize,
+    in_c: usize,
+    /// Weights and bias from the group's first channel.
+    w: *const f32,
+    bias: Option<*const f32>,
+    /// Channels of the group.
+    blocked: usize,
+    out_c: usize,
+    clamp: Clamp,
+}
+
+/// Output pixels `px` of one output row (`o` holding pixel `px.start` onward) of a
+/// depthwise convolution of multiplier 1 (`in_c == out_c`) or of one input channel
+/// (`in_c == 1`, any multiplier: each input float broadcast over the output
+/// channels), with AVX-512, in tiles of up to 8 pixels. Every tile takes borders in its stride: it skips
+/// input columns outside the row, so narrow maps (5 or 6
+/// pixels wide, where a per-pixel edge path would take every pixel) and the edge
+/// columns of wide ones run on the same register tiles as the interior, and each
+/// input column is loaded once per filter row for all the tile's pixels it feeds.
+/// Returns false, leaving `o` unspecified, without AVX-512, for a geometry
+/// [`row_tiles_fit`] refuses, or if a range check fails; the caller then takes
+/// another path.
+///
+/// Every output sums bias, then the taps inside the input by filter row and
+/// column, whatever tile takes it: bit-identical for any split of the row.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn dw_row_tiles(
+    input: &[f32],
+    in_c: usize,
+    c: usize,
+    w: &[f32],
+    bias: Option<&[f32]>,
+    g: &Window,
+    clamp: Clamp,
+    o: &mut [f32],
+    n: usize,
+    oy: usize,
+    px: std::ops::Range<usize>,
+) -> bool {
+    let bcast = in_c == 1 && c > 1;
+    if !depthwise_masks_tails() || !row_tiles_fit(g) || c == 0 || (in_c != c && !bcast) || g.k_h == 0 || px.start > px.end || px.end > g.out_w || g.in_w == 0 {
+        return false;
+    }
+    let taps = g.k_h * g.k_w;
+    if w.len() < taps * c || bias.is_some_and(|b| b.len() < c) || o.len() < px.len() * c {
+        return false;
+    }
+    let in_row = g.in_w * in_c;
+    let ky_lo = (0..g.k_h).find(|&ky| g.in_y(oy, ky).is_some());
+    let ky_hi = (0..g.k_h).rev().find(|&ky| g.in_y(oy, ky).is_some()).map_or(0, |k| k + 1);
+    // The input rows read: those under filter rows ky_lo..ky_hi, all inside the image.
+    let (row0, ky) = match ky_lo.and_then(|k| g.in_y(oy, k).map(|y| (k, y))) {
+        Some((k, y)) => {
+            let first = (n * g.in_h + y) * in_row;
+            if first + ((ky_hi - 1 - k) * g.dil_h + 1) * in_row > input.len() {
+                return false;
+            }
+            (first, (k, ky_hi))
+        }
+        // No filter row inside the image: the bias alone, nothing read.
+        None => (0, (0, 0)),
+    };
+    let group = if taps * c * 4 > 16 * 1024 { DW_GROUP } else { c };
+    for cg in (0..c).step_by(group) {
+        let r = TileRow {
+            // A broadcast input has one channel: every group reads it from 0.
+            x: input.as_ptr().wrapping_add(row0 + if bcast { 0 } else { cg }),
+            ky,
+            row_step: g.dil_h * in_row,
+            in_c,
+            w: w[cg..].as_ptr(),
+            bias: bias.map(|b| b[cg..].as_ptr()),
+            blocked: group.min(c - cg),
+            out_c: c,
+            clamp,
+        };
+        let mut ox = px.start;
+        while ox < px.end {
+            let np = (px.end - ox).min(8);
+            // Input columns the tile reads (from the one under tap 0 of pixel `ox`)
+            // that lie inside the row: bits lo..hi of `valid`.
+            let col0 = (ox * g.stride_w) as isize - g.pad_left as isize;
+            let cols = (np - 1) * g.stride_w + g.k_w;
+            let (vlo, vhi) = ((-col0).clamp(0, cols as isize) as u32, (g.in_w as isize - col0).clamp(0, cols as isize) as u32);
+            let valid = if vhi > vlo { ((1u64 << vhi) - (1u64 << vlo)) as u32 } else { 0 };
+            let dst = o[(ox - px.start) * c + cg..].as_mut_ptr();
+            macro_rules! tile {
+                ($kw:literal, $s:literal) => {
+                    // SAFETY: AVX-512F present (checked); the loads are masked to
+                    // columns inside the input row (`valid`) and channels of the
+                    // group, in rows ky.0..ky.1 (range checked above); weights of
+                    // taps < k_h * k_w from `cg` (checked length); stores of `np`
+                    // pixels of the group's channels inside `o` (checked length).
+                    unsafe {
+                        match (np, bcast) {
+                            (1, false) => dw_tile_avx512::<$kw, $s, 1, false>(&r, col0, valid, np, dst),
+                            (2, false) => dw_tile_avx512::<$kw, $s, 2, false>(&r, col0, valid, np, dst),
+                            (3, false) => dw_tile_avx512::<$kw, $s, 3, false>(&r, col0, valid, np, dst),
+                            (4, false) => dw_tile_avx512::<$kw, $s, 4, false>(&r, col0, valid, np, dst),
+                            (5, false) => dw_tile_avx512::<$kw, $s, 5, false>(&r, col0, valid, np, dst),
+                            (6, false) => dw_tile_avx512::<$kw, $s, 6, false>(&r, col0, valid, np, dst),
+                            (7, false) => dw_tile_avx512::<$kw, $s, 7, false>(&r, col0, valid, np, dst),
+                            (_, false) => dw_tile_avx512::<$kw, $s, 8, false>(&r, col0, valid, np, dst),
+                            // Broadcast tiles: whole tiles of 8 and one of 4 or 8 for
+                            // the rest (first layers, wide maps: few such tiles).
+                            (1..=4, true) => dw_tile_avx512::<$kw, $s, 4, true>(&r, col0, valid, np, dst),
+                            (_, true) => dw_tile_avx512::<$kw, $s, 8, true>(&r, col0, valid, np, dst),
+                        }
+                    }
+                };
+            }
+            match (g.k_w, g.stride_w) {
+                (3, 1) => tile!(3, 1),
+                (3, _) => tile!(3, 2),
+                (5, 1) => tile!(5, 1),
+                (5, _) => tile!(5, 2),
+                (_, 1) => tile!(9, 1),
+                _ => tile!(9, 2),
+            }
+            ox += np;
+        }
+    }
+    true
+}
+
+/// One tile of [`dw_row_tiles`]: `P` output pixels from input column `col0` (under
+/// tap 0 of the first pixel), `KW`-wide filter at stride `S`, of which the first
+/// `np` are stored, over the row's channels in blocks of 16 (the last masked);
+/// with `BC` the input has one channel, broadcast to every lane. Per filter row the
+/// `(P - 1) * S + KW` input columns are each loaded once and multiplied by every
+/// tap that reaches them; a column whose bit in `valid` is clear lies outside
+/// the input and is skipped (its taps add nothing).
+///
+/// # Safety
+/// AVX-512F. For every filter row in `r.ky` and every column `j` with bit `j` of
+/// `valid` set, the floats `r.x + (ky - r.ky.0) * r.row_step + (col0 + j) * in_c`
+/// plus `0..r.blocked` (with `BC`, plus 0 only) must be readable; `r.w` must hold `k_h * KW * out_c` floats
+/// (less the group's offset), `r.bias` (if any) `blocked`; `o` must be writable for
+/// `np <= P` pixels of `out_c` floats (channels `0..blocked` of each).
+#[target_feature(enable = "avx512f")]
+unsafe fn dw_tile_avx512<const KW: usize, const S: usize, const P: usize, const BC: bool>(r: &TileRow, col0: isize, valid: u32, np: usize, o: *mut f32) {
+    let (lo, hi) = (_mm512_set1_ps(r.clamp.min), _mm512_set1_ps(r.clamp.max));
+    for c0 in (0..r.blocked).step_by(16) {
+        // The last block of a channel count that is not a multiple of 16 is masked.
+        let m: __mmask16 = if c0 + 16 <= r.blocked { 0xFFFF } else { (1u16 << (r.blocked - c0)) - 1 };
+        let b = match r.bias {
+            // SAFETY: the bias holds `blocked` channels; the mask keeps to c0..blocked.
+            Some(b) => unsafe { _mm512_maskz_loadu_ps(m, b.add(c0)) },
+            None => _mm512_setzero_ps(),
+        };
+        let mut acc = [b; P];
+        for ky in r.ky.0..r.ky.1 {
+            // Column 0 of the window may lie left of the row: the address is formed
+            // with wrapping arithmetic, and only columns inside are accessed.
+            let xr = r.x.wrapping_add((ky - r.ky.0) * r.row_step + if BC { 0 } else { c0 }).wrapping_offset(col0 * r.in_c as isize);
+            let mut wv = [_mm512_setzero_ps(); KW];
+            for (kx, v) in wv.iter_mut().enumerate() {
+                // SAFETY: tap (ky, kx) < k_h * KW: its block of weights lies within
+                // the filter; the mask keeps to channels c0..blocked.
+                *v = unsafe { _mm512_maskz_loadu_ps(m, r.w.add((ky * KW + kx) * r.out_c + c0)) };
+            }
+            // Input column `col` feeds pixel (col - kx) / S through tap kx.
+            for col in 0..(P - 1) * S + KW {
+                // A column in the padding adds nothing: skipped (the test is the
+                // same for every block and filter row of the tile, so it predicts).
+                if (valid >> col) & 1 == 0 {
+                    continue;
+                }
+                // SAFETY: the column lies inside the row (its bit is set): the
+                // unmasked floats are its channels c0..blocked (contract), or with
+                // `BC` its one float.
+                let xv = unsafe {
+                    if BC {
+                        _mm512_set1_ps(*xr.wrapping_add(col))
+                    } else {
+                        _mm512_maskz_loadu_ps(m, xr.wrapping_add(col * r.in_c))
+                    }
+                };
+                for (kx, wk) in wv.iter().enumerate() {
+                    if col >= kx && (col - kx) % S == 0 && (col - kx) / S < P {
+                        let p = (col - kx) / S;
+                        acc[p] = _mm512_fmadd_ps(xv, *wk, acc[p]);
+                    }
+                }
+            }
+        }
+        for (p, a) in acc.iter().enumerate().take(np) {
+            // SAFETY: masked store to channels c0..blocked of pixel p < np, which `o`
+            // is writable for (contract).
+            unsafe { _mm512_mask_storeu_ps(o.add(p * r.out_c + c0), m, _mm512_min_ps(_mm512_max_ps(*a, lo), hi)) };
+        }
+    }
 }
 
 /// Depthwise tile of 4 output pixels over channels `0..blocked` (the last block
