@@ -37,6 +37,29 @@ pub fn transpose<T: Copy>(input: &[T], in_shape: &[usize], perm: &[usize], out: 
     }
 }
 
+/// The element sizes PAD runs on (the runtime views any type as the unsigned
+/// integer of its size), each with its [`pad`] compiled in this crate: a generic
+/// function compiles in the crate that instantiates it, and the runtime crate is
+/// optimized for size in the shipped library (`dist` profile), where the fill and
+/// copy loops lose their unrolling and vector stores.
+pub trait PadWord: Copy {
+    /// [`pad`] for this element size.
+    fn pad(input: &[Self], in_shape: &[usize], pads: &[(usize, usize)], value: Self, out: &mut [Self]);
+}
+
+macro_rules! pad_words {
+    ($($t:ty),*) => {$(
+        impl PadWord for $t {
+            // Never inlined into a caller: the loops keep this crate's optimization level.
+            #[inline(never)]
+            fn pad(input: &[Self], in_shape: &[usize], pads: &[(usize, usize)], value: Self, out: &mut [Self]) {
+                pad(input, in_shape, pads, value, out)
+            }
+        }
+    )*};
+}
+pad_words!(u8, u16, u32, u64);
+
 /// Pads each dimension with `pads[d] = (before, after)` copies of `value`.
 /// Dims from the last padded one inward are contiguous in input and output, so
 /// each such span is one copy (a whole image row for spatial padding of NHWC).

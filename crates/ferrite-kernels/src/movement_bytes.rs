@@ -305,12 +305,14 @@ pub fn concat_runs(shapes: &[&[usize]], axis: usize, max: usize) -> Option<Vec<C
     Some(runs.runs)
 }
 
-/// Makes the copies `runs` list into `out`, reading input `i` as `input(i)`;
+/// Makes the copies `runs` list into `out`, reading input `i` from `inputs[i]`;
 /// false (after copying the runs before it) when a run does not fit its buffers
-/// or names an input that is missing.
-pub fn copy_runs<'a>(runs: &[CopyRun], input: impl Fn(usize) -> Option<&'a [u8]>, out: &mut [u8]) -> bool {
+/// or names an input that is missing. Not generic (the inputs are the executor's
+/// views as they are): it compiles here, at this crate's optimization level, and
+/// not in the runtime crate, which the shipped library optimizes for size.
+pub fn copy_runs(runs: &[CopyRun], inputs: &[Option<&[u8]>], out: &mut [u8]) -> bool {
     for r in runs {
-        let src = input(r.input).and_then(|x| x.get(r.src..r.src.checked_add(r.len)?));
+        let src = inputs.get(r.input).copied().flatten().and_then(|x| x.get(r.src..r.src.checked_add(r.len)?));
         let dst = out.get_mut(r.dst..r.dst.wrapping_add(r.len));
         match (src, dst) {
             (Some(s), Some(d)) if r.dst.checked_add(r.len).is_some() => d.copy_from_slice(s),
@@ -520,7 +522,7 @@ mod tests {
             if let Some(runs) = strided_slice_runs(&shape, &begin, &stride, &out_shape, width, max) {
                 assert!(runs.len() <= max);
                 let mut got = vec![0u8; n];
-                assert!(copy_runs(&runs, |_| Some(&x[..]), &mut got));
+                assert!(copy_runs(&runs, &[Some(&x[..])], &mut got));
                 assert_eq!(got, want, "{shape:?} {begin:?} {stride:?} {out_shape:?} w{width}");
                 listed += 1;
             }
@@ -556,12 +558,12 @@ mod tests {
             let refs: Vec<&[usize]> = shapes.iter().map(|s| &s[..]).collect();
             if let Some(runs) = concat_runs(&refs, axis, 16) {
                 assert!(runs.len() <= 16);
-                let ins: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
+                let ins: Vec<Option<&[u8]>> = data.iter().map(|d| Some(&d[..])).collect();
                 let mut got = vec![0u8; n];
-                assert!(copy_runs(&runs, |i| ins.get(i).copied(), &mut got));
+                assert!(copy_runs(&runs, &ins, &mut got));
                 assert_eq!(got, want, "{shapes:?} axis {axis}");
                 if n > 0 {
-                    assert!(!copy_runs(&runs, |i| ins.get(i).copied(), &mut vec![0u8; n - 1]));
+                    assert!(!copy_runs(&runs, &ins, &mut vec![0u8; n - 1]));
                 }
             }
         }

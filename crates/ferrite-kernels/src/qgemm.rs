@@ -888,7 +888,7 @@ pub fn depthwise_u8(input: &[u8], d: &mut Depthwise, bias: Option<&[i32]>, q: &Q
     // SAFETY: i8 and u8 have the same size, alignment and valid bit patterns.
     let out8 = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut i8, out.len()) };
     depthwise_8bit(input, d, bias, q, out8);
-    out.iter_mut().for_each(|b| *b ^= 0x80);
+    crate::quant::flip_sign_bits(out);
 }
 
 fn depthwise_8bit(input: &[u8], d: &mut Depthwise, bias: Option<&[i32]>, q: &QConv, out: &mut [i8]) {

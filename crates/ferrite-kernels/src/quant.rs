@@ -775,7 +775,10 @@ pub fn flip_u8_to_i8(src: &[u8], dst: &mut [i8]) {
     }
 }
 
-/// Flips the top bit of every byte in place: int8 results back to uint8.
+/// Flips the top bit of every byte in place: int8 results back to uint8. Never
+/// inlined: the runtime's closures that call it are optimized for size in the
+/// shipped library, and the loop keeps its vector form here.
+#[inline(never)]
 pub fn flip_sign_bits(x: &mut [u8]) {
     x.iter_mut().for_each(|b| *b ^= 0x80);
 }

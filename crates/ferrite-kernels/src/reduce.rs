@@ -295,6 +295,25 @@ impl MeanQ {
     }
 }
 
+/// [`mean_int`] on int8, compiled in this crate (as [`crate::movement::PadWord`]
+/// says why) and never inlined into the runtime's size-optimized closures.
+#[inline(never)]
+pub fn mean_int_i8(input: &[i8], p: &MeanQ, sums: &mut [i64], index: &mut [usize], out: &mut [i8]) {
+    mean_int(input, p, sums, index, out)
+}
+
+/// [`mean_int`] on uint8, as [`mean_int_i8`].
+#[inline(never)]
+pub fn mean_int_u8(input: &[u8], p: &MeanQ, sums: &mut [i64], index: &mut [usize], out: &mut [u8]) {
+    mean_int(input, p, sums, index, out)
+}
+
+/// [`mean_int`] on int16, as [`mean_int_i8`].
+#[inline(never)]
+pub fn mean_int_i16(input: &[i16], p: &MeanQ, sums: &mut [i64], index: &mut [usize], out: &mut [i16]) {
+    mean_int(input, p, sums, index, out)
+}
+
 /// Integer MEAN (see [`MeanQ`]). `sums` holds [`MeanQ::outputs`] accumulators and
 /// `index` [`MeanQ::rank`] counters (scratch, so that runs do not allocate).
 pub fn mean_int<T: QuantInt>(input: &[T], p: &MeanQ, sums: &mut [i64], index: &mut [usize], out: &mut [T]) {

@@ -551,16 +551,19 @@ impl CustomOpRegistry {
 }
 
 /// Views bytes as `T` elements; fails instead of panicking on bad alignment or length.
+#[inline]
 pub fn typed<T: bytemuck::Pod>(b: &[u8]) -> Result<&[T]> {
     bytemuck::try_cast_slice(b).map_err(|e| Error::Runtime(format!("tensor data cannot be viewed as {}: {e:?}", std::any::type_name::<T>()).into()))
 }
 
 /// Mutable variant of [`typed`].
+#[inline]
 pub fn typed_mut<T: bytemuck::Pod>(b: &mut [u8]) -> Result<&mut [T]> {
     bytemuck::try_cast_slice_mut(b).map_err(|e| Error::Runtime(format!("tensor data cannot be viewed as {}: {e:?}", std::any::type_name::<T>()).into()))
 }
 
 /// Required input `i` of a running kernel.
+#[inline]
 pub fn arg<'b>(ins: &[Option<&'b [u8]>], i: usize) -> Result<&'b [u8]> {
     ins.get(i).copied().flatten().ok_or_else(|| Error::Runtime(format!("kernel input {i} is missing").into()))
 }

@@ -56,6 +56,7 @@ impl AlignedBytes {
         a
     }
     /// The bytes.
+    #[inline]
     pub fn bytes(&self) -> &[u8] {
         &bytemuck::cast_slice(&self.words)[..self.len]
     }

@@ -147,7 +147,7 @@ const SMALL_COPY_RUNS: usize = 16;
 fn runs_kernel(runs: Vec<movement_bytes::CopyRun>, what: &'static str) -> KernelFn {
     Box::new(move |ins, outs| {
         let out = outs.first_mut().ok_or_else(|| super::runtime("copy without an output"))?;
-        if movement_bytes::copy_runs(&runs, |i| ins.get(i).copied().flatten(), out) {
+        if movement_bytes::copy_runs(&runs, ins, out) {
             Ok(())
         } else {
             Err(super::runtime(format!("{what} buffers do not match the planned shapes")))
@@ -630,7 +630,7 @@ pub(crate) fn pad(op: &OpContext<'_>) -> Result<Built> {
             outputs: vec![(dtype, out)],
             kernel: Box::new(move |ins, outs| {
                 let value: T = if has_value { typed::<T>(arg(ins, 2)?)?.first().copied().unwrap_or(0 as T) } else { zp as T };
-                movement::pad(typed::<T>(arg(ins, 0)?)?, &shape, &pads, value, typed_mut::<T>(outs[0])?);
+                <T as movement::PadWord>::pad(typed::<T>(arg(ins, 0)?)?, &shape, &pads, value, typed_mut::<T>(outs[0])?);
                 Ok(())
             }),
         })

@@ -162,9 +162,9 @@ fn mean_int(op: &OpContext<'_>) -> Result<Built> {
             let (sums, index) = &mut *guard;
             let (input, out) = (arg(ins, 0)?, &mut *outs[0]);
             match dtype {
-                DType::I8 => kred::mean_int::<i8>(typed(input)?, &p, sums, index, typed_mut(out)?),
-                DType::U8 => kred::mean_int::<u8>(input, &p, sums, index, out),
-                _ => kred::mean_int::<i16>(typed(input)?, &p, sums, index, typed_mut(out)?),
+                DType::I8 => kred::mean_int_i8(typed(input)?, &p, sums, index, typed_mut(out)?),
+                DType::U8 => kred::mean_int_u8(input, &p, sums, index, out),
+                _ => kred::mean_int_i16(typed(input)?, &p, sums, index, typed_mut(out)?),
             }
             Ok(())
         }),
