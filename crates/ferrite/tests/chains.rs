@@ -107,10 +107,11 @@ fn random_chains_match_their_ops_run_one_by_one() {
     let mut r = Rng(0x2545_f491_4f6c_dd1d);
     let mut chained = 0;
     for case in 0..48 {
-        // Odd channel counts, a short last block, and (every eighth case) a tensor
-        // large enough for a chain to split over two threads.
+        // Odd channel counts, a short last block, tensors too small to chain, and
+        // (every eighth case) one large enough for a chain to split over two threads.
         let c = 1 + 2 * r.below(5) as i32;
-        let shape: Vec<i32> = if case % 8 == 7 { vec![1, 96, 96, c] } else { vec![1, 1 + r.below(40) as i32, 1 + r.below(40) as i32, c] };
+        let side = |r: &mut Rng| if case % 6 == 5 { 1 + r.below(20) as i32 } else { 46 + r.below(30) as i32 };
+        let shape: Vec<i32> = if case % 8 == 7 { vec![1, 96, 96, c] } else { vec![1, side(&mut r), side(&mut r), c] };
         let bytes = random_model(&mut r, &shape);
         let n: usize = shape.iter().map(|&d| d as usize).product();
         let inputs: Vec<Vec<f32>> = (0..2).map(|_| (0..n).map(|_| r.value()).collect()).collect();

@@ -20,6 +20,13 @@ use crate::backend::BackendContext;
 use crate::model::{DType, OpCode};
 use crate::ops::{Activation, OpParams};
 
+/// Smallest tensors chained: two blocks. A tensor of one block stays in L1 from
+/// one op to the next anyway, so a chain of them saves no memory traffic, only
+/// steps, and running a chain costs about what the steps it replaces did
+/// (measured: a wake-word head's layer norms over 128 floats ran 5% more
+/// instructions chained).
+const MIN_ELEMENTS: usize = 2 * chain::BLOCK;
+
 /// A step that may join a chain: its op's kernel, operands and output.
 struct Candidate {
     kind: ChainKind,
@@ -162,7 +169,7 @@ fn candidate(c: &Compilation<'_>, st: &Step) -> Option<Candidate> {
     }
     let shape = &c.tensors[out].shape;
     let n: usize = shape.iter().product();
-    if n == 0 {
+    if n < MIN_ELEMENTS {
         return None;
     }
     // Whole: the output's elements; periodic: the output's trailing dimensions.

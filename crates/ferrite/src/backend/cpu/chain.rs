@@ -24,6 +24,11 @@ use crate::ops::OpParams;
 /// Elements per block: 4 KiB a value, so a chain's live values stay in L1.
 pub(crate) const BLOCK: usize = 1024;
 
+/// Most step inputs and outputs of a chain (the executor's fast path takes as many).
+pub(crate) const MAX_INPUTS: usize = 8;
+/// See [`MAX_INPUTS`].
+pub(crate) const MAX_OUTPUTS: usize = 4;
+
 /// The vectorized kernel of float unary builtin `code` (with its parameters), the
 /// one its own step runs.
 pub(crate) fn unary_kind(code: B, params: &OpParams) -> Option<Unary> {
@@ -107,14 +112,44 @@ pub(crate) struct ChainOp {
     pub(crate) out: Option<usize>,
 }
 
+/// Where a block's op reads an operand.
+#[derive(Debug, Clone, Copy)]
+enum BlockSrc {
+    /// Step input k at the block's elements.
+    Input(usize),
+    /// Step input k whole (a period).
+    Periodic(usize),
+    /// Block buffer s.
+    Slot(usize),
+}
+
+/// Where a block's op writes its value.
+#[derive(Debug, Clone, Copy)]
+enum BlockDst {
+    /// Step output k at the block's elements: a written value no later op reads.
+    Out(usize),
+    /// Block buffer s, copied to step output `copy` when that is set (a value
+    /// both written and read further down the chain).
+    Slot { slot: usize, copy: Option<usize> },
+}
+
+/// One op of a chain as the block loop runs it, its operands resolved.
+#[derive(Debug, Clone, Copy)]
+struct BlockOp {
+    kind: ChainKind,
+    x: BlockSrc,
+    y: Option<BlockSrc>,
+    dst: BlockDst,
+}
+
 /// A chain ready to run: its ops over `n` elements, in blocks of `block`.
 #[derive(Debug)]
 pub(crate) struct Chain {
     n: usize,
     block: usize,
     ops: Vec<ChainOp>,
-    /// The block buffer of each op's value (unused for written values).
-    slot: Vec<usize>,
+    /// The ops as the block loop runs them.
+    plan: Vec<BlockOp>,
     slots: usize,
     /// Step inputs: the elements each must have (n, or its period).
     input_len: Vec<usize>,
@@ -126,7 +161,8 @@ impl Chain {
     /// input k and writing `outputs` step outputs. Blocks are a multiple of every
     /// period, so a periodic operand starts each block at its first element. None
     /// when the ops do not describe a chain (an operand out of range, a period not
-    /// dividing `n`, a written value no op writes).
+    /// dividing `n`, an output not written by exactly one op, the last value not
+    /// written).
     pub(crate) fn new(n: usize, ops: Vec<ChainOp>, input_len: Vec<usize>, outputs: usize) -> Option<Chain> {
         let mut period = 1usize;
         for (j, op) in ops.iter().enumerate() {
@@ -152,37 +188,54 @@ impl Chain {
         let mut written: Vec<usize> = ops.iter().filter_map(|o| o.out).collect();
         written.sort_unstable();
         written.dedup();
-        if written.len() != outputs || ops.iter().filter(|o| o.out.is_some()).count() != outputs || ops.last().is_none_or(|o| o.out.is_none()) || period > BLOCK
+        if written.len() != outputs
+            || outputs > MAX_OUTPUTS
+            || input_len.len() > MAX_INPUTS
+            || ops.iter().filter(|o| o.out.is_some()).count() != outputs
+            || ops.last().is_none_or(|o| o.out.is_none())
+            || period > BLOCK
         {
             return None;
         }
         let block = (BLOCK / period).max(1) * period;
-        // Block buffers by liveness: a value's buffer is free again after its last reader.
-        let mut last_read = vec![0usize; ops.len()];
+        // Block buffers by liveness: a value's buffer is free again after its last
+        // reader. A written value no later op reads goes straight to its output.
+        let mut last_read = vec![None; ops.len()];
         for (j, op) in ops.iter().enumerate() {
             for a in &op.args {
                 if let Operand::Value(v) = *a {
-                    last_read[v] = j;
+                    last_read[v] = Some(j);
                 }
             }
         }
-        let (mut slot, mut free, mut slots) = (vec![usize::MAX; ops.len()], Vec::new(), 0);
+        let (mut slot_of, mut free, mut slots) = (vec![usize::MAX; ops.len()], Vec::new(), 0);
+        let mut plan = Vec::with_capacity(ops.len());
         for (j, op) in ops.iter().enumerate() {
-            if op.out.is_none() {
-                slot[j] = free.pop().unwrap_or_else(|| {
-                    slots += 1;
-                    slots - 1
-                });
-            }
+            let dst = match (op.out, last_read[j]) {
+                (Some(k), None) => BlockDst::Out(k),
+                (copy, _) => {
+                    slot_of[j] = free.pop().unwrap_or_else(|| {
+                        slots += 1;
+                        slots - 1
+                    });
+                    BlockDst::Slot { slot: slot_of[j], copy }
+                }
+            };
+            let src = |a: Operand| match a {
+                Operand::Input(k) => BlockSrc::Input(k),
+                Operand::Periodic(k, _) => BlockSrc::Periodic(k),
+                Operand::Value(v) => BlockSrc::Slot(slot_of[v]),
+            };
+            plan.push(BlockOp { kind: op.kind, x: src(op.args[0]), y: op.args.get(1).map(|&a| src(a)), dst });
             for a in &op.args {
                 if let Operand::Value(v) = *a {
-                    if last_read[v] == j && slot[v] != usize::MAX && !free.contains(&slot[v]) {
-                        free.push(slot[v]);
+                    if last_read[v] == Some(j) && slot_of[v] != usize::MAX && !free.contains(&slot_of[v]) {
+                        free.push(slot_of[v]);
                     }
                 }
             }
         }
-        Some(Chain { n, block, ops, slot, slots, input_len, outputs })
+        Some(Chain { n, block, ops, plan, slots, input_len, outputs })
     }
 
     /// Elements per block.
@@ -197,70 +250,72 @@ impl Chain {
         self.slots
     }
 
-    /// The step inputs as floats, checked against the plan.
-    fn inputs<'a>(&self, ins: &[Option<&'a [u8]>]) -> Result<SmallVec<[&'a [f32]; 8]>> {
-        let mut v = SmallVec::new();
-        for (k, &len) in self.input_len.iter().enumerate() {
-            let x = typed::<f32>(ins.get(k).copied().flatten().ok_or_else(|| runtime(format!("element-wise chain input {k} is missing")))?)?;
-            if x.len() != len {
-                return Err(runtime(format!("element-wise chain input {k} has {} elements, planned {len}", x.len())));
-            }
-            v.push(x);
+    /// The step inputs as floats into `v`, checked against the plan.
+    fn inputs<'a>(&self, ins: &[Option<&'a [u8]>], v: &mut [&'a [f32]; MAX_INPUTS]) -> Result<()> {
+        if ins.len() != self.input_len.len() || ins.len() > MAX_INPUTS {
+            return Err(runtime("element-wise chain inputs do not match the plan"));
         }
-        Ok(v)
+        for ((slot, &x), &len) in v.iter_mut().zip(ins).zip(&self.input_len) {
+            *slot = typed::<f32>(x.unwrap_or(&[]))?;
+            if slot.len() != len {
+                return Err(runtime("element-wise chain input sizes do not match the plan"));
+            }
+        }
+        Ok(())
     }
 
-    /// The step outputs as floats, checked against the plan.
-    fn outputs<'a>(&self, outs: &'a mut [&mut [u8]]) -> Result<SmallVec<[&'a mut [f32]; 4]>> {
-        if outs.len() != self.outputs {
-            return Err(runtime(format!("element-wise chain has {} outputs, planned {}", outs.len(), self.outputs)));
+    /// The step outputs as floats into `v`, checked against the plan.
+    fn outputs<'a>(&self, outs: &'a mut [&mut [u8]], v: &mut [&'a mut [f32]; MAX_OUTPUTS]) -> Result<()> {
+        if outs.len() != self.outputs || outs.len() > MAX_OUTPUTS {
+            return Err(runtime("element-wise chain outputs do not match the plan"));
         }
-        let mut v = SmallVec::new();
-        for o in outs.iter_mut() {
-            let o = typed_mut::<f32>(o)?;
-            if o.len() != self.n {
-                return Err(runtime(format!("element-wise chain output has {} elements, planned {}", o.len(), self.n)));
+        for (slot, o) in v.iter_mut().zip(outs.iter_mut()) {
+            *slot = typed_mut::<f32>(o)?;
+            if slot.len() != self.n {
+                return Err(runtime("element-wise chain output sizes do not match the plan"));
             }
-            v.push(o);
         }
-        Ok(v)
+        Ok(())
     }
 
-    /// Runs ops `ops` over elements `base..base + len` (a whole number of blocks, or
-    /// up to the end): `outs` hold those elements of the step outputs, `scratch`
-    /// the block buffers.
-    fn run_part(&self, ops: std::ops::Range<usize>, ins: &[&[f32]], outs: &mut [&mut [f32]], base: usize, len: usize, scratch: &mut [Vec<f32>]) {
+    /// Runs the chain over elements `base..base + len` (a whole number of blocks,
+    /// or up to the end): `outs` hold those elements of the step outputs, `scratch`
+    /// the block buffers, one after another.
+    fn run_part(&self, ins: &[&[f32]], outs: &mut [&mut [f32]], base: usize, len: usize, scratch: &mut [f32]) {
+        let b = self.block;
         let mut s = 0;
         while s < len {
-            let l = self.block.min(len - s);
-            for j in ops.clone() {
-                let op = &self.ops[j];
-                // The destination leaves its place while the operands are read.
-                let (mut dst_out, mut dst_tmp): (&mut [f32], Vec<f32>) = (&mut [], Vec::new());
-                match op.out {
-                    Some(k) => dst_out = std::mem::take(&mut outs[k]),
-                    None => dst_tmp = std::mem::take(&mut scratch[self.slot[j]]),
-                }
-                {
-                    let arg = |a: Operand| -> Arg<'_> {
-                        match a {
-                            Operand::Input(k) => Arg::Full(&ins[k][base + s..base + s + l]),
-                            Operand::Periodic(k, _) => Arg::Periodic(ins[k]),
-                            Operand::Value(v) => Arg::Full(match self.ops[v].out {
-                                Some(k) => &outs[k][s..s + l],
-                                None => &scratch[self.slot[v]][..l],
-                            }),
+            let l = b.min(len - s);
+            let at = base + s;
+            for op in &self.plan {
+                // The destination's buffer is split off the others, which the
+                // operands read (never the destination's: buffers are by liveness).
+                let (lo, hi, d) = match op.dst {
+                    BlockDst::Slot { slot, .. } => {
+                        let (lo, rest) = scratch.split_at_mut(slot * b);
+                        let (dst, hi) = rest.split_at_mut(b);
+                        (&*lo, &*hi, Some((slot, dst)))
+                    }
+                    BlockDst::Out(_) => (&*scratch, &[][..], None),
+                };
+                let split = d.as_ref().map_or(usize::MAX, |x| x.0);
+                let arg = |src: BlockSrc| match src {
+                    BlockSrc::Input(k) => Arg::Full(&ins[k][at..at + l]),
+                    BlockSrc::Periodic(k) => Arg::Periodic(ins[k]),
+                    BlockSrc::Slot(v) if v < split => Arg::Full(&lo[v * b..v * b + l]),
+                    BlockSrc::Slot(v) => Arg::Full(&hi[(v - split - 1) * b..(v - split - 1) * b + l]),
+                };
+                let (x, y) = (arg(op.x), op.y.map(arg));
+                match (d, op.dst) {
+                    (Some((_, dst)), BlockDst::Slot { copy, .. }) => {
+                        let dst = &mut dst[..l];
+                        apply(op.kind, x, y, dst);
+                        if let Some(k) = copy {
+                            outs[k][s..s + l].copy_from_slice(dst);
                         }
-                    };
-                    let dst = match op.out {
-                        Some(_) => &mut dst_out[s..s + l],
-                        None => &mut dst_tmp[..l],
-                    };
-                    apply(op, op.args.iter().map(|&a| arg(a)), dst);
-                }
-                match op.out {
-                    Some(k) => outs[k] = dst_out,
-                    None => scratch[self.slot[j]] = dst_tmp,
+                    }
+                    (_, BlockDst::Out(k)) => apply(op.kind, x, y, &mut outs[k][s..s + l]),
+                    _ => {}
                 }
             }
             s += l;
@@ -277,27 +332,27 @@ enum Arg<'a> {
     Periodic(&'a [f32]),
 }
 
-/// Op `op` on `args` into `dst`, through the kernel its own step runs.
-fn apply<'a>(op: &ChainOp, mut args: impl Iterator<Item = Arg<'a>>, dst: &mut [f32]) {
+impl<'a> Arg<'a> {
+    fn data(self) -> &'a [f32] {
+        match self {
+            Arg::Full(v) | Arg::Periodic(v) => v,
+        }
+    }
+}
+
+/// `kind` on `x` (and `y`) into `dst`, through the kernel the op's own step runs.
+fn apply(kind: ChainKind, x: Arg<'_>, y: Option<Arg<'_>>, dst: &mut [f32]) {
     let l = dst.len();
-    let (Some(x), y) = (args.next(), args.next()) else { return };
-    match (op.kind, x, y) {
+    match (kind, x, y) {
         (ChainKind::Unary(u), Arg::Full(x), _) => kel::unary_f32(u, x, dst),
         (ChainKind::Binary(b, clamp), x, Some(y)) => {
             // A periodic operand is the trailing row of a [l / p, p] output.
-            let shape = |a: Arg<'_>| match a {
-                Arg::Full(_) => [1, l],
-                Arg::Periodic(v) => [1, v.len()],
+            let (out_shape, sx, sy) = match (x, y) {
+                (Arg::Periodic(v), _) => ([l / v.len().max(1), v.len()], [1, v.len()], [l / v.len().max(1), v.len()]),
+                (_, Arg::Periodic(v)) => ([l / v.len().max(1), v.len()], [l / v.len().max(1), v.len()], [1, v.len()]),
+                _ => ([1, l], [1, l], [1, l]),
             };
-            let out_shape = match (x, y) {
-                (Arg::Periodic(v), _) | (_, Arg::Periodic(v)) => [l / v.len().max(1), v.len()],
-                _ => [1, l],
-            };
-            let data = |a: Arg<'a>| match a {
-                Arg::Full(v) | Arg::Periodic(v) => v,
-            };
-            let (sx, sy) = (shape(x), shape(y));
-            kel::binary_f32(b, data(x), &sx, data(y), &sy, dst, &out_shape, clamp);
+            kel::binary_f32(b, x.data(), &sx, y.data(), &sy, dst, &out_shape, clamp);
         }
         _ => {}
     }
@@ -328,14 +383,17 @@ pub(crate) fn chain_kernel(chain: Arc<Chain>, pool: Option<Arc<ThreadPool>>) -> 
     };
     let pool = pool.filter(|_| parts > 1);
     // Block buffers for each part, made once.
-    let scratch: Vec<Mutex<Vec<Vec<f32>>>> = (0..parts).map(|_| Mutex::new(vec![vec![0.0; chain.block]; chain.slots])).collect();
+    let mut scratch: Vec<Mutex<Vec<f32>>> = (0..parts).map(|_| Mutex::new(vec![0.0; chain.block * chain.slots])).collect();
     Box::new(move |ins, outs| {
-        let ins = chain.inputs(ins)?;
-        let mut outs = chain.outputs(outs)?;
-        let all = 0..chain.ops.len();
+        let mut in_views: [&[f32]; MAX_INPUTS] = [&[]; MAX_INPUTS];
+        let mut out_views: [&mut [f32]; MAX_OUTPUTS] = Default::default();
+        chain.inputs(ins, &mut in_views)?;
+        chain.outputs(outs, &mut out_views)?;
+        let ins = &in_views[..chain.input_len.len()];
+        let outs = &mut out_views[..chain.outputs];
         let Some(pool) = pool.as_deref() else {
-            let mut s = scratch[0].lock().unwrap_or_else(|e| e.into_inner());
-            chain.run_part(all, &ins, &mut outs, 0, chain.n, &mut s);
+            let s = scratch[0].get_mut().unwrap_or_else(|e| e.into_inner());
+            chain.run_part(ins, outs, 0, chain.n, s);
             return Ok(());
         };
         // Each part's share of every output, split at whole blocks.
@@ -344,7 +402,7 @@ pub(crate) fn chain_kernel(chain: Arc<Chain>, pool: Option<Arc<ThreadPool>>) -> 
             (b.start * chain.block).min(chain.n)..(b.end * chain.block).min(chain.n)
         };
         let mut pieces: SmallVec<[Mutex<SmallVec<[&mut [f32]; 4]>>; 8]> = SmallVec::new();
-        let mut rest: SmallVec<[&mut [f32]; 4]> = outs.drain(..).collect();
+        let mut rest: SmallVec<[&mut [f32]; 4]> = outs.iter_mut().map(std::mem::take).collect();
         for i in 0..parts {
             let len = range(i).len();
             let mut mine = SmallVec::new();
@@ -355,11 +413,12 @@ pub(crate) fn chain_kernel(chain: Arc<Chain>, pool: Option<Arc<ThreadPool>>) -> 
             }
             pieces.push(Mutex::new(mine));
         }
+        let scratch = &scratch;
         pool.run(parts, &|i| {
             let mut outs = pieces[i].lock().unwrap_or_else(|e| e.into_inner());
             let mut s = scratch[i].lock().unwrap_or_else(|e| e.into_inner());
             let r = range(i);
-            chain.run_part(all.clone(), &ins, &mut outs, r.start, r.len(), &mut s);
+            chain.run_part(ins, &mut outs, r.start, r.len(), &mut s);
         });
         Ok(())
     })
@@ -373,8 +432,12 @@ pub(crate) struct ChainByOp(pub(crate) Arc<Chain>);
 impl OpByOp for ChainByOp {
     fn run_op_by_op(&mut self, ins: &[Option<&[u8]>], outs: &mut [&mut [u8]], read_back: bool, on_op: OnOp<'_>) -> Result<Flow> {
         let chain = &*self.0;
-        let ins = chain.inputs(ins)?;
-        let mut outs = chain.outputs(outs)?;
+        let mut in_views: [&[f32]; MAX_INPUTS] = [&[]; MAX_INPUTS];
+        let mut out_views: [&mut [f32]; MAX_OUTPUTS] = Default::default();
+        chain.inputs(ins, &mut in_views)?;
+        chain.outputs(outs, &mut out_views)?;
+        let ins = &in_views[..chain.input_len.len()];
+        let outs = &mut out_views[..chain.outputs];
         let mut values: Vec<Vec<f32>> = chain.ops.iter().map(|o| if o.out.is_none() { vec![0.0; chain.n] } else { Vec::new() }).collect();
         for (j, op) in chain.ops.iter().enumerate() {
             let bytes = |a: Operand, outs: &[&mut [f32]], values: &[Vec<f32>]| -> Vec<u8> {
@@ -412,7 +475,7 @@ impl OpByOp for ChainByOp {
                     }
                 };
                 let dst = if op.out.is_some() { &mut *dst_out } else { &mut dst_tmp[..] };
-                apply(op, op.args.iter().map(|&a| arg(a)), dst);
+                apply(op.kind, arg(op.args[0]), op.args.get(1).map(|&a| arg(a)), dst);
             }
             match op.out {
                 Some(k) => outs[k] = dst_out,
