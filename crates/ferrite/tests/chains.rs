@@ -72,9 +72,12 @@ fn random_model(r: &mut Rng, shape: &[i32]) -> Vec<u8> {
     m.to_bytes().unwrap()
 }
 
-/// The outputs of one run, and the value each op's `after` callback saw (None when
-/// not run with callbacks).
-fn run(bytes: &[u8], inputs: &[Vec<f32>], threads: usize, fuse: bool, observe: bool) -> (Vec<Vec<u32>>, Vec<Option<Vec<u8>>>, usize) {
+/// What [`run`] returns.
+type Ran = (Vec<Vec<u32>>, Vec<Option<Vec<u8>>>, usize);
+
+/// The outputs of one run (their bits), the value each op's `after` callback saw
+/// (None when not run with callbacks), and how many ops ran in chains.
+fn run(bytes: &[u8], inputs: &[Vec<f32>], threads: usize, fuse: bool, observe: bool) -> Ran {
     let m = Arc::new(ferrite::Model::from_bytes(Arc::new(bytes.to_vec())).unwrap());
     let ops = m.subgraphs()[0].ops.len();
     let mut s = Session::with_options(m, SessionOptions { threads, ..Default::default() }).unwrap();

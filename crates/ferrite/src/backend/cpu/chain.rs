@@ -176,7 +176,7 @@ impl Chain {
             for a in &op.args {
                 match *a {
                     Operand::Input(k) if input_len.get(k) == Some(&n) => {}
-                    Operand::Periodic(k, p) if p > 0 && input_len.get(k) == Some(&p) && n % p == 0 => {
+                    Operand::Periodic(k, p) if p > 0 && input_len.get(k) == Some(&p) && n.is_multiple_of(p) => {
                         period = lcm(period, p);
                     }
                     Operand::Value(v) if v < j => {}
@@ -373,6 +373,9 @@ fn lcm(a: usize, b: usize) -> usize {
 /// binary op of this size would).
 const PARALLEL_MIN_ELEMENT_OPS: usize = super::PARALLEL_MIN_FLOPS / 4;
 
+/// One part's share of a chain step's outputs.
+type OutPieces<'a> = SmallVec<[&'a mut [f32]; 4]>;
+
 /// A chain's kernel: the step's inputs are the chain's, its outputs the values
 /// written. Large chains split their blocks over the pool's threads.
 pub(crate) fn chain_kernel(chain: Arc<Chain>, pool: Option<Arc<ThreadPool>>) -> crate::backend::KernelFn {
@@ -401,7 +404,7 @@ pub(crate) fn chain_kernel(chain: Arc<Chain>, pool: Option<Arc<ThreadPool>>) -> 
             let b = ferrite_kernels::parallel::chunk(blocks, parts, i);
             (b.start * chain.block).min(chain.n)..(b.end * chain.block).min(chain.n)
         };
-        let mut pieces: SmallVec<[Mutex<SmallVec<[&mut [f32]; 4]>>; 8]> = SmallVec::new();
+        let mut pieces: SmallVec<[Mutex<OutPieces<'_>>; 8]> = SmallVec::new();
         let mut rest: SmallVec<[&mut [f32]; 4]> = outs.iter_mut().map(std::mem::take).collect();
         for i in 0..parts {
             let len = range(i).len();
@@ -450,7 +453,7 @@ impl OpByOp for ChainByOp {
                 };
                 bytemuck::cast_slice(v).to_vec()
             };
-            let op_ins: Vec<Vec<u8>> = if read_back { op.args.iter().map(|&a| bytes(a, &outs, &values)).collect() } else { Vec::new() };
+            let op_ins: Vec<Vec<u8>> = if read_back { op.args.iter().map(|&a| bytes(a, outs, &values)).collect() } else { Vec::new() };
             let op_ins: Vec<Option<&[u8]>> = op_ins.iter().map(|b| Some(&b[..])).collect();
             match on_op(j, &op_ins, None) {
                 Flow::Continue => {}
