@@ -102,6 +102,10 @@ struct BackendArgs {
     /// SHADER_F16; arithmetic stays float32). Default: $FERRITE_GPU_PRECISION, else fp32.
     #[arg(long = "gpu-precision")]
     gpu_precision: Option<String>,
+    /// Run each element-wise op as a step of its own instead of fusing chains of
+    /// them into one step (to compare; the results are the same).
+    #[arg(long = "no-fuse-chains")]
+    no_fuse_chains: bool,
 }
 
 impl BackendArgs {
@@ -569,7 +573,8 @@ fn inspect_memory(path: &Path, as_json: bool) -> Result<(), String> {
                 let (steps, folded, aliased) = s.step_stats().unwrap_or((0, 0, 0));
                 json!({"subgraph": si, "name": g.name, "arena_bytes": arena, "lower_bound_bytes": lower,
                        "ratio": if lower > 0 { arena as f64 / lower as f64 } else { 1.0 },
-                       "steps": steps, "folded_ops": folded, "aliased_ops": aliased, "fused_ops": s.fused_op_count().unwrap_or(0)})
+                       "steps": steps, "folded_ops": folded, "aliased_ops": aliased, "fused_ops": s.fused_op_count().unwrap_or(0),
+                       "chained_ops": s.chained_op_count().unwrap_or(0)})
             }
             Err(e) => json!({"subgraph": si, "name": g.name, "error": e.to_string()}),
         };
@@ -583,7 +588,7 @@ fn inspect_memory(path: &Path, as_json: bool) -> Result<(), String> {
         match r.get("error") {
             Some(e) => outln!("subgraph {} '{}': not planned: {}", r["subgraph"], r["name"].as_str().unwrap_or(""), e.as_str().unwrap_or("")),
             None => outln!(
-                "subgraph {} '{}': arena {} bytes, lower bound {} bytes, ratio {:.3}; {} steps, {} ops folded at prepare, {} aliased, {} fused into a neighbouring convolution",
+                "subgraph {} '{}': arena {} bytes, lower bound {} bytes, ratio {:.3}; {} steps, {} ops folded at prepare, {} aliased, {} fused into a neighbouring convolution, {} in element-wise chains",
                 r["subgraph"],
                 r["name"].as_str().unwrap_or(""),
                 r["arena_bytes"],
@@ -592,7 +597,8 @@ fn inspect_memory(path: &Path, as_json: bool) -> Result<(), String> {
                 r["steps"],
                 r["folded_ops"],
                 r["aliased_ops"],
-                r["fused_ops"]
+                r["fused_ops"],
+                r["chained_ops"]
             ),
         }
     }
@@ -695,10 +701,17 @@ fn open_session(path: &Path, threads: usize, backends: &BackendArgs, trace: bool
         if trace {
             return Err("--trace works on a model file, not a package".into());
         }
+        if backends.no_fuse_chains {
+            return Err("--no-fuse-chains works on a model file, not a package".into());
+        }
         return Ok(Runner::Package(Box::new(PackageSession::open(path, options).map_err(|e| e.to_string())?)));
     }
     let model = Model::from_file(path).map_err(|e| e.to_string())?;
-    Ok(Runner::Model(Box::new(Session::with_options(Arc::new(model), options).map_err(|e| e.to_string())?)))
+    let mut s = Session::with_options(Arc::new(model), options).map_err(|e| e.to_string())?;
+    if backends.no_fuse_chains {
+        s.set_fuse_chains(false).map_err(|e| e.to_string())?;
+    }
+    Ok(Runner::Model(Box::new(s)))
 }
 
 /// The model files to inspect: the file itself, or each model of a package.

@@ -172,6 +172,8 @@ pub struct Session {
     profile: Option<Vec<(usize, std::time::Duration)>>,
     /// Every tensor keeps its own memory (see [`Session::set_preserve_all_tensors`]).
     preserve_all: bool,
+    /// Whether chains of element-wise ops run as one step (see [`Session::set_fuse_chains`]).
+    fuse_chains: bool,
     /// With `preserve_all`, the model compiled and run in place of `model`: the same
     /// bytes and IR, with every tensor an op produces listed among the subgraph's outputs.
     keep_all: Option<Arc<Model>>,
@@ -312,6 +314,7 @@ impl Session {
             pending_input_bytes: 0,
             profile: None,
             preserve_all: false,
+            fuse_chains: true,
             keep_all: None,
             trace: None,
             tracing: false,
@@ -523,7 +526,7 @@ impl Session {
 
     /// Compilation limits, and whether the plan is for a shared arena.
     fn limits(&self) -> Limits {
-        Limits { max_arena_bytes: self.options.max_arena_bytes, shared_scratch: self.arena_member.is_some() }
+        Limits { max_arena_bytes: self.options.max_arena_bytes, shared_scratch: self.arena_member.is_some(), fuse_chains: self.fuse_chains }
     }
 
     /// Makes the arena at least `bytes` long. Growing drops the old arena before
@@ -636,6 +639,17 @@ impl Session {
     pub fn set_preserve_all_tensors(&mut self, on: bool) -> Result<()> {
         self.require(State::Loaded, "set_preserve_all_tensors")?;
         self.preserve_all = on;
+        Ok(())
+    }
+
+    /// Runs each chain of float element-wise ops (activations, unary math, binary ops
+    /// with a tensor, scalar or per-channel row) as one step that takes the chain
+    /// block by block, its intermediate tensors never written (on by default). Off,
+    /// every op is a step of its own; the results are bit-identical either way.
+    /// Before `prepare`.
+    pub fn set_fuse_chains(&mut self, on: bool) -> Result<()> {
+        self.require(State::Loaded, "set_fuse_chains")?;
+        self.fuse_chains = on;
         Ok(())
     }
 
@@ -1108,6 +1122,12 @@ impl Session {
     /// output is in cache), a slice computed by the ASSIGN_VARIABLE storing it.
     pub fn fused_op_count(&self) -> Option<usize> {
         self.compiled.as_ref().map(|c| c.fused_ops)
+    }
+
+    /// Element-wise ops run in chains, several to a step, block by block (see
+    /// [`Session::set_fuse_chains`]).
+    pub fn chained_op_count(&self) -> Option<usize> {
+        self.compiled.as_ref().map(|c| c.chained_ops)
     }
 
     /// Where each op runs after `prepare` — a backend's name, or how it runs

@@ -192,7 +192,7 @@ mod tests {
         m.tensors[2] = TensorSpec::const_f32("k2", &[1000], &[2.0; 1000]);
         m.tensors[3].shape = vec![1000];
         let backends = Backends::new(&[], &[], &[]).unwrap();
-        let err = compile_on(&m, &backends, super::super::Limits { max_arena_bytes: 2000, shared_scratch: false }).map(|_| ()).unwrap_err();
+        let err = compile_on(&m, &backends, super::super::Limits { max_arena_bytes: 2000, shared_scratch: false, fuse_chains: true }).map(|_| ()).unwrap_err();
         assert!(matches!(err, Error::ResourceLimit(_)), "{err}");
         assert!(err.to_string().contains("subgraph 0 op 0 (ADD)"), "{err}");
     }

@@ -26,6 +26,7 @@ use smallvec::SmallVec;
 
 mod alias;
 mod assign;
+mod chains;
 mod control_flow;
 mod fold;
 mod fusion;
@@ -254,6 +255,9 @@ pub struct CompiledGraph {
     pub aliased_ops: usize,
     /// Ops run inside a neighbouring convolution (folded PADs and epilogues).
     pub fused_ops: usize,
+    /// Element-wise ops run in chains, several ops to a step, block by block
+    /// (`compile/chains.rs`).
+    pub chained_ops: usize,
     pub(crate) out_plans: Vec<OutPlan>,
     /// Ops from the first one whose output shape depends on run-time values; they are
     /// built and run one by one at run time on tensors allocated then.
@@ -378,6 +382,9 @@ pub struct Limits {
     /// Plan the session's subgraph for a shared arena: what outlives a run at the
     /// arena's start, the intermediates above it (see `MemoryPlan::own_bytes`).
     pub shared_scratch: bool,
+    /// Run chains of float element-wise ops as one step each, block by block (the
+    /// `chains` pass); off, each op is a step of its own. The results are the same.
+    pub fuse_chains: bool,
 }
 
 pub(crate) fn bytes_of(dtype: DType, shape: &[usize], limits: &Limits, what: impl Fn() -> String) -> Result<usize> {
@@ -463,6 +470,7 @@ fn compile_subgraph(
         }
     }
     fusion::close_epilogues(&mut c);
+    let chained_ops = ctx.phase("fuse element-wise chains", &[("subgraph", sg)], |ctx| chains::fuse_chains(&mut c, dynamic_from, ctx), |&n| n > 0);
     let gpu = segment::form_segments(&mut c, dynamic_from, ctx)?;
 
     let Compilation { mut tensors, mut steps, alias_of, assignment, folded_ops, aliased_ops, fused_ops, .. } = c;
@@ -494,7 +502,7 @@ fn compile_subgraph(
     if let Some(start) = compile_started {
         ctx.record_phase(format!("compile subgraph {sg}").into(), &[("subgraph", sg), ("ops", g.ops.len()), ("steps", steps.len())], start);
     }
-    Ok(CompiledGraph { subgraph: sg, tensors, steps, plan, folded_ops, aliased_ops, fused_ops, out_plans, dynamic, assignment, gpu })
+    Ok(CompiledGraph { subgraph: sg, tensors, steps, plan, folded_ops, aliased_ops, fused_ops, chained_ops, out_plans, dynamic, assignment, gpu })
 }
 
 /// Op `oi` through the passes, in order, until one takes it. True when its shapes

@@ -248,7 +248,7 @@ mod tests {
         let (g, mut tensors) = chain();
         let steps: Vec<Step> = (0..4).map(step).collect();
         let alias: Vec<usize> = (0..5).collect();
-        let limits = Limits { max_arena_bytes: 1 << 20, shared_scratch: false };
+        let limits = Limits { max_arena_bytes: 1 << 20, shared_scratch: false, fuse_chains: true };
         let plan = plan_memory(&g, 0, &steps, &mut tensors, &alias, None, &limits).unwrap();
         // At each step three tensors are live: the graph input x (all run) and the
         // step's own input and output.
@@ -270,9 +270,11 @@ mod tests {
         // b is an alias of a (a RESHAPE that moved no data).
         let mut alias: Vec<usize> = (0..5).collect();
         alias[2] = 1;
-        let plan = plan_memory(&g, 0, &steps, &mut tensors.clone(), &alias, None, &Limits { max_arena_bytes: 1 << 20, shared_scratch: false }).unwrap();
+        let plan =
+            plan_memory(&g, 0, &steps, &mut tensors.clone(), &alias, None, &Limits { max_arena_bytes: 1 << 20, shared_scratch: false, fuse_chains: true })
+                .unwrap();
         assert!(plan.offsets.iter().all(|&(t, _)| t != 2));
-        let err = plan_memory(&g, 0, &steps, &mut tensors, &alias, None, &Limits { max_arena_bytes: 1000, shared_scratch: false });
+        let err = plan_memory(&g, 0, &steps, &mut tensors, &alias, None, &Limits { max_arena_bytes: 1000, shared_scratch: false, fuse_chains: true });
         assert!(matches!(err, Err(Error::ResourceLimit(_))), "{err:?}");
     }
 
@@ -281,7 +283,8 @@ mod tests {
         let (g, mut tensors) = chain();
         let steps: Vec<Step> = (0..4).map(step).collect();
         let alias: Vec<usize> = (0..5).collect();
-        let plan = plan_memory(&g, 0, &steps, &mut tensors, &alias, None, &Limits { max_arena_bytes: 1 << 20, shared_scratch: true }).unwrap();
+        let plan =
+            plan_memory(&g, 0, &steps, &mut tensors, &alias, None, &Limits { max_arena_bytes: 1 << 20, shared_scratch: true, fuse_chains: true }).unwrap();
         let at = |t: usize| match tensors[t].loc {
             Loc::Arena { offset, .. } => offset,
             _ => panic!("tensor {t} not in the arena"),
@@ -298,7 +301,7 @@ mod tests {
         let (g, mut tensors) = chain();
         let mut steps: Vec<Step> = (0..4).map(step).collect();
         let alias: Vec<usize> = (0..5).collect();
-        plan_memory(&g, 0, &steps, &mut tensors, &alias, None, &Limits { max_arena_bytes: 1 << 20, shared_scratch: false }).unwrap();
+        plan_memory(&g, 0, &steps, &mut tensors, &alias, None, &Limits { max_arena_bytes: 1 << 20, shared_scratch: false, fuse_chains: true }).unwrap();
         let out = resolve_io(&g, 0, &mut steps, &tensors, &alias).unwrap();
         assert!(matches!(out[..], [OutPlan::Direct]));
         // The last step writes graph output 0 straight into a bound buffer; the first reads graph input 0.

@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::model::{Model, Subgraph};
 use ferrite_format::writer::ModelSpec;
 
-pub(super) const LIMITS: Limits = Limits { max_arena_bytes: 1 << 20, shared_scratch: false };
+pub(super) const LIMITS: Limits = Limits { max_arena_bytes: 1 << 20, shared_scratch: false, fuse_chains: true };
 
 /// The model `spec` describes.
 pub(super) fn model(spec: &ModelSpec) -> Model {

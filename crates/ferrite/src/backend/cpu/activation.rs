@@ -3,7 +3,7 @@
 //! GELU (`ferrite_kernels::qactivation`).
 
 use ferrite_format::ops::BuiltinOp as B;
-use ferrite_kernels::elementwise::{self as kel, IntUnary, Unary};
+use ferrite_kernels::elementwise::{self as kel, IntUnary};
 use ferrite_kernels::qactivation::{self as qact, AbsQ, HardSwishQ, LogisticTanh16, Lut8, ReluQ, RsqrtQ};
 
 use super::quant::*;
@@ -71,37 +71,7 @@ pub(crate) fn unary(op: &OpContext<'_>, code: B) -> Result<Built> {
         });
     }
     require_f32(op, &[0])?;
-    let alpha = match op.op.params {
-        OpParams::LeakyRelu { alpha } => alpha,
-        _ => 0.0,
-    };
-    let approximate = matches!(op.op.params, OpParams::Gelu { approximate: true });
-    let kind = match code {
-        B::ABS => Unary::Abs,
-        B::NEG => Unary::Neg,
-        B::EXP => Unary::Exp,
-        B::LOG => Unary::Log,
-        B::SQRT => Unary::Sqrt,
-        B::RSQRT => Unary::Rsqrt,
-        B::SQUARE => Unary::Square,
-        B::TANH => Unary::Tanh,
-        B::LOGISTIC => Unary::Logistic,
-        B::RELU => Unary::Relu,
-        B::RELU6 => Unary::Relu6,
-        B::RELU_N1_TO_1 => Unary::ReluN1To1,
-        B::RELU_0_TO_1 => Unary::Relu0To1,
-        B::HARD_SWISH => Unary::HardSwish,
-        B::LEAKY_RELU => Unary::LeakyRelu(alpha),
-        B::ELU => Unary::Elu,
-        B::FLOOR => Unary::Floor,
-        B::CEIL => Unary::Ceil,
-        B::ROUND => Unary::Round,
-        B::SIN => Unary::Sin,
-        B::COS => Unary::Cos,
-        B::GELU => Unary::Gelu(approximate),
-        B::SIGN => Unary::Sign,
-        _ => return Err(op.unsupported("unary op")),
-    };
+    let kind = super::chain::unary_kind(code, &op.op.params).ok_or_else(|| op.unsupported("unary op"))?;
     Ok(Built {
         outputs: vec![(DType::F32, shape)],
         kernel: Box::new(move |ins, outs| {

@@ -4,7 +4,7 @@
 //! BITWISE_XOR.
 
 use ferrite_format::ops::BuiltinOp as B;
-use ferrite_kernels::elementwise::{self as kel, broadcast_shape, Binary, IntBinary};
+use ferrite_kernels::elementwise::{self as kel, broadcast_shape, IntBinary};
 use ferrite_kernels::qelementwise::{binary_q, CompareScale, QBinary};
 use ferrite_kernels::quant::{self as kq};
 
@@ -54,20 +54,7 @@ pub(crate) fn binary(op: &OpContext<'_>, code: B, pool: Option<std::sync::Arc<fe
     let kernel: crate::backend::KernelFn = match dtype {
         DType::F32 => {
             let clamp = clamp_of(op, act)?;
-            let kind = match code {
-                B::ADD => Binary::Add,
-                B::SUB => Binary::Sub,
-                B::MUL => Binary::Mul,
-                B::DIV => Binary::Div,
-                B::MAXIMUM => Binary::Max,
-                B::MINIMUM => Binary::Min,
-                B::SQUARED_DIFFERENCE => Binary::SquaredDifference,
-                B::POW => Binary::Pow,
-                B::FLOOR_DIV => Binary::FloorDiv,
-                B::FLOOR_MOD => Binary::FloorMod,
-                B::PRELU => Binary::Prelu,
-                _ => return Err(op.unsupported("binary op")),
-            };
+            let kind = super::chain::binary_kind(code).ok_or_else(|| op.unsupported("binary op"))?;
             // Large ops split over the pool by rows of the last dimension, when each
             // operand is whole, a scalar, or one row (a per-channel alpha or bias):
             // memory-bound, they gain from a second core's cache and bandwidth.

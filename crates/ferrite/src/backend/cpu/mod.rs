@@ -10,6 +10,7 @@
 mod activation;
 #[cfg(feature = "op-recurrent")]
 pub(crate) mod basic_lstm;
+pub(crate) mod chain;
 mod conv;
 mod convert;
 mod elementwise;
@@ -324,7 +325,7 @@ pub(crate) fn clamp_of(_op: &OpContext<'_>, a: Activation) -> Result<Clamp> {
 }
 
 /// [`clamp_of`] without an op: the clamp of a fused activation.
-fn activation_clamp(a: Activation) -> Clamp {
+pub(crate) fn activation_clamp(a: Activation) -> Clamp {
     match a {
         Activation::Relu => Clamp::RELU,
         Activation::Relu6 => Clamp::RELU6,
