@@ -35,7 +35,9 @@ impl CustomOp for TransposeConvBias {
         }
         let out = |i: usize, k: usize, s: usize| if padding == Padding::Same { i * s } else { i * s + k.saturating_sub(s) };
         let (oh, ow) = (out(x.shape[1], w.shape[1], sh), out(x.shape[2], w.shape[2], sw));
-        transpose_conv_built(op, &x.shape.clone(), &w.shape.clone(), oh, ow, (sh, sw), padding, ferrite_kernels::Clamp::NONE, 0, 1, Some(2))
+        // A custom op is built without the session's context, so without its thread
+        // pool: this one runs on the calling thread.
+        transpose_conv_built(op, &x.shape.clone(), &w.shape.clone(), oh, ow, (sh, sw), padding, ferrite_kernels::Clamp::NONE, 0, 1, Some(2), None)
     }
 }
 

@@ -35,7 +35,7 @@ pub(super) fn build(code: B, op: &OpContext<'_>, ctx: &mut BackendContext) -> Op
         #[cfg(feature = "type-int")]
         B::TRANSPOSE_CONV if op.opt_input(2).is_some_and(|d| matches!(d.dtype, DType::I8 | DType::U8 | DType::I16)) => transpose_conv_int(op),
         #[cfg(feature = "type-float")]
-        B::TRANSPOSE_CONV => transpose_conv(op),
+        B::TRANSPOSE_CONV => transpose_conv(op, ctx),
         #[cfg(feature = "type-float")]
         B::CONV_3D => conv3d(op),
         #[cfg(feature = "type-float")]
@@ -167,6 +167,12 @@ pub(crate) fn conv2d(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Bui
     let clamp = clamp_of(op, activation)?;
     let g = window(op, &x, (kh, kw), stride, dilation, padding)?;
     let has_bias = op.opt_input(2).is_some();
+    // One or two output channels (segmentation and saliency heads, often on the
+    // largest maps): a depthwise pass per output channel and a channel sum, where a
+    // GEMM tile would spend most of its multiply-adds on padded output channels.
+    if oc <= conv::FEW_OUTPUTS && g.indices_fit(ic) {
+        return conv2d_few_outputs(op, ctx, g, ic, oc, has_bias, clamp);
+    }
     // Few input channels: merge each filter row into one tap (k = kw * in_c), so
     // the GEMM's inner loop is the whole window row rather than a few channels.
     let merged_kw = if ic <= 8 && kw > 1 && g.dil_w == 1 { kw } else { 1 };
@@ -209,6 +215,35 @@ pub(crate) fn conv2d(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Bui
             for_row_chunks_aligned(pool.as_deref(), flops, out, rows * g.out_w, oc, mr, &|i, p, out| {
                 let mut sc = scratch[i].lock().unwrap_or_else(|e| e.into_inner());
                 rows_with_epilogue(epilogue.as_ref(), ins, oc, oc, mr, p, out, |p, out| igemm::conv2d_pixels(input, pk, &g, clamp, out, p, &mut sc))
+            })
+        }),
+    })
+}
+
+/// CONV_2D with at most [`conv::FEW_OUTPUTS`] output channels, on
+/// [`conv::conv2d_few_outputs`]; weights and bias are read as stored on every run.
+fn conv2d_few_outputs(op: &OpContext<'_>, ctx: &mut BackendContext, g: Window, ic: usize, oc: usize, has_bias: bool, clamp: Clamp) -> Result<Built> {
+    let scratch_len = conv::few_outputs_scratch(&g, ic);
+    op.checked_elements(&[scratch_len], 4)?;
+    // Scratch per thread, sized once here so runs do not allocate.
+    let scratch: Vec<Mutex<Vec<f32>>> = (0..ctx.threads).map(|_| Mutex::new(vec![0.0; scratch_len])).collect();
+    let pool = ctx.pool();
+    let rows = g.batch * g.out_h;
+    let flops = 2 * rows * g.out_w * oc * g.k_h * g.k_w * ic;
+    let epilogue = op.epilogue.clone();
+    Ok(Built {
+        outputs: vec![(DType::F32, vec![g.batch, g.out_h, g.out_w, oc])],
+        kernel: Box::new(move |ins, outs| {
+            let input = typed::<f32>(arg(ins, 0)?)?;
+            let w = typed::<f32>(arg(ins, 1)?)?;
+            let bias = if has_bias { Some(typed::<f32>(arg(ins, 2)?)?) } else { None };
+            let out = typed_mut::<f32>(outs[0])?;
+            for_row_chunks(pool.as_deref(), flops, out, rows, g.out_w * oc, &|i, r, out| {
+                let mut sc = scratch[i].lock().unwrap_or_else(|e| e.into_inner());
+                rows_with_epilogue(epilogue.as_ref(), ins, oc, g.out_w * oc, 1, r, out, |r, out| {
+                    conv::conv2d_few_outputs(input, ic, w, bias, oc, &g, clamp, out, r, &mut sc);
+                    true
+                })
             })
         }),
     })
@@ -327,6 +362,7 @@ pub(crate) fn transpose_conv_built(
     input_idx: usize,
     weight_idx: usize,
     bias_idx: Option<usize>,
+    pool: Option<Arc<ferrite_kernels::parallel::ThreadPool>>,
 ) -> Result<Built> {
     let (oc, kh, kw, ic) = (w[0], w[1], w[2], w[3]);
     if ic != x[3] {
@@ -353,6 +389,8 @@ pub(crate) fn transpose_conv_built(
     if let Some(b) = bias_idx {
         check_bias(op, b, oc)?;
     }
+    let rows = x[0] * out_h;
+    let flops = 2 * x[0] * x[1] * x[2] * kh * kw * ic * oc;
     Ok(Built {
         outputs: vec![(DType::F32, vec![x[0], out_h, out_w, oc])],
         kernel: Box::new(move |ins, outs| {
@@ -360,13 +398,17 @@ pub(crate) fn transpose_conv_built(
                 Some(b) if ins.get(b).copied().flatten().is_some() => Some(typed::<f32>(arg(ins, b)?)?),
                 _ => None,
             };
-            conv::transpose_conv2d(typed(arg(ins, input_idx)?)?, ic, typed(arg(ins, weight_idx)?)?, bias, oc, &g, clamp, typed_mut(outs[0])?);
-            Ok(())
+            let (input, w) = (typed::<f32>(arg(ins, input_idx)?)?, typed::<f32>(arg(ins, weight_idx)?)?);
+            // Output rows split over the threads: each row gathers its own taps.
+            for_row_chunks(pool.as_deref(), flops, typed_mut(outs[0])?, rows, out_w * oc, &|_, r, out| {
+                conv::transpose_conv2d_rows(input, ic, w, bias, oc, &g, clamp, out, r);
+                true
+            })
         }),
     })
 }
 
-pub(crate) fn transpose_conv(op: &OpContext<'_>) -> Result<Built> {
+pub(crate) fn transpose_conv(op: &OpContext<'_>, ctx: &BackendContext) -> Result<Built> {
     let OpParams::TransposeConv { padding, stride, activation } = op.op.params else { return Err(op.bad("missing TransposeConv options")) };
     require_f32(op, &[1, 2, 3])?;
     let out_shape = op.const_ints(0)?;
@@ -376,7 +418,7 @@ pub(crate) fn transpose_conv(op: &OpContext<'_>) -> Result<Built> {
         return Err(op.bad(format!("output_shape {out_shape:?} does not match input {x:?} / filter {w:?}")));
     }
     let clamp = clamp_of(op, activation)?;
-    transpose_conv_built(op, &x, &w, out_shape[1] as usize, out_shape[2] as usize, stride, padding, clamp, 2, 1, Some(3))
+    transpose_conv_built(op, &x, &w, out_shape[1] as usize, out_shape[2] as usize, stride, padding, clamp, 2, 1, Some(3), ctx.pool())
 }
 
 pub(crate) fn conv_int(op: &OpContext<'_>, depthwise: bool, ctx: &mut crate::backend::BackendContext) -> Result<Built> {
