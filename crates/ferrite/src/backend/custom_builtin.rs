@@ -14,6 +14,11 @@ pub struct TransposeConvBias;
 
 impl CustomOp for TransposeConvBias {
     fn build(&self, op: &OpContext<'_>) -> Result<Built> {
+        self.build_with_pool(op, None)
+    }
+
+    /// Output rows split over `pool`.
+    fn build_with_pool(&self, op: &OpContext<'_>, pool: Option<std::sync::Arc<ferrite_kernels::parallel::ThreadPool>>) -> Result<Built> {
         let o = op.custom_options;
         let int = |i: usize| o.get(4 * i..4 * i + 4).map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]));
         let (Some(pad), Some(sw), Some(sh)) = (int(0), int(1), int(2)) else {
@@ -35,9 +40,7 @@ impl CustomOp for TransposeConvBias {
         }
         let out = |i: usize, k: usize, s: usize| if padding == Padding::Same { i * s } else { i * s + k.saturating_sub(s) };
         let (oh, ow) = (out(x.shape[1], w.shape[1], sh), out(x.shape[2], w.shape[2], sw));
-        // A custom op is built without the session's context, so without its thread
-        // pool: this one runs on the calling thread.
-        transpose_conv_built(op, &x.shape.clone(), &w.shape.clone(), oh, ow, (sh, sw), padding, ferrite_kernels::Clamp::NONE, 0, 1, Some(2), None)
+        transpose_conv_built(op, &x.shape.clone(), &w.shape.clone(), oh, ow, (sh, sw), padding, ferrite_kernels::Clamp::NONE, 0, 1, Some(2), pool)
     }
 }
 
