@@ -389,6 +389,9 @@ pub(crate) fn transpose_conv_built(
     if let Some(b) = bias_idx {
         check_bias(op, b, oc)?;
     }
+    if let Some(built) = upsampling_transpose_conv(op, &g, ic, oc, clamp, input_idx, weight_idx, bias_idx, &pool)? {
+        return Ok(built);
+    }
     let rows = x[0] * out_h;
     let flops = 2 * x[0] * x[1] * x[2] * kh * kw * ic * oc;
     Ok(Built {
@@ -406,6 +409,78 @@ pub(crate) fn transpose_conv_built(
             })
         }),
     })
+}
+
+/// A transposed convolution whose filter equals its stride with no padding (the
+/// learned upsampling of segmentation decoders): every input pixel then writes its
+/// own `k_h x k_w` block of the output, and output row `y` is input row `y / k_h`
+/// times the filter row `y % k_h` as a `[in_c] x [k_w * out_c]` matrix, which is
+/// the output row's own layout. So each output row is one GEMM over the input
+/// row's pixels, vectorized over `k_w * out_c`, where the general kernel takes a
+/// dot product (and its horizontal sum) per output pixel and channel. None when
+/// the op is not of that form or its weights or bias are not constant.
+#[allow(clippy::too_many_arguments)]
+fn upsampling_transpose_conv(
+    op: &OpContext<'_>,
+    g: &Window,
+    ic: usize,
+    oc: usize,
+    clamp: Clamp,
+    input_idx: usize,
+    weight_idx: usize,
+    bias_idx: Option<usize>,
+    pool: &Option<Arc<ferrite_kernels::parallel::ThreadPool>>,
+) -> Result<Option<Built>> {
+    // `g` is the forward window: its output is this op's input.
+    let (kh, kw) = (g.k_h, g.k_w);
+    let (ih, iw, oh, ow) = (g.out_h, g.out_w, g.in_h, g.in_w);
+    let blocks = kh == g.stride_h && kw == g.stride_w && g.pad_top == 0 && g.pad_left == 0 && oh == ih * kh && ow == iw * kw;
+    let w = op.input(weight_idx)?;
+    let bias = bias_idx.and_then(|b| op.opt_input(b));
+    if !blocks || ic == 0 || oc == 0 || !w.constant || bias.is_some_and(|b| !b.constant) {
+        return Ok(None);
+    }
+    let wv = typed::<f32>(w.value.ok_or_else(|| op.bad("constant weights without data"))?)?;
+    let bv = bias.map(|b| b.value.ok_or_else(|| op.bad("constant bias without data")).and_then(typed::<f32>)).transpose()?;
+    let n = kw * oc;
+    op.checked_elements(&[kh, n, ic], 4)?;
+    if wv.len() < oc * kh * kw * ic || bv.is_some_and(|b| b.len() < oc) {
+        return Err(op.bad("weights or bias shorter than their shapes"));
+    }
+    // Filter row ky as GEMM weights [kx * oc + o][c], the bias repeated per column.
+    let isa = Isa::for_channels(n);
+    let tiled_bias: Vec<f32> = (0..n).map(|j| bv.map_or(0.0, |b| b[j % oc])).collect();
+    let packs: Vec<Packed> = (0..kh)
+        .map(|ky| {
+            let mut rows = vec![0.0f32; n * ic];
+            for kx in 0..kw {
+                for o in 0..oc {
+                    let src = &wv[((o * kh + ky) * kw + kx) * ic..][..ic];
+                    rows[(kx * oc + o) * ic..][..ic].copy_from_slice(src);
+                }
+            }
+            Packed::new(isa, &rows, Some(&tiled_bias), n, 1, ic)
+        })
+        .collect();
+    let (rows, batch_rows) = (g.batch * oh, ow * oc);
+    let flops = 2 * g.batch * ih * iw * kh * kw * ic * oc;
+    let (pool, batch) = (pool.clone(), g.batch);
+    Ok(Some(Built {
+        outputs: vec![(DType::F32, vec![batch, oh, ow, oc])],
+        kernel: Box::new(move |ins, outs| {
+            let input = typed::<f32>(arg(ins, input_idx)?)?;
+            if input.len() < batch * ih * iw * ic {
+                return Err(super::runtime("transposed convolution input is shorter than its shape"));
+            }
+            for_row_chunks(pool.as_deref(), flops, typed_mut(outs[0])?, rows, batch_rows, &|_, r, out| {
+                r.zip(out.chunks_exact_mut(batch_rows)).all(|(row, o)| {
+                    let (b, y) = (row / oh, row % oh);
+                    let line = &input[(b * ih + y / kh) * iw * ic..][..iw * ic];
+                    igemm::fully_connected(line, iw, &packs[y % kh], clamp, o)
+                })
+            })
+        }),
+    }))
 }
 
 pub(crate) fn transpose_conv(op: &OpContext<'_>, ctx: &BackendContext) -> Result<Built> {
