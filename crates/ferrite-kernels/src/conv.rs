@@ -468,10 +468,12 @@ pub fn transpose_scatter(g: &Window, mut f: impl FnMut(usize, usize, usize)) {
     }
 }
 
-/// Output channels up to which [`conv2d_few_outputs`] beats the GEMM: a GEMM tile
-/// spans 16 or more output channels whatever the count, so with one or two it
-/// spends most of its multiply-adds on padding, where one depthwise pass per
-/// output channel does only useful ones (break-even is near four channels).
+/// Output channels up to which [`conv2d_few_outputs`] beats the GEMM on spatial
+/// filters: a GEMM tile spans 16 or more output channels whatever the count, so
+/// with one or two it spends most of its multiply-adds on padding, where one
+/// depthwise pass per output channel does only useful ones (break-even is near
+/// four channels). A 1x1 filter gains nothing: there the channel sum, scalar,
+/// costs about what the whole GEMM does.
 pub const FEW_OUTPUTS: usize = 2;
 
 /// Floats of scratch [`conv2d_few_outputs`] wants: a band of whole output rows of

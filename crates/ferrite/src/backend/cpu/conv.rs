@@ -170,7 +170,10 @@ pub(crate) fn conv2d(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Bui
     // One or two output channels (segmentation and saliency heads, often on the
     // largest maps): a depthwise pass per output channel and a channel sum, where a
     // GEMM tile would spend most of its multiply-adds on padded output channels.
-    if oc <= conv::FEW_OUTPUTS && g.indices_fit(ic) {
+    // Per pixel the GEMM costs about taps * in_c / 2 cycles, the channel sum about
+    // in_c (scalar adds) plus the depthwise pass's taps * in_c / 16: so only filters
+    // of 4 taps or more gain (a 1x1 head over 256 channels ran 3x slower this way).
+    if oc <= conv::FEW_OUTPUTS && kh * kw >= 4 && g.indices_fit(ic) {
         return conv2d_few_outputs(op, ctx, g, ic, oc, has_bias, clamp);
     }
     // Few input channels: merge each filter row into one tap (k = kw * in_c), so
