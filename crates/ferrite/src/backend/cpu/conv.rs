@@ -173,7 +173,10 @@ pub(crate) fn conv2d(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Bui
     // Per pixel the GEMM costs about taps * in_c / 2 cycles, the channel sum about
     // in_c (scalar adds) plus the depthwise pass's taps * in_c / 16: so only filters
     // of 4 taps or more gain (a 1x1 head over 256 channels ran 3x slower this way).
-    if oc <= conv::FEW_OUTPUTS && kh * kw >= 4 && g.indices_fit(ic) {
+    // Its scratch holds at least one output row of per-channel products: rows past
+    // 64 Ki floats (256 KiB, far wider than any image) stay on the GEMM, which
+    // bounds its own scratch per tile.
+    if oc <= conv::FEW_OUTPUTS && kh * kw >= 4 && g.out_w.saturating_mul(ic) <= 1 << 16 && g.indices_fit(ic) {
         return conv2d_few_outputs(op, ctx, g, ic, oc, has_bias, clamp);
     }
     // Few input channels: merge each filter row into one tap (k = kw * in_c), so
