@@ -504,6 +504,79 @@ pub fn transpose_scatter(g: &Window, mut f: impl FnMut(usize, usize, usize)) {
     }
 }
 
+/// Output channels up to which [`conv2d_few_outputs`] beats the GEMM on spatial
+/// filters: a GEMM tile spans 16 or more output channels whatever the count, so
+/// with one or two it spends most of its multiply-adds on padding, where one
+/// depthwise pass per output channel does only useful ones (break-even is near
+/// four channels). A 1x1 filter gains nothing: there the channel sum, scalar,
+/// costs about what the whole GEMM does.
+pub const FEW_OUTPUTS: usize = 2;
+
+/// Floats of scratch [`conv2d_few_outputs`] wants: a band of whole output rows of
+/// per-channel products, about 32 KiB so it stays in L1 between the depthwise pass
+/// that writes it and the channel sum that reads it (at least one row).
+pub fn few_outputs_scratch(g: &Window, in_c: usize) -> usize {
+    let row = g.out_w.saturating_mul(in_c).max(1);
+    (8192 / row).max(1).saturating_mul(row)
+}
+
+/// 2-D convolution with few output channels ([`FEW_OUTPUTS`]), weights as stored
+/// (`[out_c, k_h, k_w, in_c]`), over output rows `rows` (row = batch * out_h + oy),
+/// which `out` holds. Each output channel is a multiplier-1 depthwise pass with that
+/// channel's filter (the products summed over the taps, per input channel) into
+/// `scratch`, then a sum over the input channels of each pixel; `scratch` holds at
+/// least one output row of `out_w * in_c` floats ([`few_outputs_scratch`]).
+/// Every row is computed the same way for any split of `rows`.
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d_few_outputs(
+    input: &[f32],
+    in_c: usize,
+    w: &[f32],
+    bias: Option<&[f32]>,
+    out_c: usize,
+    g: &Window,
+    clamp: Clamp,
+    out: &mut [f32],
+    rows: std::ops::Range<usize>,
+    scratch: &mut [f32],
+) {
+    let taps = g.k_h * g.k_w;
+    let row = g.out_w * in_c;
+    assert!(
+        crate::holds(w.len(), &[out_c, taps, in_c])
+            && crate::holds(out.len(), &[rows.len(), g.out_w, out_c])
+            && bias.is_none_or(|b| b.len() >= out_c)
+            && scratch.len() >= row,
+        "conv2d_few_outputs: buffers do not match the geometry"
+    );
+    if row == 0 || out_c == 0 {
+        return;
+    }
+    let band = scratch.len() / row;
+    let mut r = rows.start;
+    while r < rows.end {
+        let end = (r + band).min(rows.end);
+        let pixels = (end - r) * g.out_w;
+        let s = &mut scratch[..pixels * in_c];
+        let o = &mut out[(r - rows.start) * g.out_w * out_c..][..pixels * out_c];
+        for oc in 0..out_c {
+            depthwise_conv2d(input, in_c, 1, &w[oc * taps * in_c..][..taps * in_c], None, g, Clamp::NONE, s, r..end);
+            sum_channels(s, in_c, bias.map_or(0.0, |b| b[oc]), clamp, o, oc, out_c);
+        }
+        r = end;
+    }
+}
+
+simd_fn! {
+    /// `out[p * out_c + oc] = clamp(bias + sum of products[p * c..][..c])` for every
+    /// pixel `p`: the channel sum of [`conv2d_few_outputs`].
+    fn sum_channels(products: &[f32], c: usize, bias: f32, clamp: Clamp, out: &mut [f32], oc: usize, out_c: usize) {
+        for (px, o) in products.chunks_exact(c).zip(out.chunks_exact_mut(out_c)) {
+            o[oc] = clamp.apply(px.iter().fold(bias, |a, &v| a + v));
+        }
+    }
+}
+
 /// `sum(a[i] * b[i])` over 16 lane accumulators (one vector register), summed
 /// pairwise at the end: the same order for any caller, so results are reproducible.
 #[inline(always)]
@@ -533,6 +606,16 @@ simd_fn! {
     /// the input channels). No division in the inner loops, each output row written
     /// while in cache.
     pub fn transpose_conv2d(input: &[f32], in_c: usize, w: &[f32], bias: Option<&[f32]>, out_c: usize, g: &Window, clamp: Clamp, out: &mut [f32]) {
+        transpose_conv2d_rows(input, in_c, w, bias, out_c, g, clamp, out, 0..g.batch * g.in_h);
+    }
+}
+
+simd_fn! {
+    /// [`transpose_conv2d`] over output rows `rows` only (row = batch * output height
+    /// + y), which `out` holds: each row is computed exactly as in the whole call, so
+    /// a split of the rows over threads gives the same results.
+    #[allow(clippy::too_many_arguments)]
+    pub fn transpose_conv2d_rows(input: &[f32], in_c: usize, w: &[f32], bias: Option<&[f32]>, out_c: usize, g: &Window, clamp: Clamp, out: &mut [f32], rows: std::ops::Range<usize>) {
         let (oh, ow) = (g.in_h, g.in_w);
         let (ih, iw) = (g.out_h, g.out_w);
         let taps = g.k_h * g.k_w;
@@ -540,7 +623,8 @@ simd_fn! {
         if row_len == 0 || g.stride_w == 0 || g.stride_h == 0 {
             return;
         }
-        for (r, o_row) in out.chunks_exact_mut(row_len).enumerate().take(g.batch * oh) {
+        let rows = rows.start..rows.end.min(g.batch * oh);
+        for (r, o_row) in rows.zip(out.chunks_exact_mut(row_len)) {
             let (n, y) = (r / oh, r % oh);
             match bias {
                 Some(b) => o_row.chunks_exact_mut(out_c).for_each(|px| px.copy_from_slice(&b[..out_c])),
@@ -732,6 +816,98 @@ mod tests {
                             }
                         }
                     }
+                }
+            }
+        });
+    }
+
+    /// The few-output-channel convolution against the definition over random
+    /// geometries: odd and large input channel counts, 1xN and Nx1 filters, strides,
+    /// dilation, SAME and VALID, batch 2, row ranges that start mid-image (a thread's
+    /// share), scratch of one row up to several bands, bias and clamp on and off.
+    #[test]
+    fn few_outputs_random_geometries_match_naive() {
+        let mut seed = 0x9e37_79b9_u64;
+        let mut next = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        crate::level::each(|l| {
+            for case in 0..300 {
+                let ic = [1, 2, 3, 5, 8, 9, 16, 17, 24, 33, 64][next(11)];
+                let oc = 1 + next(FEW_OUTPUTS);
+                let (k_h, k_w) = [(3, 3), (5, 5), (1, 1), (1, 5), (7, 1), (2, 3)][next(6)];
+                let (stride_h, stride_w) = (1 + next(3), 1 + next(3));
+                let (dil_h, dil_w) = if next(3) == 0 { (1 + next(2), 1 + next(2)) } else { (1, 1) };
+                let same = next(2) == 0;
+                let (in_h, in_w) = (1 + next(11), 1 + next(37));
+                let Some((out_h, pad_top)) = out_size_and_pad(in_h, k_h, stride_h, dil_h, same) else { continue };
+                let Some((out_w, pad_left)) = out_size_and_pad(in_w, k_w, stride_w, dil_w, same) else { continue };
+                if out_h == 0 || out_w == 0 {
+                    continue;
+                }
+                let batch = 2;
+                let g = Window { batch, in_h, in_w, out_h, out_w, k_h, k_w, stride_h, stride_w, dil_h, dil_w, pad_top, pad_left };
+                let x: Vec<f32> = (0..batch * in_h * in_w * ic).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
+                let w: Vec<f32> = (0..oc * k_h * k_w * ic).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
+                let b: Vec<f32> = (0..oc).map(|_| next(1000) as f32 * 0.001).collect();
+                let clamp = if case % 3 == 0 { Clamp::RELU6 } else { Clamp::NONE };
+                let bias = (case % 4 != 1).then_some(&b[..]);
+                let total = batch * out_h;
+                let start = next(total);
+                // One row of scratch, a few rows, or the default band.
+                let row = out_w * ic;
+                let scratch_len = [row, row * (1 + next(3)), few_outputs_scratch(&g, ic)][next(3)];
+                let mut scratch = vec![f32::NAN; scratch_len];
+                let mut out = vec![f32::NAN; (total - start) * out_w * oc];
+                conv2d_few_outputs(&x, ic, &w, bias, oc, &g, clamp, &mut out, start..total, &mut scratch);
+                let r = naive_conv(&x, ic, &w, oc, &g);
+                for (i, (&a, &e)) in out.iter().zip(&r[start * out_w * oc..]).enumerate() {
+                    let e = clamp.apply(e + bias.map_or(0.0, |b| b[i % oc]));
+                    assert!(
+                        (a - e).abs() < 1e-4 * (1.0 + e.abs()),
+                        "{l:?} case {case}: ic{ic} oc{oc} k{k_h}x{k_w} s{stride_h}x{stride_w} d{dil_h}x{dil_w} at {i}: {a} vs {e}"
+                    );
+                }
+            }
+        });
+    }
+
+    /// The transposed convolution over a share of its output rows equals the same
+    /// rows of the whole call, bit for bit (what a split over threads relies on).
+    #[test]
+    fn transpose_rows_match_the_whole_output() {
+        crate::level::each(|l| {
+            for (in_c, out_c, k, s) in [(16usize, 1usize, 2usize, 2usize), (3, 5, 3, 2), (8, 17, 4, 2), (5, 2, 3, 1)] {
+                let (ih, iw, batch) = (5, 7, 2);
+                let (oh, ow) = (ih * s + k.saturating_sub(s), iw * s + k.saturating_sub(s));
+                let g = Window {
+                    batch,
+                    in_h: oh,
+                    in_w: ow,
+                    out_h: ih,
+                    out_w: iw,
+                    k_h: k,
+                    k_w: k,
+                    stride_h: s,
+                    stride_w: s,
+                    dil_h: 1,
+                    dil_w: 1,
+                    pad_top: 0,
+                    pad_left: 0,
+                };
+                let x: Vec<f32> = (0..batch * ih * iw * in_c).map(|i| ((i * 7 % 19) as f32) * 0.1 - 0.9).collect();
+                let w: Vec<f32> = (0..out_c * k * k * in_c).map(|i| ((i * 5 % 13) as f32) * 0.1 - 0.6).collect();
+                let b: Vec<f32> = (0..out_c).map(|i| i as f32 * 0.25).collect();
+                let mut whole = vec![0.0; batch * oh * ow * out_c];
+                transpose_conv2d(&x, in_c, &w, Some(&b), out_c, &g, Clamp::RELU6, &mut whole);
+                let row = ow * out_c;
+                for (lo, hi) in [(0, 1), (3, batch * oh), (oh - 1, oh + 2)] {
+                    let mut part = vec![f32::NAN; (hi - lo) * row];
+                    transpose_conv2d_rows(&x, in_c, &w, Some(&b), out_c, &g, Clamp::RELU6, &mut part, lo..hi);
+                    assert_eq!(part, whole[lo * row..hi * row], "{l:?} ic{in_c} oc{out_c} k{k} s{s} rows {lo}..{hi}");
                 }
             }
         });

@@ -14,6 +14,11 @@ pub struct TransposeConvBias;
 
 impl CustomOp for TransposeConvBias {
     fn build(&self, op: &OpContext<'_>) -> Result<Built> {
+        self.build_with_pool(op, None)
+    }
+
+    /// Output rows split over `pool`.
+    fn build_with_pool(&self, op: &OpContext<'_>, pool: Option<std::sync::Arc<ferrite_kernels::parallel::ThreadPool>>) -> Result<Built> {
         let o = op.custom_options;
         let int = |i: usize| o.get(4 * i..4 * i + 4).map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]));
         let (Some(pad), Some(sw), Some(sh)) = (int(0), int(1), int(2)) else {
@@ -35,7 +40,7 @@ impl CustomOp for TransposeConvBias {
         }
         let out = |i: usize, k: usize, s: usize| if padding == Padding::Same { i * s } else { i * s + k.saturating_sub(s) };
         let (oh, ow) = (out(x.shape[1], w.shape[1], sh), out(x.shape[2], w.shape[2], sw));
-        transpose_conv_built(op, &x.shape.clone(), &w.shape.clone(), oh, ow, (sh, sw), padding, ferrite_kernels::Clamp::NONE, 0, 1, Some(2))
+        transpose_conv_built(op, &x.shape.clone(), &w.shape.clone(), oh, ow, (sh, sw), padding, ferrite_kernels::Clamp::NONE, 0, 1, Some(2), pool)
     }
 }
 
@@ -179,5 +184,86 @@ impl CustomOp for DetectionPostProcess {
                 Ok(())
             }),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use ferrite_format::schema::TensorType;
+    use ferrite_format::writer::{ModelSpec, OpCode, Options, TensorSpec};
+
+    use crate::{Model, Session, SessionOptions};
+
+    /// Convolution2DTransposeBias, input [1, h, w, ic], filter [oc, k, k, ic] and bias
+    /// constant (`constant`) or model inputs after the data input.
+    fn transpose_conv_bias(h: i32, w: i32, ic: i32, oc: i32, k: i32, stride: i32, same: bool, wv: &[f32], bv: &[f32], constant: bool) -> Vec<u8> {
+        let mut m = ModelSpec::default();
+        let x = m.add_tensor(TensorSpec::activation("x", TensorType::FLOAT32, &[1, h, w, ic]));
+        let (ws, bs) = ([oc, k, k, ic], [oc]);
+        let (wt, bt) = if constant {
+            (m.add_tensor(TensorSpec::const_f32("w", &ws, wv)), m.add_tensor(TensorSpec::const_f32("b", &bs, bv)))
+        } else {
+            (m.add_tensor(TensorSpec::activation("w", TensorType::FLOAT32, &ws)), m.add_tensor(TensorSpec::activation("b", TensorType::FLOAT32, &bs)))
+        };
+        let out = |i: i32| if same { i * stride } else { i * stride + (k - stride).max(0) };
+        let y = m.add_tensor(TensorSpec::activation("y", TensorType::FLOAT32, &[1, out(h), out(w), oc]));
+        m.add_op(OpCode::Custom("Convolution2DTransposeBias".into()), &[x, wt, bt], &[y], Options::None);
+        let options: Vec<u8> = [if same { 1i32 } else { 2 }, stride, stride].iter().flat_map(|v| v.to_le_bytes()).collect();
+        m.ops.last_mut().expect("just added").custom_options = Some(options);
+        m.inputs = if constant { vec![x] } else { vec![x, wt, bt] };
+        m.outputs = vec![y];
+        m.to_bytes().expect("writes")
+    }
+
+    /// Filter equal to the stride (the upsampling form, one GEMM per output row when
+    /// the weights are constant) and overlapping filters, against the definition, on
+    /// 1 and 2 threads, with constant weights and with weights given at run time.
+    #[test]
+    fn transpose_conv_bias_matches_the_definition() {
+        for (h, w, ic, oc, k, stride) in [(5, 7, 16, 1, 2, 2), (4, 3, 3, 5, 2, 2), (3, 6, 9, 2, 3, 3), (4, 5, 4, 3, 3, 2), (6, 20, 8, 24, 2, 2)] {
+            let (oh, ow) = (h * stride, w * stride);
+            let x: Vec<f32> = (0..h * w * ic).map(|i| ((i * 7 % 19) as f32) * 0.1 - 0.9).collect();
+            let wv: Vec<f32> = (0..oc * k * k * ic).map(|i| ((i * 5 % 13) as f32) * 0.1 - 0.6).collect();
+            let bv: Vec<f32> = (0..oc).map(|i| i as f32 * 0.25 - 0.5).collect();
+            // SAME with out = in * stride: the forward window's padding is (k - stride) / 2.
+            let pad = (k - stride).max(0) / 2;
+            let mut want = vec![0.0f32; (oh * ow * oc) as usize];
+            for (i, v) in want.iter_mut().enumerate() {
+                let (o, px) = (i as i32 % oc, i as i32 / oc);
+                let (y, xx) = (px / ow, px % ow);
+                *v = bv[o as usize];
+                for ky in 0..k {
+                    for kx in 0..k {
+                        let (ty, tx) = (y + pad - ky, xx + pad - kx);
+                        if ty < 0 || tx < 0 || ty % stride != 0 || tx % stride != 0 || ty / stride >= h || tx / stride >= w {
+                            continue;
+                        }
+                        for c in 0..ic {
+                            *v += x[(((ty / stride) * w + tx / stride) * ic + c) as usize] * wv[(((o * k + ky) * k + kx) * ic + c) as usize];
+                        }
+                    }
+                }
+            }
+            for constant in [true, false] {
+                let model = Arc::new(Model::from_bytes(Arc::new(transpose_conv_bias(h, w, ic, oc, k, stride, true, &wv, &bv, constant))).unwrap());
+                for threads in [1, 2] {
+                    let mut s = Session::with_options(model.clone(), SessionOptions { threads, ..Default::default() }).unwrap();
+                    s.prepare().unwrap();
+                    s.set_input_f32(0, &x).unwrap();
+                    if !constant {
+                        s.set_input_f32(1, &wv).unwrap();
+                        s.set_input_f32(2, &bv).unwrap();
+                    }
+                    s.run().unwrap();
+                    let got = s.output(0).unwrap().to_f32().unwrap();
+                    assert_eq!(got.len(), want.len());
+                    for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+                        assert!((g - e).abs() < 1e-4, "{h}x{w}x{ic} -> {oc} k{k} s{stride} constant {constant} threads {threads} at {i}: {g} vs {e}");
+                    }
+                }
+            }
+        }
     }
 }

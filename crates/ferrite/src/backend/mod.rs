@@ -503,6 +503,14 @@ impl std::fmt::Debug for dyn Backend {
 pub trait CustomOp: Send + Sync {
     /// Builds the op for the given inputs (shapes, dtypes, constant values).
     fn build(&self, op: &OpContext<'_>) -> Result<Built>;
+
+    /// Builds the op with the session's thread pool (None with one thread), for a
+    /// kernel that splits its work over it. The session calls this one; the default
+    /// ignores the pool and calls [`CustomOp::build`].
+    fn build_with_pool(&self, op: &OpContext<'_>, pool: Option<Arc<ferrite_kernels::parallel::ThreadPool>>) -> Result<Built> {
+        let _ = pool;
+        self.build(op)
+    }
 }
 
 /// Registry of custom ops by name, shared by sessions.

@@ -122,7 +122,7 @@ pub(crate) fn build_op(octx: &OpContext<'_>, backends: &Backends, custom: &Custo
             }
             match (own, custom.get(name)) {
                 (Some(o), _) => o,
-                (None, Some(c)) => (c.build(octx)?, OpRun::Custom, false),
+                (None, Some(c)) => (c.build_with_pool(octx, ctx.pool())?, OpRun::Custom, false),
                 (None, None) => return Err(octx.unsupported(format!("custom op '{name}' is not registered"))),
             }
         }

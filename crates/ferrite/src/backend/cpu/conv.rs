@@ -35,7 +35,7 @@ pub(super) fn build(code: B, op: &OpContext<'_>, ctx: &mut BackendContext) -> Op
         #[cfg(feature = "type-int")]
         B::TRANSPOSE_CONV if op.opt_input(2).is_some_and(|d| matches!(d.dtype, DType::I8 | DType::U8 | DType::I16)) => transpose_conv_int(op),
         #[cfg(feature = "type-float")]
-        B::TRANSPOSE_CONV => transpose_conv(op),
+        B::TRANSPOSE_CONV => transpose_conv(op, ctx),
         #[cfg(feature = "type-float")]
         B::CONV_3D => conv3d(op),
         #[cfg(feature = "type-float")]
@@ -167,6 +167,18 @@ pub(crate) fn conv2d(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Bui
     let clamp = clamp_of(op, activation)?;
     let g = window(op, &x, (kh, kw), stride, dilation, padding)?;
     let has_bias = op.opt_input(2).is_some();
+    // One or two output channels (segmentation and saliency heads, often on the
+    // largest maps): a depthwise pass per output channel and a channel sum, where a
+    // GEMM tile would spend most of its multiply-adds on padded output channels.
+    // Per pixel the GEMM costs about taps * in_c / 2 cycles, the channel sum about
+    // in_c (scalar adds) plus the depthwise pass's taps * in_c / 16: so only filters
+    // of 4 taps or more gain (a 1x1 head over 256 channels ran 3x slower this way).
+    // Its scratch holds at least one output row of per-channel products: rows past
+    // 64 Ki floats (256 KiB, far wider than any image) stay on the GEMM, which
+    // bounds its own scratch per tile.
+    if oc <= conv::FEW_OUTPUTS && kh * kw >= 4 && g.out_w.saturating_mul(ic) <= 1 << 16 && g.indices_fit(ic) {
+        return conv2d_few_outputs(op, ctx, g, ic, oc, has_bias, clamp);
+    }
     // Few input channels: merge each filter row into one tap (k = kw * in_c), so
     // the GEMM's inner loop is the whole window row rather than a few channels.
     let merged_kw = if ic <= 8 && kw > 1 && g.dil_w == 1 { kw } else { 1 };
@@ -209,6 +221,35 @@ pub(crate) fn conv2d(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Bui
             for_row_chunks_aligned(pool.as_deref(), flops, out, rows * g.out_w, oc, mr, &|i, p, out| {
                 let mut sc = scratch[i].lock().unwrap_or_else(|e| e.into_inner());
                 rows_with_epilogue(epilogue.as_ref(), ins, oc, oc, mr, p, out, |p, out| igemm::conv2d_pixels(input, pk, &g, clamp, out, p, &mut sc))
+            })
+        }),
+    })
+}
+
+/// CONV_2D with at most [`conv::FEW_OUTPUTS`] output channels, on
+/// [`conv::conv2d_few_outputs`]; weights and bias are read as stored on every run.
+fn conv2d_few_outputs(op: &OpContext<'_>, ctx: &mut BackendContext, g: Window, ic: usize, oc: usize, has_bias: bool, clamp: Clamp) -> Result<Built> {
+    let scratch_len = conv::few_outputs_scratch(&g, ic);
+    op.checked_elements(&[scratch_len], 4)?;
+    // Scratch per thread, sized once here so runs do not allocate.
+    let scratch: Vec<Mutex<Vec<f32>>> = (0..ctx.threads).map(|_| Mutex::new(vec![0.0; scratch_len])).collect();
+    let pool = ctx.pool();
+    let rows = g.batch * g.out_h;
+    let flops = 2 * rows * g.out_w * oc * g.k_h * g.k_w * ic;
+    let epilogue = op.epilogue.clone();
+    Ok(Built {
+        outputs: vec![(DType::F32, vec![g.batch, g.out_h, g.out_w, oc])],
+        kernel: Box::new(move |ins, outs| {
+            let input = typed::<f32>(arg(ins, 0)?)?;
+            let w = typed::<f32>(arg(ins, 1)?)?;
+            let bias = if has_bias { Some(typed::<f32>(arg(ins, 2)?)?) } else { None };
+            let out = typed_mut::<f32>(outs[0])?;
+            for_row_chunks(pool.as_deref(), flops, out, rows, g.out_w * oc, &|i, r, out| {
+                let mut sc = scratch[i].lock().unwrap_or_else(|e| e.into_inner());
+                rows_with_epilogue(epilogue.as_ref(), ins, oc, g.out_w * oc, 1, r, out, |r, out| {
+                    conv::conv2d_few_outputs(input, ic, w, bias, oc, &g, clamp, out, r, &mut sc);
+                    true
+                })
             })
         }),
     })
@@ -327,6 +368,7 @@ pub(crate) fn transpose_conv_built(
     input_idx: usize,
     weight_idx: usize,
     bias_idx: Option<usize>,
+    pool: Option<Arc<ferrite_kernels::parallel::ThreadPool>>,
 ) -> Result<Built> {
     let (oc, kh, kw, ic) = (w[0], w[1], w[2], w[3]);
     if ic != x[3] {
@@ -353,6 +395,11 @@ pub(crate) fn transpose_conv_built(
     if let Some(b) = bias_idx {
         check_bias(op, b, oc)?;
     }
+    if let Some(built) = upsampling_transpose_conv(op, &g, ic, oc, clamp, input_idx, weight_idx, bias_idx, &pool)? {
+        return Ok(built);
+    }
+    let rows = x[0] * out_h;
+    let flops = 2 * x[0] * x[1] * x[2] * kh * kw * ic * oc;
     Ok(Built {
         outputs: vec![(DType::F32, vec![x[0], out_h, out_w, oc])],
         kernel: Box::new(move |ins, outs| {
@@ -360,13 +407,89 @@ pub(crate) fn transpose_conv_built(
                 Some(b) if ins.get(b).copied().flatten().is_some() => Some(typed::<f32>(arg(ins, b)?)?),
                 _ => None,
             };
-            conv::transpose_conv2d(typed(arg(ins, input_idx)?)?, ic, typed(arg(ins, weight_idx)?)?, bias, oc, &g, clamp, typed_mut(outs[0])?);
-            Ok(())
+            let (input, w) = (typed::<f32>(arg(ins, input_idx)?)?, typed::<f32>(arg(ins, weight_idx)?)?);
+            // Output rows split over the threads: each row gathers its own taps.
+            for_row_chunks(pool.as_deref(), flops, typed_mut(outs[0])?, rows, out_w * oc, &|_, r, out| {
+                conv::transpose_conv2d_rows(input, ic, w, bias, oc, &g, clamp, out, r);
+                true
+            })
         }),
     })
 }
 
-pub(crate) fn transpose_conv(op: &OpContext<'_>) -> Result<Built> {
+/// A transposed convolution whose filter equals its stride with no padding (the
+/// learned upsampling of segmentation decoders): every input pixel then writes its
+/// own `k_h x k_w` block of the output, and output row `y` is input row `y / k_h`
+/// times the filter row `y % k_h` as a `[in_c] x [k_w * out_c]` matrix, which is
+/// the output row's own layout. So each output row is one GEMM over the input
+/// row's pixels, vectorized over `k_w * out_c`, where the general kernel takes a
+/// dot product (and its horizontal sum) per output pixel and channel. None when
+/// the op is not of that form or its weights or bias are not constant.
+#[allow(clippy::too_many_arguments)]
+fn upsampling_transpose_conv(
+    op: &OpContext<'_>,
+    g: &Window,
+    ic: usize,
+    oc: usize,
+    clamp: Clamp,
+    input_idx: usize,
+    weight_idx: usize,
+    bias_idx: Option<usize>,
+    pool: &Option<Arc<ferrite_kernels::parallel::ThreadPool>>,
+) -> Result<Option<Built>> {
+    // `g` is the forward window: its output is this op's input.
+    let (kh, kw) = (g.k_h, g.k_w);
+    let (ih, iw, oh, ow) = (g.out_h, g.out_w, g.in_h, g.in_w);
+    let blocks = kh == g.stride_h && kw == g.stride_w && g.pad_top == 0 && g.pad_left == 0 && oh == ih * kh && ow == iw * kw;
+    let w = op.input(weight_idx)?;
+    let bias = bias_idx.and_then(|b| op.opt_input(b));
+    if !blocks || ic == 0 || oc == 0 || !w.constant || bias.is_some_and(|b| !b.constant) {
+        return Ok(None);
+    }
+    let wv = typed::<f32>(w.value.ok_or_else(|| op.bad("constant weights without data"))?)?;
+    let bv = bias.map(|b| b.value.ok_or_else(|| op.bad("constant bias without data")).and_then(typed::<f32>)).transpose()?;
+    let n = kw * oc;
+    op.checked_elements(&[kh, n, ic], 4)?;
+    if wv.len() < oc * kh * kw * ic || bv.is_some_and(|b| b.len() < oc) {
+        return Err(op.bad("weights or bias shorter than their shapes"));
+    }
+    // Filter row ky as GEMM weights [kx * oc + o][c], the bias repeated per column.
+    let isa = Isa::for_channels(n);
+    let tiled_bias: Vec<f32> = (0..n).map(|j| bv.map_or(0.0, |b| b[j % oc])).collect();
+    let packs: Vec<Packed> = (0..kh)
+        .map(|ky| {
+            let mut rows = vec![0.0f32; n * ic];
+            for kx in 0..kw {
+                for o in 0..oc {
+                    let src = &wv[((o * kh + ky) * kw + kx) * ic..][..ic];
+                    rows[(kx * oc + o) * ic..][..ic].copy_from_slice(src);
+                }
+            }
+            Packed::new(isa, &rows, Some(&tiled_bias), n, 1, ic)
+        })
+        .collect();
+    let (rows, batch_rows) = (g.batch * oh, ow * oc);
+    let flops = 2 * g.batch * ih * iw * kh * kw * ic * oc;
+    let (pool, batch) = (pool.clone(), g.batch);
+    Ok(Some(Built {
+        outputs: vec![(DType::F32, vec![batch, oh, ow, oc])],
+        kernel: Box::new(move |ins, outs| {
+            let input = typed::<f32>(arg(ins, input_idx)?)?;
+            if input.len() < batch * ih * iw * ic {
+                return Err(super::runtime("transposed convolution input is shorter than its shape"));
+            }
+            for_row_chunks(pool.as_deref(), flops, typed_mut(outs[0])?, rows, batch_rows, &|_, r, out| {
+                r.zip(out.chunks_exact_mut(batch_rows)).all(|(row, o)| {
+                    let (b, y) = (row / oh, row % oh);
+                    let line = &input[(b * ih + y / kh) * iw * ic..][..iw * ic];
+                    igemm::fully_connected(line, iw, &packs[y % kh], clamp, o)
+                })
+            })
+        }),
+    }))
+}
+
+pub(crate) fn transpose_conv(op: &OpContext<'_>, ctx: &BackendContext) -> Result<Built> {
     let OpParams::TransposeConv { padding, stride, activation } = op.op.params else { return Err(op.bad("missing TransposeConv options")) };
     require_f32(op, &[1, 2, 3])?;
     let out_shape = op.const_ints(0)?;
@@ -376,7 +499,7 @@ pub(crate) fn transpose_conv(op: &OpContext<'_>) -> Result<Built> {
         return Err(op.bad(format!("output_shape {out_shape:?} does not match input {x:?} / filter {w:?}")));
     }
     let clamp = clamp_of(op, activation)?;
-    transpose_conv_built(op, &x, &w, out_shape[1] as usize, out_shape[2] as usize, stride, padding, clamp, 2, 1, Some(3))
+    transpose_conv_built(op, &x, &w, out_shape[1] as usize, out_shape[2] as usize, stride, padding, clamp, 2, 1, Some(3), ctx.pool())
 }
 
 pub(crate) fn conv_int(op: &OpContext<'_>, depthwise: bool, ctx: &mut crate::backend::BackendContext) -> Result<Built> {

@@ -420,8 +420,35 @@ pub(crate) fn rows_with_epilogue(
 /// Work below this many flops runs on one thread: splitting it costs more than it saves.
 pub(crate) const PARALLEL_MIN_FLOPS: usize = 1 << 19;
 
-/// A kernel body run on one chunk: (chunk index, its output rows, its output) -> ok.
+/// Chunks per thread [`for_row_chunks`] aims for when the work pays for them: the
+/// pool hands chunks out as threads ask, so a thread that starts late (woken late,
+/// or sharing its core with another process) or meets slower rows takes fewer, and
+/// the region ends close to when the work is done rather than when the slowest
+/// half is.
+const CHUNKS_PER_THREAD: usize = 4;
+
+/// Most chunks of one region: their output slices live on the stack.
+const MAX_CHUNKS: usize = 16;
+
+/// Least work of one chunk beyond the first per thread: claiming a chunk and
+/// starting its kernel costs a fraction of a microsecond, a chunk of this much
+/// work about twenty at 1 thread, so the finer split costs at most a few percent.
+const CHUNK_MIN_FLOPS: usize = 1 << 22;
+
+/// A kernel body run on one chunk: (scratch slot, its output rows, its output) -> ok.
+/// The slot is below the pool's thread count and no two chunks running at the same
+/// time get the same one, so it indexes per-thread scratch.
 pub(crate) type RowTask<'a> = dyn Fn(usize, std::ops::Range<usize>, &mut [f32]) -> bool + Sync + 'a;
+
+/// A scratch slot of [`for_row_chunks_aligned`], freed when dropped (also when the
+/// chunk's kernel panics, so the slot is not lost to the chunks after it).
+struct SlotGuard<'a>(usize, &'a [std::sync::atomic::AtomicBool]);
+
+impl Drop for SlotGuard<'_> {
+    fn drop(&mut self) {
+        self.1[self.0].store(false, std::sync::atomic::Ordering::Release);
+    }
+}
 
 /// Runs `f(rows_i, out_i)` over contiguous chunks of `rows` output rows of
 /// `row_len` floats each, on the pool when there is one and the work is large
@@ -461,13 +488,31 @@ pub(crate) fn for_row_chunks_aligned(
         let u = ferrite_kernels::parallel::chunk(units, parts, i);
         (u.start * granule).min(rows)..(u.end * granule).min(rows)
     };
-    let parts = match pool {
-        Some(p) if flops >= PARALLEL_MIN_FLOPS => p.threads().min(units),
-        _ => 1,
+    let (parts, threads) = match pool {
+        Some(p) if flops >= PARALLEL_MIN_FLOPS => {
+            let threads = p.threads().min(units);
+            // A whole number of chunks per thread: with equal chunks, any other count
+            // leaves one thread a chunk more than the rest (3 chunks on 2 threads end at
+            // 2/3 of the work, not 1/2).
+            let finer = (threads * CHUNKS_PER_THREAD).min(MAX_CHUNKS).min(units).min(flops / CHUNK_MIN_FLOPS);
+            ((finer / threads.max(1) * threads).max(threads), threads)
+        }
+        _ => (1, 1),
     };
     let ok = match pool {
         Some(p) if parts > 1 => {
-            let mut pieces: smallvec::SmallVec<[std::sync::Mutex<&mut [f32]>; 8]> = smallvec::SmallVec::new();
+            // Scratch slots: a running chunk holds one, and at most `threads` run at once.
+            let busy: smallvec::SmallVec<[std::sync::atomic::AtomicBool; 8]> = (0..threads).map(|_| std::sync::atomic::AtomicBool::new(false)).collect();
+            let take_slot = || loop {
+                for (s, b) in busy.iter().enumerate() {
+                    if b.compare_exchange(false, true, std::sync::atomic::Ordering::Acquire, std::sync::atomic::Ordering::Relaxed).is_ok() {
+                        return s;
+                    }
+                }
+                // Only reached while another chunk is between finishing and freeing its slot.
+                std::hint::spin_loop();
+            };
+            let mut pieces: smallvec::SmallVec<[std::sync::Mutex<&mut [f32]>; MAX_CHUNKS]> = smallvec::SmallVec::new();
             let mut rest = out;
             for i in 0..parts {
                 let len = (chunk(rows, parts, i).len() * row_len).min(rest.len());
@@ -478,7 +523,8 @@ pub(crate) fn for_row_chunks_aligned(
             let ok = std::sync::atomic::AtomicBool::new(true);
             p.run(parts, &|i| {
                 let mut o = pieces[i].lock().unwrap_or_else(|e| e.into_inner());
-                if !f(i, chunk(rows, parts, i), &mut o) {
+                let slot = SlotGuard(take_slot(), &busy);
+                if !f(slot.0, chunk(rows, parts, i), &mut o) {
                     ok.store(false, std::sync::atomic::Ordering::Relaxed);
                 }
             });
