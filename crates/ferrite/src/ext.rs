@@ -52,3 +52,6 @@ pub use crate::backend::select::Memory;
 pub use crate::backend::{
     arg, typed, typed_mut, Backend, BackendContext, Built, CustomOp, CustomOpRegistry, InputDesc, KernelFn, OpContext, OutSpec, PackKey, Packing,
 };
+/// The session's worker pool, handed to [`CustomOp::build_with_pool`] for ops
+/// that split their work over it ([`ThreadPool::run`]).
+pub use ferrite_kernels::parallel::ThreadPool;

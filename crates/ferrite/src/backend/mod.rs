@@ -507,7 +507,7 @@ pub trait CustomOp: Send + Sync {
     /// Builds the op with the session's thread pool (None with one thread), for a
     /// kernel that splits its work over it. The session calls this one; the default
     /// ignores the pool and calls [`CustomOp::build`].
-    fn build_with_pool(&self, op: &OpContext<'_>, pool: Option<Arc<ferrite_kernels::parallel::ThreadPool>>) -> Result<Built> {
+    fn build_with_pool(&self, op: &OpContext<'_>, pool: Option<Arc<crate::ext::ThreadPool>>) -> Result<Built> {
         let _ = pool;
         self.build(op)
     }
