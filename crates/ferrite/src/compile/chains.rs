@@ -41,7 +41,10 @@ struct Candidate {
 /// first reading a value of an earlier one, by one chain step. Returns how many
 /// ops now run in chains.
 pub(super) fn fuse_chains(c: &mut Compilation<'_>, dynamic_from: Option<usize>, ctx: &BackendContext) -> usize {
-    if !c.limits.fuse_chains {
+    // A build without the float element-wise family has no chain to run (its ops are
+    // unsupported there); leaving the pass out keeps the chain step, and every float
+    // kernel it names, out of a selective library (144 KB of them in the wake-word build).
+    if !cfg!(all(feature = "type-float", feature = "op-elementwise")) || !c.limits.fuse_chains {
         return 0;
     }
     let g = c.g;
