@@ -77,6 +77,32 @@ pub(super) unsafe fn requant(rq: &super::RowRequant, dots: &[i32], out: &mut [i8
     }
 }
 
+/// [`requant`] rounding once ([`super::Rounding::Single`], as
+/// `super::requant_rows_single`): 16 channels per step, the exact 64-bit
+/// products of even and odd lanes shifted with one rounding.
+///
+/// # Safety
+/// The CPU must support AVX-512F; `dots` and `out` hold whole rows of `n`.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn requant_single(rq: &super::RowRequant, dots: &[i32], out: &mut [i8]) {
+    let n = rq.offset.len();
+    let mut j = 0;
+    while j < n {
+        let cols = NR.min(n - j);
+        let k: __mmask16 = if cols >= NR { 0xFFFF } else { (1u16 << cols) - 1 };
+        // SAFETY: masked to the `cols` lanes from index j of rq's arrays (all of length n).
+        let s = super::vnni::Scale16::from_lanes(rq, |p| unsafe { _mm512_maskz_loadu_epi32(k, p.add(j)) });
+        for (row, orow) in dots.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+            // SAFETY: masked to the `cols` lanes from index j of a row of n.
+            let d = unsafe { _mm512_maskz_loadu_epi32(k, row.as_ptr().add(j)) };
+            let v = s.single(d);
+            // SAFETY: masked to the `cols` lanes from index j of a row of n bytes.
+            unsafe { _mm512_mask_cvtepi32_storeu_epi8(orow.as_mut_ptr().add(j) as *mut _, k, v) };
+        }
+        j += NR;
+    }
+}
+
 /// # Safety
 /// The CPU must support AVX-512F/BW and VNNI; `a` holds `rows * pk.kq` bytes
 /// and `out` `rows * pk.n` ints.
@@ -254,6 +280,78 @@ pub(super) unsafe fn gemm_avx2(a: &[u8], rows: usize, pk: &QPacked, out: &mut [i
 pub(super) unsafe fn requant_avx2(rq: &super::RowRequant, dots: &[i32], out: &mut [i8]) {
     // SAFETY: the caller's contract, with no row terms.
     unsafe { requant_avx2_with::<false, false>(rq, dots, &[], out) }
+}
+
+/// `(p + 2^(t - 1)) >> t` of 64-bit lanes `p` (arithmetic), clamped to int32:
+/// AVX2 shifts 64-bit lanes only logically, so negative lanes are shifted
+/// complemented (`!(!v >> t)` is the floor of `v / 2^t` for negative `v`).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn round_shift_i64_avx2(p: __m256i, t: __m256i) -> __m256i {
+    let one = _mm256_set1_epi64x(1);
+    let v = _mm256_add_epi64(p, _mm256_sllv_epi64(one, _mm256_sub_epi64(t, one)));
+    let sign = _mm256_cmpgt_epi64(_mm256_setzero_si256(), v);
+    let v = _mm256_xor_si256(_mm256_srlv_epi64(_mm256_xor_si256(v, sign), t), sign);
+    let (lo, hi) = (_mm256_set1_epi64x(i64::from(i32::MIN)), _mm256_set1_epi64x(i64::from(i32::MAX)));
+    let v = _mm256_blendv_epi8(v, lo, _mm256_cmpgt_epi64(lo, v));
+    _mm256_blendv_epi8(v, hi, _mm256_cmpgt_epi64(v, hi))
+}
+
+/// [`requant_avx2`] rounding once ([`super::Rounding::Single`], as
+/// `super::requant_rows_single`): 8 channels per step, the exact 64-bit
+/// products of even and odd lanes shifted with one rounding.
+///
+/// # Safety
+/// The CPU must support AVX2; `dots` and `out` hold whole rows of `n`.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn requant_single_avx2(rq: &super::RowRequant, dots: &[i32], out: &mut [i8]) {
+    let n = rq.offset.len();
+    let one = _mm256_set1_epi32(1);
+    let (zp, lo, hi) = (_mm256_set1_epi32(rq.out_zp), _mm256_set1_epi32(rq.min), _mm256_set1_epi32(rq.max));
+    let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    let mut j = 0;
+    while j < n {
+        let cols = 8.min(n - j);
+        let k = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols as i32), lane);
+        // SAFETY: every load reads the `cols` valid lanes from index j of arrays
+        // of length n (masked unless all 8 are).
+        let load = |p: *const i32| unsafe {
+            if cols == 8 {
+                _mm256_loadu_si256(p.add(j) as *const __m256i)
+            } else {
+                _mm256_maskload_epi32(p.add(j), k)
+            }
+        };
+        let (off, m) = (load(rq.offset.as_ptr()), load(rq.multiplier.as_ptr()));
+        let (left, right) = (load(rq.left.as_ptr() as *const i32), load(rq.right.as_ptr() as *const i32));
+        // The total right shift 31 + right - left, clamped to 1..=62 as in the
+        // scalar form, split into the even and odd channels' 64-bit lanes.
+        let total = _mm256_min_epi32(_mm256_max_epi32(_mm256_sub_epi32(_mm256_add_epi32(right, _mm256_set1_epi32(31)), left), one), _mm256_set1_epi32(62));
+        let (t_even, t_odd) = (_mm256_and_si256(total, _mm256_set1_epi64x(0xFFFF_FFFF)), _mm256_srli_epi64::<32>(total));
+        let m_odd = _mm256_srli_epi64::<32>(m);
+        for (row, orow) in dots.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+            let d = load(row.as_ptr());
+            let x = _mm256_add_epi32(d, off);
+            let even = round_shift_i64_avx2(_mm256_mul_epi32(x, m), t_even);
+            let odd = round_shift_i64_avx2(_mm256_mul_epi32(_mm256_srli_epi64::<32>(x), m_odd), t_odd);
+            let v = _mm256_blend_epi32::<0xAA>(even, _mm256_slli_epi64::<32>(odd));
+            // The zero point wraps, as in the scalar form.
+            let v = _mm256_min_epi32(_mm256_max_epi32(_mm256_add_epi32(v, zp), lo), hi);
+            // Clamped to int8 already, so the saturating packs only narrow.
+            let h = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+            let packed = _mm_packs_epi16(h, h);
+            if cols == 8 {
+                // SAFETY: bytes j..j + 8 lie inside this row of n bytes.
+                unsafe { _mm_storel_epi64(orow.as_mut_ptr().add(j) as *mut __m128i, packed) };
+            } else {
+                let bytes = _mm_cvtsi128_si64(packed).to_le_bytes();
+                for (o, &b) in orow[j..j + cols].iter_mut().zip(&bytes) {
+                    *o = b as i8;
+                }
+            }
+        }
+        j += 8;
+    }
 }
 
 /// [`requant_avx2`] with `row_add[r]` added to row `r`'s accumulators (none if
