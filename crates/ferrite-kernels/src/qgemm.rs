@@ -1210,6 +1210,34 @@ pub struct RowRequant {
     max: i32,
     /// How the rescaled product is rounded ([`Rounding::Double`] unless set).
     rounding: Rounding,
+    /// For [`Rounding::Single`], each block of 8 channels' 64-bit shift terms
+    /// in the AVX2 kernel's lane order ([`single_terms`]), made once here
+    /// rather than per run: at batch 1 they cost as much as the rows.
+    single_terms: Vec<i64>,
+    /// Whether a channel scales by 1 or more (shifts left more than right), so
+    /// that one rounding can leave int32 and must be clamped.
+    single_sat: bool,
+}
+
+/// The 64-bit terms of one rounding, per block of 8 channels: the total right
+/// shifts `t = 31 + right - left` (clamped to 1..=62), then `2^(t - 1) + 2^62`,
+/// then `2^(62 - t)` (see `x86_64::requant_single_avx2`), each as two vectors
+/// of 4 lanes: the block's even channels, then its odd ones. Channels past `n`
+/// get `t = 31`.
+fn single_terms(left: &[u32], right: &[u32]) -> Vec<i64> {
+    let n = left.len();
+    let mut terms = vec![0i64; n.div_ceil(8) * 24];
+    for (b, block) in terms.chunks_exact_mut(24).enumerate() {
+        for lane in 0..8 {
+            let c = b * 8 + lane;
+            let t = if c < n { (31 + right[c] as i64 - left[c] as i64).clamp(1, 62) } else { 31 };
+            let at = (lane % 2) * 4 + lane / 2;
+            block[at] = t;
+            block[8 + at] = (1i64 << (t - 1)) + (1i64 << 62);
+            block[16 + at] = 1i64 << (62 - t);
+        }
+    }
+    terms
 }
 
 impl RowRequant {
@@ -1225,12 +1253,16 @@ impl RowRequant {
             min: rq.min,
             max: rq.max,
             rounding: Rounding::Double,
+            single_terms: Vec::new(),
+            single_sat: false,
         }
     }
 
     /// The same parameters rounding as `rounding` says.
     pub fn with_rounding(self, rounding: Rounding) -> RowRequant {
-        RowRequant { rounding, ..self }
+        let single_terms = if rounding == Rounding::Single { single_terms(&self.left, &self.right) } else { Vec::new() };
+        let single_sat = self.left.iter().zip(&self.right).any(|(&l, &r)| r < l);
+        RowRequant { rounding, single_terms, single_sat, ..self }
     }
 
     /// The per-channel offsets added before rescaling (bias and zero-point terms).
@@ -1268,8 +1300,9 @@ impl RowRequant {
                 return;
             }
             #[cfg(target_arch = "x86_64")]
-            if crate::level::has_avx2_fma() {
-                // SAFETY: AVX2 is present (checked just above); the lengths were checked.
+            if crate::level::has_avx2_fma() && self.single_terms.len() == self.offset.len().div_ceil(8) * 24 {
+                // SAFETY: AVX2 is present and the terms cover every block (checked
+                // just above); the lengths were checked.
                 unsafe { x86_64::requant_single_avx2(self, dots, out) };
                 return;
             }
