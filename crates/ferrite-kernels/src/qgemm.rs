@@ -280,6 +280,9 @@ pub struct ConvScratch {
     /// of a dilated row) padded to whole groups of four, for the VNNI
     /// convolution of a layer whose segments are not (made on its first run).
     seg: Option<QPacked>,
+    /// Whether `rq`'s offsets were computed once ([`ConvScratch::fix_offsets`])
+    /// and stand for every run, instead of being rewritten from the bias on each.
+    fixed: bool,
 }
 
 impl ConvScratch {
@@ -294,7 +297,7 @@ impl ConvScratch {
     pub fn with_rounding(pk: &QPacked, rq: &Requant, rounding: Rounding) -> ConvScratch {
         let mut bufs = ConvBuffers::default();
         bufs.fit(pk);
-        ConvScratch { bufs, rq: RowRequant::new(rq, pk.n).with_rounding(rounding), seg: None }
+        ConvScratch { bufs, rq: RowRequant::new(rq, pk.n).with_rounding(rounding), seg: None, fixed: false }
     }
 
     /// Scratch for [`conv_u8`]: `rq` in uint8 terms (output zero point and clamp
@@ -308,7 +311,27 @@ impl ConvScratch {
     pub fn sharing(pk: &QPacked, rq: &Requant, unsigned: bool, shared: &mut ConvBuffers) -> ConvScratch {
         shared.fit(pk);
         let rq = if unsigned { Requant { out_zp: rq.out_zp - 128, min: rq.min - 128, max: rq.max - 128, ..rq.clone() } } else { rq.clone() };
-        ConvScratch { bufs: ConvBuffers::default(), rq: RowRequant::new(&rq, pk.n), seg: None }
+        ConvScratch { bufs: ConvBuffers::default(), rq: RowRequant::new(&rq, pk.n), seg: None, fixed: false }
+    }
+
+    /// Computes the per-channel starting values (bias minus the zero-point
+    /// terms) once, for a layer whose weights, bias and zero points are
+    /// constant: later runs of [`conv_i8`] (or, `unsigned`, [`conv_u8`]) with
+    /// these weights and `q` use them as they are and ignore the `bias` they
+    /// are passed, instead of recomputing them from it on every run.
+    pub fn fix_offsets(&mut self, pk: &QPacked, bias: Option<&[i32]>, q: &QConv, unsigned: bool) {
+        let (a_zp, w_off) = if unsigned { (q.in_zp, 128 - q.w_zp) } else { (128 + q.in_zp, -q.w_zp) };
+        fill_offsets(&mut self.rq.offset, a_zp, w_off, pk, bias);
+        self.fixed = true;
+    }
+}
+
+/// The starting value of each output channel of [`conv_8bit`]: its bias less
+/// the zero-point terms `a_zp sum w + w_off a_zp K` (see there).
+fn fill_offsets(offset: &mut [i32], a_zp: i32, w_off: i32, pk: &QPacked, bias: Option<&[i32]>) {
+    let k_const = w_off.wrapping_mul(a_zp).wrapping_mul(pk.k as i32);
+    for (j, o) in offset.iter_mut().enumerate() {
+        *o = bias.map_or(0, |b| b[j]).wrapping_sub(a_zp.wrapping_mul(pk.col_sum[j])).wrapping_sub(k_const);
     }
 }
 
@@ -319,16 +342,16 @@ impl ConvScratch {
 /// zero point other than 0 is taken out through the rows' sums. Bit-exact with
 /// the per-tap definition.
 pub fn conv_i8(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out: &mut [i8], s: &mut ConvScratch) {
-    let ConvScratch { bufs, rq, seg } = s;
+    let ConvScratch { bufs, rq, seg, fixed } = s;
     // Unsigned rows x + 128 against weights w (W = w - w_zp).
-    conv_8bit(input, 0x80, 128 + q.in_zp, -q.w_zp, pk, bias, q, out, rq, bufs, seg);
+    conv_8bit(input, 0x80, 128 + q.in_zp, -q.w_zp, pk, bias, *fixed, q, out, rq, bufs, seg);
 }
 
 /// [`conv_i8`] with the block buffers `bufs` (shared between convolutions that
 /// run in turn; `s` from [`ConvScratch::sharing`]). Buffers too small for `pk`
 /// are grown first.
 pub fn conv_i8_in(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out: &mut [i8], s: &mut ConvScratch, bufs: &mut ConvBuffers) {
-    conv_8bit(input, 0x80, 128 + q.in_zp, -q.w_zp, pk, bias, q, out, &mut s.rq, bufs, &mut s.seg);
+    conv_8bit(input, 0x80, 128 + q.in_zp, -q.w_zp, pk, bias, s.fixed, q, out, &mut s.rq, bufs, &mut s.seg);
 }
 
 /// uint8 convolution through [`gemm`], as [`conv_i8`]: `input` and `out` are
@@ -337,9 +360,9 @@ pub fn conv_i8_in(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, o
 pub fn conv_u8(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out: &mut [u8], s: &mut ConvScratch) {
     // SAFETY: i8 and u8 have the same size, alignment and valid bit patterns.
     let out8 = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut i8, out.len()) };
-    let ConvScratch { bufs, rq, seg } = s;
+    let ConvScratch { bufs, rq, seg, fixed } = s;
     // The rows hold the uint8 values themselves; W = (w - 128) + (128 - w_zp).
-    conv_8bit(input, 0, q.in_zp, 128 - q.w_zp, pk, bias, q, out8, rq, bufs, seg);
+    conv_8bit(input, 0, q.in_zp, 128 - q.w_zp, pk, bias, *fixed, q, out8, rq, bufs, seg);
 }
 
 /// [`conv_u8`] with the block buffers `bufs`, as [`conv_i8_in`] (`s` from
@@ -347,7 +370,7 @@ pub fn conv_u8(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out:
 pub fn conv_u8_in(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, out: &mut [u8], s: &mut ConvScratch, bufs: &mut ConvBuffers) {
     // SAFETY: i8 and u8 have the same size, alignment and valid bit patterns.
     let out8 = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut i8, out.len()) };
-    conv_8bit(input, 0, q.in_zp, 128 - q.w_zp, pk, bias, q, out8, &mut s.rq, bufs, &mut s.seg);
+    conv_8bit(input, 0, q.in_zp, 128 - q.w_zp, pk, bias, s.fixed, q, out8, &mut s.rq, bufs, &mut s.seg);
 }
 
 /// [`conv_i8`] and [`conv_u8`]: the rows hold `a = x ^ flip` (unsigned, zero
@@ -356,7 +379,8 @@ pub fn conv_u8_in(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, o
 /// first three terms per channel (in the offsets), the last per row (`K` =
 /// the taps' count; the padding taps hold `a_zp`, so they still add nothing).
 /// The outputs are requantized in int8 terms and written xor `flip ^ 0x80`
-/// (unchanged for int8 rows, shifted back to uint8 for uint8 ones).
+/// (unchanged for int8 rows, shifted back to uint8 for uint8 ones). With
+/// `fixed` the offsets were computed at prepare ([`ConvScratch::fix_offsets`]).
 #[allow(clippy::too_many_arguments)]
 fn conv_8bit(
     input: &[u8],
@@ -365,6 +389,7 @@ fn conv_8bit(
     w_off: i32,
     pk: &QPacked,
     bias: Option<&[i32]>,
+    fixed: bool,
     q: &QConv,
     out: &mut [i8],
     rq: &mut RowRequant,
@@ -378,9 +403,8 @@ fn conv_8bit(
     // runs of pixels instead of one output pixel per step.
     let g = &column_as_row(q.g);
     let (in_c, n, kq) = (q.in_c, pk.n, pk.kq);
-    let k_const = w_off.wrapping_mul(a_zp).wrapping_mul(pk.k as i32);
-    for (j, o) in rq.offset.iter_mut().enumerate() {
-        *o = bias.map_or(0, |b| b[j]).wrapping_sub(a_zp.wrapping_mul(pk.col_sum[j])).wrapping_sub(k_const);
+    if !fixed {
+        fill_offsets(&mut rq.offset, a_zp, w_off, pk, bias);
     }
     let fill = a_zp as u8;
     // With AVX-512 VNNI the tiles read the receptive fields from a padded copy
@@ -1186,6 +1210,34 @@ pub struct RowRequant {
     max: i32,
     /// How the rescaled product is rounded ([`Rounding::Double`] unless set).
     rounding: Rounding,
+    /// For [`Rounding::Single`], each block of 8 channels' 64-bit shift terms
+    /// in the AVX2 kernel's lane order ([`single_terms`]), made once here
+    /// rather than per run: at batch 1 they cost as much as the rows.
+    single_terms: Vec<i64>,
+    /// Whether a channel scales by 1 or more (shifts left more than right), so
+    /// that one rounding can leave int32 and must be clamped.
+    single_sat: bool,
+}
+
+/// The 64-bit terms of one rounding, per block of 8 channels: the total right
+/// shifts `t = 31 + right - left` (clamped to 1..=62), then `2^(t - 1) + 2^62`,
+/// then `2^(62 - t)` (see `x86_64::requant_single_avx2`), each as two vectors
+/// of 4 lanes: the block's even channels, then its odd ones. Channels past `n`
+/// get `t = 31`.
+fn single_terms(left: &[u32], right: &[u32]) -> Vec<i64> {
+    let n = left.len();
+    let mut terms = vec![0i64; n.div_ceil(8) * 24];
+    for (b, block) in terms.chunks_exact_mut(24).enumerate() {
+        for lane in 0..8 {
+            let c = b * 8 + lane;
+            let t = if c < n { (31 + right[c] as i64 - left[c] as i64).clamp(1, 62) } else { 31 };
+            let at = (lane % 2) * 4 + lane / 2;
+            block[at] = t;
+            block[8 + at] = (1i64 << (t - 1)) + (1i64 << 62);
+            block[16 + at] = 1i64 << (62 - t);
+        }
+    }
+    terms
 }
 
 impl RowRequant {
@@ -1201,12 +1253,16 @@ impl RowRequant {
             min: rq.min,
             max: rq.max,
             rounding: Rounding::Double,
+            single_terms: Vec::new(),
+            single_sat: false,
         }
     }
 
     /// The same parameters rounding as `rounding` says.
     pub fn with_rounding(self, rounding: Rounding) -> RowRequant {
-        RowRequant { rounding, ..self }
+        let single_terms = if rounding == Rounding::Single { single_terms(&self.left, &self.right) } else { Vec::new() };
+        let single_sat = self.left.iter().zip(&self.right).any(|(&l, &r)| r < l);
+        RowRequant { rounding, single_terms, single_sat, ..self }
     }
 
     /// The per-channel offsets added before rescaling (bias and zero-point terms).
@@ -1235,9 +1291,21 @@ impl RowRequant {
     pub fn apply(&self, dots: &[i32], out: &mut [i8]) {
         assert!(dots.len() == out.len() && dots.len().is_multiple_of(self.offset.len().max(1)), "requant operands disagree");
         if self.rounding == Rounding::Single {
-            // Only the fully-connected layers round once, and they requantize one
-            // row of a few hundred channels per run at batch 1: next to the
-            // products that made them, this costs little even without a SIMD form.
+            // The fully-connected layers round once; at batch 1 of a small layer
+            // the scalar 64-bit form cost a fifth of the layer's instructions.
+            #[cfg(target_arch = "x86_64")]
+            if crate::level::has_avx512f() {
+                // SAFETY: AVX-512F is present (checked just above); the lengths were checked.
+                unsafe { x86_64::requant_single(self, dots, out) };
+                return;
+            }
+            #[cfg(target_arch = "x86_64")]
+            if crate::level::has_avx2_fma() && self.single_terms.len() == self.offset.len().div_ceil(8) * 24 {
+                // SAFETY: AVX2 is present and the terms cover every block (checked
+                // just above); the lengths were checked.
+                unsafe { x86_64::requant_single_avx2(self, dots, out) };
+                return;
+            }
             requant_rows_single(self, dots, out);
             return;
         }
@@ -1312,6 +1380,10 @@ mod tests {
 
     #[test]
     fn single_rounding_row_requant_matches_the_scalar_definition() {
+        crate::level::each(|_| single_rounding_cases());
+    }
+
+    fn single_rounding_cases() {
         let mut seed = 5u64;
         let mut next = || {
             seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
@@ -1340,6 +1412,9 @@ mod tests {
             let dots: Vec<i32> = (0..3 * n).map(|_| next() % span - span / 2).collect();
             let mut got = vec![0i8; 3 * n];
             rr.apply(&dots, &mut got);
+            let mut portable = vec![0i8; 3 * n];
+            requant_rows_single(&rr, &dots, &mut portable);
+            assert_eq!(got, portable, "case {case}: dispatched and portable single rounding differ");
             for (i, (&d, &g)) in dots.iter().zip(&got).enumerate() {
                 let acc = d.wrapping_add(rr.offset[i % n]);
                 let want = rq.apply_rounded(acc, i % n, Rounding::Single);
@@ -1405,6 +1480,14 @@ mod tests {
                     for (i, (&d, &g)) in dots.iter().zip(&got).enumerate() {
                         assert_eq!(i32::from(g), rq.apply(d.wrapping_add(rr.offset[i % n]), i % n), "multiplier {multiplier} shift {shift} n {n} element {i}");
                     }
+                    // The same extremes rounding once (the saturation to int32 and
+                    // the wrapping zero point above all).
+                    let rs = rr.clone().with_rounding(Rounding::Single);
+                    let mut got = vec![0i8; dots.len()];
+                    rs.apply(&dots, &mut got);
+                    let mut want = vec![0i8; dots.len()];
+                    requant_rows_single(&rs, &dots, &mut want);
+                    assert_eq!(got, want, "single: multiplier {multiplier} shift {shift} n {n}");
                 }
             }
         });
@@ -1597,6 +1680,67 @@ mod tests {
             }
         }
         out
+    }
+
+    /// Batch-1 (and a few batch-2) int8 fully-connected layers as the CPU
+    /// backend runs them: 1x1 "pixels" through [`conv_i8`], rounding once, with
+    /// the starting values fixed at prepare ([`ConvScratch::fix_offsets`]) and
+    /// recomputed per run; random zero points, scales (some above 1), biases and
+    /// odd output counts, against the definition.
+    #[test]
+    fn fully_connected_rows_round_once_with_fixed_offsets() {
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        crate::level::each(|_| {
+            for case in 0..120 {
+                let (batch, in_n, out_n) = (1 + usize::from(case % 7 == 0), 1 + rng.below(300), 1 + rng.below(70));
+                let g = crate::conv::Window {
+                    batch,
+                    in_h: 1,
+                    in_w: 1,
+                    out_h: 1,
+                    out_w: 1,
+                    k_h: 1,
+                    k_w: 1,
+                    stride_h: 1,
+                    stride_w: 1,
+                    dil_h: 1,
+                    dil_w: 1,
+                    pad_top: 0,
+                    pad_left: 0,
+                };
+                let per_channel = case % 2 == 0;
+                let real: Vec<f64> =
+                    (0..if per_channel { out_n } else { 1 }).map(|_| (1 + rng.below(100_000)) as f64 / 1e5 * if case % 5 == 0 { 3.0 } else { 0.004 }).collect();
+                let (multiplier, shift): (Vec<i32>, Vec<i32>) = real.iter().map(|&r| crate::quant::quantize_multiplier(r)).unzip();
+                let (min, max) = if case % 4 == 0 { (-128 + rng.below(100) as i32, 127) } else { (-128, 127) };
+                let rq = Requant { multiplier, shift, out_zp: rng.below(256) as i32 - 128, min, max };
+                let w_zp = if case % 6 == 0 { rng.below(41) as i32 - 20 } else { 0 };
+                let q = QConv { g, in_c: in_n, out_c: out_n, depth_multiplier: 0, in_zp: rng.below(256) as i32 - 128, w_zp, rq };
+                let input: Vec<i8> = (0..batch * in_n).map(|_| rng.next() as i8).collect();
+                let w: Vec<i8> = (0..out_n * in_n).map(|_| rng.next() as i8).collect();
+                let bias: Vec<i32> = (0..out_n).map(|_| rng.below(200_000) as i32 - 100_000).collect();
+                let want: Vec<i8> = (0..batch * out_n)
+                    .map(|i| {
+                        let (b, j) = (i / out_n, i % out_n);
+                        let acc = (0..in_n).fold(bias[j], |a, kk| a + (i32::from(input[b * in_n + kk]) - q.in_zp) * (i32::from(w[j * in_n + kk]) - w_zp));
+                        q.rq.apply_rounded(acc, j, Rounding::Single) as i8
+                    })
+                    .collect();
+                let pk = QPacked::new(&w, out_n, in_n);
+                let mut s = ConvScratch::with_rounding(&pk, &q.rq, Rounding::Single);
+                let mut got = vec![0i8; want.len()];
+                conv_i8(bytes_of(&input), &pk, Some(&bias), &q, &mut got, &mut s);
+                assert_eq!(got, want, "case {case}: per run, batch {batch} in {in_n} out {out_n}");
+                let mut s = ConvScratch::with_rounding(&pk, &q.rq, Rounding::Single);
+                s.fix_offsets(&pk, Some(&bias), &q, false);
+                for run in 0..2 {
+                    let mut got = vec![0i8; want.len()];
+                    // The bias passed is ignored once the offsets are fixed.
+                    conv_i8(bytes_of(&input), &pk, None, &q, &mut got, &mut s);
+                    assert_eq!(got, want, "case {case} run {run}: fixed, batch {batch} in {in_n} out {out_n}");
+                }
+            }
+        });
     }
 
     #[test]

@@ -497,7 +497,7 @@ impl Scale16 {
     /// `(x * m + 2^(total - 1)) >> total` in 64 bits, clamped to int32, then
     /// the zero point (wrapping, as there) and clamp.
     #[target_feature(enable = "avx512f")]
-    fn single(&self, d: __m512i) -> __m512i {
+    pub(super) fn single(&self, d: __m512i) -> __m512i {
         let one = _mm512_set1_epi64(1);
         let (i32_lo, i32_hi) = (_mm512_set1_epi64(i64::from(i32::MIN)), _mm512_set1_epi64(i64::from(i32::MAX)));
         let x = _mm512_add_epi32(d, self.offset);

@@ -77,6 +77,32 @@ pub(super) unsafe fn requant(rq: &super::RowRequant, dots: &[i32], out: &mut [i8
     }
 }
 
+/// [`requant`] rounding once ([`super::Rounding::Single`], as
+/// `super::requant_rows_single`): 16 channels per step, the exact 64-bit
+/// products of even and odd lanes shifted with one rounding.
+///
+/// # Safety
+/// The CPU must support AVX-512F; `dots` and `out` hold whole rows of `n`.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn requant_single(rq: &super::RowRequant, dots: &[i32], out: &mut [i8]) {
+    let n = rq.offset.len();
+    let mut j = 0;
+    while j < n {
+        let cols = NR.min(n - j);
+        let k: __mmask16 = if cols >= NR { 0xFFFF } else { (1u16 << cols) - 1 };
+        // SAFETY: masked to the `cols` lanes from index j of rq's arrays (all of length n).
+        let s = super::vnni::Scale16::from_lanes(rq, |p| unsafe { _mm512_maskz_loadu_epi32(k, p.add(j)) });
+        for (row, orow) in dots.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+            // SAFETY: masked to the `cols` lanes from index j of a row of n.
+            let d = unsafe { _mm512_maskz_loadu_epi32(k, row.as_ptr().add(j)) };
+            let v = s.single(d);
+            // SAFETY: masked to the `cols` lanes from index j of a row of n bytes.
+            unsafe { _mm512_mask_cvtepi32_storeu_epi8(orow.as_mut_ptr().add(j) as *mut _, k, v) };
+        }
+        j += NR;
+    }
+}
+
 /// # Safety
 /// The CPU must support AVX-512F/BW and VNNI; `a` holds `rows * pk.kq` bytes
 /// and `out` `rows * pk.n` ints.
@@ -254,6 +280,109 @@ pub(super) unsafe fn gemm_avx2(a: &[u8], rows: usize, pk: &QPacked, out: &mut [i
 pub(super) unsafe fn requant_avx2(rq: &super::RowRequant, dots: &[i32], out: &mut [i8]) {
     // SAFETY: the caller's contract, with no row terms.
     unsafe { requant_avx2_with::<false, false>(rq, dots, &[], out) }
+}
+
+/// `(p + 2^(t - 1)) >> t` of 64-bit lanes `p` (arithmetic, `|p| < 2^62`, `t`
+/// in 1..=62), given `add = 2^(t - 1) + 2^62` and `sub = 2^(62 - t)`: AVX2
+/// shifts 64-bit lanes only logically, so the sum is made nonnegative first
+/// (below 2^64 as unsigned) and the shifted bias taken off after, which is
+/// exact as `2^t` divides `2^62`. With `SAT` the result is clamped to int32
+/// (needed only where `t < 31`: otherwise it fits already).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn round_shift_i64_avx2<const SAT: bool>(p: __m256i, t: __m256i, add: __m256i, sub: __m256i) -> __m256i {
+    let v = _mm256_sub_epi64(_mm256_srlv_epi64(_mm256_add_epi64(p, add), t), sub);
+    if !SAT {
+        return v;
+    }
+    let (lo, hi) = (_mm256_set1_epi64x(i64::from(i32::MIN)), _mm256_set1_epi64x(i64::from(i32::MAX)));
+    let v = _mm256_blendv_epi8(v, lo, _mm256_cmpgt_epi64(lo, v));
+    _mm256_blendv_epi8(v, hi, _mm256_cmpgt_epi64(v, hi))
+}
+
+/// [`requant_avx2`] rounding once ([`super::Rounding::Single`], as
+/// `super::requant_rows_single`): 8 channels per step, the exact 64-bit
+/// products of even and odd lanes shifted with one rounding.
+///
+/// # Safety
+/// The CPU must support AVX2; `dots` and `out` hold whole rows of `n`.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn requant_single_avx2(rq: &super::RowRequant, dots: &[i32], out: &mut [i8]) {
+    let n = rq.offset.len();
+    if n == 0 {
+        return;
+    }
+    let rows = dots.len() / n;
+    let (zp, lo, hi) = (_mm256_set1_epi32(rq.out_zp), _mm256_set1_epi32(rq.min), _mm256_set1_epi32(rq.max));
+    let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    // A scale of 1 or more (a shift below 31) can leave int32; only then clamp.
+    let sat = rq.single_sat;
+    let mut j = 0;
+    while j < n {
+        let cols = 8.min(n - j);
+        let k = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols as i32), lane);
+        // SAFETY: reads the `cols` valid lanes from index j of arrays of length
+        // n (masked unless all 8 are), and block j / 8's 24 terms, which the
+        // caller checked `single_terms` holds.
+        let (off, m, even, odd) = unsafe {
+            let load = |p: *const i32| if cols == 8 { _mm256_loadu_si256(p.add(j) as *const __m256i) } else { _mm256_maskload_epi32(p.add(j), k) };
+            let t = rq.single_terms.as_ptr().add(j / 8 * 24) as *const __m256i;
+            let term = |i: usize| _mm256_loadu_si256(t.add(i));
+            (load(rq.offset.as_ptr()), load(rq.multiplier.as_ptr()), (term(0), term(2), term(4)), (term(1), term(3), term(5)))
+        };
+        let m_odd = _mm256_shuffle_epi32::<0xF5>(m);
+        for r in 0..rows {
+            let at = r * n + j;
+            // SAFETY: row r < rows holds n ints from r * n, of which the `cols`
+            // from j are read (masked unless all 8 are).
+            let d = unsafe {
+                if cols == 8 {
+                    _mm256_loadu_si256(dots.as_ptr().add(at) as *const __m256i)
+                } else {
+                    _mm256_maskload_epi32(dots.as_ptr().add(at), k)
+                }
+            };
+            let x = _mm256_add_epi32(d, off);
+            let (pe, po) = (_mm256_mul_epi32(x, m), _mm256_mul_epi32(_mm256_shuffle_epi32::<0xF5>(x), m_odd));
+            let (ve, vo) = if sat {
+                (round_shift_i64_avx2::<true>(pe, even.0, even.1, even.2), round_shift_i64_avx2::<true>(po, odd.0, odd.1, odd.2))
+            } else {
+                (round_shift_i64_avx2::<false>(pe, even.0, even.1, even.2), round_shift_i64_avx2::<false>(po, odd.0, odd.1, odd.2))
+            };
+            let v = _mm256_blend_epi32::<0xAA>(ve, _mm256_slli_epi64::<32>(vo));
+            // The zero point wraps, as in the scalar form.
+            let v = _mm256_min_epi32(_mm256_max_epi32(_mm256_add_epi32(v, zp), lo), hi);
+            // Clamped to int8 already, so the saturating packs only narrow.
+            let h = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+            let packed = _mm_packs_epi16(h, h);
+            if cols == 8 {
+                // SAFETY: bytes at..at + 8 lie inside row r of `out` (n bytes from r * n).
+                unsafe { _mm_storel_epi64(out.as_mut_ptr().add(at) as *mut __m128i, packed) };
+            } else {
+                // The last 1-7 channels in 4-, 2- and 1-byte pieces: a copy of
+                // `cols` bytes would be a call, for which the loop's registers spill.
+                let mut bytes = _mm_cvtsi128_si64(packed) as u64;
+                let (mut at, end) = (at, at + cols);
+                assert!(end <= out.len(), "requant: row out of bounds");
+                for piece in [4, 2, 1] {
+                    if (end - at) & piece != 0 {
+                        // SAFETY: at + piece <= end <= out.len() (asserted above).
+                        unsafe {
+                            let o = out.as_mut_ptr().add(at);
+                            match piece {
+                                4 => (o as *mut u32).write_unaligned(bytes as u32),
+                                2 => (o as *mut u16).write_unaligned(bytes as u16),
+                                _ => o.write(bytes as i8),
+                            }
+                        }
+                        bytes >>= 8 * piece;
+                        at += piece;
+                    }
+                }
+            }
+        }
+        j += 8;
+    }
 }
 
 /// [`requant_avx2`] with `row_add[r]` added to row `r`'s accumulators (none if
