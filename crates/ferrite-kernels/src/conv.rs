@@ -48,6 +48,12 @@ pub fn out_size_and_pad(input: usize, filter: usize, stride: usize, dilation: us
 }
 
 impl Window {
+    /// `batch` rows as 1x1 pixels under a 1x1 filter: a fully-connected layer's
+    /// batch run through the convolution kernels.
+    pub fn rows(batch: usize) -> Window {
+        Window { batch, in_h: 1, in_w: 1, out_h: 1, out_w: 1, k_h: 1, k_w: 1, stride_h: 1, stride_w: 1, dil_h: 1, dil_w: 1, pad_top: 0, pad_left: 0 }
+    }
+
     /// Input row for output row `oy` and kernel row `ky`, or `None` in the padding.
     #[inline(always)]
     fn in_y(&self, oy: usize, ky: usize) -> Option<usize> {
@@ -827,13 +833,7 @@ mod tests {
     /// share), scratch of one row up to several bands, bias and clamp on and off.
     #[test]
     fn few_outputs_random_geometries_match_naive() {
-        let mut seed = 0x9e37_79b9_u64;
-        let mut next = |n: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % n as u64) as usize
-        };
+        let mut next = crate::testutil::xorshift(0x9e37_79b9);
         crate::level::each(|l| {
             for case in 0..300 {
                 let ic = [1, 2, 3, 5, 8, 9, 16, 17, 24, 33, 64][next(11)];
@@ -918,13 +918,7 @@ mod tests {
     /// and row ranges that start mid-image (as a thread's share does).
     #[test]
     fn depthwise_random_geometries_match_naive() {
-        let mut seed = 0x2545_f491_u64;
-        let mut next = |n: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % n as u64) as usize
-        };
+        let mut next = crate::testutil::xorshift(0x2545_f491);
         crate::level::each(|l| {
             for case in 0..400 {
                 let c = [1, 2, 3, 5, 7, 8, 9, 13, 16, 17, 24, 31, 40, 64, 72][next(15)];
@@ -987,13 +981,7 @@ mod tests {
     /// row ranges starting anywhere, under every vector level.
     #[test]
     fn depthwise_row_tiles_match_naive() {
-        let mut seed = 0x9e37_79b9_u64;
-        let mut next = |n: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % n as u64) as usize
-        };
+        let mut next = crate::testutil::xorshift(0x9e37_79b9);
         crate::level::each(|l| {
             for case in 0..300 {
                 let c = [8, 9, 16, 17, 24, 31, 48, 64, 96, 170][next(10)];

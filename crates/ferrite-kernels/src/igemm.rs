@@ -948,13 +948,7 @@ mod tests {
     #[test]
     fn random_shapes_match_the_definition() {
         use crate::conv::{out_size_and_pad, Window};
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move |n: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % n as u64) as usize
-        };
+        let mut next = crate::testutil::xorshift(0x9e37_79b9_7f4a_7c15);
         for isa in Isa::available() {
             for case in 0..60 {
                 let (batch, n, k) = (1 + next(20), 1 + next(45), 1 + next(70));

@@ -413,13 +413,7 @@ mod tests {
             (vec![4, 1, 3, 2], vec![2, 3, 1, 0]),
             (vec![1], vec![0]),
         ];
-        let mut seed = 0x9e37_79b9_u64;
-        let mut next = |n: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % n as u64) as usize
-        };
+        let mut next = crate::testutil::xorshift(0x9e37_79b9);
         for _ in 0..60 {
             let r = 2 + next(5);
             let shape: Vec<usize> = (0..r).map(|_| 1 + next(3)).collect();

@@ -128,13 +128,7 @@ mod tests {
     /// geometries with padding, under every vector level.
     #[test]
     fn integer_pooling_matches_the_definition() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move |n: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % n as u64) as usize
-        };
+        let mut next = crate::testutil::xorshift(0x9e37_79b9_7f4a_7c15);
         crate::level::each(|_| {
             for case in 0..150 {
                 let (k_h, k_w, stride_h, stride_w) = (1 + next(4), 1 + next(4), 1 + next(3), 1 + next(3));

@@ -1693,21 +1693,7 @@ mod tests {
         crate::level::each(|_| {
             for case in 0..120 {
                 let (batch, in_n, out_n) = (1 + usize::from(case % 7 == 0), 1 + rng.below(300), 1 + rng.below(70));
-                let g = crate::conv::Window {
-                    batch,
-                    in_h: 1,
-                    in_w: 1,
-                    out_h: 1,
-                    out_w: 1,
-                    k_h: 1,
-                    k_w: 1,
-                    stride_h: 1,
-                    stride_w: 1,
-                    dil_h: 1,
-                    dil_w: 1,
-                    pad_top: 0,
-                    pad_left: 0,
-                };
+                let g = crate::conv::Window::rows(batch);
                 let per_channel = case % 2 == 0;
                 let real: Vec<f64> =
                     (0..if per_channel { out_n } else { 1 }).map(|_| (1 + rng.below(100_000)) as f64 / 1e5 * if case % 5 == 0 { 3.0 } else { 0.004 }).collect();

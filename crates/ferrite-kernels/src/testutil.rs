@@ -1,5 +1,5 @@
-//! Test helpers shared by the integer kernels' unit tests: a small seeded
-//! generator (the tests need no dependency and must be reproducible) and the
+//! Test helpers shared by the kernels' unit tests: small seeded
+//! generators (the tests need no dependency and must be reproducible) and the
 //! fixed-point rescale written from its definition, in 128-bit arithmetic, as
 //! the naive references' building block.
 
@@ -122,6 +122,18 @@ pub(crate) fn broadcast_shapes(rng: &mut Rng) -> (Vec<usize>, Vec<usize>, Vec<us
         b = out.clone();
     }
     (a, b, out)
+}
+
+/// A xorshift64 source of sizes for the random-geometry tests: each call steps
+/// the state and returns a value below `n`. Kept apart from [`Rng`] because those
+/// tests' cases were drawn from this sequence and stay reproducible with it.
+pub(crate) fn xorshift(mut seed: u64) -> impl FnMut(usize) -> usize {
+    move |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    }
 }
 
 #[cfg(test)]

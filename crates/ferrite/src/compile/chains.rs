@@ -118,11 +118,11 @@ fn chain_end(cands: &[Option<Candidate>], si: usize, root: &impl Fn(usize) -> us
         return si;
     }
     let mut produced: SmallVec<[usize; 8]> = smallvec::smallvec![root(first.out)];
-    let mut period = first.args.iter().filter_map(|a| a.1).fold(1, lcm);
+    let mut period = first.args.iter().filter_map(|a| a.1).fold(1, chain::lcm);
     let mut end = si + 1;
     while let Some(Some(next)) = cands.get(end) {
         let inside = |t: usize| produced.contains(&root(t));
-        let p = next.args.iter().filter_map(|a| a.1).fold(period, lcm);
+        let p = next.args.iter().filter_map(|a| a.1).fold(period, chain::lcm);
         let joins = next.n == first.n
             && next.args.iter().any(|a| inside(a.0))
             && next.args.iter().all(|a| !inside(a.0) || a.1.is_none())
@@ -136,17 +136,6 @@ fn chain_end(cands: &[Option<Candidate>], si: usize, root: &impl Fn(usize) -> us
         end += 1;
     }
     end
-}
-
-fn lcm(a: usize, b: usize) -> usize {
-    fn gcd(a: usize, b: usize) -> usize {
-        if b == 0 {
-            a
-        } else {
-            gcd(b, a % b)
-        }
-    }
-    a / gcd(a, b) * b
 }
 
 /// Step `st` as a chain candidate: a plain CPU kernel of a float unary op, or of a

@@ -358,7 +358,8 @@ fn apply(kind: ChainKind, x: Arg<'_>, y: Option<Arg<'_>>, dst: &mut [f32]) {
     }
 }
 
-fn lcm(a: usize, b: usize) -> usize {
+/// The least common multiple of two operand periods.
+pub(crate) fn lcm(a: usize, b: usize) -> usize {
     fn gcd(a: usize, b: usize) -> usize {
         if b == 0 {
             a

@@ -317,21 +317,7 @@ pub(crate) fn fully_connected_int(op: &OpContext<'_>, ctx: &mut BackendContext) 
         // int8 with constant weights: the rows as 1x1 "pixels" of the int8 GEMM,
         // requantized with one rounding as above. A layer of a few outputs (a
         // classifier's last) stays on the plain dot products, which cost less than the GEMM's setup there.
-        let g = ferrite_kernels::conv::Window {
-            batch,
-            in_h: 1,
-            in_w: 1,
-            out_h: 1,
-            out_w: 1,
-            k_h: 1,
-            k_w: 1,
-            stride_h: 1,
-            stride_w: 1,
-            dil_h: 1,
-            dil_w: 1,
-            pad_top: 0,
-            pad_left: 0,
-        };
+        let g = ferrite_kernels::conv::Window::rows(batch);
         let q = QConv { g, in_c: in_n, out_c: out_n, depth_multiplier: 0, in_zp, w_zp, rq };
         // Packed once for every session of the model (the kernel reads only the packing).
         let key = crate::backend::PackKey { subgraph: op.subgraph, tensor: op.input(1)?.tensor, with: None, packing: crate::backend::Packing::QGemm };
