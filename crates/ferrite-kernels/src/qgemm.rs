@@ -1213,9 +1213,11 @@ pub struct RowRequant {
     /// For [`Rounding::Single`], each block of 8 channels' 64-bit shift terms
     /// in the AVX2 kernel's lane order ([`single_terms`]), made once here
     /// rather than per run: at batch 1 they cost as much as the rows.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     single_terms: Vec<i64>,
     /// Whether a channel scales by 1 or more (shifts left more than right), so
-    /// that one rounding can leave int32 and must be clamped.
+    /// that one rounding can leave int32 and must be clamped (read by the AVX2 kernel).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     single_sat: bool,
 }
 
