@@ -913,6 +913,43 @@ mod tests {
         });
     }
 
+    /// Runs [`depthwise_conv2d`] on output rows `start..` of `g` (`in_c` input
+    /// channels, multiplier `mult`) and checks every output against the sum
+    /// written out from the definition; `l` names the vector level in a failure.
+    #[allow(clippy::too_many_arguments)]
+    fn depthwise_rows_match_definition(
+        l: &dyn std::fmt::Debug,
+        x: &[f32],
+        in_c: usize,
+        mult: usize,
+        w: &[f32],
+        bias: Option<&[f32]>,
+        g: &Window,
+        clamp: Clamp,
+        start: usize,
+    ) {
+        let (oc, total) = (in_c * mult, g.batch * g.out_h);
+        let mut out = vec![f32::NAN; (total - start) * g.out_w * oc];
+        depthwise_conv2d(x, in_c, mult, w, bias, g, clamp, &mut out, start..total);
+        for row in start..total {
+            let (n, oy) = (row / g.out_h, row % g.out_h);
+            for ox in 0..g.out_w {
+                for o in 0..oc {
+                    let mut s = bias.map_or(0.0, |b| b[o]);
+                    for ky in 0..g.k_h {
+                        let Some(y) = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h) else { continue };
+                        for kx in 0..g.k_w {
+                            let Some(xx) = (ox * g.stride_w + kx * g.dil_w).checked_sub(g.pad_left).filter(|&v| v < g.in_w) else { continue };
+                            s += x[((n * g.in_h + y) * g.in_w + xx) * in_c + o / mult] * w[(ky * g.k_w + kx) * oc + o];
+                        }
+                    }
+                    let got = out[((row - start) * g.out_w + ox) * oc + o];
+                    assert!((got - clamp.apply(s)).abs() < 1e-4, "{l:?} {g:?} c{in_c} m{mult}: {got} vs {s} at row {row} x {ox} ch {o}");
+                }
+            }
+        }
+    }
+
     /// Random geometries against the definition: odd channel counts, multipliers
     /// 1-16, 1xN and Nx1 filters, strides 1-4, dilation, SAME and VALID, batch 2,
     /// and row ranges that start mid-image (as a thread's share does).
@@ -943,27 +980,8 @@ mod tests {
                 let b: Vec<f32> = (0..oc).map(|_| next(1000) as f32 * 0.001).collect();
                 let clamp = if case % 3 == 0 { Clamp::RELU6 } else { Clamp::NONE };
                 let bias = (case % 4 != 1).then_some(&b[..]);
-                let total = batch * out_h;
-                let start = next(total);
-                let mut out = vec![f32::NAN; (total - start) * out_w * oc];
-                depthwise_conv2d(&x, c, mult, &w, bias, &g, clamp, &mut out, start..total);
-                for row in start..total {
-                    let (n, oy) = (row / out_h, row % out_h);
-                    for ox in 0..out_w {
-                        for o in 0..oc {
-                            let mut s = bias.map_or(0.0, |b| b[o]);
-                            for ky in 0..k_h {
-                                let Some(y) = (oy * stride_h + ky * dil_h).checked_sub(pad_top).filter(|&y| y < in_h) else { continue };
-                                for kx in 0..k_w {
-                                    let Some(xx) = (ox * stride_w + kx * dil_w).checked_sub(pad_left).filter(|&v| v < in_w) else { continue };
-                                    s += x[((n * in_h + y) * in_w + xx) * c + o / mult] * w[(ky * k_w + kx) * oc + o];
-                                }
-                            }
-                            let got = out[((row - start) * out_w + ox) * oc + o];
-                            assert!((got - clamp.apply(s)).abs() < 1e-4, "{l:?} {g:?} c{c} m{mult}: {got} vs {s} at row {row} x {ox} ch {o}");
-                        }
-                    }
-                }
+                let start = next(batch * out_h);
+                depthwise_rows_match_definition(&l, &x, c, mult, &w, bias, &g, clamp, start);
             }
         });
     }
@@ -1005,27 +1023,8 @@ mod tests {
                 let b: Vec<f32> = (0..c).map(|_| next(1000) as f32 * 0.001).collect();
                 let clamp = if case % 3 == 0 { Clamp::RELU6 } else { Clamp::NONE };
                 let bias = (case % 4 != 1).then_some(&b[..]);
-                let total = batch * out_h;
-                let start = next(total);
-                let mut out = vec![f32::NAN; (total - start) * out_w * c];
-                depthwise_conv2d(&x, in_c, mult, &w, bias, &g, clamp, &mut out, start..total);
-                for row in start..total {
-                    let (n, oy) = (row / out_h, row % out_h);
-                    for ox in 0..out_w {
-                        for o in 0..c {
-                            let mut s = bias.map_or(0.0, |b| b[o]);
-                            for ky in 0..k_h {
-                                let Some(y) = (oy * stride_h + ky * dil_h).checked_sub(pad_top).filter(|&y| y < in_h) else { continue };
-                                for kx in 0..k_w {
-                                    let Some(xx) = (ox * stride_w + kx).checked_sub(pad_left).filter(|&v| v < in_w) else { continue };
-                                    s += x[((n * in_h + y) * in_w + xx) * in_c + o / mult] * w[(ky * k_w + kx) * c + o];
-                                }
-                            }
-                            let got = out[((row - start) * out_w + ox) * c + o];
-                            assert!((got - clamp.apply(s)).abs() < 1e-4, "{l:?} {g:?} c{c} m{mult}: {got} vs {s} at row {row} x {ox} ch {o}");
-                        }
-                    }
-                }
+                let start = next(batch * out_h);
+                depthwise_rows_match_definition(&l, &x, in_c, mult, &w, bias, &g, clamp, start);
             }
         });
     }

@@ -250,6 +250,16 @@ impl Chain {
         self.slots
     }
 
+    /// Runs `f` on the step's inputs and outputs as the chain's floats, checked
+    /// against the plan (where the kernel and the op-by-op run both start).
+    fn with_views<R>(&self, ins: &[Option<&[u8]>], outs: &mut [&mut [u8]], f: impl FnOnce(&[&[f32]], &mut [&mut [f32]]) -> Result<R>) -> Result<R> {
+        let mut in_views: [&[f32]; MAX_INPUTS] = [&[]; MAX_INPUTS];
+        let mut out_views: [&mut [f32]; MAX_OUTPUTS] = Default::default();
+        self.inputs(ins, &mut in_views)?;
+        self.outputs(outs, &mut out_views)?;
+        f(&in_views[..self.input_len.len()], &mut out_views[..self.outputs])
+    }
+
     /// The step inputs as floats into `v`, checked against the plan.
     fn inputs<'a>(&self, ins: &[Option<&'a [u8]>], v: &mut [&'a [f32]; MAX_INPUTS]) -> Result<()> {
         if ins.len() != self.input_len.len() || ins.len() > MAX_INPUTS {
@@ -389,42 +399,38 @@ pub(crate) fn chain_kernel(chain: Arc<Chain>, pool: Option<Arc<ThreadPool>>) -> 
     // Block buffers for each part, made once.
     let mut scratch: Vec<Mutex<Vec<f32>>> = (0..parts).map(|_| Mutex::new(vec![0.0; chain.block * chain.slots])).collect();
     Box::new(move |ins, outs| {
-        let mut in_views: [&[f32]; MAX_INPUTS] = [&[]; MAX_INPUTS];
-        let mut out_views: [&mut [f32]; MAX_OUTPUTS] = Default::default();
-        chain.inputs(ins, &mut in_views)?;
-        chain.outputs(outs, &mut out_views)?;
-        let ins = &in_views[..chain.input_len.len()];
-        let outs = &mut out_views[..chain.outputs];
-        let Some(pool) = pool.as_deref() else {
-            let s = scratch[0].get_mut().unwrap_or_else(|e| e.into_inner());
-            chain.run_part(ins, outs, 0, chain.n, s);
-            return Ok(());
-        };
-        // Each part's share of every output, split at whole blocks.
-        let range = |i: usize| {
-            let b = ferrite_kernels::parallel::chunk(blocks, parts, i);
-            (b.start * chain.block).min(chain.n)..(b.end * chain.block).min(chain.n)
-        };
-        let mut pieces: SmallVec<[Mutex<OutPieces<'_>>; 8]> = SmallVec::new();
-        let mut rest: SmallVec<[&mut [f32]; 4]> = outs.iter_mut().map(std::mem::take).collect();
-        for i in 0..parts {
-            let len = range(i).len();
-            let mut mine = SmallVec::new();
-            for r in rest.iter_mut() {
-                let (a, b) = std::mem::take(r).split_at_mut(len);
-                mine.push(a);
-                *r = b;
+        chain.with_views(ins, outs, |ins, outs| {
+            let Some(pool) = pool.as_deref() else {
+                let s = scratch[0].get_mut().unwrap_or_else(|e| e.into_inner());
+                chain.run_part(ins, outs, 0, chain.n, s);
+                return Ok(());
+            };
+            // Each part's share of every output, split at whole blocks.
+            let range = |i: usize| {
+                let b = ferrite_kernels::parallel::chunk(blocks, parts, i);
+                (b.start * chain.block).min(chain.n)..(b.end * chain.block).min(chain.n)
+            };
+            let mut pieces: SmallVec<[Mutex<OutPieces<'_>>; 8]> = SmallVec::new();
+            let mut rest: SmallVec<[&mut [f32]; 4]> = outs.iter_mut().map(std::mem::take).collect();
+            for i in 0..parts {
+                let len = range(i).len();
+                let mut mine = SmallVec::new();
+                for r in rest.iter_mut() {
+                    let (a, b) = std::mem::take(r).split_at_mut(len);
+                    mine.push(a);
+                    *r = b;
+                }
+                pieces.push(Mutex::new(mine));
             }
-            pieces.push(Mutex::new(mine));
-        }
-        let scratch = &scratch;
-        pool.run(parts, &|i| {
-            let mut outs = pieces[i].lock().unwrap_or_else(|e| e.into_inner());
-            let mut s = scratch[i].lock().unwrap_or_else(|e| e.into_inner());
-            let r = range(i);
-            chain.run_part(ins, &mut outs, r.start, r.len(), &mut s);
-        });
-        Ok(())
+            let scratch = &scratch;
+            pool.run(parts, &|i| {
+                let mut outs = pieces[i].lock().unwrap_or_else(|e| e.into_inner());
+                let mut s = scratch[i].lock().unwrap_or_else(|e| e.into_inner());
+                let r = range(i);
+                chain.run_part(ins, &mut outs, r.start, r.len(), &mut s);
+            });
+            Ok(())
+        })
     })
 }
 
@@ -436,69 +442,65 @@ pub(crate) struct ChainByOp(pub(crate) Arc<Chain>);
 impl OpByOp for ChainByOp {
     fn run_op_by_op(&mut self, ins: &[Option<&[u8]>], outs: &mut [&mut [u8]], read_back: bool, on_op: OnOp<'_>) -> Result<Flow> {
         let chain = &*self.0;
-        let mut in_views: [&[f32]; MAX_INPUTS] = [&[]; MAX_INPUTS];
-        let mut out_views: [&mut [f32]; MAX_OUTPUTS] = Default::default();
-        chain.inputs(ins, &mut in_views)?;
-        chain.outputs(outs, &mut out_views)?;
-        let ins = &in_views[..chain.input_len.len()];
-        let outs = &mut out_views[..chain.outputs];
-        let mut values: Vec<Vec<f32>> = chain.ops.iter().map(|o| if o.out.is_none() { vec![0.0; chain.n] } else { Vec::new() }).collect();
-        for (j, op) in chain.ops.iter().enumerate() {
-            let bytes = |a: Operand, outs: &[&mut [f32]], values: &[Vec<f32>]| -> Vec<u8> {
-                let v: &[f32] = match a {
-                    Operand::Input(k) | Operand::Periodic(k, _) => ins[k],
-                    Operand::Value(v) => match chain.ops[v].out {
-                        Some(k) => &outs[k][..],
-                        None => &values[v],
-                    },
-                };
-                bytemuck::cast_slice(v).to_vec()
-            };
-            let op_ins: Vec<Vec<u8>> = if read_back { op.args.iter().map(|&a| bytes(a, outs, &values)).collect() } else { Vec::new() };
-            let op_ins: Vec<Option<&[u8]>> = op_ins.iter().map(|b| Some(&b[..])).collect();
-            match on_op(j, &op_ins, None) {
-                Flow::Continue => {}
-                Flow::Skip => continue,
-                Flow::Stop => return Ok(Flow::Stop),
-            }
-            // The whole tensor as one block: the same kernels over the same elements.
-            let (mut dst_out, mut dst_tmp): (&mut [f32], Vec<f32>) = (&mut [], Vec::new());
-            match op.out {
-                Some(k) => dst_out = std::mem::take(&mut outs[k]),
-                None => dst_tmp = std::mem::take(&mut values[j]),
-            }
-            {
-                let arg = |a: Operand| -> Arg<'_> {
-                    match a {
-                        Operand::Input(k) => Arg::Full(ins[k]),
-                        Operand::Periodic(k, _) => Arg::Periodic(ins[k]),
-                        Operand::Value(v) => Arg::Full(match chain.ops[v].out {
+        chain.with_views(ins, outs, |ins, outs| {
+            let mut values: Vec<Vec<f32>> = chain.ops.iter().map(|o| if o.out.is_none() { vec![0.0; chain.n] } else { Vec::new() }).collect();
+            for (j, op) in chain.ops.iter().enumerate() {
+                let bytes = |a: Operand, outs: &[&mut [f32]], values: &[Vec<f32>]| -> Vec<u8> {
+                    let v: &[f32] = match a {
+                        Operand::Input(k) | Operand::Periodic(k, _) => ins[k],
+                        Operand::Value(v) => match chain.ops[v].out {
                             Some(k) => &outs[k][..],
                             None => &values[v],
-                        }),
-                    }
+                        },
+                    };
+                    bytemuck::cast_slice(v).to_vec()
                 };
-                let dst = if op.out.is_some() { &mut *dst_out } else { &mut dst_tmp[..] };
-                apply(op.kind, arg(op.args[0]), op.args.get(1).map(|&a| arg(a)), dst);
-            }
-            match op.out {
-                Some(k) => outs[k] = dst_out,
-                None => values[j] = dst_tmp,
-            }
-            let written: Vec<u8> = if read_back {
-                match op.out {
-                    Some(k) => bytemuck::cast_slice(&outs[k][..]).to_vec(),
-                    None => bytemuck::cast_slice(&values[j][..]).to_vec(),
+                let op_ins: Vec<Vec<u8>> = if read_back { op.args.iter().map(|&a| bytes(a, outs, &values)).collect() } else { Vec::new() };
+                let op_ins: Vec<Option<&[u8]>> = op_ins.iter().map(|b| Some(&b[..])).collect();
+                match on_op(j, &op_ins, None) {
+                    Flow::Continue => {}
+                    Flow::Skip => continue,
+                    Flow::Stop => return Ok(Flow::Stop),
                 }
-            } else {
-                Vec::new()
-            };
-            let out_views: Vec<&[u8]> = if read_back { vec![&written[..]] } else { Vec::new() };
-            if on_op(j, &op_ins, Some(&out_views)) == Flow::Stop {
-                return Ok(Flow::Stop);
+                // The whole tensor as one block: the same kernels over the same elements.
+                let (mut dst_out, mut dst_tmp): (&mut [f32], Vec<f32>) = (&mut [], Vec::new());
+                match op.out {
+                    Some(k) => dst_out = std::mem::take(&mut outs[k]),
+                    None => dst_tmp = std::mem::take(&mut values[j]),
+                }
+                {
+                    let arg = |a: Operand| -> Arg<'_> {
+                        match a {
+                            Operand::Input(k) => Arg::Full(ins[k]),
+                            Operand::Periodic(k, _) => Arg::Periodic(ins[k]),
+                            Operand::Value(v) => Arg::Full(match chain.ops[v].out {
+                                Some(k) => &outs[k][..],
+                                None => &values[v],
+                            }),
+                        }
+                    };
+                    let dst = if op.out.is_some() { &mut *dst_out } else { &mut dst_tmp[..] };
+                    apply(op.kind, arg(op.args[0]), op.args.get(1).map(|&a| arg(a)), dst);
+                }
+                match op.out {
+                    Some(k) => outs[k] = dst_out,
+                    None => values[j] = dst_tmp,
+                }
+                let written: Vec<u8> = if read_back {
+                    match op.out {
+                        Some(k) => bytemuck::cast_slice(&outs[k][..]).to_vec(),
+                        None => bytemuck::cast_slice(&values[j][..]).to_vec(),
+                    }
+                } else {
+                    Vec::new()
+                };
+                let out_views: Vec<&[u8]> = if read_back { vec![&written[..]] } else { Vec::new() };
+                if on_op(j, &op_ins, Some(&out_views)) == Flow::Stop {
+                    return Ok(Flow::Stop);
+                }
             }
-        }
-        Ok(Flow::Continue)
+            Ok(Flow::Continue)
+        })
     }
 }
 
