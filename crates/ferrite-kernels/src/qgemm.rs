@@ -2098,8 +2098,17 @@ mod tests {
         let mut rng = Rng(0x1234_5678_9abc_def1);
         let all: Vec<(u8, u8)> = (0..=255u8).flat_map(|x| (0..=255u8).map(move |y| (x, y))).collect();
         crate::level::each(|_| {
-            for case in 0..24 {
-                let (s1, s2, so) = [0.001, 0.01, 0.1].map(|s| s * (0.5 + rng.below(1000) as f64 / 1000.0)).into();
+            for case in 0..32 {
+                let (mut s1, mut s2, mut so) = [0.001, 0.01, 0.1].map(|s| s * (0.5 + rng.below(1000) as f64 / 1000.0)).into();
+                // Equal input scales (a rescale by exactly one half: no right
+                // shift), scales far apart (past the merged 32-bit rescale's
+                // shifts) and an output scale a power of two times the inputs'.
+                match case % 8 {
+                    3 => s2 = s1,
+                    6 => s1 = s2 * 1e-5,
+                    7 => so = s1.max(s2) * 4.0,
+                    _ => {}
+                }
                 let twice_max = 2.0 * f64::max(s1, s2);
                 let (lo, hi) = if case % 3 == 0 { (-100 + rng.below(50) as i32, 50 + rng.below(77) as i32) } else { (-128, 127) };
                 // A shorter left shift now and then takes the AVX-512 kernel's

@@ -590,6 +590,175 @@ impl SplitScale {
     }
 }
 
+/// An 8-bit input's rescale `mbqm_split((q - z) << l, m, 0, r)` with its two
+/// roundings merged into one. Rounding the high half of `p = d 2^l m` (`d = q -
+/// z`) and then shifting it right by `r`, half away from zero, is one floor:
+/// `floor((p + 2^30 + c 2^31) / 2^(31 + r))` with `c = 2^(r - 1) - [d < 0]`
+/// (`c = 0` for `r = 0`; where `d < 0` rounds to a high half of 0 both values of
+/// `c` give 0). Every term is a multiple of `2^l`, so with `S = 31 + r - l` and
+/// `m = mh 2^S + ml` the rescale is `d mh + floor((d ml + B) / 2^S)`, both parts
+/// inside int32 for `|d| <= 255` and `8 <= S <= 23`: two 32-bit multiplies and
+/// one shift instead of the 64-bit products and a second rounding. The lanes
+/// hold `q`, not `d`: the zero point's share is folded into the constants.
+struct MergedInput {
+    mh: __m512i,
+    ml: __m512i,
+    /// `B - z ml` for `d >= 0`.
+    base: __m512i,
+    /// Taken off `base` where `d < 0`: `2^(31 - l)` for `r > 0`, else 0.
+    neg: __m512i,
+    z: __m512i,
+    shift: __m128i,
+    /// `z mh`, which the lanes' `q mh` holds too much (taken off once per sum).
+    z_mh: i32,
+}
+
+impl MergedInput {
+    /// The merged form of `s` after a left shift of `l`, for zero point `z`
+    /// (`|q - z| <= 255`), if its shift and multiplier fit (see above).
+    #[target_feature(enable = "avx512f")]
+    fn new(s: crate::quant::Scale, l: u32, z: i32) -> Option<MergedInput> {
+        if s.left != 0 || s.multiplier < 0 || l > 30 {
+            return None;
+        }
+        let shift = (31 + s.right).checked_sub(l).filter(|sh| (8..=23).contains(sh))?;
+        let (mh, ml) = (s.multiplier >> shift, s.multiplier & ((1 << shift) - 1));
+        let base = (1i32 << (30 - l)) + if s.right > 0 { 1 << (30 - l + s.right) } else { 0 };
+        let neg = if s.right > 0 { 1i32 << (31 - l) } else { 0 };
+        Some(MergedInput {
+            mh: _mm512_set1_epi32(mh),
+            ml: _mm512_set1_epi32(ml),
+            base: _mm512_set1_epi32(base.wrapping_sub(z.wrapping_mul(ml))),
+            neg: _mm512_set1_epi32(neg),
+            z: _mm512_set1_epi32(z),
+            shift: _mm_cvtsi32_si128(shift as i32),
+            z_mh: z.wrapping_mul(mh),
+        })
+    }
+
+    /// `q`'s rescale plus `z mh` (wrapping).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn apply(&self, q: __m512i) -> __m512i {
+        let below = _mm512_cmplt_epi32_mask(q, self.z);
+        let low = _mm512_add_epi32(_mm512_mullo_epi32(q, self.ml), self.base);
+        let low = _mm512_mask_sub_epi32(low, below, low, self.neg);
+        _mm512_add_epi32(_mm512_mullo_epi32(q, self.mh), _mm512_sra_epi32(low, self.shift))
+    }
+}
+
+/// The output rescale of an ADD / SUB, `mbqm_split(s, m, 0, r)` plus the zero
+/// point, its two roundings merged as [`MergedInput`]'s: `floor((s m + 2^30 + c
+/// 2^31) / 2^T + z)` with `T = 31 + r`, one 64-bit add (the zero point folded into
+/// it as `z 2^T`), a masked subtract for negative sums and one shift per half.
+struct MergedOutput {
+    m: __m512i,
+    /// `2^30 + 2^(30 + r) [r > 0] + z 2^T` per 64-bit lane.
+    base: __m512i,
+    /// `2^31 [r > 0]`, taken off where the sum is negative.
+    neg: __m512i,
+    shift: __m128i,
+    /// Interleaves the even lanes' and the odd lanes' results.
+    idx: __m512i,
+    lo: __m512i,
+    hi: __m512i,
+}
+
+impl MergedOutput {
+    /// The merged form of `s` with output zero point `z`, clamped to `(lo, hi)`,
+    /// for sums within int32, if its shift and multiplier fit in 64-bit lanes.
+    #[target_feature(enable = "avx512f")]
+    fn new(s: crate::quant::Scale, z: i32, (lo, hi): (i32, i32)) -> Option<MergedOutput> {
+        if s.left != 0 || s.multiplier < 0 || s.right > 31 {
+            return None;
+        }
+        let t = 31 + s.right;
+        let base = (1i128 << 30) + if s.right > 0 { 1i128 << (30 + s.right) } else { 0 } + (i128::from(z) << t);
+        // The products stay within 2^62 (an int32 sum times a 31-bit multiplier).
+        let base = i64::try_from(base).ok().filter(|b| b.unsigned_abs() < 1 << 61)?;
+        let idx: [i32; 16] = std::array::from_fn(|i| if i % 2 == 0 { i as i32 } else { 16 + i as i32 - 1 });
+        Some(MergedOutput {
+            m: _mm512_set1_epi32(s.multiplier),
+            base: _mm512_set1_epi64(base),
+            neg: _mm512_set1_epi64(if s.right > 0 { 1 << 31 } else { 0 }),
+            shift: _mm_cvtsi32_si128(t as i32),
+            // SAFETY: 16 int32 read from a 16-element array.
+            idx: unsafe { _mm512_loadu_si512(idx.as_ptr() as *const _) },
+            lo: _mm512_set1_epi32(lo),
+            hi: _mm512_set1_epi32(hi),
+        })
+    }
+
+    /// The 16 sums `s` rescaled, offset and clamped.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn apply(&self, s: __m512i) -> __m512i {
+        let half = |p: __m512i| {
+            let below = _mm512_cmplt_epi64_mask(p, _mm512_setzero_si512());
+            let q = _mm512_add_epi64(p, self.base);
+            _mm512_sra_epi64(_mm512_mask_sub_epi64(q, below, q, self.neg), self.shift)
+        };
+        let even = half(_mm512_mul_epi32(s, self.m));
+        let odd = half(_mm512_mul_epi32(_mm512_srli_epi64::<32>(s), self.m));
+        let v = _mm512_permutex2var_epi32(even, self.idx, odd);
+        _mm512_min_epi32(_mm512_max_epi32(v, self.lo), self.hi)
+    }
+}
+
+/// [`add_sub_8bit`] through [`MergedInput`] and [`MergedOutput`], if `p`'s
+/// scales fit them: returns false, having done nothing, where they do not.
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[target_feature(enable = "avx512f")]
+unsafe fn add_sub_8bit_merged<const UNSIGNED: bool>(a: &[u8], b: &[u8], p: &crate::quant::AddSub, out: &mut [u8]) -> bool {
+    let zp_ok = |zp: i32| if UNSIGNED { (0..=255).contains(&zp) } else { (-128..=127).contains(&zp) };
+    if !(zp_ok(p.zp.0) && zp_ok(p.zp.1)) || !matches!(p.sign, 1 | -1) {
+        return false;
+    }
+    let (Some(fa), Some(fb), Some(fo)) = (
+        MergedInput::new(p.scale.0, p.left_shift, p.zp.0),
+        MergedInput::new(p.scale.1, p.left_shift, p.zp.1),
+        MergedOutput::new(p.out_scale, p.out_zp, (p.min, p.max)),
+    ) else {
+        return false;
+    };
+    // The zero points' shares of both rescales, taken off the sum once.
+    let zero = _mm512_set1_epi32(fa.z_mh.wrapping_add(fb.z_mh.wrapping_mul(p.sign)).wrapping_neg());
+    let n = out.len().min(a.len()).min(b.len());
+    macro_rules! step {
+        ($x:expr, $y:expr) => {{
+            let (x, y): (__m128i, __m128i) = ($x, $y);
+            let (x, y) = if UNSIGNED { (_mm512_cvtepu8_epi32(x), _mm512_cvtepu8_epi32(y)) } else { (_mm512_cvtepi8_epi32(x), _mm512_cvtepi8_epi32(y)) };
+            let (x, y) = (fa.apply(x), fb.apply(y));
+            let s = if p.sign == 1 { _mm512_add_epi32(x, y) } else { _mm512_sub_epi32(x, y) };
+            // Clamped inside the 8-bit type, so the truncating narrow keeps the value.
+            _mm512_cvtepi32_epi8(fo.apply(_mm512_add_epi32(s, zero)))
+        }};
+    }
+    let mut i = 0;
+    while i + 16 <= n {
+        // SAFETY: elements i..i + 16 <= n of both inputs and of `out`.
+        unsafe {
+            let v = step!(_mm_loadu_si128(a.as_ptr().add(i) as *const _), _mm_loadu_si128(b.as_ptr().add(i) as *const _));
+            _mm_storeu_si128(out.as_mut_ptr().add(i) as *mut _, v);
+        }
+        i += 16;
+    }
+    if i < n {
+        let (mut x, mut y, mut o) = ([0u8; 16], [0u8; 16], [0u8; 16]);
+        x[..n - i].copy_from_slice(&a[i..n]);
+        y[..n - i].copy_from_slice(&b[i..n]);
+        // SAFETY: 16-byte arrays, unaligned accesses.
+        unsafe {
+            let v = step!(_mm_loadu_si128(x.as_ptr() as *const _), _mm_loadu_si128(y.as_ptr() as *const _));
+            _mm_storeu_si128(o.as_mut_ptr() as *mut _, v);
+        }
+        out[i..n].copy_from_slice(&o[..n - i]);
+    }
+    true
+}
+
 /// Quantized ADD / SUB of 8-bit operands ([`crate::quant::AddSub::apply`] per
 /// element), 16 elements per step, the last `len % 16` masked. `UNSIGNED` reads
 /// and writes uint8 values, otherwise int8.
@@ -598,6 +767,10 @@ impl SplitScale {
 /// The CPU must support AVX-512F.
 #[target_feature(enable = "avx512f")]
 pub(crate) unsafe fn add_sub_8bit<const UNSIGNED: bool>(a: &[u8], b: &[u8], p: &crate::quant::AddSub, out: &mut [u8]) {
+    // SAFETY: AVX-512F is present (contract).
+    if unsafe { add_sub_8bit_merged::<UNSIGNED>(a, b, p, out) } {
+        return;
+    }
     let n = out.len().min(a.len()).min(b.len());
     let (sa, sb, so) = (ScaleV::new(p.scale.0), ScaleV::new(p.scale.1), ScaleV::new(p.out_scale));
     let (zpa, zpb, zpo) = (_mm512_set1_epi32(p.zp.0), _mm512_set1_epi32(p.zp.1), _mm512_set1_epi32(p.out_zp));
