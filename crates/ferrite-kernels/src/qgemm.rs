@@ -1219,6 +1219,49 @@ pub struct RowRequant {
     /// that one rounding can leave int32 and must be clamped (read by the AVX2 kernel).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     single_sat: bool,
+    /// Each block of 16 channels' terms of the two roundings merged into one
+    /// ([`merged_terms`], read by the AVX-512 convolution tiles), empty where a
+    /// channel's shift or the zero point does not suit that form.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    merged: Vec<i64>,
+}
+
+/// The largest right shift [`merged_terms`] takes: with it the folded zero
+/// point `z 2^(31 + right)` and the products (within 2^62) stay inside int64.
+const MERGED_MAX_RIGHT: u32 = 22;
+
+/// The 64-bit terms of TFLite's two roundings merged into one floor, per block
+/// of 16 channels. Rounding the high half of `p = x m` and then shifting it right
+/// by `r` (half away from zero) is `floor((p + 2^30 + c 2^31) / 2^(31 + r))` with
+/// `c = 2^(r - 1) - [p < 0]` (0 for `r = 0`): the high half's floor nests in the
+/// shift's, and where a negative `p` rounds to a high half of 0 either value of
+/// `c` gives 0. So each channel needs its total shift `t = 31 + r`, the constant
+/// `2^30 + 2^(30 + r) [r > 0] + z 2^t` (the zero point folded in) and the
+/// `2^31 [r > 0]` taken off for negative products; each as two vectors of 8
+/// lanes, the block's even channels then its odd ones. Channels past `n` get
+/// `t = 31` and zeros. Empty where a multiplier is negative, a right shift is
+/// past [`MERGED_MAX_RIGHT`] or the zero point is not an 8-bit one.
+fn merged_terms(multiplier: &[i32], right: &[u32], out_zp: i32) -> Vec<i64> {
+    let n = right.len();
+    if !(-256..=256).contains(&out_zp) || right.iter().any(|&r| r > MERGED_MAX_RIGHT) || multiplier.iter().any(|&m| m < 0) {
+        return Vec::new();
+    }
+    let mut terms = vec![0i64; n.div_ceil(16) * 48];
+    for (b, block) in terms.chunks_exact_mut(48).enumerate() {
+        for lane in 0..16 {
+            let c = b * 16 + lane;
+            let at = (lane % 2) * 8 + lane / 2;
+            let Some(&r) = right.get(c) else {
+                block[at] = 31;
+                continue;
+            };
+            let t = 31 + r;
+            block[at] = i64::from(t);
+            block[16 + at] = (1i64 << 30) + if r > 0 { 1i64 << (30 + r) } else { 0 } + (i64::from(out_zp) << t);
+            block[32 + at] = if r > 0 { 1i64 << 31 } else { 0 };
+        }
+    }
+    terms
 }
 
 /// The 64-bit terms of one rounding, per block of 8 channels: the total right
@@ -1246,11 +1289,14 @@ impl RowRequant {
     /// Per-channel parameters for `n` channels (a per-tensor `rq` is repeated).
     pub fn new(rq: &Requant, n: usize) -> RowRequant {
         let at = |v: &[i32], j: usize| v[if v.len() == 1 { 0 } else { j }];
+        let multiplier: Vec<i32> = (0..n).map(|j| at(&rq.multiplier, j)).collect();
+        let right: Vec<u32> = (0..n).map(|j| (-at(&rq.shift, j)).max(0) as u32).collect();
         RowRequant {
             offset: vec![0; n],
-            multiplier: (0..n).map(|j| at(&rq.multiplier, j)).collect(),
+            merged: merged_terms(&multiplier, &right, rq.out_zp),
+            multiplier,
             left: (0..n).map(|j| at(&rq.shift, j).max(0) as u32).collect(),
-            right: (0..n).map(|j| (-at(&rq.shift, j)).max(0) as u32).collect(),
+            right,
             out_zp: rq.out_zp,
             min: rq.min,
             max: rq.max,
@@ -1893,8 +1939,16 @@ mod tests {
                 let out_c = 1 + rng.below(160);
                 let batch = 1 + rng.below(2);
                 let g = crate::conv::Window { batch, in_h, in_w, out_h, out_w, k_h, k_w, stride_h: stride, stride_w: stride, dil_h, dil_w, pad_top, pad_left };
-                // Every seventh case with scales of 1 to 4 (a left shift before the product).
-                let scale = |r: usize| if case % 7 == 3 { 1.0 + r as f64 * 3e-3 } else { (1 + r) as f64 * 2e-5 };
+                // Every seventh case with scales of 1 to 4 (a left shift before the
+                // product); some with powers of two from 1/2 (no shift) to 2^-23 (the
+                // most the merged rounding takes) or 2^-24 (past it): their products
+                // sit on rounding ties.
+                let scale = |r: usize| match case % 14 {
+                    3 | 10 => 1.0 + r as f64 * 3e-3,
+                    5 => 0.5f64.powi(1 + (r % 23) as i32),
+                    12 => 0.5f64.powi(1 + (r % 24) as i32),
+                    _ => (1 + r) as f64 * 2e-5,
+                };
                 let (multiplier, shift) = (0..out_c).map(|_| crate::quant::quantize_multiplier(scale(rng.below(1000)))).unzip();
                 let (min, max) = if rng.below(2) == 0 { (-128, 127) } else { (-128 + rng.below(100) as i32, 127 - rng.below(100) as i32) };
                 let rq = Requant { multiplier, shift, out_zp: rng.below(256) as i32 - 128, min, max };

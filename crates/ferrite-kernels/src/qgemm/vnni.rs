@@ -224,6 +224,7 @@ pub(super) fn conv(
         ldo: n,
         flip: flip ^ 0x80,
         single: rq.rounding == Rounding::Single,
+        merged: rq.rounding == Rounding::Double && rq.merged.len() == n.div_ceil(NR) * 48,
         terms: !terms.is_empty(),
     };
     // The furthest byte a tile reads: the last pixel's last segment's last
@@ -299,6 +300,8 @@ struct Tile {
     flip: u8,
     /// One rounding of the exact product ([`Rounding::Single`]), else two.
     single: bool,
+    /// The two roundings through [`Merged16`] (`rq` holds its terms).
+    merged: bool,
     /// Whether each pixel adds a weight-offset term before requantizing.
     terms: bool,
 }
@@ -377,6 +380,16 @@ unsafe fn tile<const R: usize, const P: usize>(t: &Tile, a: *const u8, w: *const
         let j = (p0 + p) * NR;
         let cols = NR.min(t.ldo - j);
         let k: __mmask16 = if cols >= NR { 0xFFFF } else { (1u16 << cols) - 1 };
+        if t.merged {
+            // SAFETY: the `cols` channels from j of `rq`'s arrays of ldo, and
+            // block j / 16 of its merged terms (contract, `t.merged`).
+            let s = unsafe { Merged16::load(rq, j, k) };
+            for (r, acc) in acc.iter().enumerate() {
+                // SAFETY: as below.
+                unsafe { store16(out.add(r * t.ldo + j), k, s.apply(acc[p]), t.flip) };
+            }
+            continue;
+        }
         // SAFETY: the `cols` channels from j of `rq`'s arrays of ldo (contract).
         let s = unsafe { Scale16::load(rq, j, k) };
         for (r, acc) in acc.iter().enumerate() {
@@ -510,6 +523,74 @@ impl Scale16 {
         let odd = round(_mm512_mul_epi32(_mm512_srli_epi64::<32>(x), self.m_odd), self.total.1);
         let v = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64::<32>(odd));
         _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(v, self.zp), self.lo), self.hi)
+    }
+}
+
+/// One panel's requantization with its two roundings merged into one floor
+/// (the terms `super::merged_terms` made once per layer): per 8 lanes one
+/// 64-bit product, add, masked subtract and shift, where [`Scale16::double`]
+/// takes the rounded high half and then a second rounding.
+struct Merged16 {
+    offset: __m512i,
+    m: __m512i,
+    m_odd: __m512i,
+    left: __m512i,
+    /// Whether any lane shifts left.
+    shifts: bool,
+    /// Total shifts, constants and negative-product corrections, even lanes then odd.
+    t: (__m512i, __m512i),
+    base: (__m512i, __m512i),
+    neg: (__m512i, __m512i),
+    /// Interleaves the even lanes' and the odd lanes' results.
+    idx: __m512i,
+    lo: __m512i,
+    hi: __m512i,
+}
+
+impl Merged16 {
+    /// # Safety
+    /// The CPU must support AVX-512F; `rq`'s arrays hold the lanes of `k` from
+    /// `j` (a multiple of 16), and its merged terms block `j / 16`.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn load(rq: &RowRequant, j: usize, k: __mmask16) -> Merged16 {
+        // SAFETY: masked to the lanes the contract names; the block's 48 terms.
+        unsafe {
+            let lanes = |v: *const i32| _mm512_maskz_loadu_epi32(k, v.add(j));
+            let terms = rq.merged.as_ptr().add(j / NR * 48);
+            let term = |i: usize| _mm512_loadu_si512(terms.add(i * 8) as *const _);
+            let (m, left) = (lanes(rq.multiplier.as_ptr()), lanes(rq.left.as_ptr() as *const i32));
+            let idx: [i32; 16] = std::array::from_fn(|i| if i % 2 == 0 { i as i32 } else { 16 + i as i32 - 1 });
+            Merged16 {
+                offset: lanes(rq.offset.as_ptr()),
+                m,
+                m_odd: _mm512_srli_epi64::<32>(m),
+                left,
+                shifts: _mm512_test_epi32_mask(left, left) != 0,
+                t: (term(0), term(1)),
+                base: (term(2), term(3)),
+                neg: (term(4), term(5)),
+                idx: _mm512_loadu_si512(idx.as_ptr() as *const _),
+                lo: _mm512_set1_epi32(rq.min),
+                hi: _mm512_set1_epi32(rq.max),
+            }
+        }
+    }
+
+    /// The 16 accumulators `d` requantized, offset by the zero point and clamped.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn apply(&self, d: __m512i) -> __m512i {
+        let x = _mm512_add_epi32(d, self.offset);
+        let x = if self.shifts { _mm512_sllv_epi32(x, self.left) } else { x };
+        let round = |p: __m512i, t: __m512i, base: __m512i, neg: __m512i| {
+            let below = _mm512_cmplt_epi64_mask(p, _mm512_setzero_si512());
+            let q = _mm512_add_epi64(p, base);
+            _mm512_srav_epi64(_mm512_mask_sub_epi64(q, below, q, neg), t)
+        };
+        let even = round(_mm512_mul_epi32(x, self.m), self.t.0, self.base.0, self.neg.0);
+        let odd = round(_mm512_mul_epi32(_mm512_srli_epi64::<32>(x), self.m_odd), self.t.1, self.base.1, self.neg.1);
+        let v = _mm512_permutex2var_epi32(even, self.idx, odd);
+        _mm512_min_epi32(_mm512_max_epi32(v, self.lo), self.hi)
     }
 }
 
