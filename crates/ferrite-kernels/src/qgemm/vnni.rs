@@ -380,10 +380,29 @@ unsafe fn tile<const R: usize, const P: usize>(t: &Tile, a: *const u8, w: *const
         let j = (p0 + p) * NR;
         let cols = NR.min(t.ldo - j);
         let k: __mmask16 = if cols >= NR { 0xFFFF } else { (1u16 << cols) - 1 };
-        if t.merged {
+        if t.merged && cols <= NR / 2 && R > 1 {
+            // A panel of at most 8 channels (a layer's last, or its only one)
+            // requantizes two pixels per vector: their halves side by side.
             // SAFETY: the `cols` channels from j of `rq`'s arrays of ldo, and
             // block j / 16 of its merged terms (contract, `t.merged`).
-            let s = unsafe { Merged16::load(rq, j, k) };
+            let s = unsafe { Merged16::load(rq, j, k, true) };
+            let mut r = 0;
+            while r + 1 < R {
+                let v = _mm512_inserti64x4::<1>(acc[r][p], _mm512_castsi512_si256(acc[r + 1][p]));
+                // SAFETY: pixels r and r + 1's channels j..j + cols inside their rows of ldo (contract).
+                unsafe { store_pair(out.add(r * t.ldo + j), out.add((r + 1) * t.ldo + j), k, s.apply(v), t.flip) };
+                r += 2;
+            }
+            if r < R {
+                // The odd pixel alone: its lanes' parameters are the low half's.
+                // SAFETY: as below.
+                unsafe { store16(out.add(r * t.ldo + j), k, s.apply(acc[r][p]), t.flip) };
+            }
+            continue;
+        }
+        if t.merged {
+            // SAFETY: as above.
+            let s = unsafe { Merged16::load(rq, j, k, false) };
             for (r, acc) in acc.iter().enumerate() {
                 // SAFETY: as below.
                 unsafe { store16(out.add(r * t.ldo + j), k, s.apply(acc[p]), t.flip) };
@@ -420,6 +439,24 @@ unsafe fn store16(at: *mut i8, k: __mmask16, v: __m512i, flip: u8) {
         } else {
             _mm_mask_storeu_epi8(at as *mut _, k, b);
         }
+    }
+}
+
+/// [`store16`] for two pixels' halves of one vector (at most 8 channels each,
+/// the lanes of `k`): the low half's bytes at `at`, the high half's at `next`.
+///
+/// # Safety
+/// The CPU must support AVX-512F/BW/VL; `at` and `next` must be valid for the
+/// lanes of `k` (all below 8).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn store_pair(at: *mut i8, next: *mut i8, k: __mmask16, v: __m512i, flip: u8) {
+    let b = _mm512_cvtepi32_epi8(v);
+    let b = if flip != 0 { _mm_xor_si128(b, _mm_set1_epi8(flip as i8)) } else { b };
+    // SAFETY: `at` and `next` hold the lanes of `k` (contract); unaligned accesses.
+    unsafe {
+        _mm_mask_storeu_epi8(at as *mut _, k, b);
+        _mm_mask_storeu_epi8(next as *mut _, k, _mm_srli_si128::<8>(b));
     }
 }
 
@@ -548,16 +585,22 @@ struct Merged16 {
 }
 
 impl Merged16 {
+    /// The parameters of channels `j..j + 16` (the lanes of `k`), or with `pair`
+    /// those of channels `j..j + 8` in both halves (a vector holding two pixels).
+    ///
     /// # Safety
     /// The CPU must support AVX-512F; `rq`'s arrays hold the lanes of `k` from
     /// `j` (a multiple of 16), and its merged terms block `j / 16`.
     #[target_feature(enable = "avx512f")]
-    unsafe fn load(rq: &RowRequant, j: usize, k: __mmask16) -> Merged16 {
+    unsafe fn load(rq: &RowRequant, j: usize, k: __mmask16, pair: bool) -> Merged16 {
+        // The low 256 bits in both halves (lanes 0..8, or the 64-bit lanes
+        // of channels 0..8's even or odd terms).
+        let dup = |v: __m512i| if pair { _mm512_shuffle_i64x2::<0b01_00_01_00>(v, v) } else { v };
         // SAFETY: masked to the lanes the contract names; the block's 48 terms.
         unsafe {
-            let lanes = |v: *const i32| _mm512_maskz_loadu_epi32(k, v.add(j));
+            let lanes = |v: *const i32| dup(_mm512_maskz_loadu_epi32(k, v.add(j)));
             let terms = rq.merged.as_ptr().add(j / NR * 48);
-            let term = |i: usize| _mm512_loadu_si512(terms.add(i * 8) as *const _);
+            let term = |i: usize| dup(_mm512_loadu_si512(terms.add(i * 8) as *const _));
             let (m, left) = (lanes(rq.multiplier.as_ptr()), lanes(rq.left.as_ptr() as *const i32));
             let idx: [i32; 16] = std::array::from_fn(|i| if i % 2 == 0 { i as i32 } else { 16 + i as i32 - 1 });
             Merged16 {
