@@ -837,7 +837,7 @@ impl MergedOutput {
 #[target_feature(enable = "avx512f")]
 unsafe fn add_sub_8bit_merged<const UNSIGNED: bool>(a: &[u8], b: &[u8], p: &crate::quant::AddSub, out: &mut [u8]) -> bool {
     let zp_ok = |zp: i32| if UNSIGNED { (0..=255).contains(&zp) } else { (-128..=127).contains(&zp) };
-    if !(zp_ok(p.zp.0) && zp_ok(p.zp.1)) || !matches!(p.sign, 1 | -1) {
+    if !(zp_ok(p.zp.0) && zp_ok(p.zp.1) && matches!(p.sign, 1 | -1)) {
         return false;
     }
     let (Some(fa), Some(fb), Some(fo)) = (
