@@ -321,9 +321,10 @@ fn add_rows<T: QuantInt>(rows: &[T], inner: usize, c0: usize, part: &mut [i32]) 
         let mut chunks = part.chunks_exact_mut(16);
         for (a, v) in (&mut chunks).zip(row.chunks_exact(16)) {
             let (a, v): (&mut [i32; 16], &[T; 16]) = (a.try_into().expect("16 columns"), v.try_into().expect("16 columns"));
-            for (a, v) in a.iter_mut().zip(v) {
-                *a += v.widen();
-            }
+            // Both read before the store: an add in place through the two
+            // references stays scalar (the compiler keeps their order).
+            let sum: [i32; 16] = std::array::from_fn(|i| a[i] + v[i].widen());
+            *a = sum;
         }
         let done = w - w % 16;
         for (a, v) in chunks.into_remainder().iter_mut().zip(&row[done..]) {
