@@ -499,7 +499,8 @@ impl OneChannel {
                     let v = values[(ky * g.k_w + kx) * out_c + o];
                     w[((ky * groups + kx / 4) * lanes + l) * 4 + kx % 4] = v;
                     if l == o {
-                        correction[o] += (128 + zp8) * i32::from(v);
+                        // Wrapping: the sums wrap alike (a filter of 2^16 taps could pass 2^31).
+                        correction[o] = correction[o].wrapping_add((128 + zp8) * i32::from(v));
                     }
                 }
             }
