@@ -272,17 +272,29 @@ fn int8_benches(filter: &str) {
             run(name, macs, &mut || qgemm::conv_i8(std::hint::black_box(&x), &pk, None, &q, out, &mut s));
         }
     }
-    for (name, h, w, c, k, stride) in
-        [("3x3", 24, 24, 8, 3, 1), ("3x3 stride 2", 24, 24, 8, 3, 2), ("3x3", 56, 56, 64, 3, 1), ("1xN temporal", 1, 49, 64, 5, 1)]
-    {
-        let g = if h == 1 { same_window(h, w, 1, k, stride) } else { same_window(h, w, k, k, stride) };
-        let q = int8_qconv(g, c, c, true);
+    // (name, height, width, input channels, multiplier, filter height, width, stride)
+    let depthwise = [
+        ("3x3", 24, 24, 8, 1, 3, 3, 1),
+        ("3x3 stride 2", 24, 24, 8, 1, 3, 3, 2),
+        ("3x3", 56, 56, 64, 1, 3, 3, 1),
+        ("3x3 small map", 25, 5, 64, 1, 3, 3, 1),
+        ("3x3 stride 2", 49, 40, 24, 1, 3, 3, 2),
+        ("1xN temporal", 1, 49, 64, 1, 1, 5, 1),
+        ("Nx1 temporal column", 101, 1, 96, 1, 9, 1, 2),
+        ("Nx1 temporal column", 51, 1, 96, 1, 9, 1, 1),
+        ("one channel x16", 49, 40, 1, 16, 3, 3, 1),
+        ("one channel x8", 96, 96, 1, 8, 5, 5, 2),
+    ];
+    for (name, h, w, c, m, kh, kw, stride) in depthwise {
+        let g = same_window(h, w, kh, kw, stride);
+        let mut q = int8_qconv(g, c, c * m, true);
+        q.depth_multiplier = m;
         let x: Vec<u8> = (0..h * w * c).map(|i| (i * 31 % 256) as u8).collect();
-        let wt: Vec<i8> = (0..g.k_h * g.k_w * c).map(|i| (i * 7 % 255) as i8).collect();
+        let wt: Vec<i8> = (0..kh * kw * c * m).map(|i| (i * 7 % 255) as i8).collect();
         let mut d = qgemm::Depthwise::new(&wt, &q);
-        let mut out = vec![0i8; g.out_h * g.out_w * c];
-        let name = format!("depthwise {name}: {h}x{w}x{c}, {}x{}/{stride}", g.k_h, g.k_w);
-        run(name, g.out_h * g.out_w * c * g.k_h * g.k_w, &mut || qgemm::depthwise_i8(std::hint::black_box(&x), &mut d, None, &q, &mut out));
+        let mut out = vec![0i8; g.out_h * g.out_w * c * m];
+        let name = format!("depthwise {name}: {h}x{w}x{c} x{m}, {kh}x{kw}/{stride}");
+        run(name, g.out_h * g.out_w * c * m * kh * kw, &mut || qgemm::depthwise_i8(std::hint::black_box(&x), &mut d, None, &q, &mut out));
     }
 }
 

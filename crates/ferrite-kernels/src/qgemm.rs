@@ -621,6 +621,9 @@ pub struct Depthwise {
     /// whether any channel shifts left.
     #[cfg(target_arch = "x86_64")]
     params: (Vec<i32>, bool),
+    /// The one-input-channel form ([`dw_avx512::OneChannel`]) where it applies.
+    #[cfg(target_arch = "x86_64")]
+    one: Option<dw_avx512::OneChannel>,
 }
 
 impl Depthwise {
@@ -638,7 +641,15 @@ impl Depthwise {
         let slots = if extent <= DW_RING_MAX { extent } else { g.k_h };
         let lines = crate::product(&[slots.checked_add(1)?, npl.checked_add(g.dil_w)?, cp, 4])?;
         let weights = crate::product(&[g.k_h, pairs, cp, 4])?;
-        lines.checked_add(weights)?.checked_add(crate::product(&[g.out_w, q.out_c, 4])?)
+        // The one-channel form's padded plane and its weights (four taps a group).
+        let plane = if q.in_c == 1 {
+            let height = g.out_h.saturating_sub(1).checked_mul(g.stride_h)?.checked_add(g.k_h.saturating_sub(1).checked_mul(g.dil_h)?)?.checked_add(1)?;
+            let width = g.out_w.saturating_sub(1).checked_mul(g.stride_w)?.checked_add(g.k_w.div_ceil(4).checked_mul(4)?)?;
+            crate::product(&[height, width])?.checked_add(crate::product(&[g.k_h, g.k_w.div_ceil(4), q.out_c.checked_next_multiple_of(16)?, 4])?)?
+        } else {
+            0
+        };
+        lines.checked_add(weights)?.checked_add(crate::product(&[g.out_w, q.out_c, 4])?)?.checked_add(plane)
     }
 
     /// Prepares int8 weights `[1, kh, kw, out_c]` for the geometry of `q`
@@ -683,6 +694,8 @@ impl Depthwise {
         let ring = extent <= DW_RING_MAX;
         let rq = RowRequant::new(rq, q.out_c);
         let slots = if ring { extent } else { g.k_h };
+        #[cfg(target_arch = "x86_64")]
+        let one = dw_avx512::OneChannel::new(&g, q.in_c, q.out_c, q.in_zp - i32::from(flip), &weight);
         Depthwise {
             prepared: q.g,
             g,
@@ -704,6 +717,8 @@ impl Depthwise {
             acc: vec![0; g.out_w * q.out_c],
             #[cfg(target_arch = "x86_64")]
             params: dw_avx512::block_params(&rq, cp),
+            #[cfg(target_arch = "x86_64")]
+            one,
             rq,
         }
     }
@@ -915,6 +930,12 @@ pub fn depthwise_u8(input: &[u8], d: &mut Depthwise, bias: Option<&[i32]>, q: &Q
     crate::quant::flip_sign_bits(out);
 }
 
+/// Blocks of 16 lanes of a row of `cp` lanes (one for `cp == 8`).
+#[cfg(target_arch = "x86_64")]
+fn cp_blocks(cp: usize) -> usize {
+    cp.div_ceil(16)
+}
+
 fn depthwise_8bit(input: &[u8], d: &mut Depthwise, bias: Option<&[i32]>, q: &QConv, out: &mut [i8]) {
     assert!(q.g == d.prepared && q.in_c == d.in_c && q.out_c == d.out_c && q.in_zp == d.in_zp, "depthwise: prepared for another geometry");
     let g = d.g;
@@ -926,6 +947,23 @@ fn depthwise_8bit(input: &[u8], d: &mut Depthwise, bias: Option<&[i32]>, q: &QCo
     if row == 0 {
         return;
     }
+    #[cfg(target_arch = "x86_64")]
+    if let Some(one) = d.one.as_mut().filter(|_| dw_avx512::available()) {
+        let (params, left) = (&d.params.0, d.params.1);
+        assert!(params.len() >= cp_blocks(d.cp) * dw_avx512::PARAMS * 16 && bias.is_none_or(|b| b.len() >= d.out_c));
+        // SAFETY: the CPU features are present (checked just above); `one` was
+        // prepared with this geometry (asserted on entry) and `out_c`; the
+        // buffers hold `g.batch` images (asserted on entry), `params` every
+        // block and the bias `out_c` values (checked just above).
+        unsafe {
+            if left {
+                dw_avx512::one_channel::<true>(one, &g, d.out_c, d.flip, input, bias, &d.rq, params, out);
+            } else {
+                dw_avx512::one_channel::<false>(one, &g, d.out_c, d.flip, input, bias, &d.rq, params, out);
+            }
+        }
+        return;
+    }
     for (j, o) in d.rq.offset.iter_mut().enumerate() {
         *o = bias.map_or(0, |b| b[j]);
     }
@@ -934,31 +972,41 @@ fn depthwise_8bit(input: &[u8], d: &mut Depthwise, bias: Option<&[i32]>, q: &QCo
     let avx512 = dw_avx512::available();
     let (cp, pairs, npl) = (d.cp, d.pairs, d.npl);
     let dil_h = g.dil_h.max(1);
+    // The row geometry's steps, and below the filter rows inside the input and
+    // their ring slots, without a division per filter row where it can be
+    // helped: on small maps (25x5 at 64 channels) the divisions of this loop
+    // were a twentieth of the layer.
+    let px_step = g.stride_w / d.step * cp * 2;
+    let pair_step = 2 * g.dil_w / d.step * cp * 2;
+    let slots = d.tags.len();
     for nb in 0..g.batch {
         for oy in 0..g.out_h {
             let y0 = oy * g.stride_h;
-            let ky_lo = g.pad_top.saturating_sub(y0).div_ceil(dil_h).min(g.k_h);
-            let ky_hi = if g.in_h + g.pad_top > y0 { ((g.in_h + g.pad_top - y0 - 1) / dil_h + 1).min(g.k_h) } else { 0 }.max(ky_lo);
+            let below = (g.in_h + g.pad_top).saturating_sub(y0);
+            let (ky_lo, ky_hi) = if dil_h == 1 {
+                let lo = g.pad_top.saturating_sub(y0).min(g.k_h);
+                (lo, below.min(g.k_h).max(lo))
+            } else {
+                let lo = g.pad_top.saturating_sub(y0).div_ceil(dil_h).min(g.k_h);
+                (lo, if below > 0 { ((below - 1) / dil_h + 1).min(g.k_h) } else { 0 }.max(lo))
+            };
             d.offs.clear();
+            // Ring slot of the first filter row; each next one is dil_h further
+            // (dil_h <= slots where a filter has two rows or more).
+            let mut ring_slot = if d.ring && ky_lo < ky_hi { (y0 + ky_lo * g.dil_h - g.pad_top) % slots } else { 0 };
             for ky in ky_lo..ky_hi {
                 let iy = y0 + ky * g.dil_h - g.pad_top;
-                let slot = if d.ring { iy % d.tags.len() } else { ky };
+                let slot = if d.ring { ring_slot } else { ky };
                 if d.tags[slot] != nb * g.in_h + iy {
                     d.build_line(input, nb * g.in_h + iy, slot);
                 }
                 d.offs.push(slot * npl * cp * 2);
+                ring_slot += dil_h;
+                if ring_slot >= slots {
+                    ring_slot -= slots;
+                }
             }
-            let r = DwRow {
-                lines: &d.lines,
-                offs: &d.offs,
-                w: &d.w[ky_lo * pairs * cp * 2..],
-                pairs,
-                cp,
-                out_w: g.out_w,
-                out_c: d.out_c,
-                px_step: g.stride_w / d.step * cp * 2,
-                pair_step: 2 * g.dil_w / d.step * cp * 2,
-            };
+            let r = DwRow { lines: &d.lines, offs: &d.offs, w: &d.w[ky_lo * pairs * cp * 2..], pairs, cp, out_w: g.out_w, out_c: d.out_c, px_step, pair_step };
             assert!(r.in_bounds(&d.acc), "depthwise_i8: row geometry out of bounds");
             let o = &mut out[((nb * g.out_h + oy) * g.out_w) * d.out_c..][..row];
             #[cfg(target_arch = "x86_64")]
@@ -1740,7 +1788,8 @@ mod tests {
         let mut rng = Rng(0x2545_f491_4f6c_dd1d);
         crate::level::each(|_| {
             for case in 0..120 {
-                let (batch, in_n, out_n) = (1 + usize::from(case % 7 == 0), 1 + rng.below(300), 1 + rng.below(70));
+                // Up to 200 outputs: a batch-1 row takes up to 8 panels of 16 per tile.
+                let (batch, in_n, out_n) = (1 + usize::from(case % 7 == 0), 1 + rng.below(300), 1 + rng.below(if case % 3 == 0 { 200 } else { 70 }));
                 let g = crate::conv::Window::rows(batch);
                 let per_channel = case % 2 == 0;
                 let real: Vec<f64> =
@@ -2088,6 +2137,57 @@ mod tests {
                 depthwise_i8(bytes_of(&input), &mut d, Some(&bias), &q, &mut got);
                 assert_eq!(got, want, "case {case}: {g:?} in_c {in_c} x {mult}");
                 depthwise_u8_matches(&w, &input, &bias, &q, &want, &format!("case {case}: {g:?} in_c {in_c} x {mult}"));
+            }
+        });
+    }
+
+    /// One input channel (the `vpdpbusd` form on AVX-512): multipliers giving
+    /// 1 to 40 output channels (two pixels per vector up to 8, ragged 16-lane
+    /// blocks past), filters 1 to 9 wide (one to three groups of four taps),
+    /// strides 1 to 3, row dilation (and column dilation, which takes the pair
+    /// lines), batches of two, zero points at the ends of the range, weight
+    /// zero points that push the weights out of int8; int8 and uint8, under
+    /// every vector level.
+    #[test]
+    fn depthwise_one_channel_matches_the_definition() {
+        let mut rng = Rng(0x0ddc_0ffe_e15e_a5e5);
+        crate::level::each(|_| {
+            for case in 0..240 {
+                let (k_h, k_w) = (1 + rng.below(5), 1 + rng.below(9));
+                let (stride_h, stride_w) = (1 + rng.below(3), 1 + rng.below(3));
+                let dil_h = 1 + usize::from(case % 5 == 0);
+                let dil_w = 1 + usize::from(case % 11 == 0);
+                let (in_h, in_w) = (1 + rng.below(12), 1 + rng.below(45));
+                let same = rng.below(3) != 0;
+                let (Some((out_h, pad_top)), Some((out_w, pad_left))) =
+                    (crate::conv::out_size_and_pad(in_h, k_h, stride_h, dil_h, same), crate::conv::out_size_and_pad(in_w, k_w, stride_w, dil_w, same))
+                else {
+                    continue;
+                };
+                if out_h == 0 || out_w == 0 {
+                    continue;
+                }
+                let g =
+                    crate::conv::Window { batch: 1 + rng.below(2), in_h, in_w, out_h, out_w, k_h, k_w, stride_h, stride_w, dil_h, dil_w, pad_top, pad_left };
+                let mult = [1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 17, 24, 32, 40][rng.below(14)];
+                let (multiplier, shift) = (0..mult).map(|_| crate::quant::quantize_multiplier((1 + rng.below(1000)) as f64 * 2e-5)).unzip();
+                let (min, max) = if rng.below(2) == 0 { (-128, 127) } else { (-128 + rng.below(100) as i32, 127 - rng.below(100) as i32) };
+                let extreme = case % 4 == 0;
+                let in_zp = if extreme { [-128, 127][rng.below(2)] } else { rng.below(256) as i32 - 128 };
+                let w_zp = if case % 7 == 3 { rng.below(256) as i32 - 128 } else { 0 };
+                let rq = Requant { multiplier, shift, out_zp: rng.below(256) as i32 - 128, min, max };
+                let q = QConv { g, in_c: 1, out_c: mult, depth_multiplier: mult, in_zp, w_zp, rq };
+                let input: Vec<i8> = (0..g.batch * in_h * in_w).map(|_| if extreme { [-128, 127][rng.below(2)] } else { rng.next() as i8 }).collect();
+                let w: Vec<i8> = (0..k_h * k_w * mult).map(|_| if extreme { [-128, 127][rng.below(2)] } else { rng.next() as i8 }).collect();
+                let bias: Vec<i32> = (0..mult).map(|_| rng.below(200_000) as i32 - 100_000).collect();
+                let want = conv_by_definition(&input, &w, &bias, &q);
+                let mut d = Depthwise::new(&w, &q);
+                let mut got = vec![0i8; want.len()];
+                // Twice: the second run must not see the first one's plane.
+                depthwise_i8(&vec![0x55u8; input.len()], &mut d, Some(&bias), &q, &mut got);
+                depthwise_i8(bytes_of(&input), &mut d, Some(&bias), &q, &mut got);
+                assert_eq!(got, want, "case {case}: {g:?} x {mult} zp {in_zp} w_zp {w_zp}");
+                depthwise_u8_matches(&w, &input, &bias, &q, &want, &format!("case {case}: {g:?} x {mult}"));
             }
         });
     }

@@ -801,6 +801,27 @@ pub fn dequantize<T: Copy + Into<i64>>(x: &[T], scale: &[f32], zero_point: &[i64
     }
 }
 
+simd_fn! {
+    /// [`dequantize`] of int8 with one scale and zero point, built per vector
+    /// level (the per-channel index of the general loop keeps it scalar): the
+    /// same `scale * (x - zp)`, the difference exact in int32 and in single
+    /// precision, so the results are the general loop's bits.
+    pub fn dequantize_i8(x: &[i8], scale: f32, zero_point: i32, out: &mut [f32]) {
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = scale * (i32::from(v) - zero_point) as f32;
+        }
+    }
+}
+
+simd_fn! {
+    /// [`dequantize_i8`] of uint8.
+    pub fn dequantize_u8(x: &[u8], scale: f32, zero_point: i32, out: &mut [f32]) {
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = scale * (i32::from(v) - zero_point) as f32;
+        }
+    }
+}
+
 /// A uint8 requantization in single precision, as LiteRT's uint8 CONCATENATION
 /// rescales inputs whose quantization differs from the output's.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -975,6 +996,30 @@ mod definition_tests {
         requantize_case::<i16, i16>(&mut rng, |v| v as i16, 0i16);
         requantize_case::<i16, i8>(&mut rng, |v| v as i16, 0i8);
         requantize_case::<i8, i16>(&mut rng, |v| v as i8, 0i16);
+    }
+
+    /// The per-tensor 8-bit loops give the general loop's bits at every vector
+    /// level: every value, lengths around the vector widths, zero points at
+    /// and past the ends of the 8-bit ranges.
+    #[test]
+    fn dequantize_8bit_loops_match_the_general_one() {
+        let mut rng = Rng::new(115);
+        crate::level::each(|_| {
+            for round in 0..200 {
+                let n = if round == 0 { 256 } else { rng.size(0, 70) };
+                let scale = rng.scale(-4.0, 2.0);
+                let zp = [-128, 127, 0, 255, -300, 1 << 20][round % 6];
+                let x: Vec<u8> = (0..n).map(|i| if round == 0 { i as u8 } else { rng.bits() as u8 }).collect();
+                let xi: Vec<i8> = x.iter().map(|&v| v as i8).collect();
+                let (mut want, mut got) = (vec![0.0f32; n], vec![0.0f32; n]);
+                dequantize(&x, &[scale], &[zp], 1, &mut want);
+                dequantize_u8(&x, scale, zp as i32, &mut got);
+                assert_eq!(got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "uint8 round {round}");
+                dequantize(&xi, &[scale], &[zp], 1, &mut want);
+                dequantize_i8(&xi, scale, zp as i32, &mut got);
+                assert_eq!(got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "int8 round {round}");
+            }
+        });
     }
 
     #[test]

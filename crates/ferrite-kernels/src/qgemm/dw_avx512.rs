@@ -424,3 +424,303 @@ pub(super) unsafe fn pair_line_repeated(src: &[u8], in_c: usize, m: usize, pad_l
         q += 16;
     }
 }
+
+/// Depthwise convolution of a one-channel input (a depthwise-first layer on a
+/// grey image or a spectrogram), prepared for [`one_channel_rows`]: every
+/// output channel reads the same input plane, so instead of widening pairs of
+/// pixels into int16 lanes (one `vpdpwssd` per two taps) the filter rows are
+/// taken four taps at a time by `vpdpbusd`, the four input bytes broadcast
+/// straight from a padded copy of the plane and multiplied by the four taps of
+/// 16 channels. A 3x3 filter then costs three multiply-adds per output pixel
+/// and 16 channels, not six, and there is no line to build.
+///
+/// The bytes are taken as unsigned, `u = (x - zp) + 128 + zp`: `vpdpbusd`
+/// multiplies unsigned by signed bytes, so the plane holds the int8 value plus
+/// 128 and the padding holds `128 + zp` (whose taps then contribute nothing
+/// after the correction); the sums are corrected by `(128 + zp) * sum(w)` per
+/// channel, folded into the starting values. Taps past the filter's width in
+/// the last group of four have zero weights.
+#[derive(Debug, Clone)]
+pub(super) struct OneChannel {
+    /// Groups of four filter columns: `k_w.div_ceil(4)`.
+    groups: usize,
+    /// Output lanes per filter row group: `out_c` rounded up to 16 (16 where
+    /// `out_c <= 8`: two output pixels per vector, the channels repeated).
+    lanes: usize,
+    /// `[k_h][groups][lanes][4]` int8 weights (less their zero point).
+    w: Vec<i8>,
+    /// Per output channel, `(128 + zp) * sum(w)`: taken from the bias per run.
+    correction: Vec<i32>,
+    /// The padded plane of one image, `height * width` bytes: the padding
+    /// holds the pad byte from preparation on, the inside is rewritten per run.
+    plane: Vec<u8>,
+    height: usize,
+    width: usize,
+    /// The run's starting values, `bias - correction` per output channel.
+    start: Vec<i32>,
+}
+
+impl OneChannel {
+    /// The plane's `(height, width)` for geometry `g`: every row and column the
+    /// windows reach, the last group of four columns included.
+    pub(super) fn plane_size(g: &crate::conv::Window) -> (usize, usize) {
+        let height = g.out_h.saturating_sub(1) * g.stride_h + g.k_h.saturating_sub(1) * g.dil_h + 1;
+        let width = g.out_w.saturating_sub(1) * g.stride_w + 4 * g.k_w.div_ceil(4);
+        (height, width)
+    }
+
+    /// Prepares `weight(i)` (element `i` of `[1, kh, kw, out_c]` less the
+    /// weights' zero point) for geometry `g` of a one-channel input with int8
+    /// zero point `zp8`; None where this form does not apply: an input of more
+    /// than one channel, a dilated row (its taps are not adjacent bytes), a
+    /// weight outside int8 (uint8 weights with a zero point away from 128), or
+    /// a CPU without AVX-512 VNNI.
+    pub(super) fn new(g: &crate::conv::Window, in_c: usize, out_c: usize, zp8: i32, weight: &impl Fn(usize) -> i16) -> Option<OneChannel> {
+        if in_c != 1 || g.dil_w != 1 || out_c == 0 || g.out_w == 0 || g.out_h == 0 || !available() {
+            return None;
+        }
+        let n = g.k_h * g.k_w * out_c;
+        let mut values = Vec::with_capacity(n);
+        for i in 0..n {
+            values.push(i8::try_from(weight(i)).ok()?);
+        }
+        let groups = g.k_w.div_ceil(4);
+        let lanes = out_c.next_multiple_of(16);
+        let mut w = vec![0i8; g.k_h * groups * lanes * 4];
+        let mut correction = vec![0i32; out_c];
+        for ky in 0..g.k_h {
+            for kx in 0..g.k_w {
+                for l in 0..lanes {
+                    // Two pixels per vector: lanes 8..16 repeat channels 0..8.
+                    let o = if out_c <= 8 { l % 8 } else { l };
+                    if o >= out_c {
+                        continue;
+                    }
+                    let v = values[(ky * g.k_w + kx) * out_c + o];
+                    w[((ky * groups + kx / 4) * lanes + l) * 4 + kx % 4] = v;
+                    if l == o {
+                        // Wrapping: the sums wrap alike (a filter of 2^16 taps could pass 2^31).
+                        correction[o] = correction[o].wrapping_add((128 + zp8) * i32::from(v));
+                    }
+                }
+            }
+        }
+        let (height, width) = OneChannel::plane_size(g);
+        Some(OneChannel { groups, lanes, w, correction, plane: vec![(128 + zp8) as u8; height * width], height, width, start: vec![0; out_c] })
+    }
+
+    /// Copies image `image` of `input` (`in_h * in_w` bytes each) into the
+    /// plane as unsigned bytes (`x ^ flip ^ 0x80`), at the padding's offset.
+    fn fill_plane(&mut self, g: &crate::conv::Window, input: &[u8], image: usize, flip: u8) {
+        let src = &input[image * g.in_h * g.in_w..][..g.in_h * g.in_w];
+        let cols = g.in_w.min(self.width.saturating_sub(g.pad_left));
+        if cols == 0 {
+            return;
+        }
+        for (iy, row) in src.chunks_exact(g.in_w.max(1)).enumerate() {
+            let y = iy + g.pad_top;
+            if y >= self.height {
+                break;
+            }
+            let dst = &mut self.plane[y * self.width + g.pad_left..][..cols];
+            for (d, &x) in dst.iter_mut().zip(&row[..cols]) {
+                *d = x ^ flip ^ 0x80;
+            }
+        }
+    }
+}
+
+/// The one-channel depthwise convolution of [`OneChannel`] over every image of
+/// `input` (int8 bytes, or uint8 with `flip` 0x80), requantized by `rq` (its
+/// scales laid out by [`block_params`] for `OneChannel::lanes`, or for 8 lanes
+/// where `out_c <= 8`) into `out` (int8).
+///
+/// # Safety
+/// The CPU must support AVX-512F/BW/VL and VNNI ([`available`]); `oc` was
+/// prepared for `g` and `out_c` channels; `params` holds the blocks of
+/// [`block_params`] as said; `input` and `out` hold `g.batch` images;
+/// `bias`, where given, `out_c` values and `rq` `out_c` channels.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn one_channel<const LEFT: bool>(
+    oc: &mut OneChannel,
+    g: &crate::conv::Window,
+    out_c: usize,
+    flip: u8,
+    input: &[u8],
+    bias: Option<&[i32]>,
+    rq: &RowRequant,
+    params: &[i32],
+    out: &mut [i8],
+) {
+    for (o, (s, &c)) in oc.start.iter_mut().zip(&oc.correction).enumerate() {
+        *s = bias.map_or(0, |b| b[o]).wrapping_sub(c);
+    }
+    let image_out = g.out_h * g.out_w * out_c;
+    for image in 0..g.batch {
+        oc.fill_plane(g, input, image, flip);
+        let o = &mut out[image * image_out..][..image_out];
+        // SAFETY: the caller's contract; the plane was just filled.
+        unsafe {
+            match (oc.groups, out_c <= 8) {
+                (1, false) => one_channel_image::<LEFT, 1, false>(oc, g, out_c, rq, params, o),
+                (1, true) => one_channel_image::<LEFT, 1, true>(oc, g, out_c, rq, params, o),
+                (2, false) => one_channel_image::<LEFT, 2, false>(oc, g, out_c, rq, params, o),
+                (2, true) => one_channel_image::<LEFT, 2, true>(oc, g, out_c, rq, params, o),
+                (_, false) => one_channel_image::<LEFT, 0, false>(oc, g, out_c, rq, params, o),
+                (_, true) => one_channel_image::<LEFT, 0, true>(oc, g, out_c, rq, params, o),
+            }
+        }
+    }
+}
+
+/// The four plane bytes at `p` as one int32 (broadcast by the caller).
+///
+/// # Safety
+/// `p..p + 4` lies inside the plane.
+#[inline(always)]
+unsafe fn four(p: *const u8) -> i32 {
+    // SAFETY: the caller's contract.
+    unsafe { (p as *const i32).read_unaligned() }
+}
+
+/// One image of [`one_channel`], the plane filled: `G` groups of four filter
+/// columns (`oc.groups` where `G` is 0); `PAIRS`: two output pixels per vector
+/// (`out_c <= 8`), else blocks of 16 channels.
+///
+/// # Safety
+/// As [`one_channel`]; `out` holds one image's output.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn one_channel_image<const LEFT: bool, const G: usize, const PAIRS: bool>(
+    oc: &OneChannel,
+    g: &crate::conv::Window,
+    out_c: usize,
+    rq: &RowRequant,
+    params: &[i32],
+    out: &mut [i8],
+) {
+    let groups = if G == 0 { oc.groups } else { G };
+    let (plane, w, width, lanes) = (oc.plane.as_ptr(), oc.w.as_ptr(), oc.width, oc.lanes);
+    let (sw, kh) = (g.stride_w, g.k_h);
+    let o = out.as_mut_ptr();
+    // The `T` pixels `ox + i * step` of output row `oy`, lanes from `lane0`,
+    // pixel `ox + i * step + 1` in the high half where `PAIRS`.
+    let tile = |oy: usize, ox: usize, step: usize, lane0: usize, init: __m512i, acc: &mut [__m512i]| {
+        acc.fill(init);
+        for ky in 0..kh {
+            let row = plane.wrapping_add((oy * g.stride_h + ky * g.dil_h) * width);
+            for j in 0..groups {
+                // SAFETY: the `lanes * 4` weights of filter row ky, group j,
+                // from lane lane0 < lanes (16 lanes, 64 bytes).
+                let wv = unsafe { _mm512_loadu_si512(w.add(((ky * groups + j) * lanes + lane0) * 4) as *const _) };
+                for (t, a) in acc.iter_mut().enumerate() {
+                    let p = row.wrapping_add((ox + t * step) * sw + 4 * j);
+                    // SAFETY: pixel ox + t * step (and the next where PAIRS) <
+                    // out_w: its group's 4 bytes lie in the plane's row
+                    // (`plane_size`), row oy * stride_h + ky * dil_h < height.
+                    let xv = unsafe {
+                        if PAIRS {
+                            _mm512_mask_set1_epi32(_mm512_set1_epi32(four(p)), 0xFF00, four(p.add(sw)))
+                        } else {
+                            _mm512_set1_epi32(four(p))
+                        }
+                    };
+                    *a = _mm512_dpbusd_epi32(*a, xv, wv);
+                }
+            }
+        }
+    };
+    if PAIRS {
+        let k16: __mmask16 = (1 << out_c) - 1;
+        // SAFETY: the `out_c` starting values, repeated in both halves.
+        let start = _mm512_broadcast_i64x4(unsafe { _mm256_maskz_loadu_epi32(k16 as __mmask8, oc.start.as_ptr()) });
+        // SAFETY: the one block of `params` (contract).
+        let p = unsafe { Rq16::load(params.as_ptr(), rq, start) };
+        let store2 = |at: usize, v: __m512i| {
+            let b = p.bytes::<LEFT>(v);
+            // SAFETY: pixels at and at + 1 of the image, `out_c` bytes each.
+            unsafe {
+                if out_c == 8 {
+                    _mm_storeu_si128(o.add(at * 8) as *mut __m128i, b);
+                } else {
+                    _mm_mask_storeu_epi8(o.add(at * out_c), k16, b);
+                    _mm_mask_storeu_epi8(o.add((at + 1) * out_c), k16, _mm_srli_si128::<8>(b));
+                }
+            }
+        };
+        let mut acc = [_mm512_setzero_si512(); TILE];
+        for oy in 0..g.out_h {
+            let at = oy * g.out_w;
+            let mut ox = 0;
+            while ox + 2 * TILE <= g.out_w {
+                tile(oy, ox, 2, 0, p.offset, &mut acc);
+                for (t, &v) in acc.iter().enumerate() {
+                    store2(at + ox + 2 * t, v);
+                }
+                ox += 2 * TILE;
+            }
+            while ox + 2 <= g.out_w {
+                tile(oy, ox, 2, 0, p.offset, &mut acc[..1]);
+                store2(at + ox, acc[0]);
+                ox += 2;
+            }
+            if ox < g.out_w {
+                // The last pixel alone, in the low half (the high half's
+                // lanes are not stored): one broadcast, no neighbour read.
+                let mut one = [p.offset];
+                let tile0 = |acc: &mut [__m512i]| {
+                    for ky in 0..kh {
+                        let row = plane.wrapping_add((oy * g.stride_h + ky * g.dil_h) * width);
+                        for j in 0..groups {
+                            // SAFETY: as in `tile`.
+                            let wv = unsafe { _mm512_loadu_si512(w.add((ky * groups + j) * lanes * 4) as *const _) };
+                            // SAFETY: pixel ox < out_w's group (as in `tile`).
+                            let xv = _mm512_set1_epi32(unsafe { four(row.add(ox * sw + 4 * j)) });
+                            acc[0] = _mm512_dpbusd_epi32(acc[0], xv, wv);
+                        }
+                    }
+                };
+                tile0(&mut one);
+                // SAFETY: pixel ox of the image, `out_c` bytes.
+                unsafe { _mm_mask_storeu_epi8(o.add((at + ox) * out_c), k16, p.bytes::<LEFT>(one[0])) };
+            }
+        }
+        return;
+    }
+    for cb in 0..lanes / 16 {
+        let base = cb * 16;
+        let cols = (out_c - base).min(16);
+        let ok: __mmask16 = if cols == 16 { !0 } else { (1 << cols) - 1 };
+        // SAFETY: starting values base..base + cols of out_c; block cb of
+        // `params` (contract).
+        let p = unsafe { Rq16::load(params.as_ptr().add(cb * PARAMS * 16), rq, _mm512_maskz_loadu_epi32(ok, oc.start.as_ptr().add(base))) };
+        let store = |at: usize, v: __m512i| {
+            let b = p.bytes::<LEFT>(v);
+            // SAFETY: pixel at of the image, channels base..base + cols <= out_c.
+            unsafe {
+                if cols == 16 {
+                    _mm_storeu_si128(o.add(at * out_c + base) as *mut __m128i, b);
+                } else {
+                    _mm_mask_storeu_epi8(o.add(at * out_c + base), ok, b);
+                }
+            }
+        };
+        let mut acc = [_mm512_setzero_si512(); TILE];
+        for oy in 0..g.out_h {
+            let at = oy * g.out_w;
+            let mut ox = 0;
+            while ox + TILE <= g.out_w {
+                tile(oy, ox, 1, base, p.offset, &mut acc);
+                for (t, &v) in acc.iter().enumerate() {
+                    store(at + ox + t, v);
+                }
+                ox += TILE;
+            }
+            while ox < g.out_w {
+                tile(oy, ox, 1, base, p.offset, &mut acc[..1]);
+                store(at + ox, acc[0]);
+                ox += 1;
+            }
+        }
+    }
+}

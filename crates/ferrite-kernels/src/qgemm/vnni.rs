@@ -237,7 +237,10 @@ pub(super) fn conv(
     // Panels per tile and pixels per tile: 12 to 16 accumulators, so that two
     // products issued per cycle cover their latency, with the broadcast pixels
     // shared by up to 4 panels.
-    let chunk = panels.min(4);
+    // A row of one pixel (a fully-connected layer at batch 1) has one
+    // accumulator per panel: up to 8 panels per tile, so that 8 independent
+    // chains, not 4, cover the products' latency.
+    let chunk = panels.min(if g.out_w == 1 { 8 } else { 4 });
     let rows = match chunk {
         1 => 12,
         2 => 8,
@@ -267,7 +270,11 @@ pub(super) fn conv(
                         let a = pad.as_ptr().add(a_row + ox * t.px);
                         let o = out.as_mut_ptr().add(o_row + ox * n);
                         let add = if t.terms { terms.as_ptr().add(px_row + ox) } else { std::ptr::null() };
-                        dispatch(&t, r, pc, a, pk.w.as_ptr().add(p * t.panel), rq, p, add, o);
+                        if pc > 4 {
+                            dispatch_one(&t, pc, a, pk.w.as_ptr().add(p * t.panel), rq, p, add, o);
+                        } else {
+                            dispatch(&t, r, pc, a, pk.w.as_ptr().add(p * t.panel), rq, p, add, o);
+                        }
                     }
                     p += pc;
                 }
@@ -328,6 +335,25 @@ unsafe fn dispatch(t: &Tile, r: usize, pc: usize, a: *const u8, w: *const i8, rq
             2 => go!(1, 2, 3, 4, 5, 6, 7, 8; 2),
             3 => go!(1, 2, 3, 4; 3),
             _ => go!(1, 2, 3, 4; 4),
+        }
+    }
+}
+
+/// [`tile`] for one pixel of 5 to 8 panels (a row of one pixel; apart from
+/// [`dispatch`] so that its tiles stay inlined there as they were).
+///
+/// # Safety
+/// As [`tile`], with `R` = 1 and `P` = `pc`.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn dispatch_one(t: &Tile, pc: usize, a: *const u8, w: *const i8, rq: &RowRequant, p0: usize, add: *const i32, out: *mut i8) {
+    // SAFETY: the caller's contract, for the panels named.
+    unsafe {
+        match pc {
+            5 => tile::<1, 5>(t, a, w, rq, p0, add, out),
+            6 => tile::<1, 6>(t, a, w, rq, p0, add, out),
+            7 => tile::<1, 7>(t, a, w, rq, p0, add, out),
+            _ => tile::<1, 8>(t, a, w, rq, p0, add, out),
         }
     }
 }

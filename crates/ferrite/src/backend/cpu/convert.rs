@@ -51,10 +51,19 @@ pub(crate) fn dequantize(op: &OpContext<'_>) -> Result<Built> {
             let src = arg(ins, 0)?;
             let out = typed_mut::<f32>(outs[0])?;
             let (scale, zp) = (&q.scale[..], &q.zero_point[..]);
-            match dtype {
-                DType::I8 => kq::dequantize(typed::<i8>(src)?, scale, zp, inner, out),
-                DType::U8 => kq::dequantize(src, scale, zp, inner, out),
-                DType::I16 => kq::dequantize(typed::<i16>(src)?, scale, zp, inner, out),
+            // One scale (and a zero point whose difference with any 8-bit
+            // value fits in int32, as it does in the general loop's int64):
+            // the vector loops, same bits.
+            let per_tensor = match (scale, zp) {
+                ([s], [z]) if z.unsigned_abs() < 1 << 30 => Some((*s, *z as i32)),
+                _ => None,
+            };
+            match (dtype, per_tensor) {
+                (DType::I8, Some((s, z))) => kq::dequantize_i8(typed::<i8>(src)?, s, z, out),
+                (DType::U8, Some((s, z))) => kq::dequantize_u8(src, s, z, out),
+                (DType::I8, None) => kq::dequantize(typed::<i8>(src)?, scale, zp, inner, out),
+                (DType::U8, None) => kq::dequantize(src, scale, zp, inner, out),
+                (DType::I16, _) => kq::dequantize(typed::<i16>(src)?, scale, zp, inner, out),
                 _ => kq::dequantize(typed::<i32>(src)?, scale, zp, inner, out),
             }
             Ok(())
