@@ -98,9 +98,11 @@ pub mod level {
     /// The compilation target guarantees AVX-512F: the check is constant true, so
     /// the narrower copies behind it are dropped (and `FERRITE_CPU_MAX_ISA` cannot
     /// go below the level the whole build is compiled for).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     const AVX512_TARGET: bool = cfg!(all(target_arch = "x86_64", target_feature = "avx512f"));
 
     /// The compilation target guarantees AVX2 and FMA (`-C target-cpu=x86-64-v3` or later).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     const AVX2_TARGET: bool = cfg!(all(target_arch = "x86_64", target_feature = "avx2", target_feature = "fma"));
 
     /// Whether the CPU has AVX-512F, the build carries its kernels ([`AVX512`]) and
