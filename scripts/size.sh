@@ -2,8 +2,11 @@
 # Library size: builds the C library and the CLI with the `dist` profile (what ships:
 # LTO, one codegen unit) and prints their stripped sizes, full (every op, the default
 # features) and selective (the C library with only the op families and element types
-# the wake-word models use, as `ferrite features` lists them). With --aarch64 the same
-# for aarch64-linux (cross toolchain of scripts/aarch64.sh, installed there).
+# the wake-word models use, as `ferrite features` lists them, without training and
+# observability, with every x86-64 vector level chosen at run time as in the default
+# build). On x86-64 also the selective build for a device with AVX2 and no AVX-512
+# (feature `x86-avx2` alone: the AVX-512 kernels are left out). With --aarch64 the
+# same for aarch64-linux (cross toolchain of scripts/aarch64.sh, installed there).
 #
 #   scripts/size.sh [--aarch64] [--json FILE]
 #
@@ -57,11 +60,20 @@ for t in "${TARGETS[@]}"; do
     echo "$t full:      libferrite_c.so $lib B (dist profile, stripped); no $rel/ferrite to measure"
   fi
   rows+=("{\"target\": \"$t\", \"build\": \"full\", \"lib\": $lib, \"cli\": $cli}")
-  cargo build --profile dist --locked "${tflag[@]}" -p ferrite-capi --no-default-features --features "$QUALIFIED"
+  # The x86-64 vector levels are named: they are the device's choice, not the models'.
+  cargo build --profile dist --locked "${tflag[@]}" -p ferrite-capi --no-default-features --features "$QUALIFIED,x86-avx512,x86-avx2"
   $strip -o "$OUT/libferrite_c.$t.wakeword.so" "$dir/libferrite_c.so"
   lib=$(size_of "$OUT/libferrite_c.$t.wakeword.so")
-  echo "$t selective: libferrite_c.so $lib B (stripped; $FEATURES)"
+  echo "$t selective: libferrite_c.so $lib B (stripped; $FEATURES; run-time choice of x86-64 vector level)"
   rows+=("{\"target\": \"$t\", \"build\": \"selective (wake word)\", \"lib\": $lib}")
+  if [ "$t" = x86_64-unknown-linux-gnu ]; then
+    # A device with AVX2 and no AVX-512: that level alone beside the baseline kernels.
+    cargo build --profile dist --locked -p ferrite-capi --no-default-features --features "$QUALIFIED,x86-avx2"
+    $strip -o "$OUT/libferrite_c.$t.wakeword-avx2.so" "$dir/libferrite_c.so"
+    lib=$(size_of "$OUT/libferrite_c.$t.wakeword-avx2.so")
+    echo "$t selective, AVX2 device: libferrite_c.so $lib B (stripped; $FEATURES; x86-avx2 only, no AVX-512 kernels)"
+    rows+=("{\"target\": \"$t\", \"build\": \"selective (wake word), AVX2 device\", \"lib\": $lib}")
+  fi
 done
 if [ -n "$JSON" ]; then
   (IFS=,; echo "{\"selective_features\": \"$FEATURES\", \"rows\": [${rows[*]}]}") > "$JSON"

@@ -14,13 +14,19 @@ fn main() {
     // The header describes the library it was built with: the training functions are
     // declared under FERRITE_FEATURE_TRAIN, defined here only when they are compiled in,
     // so a selective library's header does not promise symbols it lacks.
-    if std::env::var_os("CARGO_FEATURE_TRAIN").is_some() {
-        config.after_includes = Some("#define FERRITE_FEATURE_TRAIN 1".to_string());
+    let defines: Vec<&str> = [("CARGO_FEATURE_TRAIN", "#define FERRITE_FEATURE_TRAIN 1"), ("CARGO_FEATURE_OBSERVE", "#define FERRITE_FEATURE_OBSERVE 1")]
+        .into_iter()
+        .filter(|(var, _)| std::env::var_os(var).is_some())
+        .map(|(_, define)| define)
+        .collect();
+    if !defines.is_empty() {
+        config.after_includes = Some(defines.join("\n"));
     }
     cbindgen::Builder::new().with_crate(&crate_dir).with_config(config).generate().expect("generate the C header").write_to_file(include.join("ferrite.h"));
     fold_identical_code();
     println!("cargo:rerun-if-changed=src/lib.rs");
     println!("cargo:rerun-if-changed=src/train.rs");
+    println!("cargo:rerun-if-changed=src/observe.rs");
     println!("cargo:rerun-if-changed=cbindgen.toml");
 }
 

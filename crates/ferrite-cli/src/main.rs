@@ -728,7 +728,10 @@ fn features(models: &[PathBuf]) -> Result<(), String> {
     let list: Vec<&str> = all.into_iter().collect();
     outln!("{}", list.join(","));
     let qualified: Vec<String> = list.iter().map(|f| format!("ferrite/{f}")).collect();
-    eprintln!("build: cargo build --release -p ferrite-capi --no-default-features --features {}", qualified.join(","));
+    // The x86-64 vector levels are the device's choice, not the models': the command
+    // keeps both (run-time dispatch, as the default build); a device build drops the
+    // ones its CPU lacks.
+    eprintln!("build: cargo build --release -p ferrite-capi --no-default-features --features {},x86-avx512,x86-avx2", qualified.join(","));
     Ok(())
 }
 

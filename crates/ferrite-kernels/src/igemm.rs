@@ -208,16 +208,17 @@ unsafe fn run_tile(isa: Isa, tile: &Tile<'_>, clamp: Clamp, out: *mut f32, out_s
     debug_assert!(tile.a.len() >= tile.taps * isa.mr() && tile.b.len() >= tile.taps * tile.k * isa.nr() && tile.bias.len() >= isa.nr());
     debug_assert!(tile.rows <= isa.mr() && tile.cols <= isa.nr());
     match isa.0 {
+        // The guards are constant: a build without a level links none of its kernels.
         #[cfg(target_arch = "x86_64")]
         // SAFETY: an `Avx512` token is only made after detecting AVX-512F on this
         // CPU; the tile's shape and pointers are this function's contract.
-        Kind::Avx512 => unsafe { x86_64::tile_avx512(tile, clamp, out, out_stride) },
+        Kind::Avx512 if crate::level::AVX512 => unsafe { x86_64::tile_avx512(tile, clamp, out, out_stride) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above (an `Avx512Narrow` token is also only made with AVX-512F).
-        Kind::Avx512Narrow => unsafe { x86_64::tile_avx512_narrow(tile, clamp, out, out_stride) },
+        Kind::Avx512Narrow if crate::level::AVX512 => unsafe { x86_64::tile_avx512_narrow(tile, clamp, out, out_stride) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, for AVX2 + FMA.
-        Kind::Avx2 => unsafe { x86_64::tile_avx2(tile, clamp, out, out_stride) },
+        Kind::Avx2 if crate::level::AVX2 => unsafe { x86_64::tile_avx2(tile, clamp, out, out_stride) },
         #[cfg(target_arch = "aarch64")]
         // SAFETY: NEON is baseline on aarch64; the tile's shape and pointers are
         // this function's contract.
@@ -695,7 +696,7 @@ pub fn fully_connected(input: &[f32], batch: usize, pk: &Packed, clamp: Clamp, o
     // broadcast input; the layer is bound by streaming its weights): up to four
     // 32-channel panels with AVX-512, two 16-channel ones with AVX2.
     #[cfg(target_arch = "x86_64")]
-    if batch == 1 && matches!(pk.isa.0, Kind::Avx512 | Kind::Avx2) {
+    if batch == 1 && ((crate::level::AVX512 && pk.isa.0 == Kind::Avx512) || (crate::level::AVX2 && pk.isa.0 == Kind::Avx2)) {
         let (nr, x) = (pk.isa.nr(), input.as_ptr());
         let panels = n.div_ceil(nr);
         let mut p = 0;
@@ -714,12 +715,15 @@ pub fn fully_connected(input: &[f32], batch: usize, pk: &Packed, clamp: Clamp, o
                 }};
             }
             p += match (pk.isa.0, panels - p) {
-                (Kind::Avx512, 1) => gemv!(gemv_panels_avx512, 1),
-                (Kind::Avx512, 2) => gemv!(gemv_panels_avx512, 2),
-                (Kind::Avx512, 3) => gemv!(gemv_panels_avx512, 3),
-                (Kind::Avx512, _) => gemv!(gemv_panels_avx512, 4),
-                (_, 1) => gemv!(gemv_panels_avx2, 1),
-                _ => gemv!(gemv_panels_avx2, 2),
+                // The level guards are constant (as in the condition above): a
+                // build without a level links none of its kernels.
+                (Kind::Avx512, 1) if crate::level::AVX512 => gemv!(gemv_panels_avx512, 1),
+                (Kind::Avx512, 2) if crate::level::AVX512 => gemv!(gemv_panels_avx512, 2),
+                (Kind::Avx512, 3) if crate::level::AVX512 => gemv!(gemv_panels_avx512, 3),
+                (Kind::Avx512, _) if crate::level::AVX512 => gemv!(gemv_panels_avx512, 4),
+                (_, 1) if crate::level::AVX2 => gemv!(gemv_panels_avx2, 1),
+                _ if crate::level::AVX2 => gemv!(gemv_panels_avx2, 2),
+                _ => unreachable!("no batch-1 kernel for {:?}", pk.isa),
             };
         }
         return true;

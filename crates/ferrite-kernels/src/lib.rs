@@ -84,22 +84,56 @@ pub mod level {
         })
     }
 
-    /// Whether the CPU has AVX-512F and the process may use it (`FERRITE_CPU_MAX_ISA`).
+    /// Whether this build carries the AVX-512 kernels: on x86-64 with the `avx512`
+    /// feature (default), or when the compilation target itself has AVX-512F
+    /// (`-C target-cpu=...`). A build for a device without AVX-512 turns the
+    /// feature off and links none of them (the checks below are then constant
+    /// false, so the calls and the kernels they reach are dropped).
+    pub const AVX512: bool = cfg!(all(target_arch = "x86_64", any(feature = "avx512", target_feature = "avx512f")));
+
+    /// Whether this build carries the AVX2 + FMA kernels: on x86-64 with the `avx2`
+    /// feature (default), or when the compilation target has AVX2 and FMA.
+    pub const AVX2: bool = cfg!(all(target_arch = "x86_64", any(feature = "avx2", all(target_feature = "avx2", target_feature = "fma"))));
+
+    /// The compilation target guarantees AVX-512F: the check is constant true, so
+    /// the narrower copies behind it are dropped (and `FERRITE_CPU_MAX_ISA` cannot
+    /// go below the level the whole build is compiled for).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    const AVX512_TARGET: bool = cfg!(all(target_arch = "x86_64", target_feature = "avx512f"));
+
+    /// The compilation target guarantees AVX2 and FMA (`-C target-cpu=x86-64-v3` or later).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    const AVX2_TARGET: bool = cfg!(all(target_arch = "x86_64", target_feature = "avx2", target_feature = "fma"));
+
+    /// Whether the CPU has AVX-512F, the build carries its kernels ([`AVX512`]) and
+    /// the process may use them (`FERRITE_CPU_MAX_ISA`).
     #[inline(always)]
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub fn cpu_avx512f() -> bool {
         #[cfg(target_arch = "x86_64")]
-        return env_max() >= 2 && std::arch::is_x86_feature_detected!("avx512f");
+        return AVX512 && (AVX512_TARGET || (env_max() >= 2 && std::arch::is_x86_feature_detected!("avx512f")));
         #[cfg(not(target_arch = "x86_64"))]
         false
     }
 
-    /// Whether the CPU has AVX2 and FMA and the process may use them (`FERRITE_CPU_MAX_ISA`).
+    /// Whether the CPU has AVX2 and FMA, the build carries their kernels ([`AVX2`])
+    /// and the process may use them (`FERRITE_CPU_MAX_ISA`).
     #[inline(always)]
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub fn cpu_avx2_fma() -> bool {
         #[cfg(target_arch = "x86_64")]
-        return env_max() >= 1 && std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
+        return AVX2 && (AVX2_TARGET || (env_max() >= 1 && std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")));
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    }
+
+    /// Whether the CPU has AVX2 and the build carries the AVX2 kernels (the int8
+    /// GEMM's AVX2 kernel needs no FMA).
+    #[inline(always)]
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub fn cpu_avx2() -> bool {
+        #[cfg(target_arch = "x86_64")]
+        return AVX2 && (AVX2_TARGET || (env_max() >= 1 && std::arch::is_x86_feature_detected!("avx2")));
         #[cfg(not(target_arch = "x86_64"))]
         false
     }

@@ -89,7 +89,7 @@ impl QIsa {
     /// The AVX2 kernel, if this CPU has AVX2.
     pub fn avx2() -> Option<QIsa> {
         #[cfg(target_arch = "x86_64")]
-        if crate::level::env_max() >= 1 && std::arch::is_x86_feature_detected!("avx2") {
+        if crate::level::cpu_avx2() {
             return Some(QIsa(QKind::Avx2));
         }
         None
@@ -182,14 +182,15 @@ pub fn gemm(a: &[u8], rows: usize, pk: &QPacked, out: &mut [i32]) {
 pub fn gemm_with(isa: QIsa, a: &[u8], rows: usize, pk: &QPacked, out: &mut [i32]) {
     assert!(rows.checked_mul(pk.kq).is_some_and(|l| l <= a.len()) && rows.checked_mul(pk.n).is_some_and(|l| l <= out.len()), "gemm operands too short");
     match isa.0 {
+        // The guards are constant: a build without a level links none of its kernels.
         #[cfg(target_arch = "x86_64")]
         // SAFETY: a `Vnni` token is only made after detecting AVX-512F/BW and VNNI,
         // and the operand lengths were checked against the shapes the kernel reads.
-        QKind::Vnni => unsafe { x86_64::gemm(a, rows, pk, out) },
+        QKind::Vnni if crate::level::AVX512 => unsafe { x86_64::gemm(a, rows, pk, out) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: an `Avx2` token is only made after detecting AVX2, and the
         // operand lengths were checked as above.
-        QKind::Avx2 => unsafe { x86_64::gemm_avx2(a, rows, pk, out) },
+        QKind::Avx2 if crate::level::AVX2 => unsafe { x86_64::gemm_avx2(a, rows, pk, out) },
         #[cfg(target_arch = "aarch64")]
         // SAFETY: a `DotProd` token is only made after detecting the dot-product
         // extension, and the operand lengths were checked as above.
@@ -2309,7 +2310,7 @@ mod tests {
         assert_eq!(all.last(), Some(&QIsa::portable()));
         assert_eq!(all.contains(&QIsa(QKind::Vnni)), has_vnni());
         #[cfg(target_arch = "x86_64")]
-        assert_eq!(all.contains(&QIsa(QKind::Avx2)), crate::level::env_max() >= 1 && std::arch::is_x86_feature_detected!("avx2"));
+        assert_eq!(all.contains(&QIsa(QKind::Avx2)), crate::level::cpu_avx2());
         #[cfg(not(target_arch = "x86_64"))]
         assert!(!all.contains(&QIsa(QKind::Avx2)));
         assert_eq!(all.contains(&QIsa(QKind::Neon)), cfg!(target_arch = "aarch64"));

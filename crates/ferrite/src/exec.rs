@@ -29,7 +29,7 @@ impl Child {
     pub(crate) fn run(&mut self, model: &Model, inputs: &[&[u8]], outputs: &mut [&mut [u8]], env: &mut DynEnv<'_>) -> Result<()> {
         let Child { graph, arena } = self;
         let arena: &mut [u8] = bytemuck::cast_slice_mut(arena);
-        let observed = env.hooks.as_deref().is_some_and(|h| h.wants_views());
+        let observed = hooks(&env.hooks).is_some_and(|h| h.wants_views());
         if graph.dynamic.is_none() && !observed {
             return execute(graph, model, RunArena::whole(arena), Some((inputs, outputs)), env).map(|_| ());
         }
@@ -69,18 +69,39 @@ impl Child {
     }
 }
 
+/// The run's hooks. Always none without the `observe` feature: a constant, so the
+/// paths that announce ops and build views for them are not linked.
+#[inline(always)]
+fn hooks<'h>(slot: &'h Option<&mut dyn Hooks>) -> Option<&'h dyn Hooks> {
+    if cfg!(feature = "observe") {
+        slot.as_deref()
+    } else {
+        None
+    }
+}
+
+/// [`hooks`], to call.
+#[inline(always)]
+fn hooks_mut<'h, 'a>(slot: &'h mut Option<&'a mut dyn Hooks>) -> Option<&'h mut (dyn Hooks + 'a)> {
+    if cfg!(feature = "observe") {
+        slot.as_deref_mut()
+    } else {
+        None
+    }
+}
+
 /// Whether a hook stopped the run (a control-flow op's child may have).
 fn stopped(env: &DynEnv<'_>) -> bool {
-    env.hooks.as_deref().is_some_and(|h| h.stopped())
+    hooks(&env.hooks).is_some_and(|h| h.stopped())
 }
 
 /// Runs `f` with `frame` on the hooks' call path.
 fn in_frame<T>(env: &mut DynEnv<'_>, frame: CallFrame, f: impl FnOnce(&mut DynEnv<'_>) -> T) -> T {
-    if let Some(h) = env.hooks.as_deref_mut() {
+    if let Some(h) = hooks_mut(&mut env.hooks) {
         h.enter(frame);
     }
     let r = f(env);
-    if let Some(h) = env.hooks.as_deref_mut() {
+    if let Some(h) = hooks_mut(&mut env.hooks) {
         h.leave();
     }
     r
@@ -125,12 +146,12 @@ pub fn execute(g: &mut CompiledGraph, model: &Model, mut arena: RunArena<'_>, mu
     let subgraph = g.subgraph;
     let sub = &model.subgraphs[subgraph];
     let op_error = |op: usize, e: Error| e.located(Location::op(subgraph, op, sub.ops[op].code.name()));
-    let views = !is_bound && env.hooks.as_deref().is_some_and(|h| h.wants_views());
+    let views = !is_bound && hooks(&env.hooks).is_some_and(|h| h.wants_views());
     let (steps, tensors, assignment) = (&mut g.steps, &g.tensors, &g.assignment);
     // Ops below this index were announced to the hooks (with views).
     let mut announced = 0;
     for si in 0..steps.len() {
-        if let (true, Some(h)) = (views, env.hooks.as_deref_mut()) {
+        if let (true, Some(h)) = (views, hooks_mut(&mut env.hooks)) {
             let at = Announce { sub, subgraph, tensors, assignment, steps: &steps[..si], arena: arena.as_ref(), bytes };
             if at.stepless(announced..steps[si].op, h) == Flow::Stop {
                 return Ok(0);
@@ -138,7 +159,7 @@ pub fn execute(g: &mut CompiledGraph, model: &Model, mut arena: RunArena<'_>, mu
             announced = steps[si].op + 1;
         }
         let st = &mut steps[si];
-        if env.hooks.is_none() {
+        if hooks(&env.hooks).is_none() {
             // The common step, unobserved: views checked once for this arena (see
             // `StepViews`), built here without checks or searching.
             let RunArena { own, scratch } = arena.reborrow();
@@ -172,7 +193,7 @@ pub fn execute(g: &mut CompiledGraph, model: &Model, mut arena: RunArena<'_>, mu
             [(off, len, tag)] if !(is_bound && tag.is_some()) => Some((*off, *len)),
             _ => None,
         };
-        if let (Some((off, len)), None) = (single, env.hooks.as_ref()) {
+        if let (Some((off, len)), None) = (single, hooks(&env.hooks)) {
             // The output's region (own or scratch) is split around it; the other is read whole.
             let RunArena { own, scratch } = arena.reborrow();
             let base = own.len();
@@ -260,7 +281,7 @@ pub fn execute(g: &mut CompiledGraph, model: &Model, mut arena: RunArena<'_>, mu
         }
         let op = &sub.ops[st.op];
         let runs_on = assignment.get(st.op).copied().unwrap_or(OpRun::Executor);
-        if let (Some(h), Some(io)) = (env.hooks.as_deref_mut(), st.io.as_deref()) {
+        if let (Some(h), Some(io)) = (hooks_mut(&mut env.hooks), st.io.as_deref()) {
             if let Some(by_op) = &io.by_op {
                 // A GPU segment, observed: its ops run one at a time, each reported.
                 let seg = Segment { sub, subgraph, tensors, assignment, io, bytes, views };
@@ -272,7 +293,7 @@ pub fn execute(g: &mut CompiledGraph, model: &Model, mut arena: RunArena<'_>, mu
         }
         // A multi-op step that cannot run op by op: announced as its first op, without views.
         let views = views && st.io.is_none();
-        if let Some(h) = env.hooks.as_deref_mut() {
+        if let Some(h) = hooks_mut(&mut env.hooks) {
             let flow = if views {
                 let inputs = step_input_views(sub, tensors, st, &ins, bytes);
                 let outputs = observe::output_views(op, |_, t| tensor_view(sub, tensors, t, TensorState::Pending, None));
@@ -292,7 +313,7 @@ pub fn execute(g: &mut CompiledGraph, model: &Model, mut arena: RunArena<'_>, mu
             // Stopped inside a control-flow op's child: the op did not finish.
             return Ok(0);
         }
-        if let Some(h) = env.hooks.as_deref_mut() {
+        if let Some(h) = hooks_mut(&mut env.hooks) {
             let written: SmallVec<[&[u8]; 4]> = outs.iter().map(|o| &**o).collect();
             let flow = if views {
                 // A convolution that applied fused epilogues wrote their result, not its own.
@@ -313,7 +334,7 @@ pub fn execute(g: &mut CompiledGraph, model: &Model, mut arena: RunArena<'_>, mu
         }
     }
     let tail_from = g.dynamic.as_ref().map_or(sub.ops.len(), |d| d.first_op);
-    if let (true, Some(h)) = (views, env.hooks.as_deref_mut()) {
+    if let (true, Some(h)) = (views, hooks_mut(&mut env.hooks)) {
         let at = Announce { sub, subgraph, tensors: &g.tensors, assignment: &g.assignment, steps: &g.steps, arena: arena.as_ref(), bytes };
         if at.stepless(announced..tail_from, h) == Flow::Stop {
             return Ok(0);
@@ -776,7 +797,7 @@ fn run_dynamic_tail(g: &mut CompiledGraph, model: &Model, arena: ArenaRef<'_>, e
     let bytes = model.bytes();
     let CompiledGraph { tensors, dynamic, subgraph, .. } = g;
     let Some(tail) = dynamic.as_mut() else { return Ok(Flow::Continue) };
-    let views_on = env.hooks.as_deref().is_some_and(|h| h.wants_views());
+    let views_on = hooks(&env.hooks).is_some_and(|h| h.wants_views());
     // Graph inputs held here (STRING inputs, set by `Session::set_input`) stay.
     for (t, v) in tail.values.iter_mut().enumerate() {
         if !sub.inputs.contains(&t) {
@@ -850,7 +871,7 @@ fn run_dynamic_tail(g: &mut CompiledGraph, model: &Model, arena: ArenaRef<'_>, e
                     SmallVec::new()
                 }
             };
-            if let Some(h) = env.hooks.as_deref_mut() {
+            if let Some(h) = hooks_mut(&mut env.hooks) {
                 let inputs = input_views(views_on);
                 let outputs: SmallVec<[TensorView<'_>; 4]> = if views_on {
                     outs.iter().map(|(t, v)| TensorView { state: TensorState::Pending, data: None, ..dyn_view(sub, *t, v) }).collect()
@@ -863,7 +884,7 @@ fn run_dynamic_tail(g: &mut CompiledGraph, model: &Model, arena: ArenaRef<'_>, e
                 let mut out_views: Vec<&mut [u8]> = outs.iter_mut().map(|(_, v)| v.data.bytes_mut()).collect();
                 kernel(&views, &mut out_views).map_err(|e| e.located(octx.location()))?;
             }
-            if let (Flow::Continue, Some(h)) = (flow, env.hooks.as_deref_mut()) {
+            if let (Flow::Continue, Some(h)) = (flow, hooks_mut(&mut env.hooks)) {
                 let inputs = input_views(views_on);
                 let outputs: SmallVec<[TensorView<'_>; 4]> = if views_on { outs.iter().map(|(t, v)| dyn_view(sub, *t, v)).collect() } else { SmallVec::new() };
                 flow = h.after(&OpEvent { calls: &[], subgraph: *subgraph, index: oi, op, runs_on, inputs: &inputs, outputs: &outputs }, true);

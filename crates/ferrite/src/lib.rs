@@ -50,6 +50,7 @@ mod tables;
 mod train;
 mod variables;
 
+#[cfg(feature = "observe")]
 pub mod compare;
 pub mod ext;
 /// The GPU backend's adapters (`ferrite devices`), with the `gpu` feature.

@@ -448,6 +448,7 @@ pub struct Model {
     pub(crate) subgraphs: Vec<Subgraph>,
     pub(crate) signatures: Vec<Signature>,
     /// When parsing started and ended, for the `parse` slice of a session's trace.
+    #[cfg_attr(not(feature = "observe"), allow(dead_code))]
     pub(crate) parse_span: (std::time::Instant, std::time::Instant),
     /// The constants its sessions share (prepacked weights, converted and folded
     /// constants), held weakly: the sessions own it, and it goes with the last one.

@@ -15,6 +15,10 @@
 //! tensors come with [`TensorState::Fused`] and no data, never with bytes that hold
 //! something else.
 
+// Without the `observe` feature the session never records a trace: the recorder
+// stays in the source (the executor's hook types share this module) but is not used.
+#![cfg_attr(not(feature = "observe"), allow(dead_code))]
+
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::Write;

@@ -9,7 +9,9 @@ use crate::compile::{self, CompiledGraph, Limits, Loc};
 use crate::error::{Error, Result};
 use crate::memory::RunArena;
 use crate::model::{DType, Model, ModelBytes};
-use crate::observe::{self, Flow, OpEvent, RunHooks, RunOutcome, TraceLog};
+use crate::observe::{self, RunHooks, RunOutcome, TraceLog};
+#[cfg(feature = "observe")]
+use crate::observe::{Flow, OpEvent};
 
 /// Options fixed when a session is created.
 #[derive(Debug, Clone)]
@@ -29,7 +31,9 @@ pub struct SessionOptions {
     /// [`backends`](Self::backends) or [`op_backends`](Self::op_backends) names it.
     pub custom_backends: Vec<Arc<dyn Backend>>,
     /// Record a trace from the start: the model's parse, every prepare phase, every
-    /// run (see [`Session::set_tracing`], [`Session::write_trace`]).
+    /// run (see [`Session::set_tracing`], [`Session::write_trace`]). With the
+    /// `observe` feature.
+    #[cfg(feature = "observe")]
     pub trace: bool,
     /// How the GPU backend stores tensors (float32 unless float16 is asked for).
     pub gpu_precision: crate::GpuPrecision,
@@ -57,6 +61,7 @@ impl Default for SessionOptions {
             backends: vec!["cpu".into()],
             op_backends: Vec::new(),
             custom_backends: Vec::new(),
+            #[cfg(feature = "observe")]
             trace: false,
             gpu_precision: crate::GpuPrecision::Fp32,
             shared_arena: None,
@@ -239,6 +244,11 @@ fn lent_only(t: usize, name: &str) -> Error {
 /// Plans kept per session for alternating input shapes (the active one included).
 pub const PLAN_CACHE_SIZE: usize = 4;
 
+/// Whether this build can observe runs (traces, profiles, per-op callbacks: the
+/// `observe` feature). Without it the run paths that feed them are constant-false
+/// branches, so the recorders, the trace writer and its JSON are not linked.
+const OBSERVE: bool = cfg!(feature = "observe");
+
 /// How often the session compiled a plan and how often it reused a cached one.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PlanStats {
@@ -290,9 +300,10 @@ impl Session {
             ctx.gpu.half = options.gpu_precision == crate::GpuPrecision::Fp16;
         }
         let backends = Backends::new(&options.backends, &options.op_backends, &options.custom_backends)?;
+        #[cfg(feature = "observe")]
         let trace = options.trace;
         let arena_member = options.shared_arena.as_ref().map(crate::SharedArena::join);
-        let mut s = Session {
+        let s = Session {
             model,
             options,
             subgraph: 0,
@@ -320,9 +331,14 @@ impl Session {
             tracing: false,
             plan_generation: 0,
         };
-        if trace {
-            s.start_trace(true);
-        }
+        #[cfg(feature = "observe")]
+        let s = {
+            let mut s = s;
+            if trace {
+                s.start_trace(true);
+            }
+            s
+        };
         Ok(s)
     }
 
@@ -334,6 +350,7 @@ impl Session {
     /// trace-event JSON (Perfetto, chrome://tracing). Starting again after a stop goes
     /// on with the same trace. Started before the first `prepare`, the trace begins
     /// with the model's parse. Off (the default), runs read no clock for it.
+    #[cfg(feature = "observe")]
     pub fn set_tracing(&mut self, on: bool) {
         match (on, self.tracing) {
             (true, false) => {
@@ -352,6 +369,7 @@ impl Session {
     }
 
     /// A new trace, from the model's parse (its first slice) or from now.
+    #[cfg(feature = "observe")]
     fn start_trace(&mut self, with_parse: bool) {
         let now = std::time::Instant::now();
         let (parsed, done) = self.model.parse_span;
@@ -366,6 +384,7 @@ impl Session {
 
     /// Turns the recorders tracing reads on or off: prepare phases in the backend
     /// context, worker spans in the thread pool.
+    #[cfg(feature = "observe")]
     fn enable_trace_sources(&mut self, on: bool) {
         self.tracing = on;
         self.ctx.phases = on.then(Vec::new);
@@ -384,12 +403,14 @@ impl Session {
     }
 
     /// Runs traced so far (0 without a trace).
+    #[cfg(feature = "observe")]
     pub fn traced_runs(&self) -> usize {
         self.trace.as_ref().map_or(0, |t| t.runs() as usize)
     }
 
     /// Writes the trace recorded so far as Chrome trace-event JSON to `w`. An error
     /// when no trace was started ([`Session::set_tracing`], [`SessionOptions::trace`]).
+    #[cfg(feature = "observe")]
     pub fn write_trace_to(&mut self, w: &mut dyn std::io::Write) -> Result<()> {
         self.collect_phases();
         let t = self.trace.as_ref().ok_or_else(|| Error::InvalidState("no trace: turn tracing on (set_tracing, SessionOptions::trace) first".into()))?;
@@ -397,6 +418,7 @@ impl Session {
     }
 
     /// Writes the trace recorded so far to the file `path` (see [`Session::write_trace_to`]).
+    #[cfg(feature = "observe")]
     pub fn write_trace(&mut self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
         let io = |source| Error::Io { path: path.display().to_string(), source };
@@ -609,11 +631,13 @@ impl Session {
 
     /// Starts recording how long each op takes in the following runs (or stops, with
     /// `false`). Off by default; when on, a record is pushed per executed step.
+    #[cfg(feature = "observe")]
     pub fn set_profiling(&mut self, on: bool) {
         self.profile = on.then(Vec::new);
     }
 
     /// Total time per op index over the profiled runs, slowest first: (op, op name, time).
+    #[cfg(feature = "observe")]
     pub fn profile(&self) -> Vec<(usize, String, std::time::Duration)> {
         let mut total: std::collections::BTreeMap<usize, std::time::Duration> = Default::default();
         for &(op, d) in self.profile.iter().flatten() {
@@ -921,6 +945,7 @@ impl Session {
     /// [`Flow::Stop`] inside a body ends the whole run.
     ///
     /// Without callbacks, [`Session::run`] takes none of this path.
+    #[cfg(feature = "observe")]
     pub fn run_with_callbacks(&mut self, mut before: impl FnMut(&OpEvent<'_>) -> Flow, mut after: impl FnMut(&OpEvent<'_>) -> Flow) -> Result<RunOutcome> {
         self.run_observed(Some(&mut before), Some(&mut after))
     }
@@ -936,7 +961,8 @@ impl Session {
         let mut lease = lend_scratch(&self.arena_member, &c.plan);
         let arena = run_arena(&mut self.arena, &c.plan, &mut lease)?;
         let mut env = crate::exec::DynEnv { backends: &self.backends, custom: &self.options.custom_ops, ctx: &mut self.ctx, limits, hooks: None };
-        let observed = self.tracing || self.profile.is_some() || before.is_some() || after.is_some();
+        // Constant false without the `observe` feature: the hooks and what they record are not linked.
+        let observed = OBSERVE && (self.tracing || self.profile.is_some() || before.is_some() || after.is_some());
         let outcome = if !observed {
             crate::exec::execute(c, model, arena, None, &mut env)?;
             RunOutcome::Completed
@@ -1015,7 +1041,7 @@ impl Session {
         let mut env = crate::exec::DynEnv { backends: &self.backends, custom: &self.options.custom_ops, ctx: &mut self.ctx, limits, hooks: None };
         let mut lease = lend_scratch(&self.arena_member, &c.plan);
         let arena = run_arena(&mut self.arena, &c.plan, &mut lease)?;
-        let copied = if !self.tracing && self.profile.is_none() {
+        let copied = if !OBSERVE || (!self.tracing && self.profile.is_none()) {
             crate::exec::execute(c, &self.model, arena, Some((inputs, outputs)), &mut env)?
         } else {
             // Timers only: callbacks need the arena run (`run_with_callbacks`).
