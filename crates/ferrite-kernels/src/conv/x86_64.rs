@@ -285,6 +285,30 @@ unsafe fn dw_tile_avx512<const KW: usize, const S: usize, const P: usize, const 
                 // the filter; the mask keeps to channels c0..blocked.
                 *v = unsafe { _mm512_maskz_loadu_ps(m, r.w.add((ky * KW + kx) * r.out_c + c0)) };
             }
+            // 9-wide filters: tap by tap, each pixel's input loaded per tap. The
+            // column-major sweep below would take (P - 1) * S + 9 columns of 9 taps,
+            // more than the compiler unrolls, and its accumulators would then live
+            // in memory. Each pixel still sums its taps in column order.
+            if KW > 5 {
+                for (kx, wk) in wv.iter().enumerate() {
+                    for (p, a) in acc.iter_mut().enumerate() {
+                        let col = p * S + kx;
+                        if (valid >> col) & 1 == 0 {
+                            continue;
+                        }
+                        // SAFETY: as for the columns below.
+                        let xv = unsafe {
+                            if BC {
+                                _mm512_set1_ps(*xr.wrapping_add(col))
+                            } else {
+                                _mm512_maskz_loadu_ps(m, xr.wrapping_add(col * r.in_c))
+                            }
+                        };
+                        *a = _mm512_fmadd_ps(xv, *wk, *a);
+                    }
+                }
+                continue;
+            }
             // Input column `col` feeds pixel (col - kx) / S through tap kx.
             for col in 0..(P - 1) * S + KW {
                 // A column in the padding adds nothing: skipped (the test is the
