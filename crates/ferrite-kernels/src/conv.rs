@@ -139,7 +139,10 @@ simd_fn! {
     /// Depthwise convolution: weights [1, k_h, k_w, in_c * multiplier], over output
     /// rows `rows` (row = batch * out_h + oy), which `out` holds.
     ///
-    /// With AVX-512 and multiplier 1 every row runs on SIMD kernels: row tiles of
+    /// With AVX-512, one input channel under a multiplier of 8, 24, 40, ... at
+    /// horizontal stride 1 or 2 runs with pixels along the lanes (each input load
+    /// feeding 8 channels, the tiles transposed on the way out). With AVX-512 and
+    /// multiplier 1 every row runs on SIMD kernels: row tiles of
     /// 1-8 pixels with the borders inside them for 3-, 5- and 9-wide filters at
     /// stride 2 or on rows under 16 pixels (also along T on `[batch, T, 1, C]` maps,
     /// and with one input channel broadcast under a multiplier above 8), else 8-

@@ -894,8 +894,8 @@ const PIXEL_LINES: usize = 4096;
 /// tap); with pixels along the lanes each input vector feeds 8 channels' FMAs.
 pub(super) fn pixel_lanes_fit(in_c: usize, mult: usize, g: &Window) -> bool {
     in_c == 1
-        && mult % 8 == 0
-        && mult % 16 != 0
+        && mult.is_multiple_of(8)
+        && !mult.is_multiple_of(16)
         && matches!(g.stride_w, 1 | 2)
         && g.out_w >= 16
         && g.k_w > 0
@@ -1029,9 +1029,10 @@ pub(super) fn dw_rows_pixel_lanes(
 
 /// What stays the same across one piece of an output row of [`dw_rows_pixel_lanes`].
 struct PixelRow {
-    /// Input row `iy` (over the batch), stride phase `f`: line `(iy % ring) * stride
-    /// + f`, `len` floats each; float `j` is input column `(p0 + j) * stride + f -
-    /// pad_left` (zero outside the row), `p0` the piece's first pixel.
+    /// Input row `iy` (over the batch), stride phase `f`: the line numbered
+    /// `(iy % ring) * stride + f`, `len` floats each; its float `j` is input column
+    /// `(p0 + j) * stride + f - pad_left` (zero outside the row), `p0` the piece's
+    /// first pixel.
     lines: *mut f32,
     len: usize,
     ring: usize,
@@ -1163,6 +1164,8 @@ unsafe fn pixel_tile<const T: usize>(r: &PixelRow, j: usize, c0: usize, np: usiz
     let idx_b: [i32; 16] = [8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31];
     // SAFETY: local arrays of 16 i32.
     let (idx_a, idx_b) = unsafe { (_mm512_loadu_si512(idx_a.as_ptr().cast()), _mm512_loadu_si512(idx_b.as_ptr().cast())) };
+    // Vector t of every channel: the index runs across the inner arrays.
+    #[allow(clippy::needless_range_loop)]
     for t in 0..T {
         let a: [__m512; 8] = std::array::from_fn(|m| _mm512_min_ps(_mm512_max_ps(acc[m][t], lo), hi));
         let t0 = _mm512_unpacklo_ps(a[0], a[1]);
