@@ -139,7 +139,10 @@ simd_fn! {
     /// Depthwise convolution: weights [1, k_h, k_w, in_c * multiplier], over output
     /// rows `rows` (row = batch * out_h + oy), which `out` holds.
     ///
-    /// With AVX-512 and multiplier 1 every row runs on SIMD kernels: row tiles of
+    /// With AVX-512, one input channel under a multiplier of 8, 24, 40, ... at
+    /// horizontal stride 1 or 2 runs with pixels along the lanes (each input load
+    /// feeding 8 channels, the tiles transposed on the way out). With AVX-512 and
+    /// multiplier 1 every row runs on SIMD kernels: row tiles of
     /// 1-8 pixels with the borders inside them for 3-, 5- and 9-wide filters at
     /// stride 2 or on rows under 16 pixels (also along T on `[batch, T, 1, C]` maps,
     /// and with one input channel broadcast under a multiplier above 8), else 8-
@@ -187,6 +190,17 @@ simd_fn! {
         // layers: the input float broadcast, where the lane kernel would load it per
         // tap). At most 8 channels stay on the lane kernel, which packs two or more
         // pixels per vector (a broadcast tile of 8 channels measured 1.6x slower).
+        // One input channel under a multiplier of 8, 16, ... (first layers on gray
+        // images and spectrograms) at horizontal stride 1 or 2: pixels along the
+        // lanes, so each input load feeds 8 channels and no lane waits on a broadcast.
+        #[cfg(target_arch = "x86_64")]
+        if depthwise_masks_tails()
+            && in_c == 1
+            && x86_64::pixel_lanes_fit(in_c, multiplier, &column_as_row(g).unwrap_or(*g))
+            && x86_64::dw_rows_pixel_lanes(input, out_c, w, bias, g, clamp, out, rows.clone())
+        {
+            return;
+        }
         #[cfg(target_arch = "x86_64")]
         if depthwise_masks_tails() && out_c > 8 && (multiplier == 1 || in_c == 1) {
             let column = column_as_row(g);
@@ -1025,6 +1039,43 @@ mod tests {
                 let bias = (case % 4 != 1).then_some(&b[..]);
                 let start = next(batch * out_h);
                 depthwise_rows_match_definition(&l, &x, in_c, mult, &w, bias, &g, clamp, start);
+            }
+        });
+    }
+
+    /// One input channel under multipliers of 8, 24 and 40 (the AVX-512 kernel
+    /// with pixels along the lanes, and multipliers of 16 and 32 that stay off
+    /// it): filters 1-9 wide and tall, horizontal stride 1 or 2 and vertical 1-3,
+    /// dilation in both directions, SAME and VALID, rows from 8 to 300 pixels
+    /// (tiles of 16-48 with a masked tail, rows split into several pieces when the
+    /// lines of tall dilated filters fill the buffer), `[batch, T, 1, 1]` maps
+    /// along T, and row ranges starting mid-image, under every vector level.
+    #[test]
+    fn depthwise_pixel_lanes_match_naive() {
+        let mut next = crate::testutil::xorshift(0x51ed_270b);
+        crate::level::each(|l| {
+            for case in 0..160 {
+                let mult = [8, 8, 24, 40, 16, 32][next(6)];
+                let column = next(5) == 0;
+                let (k_h, k_w) = if column { (1 + next(9), 1) } else { (1 + next(9), 1 + next(9)) };
+                let (in_h, in_w) = if column { (8 + next(300), 1) } else { (1 + next(12), 8 + next(300)) };
+                let (stride_h, stride_w) = if column { (1 + next(2), 1) } else { (1 + next(3), 1 + next(2)) };
+                let (dil_h, dil_w) = if next(3) == 0 { (1 + next(3), if column { 1 } else { 1 + next(3) }) } else { (1, 1) };
+                let same = next(3) != 0;
+                let Some((out_h, pad_top)) = out_size_and_pad(in_h, k_h, stride_h, dil_h, same) else { continue };
+                let Some((out_w, pad_left)) = out_size_and_pad(in_w, k_w, stride_w, dil_w, same) else { continue };
+                if out_h == 0 || out_w == 0 {
+                    continue;
+                }
+                let batch = 2;
+                let g = Window { batch, in_h, in_w, out_h, out_w, k_h, k_w, stride_h, stride_w, dil_h, dil_w, pad_top, pad_left };
+                let x: Vec<f32> = (0..batch * in_h * in_w).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
+                let w: Vec<f32> = (0..k_h * k_w * mult).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
+                let b: Vec<f32> = (0..mult).map(|_| next(1000) as f32 * 0.001).collect();
+                let clamp = if case % 3 == 0 { Clamp::RELU6 } else { Clamp::NONE };
+                let bias = (case % 4 != 1).then_some(&b[..]);
+                let start = next(batch * out_h);
+                depthwise_rows_match_definition(&l, &x, 1, mult, &w, bias, &g, clamp, start);
             }
         });
     }

@@ -386,8 +386,9 @@ impl Packed {
     pub fn scratch(&self, g: &crate::conv::Window) -> ConvScratch {
         let mr = self.isa.mr();
         let width = || padded_width(g).expect("convolution geometry overflows");
-        let lines = if self.merged_kw > 1 { self.taps * width() * (self.k / self.merged_kw) } else { 0 };
-        ConvScratch { ptrs: vec![0; g.out_w.div_ceil(mr) * mr * self.taps], lines: vec![0.0; lines], offs: vec![0; self.taps] }
+        let group = if self.merged_kw > 1 { merged_group(mr, g.out_w) } else { 1 };
+        let lines = if self.merged_kw > 1 { group * self.taps * width() * (self.k / self.merged_kw) } else { 0 };
+        ConvScratch { ptrs: vec![0; (group * g.out_w).div_ceil(mr) * mr * self.taps], lines: vec![0.0; lines], offs: vec![0; self.taps] }
     }
 
     /// Tile of `rows` rows of `panel` over row pointers `a` (`taps * mr` of them).
@@ -415,6 +416,25 @@ fn padded_width(g: &crate::conv::Window) -> Option<usize> {
     Some(g.pad_left.checked_add(g.in_w)?.max(span))
 }
 
+/// Output rows that [`conv2d`]'s merged-row mode takes together, so that its
+/// tiles of `mr` pixels run across them: narrow maps (a row of 5 pixels fills 5
+/// of a tile's 8 rows) then fill whole tiles. As many rows as make a multiple of
+/// `mr` pixels, when one row alone would leave at least an eighth of its tiles'
+/// rows empty and the group stays within 256 pixels; else 1.
+fn merged_group(mr: usize, out_w: usize) -> usize {
+    let (mut a, mut b) = (mr, out_w);
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    let slots = out_w.div_ceil(mr) * mr;
+    let group = mr / a.max(1);
+    if out_w > 0 && (slots - out_w) * 8 >= slots && group * out_w <= 256 {
+        group
+    } else {
+        1
+    }
+}
+
 /// Convolution as implicit GEMM over output rows `rows` (row = batch * out_h + oy);
 /// `out` holds exactly those rows, so threads can each own a contiguous chunk.
 /// `scratch` comes from [`Packed::scratch`] for this geometry; it stores the per-tap
@@ -432,13 +452,15 @@ pub fn conv2d(
     let (mr, nr, n) = (pk.isa.mr(), pk.isa.nr(), pk.n);
     let merged = pk.merged_kw > 1;
     let c = pk.k / pk.merged_kw;
-    let blocks = g.out_w.div_ceil(mr);
+    let group = if merged { merged_group(mr, g.out_w) } else { 1 };
+    let blocks = (group * g.out_w).div_ceil(mr);
     let first_row = rows.start;
     let width = padded_width(g);
     if !holds(input.len(), &[g.batch, g.in_h, g.in_w, c])
         || !holds(out.len(), &[rows.len(), g.out_w, n])
         || !holds(scratch.ptrs.len(), &[blocks, mr, pk.taps])
-        || (merged && (pk.merged_kw != g.k_w || pk.taps != g.k_h || g.dil_w != 1 || !width.is_some_and(|w| holds(scratch.lines.len(), &[pk.taps, w, c]))))
+        || (merged
+            && (pk.merged_kw != g.k_w || pk.taps != g.k_h || g.dil_w != 1 || !width.is_some_and(|w| holds(scratch.lines.len(), &[group, pk.taps, w, c]))))
         || (!merged && Some(pk.taps) != g.k_h.checked_mul(g.k_w))
         || product(&[g.batch, g.out_h]).is_none_or(|total| rows.end > total)
     {
@@ -450,48 +472,62 @@ pub fn conv2d(
     let width = width.unwrap_or(0);
     let zero = pk.zero.as_ptr() as usize;
     let ConvScratch { ptrs: scratch, lines, .. } = scratch;
-    // Merged filter rows: one output row at a time, over zero-padded copies of the
-    // input rows its filter rows read (every column's window is then kw * c
-    // contiguous floats).
-    for row in rows {
-        let (b, oy) = (row / g.out_h, row % g.out_h);
-        for ky in 0..g.k_h {
-            let line = &mut lines[ky * width * c..(ky + 1) * width * c];
-            line.fill(0.0);
-            if let Some(y) = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h) {
-                let src = &input[(b * g.in_h + y) * g.in_w * c..][..g.in_w * c];
-                line[g.pad_left * c..(g.pad_left + g.in_w) * c].copy_from_slice(src);
-            }
-        }
-        // Row pointers for every pixel block of this output row, per filter row.
-        for blk in 0..blocks {
+    // Merged filter rows: `group` output rows at a time, over zero-padded copies of
+    // the input rows their filter rows read (every column's window is then kw * c
+    // contiguous floats); the group's pixels run in tiles across its rows.
+    let mut start = rows.start;
+    while start < rows.end {
+        let here = group.min(rows.end - start);
+        for i in 0..here {
+            let (b, oy) = ((start + i) / g.out_h, (start + i) % g.out_h);
             for ky in 0..g.k_h {
-                let iy = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h);
-                for r in 0..mr {
-                    let ox = blk * mr + r;
-                    scratch[(blk * pk.taps + ky) * mr + r] = match iy {
-                        Some(_) if ox < g.out_w => lines[(ky * width + ox * g.stride_w) * c..].as_ptr() as usize,
-                        _ => zero,
-                    };
+                let line = &mut lines[(i * g.k_h + ky) * width * c..][..width * c];
+                line.fill(0.0);
+                if let Some(y) = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h) {
+                    let src = &input[(b * g.in_h + y) * g.in_w * c..][..g.in_w * c];
+                    line[g.pad_left * c..(g.pad_left + g.in_w) * c].copy_from_slice(src);
                 }
             }
         }
-        let out_row = ((b * g.out_h + oy - first_row) * g.out_w) * n;
+        // Row pointers for every pixel block of the group, per filter row.
+        let pixels = here * g.out_w;
+        let tiles = pixels.div_ceil(mr);
+        // The pixel's row in the group and column, stepped (no division per pixel).
+        let (mut i, mut ox, mut oy) = (0, 0, start % g.out_h);
+        for blk in 0..tiles {
+            for r in 0..mr {
+                let p = blk * mr + r;
+                for ky in 0..g.k_h {
+                    let iy = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h);
+                    scratch[(blk * pk.taps + ky) * mr + r] = match iy {
+                        Some(_) if p < pixels => lines[((i * g.k_h + ky) * width + ox * g.stride_w) * c..].as_ptr() as usize,
+                        _ => zero,
+                    };
+                }
+                ox += 1;
+                if ox == g.out_w {
+                    (i, ox, oy) = (i + 1, 0, if oy + 1 == g.out_h { 0 } else { oy + 1 });
+                }
+            }
+        }
+        let out_px = (start - first_row) * g.out_w;
         for panel in 0..n.div_ceil(nr) {
-            for blk in 0..blocks {
+            for blk in 0..tiles {
                 let a_words = &scratch[blk * pk.taps * mr..(blk + 1) * pk.taps * mr];
                 // SAFETY: `*const f32` and `usize` have the same size and layout; every
                 // word was written above from a pointer into `lines` or `zero`.
                 let a: &[*const f32] = unsafe { std::slice::from_raw_parts(a_words.as_ptr().cast(), a_words.len()) };
-                let rows_here = mr.min(g.out_w - blk * mr);
+                let rows_here = mr.min(pixels - blk * mr);
                 let tile = pk.tile(a, panel, rows_here);
                 // SAFETY: each row pointer addresses k floats: a window inside a padded
                 // line (its width covers every column's window) or the zero row (k long);
-                // the tile writes rows < rows_here and columns < cols of this panel,
-                // inside `out` (checked size).
-                unsafe { run_tile(pk.isa, &tile, clamp, out.as_mut_ptr().add(out_row + blk * mr * n + panel * nr), n) };
+                // the tile writes pixels out_px + blk * mr.. (rows < rows_here, the
+                // group's rows being consecutive in `out`) and columns < cols of this
+                // panel, inside `out` (checked size).
+                unsafe { run_tile(pk.isa, &tile, clamp, out.as_mut_ptr().add((out_px + blk * mr) * n + panel * nr), n) };
             }
         }
+        start += here;
     }
     true
 }
@@ -1003,6 +1039,53 @@ mod tests {
                                 let got = out[((row - start) * out_w + ox) * n + o];
                                 assert!((got - s).abs() < 1e-4, "{isa:?} conv case {case} {g:?} c{c} n{n} merged {}: {got} vs {s}", pk.merged_kw);
                             }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Merged filter rows over maps narrower than a few tiles (1-3 input channels,
+    /// filters up to 10x4 as on spectrograms), whose output rows run in groups that
+    /// fill whole tiles: groups crossing batch items, row ranges cut anywhere
+    /// (a thread's share) and split into consecutive calls, under every kernel.
+    #[test]
+    fn merged_rows_in_groups_match_naive() {
+        use crate::conv::{out_size_and_pad, Window};
+        let mut next = crate::testutil::xorshift(0x2f6b_1d3a_94c7_0e55);
+        for isa in Isa::available() {
+            for case in 0..80 {
+                let (c, n) = (1 + next(3), [7, 16, 33, 64][next(4)]);
+                let (k_h, k_w) = [(10, 4), (3, 3), (5, 2), (2, 5), (4, 10)][next(5)];
+                let (stride_h, stride_w) = (1 + next(2), 1 + next(2));
+                let same = next(3) != 0;
+                let (in_h, in_w) = (1 + next(30), 1 + next(30));
+                let Some((out_h, pad_top)) = out_size_and_pad(in_h, k_h, stride_h, 1, same) else { continue };
+                let Some((out_w, pad_left)) = out_size_and_pad(in_w, k_w, stride_w, 1, same) else { continue };
+                if out_h == 0 || out_w == 0 {
+                    continue;
+                }
+                let g = Window { batch: 2, in_h, in_w, out_h, out_w, k_h, k_w, stride_h, stride_w, dil_h: 1, dil_w: 1, pad_top, pad_left };
+                let x: Vec<f32> = (0..2 * in_h * in_w * c).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
+                let w: Vec<f32> = (0..n * k_h * k_w * c).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
+                let bias: Vec<f32> = (0..n).map(|_| next(1000) as f32 * 0.001).collect();
+                let pk = Packed::with_merged_rows(isa, &w, Some(&bias), n, k_h, k_w, c);
+                let want = conv_definition(&x, &w, &bias, &g, c, n);
+                let clamp = if case % 2 == 0 { Clamp::RELU6 } else { Clamp::NONE };
+                let (start, total) = (next(2 * out_h), 2 * out_h);
+                let cut = start + next(total - start + 1);
+                let mut out = vec![f32::NAN; (total - start) * out_w * n];
+                let mut sc = pk.scratch(&g);
+                let (first, second) = out.split_at_mut((cut - start) * out_w * n);
+                assert!(conv2d(&x, &pk, &g, clamp, first, start..cut, &mut sc));
+                assert!(conv2d(&x, &pk, &g, clamp, second, cut..total, &mut sc));
+                for row in start..total {
+                    for ox in 0..out_w {
+                        for o in 0..n {
+                            let s = clamp.apply(want[(row * out_w + ox) * n + o]);
+                            let got = out[((row - start) * out_w + ox) * n + o];
+                            assert!((got - s).abs() < 1e-4, "{isa:?} case {case} {g:?} c{c} n{n} rows {start}..{cut}..{total}: {got} vs {s}");
                         }
                     }
                 }

@@ -285,6 +285,30 @@ unsafe fn dw_tile_avx512<const KW: usize, const S: usize, const P: usize, const 
                 // the filter; the mask keeps to channels c0..blocked.
                 *v = unsafe { _mm512_maskz_loadu_ps(m, r.w.add((ky * KW + kx) * r.out_c + c0)) };
             }
+            // 9-wide filters: tap by tap, each pixel's input loaded per tap. The
+            // column-major sweep below would take (P - 1) * S + 9 columns of 9 taps,
+            // more than the compiler unrolls, and its accumulators would then live
+            // in memory. Each pixel still sums its taps in column order.
+            if KW > 5 {
+                for (kx, wk) in wv.iter().enumerate() {
+                    for (p, a) in acc.iter_mut().enumerate() {
+                        let col = p * S + kx;
+                        if (valid >> col) & 1 == 0 {
+                            continue;
+                        }
+                        // SAFETY: as for the columns below.
+                        let xv = unsafe {
+                            if BC {
+                                _mm512_set1_ps(*xr.wrapping_add(col))
+                            } else {
+                                _mm512_maskz_loadu_ps(m, xr.wrapping_add(col * r.in_c))
+                            }
+                        };
+                        *a = _mm512_fmadd_ps(xv, *wk, *a);
+                    }
+                }
+                continue;
+            }
             // Input column `col` feeds pixel (col - kx) / S through tap kx.
             for col in 0..(P - 1) * S + KW {
                 // A column in the padding adds nothing: skipped (the test is the
@@ -855,5 +879,333 @@ pub(super) unsafe fn dw_rows_lanes(
             row = next;
         }
         c0 += nl;
+    }
+}
+
+/// Floats of the stack buffer [`dw_rows_pixel_lanes`] builds its input lines in
+/// (16 KiB): a row piece is as wide as its lines fit here.
+const PIXEL_LINES: usize = 4096;
+
+/// Whether [`dw_rows_pixel_lanes`] serves a depthwise layer: one input channel under
+/// a multiplier that is a multiple of 8 (first layers on gray images and
+/// spectrograms), horizontal stride 1 or 2, and a row long enough to fill a
+/// vector of pixels. There every output channel would otherwise take the one
+/// input float broadcast per tap (or two pixels per vector with a permutation per
+/// tap); with pixels along the lanes each input vector feeds 8 channels' FMAs.
+pub(super) fn pixel_lanes_fit(in_c: usize, mult: usize, g: &Window) -> bool {
+    in_c == 1
+        && mult.is_multiple_of(8)
+        && !mult.is_multiple_of(16)
+        && matches!(g.stride_w, 1 | 2)
+        && g.out_w >= 16
+        && g.k_w > 0
+        && g.k_h > 0
+        && ring_rows(g) <= RING_MAX
+        && pixel_piece(g) >= 16
+}
+
+/// Most input rows [`dw_rows_pixel_lanes`] keeps lines of.
+const RING_MAX: usize = 32;
+
+/// Input rows one output row reads (from its first filter row's to its last's):
+/// the lines of that many rows are kept, so consecutive output rows reuse them.
+fn ring_rows(g: &Window) -> usize {
+    (g.k_h - 1) * g.dil_h + 1
+}
+
+/// Output pixels per piece of a row in [`dw_rows_pixel_lanes`]: the most (a
+/// multiple of 48, the widest tile, else of 16) whose `k_h * stride` input lines
+/// fit [`PIXEL_LINES`] for every input row an output row reads ([`ring_rows`]);
+/// 0 if not even 16 do.
+fn pixel_piece(g: &Window) -> usize {
+    let per_line = PIXEL_LINES / (ring_rows(g) * g.stride_w).max(1) / 16 * 16;
+    let reach = ((g.k_w - 1) * g.dil_w / g.stride_w).div_ceil(16) * 16;
+    let most = per_line.saturating_sub(reach);
+    let want = g.out_w.div_ceil(16) * 16;
+    if want <= most {
+        want
+    } else if most >= 48 {
+        most / 48 * 48
+    } else {
+        most / 16 * 16
+    }
+}
+
+/// Output rows `rows` (row = batch * out_h + oy) of a depthwise convolution of
+/// one input channel under a multiplier `c` (a multiple of 8) into `out`, which
+/// holds just them, with pixels along the lanes: per filter row, the input row
+/// is split into its stride phases (even and odd columns at stride 2) in
+/// zero-padded lines on the stack, so every tap's inputs for 16 consecutive
+/// pixels are one unaligned load, which feeds 8 output channels' multiply-adds
+/// with the weights broadcast; tiles of up to 48 pixels x 8 channels are then
+/// transposed to the channel-minor output. The lines of an input row stay in the
+/// buffer while the next output rows read it (each is built once at vertical
+/// stride 1, not once per filter row). `[batch, T, 1, 1]` maps with Nx1
+/// filters run as one row per batch item, along T. Returns false, leaving `out`
+/// unspecified, without AVX-512, for a geometry [`pixel_lanes_fit`] refuses, or
+/// if a range check fails; the caller then takes another path.
+///
+/// Every output sums bias, then the taps by filter row and column (a tap in the
+/// padding adds a zero): the same for any split of rows.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn dw_rows_pixel_lanes(
+    input: &[f32],
+    c: usize,
+    w: &[f32],
+    bias: Option<&[f32]>,
+    g: &Window,
+    clamp: Clamp,
+    out: &mut [f32],
+    rows: std::ops::Range<usize>,
+) -> bool {
+    let column = super::column_as_row(g);
+    let gt = column.unwrap_or(*g);
+    if !depthwise_masks_tails() || !pixel_lanes_fit(1, c, &gt) || gt.in_w == 0 {
+        return false;
+    }
+    if w.len() < g.k_h * g.k_w * c
+        || bias.is_some_and(|b| b.len() < c)
+        || !crate::holds(input.len(), &[g.batch, g.in_h, g.in_w])
+        || !crate::holds(out.len(), &[rows.len(), g.out_w, c])
+        || crate::product(&[g.batch, g.out_h]).is_none_or(|total| rows.end > total)
+    {
+        return false;
+    }
+    let piece = pixel_piece(&gt);
+    let s = gt.stride_w;
+    let reach = (gt.k_w - 1) * gt.dil_w / s;
+    let mut lines = [0.0f32; PIXEL_LINES];
+    // Which input row (index over the batch) and piece (first pixel, line length)
+    // each slot's lines hold.
+    let mut held = [(usize::MAX, 0usize, 0usize); RING_MAX];
+    let ring = ring_rows(&gt);
+    let mut row = rows.start;
+    while row < rows.end {
+        // Pieces of rows of `gt`: (batch item, output row, pixels, next row of `g`);
+        // on a column map each item is one row whose pixels are the rows of `g`.
+        let (n, oy, px, next) = if column.is_some() {
+            let n = row / g.out_h;
+            let end = rows.end.min((n + 1) * g.out_h);
+            (n, 0, row - n * g.out_h..end - n * g.out_h, end)
+        } else {
+            (row / g.out_h, row % g.out_h, 0..g.out_w, row + 1)
+        };
+        let o = &mut out[(row - rows.start) * g.out_w * c..(next - rows.start) * g.out_w * c];
+        let ky_lo = (0..gt.k_h).find(|&ky| gt.in_y(oy, ky).is_some()).unwrap_or(gt.k_h);
+        let ky_hi = (ky_lo..gt.k_h).find(|&ky| gt.in_y(oy, ky).is_none()).unwrap_or(gt.k_h);
+        // The first input row read, over the batch (the rows of one item lie inside
+        // the input: checked above).
+        let iy0 = gt.in_y(oy, ky_lo).map_or(0, |y| n * gt.in_h + y);
+        let mut p0 = px.start;
+        while p0 < px.end {
+            let np = piece.min(px.end - p0);
+            // Each line covers the piece's pixels rounded up to whole vectors, plus
+            // the columns the widest tap reaches past them.
+            let len = (np.div_ceil(16) * 16 + reach).div_ceil(16) * 16;
+            debug_assert!(ring * s * len <= PIXEL_LINES);
+            let r = PixelRow { lines: lines.as_mut_ptr(), len, ring, iy0, w: w.as_ptr(), bias: bias.map(|b| b.as_ptr()), c, g: gt, ky: (ky_lo, ky_hi), clamp };
+            for ky in ky_lo..ky_hi {
+                let iy = iy0 + (ky - ky_lo) * gt.dil_h;
+                if held[iy % ring] != (iy, p0, len) {
+                    held[iy % ring] = (iy, p0, len);
+                    // SAFETY: AVX-512F present (checked); input row iy lies inside the
+                    // item's image (ky_lo..ky_hi are the filter rows in_y accepts), so
+                    // inside `input` (its size checked), and the loads are masked to
+                    // its columns; the slot's lines fit the buffer (pixel_piece).
+                    unsafe { pixel_lines(&r, input.as_ptr().add(iy * gt.in_w), iy % ring, p0) };
+                }
+            }
+            // SAFETY: AVX-512F present; the lines of every filter row read were filled
+            // above for this piece; weights hold taps * c floats, the bias c
+            // (checked); `o` holds px.len() pixels of c floats, of which this piece
+            // writes np from p0.
+            unsafe { pixel_piece_run(&r, o.as_mut_ptr().add((p0 - px.start) * c), np) };
+            p0 += np;
+        }
+        row = next;
+    }
+    true
+}
+
+/// What stays the same across one piece of an output row of [`dw_rows_pixel_lanes`].
+struct PixelRow {
+    /// Input row `iy` (over the batch), stride phase `f`: the line numbered
+    /// `(iy % ring) * stride + f`, `len` floats each; its float `j` is input column
+    /// `(p0 + j) * stride + f - pad_left` (zero outside the row), `p0` the piece's
+    /// first pixel.
+    lines: *mut f32,
+    len: usize,
+    ring: usize,
+    /// The input row under filter row `ky.0`.
+    iy0: usize,
+    w: *const f32,
+    bias: Option<*const f32>,
+    /// Output channels (the multiplier).
+    c: usize,
+    g: Window,
+    ky: (usize, usize),
+    clamp: Clamp,
+}
+
+/// Fills the piece's lines in slot `slot` (see [`PixelRow::lines`]) from input row `row`.
+///
+/// # Safety
+/// AVX-512F; `row` must be readable for `in_w` floats; the slot's lines must fit the buffer.
+#[target_feature(enable = "avx512f")]
+unsafe fn pixel_lines(r: &PixelRow, row: *const f32, slot: usize, p0: usize) {
+    let g = &r.g;
+    let s = g.stride_w;
+    // Which of 16 floats from input column `col` lie inside the row.
+    let inside = |col: isize| -> __mmask16 {
+        if col >= 0 && col + 16 <= g.in_w as isize {
+            return 0xFFFF;
+        }
+        let lo = (-col).clamp(0, 16) as u32;
+        let hi = (g.in_w as isize - col).clamp(0, 16) as u32;
+        if hi <= lo {
+            0
+        } else {
+            (((1u32 << (hi - lo)) - 1) << lo) as __mmask16
+        }
+    };
+    let even: [i32; 16] = std::array::from_fn(|j| 2 * j as i32);
+    let odd: [i32; 16] = std::array::from_fn(|j| 2 * j as i32 + 1);
+    // SAFETY: local arrays of 16 i32.
+    let (even, odd) = unsafe { (_mm512_loadu_si512(even.as_ptr().cast()), _mm512_loadu_si512(odd.as_ptr().cast())) };
+    let dst = r.lines.wrapping_add(slot * s * r.len);
+    for j in (0..r.len).step_by(16) {
+        let col = ((p0 + j) * s) as isize - g.pad_left as isize;
+        // SAFETY: the loads are masked to columns inside the row (readable by
+        // contract; the address of the masked-off ones is formed with wrapping
+        // arithmetic and not accessed); the stores lie in the piece's lines.
+        unsafe {
+            if s == 1 {
+                _mm512_storeu_ps(dst.add(j), _mm512_maskz_loadu_ps(inside(col), row.wrapping_offset(col)));
+            } else {
+                let a = _mm512_maskz_loadu_ps(inside(col), row.wrapping_offset(col));
+                let b = _mm512_maskz_loadu_ps(inside(col + 16), row.wrapping_offset(col + 16));
+                _mm512_storeu_ps(dst.add(j), _mm512_permutex2var_ps(a, even, b));
+                _mm512_storeu_ps(dst.add(r.len + j), _mm512_permutex2var_ps(a, odd, b));
+            }
+        }
+    }
+}
+
+/// The `np` pixels of one piece into `o` (pixel 0 of the piece at `o`): tiles of
+/// 48, 32 or 16 pixels (the last one's tail masked) per group of 8 channels.
+///
+/// # Safety
+/// AVX-512F; the lines filled by [`pixel_lines`] for this piece; `o` writable for
+/// `np` pixels of `r.c` floats.
+#[target_feature(enable = "avx512f")]
+unsafe fn pixel_piece_run(r: &PixelRow, o: *mut f32, np: usize) {
+    let mut j = 0;
+    while j < np {
+        let here = (np - j).min(48);
+        for c0 in (0..r.c).step_by(8) {
+            // SAFETY: the tile reads lines j..j + 16 * T + reach (within len) and
+            // writes pixels j..j + here of channels c0..c0 + 8 (contract).
+            unsafe {
+                match here.div_ceil(16) {
+                    1 => pixel_tile::<1>(r, j, c0, here, o),
+                    2 => pixel_tile::<2>(r, j, c0, here, o),
+                    _ => pixel_tile::<3>(r, j, c0, here, o),
+                }
+            }
+        }
+        j += here;
+    }
+}
+
+/// `16 * T` pixels from piece pixel `j` (the first `np` stored) x channels
+/// `c0..c0 + 8`, accumulated with pixels along the lanes and transposed on the
+/// way out.
+///
+/// # Safety
+/// As [`pixel_piece_run`], with `np <= 16 * T` pixels from `j` inside the piece.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn pixel_tile<const T: usize>(r: &PixelRow, j: usize, c0: usize, np: usize, o: *mut f32) {
+    let g = &r.g;
+    let s = g.stride_w;
+    let mut acc = [[_mm512_setzero_ps(); T]; 8];
+    if let Some(b) = r.bias {
+        for (m, a) in acc.iter_mut().enumerate() {
+            // SAFETY: the bias holds c floats; c0 + m < c.
+            *a = [_mm512_set1_ps(unsafe { *b.add(c0 + m) }); T];
+        }
+    }
+    for ky in r.ky.0..r.ky.1 {
+        for kx in 0..g.k_w {
+            let off = kx * g.dil_w;
+            let slot = (r.iy0 + (ky - r.ky.0) * g.dil_h) % r.ring;
+            let line = r.lines.wrapping_add((slot * s + off % s) * r.len + j + off / s);
+            let mut xv = [_mm512_setzero_ps(); T];
+            for (t, v) in xv.iter_mut().enumerate() {
+                // SAFETY: j + 16 * T + off / s <= len (the line covers the piece's
+                // vectors plus the widest tap's reach).
+                *v = unsafe { _mm512_loadu_ps(line.add(16 * t)) };
+            }
+            let wt = r.w.wrapping_add((ky * g.k_w + kx) * r.c + c0);
+            for (m, a) in acc.iter_mut().enumerate() {
+                // SAFETY: tap (ky, kx), channel c0 + m < c: inside the k_h * k_w * c weights.
+                let wv = _mm512_set1_ps(unsafe { *wt.add(m) });
+                for t in 0..T {
+                    a[t] = _mm512_fmadd_ps(xv[t], wv, a[t]);
+                }
+            }
+        }
+    }
+    let (lo, hi) = (_mm512_set1_ps(r.clamp.min), _mm512_set1_ps(r.clamp.max));
+    // Pixel q of each 128-bit block pairs with the same pixel of the next block:
+    // after the unpacks and shuffles, vector q holds pixels q, q + 4, q + 8, q + 12
+    // (channels 0-3 in `u[q]`, 4-7 in `u[q + 4]`).
+    let idx_a: [i32; 16] = [0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23];
+    let idx_b: [i32; 16] = [8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31];
+    // SAFETY: local arrays of 16 i32.
+    let (idx_a, idx_b) = unsafe { (_mm512_loadu_si512(idx_a.as_ptr().cast()), _mm512_loadu_si512(idx_b.as_ptr().cast())) };
+    // Vector t of every channel: the index runs across the inner arrays.
+    #[allow(clippy::needless_range_loop)]
+    for t in 0..T {
+        let a: [__m512; 8] = std::array::from_fn(|m| _mm512_min_ps(_mm512_max_ps(acc[m][t], lo), hi));
+        let t0 = _mm512_unpacklo_ps(a[0], a[1]);
+        let t1 = _mm512_unpackhi_ps(a[0], a[1]);
+        let t2 = _mm512_unpacklo_ps(a[2], a[3]);
+        let t3 = _mm512_unpackhi_ps(a[2], a[3]);
+        let t4 = _mm512_unpacklo_ps(a[4], a[5]);
+        let t5 = _mm512_unpackhi_ps(a[4], a[5]);
+        let t6 = _mm512_unpacklo_ps(a[6], a[7]);
+        let t7 = _mm512_unpackhi_ps(a[6], a[7]);
+        let u = [
+            _mm512_shuffle_ps::<0x44>(t0, t2),
+            _mm512_shuffle_ps::<0xEE>(t0, t2),
+            _mm512_shuffle_ps::<0x44>(t1, t3),
+            _mm512_shuffle_ps::<0xEE>(t1, t3),
+            _mm512_shuffle_ps::<0x44>(t4, t6),
+            _mm512_shuffle_ps::<0xEE>(t4, t6),
+            _mm512_shuffle_ps::<0x44>(t5, t7),
+            _mm512_shuffle_ps::<0xEE>(t5, t7),
+        ];
+        for q in 0..4 {
+            // Pixels q and q + 4, then q + 8 and q + 12, 8 channels each.
+            let pair = [_mm512_permutex2var_ps(u[q], idx_a, u[q + 4]), _mm512_permutex2var_ps(u[q], idx_b, u[q + 4])];
+            for (h, v) in pair.iter().enumerate() {
+                let p = 16 * t + 8 * h + q;
+                // The low half goes to pixel p, the high half to pixel p + 4: stored
+                // masked from 8 floats before that pixel's channels, so the lanes
+                // line up without extracting the half.
+                let base = o.wrapping_add((j + p) * r.c + c0);
+                // SAFETY: pixels below np of this tile, channels c0..c0 + 8 (contract);
+                // masked-off lanes are not accessed.
+                unsafe {
+                    if p < np {
+                        _mm512_mask_storeu_ps(base, 0x00FF, *v);
+                    }
+                    if p + 4 < np {
+                        _mm512_mask_storeu_ps(base.wrapping_add(4 * r.c).wrapping_sub(8), 0xFF00, *v);
+                    }
+                }
+            }
+        }
     }
 }
