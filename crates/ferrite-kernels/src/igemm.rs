@@ -381,6 +381,18 @@ impl Packed {
         self.merged_kw
     }
 
+    /// Output rows [`conv2d`] tiles together for this geometry (1 unless its
+    /// merged-row mode groups narrow rows). A caller that splits the rows between
+    /// threads splits at multiples of it: the tiles, and so every result's bits,
+    /// are then the same for any thread count.
+    pub fn row_group(&self, g: &crate::conv::Window) -> usize {
+        if self.merged_kw > 1 {
+            merged_group(self.isa.mr(), g.out_w)
+        } else {
+            1
+        }
+    }
+
     /// Scratch for calls of [`conv2d`] with this geometry.
     /// Panics if the geometry's sizes overflow.
     pub fn scratch(&self, g: &crate::conv::Window) -> ConvScratch {
@@ -477,7 +489,9 @@ pub fn conv2d(
     // contiguous floats); the group's pixels run in tiles across its rows.
     let mut start = rows.start;
     while start < rows.end {
-        let here = group.min(rows.end - start);
+        // Groups begin at multiples of `group` rows of the whole map, whatever
+        // range this call was given (see [`Packed::row_group`]).
+        let here = (group - start % group).min(rows.end - start);
         for i in 0..here {
             let (b, oy) = ((start + i) / g.out_h, (start + i) % g.out_h);
             for ky in 0..g.k_h {

@@ -194,11 +194,11 @@ pub(crate) fn conv2d(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Bui
         op.checked_elements(&[kh, width, ic], 4)?;
     }
     // Scratch per thread, sized once here so runs do not allocate.
-    let template = match &weights {
+    let packed = match &weights {
         Weights::Cached(p) => p,
         Weights::PerRun(p) => p,
-    }
-    .scratch(&g);
+    };
+    let (template, group) = (packed.scratch(&g), packed.row_group(&g));
     let scratch: Vec<Mutex<igemm::ConvScratch>> = (0..ctx.threads).map(|_| Mutex::new(template.clone())).collect();
     let rows = g.batch * g.out_h;
     let flops = 2 * rows * g.out_w * oc * kh * kw * ic;
@@ -210,9 +210,11 @@ pub(crate) fn conv2d(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Bui
             let input = typed::<f32>(arg(ins, 0)?)?;
             let out = typed_mut::<f32>(outs[0])?;
             if merged_kw > 1 {
-                return for_row_chunks(pool.as_deref(), flops, out, rows, g.out_w * oc, &|i, r, out| {
+                // Chunks of whole row groups, so the tiling is the same for any
+                // thread count (as for the pixel chunks below).
+                return for_row_chunks_aligned(pool.as_deref(), flops, out, rows, g.out_w * oc, group, &|i, r, out| {
                     let mut sc = scratch[i].lock().unwrap_or_else(|e| e.into_inner());
-                    rows_with_epilogue(epilogue.as_ref(), ins, oc, g.out_w * oc, 1, r, out, |r, out| igemm::conv2d(input, pk, &g, clamp, out, r, &mut sc))
+                    rows_with_epilogue(epilogue.as_ref(), ins, oc, g.out_w * oc, group, r, out, |r, out| igemm::conv2d(input, pk, &g, clamp, out, r, &mut sc))
                 });
             }
             // Chunks of whole tiles of pixels: the tiling, and so every result, is
