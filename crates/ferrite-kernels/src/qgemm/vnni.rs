@@ -1098,7 +1098,7 @@ unsafe fn fc_tile<const P: usize, const U: usize>(
         step(&mut acc[0], av, g);
         g += 1;
     }
-    if k % 4 != 0 {
+    if !k.is_multiple_of(4) {
         // The last 1-3 bytes by a masked load (nothing read past the row); the
         // lanes left out meet zero weights.
         // SAFETY: the masked lanes lie inside the row's k bytes (contract).
