@@ -374,6 +374,50 @@ pub fn conv_u8_in(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, o
     conv_8bit(input, 0, q.in_zp, 128 - q.w_zp, pk, bias, s.fixed, q, out8, &mut s.rq, bufs, &mut s.seg);
 }
 
+/// A prepared int8 fully-connected layer whose weights, bias and zero points
+/// are constant, rounding once (as LiteRT's int8 layers do): the starting
+/// values are fixed when it is made, and where this CPU has AVX-512 VNNI each
+/// input row is read in place by the row tiles, with none of the convolution's
+/// per-run setup (no padded copy, no geometry checks). Elsewhere it runs
+/// [`conv_i8`] with the same fixed values.
+#[derive(Debug, Clone)]
+pub struct FullyConnectedI8 {
+    s: ConvScratch,
+    q: QConv,
+    /// Input rows per run.
+    rows: usize,
+    /// Whether the VNNI row tiles run it (the CPU and vector level, read once here).
+    vnni: bool,
+}
+
+impl FullyConnectedI8 {
+    /// The layer `q` (its geometry [`crate::conv::Window::rows`], `q.in_c`
+    /// inputs and `q.out_c` outputs per row) with the packed weights `pk` and
+    /// `bias` (one per output, or none).
+    pub fn new(pk: &QPacked, bias: Option<&[i32]>, q: QConv) -> FullyConnectedI8 {
+        let mut s = ConvScratch::with_rounding(pk, &q.rq, Rounding::Single);
+        s.fix_offsets(pk, bias, &q, false);
+        let rows = q.g.batch * q.g.out_h * q.g.out_w;
+        #[cfg(target_arch = "x86_64")]
+        let vnni = vnni::available() && pk.n > 0 && pk.k == q.in_c;
+        #[cfg(not(target_arch = "x86_64"))]
+        let vnni = false;
+        FullyConnectedI8 { s, q, rows, vnni }
+    }
+
+    /// Runs the layer on the int8 rows `input` (its bytes), writing `out`;
+    /// `pk` must be the packing it was made with.
+    /// Panics if `input` or `out` is shorter than the layer's rows.
+    pub fn run(&mut self, input: &[u8], pk: &QPacked, out: &mut [i8]) {
+        #[cfg(target_arch = "x86_64")]
+        if self.vnni {
+            vnni::fc_rows(input, self.rows, pk, -self.q.w_zp, &self.s.rq, out);
+            return;
+        }
+        conv_i8(input, pk, None, &self.q, out, &mut self.s);
+    }
+}
+
 /// [`conv_i8`] and [`conv_u8`]: the rows hold `a = x ^ flip` (unsigned, zero
 /// point `a_zp`), the true weights are `W = w + w_off` for the packed `w`, so
 /// `sum (a - a_zp) W = dot - a_zp sum w - w_off a_zp K + w_off sum a`: the
@@ -1822,6 +1866,53 @@ mod tests {
                     // The bias passed is ignored once the offsets are fixed.
                     conv_i8(bytes_of(&input), &pk, None, &q, &mut got, &mut s);
                     assert_eq!(got, want, "case {case} run {run}: fixed, batch {batch} in {in_n} out {out_n}");
+                }
+            }
+        });
+    }
+
+    /// [`FullyConnectedI8`] (on VNNI the in-place row tiles) against the
+    /// definition under each vector level: odd and long rows (tails of 1-3
+    /// bytes read by masks, up to 1,100 inputs), 1 to 40 panels, random zero
+    /// points (weights' too), scales above and below 1, per-tensor and
+    /// per-channel, clamps, a few rows per run, and repeated runs.
+    #[test]
+    fn fully_connected_rows_in_place_match_the_definition() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        crate::level::each(|_| {
+            for case in 0..150 {
+                let batch = [1, 1, 1, 2, 3][case % 5];
+                let in_n = if case % 4 == 0 { 600 + rng.below(500) } else { 1 + rng.below(200) };
+                let out_n = if case % 7 == 0 { 500 + rng.below(140) } else { 1 + rng.below(150) };
+                let g = crate::conv::Window::rows(batch);
+                let per_channel = case % 2 == 0;
+                let real: Vec<f64> =
+                    (0..if per_channel { out_n } else { 1 }).map(|_| (1 + rng.below(100_000)) as f64 / 1e5 * if case % 3 == 0 { 5.0 } else { 0.003 }).collect();
+                let (multiplier, shift): (Vec<i32>, Vec<i32>) = real.iter().map(|&r| crate::quant::quantize_multiplier(r)).unzip();
+                let (min, max) = if case % 4 == 1 { (-128 + rng.below(100) as i32, 127 - rng.below(100) as i32) } else { (-128, 127) };
+                let rq = Requant { multiplier, shift, out_zp: rng.below(256) as i32 - 128, min, max };
+                let w_zp = if case % 5 == 2 { rng.below(61) as i32 - 30 } else { 0 };
+                let q = QConv { g, in_c: in_n, out_c: out_n, depth_multiplier: 0, in_zp: rng.below(256) as i32 - 128, w_zp, rq };
+                let input: Vec<i8> = (0..batch * in_n).map(|_| if case % 9 == 0 { [-128, 127][rng.below(2)] } else { rng.next() as i8 }).collect();
+                let w: Vec<i8> = (0..out_n * in_n).map(|_| if case % 9 == 0 { [-128, 127][rng.below(2)] } else { rng.next() as i8 }).collect();
+                let bias: Option<Vec<i32>> = (case % 6 != 3).then(|| (0..out_n).map(|_| rng.below(400_000) as i32 - 200_000).collect());
+                let want: Vec<i8> = (0..batch * out_n)
+                    .map(|i| {
+                        let (b, j) = (i / out_n, i % out_n);
+                        let start = bias.as_ref().map_or(0, |v| v[j]);
+                        let acc = (0..in_n).fold(start, |a, kk| a + (i32::from(input[b * in_n + kk]) - q.in_zp) * (i32::from(w[j * in_n + kk]) - w_zp));
+                        q.rq.apply_rounded(acc, j, Rounding::Single) as i8
+                    })
+                    .collect();
+                let pk = QPacked::new(&w, out_n, in_n);
+                let mut fc = FullyConnectedI8::new(&pk, bias.as_deref(), q.clone());
+                // The input at the end of its buffer: a read past a row's last byte would leave it.
+                let exact: Vec<u8> = bytes_of(&input).to_vec();
+                for run in 0..2 {
+                    let mut got = vec![0i8; want.len() + 5];
+                    fc.run(&exact, &pk, &mut got);
+                    assert_eq!(&got[..want.len()], &want[..], "case {case} run {run}: batch {batch} in {in_n} out {out_n} w_zp {w_zp}");
+                    assert_eq!(&got[want.len()..], &[0; 5], "case {case}: wrote past the output");
                 }
             }
         });

@@ -983,3 +983,138 @@ pub(crate) unsafe fn add_sub_8bit<const UNSIGNED: bool>(a: &[u8], b: &[u8], p: &
         out[i..n].copy_from_slice(&o[..n - i]);
     }
 }
+
+/// Rows of an int8 fully-connected layer through the VNNI row tiles: each row
+/// of `k` int8 values is read in place from `input` (turned unsigned in
+/// registers, its last group of fewer than four bytes by a masked load), with
+/// no padded copy and no per-run setup; `rq` holds the fixed starting values
+/// (bias and zero-point terms) and rounds once. A weight offset `w_off` adds
+/// `w_off * sum (x + 128)` per row. Outputs are int8, `pk.n` per row.
+///
+/// Panics if the CPU lacks the instructions or the operands disagree.
+pub(super) fn fc_rows(input: &[u8], rows: usize, pk: &QPacked, w_off: i32, rq: &RowRequant, out: &mut [i8]) {
+    let (n, k) = (pk.n, pk.k);
+    let panel = pk.kq * NR;
+    assert!(
+        available()
+            && rq.offset.len() == n
+            && rq.rounding == Rounding::Single
+            && crate::holds(input.len(), &[rows, k])
+            && crate::holds(out.len(), &[rows, n])
+            && pk.w.len() >= n.div_ceil(NR) * panel,
+        "fc_rows: operands disagree"
+    );
+    let panels = n.div_ceil(NR);
+    // Up to 8 panels a tile (8 accumulator chains), the panels spread evenly
+    // over the tiles (9 as 5 + 4, not 8 + 1) so that no tile is left with a
+    // single chain.
+    let tiles = panels.div_ceil(8);
+    for (r, row) in input.chunks_exact(k.max(1)).take(rows).enumerate() {
+        let add = if w_off != 0 { row.iter().map(|&b| i32::from(b ^ 0x80)).sum::<i32>().wrapping_mul(w_off) } else { 0 };
+        let mut p = 0;
+        for tile in 0..tiles {
+            let pc = (panels - p).div_ceil(tiles - tile);
+            // SAFETY: AVX-512F/BW/VL and VNNI are present (checked above); the
+            // row holds `k` bytes, panels p..p + pc < panels lie inside `pk.w`
+            // (checked above), row r's `n` outputs inside `out`, and `rq`
+            // holds `n` channels.
+            unsafe { fc_dispatch(pc, row.as_ptr(), k, pk.w.as_ptr().add(p * panel), panel, rq, p, add, out.as_mut_ptr().add(r * n), n) };
+            p += pc;
+        }
+    }
+}
+
+/// [`fc_tile`] for `pc` (1 to 8) panels, with enough accumulators per panel
+/// that at least 6 independent chains cover the products' latency.
+///
+/// # Safety
+/// As [`fc_tile`], with `P` = `pc`.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn fc_dispatch(pc: usize, a: *const u8, k: usize, w: *const i8, panel: usize, rq: &RowRequant, p0: usize, add: i32, out: *mut i8, ldo: usize) {
+    // SAFETY: the caller's contract, for the panels named.
+    unsafe {
+        match pc {
+            1 => fc_tile::<1, 4>(a, k, w, panel, rq, p0, add, out, ldo),
+            2 => fc_tile::<2, 4>(a, k, w, panel, rq, p0, add, out, ldo),
+            3 => fc_tile::<3, 2>(a, k, w, panel, rq, p0, add, out, ldo),
+            4 => fc_tile::<4, 2>(a, k, w, panel, rq, p0, add, out, ldo),
+            5 => fc_tile::<5, 1>(a, k, w, panel, rq, p0, add, out, ldo),
+            6 => fc_tile::<6, 1>(a, k, w, panel, rq, p0, add, out, ldo),
+            7 => fc_tile::<7, 1>(a, k, w, panel, rq, p0, add, out, ldo),
+            _ => fc_tile::<8, 1>(a, k, w, panel, rq, p0, add, out, ldo),
+        }
+    }
+}
+
+/// One int8 row by `P` panels of 16 outputs, the groups of four `k` split over
+/// `U` sets of accumulators (short rows of few panels would otherwise wait on
+/// one `vpdpbusd` chain); then summed, offset by `add`, rounded once
+/// ([`Scale16::single`]) and stored as int8.
+///
+/// # Safety
+/// The CPU must support AVX-512F/BW/VL and VNNI; `a` must be valid for `k`
+/// bytes, panel `p < P` holds `k.div_ceil(4) * 64` weights at `w + p * panel`,
+/// `out` is valid for channels `16 * p0..` up to `ldo` (at most `16 * P` of
+/// them), and `rq` holds `ldo` channels.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn fc_tile<const P: usize, const U: usize>(
+    a: *const u8,
+    k: usize,
+    w: *const i8,
+    panel: usize,
+    rq: &RowRequant,
+    p0: usize,
+    add: i32,
+    out: *mut i8,
+    ldo: usize,
+) {
+    // int8 inputs made unsigned (x + 128) for `vpdpbusd`; the starting values
+    // in `rq` take the 128 back out.
+    let flip = _mm512_set1_epi32(0x8080_8080u32 as i32);
+    let mut acc = [[_mm512_setzero_si512(); P]; U];
+    let groups = k / 4;
+    // Group g of every panel into the accumulator set `u`.
+    let step = |acc: &mut [__m512i; P], av: __m512i, g: usize| {
+        for (p, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: group g < k.div_ceil(4) of panel p (contract).
+            let wv = unsafe { _mm512_loadu_si512(w.add(p * panel + g * 64) as *const _) };
+            *acc = _mm512_dpbusd_epi32(*acc, av, wv);
+        }
+    };
+    let mut g = 0;
+    while g + U <= groups {
+        for (u, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: bytes 4(g + u)..4(g + u) + 4 < k of the row (contract); unaligned read.
+            let av = _mm512_xor_si512(_mm512_set1_epi32(unsafe { (a.add((g + u) * 4) as *const i32).read_unaligned() }), flip);
+            step(acc, av, g + u);
+        }
+        g += U;
+    }
+    while g < groups {
+        // SAFETY: as above.
+        let av = _mm512_xor_si512(_mm512_set1_epi32(unsafe { (a.add(g * 4) as *const i32).read_unaligned() }), flip);
+        step(&mut acc[0], av, g);
+        g += 1;
+    }
+    if !k.is_multiple_of(4) {
+        // The last 1-3 bytes by a masked load (nothing read past the row); the
+        // lanes left out meet zero weights.
+        // SAFETY: the masked lanes lie inside the row's k bytes (contract).
+        let tail = unsafe { _mm_maskz_loadu_epi8((1u16 << (k % 4)) - 1, a.add(groups * 4) as *const i8) };
+        let av = _mm512_xor_si512(_mm512_broadcastd_epi32(tail), flip);
+        step(&mut acc[0], av, groups);
+    }
+    let add = _mm512_set1_epi32(add);
+    for p in 0..P {
+        let sum = acc[1..].iter().fold(_mm512_add_epi32(acc[0][p], add), |s, a| _mm512_add_epi32(s, a[p]));
+        let j = (p0 + p) * NR;
+        let cols = NR.min(ldo - j);
+        let m: __mmask16 = if cols >= NR { 0xFFFF } else { (1u16 << cols) - 1 };
+        // SAFETY: the `cols` channels from j of `rq`'s arrays of ldo (contract).
+        let s = unsafe { Scale16::load(rq, j, m) };
+        // SAFETY: channels j..j + cols of the row's ldo outputs (contract).
+        unsafe { store16(out.add(j), m, s.single(sum), 0) };
+    }
+}

@@ -322,23 +322,29 @@ pub(crate) fn fully_connected_int(op: &OpContext<'_>, ctx: &mut BackendContext) 
         // Packed once for every session of the model (the kernel reads only the packing).
         let key = crate::backend::PackKey { subgraph: op.subgraph, tensor: op.input(1)?.tensor, with: None, packing: crate::backend::Packing::QGemm };
         let pk = ctx.packed(key, || Ok(qgemm::QPacked::new(typed::<i8>(bytes)?, out_n, in_n)))?;
-        let mut scratch = qgemm::ConvScratch::with_rounding(&pk, &q.rq, i8_rounding);
         // A constant bias (or none) with the constant weights and zero points
         // fixes each output's starting value: computed here once, not per run.
         let const_bias = match op.opt_input(2) {
             None => Some(None),
             Some(b) => b.value.filter(|_| b.constant).map(|v| typed::<i32>(v).map(Some)).transpose()?,
         };
+        // The kernel is the op's own (`FnMut`): its scratch needs no lock.
         if let Some(bias) = const_bias {
-            scratch.fix_offsets(&pk, bias, &q, false);
+            let mut fc = qgemm::FullyConnectedI8::new(&pk, bias, q);
+            return Ok(Built {
+                outputs: vec![(x.dtype, out_shape)],
+                kernel: Box::new(move |ins, outs| {
+                    fc.run(arg(ins, 0)?, &pk, typed_mut(outs[0])?);
+                    Ok(())
+                }),
+            });
         }
-        let scratch = Mutex::new(scratch);
+        let mut scratch = qgemm::ConvScratch::with_rounding(&pk, &q.rq, i8_rounding);
         return Ok(Built {
             outputs: vec![(x.dtype, out_shape)],
             kernel: Box::new(move |ins, outs| {
                 let bias = if has_bias { Some(typed::<i32>(arg(ins, 2)?)?) } else { None };
-                let mut s = scratch.lock().unwrap_or_else(|e| e.into_inner());
-                qgemm::conv_i8(arg(ins, 0)?, &pk, bias, &q, typed_mut(outs[0])?, &mut s);
+                qgemm::conv_i8(arg(ins, 0)?, &pk, bias, &q, typed_mut(outs[0])?, &mut scratch);
                 Ok(())
             }),
         });
