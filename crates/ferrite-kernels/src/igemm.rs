@@ -605,11 +605,27 @@ pub fn conv2d_pixels(
         for blk in 0..tiles {
             let slots = &mut scratch[blk * pk.taps * mr..(blk + 1) * pk.taps * mr];
             // Windows inside the input (most of them) get their taps' addresses in a
-            // second pass, tap by tap over the tile's rows: one add and store each,
-            // with no per-pixel bookkeeping in the inner loop. Rows past the tile
-            // height a 16-entry table holds (no kernel has them) go the per-tap way.
+            // second pass over every row of the tile, tap by tap: one add and store
+            // each, with no per-row test (so the adds run as vectors). Rows whose
+            // window crosses the border, noted in the first pass, then overwrite
+            // their slots tap by tap with checks. Rows past the 16 the tables hold
+            // (no kernel has them) go the checked way at once.
             let mut bases = [0usize; 16];
-            let mut inside = 0u32;
+            let mut edges = [(0usize, 0usize, 0usize, 0usize); 16];
+            let (mut inside, mut n_edges) = (false, 0);
+            let edge = |slots: &mut [usize], r: usize, b: usize, oy: usize, ox: usize| {
+                let px = p + blk * mr + r;
+                for ky in 0..g.k_h {
+                    let iy = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h && px < end);
+                    for kx in 0..g.k_w {
+                        let ix = (ox * g.stride_w + kx * g.dil_w).checked_sub(g.pad_left).filter(|&x| x < g.in_w);
+                        slots[(ky * g.k_w + kx) * mr + r] = match (iy, ix) {
+                            (Some(y), Some(x)) => input[((b * g.in_h + y) * g.in_w + x) * c..].as_ptr() as usize,
+                            _ => zero,
+                        };
+                    }
+                }
+            };
             for r in 0..mr {
                 let px = p + blk * mr + r;
                 let (y0, x0) = ((oy * g.stride_h).checked_sub(g.pad_top), (ox * g.stride_w).checked_sub(g.pad_left));
@@ -618,20 +634,13 @@ pub fn conv2d_pixels(
                         // Addresses only (stored as words): the window is inside
                         // the input, so base + off is an input index for every tap.
                         bases[r] = input.as_ptr() as usize + ((b * g.in_h + y0) * g.in_w + x0) * c * std::mem::size_of::<f32>();
-                        inside |= 1 << r;
+                        inside = true;
                     }
-                    _ => {
-                        for ky in 0..g.k_h {
-                            let iy = (oy * g.stride_h + ky * g.dil_h).checked_sub(g.pad_top).filter(|&y| y < g.in_h && px < end);
-                            for kx in 0..g.k_w {
-                                let ix = (ox * g.stride_w + kx * g.dil_w).checked_sub(g.pad_left).filter(|&x| x < g.in_w);
-                                slots[(ky * g.k_w + kx) * mr + r] = match (iy, ix) {
-                                    (Some(y), Some(x)) => input[((b * g.in_h + y) * g.in_w + x) * c..].as_ptr() as usize,
-                                    _ => zero,
-                                };
-                            }
-                        }
+                    _ if r < edges.len() => {
+                        edges[n_edges] = (r, b, oy, ox);
+                        n_edges += 1;
                     }
+                    _ => edge(slots, r, b, oy, ox),
                 }
                 ox += 1;
                 if ox == g.out_w {
@@ -643,15 +652,15 @@ pub fn conv2d_pixels(
                     }
                 }
             }
-            if inside != 0 {
-                let rows = mr.min(bases.len());
-                for (tap, &off) in slots.chunks_exact_mut(mr).zip(&offs[..pk.taps]) {
-                    for (r, (slot, &base)) in tap[..rows].iter_mut().zip(&bases[..rows]).enumerate() {
-                        if inside & (1 << r) != 0 {
-                            *slot = base + off;
-                        }
-                    }
+            if inside {
+                match mr {
+                    8 => fill_taps::<8>(slots, &bases, &offs[..pk.taps]),
+                    12 => fill_taps::<12>(slots, &bases, &offs[..pk.taps]),
+                    _ => fill_taps_any(slots, mr, &bases, &offs[..pk.taps]),
                 }
+            }
+            for &(r, b, oy, ox) in &edges[..n_edges] {
+                edge(slots, r, b, oy, ox);
             }
         }
         for panel in 0..n.div_ceil(nr) {
@@ -671,6 +680,26 @@ pub fn conv2d_pixels(
         p += group;
     }
     true
+}
+
+/// Writes `slots[tap * R + r] = bases[r] + offs[tap]`: every row of a tile inside
+/// the input, with the tile height fixed so the adds run as whole vectors.
+fn fill_taps<const R: usize>(slots: &mut [usize], bases: &[usize; 16], offs: &[usize]) {
+    let rows: &[usize; R] = bases[..R].try_into().expect("R <= 16");
+    for (tap, &off) in slots.chunks_exact_mut(R).zip(offs) {
+        for (slot, &base) in tap.iter_mut().zip(rows) {
+            *slot = base + off;
+        }
+    }
+}
+
+/// [`fill_taps`] for any tile height `mr` (its first 16 rows at most).
+fn fill_taps_any(slots: &mut [usize], mr: usize, bases: &[usize], offs: &[usize]) {
+    for (tap, &off) in slots.chunks_exact_mut(mr).zip(offs) {
+        for (slot, &base) in tap.iter_mut().zip(bases) {
+            *slot = base + off;
+        }
+    }
 }
 
 /// GEMM over gathered rows: for every output row `m` in `rows`,

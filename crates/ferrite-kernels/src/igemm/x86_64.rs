@@ -168,6 +168,9 @@ pub unsafe fn tile_avx512(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride:
             1 => tile_avx512_r::<1>(t, clamp, out, out_stride),
             2 => tile_avx512_r::<2>(t, clamp, out, out_stride),
             3 | 4 => tile_avx512_r::<4>(t, clamp, out, out_stride),
+            // A map's last tile of 5 or 6 pixels (13-, 29-, 101-pixel audio maps)
+            // would spend a quarter or more of an 8-row tile on padding rows.
+            5 | 6 => tile_avx512_r::<6>(t, clamp, out, out_stride),
             _ => tile_avx512_r::<8>(t, clamp, out, out_stride),
         }
     }
@@ -244,12 +247,28 @@ unsafe fn tile_avx512_narrow_r<const R: usize>(t: &Tile<'_>, clamp: Clamp, out: 
             for tap in 0..t.taps {
                 let a = &t.a[tap * MR..tap * MR + R];
                 let mut bp = t.b.as_ptr().add(tap * t.k * NR);
-                for kk in 0..t.k {
+                // Four inputs per row pointer read: twelve row pointers do not all
+                // fit in registers, and the spilled ones are then reloaded once per
+                // four steps instead of every step. Each accumulator still takes its
+                // FMAs in order of kk (the same sums as one step at a time).
+                let mut kk = 0;
+                while kk + 4 <= t.k {
+                    for u in 0..4 {
+                        let w = _mm512_loadu_ps(bp.add(u * NR));
+                        for r in 0..R {
+                            c[r] = _mm512_fmadd_ps(_mm512_set1_ps(*a[r].add(kk + u)), w, c[r]);
+                        }
+                    }
+                    bp = bp.add(4 * NR);
+                    kk += 4;
+                }
+                while kk < t.k {
                     let w = _mm512_loadu_ps(bp);
                     for r in 0..R {
                         c[r] = _mm512_fmadd_ps(_mm512_set1_ps(*a[r].add(kk)), w, c[r]);
                     }
                     bp = bp.add(NR);
+                    kk += 1;
                 }
             }
         }
