@@ -384,9 +384,11 @@ pub fn conv_u8_in(input: &[u8], pk: &QPacked, bias: Option<&[i32]>, q: &QConv, o
 pub struct FullyConnectedI8 {
     s: ConvScratch,
     q: QConv,
-    /// Input rows per run.
+    /// Input rows per run (read by the VNNI row tiles only).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     rows: usize,
     /// Whether the VNNI row tiles run it (the CPU and vector level, read once here).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     vnni: bool,
 }
 
