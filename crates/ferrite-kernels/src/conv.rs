@@ -1000,11 +1000,6 @@ mod tests {
         });
     }
 
-    /// Every split of 1-8 output channels into input channels and a multiplier,
-    /// and wider blocks with multipliers (channels past 16 and a block spanning
-    /// several input channels), at strides 1-3, dilation 1-2 and widths from
-    /// below one vector's pixels to several tiles: the pixel packing (several
-    /// pixels per vector), its edge masks and its lane permutations.
     /// The AVX-512 row tiles (3-, 5- and 9-wide filters at horizontal stride 1 or
     /// 2, tiles of 1 to 8 pixels with the borders inside them; multiplier 1, or one
     /// input channel broadcast under a multiplier): maps from 1 to 30
@@ -1080,6 +1075,11 @@ mod tests {
         });
     }
 
+    /// Every split of 1-8 output channels into input channels and a multiplier,
+    /// and wider blocks with multipliers (channels past 16 and a block spanning
+    /// several input channels), at strides 1-3, dilation 1-2 and widths from
+    /// below one vector's pixels to several tiles: the pixel packing (several
+    /// pixels per vector), its edge masks and its lane permutations.
     #[test]
     fn depthwise_packed_pixels_match_naive() {
         let naive = |x: &[f32], c: usize, mult: usize, w: &[f32], b: &[f32], g: &Window| {
