@@ -235,13 +235,33 @@ pub(super) fn dw_row_tiles(
                     }
                 };
             }
+            macro_rules! tile9 {
+                ($s:literal) => {
+                    // SAFETY: as for `tile!` above (the same contract).
+                    unsafe {
+                        match (np, bcast) {
+                            (1, false) => dw_tile9_avx512::<$s, 1, false>(&r, col0, valid, np, dst),
+                            (2, false) => dw_tile9_avx512::<$s, 2, false>(&r, col0, valid, np, dst),
+                            (3, false) => dw_tile9_avx512::<$s, 3, false>(&r, col0, valid, np, dst),
+                            (4, false) => dw_tile9_avx512::<$s, 4, false>(&r, col0, valid, np, dst),
+                            (5, false) => dw_tile9_avx512::<$s, 5, false>(&r, col0, valid, np, dst),
+                            (6, false) => dw_tile9_avx512::<$s, 6, false>(&r, col0, valid, np, dst),
+                            (7, false) => dw_tile9_avx512::<$s, 7, false>(&r, col0, valid, np, dst),
+                            (_, false) => dw_tile9_avx512::<$s, 8, false>(&r, col0, valid, np, dst),
+                            (1..=4, true) => dw_tile9_avx512::<$s, 4, true>(&r, col0, valid, np, dst),
+                            (_, true) => dw_tile9_avx512::<$s, 8, true>(&r, col0, valid, np, dst),
+                        }
+                    }
+                };
+            }
             match (g.k_w, g.stride_w) {
                 (3, 1) => tile!(3, 1),
                 (3, _) => tile!(3, 2),
                 (5, 1) => tile!(5, 1),
                 (5, _) => tile!(5, 2),
-                (_, 1) => tile!(9, 1),
-                _ => tile!(9, 2),
+                // 9-wide filters (1-D audio layers along T) on their own column-major tiles.
+                (_, 1) => tile9!(1),
+                _ => tile9!(2),
             }
             ox += np;
         }
@@ -333,6 +353,77 @@ unsafe fn dw_tile_avx512<const KW: usize, const S: usize, const P: usize, const 
                     }
                 }
             }
+        }
+        for (p, a) in acc.iter().enumerate().take(np) {
+            // SAFETY: masked store to channels c0..blocked of pixel p < np, which `o`
+            // is writable for (contract).
+            unsafe { _mm512_mask_storeu_ps(o.add(p * r.out_c + c0), m, _mm512_min_ps(_mm512_max_ps(*a, lo), hi)) };
+        }
+    }
+}
+
+/// [`dw_tile_avx512`] for 9-wide filters: the same tile and the same contract, swept
+/// column by column with every column and tap unrolled, so the 9 weights and the
+/// `P` accumulators stay in registers (18 of 32 at `P = 8`) and each input column
+/// is loaded once per filter row for all the pixels it feeds (16 loads for 72
+/// multiply-adds at stride 1, 23 at stride 2), with one test of `valid` per
+/// column. The generic tile's loops over 23 columns of 9 taps are more than the
+/// compiler unrolls: there each pixel loaded its input per tap, and the weights
+/// were read back from the stack. Each pixel sums bias, then its taps by filter
+/// row and column, as there: the results are the same bits.
+///
+/// # Safety
+/// As for [`dw_tile_avx512`] with `KW = 9`.
+#[target_feature(enable = "avx512f")]
+unsafe fn dw_tile9_avx512<const S: usize, const P: usize, const BC: bool>(r: &TileRow, col0: isize, valid: u32, np: usize, o: *mut f32) {
+    const KW: usize = 9;
+    let cols = (P - 1) * S + KW;
+    let (lo, hi) = (_mm512_set1_ps(r.clamp.min), _mm512_set1_ps(r.clamp.max));
+    for c0 in (0..r.blocked).step_by(16) {
+        // The last block of a channel count that is not a multiple of 16 is masked.
+        let m: __mmask16 = if c0 + 16 <= r.blocked { 0xFFFF } else { (1u16 << (r.blocked - c0)) - 1 };
+        let b = match r.bias {
+            // SAFETY: the bias holds `blocked` channels; the mask keeps to c0..blocked.
+            Some(b) => unsafe { _mm512_maskz_loadu_ps(m, b.add(c0)) },
+            None => _mm512_setzero_ps(),
+        };
+        let mut acc = [b; P];
+        for ky in r.ky.0..r.ky.1 {
+            // Column 0 of the window may lie left of the row: the address is formed
+            // with wrapping arithmetic, and only columns inside are accessed.
+            let xr = r.x.wrapping_add((ky - r.ky.0) * r.row_step + if BC { 0 } else { c0 }).wrapping_offset(col0 * r.in_c as isize);
+            let mut wv = [_mm512_setzero_ps(); KW];
+            for (kx, v) in wv.iter_mut().enumerate() {
+                // SAFETY: tap (ky, kx) < k_h * 9: its block of weights lies within
+                // the filter; the mask keeps to channels c0..blocked.
+                *v = unsafe { _mm512_maskz_loadu_ps(m, r.w.add((ky * KW + kx) * r.out_c + c0)) };
+            }
+            // Column `$col` feeds pixel p through tap `$col - p * S` when that is a
+            // tap; the conditions fold per (column, pixel) once unrolled.
+            macro_rules! column {
+                ($($col:literal)*) => {$(
+                    if $col < cols && (valid >> $col) & 1 != 0 {
+                        // SAFETY: the column lies inside the row (its bit is set): the
+                        // unmasked floats are its channels c0..blocked (contract), or
+                        // with `BC` its one float.
+                        let xv = unsafe {
+                            if BC {
+                                _mm512_set1_ps(*xr.wrapping_add($col))
+                            } else {
+                                _mm512_maskz_loadu_ps(m, xr.wrapping_add($col * r.in_c))
+                            }
+                        };
+                        column!(@pixels $col, xv, 0 1 2 3 4 5 6 7);
+                    }
+                )*};
+                (@pixels $col:literal, $xv:ident, $($p:literal)*) => {$(
+                    let kx = ($col as usize).wrapping_sub($p * S);
+                    if $p < P && kx < KW {
+                        acc[$p] = _mm512_fmadd_ps($xv, wv[kx], acc[$p]);
+                    }
+                )*};
+            }
+            column!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22);
         }
         for (p, a) in acc.iter().enumerate().take(np) {
             // SAFETY: masked store to channels c0..blocked of pixel p < np, which `o`
