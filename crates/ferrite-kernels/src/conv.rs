@@ -238,6 +238,12 @@ simd_fn! {
             unsafe { x86_64::dw_rows_lanes(input, in_c, multiplier, w, bias, g, clamp, out, rows) };
             return;
         }
+        // Maps at most 8 pixels wide under 3x3 filters at stride 1: two output rows
+        // per register tile, sharing their input rows.
+        #[cfg(target_arch = "x86_64")]
+        if multiplier == 1 && x86_64::narrow_pairs_fit(g) && x86_64::dw_narrow_row_pairs(input, out_c, w, bias, g, clamp, out, rows.clone()) {
+            return;
+        }
         // aarch64: the NEON counterpart (4-lane blocks), for the same cases.
         #[cfg(target_arch = "aarch64")]
         if crate::level::has_neon() && crate::product(&[g.k_h, g.k_w, out_c]).is_some_and(|n| n <= w.len()) && bias.is_none_or(|b| b.len() >= out_c) {
@@ -1034,6 +1040,49 @@ mod tests {
                 let bias = (case % 4 != 1).then_some(&b[..]);
                 let start = next(batch * out_h);
                 depthwise_rows_match_definition(&l, &x, in_c, mult, &w, bias, &g, clamp, start);
+            }
+        });
+    }
+
+    /// Maps 1 to 8 pixels wide under 3x3 filters at stride 1 (the AVX-512 row-pair
+    /// tiles, and the single-row path for a row left without a partner): SAME and
+    /// VALID, 1 to 12 rows, channel counts odd and past a block of 16, batch 2, row
+    /// ranges starting and ending anywhere (pairs that would straddle two batch
+    /// items or the range's end), under every vector level.
+    #[test]
+    fn depthwise_narrow_row_pairs_match_naive() {
+        let mut next = crate::testutil::xorshift(0x51ed_270b);
+        crate::level::each(|l| {
+            for case in 0..300 {
+                let c = [1, 3, 8, 9, 16, 17, 31, 64, 96, 130][next(10)];
+                let same = next(3) != 0;
+                let (in_h, in_w) = (1 + next(12), 1 + next(10));
+                let Some((out_h, pad_top)) = out_size_and_pad(in_h, 3, 1, 1, same) else { continue };
+                let Some((out_w, pad_left)) = out_size_and_pad(in_w, 3, 1, 1, same) else { continue };
+                if out_h == 0 || out_w == 0 {
+                    continue;
+                }
+                let batch = 2;
+                let g = Window { batch, in_h, in_w, out_h, out_w, k_h: 3, k_w: 3, stride_h: 1, stride_w: 1, dil_h: 1, dil_w: 1, pad_top, pad_left };
+                let x: Vec<f32> = (0..batch * in_h * in_w * c).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
+                let w: Vec<f32> = (0..9 * c).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
+                let b: Vec<f32> = (0..c).map(|_| next(1000) as f32 * 0.001).collect();
+                let clamp = if case % 3 == 0 { Clamp::RELU6 } else { Clamp::NONE };
+                let bias = (case % 4 != 1).then_some(&b[..]);
+                let start = next(batch * out_h);
+                depthwise_rows_match_definition(&l, &x, c, 1, &w, bias, &g, clamp, start);
+                // A range that ends mid-image as well (a thread's share).
+                let total = batch * out_h;
+                let end = start + 1 + next(total - start);
+                let mut part = vec![f32::NAN; (end - start) * out_w * c];
+                depthwise_conv2d(&x, c, 1, &w, bias, &g, clamp, &mut part, start..end);
+                let mut whole = vec![f32::NAN; total * out_w * c];
+                depthwise_conv2d(&x, c, 1, &w, bias, &g, clamp, &mut whole, 0..total);
+                assert_eq!(
+                    part[..].iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    whole[start * out_w * c..end * out_w * c].iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    "{l:?} {g:?} c{c} rows {start}..{end}"
+                );
             }
         });
     }

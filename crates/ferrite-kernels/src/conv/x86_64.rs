@@ -110,6 +110,187 @@ pub(super) fn dw_row_simd(input: &[f32], c: usize, w: &[f32], bias: Option<&[f32
     true
 }
 
+/// Whether [`dw_narrow_row_pairs`] serves this geometry: 3x3 filters at stride 1,
+/// no dilation, on maps at most 8 pixels wide (the late layers of small image
+/// and spectrogram models), with at least two output rows.
+pub(super) fn narrow_pairs_fit(g: &Window) -> bool {
+    g.k_h == 3 && g.k_w == 3 && g.stride_h == 1 && g.stride_w == 1 && g.dil_h == 1 && g.dil_w == 1 && (1..=8).contains(&g.out_w) && g.out_h >= 2
+}
+
+/// Output rows `rows` of a multiplier-1 depthwise convolution that
+/// [`narrow_pairs_fit`] (`out` holding rows `rows.start..`), two rows of one
+/// batch item at a time: each of the 4 input rows under a pair is loaded once
+/// for both of them, and the whole row pair is one register tile (2 x 8 pixels,
+/// 9 weights). On such maps the one-row tiles of [`dw_row_tiles`] spent more
+/// time per row on setup than on multiply-adds, and loaded each input row once
+/// for every output row it feeds. A row left without a partner (odd ranges, the
+/// last row of an item) goes through [`dw_row_simd`].
+/// Returns false, leaving `out` unspecified, without AVX-512, for another
+/// geometry, or if a range check fails; the caller then takes another path.
+///
+/// Every output sums bias, then the taps inside the input by filter row and
+/// column, as the row kernels do: bit-identical for any split of the rows.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn dw_narrow_row_pairs(
+    input: &[f32],
+    c: usize,
+    w: &[f32],
+    bias: Option<&[f32]>,
+    g: &Window,
+    clamp: Clamp,
+    out: &mut [f32],
+    rows: std::ops::Range<usize>,
+) -> bool {
+    if !depthwise_masks_tails() || !narrow_pairs_fit(g) || c == 0 || rows.start > rows.end {
+        return false;
+    }
+    let (in_row, row_px) = (g.in_w * c, g.out_w * c);
+    let in_img = g.in_h * in_row;
+    if w.len() < 9 * c || bias.is_some_and(|b| b.len() < c) || out.len() < rows.len() * row_px || input.len() < g.batch * in_img || rows.end > g.batch * g.out_h
+    {
+        return false;
+    }
+    // Input columns of the pixels' windows, from the one under tap 0 of pixel 0:
+    // bits lo..hi of `valid` lie inside the row.
+    let cols = g.out_w + 2;
+    let (vlo, vhi) = (g.pad_left.min(cols) as u32, (g.in_w + g.pad_left).min(cols) as u32);
+    let valid = if vhi > vlo { ((1u64 << vhi) - (1u64 << vlo)) as u32 } else { 0 };
+    let mut row = rows.start;
+    while row < rows.end {
+        let (n, oy) = (row / g.out_h, row % g.out_h);
+        let o = &mut out[(row - rows.start) * row_px..];
+        if oy + 1 >= g.out_h || row + 1 >= rows.end {
+            if !dw_row_simd(input, c, w, bias, g, clamp, &mut o[..row_px], n, oy) {
+                return false;
+            }
+            row += 1;
+            continue;
+        }
+        // Input rows oy - pad_top + 0..4 feed the pair (bit r of `rv` when inside),
+        // each addressed from the column under tap 0 of pixel 0 (wrapping: only
+        // columns inside the row are accessed).
+        let mut x = [std::ptr::null::<f32>(); 4];
+        let mut rv = 0u32;
+        for (r, xr) in x.iter_mut().enumerate() {
+            if let Some(y) = (oy + r).checked_sub(g.pad_top).filter(|&y| y < g.in_h) {
+                *xr = input.as_ptr().wrapping_add(n * in_img + y * in_row).wrapping_sub(g.pad_left * c);
+                rv |= 1 << r;
+            }
+        }
+        let t = PairRows { x, rv, valid, c, w: w.as_ptr(), bias: bias.map(|b| b.as_ptr()), clamp };
+        let dst = o.as_mut_ptr();
+        // SAFETY: AVX-512F present (checked); input reads of rows with their bit in
+        // `rv` (inside the image, whose `in_w * c` floats the length check covers),
+        // columns with their bit in `valid` (inside the row); 9 * c weights and c
+        // bias floats (checked); stores of two rows of out_w pixels x c channels,
+        // inside `out` (this row and the next are in `rows`, checked length).
+        unsafe {
+            match g.out_w {
+                1 => dw_pair3_avx512::<1>(&t, dst),
+                2 => dw_pair3_avx512::<2>(&t, dst),
+                3 => dw_pair3_avx512::<3>(&t, dst),
+                4 => dw_pair3_avx512::<4>(&t, dst),
+                5 => dw_pair3_avx512::<5>(&t, dst),
+                6 => dw_pair3_avx512::<6>(&t, dst),
+                7 => dw_pair3_avx512::<7>(&t, dst),
+                _ => dw_pair3_avx512::<8>(&t, dst),
+            }
+        }
+        row += 2;
+    }
+    true
+}
+
+/// The inputs of one row pair of [`dw_narrow_row_pairs`].
+struct PairRows {
+    /// Input rows under filter rows 0..3 of the first output row and 1..4 of the
+    /// second, from the column under tap 0 of pixel 0 (channel 0); only those
+    /// with their bit in `rv` are read.
+    x: [*const f32; 4],
+    rv: u32,
+    /// Columns (from the one under tap 0 of pixel 0) inside the input row.
+    valid: u32,
+    c: usize,
+    w: *const f32,
+    bias: Option<*const f32>,
+    clamp: Clamp,
+}
+
+/// Two output rows of `P` pixels (3x3 filter, stride 1) over all `t.c` channels
+/// in blocks of 16 (the last masked): the 9 weights and 2 x `P` accumulators in
+/// registers, every row, column and tap unrolled, each input column loaded once
+/// for the up to 6 multiply-adds it feeds.
+///
+/// # Safety
+/// AVX-512F. For every row `r` with bit `r` of `t.rv` set and every column `j <
+/// P + 2` with bit `j` of `t.valid` set, the floats `t.x[r] + j * t.c` plus
+/// `0..t.c` must be readable; `t.w` must hold `9 * t.c` floats, `t.bias` (if any)
+/// `t.c`; `o` must be writable for `2 * P * t.c` floats.
+#[target_feature(enable = "avx512f")]
+unsafe fn dw_pair3_avx512<const P: usize>(t: &PairRows, o: *mut f32) {
+    let (lo, hi) = (_mm512_set1_ps(t.clamp.min), _mm512_set1_ps(t.clamp.max));
+    let (c, cols) = (t.c, P + 2);
+    for c0 in (0..c).step_by(16) {
+        // The last block of a channel count that is not a multiple of 16 is masked.
+        let m: __mmask16 = if c0 + 16 <= c { 0xFFFF } else { (1u16 << (c - c0)) - 1 };
+        let b = match t.bias {
+            // SAFETY: the bias holds `c` channels; the mask keeps to c0..c.
+            Some(b) => unsafe { _mm512_maskz_loadu_ps(m, b.add(c0)) },
+            None => _mm512_setzero_ps(),
+        };
+        let (mut a0, mut a1) = ([b; P], [b; P]);
+        let mut wv = [_mm512_setzero_ps(); 9];
+        for (k, v) in wv.iter_mut().enumerate() {
+            // SAFETY: tap k < 9: its block of weights lies within 9 * c floats; the
+            // mask keeps to channels c0..c.
+            *v = unsafe { _mm512_maskz_loadu_ps(m, t.w.add(k * c + c0)) };
+        }
+        // Input row `$r` feeds the first output row through filter row `$r` and the
+        // second through `$r - 1`; column `$col` feeds pixel p through tap
+        // `$col - p`. Rows in order, columns in order: each pixel sums its taps by
+        // filter row, then column. The conditions fold once unrolled.
+        macro_rules! row {
+            ($r:literal; $($col:literal)*) => {
+                if (t.rv >> $r) & 1 != 0 {
+                    let xr = t.x[$r].wrapping_add(c0);
+                    $(
+                        if $col < cols && (t.valid >> $col) & 1 != 0 {
+                            // SAFETY: the row and the column lie inside the input (their
+                            // bits are set): channels c0..c of it are readable (contract).
+                            let xv = unsafe { _mm512_maskz_loadu_ps(m, xr.wrapping_add($col * c)) };
+                            row!(@pixels $r, $col, xv; 0 1 2 3 4 5 6 7);
+                        }
+                    )*
+                }
+            };
+            (@pixels $r:literal, $col:literal, $xv:ident; $($p:literal)*) => {$(
+                let kx = ($col as usize).wrapping_sub($p);
+                if $p < P && kx < 3 {
+                    let (k0, k1) = ($r as usize, ($r as usize).wrapping_sub(1));
+                    if k0 < 3 {
+                        a0[$p] = _mm512_fmadd_ps($xv, wv[(k0 * 3 + kx) % 9], a0[$p]);
+                    }
+                    if k1 < 3 {
+                        a1[$p] = _mm512_fmadd_ps($xv, wv[(k1 * 3 + kx) % 9], a1[$p]);
+                    }
+                }
+            )*};
+        }
+        row!(0; 0 1 2 3 4 5 6 7 8 9);
+        row!(1; 0 1 2 3 4 5 6 7 8 9);
+        row!(2; 0 1 2 3 4 5 6 7 8 9);
+        row!(3; 0 1 2 3 4 5 6 7 8 9);
+        for p in 0..P {
+            // SAFETY: masked stores to channels c0..c of pixel p of the two rows,
+            // inside the 2 * P * c floats `o` is writable for (contract).
+            unsafe {
+                _mm512_mask_storeu_ps(o.add(p * c + c0), m, _mm512_min_ps(_mm512_max_ps(a0[p], lo), hi));
+                _mm512_mask_storeu_ps(o.add((P + p) * c + c0), m, _mm512_min_ps(_mm512_max_ps(a1[p], lo), hi));
+            }
+        }
+    }
+}
+
 /// Whether [`dw_row_tiles`] serves this row geometry: 3-, 5- and 9-wide filters
 /// (the shapes of 2-D depthwise layers and of 1-D audio ones taken as rows) at
 /// horizontal stride 1 or 2, no horizontal dilation.
