@@ -66,13 +66,47 @@ pub fn reduce(input: &[f32], shape: &[usize], reduce: &[bool], kind: Reducer, ou
                 }
             } else {
                 for o in 0..outer {
-                    let acc = &mut out[o * inner..(o + 1) * inner];
-                    for k in 0..red {
-                    let src = &input[(o * red + k) * inner..][..inner];
-                    for (a, &v) in acc.iter_mut().zip(src) {
-                        *a = combine(*a, v);
+                    if inner == 0 {
+                        break;
                     }
-                }
+                    let acc = &mut out[o * inner..(o + 1) * inner];
+                    let block = &input[o * red * inner..(o + 1) * red * inner];
+                    // Few kept values (the channels of a spatial mean): up to 64 of
+                    // them at a time over the whole reduced run, in local blocks that
+                    // stay in registers, four independent chains of steps. Read back
+                    // from `out` at every step, each step waited on the store before
+                    // it (most of a small model's MEAN time). Same order per output:
+                    // start, then the reduced steps in turn.
+                    #[inline(always)]
+                    fn columns<const N: usize>(block: &[f32], inner: usize, j: usize, init: f32, combine: impl Fn(f32, f32) -> f32, acc: &mut [f32]) {
+                        let mut lanes = [[init; 16]; N];
+                        for row in block.chunks_exact(inner) {
+                            for (ls, vs) in lanes.iter_mut().zip(row[j..j + 16 * N].chunks_exact(16)) {
+                                for (l, &v) in ls.iter_mut().zip(vs) {
+                                    *l = combine(*l, v);
+                                }
+                            }
+                        }
+                        for (dst, ls) in acc[j..j + 16 * N].chunks_exact_mut(16).zip(&lanes) {
+                            dst.copy_from_slice(ls);
+                        }
+                    }
+                    let mut j = 0;
+                    while inner <= 256 && j + 16 <= inner {
+                        let n = ((inner - j) / 16).min(4) * 16;
+                        match n {
+                            64 => columns::<4>(block, inner, j, init, combine, acc),
+                            48 => columns::<3>(block, inner, j, init, combine, acc),
+                            32 => columns::<2>(block, inner, j, init, combine, acc),
+                            _ => columns::<1>(block, inner, j, init, combine, acc),
+                        }
+                        j += n;
+                    }
+                    for row in block.chunks_exact(inner) {
+                        for (a, &v) in acc[j..].iter_mut().zip(&row[j..]) {
+                            *a = combine(*a, v);
+                        }
+                    }
                 }
             }
             if kind == Reducer::Mean && red > 0 {
@@ -620,6 +654,42 @@ mod tests {
             }
             assert_eq!(out, want, "mask {mask:b}");
         }
+    }
+
+    /// Reductions over middle axes with 2 to 300 kept values after them (channels
+    /// of a spatial mean: whole blocks of 16 summed in registers, a tail, and wide
+    /// rows on the row-by-row path): every kind, bit for bit against folding the
+    /// reduced steps in order, under every vector level.
+    #[test]
+    fn middle_axis_reductions_match_ordered_folds() {
+        let mut r = crate::testutil::Rng::new(0x3ea2);
+        crate::level::each(|l| {
+            for inner in [2usize, 15, 16, 17, 40, 48, 64, 255, 256, 257, 300] {
+                for (outer, red) in [(1usize, 1usize), (2, 5), (1, 50), (3, 13), (2, 0)] {
+                    let x: Vec<f32> = (0..outer * red * inner).map(|_| r.size(0, 2000) as f32 * 0.001 - 1.0).collect();
+                    for kind in [Reducer::Sum, Reducer::Mean, Reducer::Max, Reducer::Min, Reducer::Prod] {
+                        let mut out = vec![f32::NAN; outer * inner];
+                        reduce(&x, &[outer, red, inner], &[false, true, false], kind, &mut out);
+                        for o in 0..outer {
+                            for j in 0..inner {
+                                let (start, f): (f32, fn(f32, f32) -> f32) = match kind {
+                                    Reducer::Sum | Reducer::Mean => (0.0, |a, v| a + v),
+                                    Reducer::Max => (f32::NEG_INFINITY, f32::max),
+                                    Reducer::Min => (f32::INFINITY, f32::min),
+                                    Reducer::Prod => (1.0, |a, v| a * v),
+                                };
+                                let mut want = (0..red).fold(start, |a, k| f(a, x[(o * red + k) * inner + j]));
+                                if kind == Reducer::Mean && red > 0 {
+                                    want /= red as f32;
+                                }
+                                let got = out[o * inner + j];
+                                assert_eq!(got.to_bits(), want.to_bits(), "{l:?} {kind:?} outer {outer} red {red} inner {inner} at {o},{j}: {got} vs {want}");
+                            }
+                        }
+                    }
+                }
+            }
+        });
     }
 
     #[test]
