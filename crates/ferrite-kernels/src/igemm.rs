@@ -1104,12 +1104,14 @@ mod tests {
                 let (stride_h, stride_w) = (1 + next(2), 1 + next(2));
                 let same = next(3) != 0;
                 let (in_h, in_w) = (1 + next(30), 1 + next(30));
-                let Some((out_h, pad_top)) = out_size_and_pad(in_h, k_h, stride_h, 1, same) else { continue };
+                // Vertical dilation too (merged rows need none horizontally).
+                let dil_h = if case % 4 == 3 { 2 } else { 1 };
+                let Some((out_h, pad_top)) = out_size_and_pad(in_h, k_h, stride_h, dil_h, same) else { continue };
                 let Some((out_w, pad_left)) = out_size_and_pad(in_w, k_w, stride_w, 1, same) else { continue };
                 if out_h == 0 || out_w == 0 {
                     continue;
                 }
-                let g = Window { batch: 2, in_h, in_w, out_h, out_w, k_h, k_w, stride_h, stride_w, dil_h: 1, dil_w: 1, pad_top, pad_left };
+                let g = Window { batch: 2, in_h, in_w, out_h, out_w, k_h, k_w, stride_h, stride_w, dil_h, dil_w: 1, pad_top, pad_left };
                 let x: Vec<f32> = (0..2 * in_h * in_w * c).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
                 let w: Vec<f32> = (0..n * k_h * k_w * c).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
                 let bias: Vec<f32> = (0..n).map(|_| next(1000) as f32 * 0.001).collect();
