@@ -71,6 +71,11 @@ pub(crate) fn unary(op: &OpContext<'_>, code: B) -> Result<Built> {
         });
     }
     require_f32(op, &[0])?;
+    // The float kernels (every unary function in three vector levels) are linked
+    // only into builds with float kernels; an integer-only build refuses here.
+    if !cfg!(feature = "type-float") {
+        return super::type_not_built(op);
+    }
     let kind = super::chain::unary_kind(code, &op.op.params).ok_or_else(|| op.unsupported("unary op"))?;
     Ok(Built {
         outputs: vec![(DType::F32, shape)],
