@@ -667,7 +667,9 @@ fn parse(file: &ModelBytes) -> Result<Parsed> {
     for (si, sg) in fb_subgraphs.iter().enumerate() {
         subgraphs.push(parse_subgraph(file, kind, si, sg?, &buffers, &codes)?);
     }
-    crate::ops_hlo::resolve_bodies(&mut subgraphs);
+    if READS_HLO_OPTIONS {
+        crate::ops_hlo::resolve_bodies(&mut subgraphs);
+    }
 
     let mut signatures = Vec::new();
     for (i, s) in root.tables(fb::Model::VT_SIGNATURE_DEFS)?.iter().enumerate() {
@@ -757,8 +759,8 @@ fn parse_op(data: &[u8], o: Table<'_>, n: usize, codes: &[(OpCode, i32)]) -> Res
         OpCode::Builtin(b) => parse_params(*b, opt_type, options)?,
         OpCode::Other(_) | OpCode::Custom(_) => OpParams::None,
     };
-    if let OpCode::Builtin(b) = code {
-        if let Some(hlo) = crate::ops_hlo::parse(b, o)? {
+    if let (OpCode::Builtin(b), true) = (&code, READS_HLO_OPTIONS) {
+        if let Some(hlo) = crate::ops_hlo::parse(*b, o)? {
             params = OpParams::Hlo(hlo);
         }
     }
@@ -771,6 +773,13 @@ fn parse_op(data: &[u8], o: Table<'_>, n: usize, codes: &[(OpCode, i32)]) -> Res
     }
     Ok(Op { code, version, inputs: op_inputs, outputs: op_outputs, params, custom_options })
 }
+
+/// Whether a backend of this build reads the StableHLO ops' options (the second
+/// options union, `OpParams::Hlo`): the CPU backend's `op-hlo` and `op-random`
+/// families and the reference backend. A selective build without them leaves those
+/// ops' params `None` (their reader and its tables are not linked); the CPU
+/// backend refuses the ops as not built either way.
+const READS_HLO_OPTIONS: bool = cfg!(any(feature = "op-hlo", feature = "op-random", feature = "reference"));
 
 /// One tensor; errors are located by the caller and name the tensor.
 fn parse_tensor(file: &ModelBytes, kind: FileKind, t: Table<'_>, buffers: &[Option<Range<usize>>]) -> Result<TensorInfo> {
