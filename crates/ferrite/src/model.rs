@@ -781,6 +781,23 @@ fn parse_op(data: &[u8], o: Table<'_>, n: usize, codes: &[(OpCode, i32)]) -> Res
 /// backend refuses the ops as not built either way.
 const READS_HLO_OPTIONS: bool = cfg!(any(feature = "op-hlo", feature = "op-random", feature = "reference"));
 
+/// What is wrong with a quantization scale that is not a positive normal number,
+/// in words: the message names it without formatting the float (the one float
+/// formatted on the load path would link the float printer into every build).
+fn scale_flaw(s: f32) -> &'static str {
+    if s.is_nan() {
+        "NaN"
+    } else if s.is_infinite() {
+        "infinite"
+    } else if s == 0.0 {
+        "zero"
+    } else if s < 0.0 {
+        "negative"
+    } else {
+        "subnormal"
+    }
+}
+
 /// One tensor; errors are located by the caller and name the tensor.
 fn parse_tensor(file: &ModelBytes, kind: FileKind, t: Table<'_>, buffers: &[Option<Range<usize>>]) -> Result<TensorInfo> {
     let name = t.string(fb::Tensor::VT_NAME)?.unwrap_or_default();
@@ -830,7 +847,11 @@ fn parse_tensor(file: &ModelBytes, kind: FileKind, t: Table<'_>, buffers: &[Opti
                 // ranges from them: zero, negative, denormal, NaN and infinite scales have
                 // no meaning and must not reach them.
                 if let Some((k, bad)) = scale.iter().enumerate().find(|(_, s)| !(s.is_normal() && **s > 0.0)) {
-                    return Err(invalid(format!("'{name}': quantization scale {k} is {bad:e}; scales must be finite, positive and normal")));
+                    return Err(invalid(format!(
+                        "'{name}': quantization scale {k} is {} (bits {:#010x}); scales must be finite, positive and normal",
+                        scale_flaw(*bad),
+                        bad.to_bits()
+                    )));
                 }
                 let zero_point = if zero_point.is_empty() { vec![0; scale.len()] } else { zero_point };
                 // Kernels do 32-bit arithmetic on (value - zero point): a zero point
