@@ -365,6 +365,18 @@ pub fn find_in_gaps<'a>(gaps: &[(usize, &'a [u8])], off: usize, len: usize) -> R
 mod tests {
     use super::*;
 
+    /// The one sort orders by key and keeps the given order for equal keys, as the
+    /// stable sort it replaced did (the planner's results depend on it).
+    #[test]
+    fn sorted_by_key_is_stable() {
+        let lt = |tensor, bytes| Lifetime { tensor, bytes, first: 0, last: 0 };
+        let lifetimes = [lt(0, 8), lt(1, 4), lt(2, 8), lt(3, 4), lt(4, 16)];
+        let order: Vec<usize> = sorted_by_key(&lifetimes, |l| (l.bytes as u64, 0)).iter().map(|l| l.tensor).collect();
+        assert_eq!(order, [1, 3, 0, 2, 4]);
+        let order: Vec<usize> = ordered(&lifetimes, Strategy::Size).iter().map(|l| l.tensor).collect();
+        assert_eq!(order, [4, 0, 2, 1, 3]);
+    }
+
     #[test]
     fn disjoint_lifetimes_share_memory() {
         let l = [
