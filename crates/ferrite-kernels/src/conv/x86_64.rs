@@ -227,8 +227,8 @@ pub(super) fn dw_row_tiles(
                             (5, false) => dw_tile_avx512::<$kw, $s, 5, false, false>(&r, col0, valid, np, dst),
                             (6, false) => dw_tile_avx512::<$kw, $s, 6, false, false>(&r, col0, valid, np, dst),
                             (7, false) => dw_tile_avx512::<$kw, $s, 7, false, false>(&r, col0, valid, np, dst),
-                            // The tap-by-tap sweep has an unmasked form for tiles wholly inside the row.
-                            (_, false) if ($s > 1 || $kw == 3) && valid == full => dw_tile_avx512::<$kw, $s, 8, false, true>(&r, col0, valid, np, dst),
+                            // Stride 2 has an unmasked form for tiles wholly inside the row.
+                            (_, false) if $s > 1 && valid == full => dw_tile_avx512::<$kw, $s, 8, false, true>(&r, col0, valid, np, dst),
                             (_, false) => dw_tile_avx512::<$kw, $s, 8, false, false>(&r, col0, valid, np, dst),
                             // Broadcast tiles: whole tiles of 8 and one of 4 or 8 for
                             // the rest (first layers, wide maps: few such tiles).
@@ -257,10 +257,10 @@ pub(super) fn dw_row_tiles(
 /// `np` are stored, over the row's channels in blocks of 16 (the last masked);
 /// with `BC` the input has one channel, broadcast to every lane; with `FULL` every
 /// column the tile reads lies inside the row (`valid` has all its bits set), so
-/// the tap-by-tap sweep needs no per-column masks. Per filter row, 5-wide filters
-/// at stride 1 load each of the `(P - 1) * S + KW` input columns once and multiply
-/// it by every tap that reaches them; the others go tap by tap. A column whose bit
-/// in `valid` is clear lies outside the input and adds nothing (skipped or masked).
+/// stride 2 needs no per-column masks. Per filter row the
+/// `(P - 1) * S + KW` input columns are each loaded once and multiplied by every
+/// tap that reaches them; a column whose bit in `valid` is clear lies outside
+/// the input and is skipped (its taps add nothing).
 ///
 /// # Safety
 /// AVX-512F. For every filter row in `r.ky` and every column `j` with bit `j` of
@@ -320,18 +320,16 @@ unsafe fn dw_tile_avx512<const KW: usize, const S: usize, const P: usize, const 
                 }
                 continue;
             }
-            // Stride 2, and 3-wide filters at stride 1: tap by tap, each pixel's
-            // input loaded per tap, the columns in the padding masked off (loaded as
-            // zeros, their multiply-adds masked so the accumulators keep their
-            // lanes: the sums are those of skipping them). The column-major sweep
-            // below takes 17 or 19 columns at stride 2, which the compiler does not
-            // unroll: its accumulators, indexed by the loop counter, then lived on
-            // the stack (a store and a reload per multiply-add, a third of the rate
-            // of stride 1). Here the pixel loop is short and unrolls; each pixel
-            // sums its taps in column order as before. 3-wide filters at stride 1
-            // measured about 13% faster this way too (the branch per column gone);
-            // 5-wide ones slower (40 masked taps a tile), so they keep the sweep.
-            if (S > 1 || KW == 3) && !BC {
+            // Stride 2 over channel vectors: tap by tap, each pixel's input loaded
+            // per tap, the columns in the padding masked off (loaded as zeros, their
+            // multiply-adds masked so the accumulators keep their lanes: the sums
+            // are those of skipping them). The column-major sweep below takes 17 or
+            // 19 columns here, which the compiler does not unroll: its accumulators,
+            // indexed by the loop counter, then lived on the stack (a store and a
+            // reload per multiply-add, a third of the rate of stride 1). Here the
+            // pixel loop is short and unrolls; each pixel sums its taps in column
+            // order as before.
+            if S > 1 && !BC {
                 for (kx, wk) in wv.iter().enumerate() {
                     for (p, a) in acc.iter_mut().enumerate() {
                         let col = p * S + kx;
