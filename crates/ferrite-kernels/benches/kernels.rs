@@ -298,11 +298,72 @@ fn int8_benches(filter: &str) {
     }
 }
 
+/// Float depthwise layers of the shapes mobile vision models use (3x3 and 5x5
+/// filters at stride 1 and 2, SAME padding, channel counts that are multiples of 8
+/// and of 16, maps from 7 to 112 pixels wide, a ReLU6), in GFLOP/s.
+fn float_depthwise_benches() {
+    let cases = [
+        (112usize, 24usize, 3usize, 1usize),
+        (40, 24, 3, 1),
+        (28, 144, 3, 1),
+        (56, 144, 3, 1),
+        (28, 96, 3, 1),
+        (14, 480, 3, 1),
+        (14, 672, 5, 1),
+        (7, 1152, 5, 1),
+        (7, 1152, 3, 1),
+        (112, 64, 3, 2),
+        (56, 144, 5, 2),
+        (56, 24, 3, 2),
+        (28, 240, 3, 2),
+        (14, 672, 5, 2),
+        (14, 288, 3, 2),
+    ];
+    for (hw, c, k, s) in cases {
+        let (oh, pt) = out_size_and_pad(hw, k, s, 1, true).unwrap();
+        let g = Window {
+            batch: 1,
+            in_h: hw,
+            in_w: hw,
+            out_h: oh,
+            out_w: oh,
+            k_h: k,
+            k_w: k,
+            stride_h: s,
+            stride_w: s,
+            dil_h: 1,
+            dil_w: 1,
+            pad_top: pt,
+            pad_left: pt,
+        };
+        let x: Vec<f32> = (0..hw * hw * c).map(|i| (i % 13) as f32 * 0.1).collect();
+        let w: Vec<f32> = (0..k * k * c).map(|i| (i % 7) as f32 * 0.01).collect();
+        let b: Vec<f32> = (0..c).map(|i| (i % 5) as f32 * 0.1).collect();
+        let mut out = vec![0.0f32; oh * oh * c];
+        let relu6 = Clamp { min: 0.0, max: 6.0 };
+        // The fastest of several medians: this machine may be shared.
+        let secs = (0..5)
+            .map(|_| {
+                time(41, || {
+                    ferrite_kernels::conv::depthwise_conv2d(std::hint::black_box(&x), c, 1, &w, Some(&b), &g, relu6, &mut out, 0..oh);
+                    std::hint::black_box(&mut out);
+                })
+            })
+            .fold(f64::INFINITY, f64::min);
+        println!("depthwise {k}x{k}/{s}: {hw}x{hw}x{c:<5} {:7.1} GFLOP/s", 2.0 * (oh * oh * c * k * k) as f64 / secs / 1e9);
+    }
+}
+
 fn main() {
     // `cargo bench -p ferrite-kernels -- int8 [FILTER]`: the int8 kernels alone.
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "int8") {
         int8_benches(args.get(i + 1).filter(|f| !f.starts_with("--")).map_or("", |f| f.as_str()));
+        return;
+    }
+    // `cargo bench -p ferrite-kernels -- dw`: the float depthwise families alone.
+    if args.iter().any(|a| a == "dw") {
+        float_depthwise_benches();
         return;
     }
     let isa = Isa::detect();

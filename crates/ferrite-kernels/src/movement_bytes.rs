@@ -431,11 +431,29 @@ pub fn concat_runs(shapes: &[&[usize]], axis: usize, max: usize) -> Option<Vec<C
         return None;
     }
     let outer: usize = s0[..axis].iter().product();
+    let chunks: Vec<usize> = shapes.iter().map(|s| Some(s.get(axis..)?.iter().product())).collect::<Option<_>>()?;
     let mut runs = Runs { runs: Vec::new(), max };
+    // Counted before they are listed, so that a huge outer extent (a hostile
+    // model's dims) gives up or collapses at once instead of walking it. Empty
+    // inputs add no run. Two or more non-empty inputs alternate in the output, so
+    // no run merges with the one before it: there are `outer` times as many runs
+    // as such inputs. A single non-empty input is one contiguous copy.
+    let live: Vec<usize> = (0..chunks.len()).filter(|&i| chunks[i] > 0).collect();
+    match live[..] {
+        [] => return Some(runs.runs),
+        [i] => {
+            runs.push(CopyRun { input: i, src: 0, dst: 0, len: outer.checked_mul(chunks[i])? })?;
+            return Some(runs.runs);
+        }
+        _ => match outer.checked_mul(live.len()) {
+            Some(n) if n <= max => {}
+            _ => return None,
+        },
+    }
     let mut o = 0;
     for k in 0..outer {
-        for (i, shape) in shapes.iter().enumerate() {
-            let chunk: usize = shape.get(axis..)?.iter().product();
+        for &i in &live {
+            let chunk = chunks[i];
             runs.push(CopyRun { input: i, src: k * chunk, dst: o, len: chunk })?;
             o += chunk;
         }
@@ -708,6 +726,25 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Fuzz seed 16110: a concatenation with an outer extent of 2^30 walked every
+    /// outer index while its runs merged into one. Now counted first: one run for a
+    /// single non-empty input, none (the general loop) past `max`.
+    #[test]
+    fn concat_runs_of_huge_outer_extents() {
+        let big: &[usize] = &[1 << 30, 4, 255, 4];
+        let empty: &[usize] = &[1 << 30, 0, 255, 4];
+        let t = std::time::Instant::now();
+        let one = concat_runs(&[big], 1, 16).unwrap();
+        assert_eq!(one, vec![CopyRun { input: 0, src: 0, dst: 0, len: (1 << 30) * 4 * 255 * 4 }]);
+        let with_empty = concat_runs(&[empty, big, empty], 1, 16).unwrap();
+        assert_eq!(with_empty, vec![CopyRun { input: 1, src: 0, dst: 0, len: (1 << 30) * 4 * 255 * 4 }]);
+        assert_eq!(concat_runs(&[big, big], 1, 16), None);
+        assert_eq!(concat_runs(&[&[usize::MAX, 2, 2], &[usize::MAX, 2, 2]], 1, 16), None);
+        assert_eq!(concat_runs(&[&[usize::MAX, 2, 2]], 1, 16), None);
+        assert_eq!(concat_runs(&[empty, empty], 1, 16), Some(vec![]));
+        assert!(t.elapsed().as_millis() < 100, "{:?}", t.elapsed());
     }
 
     #[test]

@@ -77,29 +77,38 @@ fn ordered(lifetimes: &[Lifetime], strategy: Strategy) -> Vec<&Lifetime> {
     let dur = |l: &Lifetime| (l.last - l.first + 1) as u64;
     // Descending criteria are bit-inverted (for unsigned integers `!` reverses the
     // order), so every strategy is an ascending (key, key) pair.
-    sorted_by_key(
-        lifetimes
-            .iter()
-            .map(|l| {
-                let (bytes, first) = (l.bytes as u64, l.first as u64);
-                let key = match strategy {
-                    Strategy::Size => (!bytes, first),
-                    Strategy::Area => (!bytes.saturating_mul(dur(l)), !bytes),
-                    Strategy::Duration => (!dur(l), !bytes),
-                    Strategy::FirstUse => (first, !bytes),
-                };
-                (key, l)
-            })
-            .collect(),
-    )
+    sorted_by_key(lifetimes, |l| {
+        let (bytes, first) = (l.bytes as u64, l.first as u64);
+        match strategy {
+            Strategy::Size => (!bytes, first),
+            Strategy::Area => (!bytes.saturating_mul(dur(l)), !bytes),
+            Strategy::Duration => (!dur(l), !bytes),
+            Strategy::FirstUse => (first, !bytes),
+        }
+    })
 }
 
 /// The lifetimes in ascending order of their keys, equal keys in their given
-/// order. Every ordering of the planner goes through this one function: each
-/// instantiation of the standard library's stable sort is several kB of code.
-fn sorted_by_key(mut keyed: Vec<((u64, u64), &Lifetime)>) -> Vec<&Lifetime> {
-    keyed.sort_by_key(|e| e.0);
-    keyed.into_iter().map(|(_, l)| l).collect()
+/// order (the index breaks ties, so the unstable sort orders as a stable one would).
+fn sorted_by_key(lifetimes: &[Lifetime], mut key: impl FnMut(&Lifetime) -> (u64, u64)) -> Vec<&Lifetime> {
+    let mut keyed: Vec<(u64, u64, usize)> = lifetimes
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let (a, b) = key(l);
+            (a, b, i)
+        })
+        .collect();
+    sort_keys(&mut keyed);
+    keyed.into_iter().map(|(_, _, i)| &lifetimes[i]).collect()
+}
+
+/// Sorts key triples ascending. Every ordering of the planner and of the
+/// executor's output views goes through this one function on one element type:
+/// each element type (and each key closure) would be an instance of the standard
+/// library's sort, several kB of code each.
+fn sort_keys(keys: &mut [(u64, u64, usize)]) {
+    keys.sort_unstable();
 }
 
 /// Places tensors in `order` and returns (arena size, offsets), or the first size above `max_bytes`.
@@ -108,12 +117,14 @@ fn place(order: &[&Lifetime], best_fit: bool, max_bytes: usize) -> std::result::
     let mut arena = 0usize;
     for &lt in order {
         let size = align_up(lt.bytes).ok_or(usize::MAX)?;
-        let mut busy: Vec<(usize, usize)> = placed.iter().filter(|(_, _, o)| o.first <= lt.last && lt.first <= o.last).map(|&(off, sz, _)| (off, sz)).collect();
-        busy.sort_unstable();
+        let mut busy: Vec<(u64, u64, usize)> =
+            placed.iter().filter(|(_, _, o)| o.first <= lt.last && lt.first <= o.last).map(|&(off, sz, _)| (off as u64, sz as u64, 0)).collect();
+        sort_keys(&mut busy);
         // Candidate gaps between busy ranges; the last one is open-ended.
         let mut chosen: Option<(usize, usize)> = None; // (offset, gap size)
         let mut cursor = 0usize;
-        for &(bo, bs) in &busy {
+        for &(bo, bs, _) in &busy {
+            let (bo, bs) = (bo as usize, bs as usize);
             if bo >= cursor + size {
                 let gap = bo - cursor;
                 if chosen.is_none_or(|(_, g)| best_fit && gap < g) {
@@ -188,14 +199,10 @@ pub fn plan(lifetimes: &[Lifetime], max_bytes: usize) -> Result<MemoryPlan> {
         // Alternately: sizes scaled by a factor in [0.7, 1.3), and a uniformly
         // shuffled order (which moves long-lived tensors such as graph inputs).
         // Largest key first, then earliest first use.
-        let keyed = lifetimes
-            .iter()
-            .map(|l| {
-                let key = if i % 4 < 2 { (l.bytes as u64).saturating_mul(700 + next() % 600) } else { next() };
-                ((!key, l.first as u64), l)
-            })
-            .collect();
-        let order = sorted_by_key(keyed);
+        let order = sorted_by_key(lifetimes, |l| {
+            let key = if i % 4 < 2 { (l.bytes as u64).saturating_mul(700 + next() % 600) } else { next() };
+            (!key, l.first as u64)
+        });
         consider(place(&order, i % 2 == 1, max_bytes), &mut best);
     }
     let (arena_bytes, offsets) =
@@ -321,13 +328,14 @@ impl<'a> RunArena<'a> {
 /// `unsafe`. Outputs must not overlap each other. No heap allocation for up to
 /// four outputs.
 pub fn split_regions<'a>(arena: &'a mut [u8], outs: &[(usize, usize)]) -> Result<(OutViews<'a>, Gaps<'a>)> {
-    let mut order: SmallVec<[usize; 4]> = (0..outs.len()).collect();
-    order.sort_unstable_by_key(|&i| outs[i].0);
+    let mut order: SmallVec<[(u64, u64, usize); 4]> = outs.iter().enumerate().map(|(i, &(off, _))| (off as u64, 0, i)).collect();
+    sort_keys(&mut order);
     let mut rest = arena;
     let mut cursor = 0usize;
     let mut gaps = Gaps::new();
-    let mut sorted: SmallVec<[(usize, &'a mut [u8]); 4]> = SmallVec::new();
-    for i in order {
+    // Each output's view goes to its own index: no second sort back into order.
+    let mut by_index: SmallVec<[Option<&'a mut [u8]>; 4]> = outs.iter().map(|_| None).collect();
+    for (_, _, i) in order {
         let (off, len) = outs[i];
         if off < cursor || off + len > cursor + rest.len() {
             return Err(Error::Runtime(format!("internal: output region {off}+{len} overlaps another or leaves the arena").into()));
@@ -335,13 +343,12 @@ pub fn split_regions<'a>(arena: &'a mut [u8], outs: &[(usize, usize)]) -> Result
         let (gap, tail) = std::mem::take(&mut rest).split_at_mut(off - cursor);
         gaps.push((cursor, &*gap));
         let (o, tail) = tail.split_at_mut(len);
-        sorted.push((i, o));
+        by_index[i] = Some(o);
         rest = tail;
         cursor = off + len;
     }
     gaps.push((cursor, &*rest));
-    sorted.sort_unstable_by_key(|(i, _)| *i);
-    Ok((sorted.into_iter().map(|(_, s)| s).collect(), gaps))
+    Ok((by_index.into_iter().flatten().collect(), gaps))
 }
 
 /// Finds `[off, off+len)` inside one of the shared gaps.
@@ -357,6 +364,18 @@ pub fn find_in_gaps<'a>(gaps: &[(usize, &'a [u8])], off: usize, len: usize) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The one sort orders by key and keeps the given order for equal keys, as the
+    /// stable sort it replaced did (the planner's results depend on it).
+    #[test]
+    fn sorted_by_key_is_stable() {
+        let lt = |tensor, bytes| Lifetime { tensor, bytes, first: 0, last: 0 };
+        let lifetimes = [lt(0, 8), lt(1, 4), lt(2, 8), lt(3, 4), lt(4, 16)];
+        let order: Vec<usize> = sorted_by_key(&lifetimes, |l| (l.bytes as u64, 0)).iter().map(|l| l.tensor).collect();
+        assert_eq!(order, [1, 3, 0, 2, 4]);
+        let order: Vec<usize> = ordered(&lifetimes, Strategy::Size).iter().map(|l| l.tensor).collect();
+        assert_eq!(order, [4, 0, 2, 1, 3]);
+    }
 
     #[test]
     fn disjoint_lifetimes_share_memory() {

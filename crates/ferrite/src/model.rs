@@ -667,7 +667,9 @@ fn parse(file: &ModelBytes) -> Result<Parsed> {
     for (si, sg) in fb_subgraphs.iter().enumerate() {
         subgraphs.push(parse_subgraph(file, kind, si, sg?, &buffers, &codes)?);
     }
-    crate::ops_hlo::resolve_bodies(&mut subgraphs);
+    if READS_HLO_OPTIONS {
+        crate::ops_hlo::resolve_bodies(&mut subgraphs);
+    }
 
     let mut signatures = Vec::new();
     for (i, s) in root.tables(fb::Model::VT_SIGNATURE_DEFS)?.iter().enumerate() {
@@ -757,8 +759,8 @@ fn parse_op(data: &[u8], o: Table<'_>, n: usize, codes: &[(OpCode, i32)]) -> Res
         OpCode::Builtin(b) => parse_params(*b, opt_type, options)?,
         OpCode::Other(_) | OpCode::Custom(_) => OpParams::None,
     };
-    if let OpCode::Builtin(b) = code {
-        if let Some(hlo) = crate::ops_hlo::parse(b, o)? {
+    if let (OpCode::Builtin(b), true) = (&code, READS_HLO_OPTIONS) {
+        if let Some(hlo) = crate::ops_hlo::parse(*b, o)? {
             params = OpParams::Hlo(hlo);
         }
     }
@@ -770,6 +772,30 @@ fn parse_op(data: &[u8], o: Table<'_>, n: usize, codes: &[(OpCode, i32)]) -> Res
         custom_options = Some(large_off as usize..end as usize);
     }
     Ok(Op { code, version, inputs: op_inputs, outputs: op_outputs, params, custom_options })
+}
+
+/// Whether a backend of this build reads the StableHLO ops' options (the second
+/// options union, `OpParams::Hlo`): the CPU backend's `op-hlo` and `op-random`
+/// families and the reference backend. A selective build without them leaves those
+/// ops' params `None` (their reader and its tables are not linked); the CPU
+/// backend refuses the ops as not built either way.
+const READS_HLO_OPTIONS: bool = cfg!(any(feature = "op-hlo", feature = "op-random", feature = "reference"));
+
+/// What is wrong with a quantization scale that is not a positive normal number,
+/// in words: the message names it without formatting the float (the one float
+/// formatted on the load path would link the float printer into every build).
+fn scale_flaw(s: f32) -> &'static str {
+    if s.is_nan() {
+        "NaN"
+    } else if s.is_infinite() {
+        "infinite"
+    } else if s == 0.0 {
+        "zero"
+    } else if s < 0.0 {
+        "negative"
+    } else {
+        "subnormal"
+    }
 }
 
 /// One tensor; errors are located by the caller and name the tensor.
@@ -821,7 +847,11 @@ fn parse_tensor(file: &ModelBytes, kind: FileKind, t: Table<'_>, buffers: &[Opti
                 // ranges from them: zero, negative, denormal, NaN and infinite scales have
                 // no meaning and must not reach them.
                 if let Some((k, bad)) = scale.iter().enumerate().find(|(_, s)| !(s.is_normal() && **s > 0.0)) {
-                    return Err(invalid(format!("'{name}': quantization scale {k} is {bad:e}; scales must be finite, positive and normal")));
+                    return Err(invalid(format!(
+                        "'{name}': quantization scale {k} is {} (bits {:#010x}); scales must be finite, positive and normal",
+                        scale_flaw(*bad),
+                        bad.to_bits()
+                    )));
                 }
                 let zero_point = if zero_point.is_empty() { vec![0; scale.len()] } else { zero_point };
                 // Kernels do 32-bit arithmetic on (value - zero point): a zero point

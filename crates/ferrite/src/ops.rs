@@ -338,6 +338,16 @@ fn subgraph_index(v: i32, what: &str) -> Result<usize> {
     usize::try_from(v).map_err(|_| invalid(format!("{what} {v} is negative")))
 }
 
+/// Whether this build reads the options of an op family: its CPU kernels are built,
+/// or the reference backend or training (which read every op's) are. The options of
+/// a family left out of a selective build stay unread (`OpParams::None`, their
+/// parsing code not linked): the CPU backend refuses those ops as not built anyway.
+macro_rules! reads {
+    ($family:literal) => {
+        cfg!(any(feature = $family, feature = "reference", feature = "train"))
+    };
+}
+
 /// Parses the options of builtin `op`, by the options table its op-table line
 /// names. `opt_type` is the union type id in the file; an absent or mismatched
 /// table yields the format's defaults, as LiteRT does.
@@ -356,7 +366,7 @@ pub fn parse_params(op: BuiltinOp, opt_type: u8, options: Option<Table<'_>>) -> 
     let act = |slot: u16| -> Result<Activation> { Activation::from_code(i8f(slot, 0)?) };
 
     Ok(match expected {
-        T::Conv2DOptions => {
+        T::Conv2DOptions if reads!("op-conv") => {
             use fb::Conv2DOptions as O;
             OpParams::Conv2D {
                 padding: padding(i8f(O::VT_PADDING, 0)?)?,
@@ -365,7 +375,7 @@ pub fn parse_params(op: BuiltinOp, opt_type: u8, options: Option<Table<'_>>) -> 
                 activation: act(O::VT_FUSED_ACTIVATION_FUNCTION)?,
             }
         }
-        T::DepthwiseConv2DOptions => {
+        T::DepthwiseConv2DOptions if reads!("op-conv") => {
             use fb::DepthwiseConv2DOptions as O;
             OpParams::DepthwiseConv2D {
                 padding: padding(i8f(O::VT_PADDING, 0)?)?,
@@ -375,7 +385,7 @@ pub fn parse_params(op: BuiltinOp, opt_type: u8, options: Option<Table<'_>>) -> 
                 activation: act(O::VT_FUSED_ACTIVATION_FUNCTION)?,
             }
         }
-        T::Conv3DOptions => {
+        T::Conv3DOptions if reads!("op-conv") => {
             use fb::Conv3DOptions as O;
             OpParams::Conv3D {
                 padding: padding(i8f(O::VT_PADDING, 0)?)?,
@@ -392,7 +402,7 @@ pub fn parse_params(op: BuiltinOp, opt_type: u8, options: Option<Table<'_>>) -> 
                 activation: act(O::VT_FUSED_ACTIVATION_FUNCTION)?,
             }
         }
-        T::Pool2DOptions => {
+        T::Pool2DOptions if reads!("op-pool") => {
             use fb::Pool2DOptions as O;
             OpParams::Pool2D {
                 padding: padding(i8f(O::VT_PADDING, 0)?)?,
@@ -401,7 +411,7 @@ pub fn parse_params(op: BuiltinOp, opt_type: u8, options: Option<Table<'_>>) -> 
                 activation: act(O::VT_FUSED_ACTIVATION_FUNCTION)?,
             }
         }
-        T::FullyConnectedOptions => {
+        T::FullyConnectedOptions if reads!("op-linear") => {
             use fb::FullyConnectedOptions as O;
             OpParams::FullyConnected {
                 activation: act(O::VT_FUSED_ACTIVATION_FUNCTION)?,
@@ -410,36 +420,44 @@ pub fn parse_params(op: BuiltinOp, opt_type: u8, options: Option<Table<'_>>) -> 
                 asymmetric_quantize_inputs: boolf(O::VT_ASYMMETRIC_QUANTIZE_INPUTS, false)?,
             }
         }
-        T::SoftmaxOptions => OpParams::Softmax { beta: f32f(fb::SoftmaxOptions::VT_BETA, 0.0)? },
-        T::ConcatenationOptions => OpParams::Concatenation {
+        T::SoftmaxOptions if reads!("op-softmax") => OpParams::Softmax { beta: f32f(fb::SoftmaxOptions::VT_BETA, 0.0)? },
+        T::ConcatenationOptions if reads!("op-movement") => OpParams::Concatenation {
             axis: i32f(fb::ConcatenationOptions::VT_AXIS, 0)?,
             activation: act(fb::ConcatenationOptions::VT_FUSED_ACTIVATION_FUNCTION)?,
         },
         // Add, Sub, Mul and Div keep the activation in slot 4.
         // ADD and SUB keep pot_scale_int16 in slot 6.
-        T::AddOptions | T::SubOptions | T::MulOptions | T::DivOptions => OpParams::Binary {
+        T::AddOptions | T::SubOptions | T::MulOptions | T::DivOptions if reads!("op-elementwise") => OpParams::Binary {
             activation: act(fb::AddOptions::VT_FUSED_ACTIVATION_FUNCTION)?,
             pot_scale_int16: matches!(expected, T::AddOptions | T::SubOptions) && boolf(fb::AddOptions::VT_POT_SCALE_INT16, true)?,
         },
-        T::ReshapeOptions => {
+        T::ReshapeOptions if reads!("op-movement") => {
             OpParams::Reshape { new_shape: t.map(|t| t.vector::<i32>(fb::ReshapeOptions::VT_NEW_SHAPE)).transpose()?.flatten().map(|v| v.iter().collect()) }
         }
-        T::ResizeBilinearOptions => OpParams::Resize {
+        T::ResizeBilinearOptions if reads!("op-layout") => OpParams::Resize {
             align_corners: boolf(fb::ResizeBilinearOptions::VT_ALIGN_CORNERS, false)?,
             half_pixel_centers: boolf(fb::ResizeBilinearOptions::VT_HALF_PIXEL_CENTERS, false)?,
         },
-        T::ResizeNearestNeighborOptions => OpParams::Resize {
+        T::ResizeNearestNeighborOptions if reads!("op-layout") => OpParams::Resize {
             align_corners: boolf(fb::ResizeNearestNeighborOptions::VT_ALIGN_CORNERS, false)?,
             half_pixel_centers: boolf(fb::ResizeNearestNeighborOptions::VT_HALF_PIXEL_CENTERS, false)?,
         },
         // Both tables keep block_size in slot 4.
-        T::SpaceToDepthOptions | T::DepthToSpaceOptions => OpParams::BlockSize(positive(i32f(fb::SpaceToDepthOptions::VT_BLOCK_SIZE, 0)?, "block_size")?),
-        T::GatherOptions => OpParams::Gather { axis: i32f(fb::GatherOptions::VT_AXIS, 0)?, batch_dims: i32f(fb::GatherOptions::VT_BATCH_DIMS, 0)? },
-        T::ReducerOptions => OpParams::Reducer { keep_dims: boolf(fb::ReducerOptions::VT_KEEP_DIMS, false)? },
-        T::SqueezeOptions => OpParams::Squeeze { dims: t.map(|t| t.vec_of::<i32>(fb::SqueezeOptions::VT_SQUEEZE_DIMS)).transpose()?.unwrap_or_default() },
+        T::SpaceToDepthOptions | T::DepthToSpaceOptions if reads!("op-layout") => {
+            OpParams::BlockSize(positive(i32f(fb::SpaceToDepthOptions::VT_BLOCK_SIZE, 0)?, "block_size")?)
+        }
+        T::GatherOptions if reads!("op-movement") => {
+            OpParams::Gather { axis: i32f(fb::GatherOptions::VT_AXIS, 0)?, batch_dims: i32f(fb::GatherOptions::VT_BATCH_DIMS, 0)? }
+        }
+        T::ReducerOptions if reads!("op-reduce") => OpParams::Reducer { keep_dims: boolf(fb::ReducerOptions::VT_KEEP_DIMS, false)? },
+        T::SqueezeOptions if reads!("op-movement") => {
+            OpParams::Squeeze { dims: t.map(|t| t.vec_of::<i32>(fb::SqueezeOptions::VT_SQUEEZE_DIMS)).transpose()?.unwrap_or_default() }
+        }
         // SplitOptions and SplitVOptions keep num_splits in slot 4.
-        T::SplitOptions | T::SplitVOptions => OpParams::Split { num_splits: positive(i32f(fb::SplitOptions::VT_NUM_SPLITS, 0)?, "num_splits")? },
-        T::StridedSliceOptions => {
+        T::SplitOptions | T::SplitVOptions if reads!("op-movement") => {
+            OpParams::Split { num_splits: positive(i32f(fb::SplitOptions::VT_NUM_SPLITS, 0)?, "num_splits")? }
+        }
+        T::StridedSliceOptions if reads!("op-movement") => {
             use fb::StridedSliceOptions as O;
             OpParams::StridedSlice {
                 begin_mask: i32f(O::VT_BEGIN_MASK, 0)?,
@@ -451,10 +469,10 @@ pub fn parse_params(op: BuiltinOp, opt_type: u8, options: Option<Table<'_>>) -> 
             }
         }
         // ArgMax/ArgMin/Shape all hold their output type in slot 4.
-        T::ArgMaxOptions | T::ArgMinOptions => OpParams::OutType(i8f(fb::ArgMaxOptions::VT_OUTPUT_TYPE, 4)?),
-        T::ShapeOptions => OpParams::OutType(i8f(fb::ShapeOptions::VT_OUT_TYPE, 2)?),
-        T::UniqueOptions => OpParams::OutType(i8f(fb::UniqueOptions::VT_IDX_OUT_TYPE, 2)?),
-        T::TransposeConvOptions => {
+        T::ArgMaxOptions | T::ArgMinOptions if reads!("op-reduce") => OpParams::OutType(i8f(fb::ArgMaxOptions::VT_OUTPUT_TYPE, 4)?),
+        T::ShapeOptions if reads!("op-movement") => OpParams::OutType(i8f(fb::ShapeOptions::VT_OUT_TYPE, 2)?),
+        T::UniqueOptions if reads!("op-index") => OpParams::OutType(i8f(fb::UniqueOptions::VT_IDX_OUT_TYPE, 2)?),
+        T::TransposeConvOptions if reads!("op-conv") => {
             use fb::TransposeConvOptions as O;
             OpParams::TransposeConv {
                 padding: padding(i8f(O::VT_PADDING, 0)?)?,
@@ -462,45 +480,49 @@ pub fn parse_params(op: BuiltinOp, opt_type: u8, options: Option<Table<'_>>) -> 
                 activation: act(O::VT_FUSED_ACTIVATION_FUNCTION)?,
             }
         }
-        T::PackOptions => OpParams::Pack { values_count: i32f(fb::PackOptions::VT_VALUES_COUNT, 0)?, axis: i32f(fb::PackOptions::VT_AXIS, 0)? },
-        T::UnpackOptions => OpParams::Unpack { num: i32f(fb::UnpackOptions::VT_NUM, 0)?, axis: i32f(fb::UnpackOptions::VT_AXIS, 0)? },
-        T::LeakyReluOptions => OpParams::LeakyRelu { alpha: f32f(fb::LeakyReluOptions::VT_ALPHA, 0.0)? },
-        T::BatchMatMulOptions => OpParams::BatchMatMul {
+        T::PackOptions if reads!("op-movement") => {
+            OpParams::Pack { values_count: i32f(fb::PackOptions::VT_VALUES_COUNT, 0)?, axis: i32f(fb::PackOptions::VT_AXIS, 0)? }
+        }
+        T::UnpackOptions if reads!("op-movement") => OpParams::Unpack { num: i32f(fb::UnpackOptions::VT_NUM, 0)?, axis: i32f(fb::UnpackOptions::VT_AXIS, 0)? },
+        T::LeakyReluOptions if reads!("op-activation") => OpParams::LeakyRelu { alpha: f32f(fb::LeakyReluOptions::VT_ALPHA, 0.0)? },
+        T::BatchMatMulOptions if reads!("op-linear") => OpParams::BatchMatMul {
             adj_x: boolf(fb::BatchMatMulOptions::VT_ADJ_X, false)?,
             adj_y: boolf(fb::BatchMatMulOptions::VT_ADJ_Y, false)?,
             asymmetric_quantize_inputs: boolf(fb::BatchMatMulOptions::VT_ASYMMETRIC_QUANTIZE_INPUTS, false)?,
         },
-        T::GeluOptions => OpParams::Gelu { approximate: boolf(fb::GeluOptions::VT_APPROXIMATE, false)? },
+        T::GeluOptions if reads!("op-activation") => OpParams::Gelu { approximate: boolf(fb::GeluOptions::VT_APPROXIMATE, false)? },
         // TensorFlow's default axis is -1 and converters write it; a file without the
         // table gets the schema's 0, as LiteRT's zero-initialized parameters do.
-        T::OneHotOptions => OpParams::OneHot { axis: i32f(fb::OneHotOptions::VT_AXIS, 0)? },
-        T::CumsumOptions => {
+        T::OneHotOptions if reads!("op-index") => OpParams::OneHot { axis: i32f(fb::OneHotOptions::VT_AXIS, 0)? },
+        T::CumsumOptions if reads!("op-index") => {
             OpParams::Cumsum { exclusive: boolf(fb::CumsumOptions::VT_EXCLUSIVE, false)?, reverse: boolf(fb::CumsumOptions::VT_REVERSE, false)? }
         }
-        T::ReverseSequenceOptions => OpParams::ReverseSequence {
+        T::ReverseSequenceOptions if reads!("op-layout") => OpParams::ReverseSequence {
             seq_dim: i32f(fb::ReverseSequenceOptions::VT_SEQ_DIM, 0)?,
             batch_dim: i32f(fb::ReverseSequenceOptions::VT_BATCH_DIM, 0)?,
         },
-        T::SparseToDenseOptions => OpParams::SparseToDense { validate_indices: boolf(fb::SparseToDenseOptions::VT_VALIDATE_INDICES, false)? },
-        T::LSHProjectionOptions => OpParams::LshProjection { kind: i8f(fb::LSHProjectionOptions::VT_TYPE_, 0)? },
-        T::HashtableOptions => OpParams::Hashtable {
+        T::SparseToDenseOptions if reads!("op-index") => {
+            OpParams::SparseToDense { validate_indices: boolf(fb::SparseToDenseOptions::VT_VALIDATE_INDICES, false)? }
+        }
+        T::LSHProjectionOptions if reads!("op-index") => OpParams::LshProjection { kind: i8f(fb::LSHProjectionOptions::VT_TYPE_, 0)? },
+        T::HashtableOptions if reads!("op-index") => OpParams::Hashtable {
             table_id: i32f(fb::HashtableOptions::VT_TABLE_ID, 0)?,
             key_dtype: i8f(fb::HashtableOptions::VT_KEY_DTYPE, 0)?,
             value_dtype: i8f(fb::HashtableOptions::VT_VALUE_DTYPE, 0)?,
         },
-        T::SkipGramOptions => OpParams::SkipGram {
+        T::SkipGramOptions if reads!("op-index") => OpParams::SkipGram {
             ngram_size: i32f(fb::SkipGramOptions::VT_NGRAM_SIZE, 0)?,
             max_skip_size: i32f(fb::SkipGramOptions::VT_MAX_SKIP_SIZE, 0)?,
             include_all_ngrams: boolf(fb::SkipGramOptions::VT_INCLUDE_ALL_NGRAMS, false)?,
         },
-        T::RandomOptions => {
+        T::RandomOptions if reads!("op-random") => {
             let i64f = |slot: u16| t.map_or(Ok(0), |t| t.scalar::<i64>(slot, 0));
             OpParams::Random { seed: i64f(fb::RandomOptions::VT_SEED)?, seed2: i64f(fb::RandomOptions::VT_SEED2)? }
         }
-        T::BucketizeOptions => {
+        T::BucketizeOptions if reads!("op-feature") => {
             OpParams::Bucketize { boundaries: t.map(|t| t.vec_of::<f32>(fb::BucketizeOptions::VT_BOUNDARIES)).transpose()?.unwrap_or_default() }
         }
-        T::FakeQuantOptions => {
+        T::FakeQuantOptions if reads!("op-feature") => {
             use fb::FakeQuantOptions as O;
             OpParams::FakeQuant {
                 min: f32f(O::VT_MIN, 0.0)?,
@@ -509,10 +531,12 @@ pub fn parse_params(op: BuiltinOp, opt_type: u8, options: Option<Table<'_>>) -> 
                 narrow_range: boolf(O::VT_NARROW_RANGE, false)?,
             }
         }
-        T::EmbeddingLookupSparseOptions => OpParams::EmbeddingLookupSparse { combiner: i8f(fb::EmbeddingLookupSparseOptions::VT_COMBINER, 0)? },
-        T::MirrorPadOptions => OpParams::MirrorPad { symmetric: i8f(fb::MirrorPadOptions::VT_MODE, 0)? == 1 },
-        T::L2NormOptions => OpParams::Activation(act(fb::L2NormOptions::VT_FUSED_ACTIVATION_FUNCTION)?),
-        T::LocalResponseNormalizationOptions => {
+        T::EmbeddingLookupSparseOptions if reads!("op-feature") => {
+            OpParams::EmbeddingLookupSparse { combiner: i8f(fb::EmbeddingLookupSparseOptions::VT_COMBINER, 0)? }
+        }
+        T::MirrorPadOptions if reads!("op-layout") => OpParams::MirrorPad { symmetric: i8f(fb::MirrorPadOptions::VT_MODE, 0)? == 1 },
+        T::L2NormOptions if reads!("op-softmax") => OpParams::Activation(act(fb::L2NormOptions::VT_FUSED_ACTIVATION_FUNCTION)?),
+        T::LocalResponseNormalizationOptions if reads!("op-softmax") => {
             use fb::LocalResponseNormalizationOptions as O;
             OpParams::LocalResponseNorm {
                 radius: i32f(O::VT_RADIUS, 0)?,
@@ -536,7 +560,7 @@ pub fn parse_params(op: BuiltinOp, opt_type: u8, options: Option<Table<'_>>) -> 
             container: t.map(|t| t.string(fb::VarHandleOptions::VT_CONTAINER)).transpose()?.flatten().unwrap_or_default(),
             shared_name: t.map(|t| t.string(fb::VarHandleOptions::VT_SHARED_NAME)).transpose()?.flatten().unwrap_or_default(),
         },
-        T::LSTMOptions => {
+        T::LSTMOptions if reads!("op-recurrent") => {
             use fb::LSTMOptions as O;
             OpParams::Recurrent(RecurrentParams {
                 activation: act(O::VT_FUSED_ACTIVATION_FUNCTION)?,
@@ -547,7 +571,7 @@ pub fn parse_params(op: BuiltinOp, opt_type: u8, options: Option<Table<'_>>) -> 
                 ..Default::default()
             })
         }
-        T::UnidirectionalSequenceLSTMOptions => {
+        T::UnidirectionalSequenceLSTMOptions if reads!("op-recurrent") => {
             use fb::UnidirectionalSequenceLSTMOptions as O;
             OpParams::Recurrent(RecurrentParams {
                 activation: act(O::VT_FUSED_ACTIVATION_FUNCTION)?,
@@ -559,7 +583,7 @@ pub fn parse_params(op: BuiltinOp, opt_type: u8, options: Option<Table<'_>>) -> 
                 ..Default::default()
             })
         }
-        T::BidirectionalSequenceLSTMOptions => {
+        T::BidirectionalSequenceLSTMOptions if reads!("op-recurrent") => {
             use fb::BidirectionalSequenceLSTMOptions as O;
             OpParams::Recurrent(RecurrentParams {
                 activation: act(O::VT_FUSED_ACTIVATION_FUNCTION)?,
@@ -572,7 +596,7 @@ pub fn parse_params(op: BuiltinOp, opt_type: u8, options: Option<Table<'_>>) -> 
                 ..Default::default()
             })
         }
-        T::RNNOptions => {
+        T::RNNOptions if reads!("op-recurrent") => {
             use fb::RNNOptions as O;
             OpParams::Recurrent(RecurrentParams {
                 activation: act(O::VT_FUSED_ACTIVATION_FUNCTION)?,
@@ -580,7 +604,7 @@ pub fn parse_params(op: BuiltinOp, opt_type: u8, options: Option<Table<'_>>) -> 
                 ..Default::default()
             })
         }
-        T::SequenceRNNOptions => {
+        T::SequenceRNNOptions if reads!("op-recurrent") => {
             use fb::SequenceRNNOptions as O;
             OpParams::Recurrent(RecurrentParams {
                 activation: act(O::VT_FUSED_ACTIVATION_FUNCTION)?,
@@ -589,7 +613,7 @@ pub fn parse_params(op: BuiltinOp, opt_type: u8, options: Option<Table<'_>>) -> 
                 ..Default::default()
             })
         }
-        T::BidirectionalSequenceRNNOptions => {
+        T::BidirectionalSequenceRNNOptions if reads!("op-recurrent") => {
             use fb::BidirectionalSequenceRNNOptions as O;
             OpParams::Recurrent(RecurrentParams {
                 activation: act(O::VT_FUSED_ACTIVATION_FUNCTION)?,
@@ -599,7 +623,7 @@ pub fn parse_params(op: BuiltinOp, opt_type: u8, options: Option<Table<'_>>) -> 
                 ..Default::default()
             })
         }
-        T::SVDFOptions => OpParams::Svdf {
+        T::SVDFOptions if reads!("op-recurrent") => OpParams::Svdf {
             rank: i32f(fb::SVDFOptions::VT_RANK, 0)?,
             activation: act(fb::SVDFOptions::VT_FUSED_ACTIVATION_FUNCTION)?,
             asymmetric_quantize_inputs: boolf(fb::SVDFOptions::VT_ASYMMETRIC_QUANTIZE_INPUTS, false)?,

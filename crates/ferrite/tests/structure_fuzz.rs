@@ -53,6 +53,9 @@ fn hostile_models_never_panic() {
     // FERRITE_FUZZ_TRACE=1: each seed before it runs, to find a model that hangs or aborts.
     let trace = std::env::var("FERRITE_FUZZ_TRACE").is_ok();
     let mut seen: std::collections::HashMap<String, usize> = Default::default();
+    // The slowest model, printed at the end: the 3 s limit is a hang detector, and a
+    // model near it on a quiet machine crosses it under load (seed 16110 did).
+    let mut slowest = (Duration::ZERO, first);
     for seed in first..first + count {
         CURRENT_SEED.store(seed, Ordering::Relaxed);
         if trace {
@@ -62,6 +65,7 @@ fn hostile_models_never_panic() {
         let t = Instant::now();
         let r = exercise(bytes, seed);
         let took = t.elapsed();
+        slowest = slowest.max((took, seed));
         match r {
             Ok(o) => {
                 if stats {
@@ -98,10 +102,12 @@ fn hostile_models_never_panic() {
         println!("{n:8} {msg}");
     }
     println!(
-        "structure_fuzz: seeds {first}..{} in {:?}: {loaded} loaded, {prepared} prepared, {ran} ran, {} failures",
+        "structure_fuzz: seeds {first}..{} in {:?}: {loaded} loaded, {prepared} prepared, {ran} ran, {} failures; slowest seed {} ({:?})",
         first + count,
         start.elapsed(),
-        failures.len()
+        failures.len(),
+        slowest.1,
+        slowest.0
     );
     assert!(failures.is_empty(), "{} hostile models failed:\n{}", failures.len(), failures.join("\n"));
 }

@@ -29,6 +29,8 @@
 //!   panicked (10290777, on the merged op table and kernel API)
 //! - int16 MAX_POOL_2D with a 2^31-row SAME window: every output read the whole
 //!   65,536-row input, 419 s of work (10369336)
+//! - CONCATENATION of one [2^30, 4, 255] input on axis 1: listing its copies walked
+//!   2^30 outer indices before the arena limit refused the model, 3-6 s (16110)
 //!
 //! Seeds are of the generator at the commit that found them; the generator has
 //! changed since, so the cases are rebuilt here by hand.
@@ -309,6 +311,21 @@ fn empty_tensors_with_huge_dims() {
     let declared = one_op(vec![act("x", T::FLOAT32, &[1 << 30, 0, 1 << 30], None), act("y", T::FLOAT32, &[], None)], B::RELU, &[0], &[1], Options::None);
     expect_error("a declared [2^30, 0, 2^30]", declared, &["tensor 0", "too many elements"]);
     assert!(t.elapsed().as_secs() < 5, "empty tensors took {:?}", t.elapsed());
+}
+
+/// Fuzz seed 16110: the copies of a concatenation are listed at prepare, and with
+/// an outer extent of 2^30 that listing walked every outer index (3-6 s) before the
+/// arena limit refused the model. One and two inputs, both refused at once.
+#[test]
+fn concatenation_with_a_huge_outer_extent() {
+    let t = std::time::Instant::now();
+    let x = || act("x", T::FLOAT32, &[1 << 30, 4, 255], None);
+    let cat = Options::Concatenation { axis: 1, activation: Activation::NONE };
+    let one = one_op(vec![x(), act("y", T::FLOAT32, &[], None)], B::CONCATENATION, &[0], &[1], cat.clone());
+    expect_error("CONCATENATION of one [2^30, 4, 255]", one, &["resource limit", "[1073741824, 4, 255]"]);
+    let two = one_op(vec![x(), x(), act("y", T::FLOAT32, &[], None)], B::CONCATENATION, &[0, 1], &[2], cat);
+    expect_error("CONCATENATION of two [2^30, 4, 255]", two, &["resource limit", "[1073741824, 4, 255]"]);
+    assert!(t.elapsed().as_secs() < 1, "took {:?}", t.elapsed());
 }
 
 /// Fuzz seed 833: IF passed an int8 operand to a subgraph reading int32, whose kernels

@@ -390,6 +390,7 @@ pub(super) fn dw_row_tiles(
             let cols = (np - 1) * g.stride_w + g.k_w;
             let (vlo, vhi) = ((-col0).clamp(0, cols as isize) as u32, (g.in_w as isize - col0).clamp(0, cols as isize) as u32);
             let valid = if vhi > vlo { ((1u64 << vhi) - (1u64 << vlo)) as u32 } else { 0 };
+            let full = ((1u64 << cols) - 1) as u32;
             let dst = o[(ox - px.start) * c + cg..].as_mut_ptr();
             macro_rules! tile {
                 ($kw:literal, $s:literal) => {
@@ -400,18 +401,20 @@ pub(super) fn dw_row_tiles(
                     // pixels of the group's channels inside `o` (checked length).
                     unsafe {
                         match (np, bcast) {
-                            (1, false) => dw_tile_avx512::<$kw, $s, 1, false>(&r, col0, valid, np, dst),
-                            (2, false) => dw_tile_avx512::<$kw, $s, 2, false>(&r, col0, valid, np, dst),
-                            (3, false) => dw_tile_avx512::<$kw, $s, 3, false>(&r, col0, valid, np, dst),
-                            (4, false) => dw_tile_avx512::<$kw, $s, 4, false>(&r, col0, valid, np, dst),
-                            (5, false) => dw_tile_avx512::<$kw, $s, 5, false>(&r, col0, valid, np, dst),
-                            (6, false) => dw_tile_avx512::<$kw, $s, 6, false>(&r, col0, valid, np, dst),
-                            (7, false) => dw_tile_avx512::<$kw, $s, 7, false>(&r, col0, valid, np, dst),
-                            (_, false) => dw_tile_avx512::<$kw, $s, 8, false>(&r, col0, valid, np, dst),
+                            (1, false) => dw_tile_avx512::<$kw, $s, 1, false, false>(&r, col0, valid, np, dst),
+                            (2, false) => dw_tile_avx512::<$kw, $s, 2, false, false>(&r, col0, valid, np, dst),
+                            (3, false) => dw_tile_avx512::<$kw, $s, 3, false, false>(&r, col0, valid, np, dst),
+                            (4, false) => dw_tile_avx512::<$kw, $s, 4, false, false>(&r, col0, valid, np, dst),
+                            (5, false) => dw_tile_avx512::<$kw, $s, 5, false, false>(&r, col0, valid, np, dst),
+                            (6, false) => dw_tile_avx512::<$kw, $s, 6, false, false>(&r, col0, valid, np, dst),
+                            (7, false) => dw_tile_avx512::<$kw, $s, 7, false, false>(&r, col0, valid, np, dst),
+                            // Stride 2 has an unmasked form for tiles wholly inside the row.
+                            (_, false) if $s > 1 && valid == full => dw_tile_avx512::<$kw, $s, 8, false, true>(&r, col0, valid, np, dst),
+                            (_, false) => dw_tile_avx512::<$kw, $s, 8, false, false>(&r, col0, valid, np, dst),
                             // Broadcast tiles: whole tiles of 8 and one of 4 or 8 for
                             // the rest (first layers, wide maps: few such tiles).
-                            (1..=4, true) => dw_tile_avx512::<$kw, $s, 4, true>(&r, col0, valid, np, dst),
-                            (_, true) => dw_tile_avx512::<$kw, $s, 8, true>(&r, col0, valid, np, dst),
+                            (1..=4, true) => dw_tile_avx512::<$kw, $s, 4, true, false>(&r, col0, valid, np, dst),
+                            (_, true) => dw_tile_avx512::<$kw, $s, 8, true, false>(&r, col0, valid, np, dst),
                         }
                     }
                 };
@@ -453,7 +456,9 @@ pub(super) fn dw_row_tiles(
 /// One tile of [`dw_row_tiles`]: `P` output pixels from input column `col0` (under
 /// tap 0 of the first pixel), `KW`-wide filter at stride `S`, of which the first
 /// `np` are stored, over the row's channels in blocks of 16 (the last masked);
-/// with `BC` the input has one channel, broadcast to every lane. Per filter row the
+/// with `BC` the input has one channel, broadcast to every lane; with `FULL` every
+/// column the tile reads lies inside the row (`valid` has all its bits set), so
+/// stride 2 needs no per-column masks. Per filter row the
 /// `(P - 1) * S + KW` input columns are each loaded once and multiplied by every
 /// tap that reaches them; a column whose bit in `valid` is clear lies outside
 /// the input and is skipped (its taps add nothing).
@@ -465,7 +470,13 @@ pub(super) fn dw_row_tiles(
 /// (less the group's offset), `r.bias` (if any) `blocked`; `o` must be writable for
 /// `np <= P` pixels of `out_c` floats (channels `0..blocked` of each).
 #[target_feature(enable = "avx512f")]
-unsafe fn dw_tile_avx512<const KW: usize, const S: usize, const P: usize, const BC: bool>(r: &TileRow, col0: isize, valid: u32, np: usize, o: *mut f32) {
+unsafe fn dw_tile_avx512<const KW: usize, const S: usize, const P: usize, const BC: bool, const FULL: bool>(
+    r: &TileRow,
+    col0: isize,
+    valid: u32,
+    np: usize,
+    o: *mut f32,
+) {
     let (lo, hi) = (_mm512_set1_ps(r.clamp.min), _mm512_set1_ps(r.clamp.max));
     for c0 in (0..r.blocked).step_by(16) {
         // The last block of a channel count that is not a multiple of 16 is masked.
@@ -506,6 +517,29 @@ unsafe fn dw_tile_avx512<const KW: usize, const S: usize, const P: usize, const 
                             }
                         };
                         *a = _mm512_fmadd_ps(xv, *wk, *a);
+                    }
+                }
+                continue;
+            }
+            // Stride 2 over channel vectors: tap by tap, each pixel's input loaded
+            // per tap, the columns in the padding masked off (loaded as zeros, their
+            // multiply-adds masked so the accumulators keep their lanes: the sums
+            // are those of skipping them). The column-major sweep below takes 17 or
+            // 19 columns here, which the compiler does not unroll: its accumulators,
+            // indexed by the loop counter, then lived on the stack (a store and a
+            // reload per multiply-add, a third of the rate of stride 1). Here the
+            // pixel loop is short and unrolls; each pixel sums its taps in column
+            // order as before.
+            if S > 1 && !BC {
+                for (kx, wk) in wv.iter().enumerate() {
+                    for (p, a) in acc.iter_mut().enumerate() {
+                        let col = p * S + kx;
+                        // Interior tiles (every column inside) keep the block's mask.
+                        let mc = if FULL { m } else { m & (((valid >> col) & 1) as u16).wrapping_neg() };
+                        // SAFETY: the unmasked floats are channels c0..blocked of a
+                        // column inside the row (its bit is set; contract).
+                        let xv = unsafe { _mm512_maskz_loadu_ps(mc, xr.wrapping_add(col * r.in_c)) };
+                        *a = if FULL { _mm512_fmadd_ps(xv, *wk, *a) } else { _mm512_mask3_fmadd_ps(xv, *wk, *a, mc) };
                     }
                 }
                 continue;

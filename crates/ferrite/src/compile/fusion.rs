@@ -21,6 +21,11 @@ pub(super) struct FoldedPad {
 /// Folds PAD op `oi` into its reader when [`foldable_pad`] allows: its output gets
 /// the padded shape but no memory, and the reader is built on the PAD's input.
 /// `held` is where the op's inputs are.
+/// Whether this build has the float convolutions, the only kernels that take a
+/// folded PAD or an epilogue: both passes fold float tensors only, so without them
+/// they are constant no-ops and the optimizer drops their code.
+const FUSES: bool = cfg!(all(feature = "type-float", feature = "op-conv"));
+
 pub(super) fn fold_pad(c: &mut Compilation<'_>, oi: usize, held: &[Option<Loc>]) -> bool {
     let g = c.g;
     let op = &g.ops[oi];
@@ -91,7 +96,9 @@ pub(super) fn fold_into_producer(c: &mut Compilation<'_>, model: &Model, oi: usi
 /// fold into it: its output's only reader when that qualifies.
 pub(super) fn offer_epilogue(c: &Compilation<'_>, oi: usize) -> Option<(usize, EpilogueSlot)> {
     let op = &c.g.ops[oi];
-    if !matches!(op.code, OpCode::Builtin(B::CONV_2D | B::DEPTHWISE_CONV_2D)) {
+    // Epilogues are applied by the float convolutions only: a build without them
+    // links neither this pass nor the epilogue code of the kernels.
+    if !FUSES || !matches!(op.code, OpCode::Builtin(B::CONV_2D | B::DEPTHWISE_CONV_2D)) {
         return None;
     }
     let &out = op.outputs.first()?;
@@ -127,7 +134,7 @@ pub(super) fn foldable_pad<'b>(
     value: impl Fn(usize) -> Option<&'b [u8]>,
 ) -> Option<[usize; 4]> {
     let op = &g.ops[oi];
-    if op.code != OpCode::Builtin(B::PAD) {
+    if !FUSES || op.code != OpCode::Builtin(B::PAD) {
         return None;
     }
     let (&[Some(x), Some(_)], &[y]) = (&op.inputs[..], &op.outputs[..]) else { return None };

@@ -71,6 +71,11 @@ pub(crate) fn unary(op: &OpContext<'_>, code: B) -> Result<Built> {
         });
     }
     require_f32(op, &[0])?;
+    // The float kernels (every unary function in three vector levels) are linked
+    // only into builds with float kernels; an integer-only build refuses here.
+    if !cfg!(feature = "type-float") {
+        return super::type_not_built(op);
+    }
     let kind = super::chain::unary_kind(code, &op.op.params).ok_or_else(|| op.unsupported("unary op"))?;
     Ok(Built {
         outputs: vec![(DType::F32, shape)],
@@ -112,7 +117,9 @@ pub(crate) fn logistic_tanh_i16(op: &OpContext<'_>, tanh: bool) -> Result<Built>
         return Err(op.bad("int16 LOGISTIC / TANH require zero points of 0"));
     }
     if (f64::from(out_scale).log2() + 15.0).abs() >= 1e-3 {
-        return Err(op.bad(format!("int16 LOGISTIC / TANH require an output scale of 2^-15, not {out_scale}")));
+        // The scale's bits, not its value: formatting a float here would link the
+        // float printer into integer-only builds for this one message.
+        return Err(op.bad(format!("int16 LOGISTIC / TANH require an output scale of 2^-15, not the float with bits {:#010x}", out_scale.to_bits())));
     }
     let f = LogisticTanh16::new(f64::from(in_scale), tanh);
     Ok(Built {

@@ -141,6 +141,16 @@ pub(crate) fn batch_matmul(op: &OpContext<'_>, ctx: &mut BackendContext) -> Resu
     };
     let (ia, ib) = (bstr(&a), bstr(&b));
     let k = ka;
+    // Each element type's kernels are linked only into builds with its feature
+    // (`features_for` names them by the same operand types).
+    let built = match (int8, hybrid) {
+        (true, _) => cfg!(feature = "type-int"),
+        (false, true) => cfg!(feature = "type-hybrid"),
+        (false, false) => cfg!(feature = "type-float"),
+    };
+    if !built {
+        return super::type_not_built(op);
+    }
     if int8 {
         return batch_matmul_int(op, (m, k, n), (adj_x, adj_y), ia, ib, out_shape);
     }

@@ -278,7 +278,7 @@ pub(crate) fn family_feature(code: B) -> Option<&'static str> {
 }
 
 /// Families whose kernels are chosen by element type (the `type-*` features).
-const TYPED_FAMILIES: [&str; 4] = ["op-conv", "op-linear", "op-pool", "op-softmax"];
+const TYPED_FAMILIES: [&str; 5] = ["op-conv", "op-linear", "op-pool", "op-softmax", "op-activation"];
 
 /// The cargo features of `ferrite` a build needs to run `model` on the CPU
 /// backend: the op families of its ops and, for the families with kernels per
@@ -311,7 +311,6 @@ pub fn features_for(model: &crate::model::Model) -> Vec<&'static str> {
 }
 
 /// The refusal of an op whose element type this build's features left out.
-#[cfg_attr(all(feature = "type-float", feature = "type-int", feature = "type-hybrid"), allow(dead_code))]
 fn type_not_built(op: &OpContext<'_>) -> Result<Built> {
     let t = op.opt_input(0).map_or("?", |d| d.dtype.name());
     Err(op.unsupported(format!("this build of ferrite has no kernel for this op with {t} input (a selective build: see the type-* cargo features)")))
