@@ -454,7 +454,8 @@ pub(super) fn dw_row_tiles(
 }
 
 /// One tile of [`dw_row_tiles`]: `P` output pixels from input column `col0` (under
-/// tap 0 of the first pixel), `KW`-wide filter at stride `S`, of which the first
+/// tap 0 of the first pixel), `KW`-wide filter (3 or 5; 9-wide filters take
+/// [`dw_tile9_avx512`]) at stride `S`, of which the first
 /// `np` are stored, over the row's channels in blocks of 16 (the last masked);
 /// with `BC` the input has one channel, broadcast to every lane; with `FULL` every
 /// column the tile reads lies inside the row (`valid` has all its bits set), so
@@ -496,30 +497,6 @@ unsafe fn dw_tile_avx512<const KW: usize, const S: usize, const P: usize, const 
                 // SAFETY: tap (ky, kx) < k_h * KW: its block of weights lies within
                 // the filter; the mask keeps to channels c0..blocked.
                 *v = unsafe { _mm512_maskz_loadu_ps(m, r.w.add((ky * KW + kx) * r.out_c + c0)) };
-            }
-            // 9-wide filters: tap by tap, each pixel's input loaded per tap. The
-            // column-major sweep below would take (P - 1) * S + 9 columns of 9 taps,
-            // more than the compiler unrolls, and its accumulators would then live
-            // in memory. Each pixel still sums its taps in column order.
-            if KW > 5 {
-                for (kx, wk) in wv.iter().enumerate() {
-                    for (p, a) in acc.iter_mut().enumerate() {
-                        let col = p * S + kx;
-                        if (valid >> col) & 1 == 0 {
-                            continue;
-                        }
-                        // SAFETY: as for the columns below.
-                        let xv = unsafe {
-                            if BC {
-                                _mm512_set1_ps(*xr.wrapping_add(col))
-                            } else {
-                                _mm512_maskz_loadu_ps(m, xr.wrapping_add(col * r.in_c))
-                            }
-                        };
-                        *a = _mm512_fmadd_ps(xv, *wk, *a);
-                    }
-                }
-                continue;
             }
             // Stride 2 over channel vectors: tap by tap, each pixel's input loaded
             // per tap, the columns in the padding masked off (loaded as zeros, their
