@@ -1319,6 +1319,10 @@ pub struct RowRequant {
     /// channel's shift or the zero point does not suit that form.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     merged: Vec<i64>,
+    /// Whether any channel shifts left (found once here: the one-pixel layers
+    /// of the wake-word models felt a scan of the shifts per run).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    shifts: bool,
 }
 
 /// The largest right shift [`merged_terms`] takes: with it the folded zero
@@ -1411,6 +1415,7 @@ impl RowRequant {
         RowRequant {
             offset: vec![0; n],
             merged: merged_terms(&multiplier, &left, &right, rq.out_zp),
+            shifts: left.iter().any(|&l| l != 0),
             multiplier,
             left,
             right,

@@ -225,7 +225,7 @@ pub(super) fn conv(
         flip: flip ^ 0x80,
         single: rq.rounding == Rounding::Single,
         merged: rq.rounding == Rounding::Double && rq.merged.len() == n.div_ceil(NR) * MERGED_BLOCK,
-        shifts: rq.left.iter().any(|&l| l != 0),
+        shifts: rq.shifts,
         terms: !terms.is_empty(),
     };
     // The furthest byte a tile reads: the last pixel's last segment's last
