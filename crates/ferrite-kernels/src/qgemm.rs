@@ -1319,41 +1319,66 @@ pub struct RowRequant {
     /// channel's shift or the zero point does not suit that form.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     merged: Vec<i64>,
+    /// Whether any channel shifts left (found once here: the one-pixel layers
+    /// of the wake-word models felt a scan of the shifts per run).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    shifts: bool,
 }
 
 /// The largest right shift [`merged_terms`] takes: with it the folded zero
 /// point `z 2^(31 + right)` and the products (within 2^62) stay inside int64.
 const MERGED_MAX_RIGHT: u32 = 22;
 
-/// The 64-bit terms of TFLite's two roundings merged into one floor, per block
-/// of 16 channels. Rounding the high half of `p = x m` and then shifting it right
-/// by `r` (half away from zero) is `floor((p + 2^30 + c 2^31) / 2^(31 + r))` with
-/// `c = 2^(r - 1) - [p < 0]` (0 for `r = 0`): the high half's floor nests in the
-/// shift's, and where a negative `p` rounds to a high half of 0 either value of
-/// `c` gives 0. So each channel needs its total shift `t = 31 + r`, the constant
-/// `2^30 + 2^(30 + r) [r > 0] + z 2^t` (the zero point folded in) and the
-/// `2^31 [r > 0]` taken off for negative products; each as two vectors of 8
-/// lanes, the block's even channels then its odd ones. Channels past `n` get
-/// `t = 31` and zeros. Empty where a multiplier is negative, a right shift is
-/// past [`MERGED_MAX_RIGHT`] or the zero point is not an 8-bit one.
-fn merged_terms(multiplier: &[i32], right: &[u32], out_zp: i32) -> Vec<i64> {
+/// `i64` values per block of 16 channels in [`merged_terms`]: nine vectors.
+pub(super) const MERGED_BLOCK: usize = 72;
+
+/// TFLite's two roundings merged into one floor, laid out per block of 16
+/// channels as the AVX-512 tiles read them. Rounding the high half of `p = x m`
+/// and then shifting it right by `r` (half away from zero) is `floor((p + 2^30 +
+/// c 2^31) / 2^(31 + r))` with `c = 2^(r - 1) - [p < 0]` (0 for `r = 0`): the
+/// high half's floor nests in the shift's, and where a negative `p` rounds to a
+/// high half of 0 either value of `c` gives 0. So each channel needs its total
+/// shift `t = 31 + r`, the constant `2^30 + 2^(30 + r) [r > 0] + z 2^t` (the zero
+/// point folded in) and the `2^31 [r > 0]` taken off for negative products.
+///
+/// A block is nine vectors of 512 bits, every one a plain load in the tiles
+/// (building them per tile cost a call and a dozen vectors through memory on
+/// the one-pixel layers): the 16 multipliers as int32, the odd channels'
+/// multipliers in the low halves of the 64-bit lanes, the 16 left shifts, then
+/// the total shifts, constants and corrections as 8 int64 lanes each, the
+/// block's even channels then its odd ones. A block of at most 8 channels (a
+/// layer's last) holds them twice, in both 256-bit halves, so that one vector
+/// requantizes two pixels' outputs. Channels past `n` get `t = 31` and zeros.
+/// Empty where a multiplier is negative, a right shift is past
+/// [`MERGED_MAX_RIGHT`] or the zero point is not an 8-bit one.
+fn merged_terms(multiplier: &[i32], left: &[u32], right: &[u32], out_zp: i32) -> Vec<i64> {
     let n = right.len();
     if !(-256..=256).contains(&out_zp) || right.iter().any(|&r| r > MERGED_MAX_RIGHT) || multiplier.iter().any(|&m| m < 0) {
         return Vec::new();
     }
-    let mut terms = vec![0i64; n.div_ceil(16) * 48];
-    for (b, block) in terms.chunks_exact_mut(48).enumerate() {
-        for lane in 0..16 {
-            let c = b * 16 + lane;
-            let at = (lane % 2) * 8 + lane / 2;
-            let Some(&r) = right.get(c) else {
-                block[at] = 31;
-                continue;
-            };
-            let t = 31 + r;
-            block[at] = i64::from(t);
-            block[16 + at] = (1i64 << 30) + if r > 0 { 1i64 << (30 + r) } else { 0 } + (i64::from(out_zp) << t);
-            block[32 + at] = if r > 0 { 1i64 << 31 } else { 0 };
+    let pair = |lo: i32, hi: i32| i64::from(lo as u32) | (i64::from(hi) << 32);
+    let mut terms = vec![0i64; n.div_ceil(16) * MERGED_BLOCK];
+    for (b, block) in terms.chunks_exact_mut(MERGED_BLOCK).enumerate() {
+        // Lane l reads channel `b * 16 + l`, or `b * 16 + l % 8` in a block of
+        // at most 8 channels (both halves alike).
+        let twice = n - b * 16 <= 8;
+        let channel = |l: usize| b * 16 + if twice { l % 8 } else { l };
+        let m = |l: usize| multiplier.get(channel(l)).copied().unwrap_or(0);
+        for i in 0..8 {
+            block[i] = pair(m(2 * i), m(2 * i + 1));
+            block[8 + i] = i64::from(m(2 * i + 1));
+            block[16 + i] = pair(left.get(channel(2 * i)).map_or(0, |&l| l as i32), left.get(channel(2 * i + 1)).map_or(0, |&l| l as i32));
+            for odd in 0..2 {
+                let at = 24 + odd * 8 + i;
+                let Some(&r) = right.get(channel(2 * i + odd)) else {
+                    block[at] = 31;
+                    continue;
+                };
+                let t = 31 + r;
+                block[at] = i64::from(t);
+                block[at + 16] = (1i64 << 30) + if r > 0 { 1i64 << (30 + r) } else { 0 } + (i64::from(out_zp) << t);
+                block[at + 32] = if r > 0 { 1i64 << 31 } else { 0 };
+            }
         }
     }
     terms
@@ -1386,11 +1411,13 @@ impl RowRequant {
         let at = |v: &[i32], j: usize| v[if v.len() == 1 { 0 } else { j }];
         let multiplier: Vec<i32> = (0..n).map(|j| at(&rq.multiplier, j)).collect();
         let right: Vec<u32> = (0..n).map(|j| (-at(&rq.shift, j)).max(0) as u32).collect();
+        let left: Vec<u32> = (0..n).map(|j| at(&rq.shift, j).max(0) as u32).collect();
         RowRequant {
             offset: vec![0; n],
-            merged: merged_terms(&multiplier, &right, rq.out_zp),
+            merged: merged_terms(&multiplier, &left, &right, rq.out_zp),
+            shifts: left.iter().any(|&l| l != 0),
             multiplier,
-            left: (0..n).map(|j| at(&rq.shift, j).max(0) as u32).collect(),
+            left,
             right,
             out_zp: rq.out_zp,
             min: rq.min,

@@ -343,25 +343,30 @@ pub fn mean_int_u8(input: &[u8], p: &MeanQ, sums: &mut [i64], index: &mut [usize
 }
 
 /// Adds each of `rows`' rows (`inner` values) from column `c0` into `part`
-/// (`part.len()` columns): 16 columns at a time in fixed-size chunks, so that
-/// every chunk is one widening load and one add at any vector width (a loop
-/// over the runtime column count leaves the common widths, 32 to 64 columns,
-/// to the scalar remainder of a 64-wide vector loop).
+/// (`part.len()` columns): blocks of 16 columns summed down all the rows in
+/// registers, each a fixed-size chunk (one widening load and one add at any
+/// vector width; a loop over the runtime column count leaves the common widths,
+/// 32 to 64 columns, to the scalar remainder of a 64-wide vector loop). Adding
+/// into `part` row after row instead chains each row's add on the previous
+/// row's store of the same columns.
 #[inline(always)]
 fn add_rows<T: QuantInt>(rows: &[T], inner: usize, c0: usize, part: &mut [i32]) {
     let w = part.len();
-    for row in rows.chunks_exact(inner) {
-        let row = &row[c0..c0 + w];
-        let mut chunks = part.chunks_exact_mut(16);
-        for (a, v) in (&mut chunks).zip(row.chunks_exact(16)) {
-            let (a, v): (&mut [i32; 16], &[T; 16]) = (a.try_into().expect("16 columns"), v.try_into().expect("16 columns"));
-            // Both read before the store: an add in place through the two
-            // references stays scalar (the compiler keeps their order).
-            let sum: [i32; 16] = std::array::from_fn(|i| a[i] + v[i].widen());
-            *a = sum;
+    let mut chunks = part.chunks_exact_mut(16);
+    for (k, a) in (&mut chunks).enumerate() {
+        let a: &mut [i32; 16] = a.try_into().expect("16 columns");
+        let c = c0 + 16 * k;
+        let mut sum = *a;
+        for row in rows.chunks_exact(inner) {
+            let v: &[T; 16] = row[c..c + 16].try_into().expect("16 columns");
+            sum = std::array::from_fn(|i| sum[i] + v[i].widen());
         }
-        let done = w - w % 16;
-        for (a, v) in chunks.into_remainder().iter_mut().zip(&row[done..]) {
+        *a = sum;
+    }
+    let done = w - w % 16;
+    let rest = chunks.into_remainder();
+    for row in rows.chunks_exact(inner) {
+        for (a, v) in rest.iter_mut().zip(&row[c0 + done..c0 + w]) {
             *a += v.widen();
         }
     }

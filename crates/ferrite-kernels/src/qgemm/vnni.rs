@@ -10,7 +10,7 @@
 //! by one copy of the input, and the tiles requantize their accumulators in
 //! registers, so the int32 products never go through memory either.
 
-use super::{QPacked, RowRequant, NR};
+use super::{QPacked, RowRequant, MERGED_BLOCK, NR};
 use crate::conv::Window;
 use crate::quant::Rounding;
 use std::arch::x86_64::*;
@@ -224,7 +224,8 @@ pub(super) fn conv(
         ldo: n,
         flip: flip ^ 0x80,
         single: rq.rounding == Rounding::Single,
-        merged: rq.rounding == Rounding::Double && rq.merged.len() == n.div_ceil(NR) * 48,
+        merged: rq.rounding == Rounding::Double && rq.merged.len() == n.div_ceil(NR) * MERGED_BLOCK,
+        shifts: rq.shifts,
         terms: !terms.is_empty(),
     };
     // The furthest byte a tile reads: the last pixel's last segment's last
@@ -309,6 +310,8 @@ struct Tile {
     single: bool,
     /// The two roundings through [`Merged16`] (`rq` holds its terms).
     merged: bool,
+    /// Whether any channel shifts left before the product.
+    shifts: bool,
     /// Whether each pixel adds a weight-offset term before requantizing.
     terms: bool,
 }
@@ -372,6 +375,12 @@ unsafe fn dispatch_one(t: &Tile, pc: usize, a: *const u8, w: *const i8, rq: &Row
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn tile<const R: usize, const P: usize>(t: &Tile, a: *const u8, w: *const i8, rq: &RowRequant, p0: usize, add: *const i32, out: *mut i8) {
+    // The lanes of panel p's channels (at most ldo).
+    let lanes = |p: usize| -> (usize, __mmask16) {
+        let j = (p0 + p) * NR;
+        let cols = NR.min(t.ldo - j);
+        (j, if cols >= NR { 0xFFFF } else { (1u16 << cols) - 1 })
+    };
     let mut acc = [[_mm512_setzero_si512(); P]; R];
     // Segment s is segment sx of filter row ky (one plain loop: an iterator
     // adapter here was not inlined into the tile).
@@ -402,39 +411,49 @@ unsafe fn tile<const R: usize, const P: usize>(t: &Tile, a: *const u8, w: *const
             acc.iter_mut().for_each(|a| *a = _mm512_add_epi32(*a, v));
         }
     }
-    for p in 0..P {
-        let j = (p0 + p) * NR;
-        let cols = NR.min(t.ldo - j);
-        let k: __mmask16 = if cols >= NR { 0xFFFF } else { (1u16 << cols) - 1 };
-        if t.merged && cols <= NR / 2 && R > 1 {
-            // A panel of at most 8 channels (a layer's last, or its only one)
-            // requantizes two pixels per vector: their halves side by side.
-            // SAFETY: the `cols` channels from j of `rq`'s arrays of ldo, and
-            // block j / 16 of its merged terms (contract, `t.merged`).
-            let s = unsafe { Merged16::load(rq, j, k, true) };
-            let mut r = 0;
-            while r + 1 < R {
-                let v = _mm512_inserti64x4::<1>(acc[r][p], _mm512_castsi512_si256(acc[r + 1][p]));
-                // SAFETY: pixels r and r + 1's channels j..j + cols inside their rows of ldo (contract).
-                unsafe { store_pair(out.add(r * t.ldo + j), out.add((r + 1) * t.ldo + j), k, s.apply(v), t.flip) };
-                r += 2;
+    if t.merged {
+        let s = Merged16::new(rq, t.shifts);
+        for p in 0..P {
+            let (j, k) = lanes(p);
+            // SAFETY: block j / 16 of the merged terms (contract, `t.merged`).
+            let b = unsafe { rq.merged.as_ptr().add(j / NR * MERGED_BLOCK) };
+            // The block's vectors in registers before the stores (which, through
+            // raw pointers, could alias them for all the compiler knows).
+            // SAFETY: vector i of the block.
+            let b: [__m512i; 9] = std::array::from_fn(|i| unsafe { _mm512_loadu_si512(b.add(8 * i) as *const _) });
+            // SAFETY: the lanes of `k` from j lie inside `rq.offset` (ldo values, contract).
+            let offset = unsafe { _mm512_maskz_loadu_epi32(k, rq.offset.as_ptr().add(j)) };
+            if k & 0xFF00 == 0 && R > 1 {
+                // A panel of at most 8 channels (a layer's last, or its only one)
+                // requantizes two pixels per vector: their halves side by side
+                // (its block holds the terms in both halves).
+                let offset = _mm512_shuffle_i64x2::<0b01_00_01_00>(offset, offset);
+                let mut r = 0;
+                while r + 1 < R {
+                    let v = _mm512_inserti64x4::<1>(acc[r][p], _mm512_castsi512_si256(acc[r + 1][p]));
+                    // SAFETY: the block (above); pixels r and r + 1's channels
+                    // j..j + cols inside their rows of ldo (contract).
+                    unsafe { store_pair(out.add(r * t.ldo + j), out.add((r + 1) * t.ldo + j), k, s.apply(&b, offset, v), t.flip) };
+                    r += 2;
+                }
+                if r < R {
+                    // The odd pixel alone: its lanes' parameters are the low half's.
+                    // SAFETY: as below.
+                    unsafe { store16(out.add(r * t.ldo + j), k, s.apply(&b, offset, acc[r][p]), t.flip) };
+                }
+                continue;
             }
-            if r < R {
-                // The odd pixel alone: its lanes' parameters are the low half's.
-                // SAFETY: as below.
-                unsafe { store16(out.add(r * t.ldo + j), k, s.apply(acc[r][p]), t.flip) };
-            }
-            continue;
-        }
-        if t.merged {
-            // SAFETY: as above.
-            let s = unsafe { Merged16::load(rq, j, k, false) };
             for (r, acc) in acc.iter().enumerate() {
-                // SAFETY: as below.
-                unsafe { store16(out.add(r * t.ldo + j), k, s.apply(acc[p]), t.flip) };
+                // SAFETY: the block (above); pixel r's channels j..j + cols inside
+                // its row of ldo (contract); lanes past them (a block of at most 8
+                // channels holds its terms twice) are not stored.
+                unsafe { store16(out.add(r * t.ldo + j), k, s.apply(&b, offset, acc[p]), t.flip) };
             }
-            continue;
         }
+        return;
+    }
+    for p in 0..P {
+        let (j, k) = lanes(p);
         // SAFETY: the `cols` channels from j of `rq`'s arrays of ldo (contract).
         let s = unsafe { Scale16::load(rq, j, k) };
         for (r, acc) in acc.iter().enumerate() {
@@ -589,21 +608,14 @@ impl Scale16 {
     }
 }
 
-/// One panel's requantization with its two roundings merged into one floor
-/// (the terms `super::merged_terms` made once per layer): per 8 lanes one
-/// 64-bit product, add, masked subtract and shift, where [`Scale16::double`]
-/// takes the rounded high half and then a second rounding.
+/// The requantization with its two roundings merged into one floor (the terms
+/// `super::merged_terms` made once per layer): per 8 lanes one 64-bit product,
+/// add, masked subtract and shift, where [`Scale16::double`] takes the rounded
+/// high half and then a second rounding. The per-channel terms are read from
+/// their block as plain loads where they are used.
 struct Merged16 {
-    offset: __m512i,
-    m: __m512i,
-    m_odd: __m512i,
-    left: __m512i,
     /// Whether any lane shifts left.
     shifts: bool,
-    /// Total shifts, constants and negative-product corrections, even lanes then odd.
-    t: (__m512i, __m512i),
-    base: (__m512i, __m512i),
-    neg: (__m512i, __m512i),
     /// Interleaves the even lanes' and the odd lanes' results.
     idx: __m512i,
     lo: __m512i,
@@ -611,53 +623,38 @@ struct Merged16 {
 }
 
 impl Merged16 {
-    /// The parameters of channels `j..j + 16` (the lanes of `k`), or with `pair`
-    /// those of channels `j..j + 8` in both halves (a vector holding two pixels).
-    ///
-    /// # Safety
-    /// The CPU must support AVX-512F; `rq`'s arrays hold the lanes of `k` from
-    /// `j` (a multiple of 16), and its merged terms block `j / 16`.
+    /// The per-layer constants of `rq`; `shifts` where any channel shifts left.
+    #[inline]
     #[target_feature(enable = "avx512f")]
-    unsafe fn load(rq: &RowRequant, j: usize, k: __mmask16, pair: bool) -> Merged16 {
-        // The low 256 bits in both halves (lanes 0..8, or the 64-bit lanes
-        // of channels 0..8's even or odd terms).
-        let dup = |v: __m512i| if pair { _mm512_shuffle_i64x2::<0b01_00_01_00>(v, v) } else { v };
-        // SAFETY: masked to the lanes the contract names; the block's 48 terms.
-        unsafe {
-            let lanes = |v: *const i32| dup(_mm512_maskz_loadu_epi32(k, v.add(j)));
-            let terms = rq.merged.as_ptr().add(j / NR * 48);
-            let term = |i: usize| dup(_mm512_loadu_si512(terms.add(i * 8) as *const _));
-            let (m, left) = (lanes(rq.multiplier.as_ptr()), lanes(rq.left.as_ptr() as *const i32));
-            let idx: [i32; 16] = std::array::from_fn(|i| if i % 2 == 0 { i as i32 } else { 16 + i as i32 - 1 });
-            Merged16 {
-                offset: lanes(rq.offset.as_ptr()),
-                m,
-                m_odd: _mm512_srli_epi64::<32>(m),
-                left,
-                shifts: _mm512_test_epi32_mask(left, left) != 0,
-                t: (term(0), term(1)),
-                base: (term(2), term(3)),
-                neg: (term(4), term(5)),
-                idx: _mm512_loadu_si512(idx.as_ptr() as *const _),
-                lo: _mm512_set1_epi32(rq.min),
-                hi: _mm512_set1_epi32(rq.max),
-            }
+    fn new(rq: &RowRequant, shifts: bool) -> Merged16 {
+        let idx: [i32; 16] = std::array::from_fn(|i| if i % 2 == 0 { i as i32 } else { 16 + i as i32 - 1 });
+        Merged16 {
+            shifts,
+            // SAFETY: 16 values.
+            idx: unsafe { _mm512_loadu_si512(idx.as_ptr() as *const _) },
+            lo: _mm512_set1_epi32(rq.min),
+            hi: _mm512_set1_epi32(rq.max),
         }
     }
 
-    /// The 16 accumulators `d` requantized, offset by the zero point and clamped.
+    /// The 16 sums `x` plus their channels' `offset` of block `b` (one
+    /// block of `super::merged_terms`, loaded) requantized, offset by the zero
+    /// point and clamped.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    fn apply(&self, d: __m512i) -> __m512i {
-        let x = _mm512_add_epi32(d, self.offset);
-        let x = if self.shifts { _mm512_sllv_epi32(x, self.left) } else { x };
+    fn apply(&self, b: &[__m512i; 9], offset: __m512i, x: __m512i) -> __m512i {
+        let v = |i: usize| b[i];
+        let x = _mm512_add_epi32(x, offset);
+        let x = if self.shifts { _mm512_sllv_epi32(x, v(2)) } else { x };
+        let even = _mm512_mul_epi32(x, v(0));
+        let odd = _mm512_mul_epi32(_mm512_srli_epi64::<32>(x), v(1));
         let round = |p: __m512i, t: __m512i, base: __m512i, neg: __m512i| {
             let below = _mm512_cmplt_epi64_mask(p, _mm512_setzero_si512());
             let q = _mm512_add_epi64(p, base);
             _mm512_srav_epi64(_mm512_mask_sub_epi64(q, below, q, neg), t)
         };
-        let even = round(_mm512_mul_epi32(x, self.m), self.t.0, self.base.0, self.neg.0);
-        let odd = round(_mm512_mul_epi32(_mm512_srli_epi64::<32>(x), self.m_odd), self.t.1, self.base.1, self.neg.1);
+        let even = round(even, v(3), v(5), v(7));
+        let odd = round(odd, v(4), v(6), v(8));
         let v = _mm512_permutex2var_epi32(even, self.idx, odd);
         _mm512_min_epi32(_mm512_max_epi32(v, self.lo), self.hi)
     }
