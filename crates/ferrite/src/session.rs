@@ -163,7 +163,7 @@ pub struct Session {
     dirty: bool,
     /// The memory the session keeps between runs: the whole arena, or with a shared
     /// arena its region of inputs, outputs and state (the plan's `own_bytes`).
-    arena: Vec<u64>,
+    arena: Vec<crate::memory::Line>,
     /// The pool lending the rest for each run ([`SessionOptions::shared_arena`]).
     arena_member: Option<crate::shared_arena::Membership>,
     ctx: BackendContext,
@@ -218,8 +218,12 @@ fn lend_scratch<'p>(member: &'p Option<crate::shared_arena::Membership>, plan: &
 }
 
 /// The arena of one run: the session's own region, and the lent scratch above it.
-fn run_arena<'a>(own: &'a mut [u64], plan: &crate::memory::MemoryPlan, lease: &'a mut Option<crate::shared_arena::Lease<'_>>) -> Result<RunArena<'a>> {
-    let own = bytemuck::cast_slice_mut::<u64, u8>(own)
+fn run_arena<'a>(
+    own: &'a mut [crate::memory::Line],
+    plan: &crate::memory::MemoryPlan,
+    lease: &'a mut Option<crate::shared_arena::Lease<'_>>,
+) -> Result<RunArena<'a>> {
+    let own = bytemuck::cast_slice_mut::<crate::memory::Line, u8>(own)
         .get_mut(..plan.own_bytes)
         .ok_or_else(|| Error::Runtime(format!("internal: the arena is smaller than the plan's {} bytes", plan.own_bytes).into()))?;
     let scratch: &mut [u8] = match lease {
@@ -554,10 +558,10 @@ impl Session {
     /// Makes the arena at least `bytes` long. Growing drops the old arena before
     /// allocating the new one, so both never exist at once.
     fn reserve_arena(&mut self, bytes: usize) {
-        let words = bytes.div_ceil(8);
-        if self.arena.len() < words {
+        let lines = bytes.div_ceil(crate::memory::ALIGN);
+        if self.arena.len() < lines {
             self.arena = Vec::new();
-            self.arena = vec![0u64; words];
+            self.arena = crate::memory::Line::zeroed(bytes);
             self.stats.arena_allocations += 1;
         }
     }
@@ -770,7 +774,7 @@ impl Session {
         }
         match c.tensors[t].loc {
             Loc::Arena { offset, len } if offset + len > c.plan.own_bytes => Err(lent_only(t, &name)),
-            Loc::Arena { offset, len } => Ok(&mut bytemuck::cast_slice_mut::<u64, u8>(arena)[offset..offset + len]),
+            Loc::Arena { offset, len } => Ok(&mut bytemuck::cast_slice_mut::<crate::memory::Line, u8>(arena)[offset..offset + len]),
             Loc::Model(_) | Loc::Owned(_) => Err(Error::InvalidArgument(format!("tensor {t} ('{name}') is a constant and cannot be written").into())),
             Loc::None => Err(Error::InvalidState(format!("tensor {t} ('{name}') has no memory (unused, or computed at run time)").into())),
         }
@@ -783,7 +787,7 @@ impl Session {
         if offset + len > c.plan.own_bytes {
             return Err(lent_only(t, name()));
         }
-        bytemuck::cast_slice::<u64, u8>(&self.arena)
+        bytemuck::cast_slice::<crate::memory::Line, u8>(&self.arena)
             .get(offset..offset + len)
             .ok_or_else(|| Error::Runtime(format!("internal: tensor {t} lies outside the arena").into()))
     }
@@ -794,7 +798,7 @@ impl Session {
     /// values, as in LiteRT; [`Session::reset_variables`] forgets those.
     pub fn reset_variable_tensors(&mut self) {
         let Some(c) = self.compiled.as_ref() else { return };
-        let arena = bytemuck::cast_slice_mut::<u64, u8>(&mut self.arena);
+        let arena = bytemuck::cast_slice_mut::<crate::memory::Line, u8>(&mut self.arena);
         for (t, info) in self.model.subgraphs[self.subgraph].tensors.iter().enumerate() {
             if let (true, Loc::Arena { offset, len }) = (info.is_variable, &c.tensors[t].loc) {
                 let zero_point = match (info.dtype, info.quant.as_ref().and_then(|q| q.zero_point.first())) {
@@ -847,7 +851,7 @@ impl Session {
     /// Bytes held by the session's own arena (its capacity, at least the active plan's
     /// size; with a shared arena, the region of inputs, outputs and state only).
     pub fn arena_capacity_bytes(&self) -> usize {
-        self.arena.len() * 8
+        self.arena.len() * crate::memory::ALIGN
     }
 
     /// The pool this session borrows scratch from ([`SessionOptions::shared_arena`]).
@@ -882,7 +886,7 @@ impl Session {
                 format!("input {i} ('{}') is {} {:?} = {len} bytes, got {} bytes", d.name, d.dtype.name(), d.shape, data.len()).into(),
             ));
         }
-        bytemuck::cast_slice_mut::<u64, u8>(&mut self.arena)[offset..offset + len].copy_from_slice(data);
+        bytemuck::cast_slice_mut::<crate::memory::Line, u8>(&mut self.arena)[offset..offset + len].copy_from_slice(data);
         self.pending_input_bytes += len;
         Ok(())
     }

@@ -11,6 +11,7 @@
 //! The lock is held only to take or return a buffer, never while a kernel or a
 //! caller's callback runs; buffers are found by size, never by address.
 
+use crate::memory::Line;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A pool of scratch arenas shared by sessions (see [`crate::SessionOptions::shared_arena`]).
@@ -27,7 +28,7 @@ struct Pool(Mutex<PoolState>);
 #[derive(Default)]
 struct PoolState {
     /// Buffers not lent now.
-    idle: Vec<Vec<u64>>,
+    idle: Vec<Vec<Line>>,
     /// Buffers lent now.
     lent: usize,
     /// Sessions using the pool: the most buffers it may keep.
@@ -102,7 +103,7 @@ impl SharedArena {
     /// need instead of multiplying), and with none idle a new one is made. A session
     /// that runs with the same plan again finds its size and allocates nothing.
     pub(crate) fn lend(&self, bytes: usize) -> Lease<'_> {
-        let words = bytes.div_ceil(8);
+        let words = bytes.div_ceil(crate::memory::ALIGN);
         let mut s = self.0.lock();
         let fits = s.idle.iter().enumerate().filter(|(_, b)| b.len() >= words).min_by_key(|(_, b)| b.len()).map(|(i, _)| i);
         let pick = fits.or_else(|| s.idle.iter().enumerate().max_by_key(|(_, b)| b.len()).map(|(i, _)| i));
@@ -110,7 +111,7 @@ impl SharedArena {
         s.lent += 1;
         let old = taken.as_ref().map_or(0, Vec::len);
         if old < words {
-            s.bytes = s.bytes - old * 8 + words * 8;
+            s.bytes = s.bytes - old * crate::memory::ALIGN + words * crate::memory::ALIGN;
         }
         drop(s);
         let buf = match taken {
@@ -118,7 +119,7 @@ impl SharedArena {
             // Dropped before the new one is made: both never exist at once.
             small => {
                 drop(small);
-                vec![0u64; words]
+                vec![Line::default(); words]
             }
         };
         Lease { pool: &self.0, buf, bytes }
@@ -155,7 +156,7 @@ impl Drop for Membership {
         while s.idle.len() + s.lent > s.members {
             let Some(smallest) = s.idle.iter().enumerate().min_by_key(|(_, b)| b.len()).map(|(i, _)| i) else { break };
             let b = s.idle.swap_remove(smallest);
-            s.bytes -= b.len() * 8;
+            s.bytes -= b.len() * crate::memory::ALIGN;
             freed.push(b);
         }
         drop(s);
@@ -166,7 +167,7 @@ impl Drop for Membership {
 /// A buffer lent for one run.
 pub(crate) struct Lease<'p> {
     pool: &'p Pool,
-    buf: Vec<u64>,
+    buf: Vec<Line>,
     bytes: usize,
 }
 
@@ -188,7 +189,7 @@ impl Drop for Lease<'_> {
             return;
         }
         // More buffers than sessions (members left while this one was lent).
-        s.bytes -= buf.len() * 8;
+        s.bytes -= buf.len() * crate::memory::ALIGN;
         drop(s);
         drop(buf);
     }
@@ -209,7 +210,8 @@ mod tests {
             let _again = pool.lend(64);
         }
         assert_eq!(pool.buffers(), 1, "runs one after another share one buffer");
-        assert_eq!(pool.bytes(), 104);
+        // Buffers are whole cache lines: 100 bytes take 128.
+        assert_eq!(pool.bytes(), 128);
         {
             let (_x, _y) = (pool.lend(100), pool.lend(1000));
             assert_eq!(pool.buffers(), 2);
@@ -220,11 +222,11 @@ mod tests {
             let mut x = pool.lend(1000);
             assert_eq!(x.bytes_mut().len(), 1000);
             let _y = pool.lend(8);
-            assert_eq!(pool.bytes(), 104 + 1000);
+            assert_eq!(pool.bytes(), 128 + 1024);
         }
         drop((a, b));
         assert_eq!(pool.buffers(), 1, "one member left keeps one buffer");
-        assert_eq!(pool.bytes(), 1000, "the larger one");
+        assert_eq!(pool.bytes(), 1024, "the larger one");
         drop(c);
         assert_eq!((pool.buffers(), pool.bytes(), pool.sessions()), (0, 0, 0));
     }
@@ -246,6 +248,6 @@ mod tests {
         let _m = pool.join();
         drop(pool.lend(80));
         drop(pool.lend(800));
-        assert_eq!((pool.buffers(), pool.bytes()), (1, 800));
+        assert_eq!((pool.buffers(), pool.bytes()), (1, 832));
     }
 }

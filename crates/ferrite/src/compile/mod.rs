@@ -191,12 +191,12 @@ impl Step {
 /// run in the same session context as its parent.
 pub(crate) struct Child {
     pub(crate) graph: CompiledGraph,
-    pub(crate) arena: Vec<u64>,
+    pub(crate) arena: Vec<crate::memory::Line>,
 }
 
 impl Child {
     fn new(graph: CompiledGraph) -> Child {
-        let arena = vec![0u64; graph.plan.arena_bytes.div_ceil(8)];
+        let arena = crate::memory::Line::zeroed(graph.plan.arena_bytes);
         Child { graph, arena }
     }
 }

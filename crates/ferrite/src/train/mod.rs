@@ -162,7 +162,7 @@ pub struct Trainer {
     subgraph: usize,
     config: TrainConfig,
     graph: graph::TrainGraph,
-    arena: Vec<u64>,
+    arena: Vec<crate::memory::Line>,
     // Holds the kernels' thread pool and prepacked frozen weights.
     _ctx: BackendContext,
     steps_done: u64,
@@ -195,7 +195,7 @@ impl Trainer {
     fn for_subgraph(model: Arc<Model>, subgraph: usize, config: TrainConfig) -> Result<Trainer> {
         let mut ctx = BackendContext::new(config.threads);
         let graph = graph::build(&model, subgraph, &config, &mut ctx)?;
-        let mut arena = vec![0u64; graph.plan.arena_bytes.div_ceil(8)];
+        let mut arena = crate::memory::Line::zeroed(graph.plan.arena_bytes);
         {
             let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut arena);
             let g = model.subgraphs().get(subgraph).ok_or_else(|| Error::InvalidArgument(format!("no subgraph {subgraph}").into()))?;
