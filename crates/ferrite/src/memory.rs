@@ -20,9 +20,25 @@ pub const ALIGN: usize = 64;
 pub struct Line(pub [u64; 8]);
 
 impl Line {
-    /// Lines holding at least `bytes` bytes.
+    /// Lines holding at least `bytes` bytes, all zero. Allocated zeroed, as the
+    /// arenas of 8-byte words were (`vec![Line::default(); n]` would write every
+    /// line): the allocator hands large blocks out as fresh pages, which cost no
+    /// memory until a run first writes them.
     pub fn zeroed(bytes: usize) -> Vec<Line> {
-        vec![Line::default(); bytes.div_ceil(ALIGN)]
+        let n = bytes.div_ceil(ALIGN);
+        if n == 0 {
+            return Vec::new();
+        }
+        let layout = std::alloc::Layout::array::<Line>(n).expect("arena sizes are checked against the session limit first");
+        // SAFETY: the layout's size is not zero (n >= 1 lines of 64 bytes).
+        let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<Line>();
+        if p.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        // SAFETY: `p` is a block from the global allocator with the layout of `n`
+        // lines (capacity `n`); all-zero bytes are a valid `Line`, so all `n` are
+        // initialized; the Vec frees it with that same layout.
+        unsafe { Vec::from_raw_parts(p, n, n) }
     }
 }
 
@@ -387,6 +403,18 @@ pub fn find_in_gaps<'a>(gaps: &[(usize, &'a [u8])], off: usize, len: usize) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Arenas start on a cache line, hold whole lines, and are zero.
+    #[test]
+    fn line_arenas_are_aligned_and_zero() {
+        assert!(Line::zeroed(0).is_empty());
+        for bytes in [1, 63, 64, 65, 1000, 3 << 20] {
+            let a = Line::zeroed(bytes);
+            assert_eq!(a.len(), bytes.div_ceil(64));
+            assert_eq!(a.as_ptr() as usize % 64, 0);
+            assert!(bytemuck::cast_slice::<Line, u8>(&a).iter().all(|&b| b == 0));
+        }
+    }
 
     /// The one sort orders by key and keeps the given order for equal keys, as the
     /// stable sort it replaced did (the planner's results depend on it).
