@@ -541,6 +541,10 @@ pub(crate) fn conv_int(op: &OpContext<'_>, depthwise: bool, ctx: &mut crate::bac
     op.checked_elements(&out_shape, 4)?;
     op.checked_elements(&x.shape, 1)?;
     if kind == IntKind::I16x8 {
+        // Compiled out without `type-int16` (the dispatch refuses int16 ops then).
+        if !cfg!(feature = "type-int16") {
+            return super::type_not_built(op);
+        }
         let bias = int16x8_setup(op, q.in_zp, q.w_zp, &q.rq)?;
         let acc = Mutex::new(vec![0i64; out_c]);
         return Ok(Built {
@@ -714,6 +718,10 @@ pub(crate) fn transpose_conv_int(op: &OpContext<'_>) -> Result<Built> {
     };
     let n_out = op.checked_elements(&[g.batch, out_h, out_w, oc], 8)?;
     if kind == IntKind::I16x8 {
+        // Compiled out without `type-int16` (the dispatch refuses int16 ops then).
+        if !cfg!(feature = "type-int16") {
+            return super::type_not_built(op);
+        }
         let bias = int16x8_setup_at(op, 3, in_zp, wq.zero_point[0] as i32, &rq)?;
         let acc = Mutex::new(vec![0i64; n_out]);
         return Ok(Built {
