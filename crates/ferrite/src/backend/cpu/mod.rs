@@ -107,6 +107,8 @@ const FAMILIES: &[Family] = &[
     qelem::build,
     #[cfg(feature = "op-conv")]
     conv::build,
+    #[cfg(feature = "op-transpose-conv")]
+    conv::build_transpose,
     #[cfg(feature = "op-linear")]
     linear::build,
     #[cfg(feature = "op-pool")]
@@ -130,6 +132,8 @@ const FAMILIES: &[Family] = &[
     index::build,
     #[cfg(feature = "op-convert")]
     convert::build,
+    #[cfg(feature = "op-densify")]
+    convert::build_densify,
     #[cfg(feature = "op-signal")]
     signal::build,
     #[cfg(feature = "op-recurrent")]
@@ -147,7 +151,8 @@ const FAMILIES: &[Family] = &[
 /// A test checks it against the families' own dispatch.
 pub(crate) fn family_feature(code: B) -> Option<&'static str> {
     Some(match code {
-        B::CONV_2D | B::DEPTHWISE_CONV_2D | B::TRANSPOSE_CONV | B::CONV_3D | B::CONV_3D_TRANSPOSE => "op-conv",
+        B::CONV_2D | B::DEPTHWISE_CONV_2D | B::CONV_3D | B::CONV_3D_TRANSPOSE => "op-conv",
+        B::TRANSPOSE_CONV => "op-transpose-conv",
         B::FULLY_CONNECTED | B::BATCH_MATMUL => "op-linear",
         B::AVERAGE_POOL_2D | B::MAX_POOL_2D | B::L2_POOL_2D => "op-pool",
         B::SOFTMAX | B::LOG_SOFTMAX | B::L2_NORMALIZATION | B::LOCAL_RESPONSE_NORMALIZATION => "op-softmax",
@@ -269,7 +274,8 @@ pub(crate) fn family_feature(code: B) -> Option<&'static str> {
         | B::HASHTABLE_IMPORT
         | B::HASHTABLE_FIND
         | B::HASHTABLE_SIZE => "op-index",
-        B::BITCAST | B::CAST | B::DENSIFY | B::DEQUANTIZE | B::QUANTIZE => "op-convert",
+        B::BITCAST | B::CAST | B::DEQUANTIZE | B::QUANTIZE => "op-convert",
+        B::DENSIFY => "op-densify",
         B::RFFT2D | B::COMPLEX_ABS | B::REAL | B::IMAG => "op-signal",
         B::LSTM
         | B::UNIDIRECTIONAL_SEQUENCE_LSTM
@@ -285,7 +291,7 @@ pub(crate) fn family_feature(code: B) -> Option<&'static str> {
 }
 
 /// Families whose kernels are chosen by element type (the `type-*` features).
-const TYPED_FAMILIES: [&str; 5] = ["op-conv", "op-linear", "op-pool", "op-softmax", "op-activation"];
+const TYPED_FAMILIES: [&str; 6] = ["op-conv", "op-transpose-conv", "op-linear", "op-pool", "op-softmax", "op-activation"];
 
 /// The input whose element type picks a typed family's kernel: TRANSPOSE_CONV's
 /// data is its third input, every other op's its first.
@@ -605,6 +611,7 @@ mod tests {
             // none of these float skeletons).
             "op-elementwise",
             "op-conv",
+            "op-transpose-conv",
             "op-linear",
             "op-pool",
             // qnorm (int8 / uint8 only, like qelem), then softmax.
@@ -617,6 +624,7 @@ mod tests {
             "op-layout",
             "op-index",
             "op-convert",
+            "op-densify",
             "op-signal",
             "op-recurrent",
             "op-hlo",
