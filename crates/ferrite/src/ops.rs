@@ -472,7 +472,7 @@ pub fn parse_params(op: BuiltinOp, opt_type: u8, options: Option<Table<'_>>) -> 
         T::ArgMaxOptions | T::ArgMinOptions if reads!("op-reduce") => OpParams::OutType(i8f(fb::ArgMaxOptions::VT_OUTPUT_TYPE, 4)?),
         T::ShapeOptions if reads!("op-movement") => OpParams::OutType(i8f(fb::ShapeOptions::VT_OUT_TYPE, 2)?),
         T::UniqueOptions if reads!("op-index") => OpParams::OutType(i8f(fb::UniqueOptions::VT_IDX_OUT_TYPE, 2)?),
-        T::TransposeConvOptions if reads!("op-conv") => {
+        T::TransposeConvOptions if reads!("op-transpose-conv") => {
             use fb::TransposeConvOptions as O;
             OpParams::TransposeConv {
                 padding: padding(i8f(O::VT_PADDING, 0)?)?,

@@ -260,6 +260,22 @@ pub(crate) struct SharedConstants {
 
 type SharedValue = std::sync::Weak<dyn std::any::Any + Send + Sync>;
 
+/// A prepared constant of any type. The caches hold and make these type-erased,
+/// so their code is compiled once, not once per packing type and maker closure.
+type AnyValue = Arc<dyn std::any::Any + Send + Sync>;
+
+/// Runs the maker of a `T` (once: the caches call their maker at most once) and
+/// erases the type.
+fn make_erased<T: Send + Sync + 'static>(make: &mut Option<impl FnOnce() -> Result<T>>) -> Result<AnyValue> {
+    let make = make.take().ok_or_else(|| Error::InvalidState("a constant's maker was called twice".into()))?;
+    Ok(Arc::new(make()?))
+}
+
+/// The `T` a typed cache lookup asked for (the caches key by type, so it is one).
+fn downcast<T: Send + Sync + 'static>(v: AnyValue) -> Result<Arc<T>> {
+    v.downcast::<T>().map_err(|_| Error::InvalidState("a prepared constant of another type under the same key".into()))
+}
+
 /// What a shared value is keyed by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct SharedKey {
@@ -273,8 +289,8 @@ struct SharedKey {
 impl SharedConstants {
     /// The value under `key`, prepared by `make` when no live session holds it. The
     /// flag says whether `make` ran.
-    fn get_or_make<T: Send + Sync + 'static>(&self, key: PackKey, make: impl FnOnce() -> Result<T>) -> Result<(Arc<T>, bool)> {
-        let key = SharedKey { key, isa: (ferrite_kernels::igemm::Isa::detect(), ferrite_kernels::qgemm::QIsa::detect()), ty: std::any::TypeId::of::<T>() };
+    fn get_or_make(&self, key: PackKey, ty: std::any::TypeId, make: &mut dyn FnMut() -> Result<AnyValue>) -> Result<(AnyValue, bool)> {
+        let key = SharedKey { key, isa: (ferrite_kernels::igemm::Isa::detect(), ferrite_kernels::qgemm::QIsa::detect()), ty };
         let slot = {
             let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
             // Dead entries (every session using them dropped) go as new ones come.
@@ -284,12 +300,12 @@ impl SharedConstants {
             slots.entry(key).or_default().clone()
         };
         let mut held = slot.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(v) = held.as_ref().and_then(|w| w.upgrade()).and_then(|v| v.downcast::<T>().ok()) {
+        // `(*v).type_id()` is the value's type (the key holds the type too).
+        if let Some(v) = held.as_ref().and_then(|w| w.upgrade()).filter(|v| (**v).type_id() == ty) {
             return Ok((v, false));
         }
-        let v = Arc::new(make()?);
-        let erased: Arc<dyn std::any::Any + Send + Sync> = v.clone();
-        *held = Some(Arc::downgrade(&erased));
+        let v = make()?;
+        *held = Some(Arc::downgrade(&v));
         Ok((v, true))
     }
 
@@ -403,12 +419,18 @@ impl BackendContext {
     /// compiler then drops the step's references to them, so their memory can be
     /// released.
     pub fn packed<T: Send + Sync + 'static>(&mut self, key: PackKey, make: impl FnOnce() -> Result<T>) -> Result<Arc<T>> {
+        let mut make = Some(make);
+        downcast(self.packed_erased(key, std::any::TypeId::of::<T>(), &mut || make_erased(&mut make))?)
+    }
+
+    /// [`BackendContext::packed`] on erased values (compiled once for every type).
+    fn packed_erased(&mut self, key: PackKey, ty: std::any::TypeId, make: &mut dyn FnMut() -> Result<AnyValue>) -> Result<AnyValue> {
         self.packed_by_current_build.push(key.tensor);
         self.packed_by_current_build.extend(key.with);
-        if let Some(p) = self.packed.get(&key).and_then(|p| p.clone().downcast::<T>().ok()) {
-            return Ok(p);
+        if let Some(p) = self.packed.get(&key).filter(|p| (***p).type_id() == ty) {
+            return Ok(p.clone());
         }
-        let p = self.prepared(key, "pack weights", make)?;
+        let p = self.prepared_erased(key, ty, "pack weights", make)?;
         self.packed.insert(key, p.clone());
         Ok(p)
     }
@@ -419,10 +441,16 @@ impl BackendContext {
     /// caller's holds it, and it is freed when that goes (a folded constant that
     /// nothing reads any more).
     pub(crate) fn prepared<T: Send + Sync + 'static>(&mut self, key: PackKey, phase: &'static str, make: impl FnOnce() -> Result<T>) -> Result<Arc<T>> {
+        let mut make = Some(make);
+        downcast(self.prepared_erased(key, std::any::TypeId::of::<T>(), phase, &mut || make_erased(&mut make))?)
+    }
+
+    /// [`BackendContext::prepared`] on erased values.
+    fn prepared_erased(&mut self, key: PackKey, ty: std::any::TypeId, phase: &'static str, make: &mut dyn FnMut() -> Result<AnyValue>) -> Result<AnyValue> {
         let started = self.phases.is_some().then(std::time::Instant::now);
         let (p, made) = match self.shared.as_ref().filter(|_| !self.private_now) {
-            Some(shared) => shared.get_or_make(key, make)?,
-            None => (Arc::new(make()?), true),
+            Some(shared) => shared.get_or_make(key, ty, make)?,
+            None => (make()?, true),
         };
         if let Some(start) = started.filter(|_| made) {
             self.record_phase(phase.into(), &[("subgraph", key.subgraph), ("tensor", key.tensor)], start);

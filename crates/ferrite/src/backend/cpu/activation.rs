@@ -110,6 +110,10 @@ pub(crate) fn table(op: &OpContext<'_>, f: fn(f32) -> f32) -> Result<Built> {
 /// them (`LogisticTanh16`: the 16-bit fixed-point functions when the input scale
 /// is 2^-12, or 2^-11 for TANH, otherwise the interpolated sigmoid table).
 pub(crate) fn logistic_tanh_i16(op: &OpContext<'_>, tanh: bool) -> Result<Built> {
+    // Compiled out without `type-int16` (the dispatch refuses int16 ops then).
+    if !cfg!(feature = "type-int16") {
+        return super::type_not_built(op);
+    }
     let x = op.input(0)?;
     let (in_scale, in_zp) = per_tensor(op, x.quant, "input")?;
     let (out_scale, out_zp) = per_tensor(op, op.outputs[0].quant.as_ref(), "output")?;

@@ -30,20 +30,32 @@ pub(super) fn build(code: B, op: &OpContext<'_>, ctx: &mut BackendContext) -> Op
         B::CONV_2D => conv2d(op, ctx),
         #[cfg(feature = "type-float")]
         B::DEPTHWISE_CONV_2D => depthwise(op, ctx),
-        #[cfg(feature = "type-hybrid")]
-        B::TRANSPOSE_CONV if super::tconv_hybrid::is_hybrid(op) => super::tconv_hybrid::build(op),
-        #[cfg(feature = "type-int")]
-        B::TRANSPOSE_CONV if op.opt_input(2).is_some_and(|d| matches!(d.dtype, DType::I8 | DType::U8 | DType::I16)) => transpose_conv_int(op),
-        #[cfg(feature = "type-float")]
-        B::TRANSPOSE_CONV => transpose_conv(op, ctx),
         #[cfg(feature = "type-float")]
         B::CONV_3D => conv3d(op),
         #[cfg(feature = "type-float")]
         B::CONV_3D_TRANSPOSE => conv3d_transpose(op),
         // Reached only when a type feature left the op's kernel out of this build.
         #[allow(unreachable_patterns)]
-        B::CONV_2D | B::DEPTHWISE_CONV_2D | B::TRANSPOSE_CONV | B::CONV_3D | B::CONV_3D_TRANSPOSE => super::type_not_built(op),
+        B::CONV_2D | B::DEPTHWISE_CONV_2D | B::CONV_3D | B::CONV_3D_TRANSPOSE => super::type_not_built(op),
         _ => return None,
+    })
+}
+
+/// TRANSPOSE_CONV's builders (family `op-transpose-conv`), by element types.
+pub(super) fn build_transpose(code: B, op: &OpContext<'_>, ctx: &mut BackendContext) -> Option<Result<Built>> {
+    if code != B::TRANSPOSE_CONV {
+        return None;
+    }
+    Some(match () {
+        #[cfg(feature = "type-hybrid")]
+        () if super::tconv_hybrid::is_hybrid(op) => super::tconv_hybrid::build(op),
+        #[cfg(feature = "type-int")]
+        () if op.opt_input(2).is_some_and(|d| matches!(d.dtype, DType::I8 | DType::U8 | DType::I16)) => transpose_conv_int(op),
+        #[cfg(feature = "type-float")]
+        () => transpose_conv(op, ctx),
+        // Reached only when a type feature left the op's kernel out of this build.
+        #[allow(unreachable_patterns)]
+        () => super::type_not_built(op),
     })
 }
 
@@ -541,6 +553,10 @@ pub(crate) fn conv_int(op: &OpContext<'_>, depthwise: bool, ctx: &mut crate::bac
     op.checked_elements(&out_shape, 4)?;
     op.checked_elements(&x.shape, 1)?;
     if kind == IntKind::I16x8 {
+        // Compiled out without `type-int16` (the dispatch refuses int16 ops then).
+        if !cfg!(feature = "type-int16") {
+            return super::type_not_built(op);
+        }
         let bias = int16x8_setup(op, q.in_zp, q.w_zp, &q.rq)?;
         let acc = Mutex::new(vec![0i64; out_c]);
         return Ok(Built {
@@ -714,6 +730,10 @@ pub(crate) fn transpose_conv_int(op: &OpContext<'_>) -> Result<Built> {
     };
     let n_out = op.checked_elements(&[g.batch, out_h, out_w, oc], 8)?;
     if kind == IntKind::I16x8 {
+        // Compiled out without `type-int16` (the dispatch refuses int16 ops then).
+        if !cfg!(feature = "type-int16") {
+            return super::type_not_built(op);
+        }
         let bias = int16x8_setup_at(op, 3, in_zp, wq.zero_point[0] as i32, &rq)?;
         let acc = Mutex::new(vec![0i64; n_out]);
         return Ok(Built {

@@ -13,11 +13,15 @@ pub(super) fn build(code: B, op: &OpContext<'_>, _ctx: &mut BackendContext) -> O
     Some(match code {
         B::QUANTIZE => quantize(op),
         B::DEQUANTIZE => dequantize(op),
-        B::DENSIFY => densify(op),
         B::CAST => cast(op),
         B::BITCAST => bitcast(op),
         _ => return None,
     })
+}
+
+/// DENSIFY's builder (family `op-densify`).
+pub(super) fn build_densify(code: B, op: &OpContext<'_>, _ctx: &mut BackendContext) -> Option<Result<Built>> {
+    (code == B::DENSIFY).then(|| densify(op))
 }
 
 pub(crate) fn dequantize(op: &OpContext<'_>) -> Result<Built> {

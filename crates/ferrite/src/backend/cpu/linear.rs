@@ -240,6 +240,10 @@ fn batch_matmul_int(
     let (multiplier, shift) = kq::quantize_multiplier(f64::from(sa * sb / so));
     let q = QMatMul { m, k, n, adj_x, adj_y, a_zp: za, b_zp: zb, out_zp: zo, multiplier, shift };
     if dtype == DType::I16 {
+        // Compiled out without `type-int16` (the dispatch refuses int16 ops then).
+        if !cfg!(feature = "type-int16") {
+            return super::type_not_built(op);
+        }
         if za != 0 || zb != 0 || zo != 0 {
             return Err(op.bad("int16 BATCH_MATMUL requires zero points of 0"));
         }
@@ -308,6 +312,10 @@ pub(crate) fn fully_connected_int(op: &OpContext<'_>, ctx: &mut BackendContext) 
         vec![batch, out_n]
     };
     if kind == IntKind::I16x8 {
+        // Compiled out without `type-int16` (the dispatch refuses int16 ops then).
+        if !cfg!(feature = "type-int16") {
+            return super::type_not_built(op);
+        }
         let bias = int16x8_setup(op, in_zp, w_zp, &rq)?;
         return Ok(Built {
             outputs: vec![(DType::I16, out_shape)],

@@ -75,6 +75,13 @@ fn build_builtin(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Built> 
         OpCode::Other(_) => return Err(op.unsupported("ferrite has no kernel for this builtin op yet")),
         OpCode::Custom(_) => return Err(op.unsupported("custom op without a registered implementation")),
     };
+    // The int16 kernels of the typed families are left out without `type-int16`
+    // (the families' own int16 branches are compiled out; this refuses the ops of
+    // those families whose int16 paths share a kernel with int8, so that a build
+    // runs exactly the ops `features_for` says it has).
+    if !cfg!(feature = "type-int16") && int16_data(code, op) {
+        return type_not_built(op);
+    }
     // Each op belongs to one family; the family picks the builder for its types.
     for family in FAMILIES {
         if let Some(built) = family(code, op, ctx) {
@@ -100,6 +107,8 @@ const FAMILIES: &[Family] = &[
     qelem::build,
     #[cfg(feature = "op-conv")]
     conv::build,
+    #[cfg(feature = "op-transpose-conv")]
+    conv::build_transpose,
     #[cfg(feature = "op-linear")]
     linear::build,
     #[cfg(feature = "op-pool")]
@@ -123,6 +132,8 @@ const FAMILIES: &[Family] = &[
     index::build,
     #[cfg(feature = "op-convert")]
     convert::build,
+    #[cfg(feature = "op-densify")]
+    convert::build_densify,
     #[cfg(feature = "op-signal")]
     signal::build,
     #[cfg(feature = "op-recurrent")]
@@ -140,7 +151,8 @@ const FAMILIES: &[Family] = &[
 /// A test checks it against the families' own dispatch.
 pub(crate) fn family_feature(code: B) -> Option<&'static str> {
     Some(match code {
-        B::CONV_2D | B::DEPTHWISE_CONV_2D | B::TRANSPOSE_CONV | B::CONV_3D | B::CONV_3D_TRANSPOSE => "op-conv",
+        B::CONV_2D | B::DEPTHWISE_CONV_2D | B::CONV_3D | B::CONV_3D_TRANSPOSE => "op-conv",
+        B::TRANSPOSE_CONV => "op-transpose-conv",
         B::FULLY_CONNECTED | B::BATCH_MATMUL => "op-linear",
         B::AVERAGE_POOL_2D | B::MAX_POOL_2D | B::L2_POOL_2D => "op-pool",
         B::SOFTMAX | B::LOG_SOFTMAX | B::L2_NORMALIZATION | B::LOCAL_RESPONSE_NORMALIZATION => "op-softmax",
@@ -262,7 +274,8 @@ pub(crate) fn family_feature(code: B) -> Option<&'static str> {
         | B::HASHTABLE_IMPORT
         | B::HASHTABLE_FIND
         | B::HASHTABLE_SIZE => "op-index",
-        B::BITCAST | B::CAST | B::DENSIFY | B::DEQUANTIZE | B::QUANTIZE => "op-convert",
+        B::BITCAST | B::CAST | B::DEQUANTIZE | B::QUANTIZE => "op-convert",
+        B::DENSIFY => "op-densify",
         B::RFFT2D | B::COMPLEX_ABS | B::REAL | B::IMAG => "op-signal",
         B::LSTM
         | B::UNIDIRECTIONAL_SEQUENCE_LSTM
@@ -278,11 +291,27 @@ pub(crate) fn family_feature(code: B) -> Option<&'static str> {
 }
 
 /// Families whose kernels are chosen by element type (the `type-*` features).
-const TYPED_FAMILIES: [&str; 5] = ["op-conv", "op-linear", "op-pool", "op-softmax", "op-activation"];
+const TYPED_FAMILIES: [&str; 6] = ["op-conv", "op-transpose-conv", "op-linear", "op-pool", "op-softmax", "op-activation"];
+
+/// The input whose element type picks a typed family's kernel: TRANSPOSE_CONV's
+/// data is its third input, every other op's its first.
+fn data_input(code: B) -> usize {
+    if code == B::TRANSPOSE_CONV {
+        2
+    } else {
+        0
+    }
+}
+
+/// Whether `op` is an op of a typed family on int16 data (what needs `type-int16`).
+fn int16_data(code: B, op: &OpContext<'_>) -> bool {
+    family_feature(code).is_some_and(|f| TYPED_FAMILIES.contains(&f)) && op.opt_input(data_input(code)).is_some_and(|d| d.dtype == DType::I16)
+}
 
 /// The cargo features of `ferrite` a build needs to run `model` on the CPU
 /// backend: the op families of its ops and, for the families with kernels per
-/// element type, the types (`type-float`, `type-int`, `type-hybrid`). Sorted.
+/// element type, the types (`type-float`, `type-int` for int8 and uint8,
+/// `type-int16`, `type-hybrid`). Sorted.
 pub fn features_for(model: &crate::model::Model) -> Vec<&'static str> {
     let mut out = std::collections::BTreeSet::new();
     for g in model.subgraphs() {
@@ -298,9 +327,9 @@ pub fn features_for(model: &crate::model::Model) -> Vec<&'static str> {
             let Some(family) = family_feature(code) else { continue };
             out.insert(family);
             if TYPED_FAMILIES.contains(&family) {
-                let data = if code == B::TRANSPOSE_CONV { op.inputs.get(2) } else { op.inputs.first() };
-                out.insert(match (dtype(data), dtype(op.inputs.get(1))) {
-                    (Some(DType::I8 | DType::U8 | DType::I16), _) => "type-int",
+                out.insert(match (dtype(op.inputs.get(data_input(code))), dtype(op.inputs.get(1))) {
+                    (Some(DType::I8 | DType::U8), _) => "type-int",
+                    (Some(DType::I16), _) => "type-int16",
                     (Some(DType::F32), Some(DType::I8)) => "type-hybrid",
                     _ => "type-float",
                 });
@@ -582,6 +611,7 @@ mod tests {
             // none of these float skeletons).
             "op-elementwise",
             "op-conv",
+            "op-transpose-conv",
             "op-linear",
             "op-pool",
             // qnorm (int8 / uint8 only, like qelem), then softmax.
@@ -594,6 +624,7 @@ mod tests {
             "op-layout",
             "op-index",
             "op-convert",
+            "op-densify",
             "op-signal",
             "op-recurrent",
             "op-hlo",

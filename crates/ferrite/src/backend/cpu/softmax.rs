@@ -89,6 +89,10 @@ pub(crate) fn softmax_int(op: &OpContext<'_>) -> Result<Built> {
 /// (`ksoftmax::SoftmaxI16`: an exp table over [-10, 0], the sum's reciprocal from a
 /// 1/(1+x) table, products rounded back to Q0.15).
 fn softmax_i16(op: &OpContext<'_>) -> Result<Built> {
+    // Compiled out without `type-int16` (the dispatch refuses int16 ops then).
+    if !cfg!(feature = "type-int16") {
+        return super::type_not_built(op);
+    }
     let x = op.input(0)?;
     if op.outputs[0].dtype != DType::I16 {
         return Err(op.unsupported(format!("quantized SOFTMAX of int16 to {}", op.outputs[0].dtype.name())));
