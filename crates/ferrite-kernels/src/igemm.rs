@@ -14,6 +14,7 @@
 //! naive sum only by float reassociation; they are identical for any split of
 //! the rows across threads, since each output element is summed in one order.
 
+use crate::aligned::LineVec;
 use crate::{holds, product, Clamp};
 
 #[cfg(target_arch = "aarch64")]
@@ -150,10 +151,10 @@ impl Isa {
 
 /// Packs weights `w[n][t][k]` (OHWI with taps = kh*kw) into `[panel][t][k][nr]`.
 /// Panics if `w` is shorter than `n * taps * k`.
-pub fn pack_b(w: &[f32], n: usize, taps: usize, k: usize, nr: usize) -> Vec<f32> {
+pub fn pack_b(w: &[f32], n: usize, taps: usize, k: usize, nr: usize) -> LineVec {
     assert!(w.len() >= n * taps * k, "pack_b: {} weights for {n} x {taps} x {k}", w.len());
     let panels = n.div_ceil(nr);
-    let mut p = vec![0.0f32; panels * taps * k * nr];
+    let mut p = LineVec::zeroed(panels * taps * k * nr);
     for o in 0..n {
         let (panel, j) = (o / nr, o % nr);
         for t in 0..taps {
@@ -166,9 +167,9 @@ pub fn pack_b(w: &[f32], n: usize, taps: usize, k: usize, nr: usize) -> Vec<f32>
 }
 
 /// Bias padded to whole panels (zeros where absent). Panics if `bias` is shorter than `n`.
-pub fn pad_bias(bias: Option<&[f32]>, n: usize, nr: usize) -> Vec<f32> {
+pub fn pad_bias(bias: Option<&[f32]>, n: usize, nr: usize) -> LineVec {
     assert!(bias.is_none_or(|b| b.len() >= n), "pad_bias: bias shorter than {n}");
-    let mut b = vec![0.0f32; n.div_ceil(nr) * nr];
+    let mut b = LineVec::zeroed(n.div_ceil(nr) * nr);
     if let Some(src) = bias {
         b[..n].copy_from_slice(&src[..n]);
     }
@@ -286,10 +287,12 @@ pub struct Packed {
     taps: usize,
     /// Inner size per tap (input channels).
     k: usize,
-    /// `[panel][tap][k][nr]`, exactly `n.div_ceil(nr) * taps * k * nr` floats.
-    b: Vec<f32>,
+    /// `[panel][tap][k][nr]`, exactly `n.div_ceil(nr) * taps * k * nr` floats, from
+    /// a cache line: a panel's rows of `nr` floats are whole lines, so the tiles'
+    /// 64-byte loads of them never span two.
+    b: LineVec,
     /// Bias padded to whole panels, `n.div_ceil(nr) * nr` floats.
-    bias: Vec<f32>,
+    bias: LineVec,
     /// A row of `k` zeros (at least one), read in place of inputs in the padding.
     zero: Vec<f32>,
     /// Filter columns merged into each tap row (1: one tap per filter position).

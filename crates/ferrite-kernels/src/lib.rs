@@ -219,6 +219,7 @@ pub(crate) fn hsum16(lanes: [f32; 16]) -> f32 {
     (h4[0] + h4[2]) + (h4[1] + h4[3])
 }
 
+pub mod aligned;
 pub mod conv;
 pub mod conv3d;
 pub mod detection;
