@@ -316,6 +316,61 @@ struct TileRow {
     clamp: Clamp,
 }
 
+impl TileRow {
+    /// The mask of channel block `c0` (the last block of a channel count that is not
+    /// a multiple of 16 is masked) and the block's bias, the accumulators' start.
+    ///
+    /// # Safety
+    /// AVX-512F; `c0 < blocked`, and `bias` (if any) holds `blocked` floats.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn block_start(&self, c0: usize) -> (__mmask16, __m512) {
+        let m: __mmask16 = if c0 + 16 <= self.blocked { 0xFFFF } else { (1u16 << (self.blocked - c0)) - 1 };
+        let b = match self.bias {
+            // SAFETY: the bias holds `blocked` channels; the mask keeps to c0..blocked.
+            Some(b) => unsafe { _mm512_maskz_loadu_ps(m, b.add(c0)) },
+            None => _mm512_setzero_ps(),
+        };
+        (m, b)
+    }
+
+    /// The input row under filter row `ky` at column `col0` (channel block `c0`,
+    /// or the one channel with `BC`), and that filter row's `KW` taps for the block.
+    /// Column 0 of the window may lie left of the row: the address is formed with
+    /// wrapping arithmetic, and only columns inside are accessed by the caller.
+    ///
+    /// # Safety
+    /// AVX-512F; `ky` in `self.ky`, and `w` holds `k_h * KW * out_c` floats (tap
+    /// `(ky, kx)`'s block of weights lies within the filter; `m` keeps to
+    /// channels `c0..blocked`).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn filter_row<const KW: usize, const BC: bool>(&self, ky: usize, col0: isize, c0: usize, m: __mmask16) -> (*const f32, [__m512; KW]) {
+        let xr = self.x.wrapping_add((ky - self.ky.0) * self.row_step + if BC { 0 } else { c0 }).wrapping_offset(col0 * self.in_c as isize);
+        let mut wv = [_mm512_setzero_ps(); KW];
+        for (kx, v) in wv.iter_mut().enumerate() {
+            // SAFETY: tap (ky, kx) < k_h * KW lies within the filter (contract).
+            *v = unsafe { _mm512_maskz_loadu_ps(m, self.w.add((ky * KW + kx) * self.out_c + c0)) };
+        }
+        (xr, wv)
+    }
+
+    /// Stores the first `np` of a tile's accumulators, clamped to `lo..=hi`, to
+    /// channels `c0..blocked` (mask `m`) of pixels `0..np` of `o`.
+    ///
+    /// # Safety
+    /// AVX-512F; `o` is writable for `np` pixels of `out_c` floats.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn store_tile<const P: usize>(&self, acc: &[__m512; P], np: usize, (lo, hi): (__m512, __m512), c0: usize, m: __mmask16, o: *mut f32) {
+        for (p, a) in acc.iter().enumerate().take(np) {
+            // SAFETY: masked store to channels c0..blocked of pixel p < np, which `o`
+            // is writable for (contract).
+            unsafe { _mm512_mask_storeu_ps(o.add(p * self.out_c + c0), m, _mm512_min_ps(_mm512_max_ps(*a, lo), hi)) };
+        }
+    }
+}
+
 /// Output pixels `px` of one output row (`o` holding pixel `px.start` onward) of a
 /// depthwise convolution of multiplier 1 (`in_c == out_c`) or of one input channel
 /// (`in_c == 1`, any multiplier: each input float broadcast over the output
@@ -478,26 +533,14 @@ unsafe fn dw_tile_avx512<const KW: usize, const S: usize, const P: usize, const 
     np: usize,
     o: *mut f32,
 ) {
-    let (lo, hi) = (_mm512_set1_ps(r.clamp.min), _mm512_set1_ps(r.clamp.max));
+    let clamp = (_mm512_set1_ps(r.clamp.min), _mm512_set1_ps(r.clamp.max));
     for c0 in (0..r.blocked).step_by(16) {
-        // The last block of a channel count that is not a multiple of 16 is masked.
-        let m: __mmask16 = if c0 + 16 <= r.blocked { 0xFFFF } else { (1u16 << (r.blocked - c0)) - 1 };
-        let b = match r.bias {
-            // SAFETY: the bias holds `blocked` channels; the mask keeps to c0..blocked.
-            Some(b) => unsafe { _mm512_maskz_loadu_ps(m, b.add(c0)) },
-            None => _mm512_setzero_ps(),
-        };
+        // SAFETY: c0 < blocked; the bias holds `blocked` floats (contract).
+        let (m, b) = unsafe { r.block_start(c0) };
         let mut acc = [b; P];
         for ky in r.ky.0..r.ky.1 {
-            // Column 0 of the window may lie left of the row: the address is formed
-            // with wrapping arithmetic, and only columns inside are accessed.
-            let xr = r.x.wrapping_add((ky - r.ky.0) * r.row_step + if BC { 0 } else { c0 }).wrapping_offset(col0 * r.in_c as isize);
-            let mut wv = [_mm512_setzero_ps(); KW];
-            for (kx, v) in wv.iter_mut().enumerate() {
-                // SAFETY: tap (ky, kx) < k_h * KW: its block of weights lies within
-                // the filter; the mask keeps to channels c0..blocked.
-                *v = unsafe { _mm512_maskz_loadu_ps(m, r.w.add((ky * KW + kx) * r.out_c + c0)) };
-            }
+            // SAFETY: ky in r.ky; the filter holds k_h * KW taps (contract).
+            let (xr, wv) = unsafe { r.filter_row::<KW, BC>(ky, col0, c0, m) };
             // Stride 2 over channel vectors: tap by tap, each pixel's input loaded
             // per tap, the columns in the padding masked off (loaded as zeros, their
             // multiply-adds masked so the accumulators keep their lanes: the sums
@@ -546,11 +589,8 @@ unsafe fn dw_tile_avx512<const KW: usize, const S: usize, const P: usize, const 
                 }
             }
         }
-        for (p, a) in acc.iter().enumerate().take(np) {
-            // SAFETY: masked store to channels c0..blocked of pixel p < np, which `o`
-            // is writable for (contract).
-            unsafe { _mm512_mask_storeu_ps(o.add(p * r.out_c + c0), m, _mm512_min_ps(_mm512_max_ps(*a, lo), hi)) };
-        }
+        // SAFETY: `o` is writable for np pixels (contract).
+        unsafe { r.store_tile(&acc, np, clamp, c0, m, o) };
     }
 }
 
@@ -570,26 +610,14 @@ unsafe fn dw_tile_avx512<const KW: usize, const S: usize, const P: usize, const 
 unsafe fn dw_tile9_avx512<const S: usize, const P: usize, const BC: bool>(r: &TileRow, col0: isize, valid: u32, np: usize, o: *mut f32) {
     const KW: usize = 9;
     let cols = (P - 1) * S + KW;
-    let (lo, hi) = (_mm512_set1_ps(r.clamp.min), _mm512_set1_ps(r.clamp.max));
+    let clamp = (_mm512_set1_ps(r.clamp.min), _mm512_set1_ps(r.clamp.max));
     for c0 in (0..r.blocked).step_by(16) {
-        // The last block of a channel count that is not a multiple of 16 is masked.
-        let m: __mmask16 = if c0 + 16 <= r.blocked { 0xFFFF } else { (1u16 << (r.blocked - c0)) - 1 };
-        let b = match r.bias {
-            // SAFETY: the bias holds `blocked` channels; the mask keeps to c0..blocked.
-            Some(b) => unsafe { _mm512_maskz_loadu_ps(m, b.add(c0)) },
-            None => _mm512_setzero_ps(),
-        };
+        // SAFETY: c0 < blocked; the bias holds `blocked` floats (contract).
+        let (m, b) = unsafe { r.block_start(c0) };
         let mut acc = [b; P];
         for ky in r.ky.0..r.ky.1 {
-            // Column 0 of the window may lie left of the row: the address is formed
-            // with wrapping arithmetic, and only columns inside are accessed.
-            let xr = r.x.wrapping_add((ky - r.ky.0) * r.row_step + if BC { 0 } else { c0 }).wrapping_offset(col0 * r.in_c as isize);
-            let mut wv = [_mm512_setzero_ps(); KW];
-            for (kx, v) in wv.iter_mut().enumerate() {
-                // SAFETY: tap (ky, kx) < k_h * 9: its block of weights lies within
-                // the filter; the mask keeps to channels c0..blocked.
-                *v = unsafe { _mm512_maskz_loadu_ps(m, r.w.add((ky * KW + kx) * r.out_c + c0)) };
-            }
+            // SAFETY: ky in r.ky; the filter holds k_h * KW taps (contract).
+            let (xr, wv) = unsafe { r.filter_row::<KW, BC>(ky, col0, c0, m) };
             // Column `$col` feeds pixel p through tap `$col - p * S` when that is a
             // tap; the conditions fold per (column, pixel) once unrolled.
             macro_rules! column {
@@ -617,11 +645,8 @@ unsafe fn dw_tile9_avx512<const S: usize, const P: usize, const BC: bool>(r: &Ti
             }
             column!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22);
         }
-        for (p, a) in acc.iter().enumerate().take(np) {
-            // SAFETY: masked store to channels c0..blocked of pixel p < np, which `o`
-            // is writable for (contract).
-            unsafe { _mm512_mask_storeu_ps(o.add(p * r.out_c + c0), m, _mm512_min_ps(_mm512_max_ps(*a, lo), hi)) };
-        }
+        // SAFETY: `o` is writable for np pixels (contract).
+        unsafe { r.store_tile(&acc, np, clamp, c0, m, o) };
     }
 }
 
