@@ -108,9 +108,10 @@ fn fma_peak(isa: Isa) -> f64 {
     0.0
 }
 
-fn conv_case(isa: Isa, name: &str, hw: usize, c_in: usize, c_out: usize, k: usize, stride: usize) -> (String, f64) {
+/// A square `hw` x `hw` map under a `k` x `k` filter at `stride`, SAME padding.
+fn square_same(hw: usize, k: usize, stride: usize) -> Window {
     let (oh, pt) = out_size_and_pad(hw, k, stride, 1, true).unwrap();
-    let g = Window {
+    Window {
         batch: 1,
         in_h: hw,
         in_w: hw,
@@ -124,7 +125,12 @@ fn conv_case(isa: Isa, name: &str, hw: usize, c_in: usize, c_out: usize, k: usiz
         dil_w: 1,
         pad_top: pt,
         pad_left: pt,
-    };
+    }
+}
+
+fn conv_case(isa: Isa, name: &str, hw: usize, c_in: usize, c_out: usize, k: usize, stride: usize) -> (String, f64) {
+    let g = square_same(hw, k, stride);
+    let oh = g.out_h;
     let x: Vec<f32> = (0..hw * hw * c_in).map(|i| (i % 13) as f32 * 0.1).collect();
     let w: Vec<f32> = (0..c_out * k * k * c_in).map(|i| (i % 7) as f32 * 0.01).collect();
     // As the runtime packs them: few input channels merge each filter row into one tap.
@@ -320,22 +326,8 @@ fn float_depthwise_benches() {
         (14, 288, 3, 2),
     ];
     for (hw, c, k, s) in cases {
-        let (oh, pt) = out_size_and_pad(hw, k, s, 1, true).unwrap();
-        let g = Window {
-            batch: 1,
-            in_h: hw,
-            in_w: hw,
-            out_h: oh,
-            out_w: oh,
-            k_h: k,
-            k_w: k,
-            stride_h: s,
-            stride_w: s,
-            dil_h: 1,
-            dil_w: 1,
-            pad_top: pt,
-            pad_left: pt,
-        };
+        let g = square_same(hw, k, s);
+        let oh = g.out_h;
         // Input and output start on a cache line, as tensors in ferrite's arena do;
         // `FDW_SHIFT=K` starts them K floats past one instead (K = 4: where large
         // blocks from the system allocator start, and where the arena's tensors did
@@ -403,22 +395,8 @@ fn main() {
     }
     // Depthwise 3x3 and 5x5.
     for (hw, c, k) in [(112usize, 32usize, 3usize), (48, 64, 5)] {
-        let (oh, pt) = out_size_and_pad(hw, k, 1, 1, true).unwrap();
-        let g = Window {
-            batch: 1,
-            in_h: hw,
-            in_w: hw,
-            out_h: oh,
-            out_w: oh,
-            k_h: k,
-            k_w: k,
-            stride_h: 1,
-            stride_w: 1,
-            dil_h: 1,
-            dil_w: 1,
-            pad_top: pt,
-            pad_left: pt,
-        };
+        let g = square_same(hw, k, 1);
+        let oh = g.out_h;
         let x: Vec<f32> = (0..hw * hw * c).map(|i| (i % 13) as f32 * 0.1).collect();
         let w: Vec<f32> = (0..k * k * c).map(|i| (i % 7) as f32 * 0.01).collect();
         let mut out = vec![0.0f32; oh * oh * c];
