@@ -6,7 +6,7 @@ fastest) latency (`ferrite bench --json`), against the single-core FMA peak that
 `cargo bench -p ferrite-kernels` measures (or `--peak`).
 
   gflops.py --ferrite target/release/ferrite MODEL... [--threads N] [--runs R] [--stat median|min]
-            [--peak GFLOPS] [--markdown FILE --title TITLE]
+            [--peak GFLOPS] [--paths] [--markdown FILE --title TITLE]
 
 One flop is a multiply or an add: a multiply-add counts 2, as the kernel
 benchmarks count them. Only ops whose output is float32 count (a quantized op
@@ -58,19 +58,40 @@ def op_macs(op):
     return 0
 
 
-def model_macs(binary, path):
+def inspect(binary, path):
     r = subprocess.run([binary, "inspect", "--json", str(path)], capture_output=True, text=True)
     if r.returncode != 0:
         # ferrite's own message (a missing or invalid file) says what went wrong.
         sys.exit(f"gflops.py: {path}: {r.stderr.strip() or f'ferrite inspect exited with {r.returncode}'}")
-    d = json.loads(r.stdout)
+    return json.loads(r.stdout)
+
+
+def model_macs(binary, path):
     per_op = {}
-    for sg in d["subgraphs"]:
+    for sg in inspect(binary, path)["subgraphs"]:
         for op in sg["ops"]:
             m = op_macs(op)
             if m:
                 per_op[op["op"]] = per_op.get(op["op"], 0) + m
     return per_op
+
+
+def path_rates(binary, path, threads, runs):
+    """Per op type: (multiply-adds, ms per run, ops) of the main subgraph, from the
+    per-op profile of `ferrite bench --profile` (mean of the profiled runs, each op
+    timed on its own: a path's rate without the other ops' time)."""
+    ops = inspect(binary, path)["subgraphs"][0]["ops"]
+    cmd = [binary, "bench", str(path), "--threads", str(threads), "--warmup", "3", "--runs", str(runs), "--json", "--profile"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    prof = json.loads(out)["profile"]["ops"]
+    paths = {}
+    for rec in prof:
+        macs = op_macs(ops[rec["op"]]) if rec["op"] < len(ops) else 0
+        e = paths.setdefault(rec["type"], [0, 0.0, 0])
+        e[0] += macs
+        e[1] += rec["ms_per_run"]
+        e[2] += 1
+    return paths
 
 
 def latency_ms(binary, path, threads, runs, stat):
@@ -110,6 +131,11 @@ def main():
         help="latency statistic: the median run (default), or the fastest, which a machine shared with other work disturbs least",
     )
     ap.add_argument("--peak", type=float, help="single-core FMA peak in GFLOP/s (default: measure it)")
+    ap.add_argument(
+        "--paths",
+        action="store_true",
+        help="also the rate of each counted op type on its own (its multiply-adds over its own time in the per-op profile)",
+    )
     ap.add_argument("--markdown", help="append the table to this file")
     ap.add_argument("--title", default="GFLOP/s per model")
     a = ap.parse_args()
@@ -132,17 +158,37 @@ def main():
         ms = latency_ms(a.ferrite, path, a.threads, a.runs, a.stat)
         gf = 2 * macs / (ms * 1e6) if ms > 0 else 0.0
         pct = 100 * gf / (peak * a.threads) if peak else 0.0
-        rows.append((path.name, 2 * macs / 1e9, ms, gf, pct, per_op))
+        rows.append((path.name, 2 * macs / 1e9, ms, gf, pct, per_op, None))
         print(f"{path.name:44} {2 * macs / 1e9:8.3f} GFLOP {ms:9.3f} ms {gf:7.1f} GFLOP/s {pct:5.1f}% of {a.threads} x peak", flush=True)
+        if a.paths:
+            paths = path_rates(a.ferrite, path, a.threads, a.runs)
+            total_ms = sum(e[1] for e in paths.values()) or 1.0
+            for name, (pm, pms, n) in sorted(paths.items(), key=lambda kv: -kv[1][1]):
+                if pm:
+                    pgf = 2 * pm / (pms * 1e6) if pms > 0 else 0.0
+                    ppct = 100 * pgf / (peak * a.threads) if peak else 0.0
+                    print(f"    {name:24} {n:4} ops {pms:8.3f} ms ({100 * pms / total_ms:4.1f}% of the profiled time) {pgf:7.1f} GFLOP/s {ppct:5.1f}%")
+                else:
+                    print(f"    {name:24} {n:4} ops {pms:8.3f} ms ({100 * pms / total_ms:4.1f}% of the profiled time), not counted")
+            rows[-1] = rows[-1][:5] + (per_op, paths)
     if a.markdown:
+        # With --paths: the two convolution paths' own rates beside the whole run's.
+        cols = ["CONV_2D", "DEPTHWISE_CONV_2D"] if a.paths else []
         with open(a.markdown, "a") as f:
             f.write(f"\n### {a.title}\n\n{note}; {a.threads} thread(s), {a.stat} of {a.runs} runs.\n\n")
-            f.write(f"| model | GFLOP per run | ferrite {a.stat} (ms) | GFLOP/s | % of peak | largest share |\n|---|---|---|---|---|---|\n")
-            for name, gflop, ms, gf, pct, per_op in rows:
+            extra = "".join(f" {c} alone (GFLOP/s, % of peak, share of time) |" for c in cols)
+            f.write(f"| model | GFLOP per run | ferrite {a.stat} (ms) | GFLOP/s | % of peak | largest share |{extra}\n")
+            f.write("|---|---|---|---|---|---|" + "---|" * len(cols) + "\n")
+            for name, gflop, ms, gf, pct, per_op, paths in rows:
                 top = max(per_op, key=per_op.get) if per_op else "-"
                 share = f"{top} {100 * per_op[top] / sum(per_op.values()):.0f}%" if per_op else "-"
-                f.write(f"| {name} | {gflop:.3f} | {ms:.3f} | {gf:.1f} | {pct:.0f}% | {share} |\n")
-
+                cells = ""
+                for c in cols:
+                    pm, pms, _ = paths.get(c, (0, 0.0, 0))
+                    total_ms = sum(e[1] for e in paths.values()) or 1.0
+                    pgf = 2 * pm / (pms * 1e6) if pms > 0 else 0.0
+                    cells += f" {pgf:.1f}, {100 * pgf / (peak * a.threads):.0f}%, {100 * pms / total_ms:.0f}% |" if pm else " - |"
+                f.write(f"| {name} | {gflop:.3f} | {ms:.3f} | {gf:.1f} | {pct:.0f}% | {share} |{cells}\n")
 
 if __name__ == "__main__":
     main()

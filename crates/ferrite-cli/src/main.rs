@@ -963,6 +963,8 @@ fn bench(
     progress.finish();
     let n = times.len();
     let heap_allocs_per_run = ALLOCS.load(Ordering::Relaxed) as f64 / n as f64;
+    // Per-op times of the profiled runs, for the JSON document (`tools/gflops.py --paths` reads them).
+    let mut profiled: Option<Value> = None;
     if profile {
         let Runner::Model(sess) = &mut s else { return Err("--profile works on a model file, not a package".into()) };
         sess.set_profiling(true);
@@ -979,18 +981,26 @@ fn bench(
         }
         let mut by_type: Vec<_> = by_type.into_iter().collect();
         by_type.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
-        outln!("profile ({runs} runs): time per op type");
-        for (name, (t, n)) in &by_type {
-            outln!("  {name:<28} {:>8.3} ms/run {:>5.1}%  ({n} ops)", t * 1e3 / runs as f64, 100.0 * t / total);
-        }
-        outln!("slowest ops:");
         let slowest = std::env::var("FERRITE_PROFILE_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(10);
-        for (op, name, d) in ops.iter().take(slowest) {
-            outln!("  op {op:<5} {name:<28} {:>8.3} ms/run", d.as_secs_f64() * 1e3 / runs as f64);
+        // With --json the per-op times go in the document instead (stdout stays one JSON line).
+        if !as_json {
+            outln!("profile ({runs} runs): time per op type");
+            for (name, (t, n)) in &by_type {
+                outln!("  {name:<28} {:>8.3} ms/run {:>5.1}%  ({n} ops)", t * 1e3 / runs as f64, 100.0 * t / total);
+            }
+            outln!("slowest ops:");
+            for (op, name, d) in ops.iter().take(slowest) {
+                outln!("  op {op:<5} {name:<28} {:>8.3} ms/run", d.as_secs_f64() * 1e3 / runs as f64);
+            }
         }
         if let Some(file) = &pics.svg {
             pictures::profile(path, file, &by_type, &ops, runs, slowest)?;
         }
+        let per_run = |d: std::time::Duration| d.as_secs_f64() * 1e3 / runs as f64;
+        profiled = Some(json!({
+            "runs": runs,
+            "ops": ops.iter().map(|(op, name, d)| json!({"op": op, "type": name, "ms_per_run": per_run(*d)})).collect::<Vec<_>>(),
+        }));
         sess.set_profiling(false);
     }
     if let (Some(file), Runner::Model(sess)) = (trace, &mut s) {
@@ -1017,6 +1027,9 @@ fn bench(
     });
     if let Some(file) = trace {
         doc["trace"] = json!(file.display().to_string());
+    }
+    if let Some(p) = profiled {
+        doc["profile"] = p;
     }
     if let Runner::Model(sess) = &s {
         let g = sess.gpu_plan();

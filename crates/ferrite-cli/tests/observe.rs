@@ -156,6 +156,17 @@ fn run_and_bench_write_traces_and_bench_reports_its_timeline() {
     // (a loaded machine oversleeps, never undersleeps).
     let n = doc["runs"].as_u64().unwrap();
     assert!((2..=6).contains(&n), "{n} runs");
+
+    // --profile with --json: stdout is the one document, with every op's time per run.
+    let (stdout, _) = ok(ferrite().arg("bench").arg(demo()).args(["--runs", "3", "--warmup", "1", "--profile", "--json"]));
+    let doc: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(doc["profile"]["runs"], 3);
+    let ops = doc["profile"]["ops"].as_array().unwrap();
+    let mut seen: Vec<u64> = ops.iter().map(|o| o["op"].as_u64().unwrap()).collect();
+    seen.sort_unstable();
+    assert_eq!(seen, [0, 1, 2, 3, 4], "{ops:?}");
+    assert_eq!(ops.iter().find(|o| o["op"] == 0).unwrap()["type"], "CONV_2D");
+    assert!(ops.iter().all(|o| o["ms_per_run"].as_f64().unwrap() >= 0.0));
     std::fs::remove_dir_all(&d).ok();
 }
 
