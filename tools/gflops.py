@@ -76,10 +76,11 @@ def model_macs(binary, path):
     return per_op
 
 
-def path_rates(binary, path, threads, runs):
+def path_rates(binary, path, threads, runs, stat):
     """Per op type: (multiply-adds, ms per run, ops) of the main subgraph, from the
-    per-op profile of `ferrite bench --profile` (mean of the profiled runs, each op
-    timed on its own: a path's rate without the other ops' time)."""
+    per-op profile of `ferrite bench --profile` (each op timed on its own: a path's
+    rate without the other ops' time). With stat "min" each op's fastest profiled
+    run counts, else its mean over the profiled runs."""
     ops = inspect(binary, path)["subgraphs"][0]["ops"]
     cmd = [binary, "bench", str(path), "--threads", str(threads), "--warmup", "3", "--runs", str(runs), "--json", "--profile"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
@@ -89,7 +90,7 @@ def path_rates(binary, path, threads, runs):
         macs = op_macs(ops[rec["op"]]) if rec["op"] < len(ops) else 0
         e = paths.setdefault(rec["type"], [0, 0.0, 0])
         e[0] += macs
-        e[1] += rec["ms_per_run"]
+        e[1] += rec["min_ms"] if stat == "min" else rec["ms_per_run"]
         e[2] += 1
     return paths
 
@@ -161,7 +162,7 @@ def main():
         rows.append((path.name, 2 * macs / 1e9, ms, gf, pct, per_op, None))
         print(f"{path.name:44} {2 * macs / 1e9:8.3f} GFLOP {ms:9.3f} ms {gf:7.1f} GFLOP/s {pct:5.1f}% of {a.threads} x peak", flush=True)
         if a.paths:
-            paths = path_rates(a.ferrite, path, a.threads, a.runs)
+            paths = path_rates(a.ferrite, path, a.threads, a.runs, a.stat)
             total_ms = sum(e[1] for e in paths.values()) or 1.0
             for name, (pm, pms, n) in sorted(paths.items(), key=lambda kv: -kv[1][1]):
                 if pm:
