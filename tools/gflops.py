@@ -80,7 +80,8 @@ def path_rates(binary, path, threads, runs, stat):
     """Per op type: (multiply-adds, ms per run, ops) of the main subgraph, from the
     per-op profile of `ferrite bench --profile` (each op timed on its own: a path's
     rate without the other ops' time). With stat "min" each op's fastest profiled
-    run counts, else its mean over the profiled runs."""
+    run counts (their sum is at most the fastest whole run: a path's best rate, as
+    the whole-run figure is the run's), else its mean over the profiled runs."""
     ops = inspect(binary, path)["subgraphs"][0]["ops"]
     cmd = [binary, "bench", str(path), "--threads", str(threads), "--warmup", "3", "--runs", str(runs), "--json", "--profile"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
