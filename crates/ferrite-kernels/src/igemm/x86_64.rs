@@ -164,14 +164,21 @@ pub unsafe fn tile_avx512(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride:
     // then bound by weight loads, not by FMAs on padding rows.
     // SAFETY: the same contract as this function's, passed on unchanged.
     unsafe {
-        match t.rows {
-            1 => tile_avx512_r::<1>(t, clamp, out, out_stride),
-            2 => tile_avx512_r::<2>(t, clamp, out, out_stride),
-            3 | 4 => tile_avx512_r::<4>(t, clamp, out, out_stride),
+        // A panel with at most 16 valid columns (the last of 40, 39 or 36 channels)
+        // computes one vector per row: half the multiply-adds, the same sums.
+        match (t.rows, t.cols <= 16) {
+            (1, false) => tile_avx512_r::<1, 2>(t, clamp, out, out_stride),
+            (2, false) => tile_avx512_r::<2, 2>(t, clamp, out, out_stride),
+            (3 | 4, false) => tile_avx512_r::<4, 2>(t, clamp, out, out_stride),
             // A map's last tile of 5 or 6 pixels (13-, 29-, 101-pixel audio maps)
             // would spend a quarter or more of an 8-row tile on padding rows.
-            5 | 6 => tile_avx512_r::<6>(t, clamp, out, out_stride),
-            _ => tile_avx512_r::<8>(t, clamp, out, out_stride),
+            (5 | 6, false) => tile_avx512_r::<6, 2>(t, clamp, out, out_stride),
+            (_, false) => tile_avx512_r::<8, 2>(t, clamp, out, out_stride),
+            (1, true) => tile_avx512_r::<1, 1>(t, clamp, out, out_stride),
+            (2, true) => tile_avx512_r::<2, 1>(t, clamp, out, out_stride),
+            (3 | 4, true) => tile_avx512_r::<4, 1>(t, clamp, out, out_stride),
+            (5 | 6, true) => tile_avx512_r::<6, 1>(t, clamp, out, out_stride),
+            (_, true) => tile_avx512_r::<8, 1>(t, clamp, out, out_stride),
         }
     }
 }
@@ -192,11 +199,68 @@ pub unsafe fn tile_avx512_narrow(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_
     }
 }
 
+/// `tiles` whole 8-row tiles over consecutive rows of `k` inputs from `a`, each
+/// against every 32-channel panel of `b` in turn (so the tile's inputs stay in L1
+/// across the panels): the tile loop inside one call, as
+/// [`rows_avx512_narrow`] does, for GEMMs over many short rows.
+///
+/// # Safety
+/// CPU must support AVX-512F; `a` holds `tiles * 8 * k` floats; `b` holds
+/// `n.div_ceil(32) * k * 32` floats and `bias` `n.div_ceil(32) * 32`; `out` is
+/// writable at `r * out_stride + j` for every row `r < tiles * 8` and `j < n`.
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn rows_avx512(a: *const f32, k: usize, tiles: usize, b: &[f32], bias: &[f32], n: usize, clamp: Clamp, out: *mut f32, out_stride: usize) {
+    for i in 0..tiles {
+        // SAFETY: tile i's rows lie inside `a`, each panel's weights and bias inside
+        // `b` and `bias`, and its outputs inside `out` (the caller's contract).
+        unsafe {
+            let base = a.add(i * 8 * k);
+            let ptrs: [*const f32; 8] = std::array::from_fn(|r| base.add(r * k));
+            for panel in 0..n.div_ceil(32) {
+                let cols = 32.min(n - panel * 32);
+                let t = Tile { a: &ptrs, b: &b[panel * k * 32..][..k * 32], bias: &bias[panel * 32..][..32], k, taps: 1, rows: 8, cols };
+                let o = out.add(i * 8 * out_stride + panel * 32);
+                if cols <= 16 {
+                    tile_avx512_r::<8, 1>(&t, clamp, o, out_stride);
+                } else {
+                    tile_avx512_r::<8, 2>(&t, clamp, o, out_stride);
+                }
+            }
+        }
+    }
+}
+
+/// `tiles` whole 12-row tiles of one 16-channel panel over consecutive rows of
+/// `k` inputs from `a` (a 1x1 convolution's pixels, a fully-connected batch):
+/// the tile loop inside one call, so small `k` (8 or 16 input channels, where a
+/// tile is only 100-200 multiply-adds) pays no dispatch or pointer table per tile.
+///
+/// # Safety
+/// CPU must support AVX-512F; `a` holds `tiles * 12 * k` floats; `b` holds
+/// `k * 16` floats and `bias` 16; `out` is writable at `r * out_stride + j` for
+/// every row `r < tiles * 12` and column `j < cols <= 16`.
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn rows_avx512_narrow(a: *const f32, k: usize, tiles: usize, b: &[f32], bias: &[f32], cols: usize, clamp: Clamp, out: *mut f32, out_stride: usize) {
+    for i in 0..tiles {
+        // SAFETY: tile i's rows lie inside `a` and its outputs inside `out` (the
+        // caller's contract); the tile below has 12 rows of k inputs, one tap.
+        unsafe {
+            let base = a.add(i * 12 * k);
+            let ptrs: [*const f32; 12] = std::array::from_fn(|r| base.add(r * k));
+            let t = Tile { a: &ptrs, b, bias, k, taps: 1, rows: 12, cols };
+            tile_avx512_narrow_r::<12>(&t, clamp, out.add(i * 12 * out_stride), out_stride);
+        }
+    }
+}
+
 /// `R` rows of one 16-channel vector: per k, one weight load, `R` broadcasts and
 /// `R` FMAs (with one or two rows, four partial sums hide the FMA latency).
 // The loops index several register arrays in step; iterators would obscure that.
 #[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx512f")]
+#[inline]
 unsafe fn tile_avx512_narrow_r<const R: usize>(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
     const MR: usize = 12;
     const NR: usize = 16;
@@ -279,14 +343,27 @@ unsafe fn tile_avx512_narrow_r<const R: usize>(t: &Tile<'_>, clamp: Clamp, out: 
     // SAFETY: rows r < t.rows <= R and masked lanes within `t.cols`: the
     // outputs `out + r * out_stride + j`, j < cols, that `run_tile` lets us write.
     unsafe {
-        for r in 0..t.rows {
-            _mm512_mask_storeu_ps(out.add(r * out_stride), m, _mm512_min_ps(_mm512_max_ps(c[r], lo), hi));
+        if t.cols >= 16 {
+            for r in 0..t.rows {
+                _mm512_storeu_ps(out.add(r * out_stride), _mm512_min_ps(_mm512_max_ps(c[r], lo), hi));
+            }
+        } else if t.cols == 8 {
+            for r in 0..t.rows {
+                _mm256_storeu_ps(out.add(r * out_stride), _mm512_castps512_ps256(_mm512_min_ps(_mm512_max_ps(c[r], lo), hi)));
+            }
+        } else {
+            for r in 0..t.rows {
+                _mm512_mask_storeu_ps(out.add(r * out_stride), m, _mm512_min_ps(_mm512_max_ps(c[r], lo), hi));
+            }
         }
     }
 }
 
+/// `R` rows of a 32-channel panel, `V` vectors per row: 2, or 1 when at most 16
+/// columns are valid (the second vector's accumulators then stay unused).
 #[target_feature(enable = "avx512f")]
-unsafe fn tile_avx512_r<const R: usize>(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
+#[inline]
+unsafe fn tile_avx512_r<const R: usize, const V: usize>(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
     const MR: usize = 8;
     const NR: usize = 32;
     // SAFETY: `t.bias` is a panel's bias, NR floats (Packed pads bias to whole panels).
@@ -317,22 +394,26 @@ unsafe fn tile_avx512_r<const R: usize>(t: &Tile<'_>, clamp: Clamp, out: *mut f3
                     _mm_prefetch::<_MM_HINT_T0>(bt.wrapping_add((kk + 18) * NR) as *const i8);
                     for u in 0..U {
                         let w0 = _mm512_loadu_ps(bt.add((kk + u) * NR));
-                        let w1 = _mm512_loadu_ps(bt.add((kk + u) * NR + 16));
+                        let w1 = if V == 2 { _mm512_loadu_ps(bt.add((kk + u) * NR + 16)) } else { z };
                         for r in 0..R {
                             let av = _mm512_set1_ps(*a[r].add(kk + u));
                             p0[u][r] = _mm512_fmadd_ps(av, w0, p0[u][r]);
-                            p1[u][r] = _mm512_fmadd_ps(av, w1, p1[u][r]);
+                            if V == 2 {
+                                p1[u][r] = _mm512_fmadd_ps(av, w1, p1[u][r]);
+                            }
                         }
                     }
                     kk += U;
                 }
                 while kk < t.k {
                     let w0 = _mm512_loadu_ps(bt.add(kk * NR));
-                    let w1 = _mm512_loadu_ps(bt.add(kk * NR + 16));
+                    let w1 = if V == 2 { _mm512_loadu_ps(bt.add(kk * NR + 16)) } else { z };
                     for r in 0..R {
                         let av = _mm512_set1_ps(*a[r].add(kk));
                         p0[0][r] = _mm512_fmadd_ps(av, w0, p0[0][r]);
-                        p1[0][r] = _mm512_fmadd_ps(av, w1, p1[0][r]);
+                        if V == 2 {
+                            p1[0][r] = _mm512_fmadd_ps(av, w1, p1[0][r]);
+                        }
                     }
                     kk += 1;
                 }
@@ -353,11 +434,13 @@ unsafe fn tile_avx512_r<const R: usize>(t: &Tile<'_>, clamp: Clamp, out: *mut f3
                 let mut bp = t.b.as_ptr().add(tap * t.k * NR);
                 for kk in 0..t.k {
                     let w0 = _mm512_loadu_ps(bp);
-                    let w1 = _mm512_loadu_ps(bp.add(16));
+                    let w1 = if V == 2 { _mm512_loadu_ps(bp.add(16)) } else { w0 };
                     for r in 0..R {
                         let av = _mm512_set1_ps(*a[r].add(kk));
                         c0[r] = _mm512_fmadd_ps(av, w0, c0[r]);
-                        c1[r] = _mm512_fmadd_ps(av, w1, c1[r]);
+                        if V == 2 {
+                            c1[r] = _mm512_fmadd_ps(av, w1, c1[r]);
+                        }
                     }
                     bp = bp.add(NR);
                 }
@@ -374,16 +457,27 @@ unsafe fn tile_avx512_r<const R: usize>(t: &Tile<'_>, clamp: Clamp, out: *mut f3
     } else {
         0
     };
-    // SAFETY: rows r < t.rows <= R and masked lanes within `t.cols`: the
-    // outputs `out + r * out_stride + j`, j < cols, that `run_tile` lets us write.
+    // SAFETY: rows r < t.rows <= R and lanes within `t.cols` (whole vectors only
+    // when all 16 or 32 columns are valid, else masked): the outputs
+    // `out + r * out_stride + j`, j < cols, that `run_tile` lets us write.
     unsafe {
-        for r in 0..t.rows {
-            let o = out.add(r * out_stride);
-            let v0 = _mm512_min_ps(_mm512_max_ps(c0[r], lo), hi);
-            let v1 = _mm512_min_ps(_mm512_max_ps(c1[r], lo), hi);
-            _mm512_mask_storeu_ps(o, m0, v0);
-            if m1 != 0 {
-                _mm512_mask_storeu_ps(o.add(16), m1, v1);
+        if t.cols == NR {
+            // Full panels store whole vectors: a masked store costs more than a
+            // plain one on this CPU family, and full panels are most of them.
+            for r in 0..t.rows {
+                let o = out.add(r * out_stride);
+                _mm512_storeu_ps(o, _mm512_min_ps(_mm512_max_ps(c0[r], lo), hi));
+                _mm512_storeu_ps(o.add(16), _mm512_min_ps(_mm512_max_ps(c1[r], lo), hi));
+            }
+        } else {
+            for r in 0..t.rows {
+                let o = out.add(r * out_stride);
+                let v0 = _mm512_min_ps(_mm512_max_ps(c0[r], lo), hi);
+                _mm512_mask_storeu_ps(o, m0, v0);
+                if V == 2 && m1 != 0 {
+                    let v1 = _mm512_min_ps(_mm512_max_ps(c1[r], lo), hi);
+                    _mm512_mask_storeu_ps(o.add(16), m1, v1);
+                }
             }
         }
     }
