@@ -846,7 +846,13 @@ fn gemm_rows(input: &[f32], batch: usize, pk: &Packed, clamp: Clamp, out: &mut [
         // SAFETY: an `Avx512` token is only made after detecting AVX-512F; the input
         // holds batch * k >= tiles * 8 * k floats and `out` batch rows of n (checked
         // sizes); `b` and `bias` are the whole packing (`Packed` sizes them from n).
-        unsafe { x86_64::rows_avx512(input.as_ptr(), k, tiles, &pk.b, &pk.bias, n, clamp, out.as_mut_ptr(), n) };
+        unsafe {
+            if n == 24 {
+                x86_64::rows_avx512_n24(input.as_ptr(), k, tiles, &pk.b, &pk.bias, clamp, out.as_mut_ptr());
+            } else {
+                x86_64::rows_avx512(input.as_ptr(), k, tiles, &pk.b, &pk.bias, n, clamp, out.as_mut_ptr(), n);
+            }
+        }
         start = tiles * mr;
     }
     // Room for the tallest tile (mr <= 16).

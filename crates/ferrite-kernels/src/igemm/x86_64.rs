@@ -231,6 +231,57 @@ pub unsafe fn rows_avx512(a: *const f32, k: usize, tiles: usize, b: &[f32], bias
     }
 }
 
+/// [`rows_avx512`] for exactly 24 output channels (one panel of which 8 lanes are
+/// padding): two rows' 48 outputs are three whole vectors, the middle one
+/// holding the first row's last 8 channels and the second row's first 8, so a
+/// pair of rows takes 3 FMAs per input (and a blend of its two broadcasts)
+/// where two 32-channel rows take 4. Each output is summed in the same order as
+/// in the 8x32 tile (bias, then k in order), so the results are the same bits.
+///
+/// # Safety
+/// As [`rows_avx512`] with `n = 24` and `out_stride = 24`.
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::needless_range_loop)]
+pub unsafe fn rows_avx512_n24(a: *const f32, k: usize, tiles: usize, b: &[f32], bias: &[f32], clamp: Clamp, out: *mut f32) {
+    const P: usize = 4;
+    assert!(b.len() >= k * 32 && bias.len() >= 32, "rows_avx512_n24: panel too short");
+    // SAFETY: `bias` holds 32 floats (checked).
+    let (b0, bh) = unsafe { (_mm512_loadu_ps(bias.as_ptr()), _mm512_loadu_ps(bias.as_ptr().add(16))) };
+    // Per pair: [row p 0-15], [row p 16-23 | row q 0-7], [row q 8-23].
+    let init = [b0, _mm512_shuffle_f32x4::<0x44>(bh, b0), _mm512_shuffle_f32x4::<0x4e>(b0, bh)];
+    let (lo, hi) = (_mm512_set1_ps(clamp.min), _mm512_set1_ps(clamp.max));
+    for i in 0..tiles {
+        let mut c = [init; P];
+        // SAFETY: tile i's 8 rows of k inputs lie inside `a`, its 8 x 24 outputs
+        // inside `out` (the caller's contract); weight row kk < k of the panel is
+        // 32 floats from `bp` (checked length).
+        unsafe {
+            let base = a.add(i * 8 * k);
+            let rows: [*const f32; 8] = std::array::from_fn(|r| base.add(r * k));
+            let mut bp = b.as_ptr();
+            for kk in 0..k {
+                let w0 = _mm512_loadu_ps(bp);
+                let wh = _mm512_loadu_ps(bp.add(16));
+                let w = [w0, _mm512_shuffle_f32x4::<0x44>(wh, w0), _mm512_loadu_ps(bp.add(8))];
+                for p in 0..P {
+                    let xp = _mm512_set1_ps(*rows[2 * p].add(kk));
+                    let xq = _mm512_set1_ps(*rows[2 * p + 1].add(kk));
+                    c[p][0] = _mm512_fmadd_ps(xp, w[0], c[p][0]);
+                    c[p][1] = _mm512_fmadd_ps(_mm512_mask_blend_ps(0xff00, xp, xq), w[1], c[p][1]);
+                    c[p][2] = _mm512_fmadd_ps(xq, w[2], c[p][2]);
+                }
+                bp = bp.add(32);
+            }
+            let o = out.add(i * 8 * 24);
+            for p in 0..P {
+                for v in 0..3 {
+                    _mm512_storeu_ps(o.add(48 * p + 16 * v), _mm512_min_ps(_mm512_max_ps(c[p][v], lo), hi));
+                }
+            }
+        }
+    }
+}
+
 /// `tiles` whole 12-row tiles of one 16-channel panel over consecutive rows of
 /// `k` inputs from `a` (a 1x1 convolution's pixels, a fully-connected batch):
 /// the tile loop inside one call, so small `k` (8 or 16 input channels, where a
