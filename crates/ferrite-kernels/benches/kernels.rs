@@ -128,6 +128,39 @@ fn square_same(hw: usize, k: usize, stride: usize) -> Window {
     }
 }
 
+/// The float GEMM's awkward families, each on the kernel the runtime picks for its
+/// output channels: 1x1 convolutions to 1-16 channels on large maps, channel counts
+/// just past a panel width, few input channels, tiny maps.
+fn narrow_benches(filter: &str) {
+    let cases = [
+        (256usize, 8usize, 8usize, 1usize),
+        (32, 8, 8, 1),
+        (64, 8, 8, 1),
+        (128, 8, 8, 1),
+        (128, 16, 8, 1),
+        (64, 48, 8, 1),
+        (28, 24, 2, 1),
+        (12, 256, 6, 1),
+        (128, 16, 16, 1),
+        (128, 24, 16, 1),
+        (56, 144, 24, 1),
+        (64, 144, 24, 1),
+        (28, 240, 40, 1),
+        (64, 48, 39, 1),
+        (16, 384, 88, 1),
+        (24, 128, 36, 1),
+        (4, 288, 288, 1),
+        (2, 288, 288, 1),
+    ];
+    for (hw, c_in, c_out, k) in cases {
+        if !format!("{hw}x{hw}x{c_in} -> {c_out}").contains(filter) {
+            continue;
+        }
+        let (name, gf) = conv_case(Isa::for_channels(c_out), "narrow", hw, c_in, c_out, k, 1);
+        println!("{name:<48} {gf:7.1} GFLOP/s");
+    }
+}
+
 fn conv_case(isa: Isa, name: &str, hw: usize, c_in: usize, c_out: usize, k: usize, stride: usize) -> (String, f64) {
     let g = square_same(hw, k, stride);
     let oh = g.out_h;
@@ -365,6 +398,12 @@ fn main() {
     // `cargo bench -p ferrite-kernels -- dw`: the float depthwise families alone.
     if args.iter().any(|a| a == "dw") {
         float_depthwise_benches();
+        return;
+    }
+    // `cargo bench -p ferrite-kernels -- narrow`: the float GEMM on few output
+    // channels, channel counts off the panel width, and tiny maps.
+    if let Some(i) = args.iter().position(|a| a == "narrow") {
+        narrow_benches(args.get(i + 1).filter(|f| !f.starts_with("--")).map_or("", |f| f.as_str()));
         return;
     }
     let isa = Isa::detect();

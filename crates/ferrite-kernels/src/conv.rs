@@ -446,6 +446,8 @@ mod aarch64;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
+mod few_x86_64;
+#[cfg(target_arch = "x86_64")]
 mod x86_64;
 #[cfg(target_arch = "x86_64")]
 use x86_64::dw_row_simd;
@@ -576,6 +578,19 @@ pub fn conv2d_few_outputs(
         "conv2d_few_outputs: buffers do not match the geometry"
     );
     if row == 0 || out_c == 0 {
+        return;
+    }
+    // Eight input channels at horizontal stride 1 (the usual segmentation head):
+    // pairs of pixels per vector, no products stored (see `few_x86_64`).
+    #[cfg(target_arch = "x86_64")]
+    if crate::level::has_avx512f()
+        && few_x86_64::few8_fits(g, in_c, out_c)
+        && crate::holds(input.len(), &[g.batch, g.in_h, g.in_w, in_c])
+        && rows.end <= g.batch * g.out_h
+    {
+        // SAFETY: AVX-512F was detected; the geometry fits the kernel, and the input,
+        // weights, bias and output sizes were checked above and here.
+        unsafe { few_x86_64::few8_rows(input, w, bias, out_c, g, clamp, out, rows) };
         return;
     }
     let band = scratch.len() / row;
@@ -891,6 +906,56 @@ mod tests {
                         "{l:?} case {case}: ic{ic} oc{oc} k{k_h}x{k_w} s{stride_h}x{stride_w} d{dil_h}x{dil_w} at {i}: {a} vs {e}"
                     );
                 }
+            }
+        });
+    }
+
+    /// Eight input channels at horizontal stride 1 (the AVX-512 pair kernel's
+    /// family) against the definition: rows from 1 to 70 pixels wide (blocks of 16
+    /// inside, on both borders and cut short), filters 1x2 to 7x7, vertical strides,
+    /// dilation, SAME and VALID, one and two outputs; a row range split in two
+    /// (a thread's share) gives the same bits as the whole.
+    #[test]
+    fn few_outputs_eight_channels_match_naive() {
+        let mut next = crate::testutil::xorshift(0x3c6e_f372);
+        crate::level::each(|l| {
+            for case in 0..150 {
+                let (ic, oc) = (8, 1 + next(FEW_OUTPUTS));
+                let (k_h, k_w) = [(3, 3), (5, 5), (7, 7), (1, 2), (3, 1), (2, 3)][next(6)];
+                let stride_h = 1 + next(2);
+                let (dil_h, dil_w) = if next(3) == 0 { (1 + next(2), 1 + next(2)) } else { (1, 1) };
+                let same = next(2) == 0;
+                let (in_h, in_w) = (1 + next(9), 1 + next(70));
+                let Some((out_h, pad_top)) = out_size_and_pad(in_h, k_h, stride_h, dil_h, same) else { continue };
+                let Some((out_w, pad_left)) = out_size_and_pad(in_w, k_w, 1, dil_w, same) else { continue };
+                if out_h == 0 || out_w == 0 {
+                    continue;
+                }
+                let batch = 2;
+                let g = Window { batch, in_h, in_w, out_h, out_w, k_h, k_w, stride_h, stride_w: 1, dil_h, dil_w, pad_top, pad_left };
+                let x: Vec<f32> = (0..batch * in_h * in_w * ic).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
+                let w: Vec<f32> = (0..oc * k_h * k_w * ic).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
+                let b: Vec<f32> = (0..oc).map(|_| next(1000) as f32 * 0.001).collect();
+                let clamp = if case % 3 == 0 { Clamp::RELU6 } else { Clamp::NONE };
+                let bias = (case % 4 != 1).then_some(&b[..]);
+                let total = batch * out_h;
+                let mut scratch = vec![f32::NAN; few_outputs_scratch(&g, ic)];
+                let mut out = vec![f32::NAN; total * out_w * oc];
+                conv2d_few_outputs(&x, ic, &w, bias, oc, &g, clamp, &mut out, 0..total, &mut scratch);
+                let r = naive_conv(&x, ic, &w, oc, &g);
+                for (i, (&a, &e)) in out.iter().zip(&r).enumerate() {
+                    let e = clamp.apply(e + bias.map_or(0.0, |b| b[i % oc]));
+                    assert!(
+                        (a - e).abs() < 1e-4 * (1.0 + e.abs()),
+                        "{l:?} case {case}: oc{oc} k{k_h}x{k_w} s{stride_h} d{dil_h}x{dil_w} {in_h}x{in_w} at {i}: {a} vs {e}"
+                    );
+                }
+                let mid = next(total + 1);
+                let mut split = vec![f32::NAN; total * out_w * oc];
+                let (lo, hi) = split.split_at_mut(mid * out_w * oc);
+                conv2d_few_outputs(&x, ic, &w, bias, oc, &g, clamp, lo, 0..mid, &mut scratch);
+                conv2d_few_outputs(&x, ic, &w, bias, oc, &g, clamp, hi, mid..total, &mut scratch);
+                assert!(out.iter().zip(&split).all(|(a, b)| a.to_bits() == b.to_bits()), "{l:?} case {case}: split at row {mid} differs");
             }
         });
     }

@@ -828,9 +828,36 @@ fn gemm_rows(input: &[f32], batch: usize, pk: &Packed, clamp: Clamp, out: &mut [
     if pk.taps != 1 || !holds(input.len(), &[batch, k]) || !holds(out.len(), &[batch, n]) {
         return false;
     }
+    let mut start = 0;
+    // Narrow layers (one panel of at most 16 channels): whole tiles in one call.
+    #[cfg(target_arch = "x86_64")]
+    if crate::level::AVX512 && pk.isa.0 == Kind::Avx512Narrow && n <= nr {
+        let (b, bias, cols) = pk.panel(0);
+        let tiles = batch / mr;
+        // SAFETY: an `Avx512Narrow` token is only made after detecting AVX-512F; the
+        // input holds batch * k >= tiles * 12 * k floats and `out` batch rows of n
+        // (checked sizes), the panel k * 16 weights and 16 of bias (`Packed::panel`).
+        unsafe { x86_64::rows_avx512_narrow(input.as_ptr(), k, tiles, b, bias, cols, clamp, out.as_mut_ptr(), n) };
+        start = tiles * mr;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if crate::level::AVX512 && pk.isa.0 == Kind::Avx512 {
+        let tiles = batch / mr;
+        // SAFETY: an `Avx512` token is only made after detecting AVX-512F; the input
+        // holds batch * k >= tiles * 8 * k floats and `out` batch rows of n (checked
+        // sizes); `b` and `bias` are the whole packing (`Packed` sizes them from n).
+        unsafe {
+            if n == 24 {
+                x86_64::rows_avx512_n24(input.as_ptr(), k, tiles, &pk.b, &pk.bias, clamp, out.as_mut_ptr());
+            } else {
+                x86_64::rows_avx512(input.as_ptr(), k, tiles, &pk.b, &pk.bias, n, clamp, out.as_mut_ptr(), n);
+            }
+        }
+        start = tiles * mr;
+    }
     // Room for the tallest tile (mr <= 16).
     let mut ptrs = [std::ptr::null::<f32>(); 16];
-    for b0 in (0..batch).step_by(mr) {
+    for b0 in (start..batch).step_by(mr) {
         let rows = mr.min(batch - b0);
         for (r, p) in ptrs.iter_mut().enumerate().take(mr) {
             *p = if r < rows { input[(b0 + r) * k..].as_ptr() } else { pk.zero.as_ptr() };
@@ -1023,6 +1050,43 @@ mod tests {
                         assert!((out[b * n + j] - want).abs() < 1e-4, "{isa:?} batch {batch} n {n} k {k}: [{b},{j}] {} vs {want}", out[b * n + j]);
                     }
                 }
+            }
+        }
+    }
+
+    /// Many short rows (1x1 convolutions on large maps, few input channels) through
+    /// the whole-tile row loops, with the output channels at and around the panel
+    /// widths (1-8, 15-17, 24, 33, 36-40, 48): against the definition, and split
+    /// at a tile boundary into two calls (a thread's share) bit for bit the same.
+    #[test]
+    fn many_short_rows_match_the_definition() {
+        let mut next = crate::testutil::xorshift(0x51c0_77e5_a2d4_0b19);
+        for isa in Isa::available() {
+            for case in 0..80 {
+                let n = [1, 2, 3, 6, 7, 8, 15, 16, 17, 24, 33, 36, 39, 40, 48][next(15)];
+                let k = [1, 3, 8, 16, 24, 48][next(6)];
+                let batch = 1 + next(130);
+                let w: Vec<f32> = (0..n * k).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
+                let x: Vec<f32> = (0..batch * k).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
+                let bias: Vec<f32> = (0..n).map(|_| next(1000) as f32 * 0.001).collect();
+                let clamp = [Clamp::RELU6, Clamp::NONE, Clamp::RELU][case % 3];
+                let pk = Packed::new(isa, &w, Some(&bias), n, 1, k);
+                let mut out = vec![f32::NAN; batch * n];
+                assert!(gemm_rows(&x, batch, &pk, clamp, &mut out));
+                for b in 0..batch {
+                    for j in 0..n {
+                        let s = bias[j] + (0..k).map(|kk| x[b * k + kk] * w[j * k + kk]).sum::<f32>();
+                        let got = out[b * n + j];
+                        assert!((got - clamp.apply(s)).abs() < 1e-4, "{isa:?} case {case} {batch}x{n}x{k} [{b},{j}]: {got} vs {s}");
+                    }
+                }
+                let mid = (batch / 2).div_ceil(isa.mr()) * isa.mr();
+                let mid = mid.min(batch);
+                let mut split = vec![f32::NAN; batch * n];
+                let (lo, hi) = split.split_at_mut(mid * n);
+                assert!(gemm_rows(&x[..mid * k], mid, &pk, clamp, lo));
+                assert!(gemm_rows(&x[mid * k..], batch - mid, &pk, clamp, hi));
+                assert!(out.iter().zip(&split).all(|(a, b)| a.to_bits() == b.to_bits()), "{isa:?} case {case} {batch}x{n}x{k}: split differs");
             }
         }
     }

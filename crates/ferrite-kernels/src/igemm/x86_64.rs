@@ -164,14 +164,21 @@ pub unsafe fn tile_avx512(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride:
     // then bound by weight loads, not by FMAs on padding rows.
     // SAFETY: the same contract as this function's, passed on unchanged.
     unsafe {
-        match t.rows {
-            1 => tile_avx512_r::<1>(t, clamp, out, out_stride),
-            2 => tile_avx512_r::<2>(t, clamp, out, out_stride),
-            3 | 4 => tile_avx512_r::<4>(t, clamp, out, out_stride),
+        // A panel with at most 16 valid columns (the last of 40, 39 or 36 channels)
+        // computes one vector per row: half the multiply-adds, the same sums.
+        match (t.rows, t.cols <= 16) {
+            (1, false) => tile_avx512_r::<1, 2>(t, clamp, out, out_stride),
+            (2, false) => tile_avx512_r::<2, 2>(t, clamp, out, out_stride),
+            (3 | 4, false) => tile_avx512_r::<4, 2>(t, clamp, out, out_stride),
             // A map's last tile of 5 or 6 pixels (13-, 29-, 101-pixel audio maps)
             // would spend a quarter or more of an 8-row tile on padding rows.
-            5 | 6 => tile_avx512_r::<6>(t, clamp, out, out_stride),
-            _ => tile_avx512_r::<8>(t, clamp, out, out_stride),
+            (5 | 6, false) => tile_avx512_r::<6, 2>(t, clamp, out, out_stride),
+            (_, false) => tile_avx512_r::<8, 2>(t, clamp, out, out_stride),
+            (1, true) => tile_avx512_r::<1, 1>(t, clamp, out, out_stride),
+            (2, true) => tile_avx512_r::<2, 1>(t, clamp, out, out_stride),
+            (3 | 4, true) => tile_avx512_r::<4, 1>(t, clamp, out, out_stride),
+            (5 | 6, true) => tile_avx512_r::<6, 1>(t, clamp, out, out_stride),
+            (_, true) => tile_avx512_r::<8, 1>(t, clamp, out, out_stride),
         }
     }
 }
@@ -192,11 +199,119 @@ pub unsafe fn tile_avx512_narrow(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_
     }
 }
 
+/// `tiles` whole 8-row tiles over consecutive rows of `k` inputs from `a`, each
+/// against every 32-channel panel of `b` in turn (so the tile's inputs stay in L1
+/// across the panels): the tile loop inside one call, as
+/// [`rows_avx512_narrow`] does, for GEMMs over many short rows.
+///
+/// # Safety
+/// CPU must support AVX-512F; `a` holds `tiles * 8 * k` floats; `b` holds
+/// `n.div_ceil(32) * k * 32` floats and `bias` `n.div_ceil(32) * 32`; `out` is
+/// writable at `r * out_stride + j` for every row `r < tiles * 8` and `j < n`.
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn rows_avx512(a: *const f32, k: usize, tiles: usize, b: &[f32], bias: &[f32], n: usize, clamp: Clamp, out: *mut f32, out_stride: usize) {
+    for i in 0..tiles {
+        // SAFETY: tile i's rows lie inside `a`, each panel's weights and bias inside
+        // `b` and `bias`, and its outputs inside `out` (the caller's contract).
+        unsafe {
+            let base = a.add(i * 8 * k);
+            let ptrs: [*const f32; 8] = std::array::from_fn(|r| base.add(r * k));
+            for panel in 0..n.div_ceil(32) {
+                let cols = 32.min(n - panel * 32);
+                let t = Tile { a: &ptrs, b: &b[panel * k * 32..][..k * 32], bias: &bias[panel * 32..][..32], k, taps: 1, rows: 8, cols };
+                let o = out.add(i * 8 * out_stride + panel * 32);
+                if cols <= 16 {
+                    tile_avx512_r::<8, 1>(&t, clamp, o, out_stride);
+                } else {
+                    tile_avx512_r::<8, 2>(&t, clamp, o, out_stride);
+                }
+            }
+        }
+    }
+}
+
+/// [`rows_avx512`] for exactly 24 output channels (one panel of which 8 lanes are
+/// padding): two rows' 48 outputs are three whole vectors, the middle one
+/// holding the first row's last 8 channels and the second row's first 8, so a
+/// pair of rows takes 3 FMAs per input (and a blend of its two broadcasts)
+/// where two 32-channel rows take 4. Each output is summed in the same order as
+/// in the 8x32 tile (bias, then k in order), so the results are the same bits.
+///
+/// # Safety
+/// As [`rows_avx512`] with `n = 24` and `out_stride = 24`.
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::needless_range_loop)]
+pub unsafe fn rows_avx512_n24(a: *const f32, k: usize, tiles: usize, b: &[f32], bias: &[f32], clamp: Clamp, out: *mut f32) {
+    const P: usize = 4;
+    assert!(b.len() >= k * 32 && bias.len() >= 32, "rows_avx512_n24: panel too short");
+    // SAFETY: `bias` holds 32 floats (checked).
+    let (b0, bh) = unsafe { (_mm512_loadu_ps(bias.as_ptr()), _mm512_loadu_ps(bias.as_ptr().add(16))) };
+    // Per pair: [row p 0-15], [row p 16-23 | row q 0-7], [row q 8-23].
+    let init = [b0, _mm512_shuffle_f32x4::<0x44>(bh, b0), _mm512_shuffle_f32x4::<0x4e>(b0, bh)];
+    let (lo, hi) = (_mm512_set1_ps(clamp.min), _mm512_set1_ps(clamp.max));
+    for i in 0..tiles {
+        let mut c = [init; P];
+        // SAFETY: tile i's 8 rows of k inputs lie inside `a`, its 8 x 24 outputs
+        // inside `out` (the caller's contract); weight row kk < k of the panel is
+        // 32 floats from `bp` (checked length).
+        unsafe {
+            let base = a.add(i * 8 * k);
+            let rows: [*const f32; 8] = std::array::from_fn(|r| base.add(r * k));
+            let mut bp = b.as_ptr();
+            for kk in 0..k {
+                let w0 = _mm512_loadu_ps(bp);
+                let wh = _mm512_loadu_ps(bp.add(16));
+                let w = [w0, _mm512_shuffle_f32x4::<0x44>(wh, w0), _mm512_loadu_ps(bp.add(8))];
+                for p in 0..P {
+                    let xp = _mm512_set1_ps(*rows[2 * p].add(kk));
+                    let xq = _mm512_set1_ps(*rows[2 * p + 1].add(kk));
+                    c[p][0] = _mm512_fmadd_ps(xp, w[0], c[p][0]);
+                    c[p][1] = _mm512_fmadd_ps(_mm512_mask_blend_ps(0xff00, xp, xq), w[1], c[p][1]);
+                    c[p][2] = _mm512_fmadd_ps(xq, w[2], c[p][2]);
+                }
+                bp = bp.add(32);
+            }
+            let o = out.add(i * 8 * 24);
+            for p in 0..P {
+                for v in 0..3 {
+                    _mm512_storeu_ps(o.add(48 * p + 16 * v), _mm512_min_ps(_mm512_max_ps(c[p][v], lo), hi));
+                }
+            }
+        }
+    }
+}
+
+/// `tiles` whole 12-row tiles of one 16-channel panel over consecutive rows of
+/// `k` inputs from `a` (a 1x1 convolution's pixels, a fully-connected batch):
+/// the tile loop inside one call, so small `k` (8 or 16 input channels, where a
+/// tile is only 100-200 multiply-adds) pays no dispatch or pointer table per tile.
+///
+/// # Safety
+/// CPU must support AVX-512F; `a` holds `tiles * 12 * k` floats; `b` holds
+/// `k * 16` floats and `bias` 16; `out` is writable at `r * out_stride + j` for
+/// every row `r < tiles * 12` and column `j < cols <= 16`.
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn rows_avx512_narrow(a: *const f32, k: usize, tiles: usize, b: &[f32], bias: &[f32], cols: usize, clamp: Clamp, out: *mut f32, out_stride: usize) {
+    for i in 0..tiles {
+        // SAFETY: tile i's rows lie inside `a` and its outputs inside `out` (the
+        // caller's contract); the tile below has 12 rows of k inputs, one tap.
+        unsafe {
+            let base = a.add(i * 12 * k);
+            let ptrs: [*const f32; 12] = std::array::from_fn(|r| base.add(r * k));
+            let t = Tile { a: &ptrs, b, bias, k, taps: 1, rows: 12, cols };
+            tile_avx512_narrow_r::<12>(&t, clamp, out.add(i * 12 * out_stride), out_stride);
+        }
+    }
+}
+
 /// `R` rows of one 16-channel vector: per k, one weight load, `R` broadcasts and
 /// `R` FMAs (with one or two rows, four partial sums hide the FMA latency).
 // The loops index several register arrays in step; iterators would obscure that.
 #[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx512f")]
+#[inline]
 unsafe fn tile_avx512_narrow_r<const R: usize>(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
     const MR: usize = 12;
     const NR: usize = 16;
@@ -279,14 +394,27 @@ unsafe fn tile_avx512_narrow_r<const R: usize>(t: &Tile<'_>, clamp: Clamp, out: 
     // SAFETY: rows r < t.rows <= R and masked lanes within `t.cols`: the
     // outputs `out + r * out_stride + j`, j < cols, that `run_tile` lets us write.
     unsafe {
-        for r in 0..t.rows {
-            _mm512_mask_storeu_ps(out.add(r * out_stride), m, _mm512_min_ps(_mm512_max_ps(c[r], lo), hi));
+        if t.cols >= 16 {
+            for r in 0..t.rows {
+                _mm512_storeu_ps(out.add(r * out_stride), _mm512_min_ps(_mm512_max_ps(c[r], lo), hi));
+            }
+        } else if t.cols == 8 {
+            for r in 0..t.rows {
+                _mm256_storeu_ps(out.add(r * out_stride), _mm512_castps512_ps256(_mm512_min_ps(_mm512_max_ps(c[r], lo), hi)));
+            }
+        } else {
+            for r in 0..t.rows {
+                _mm512_mask_storeu_ps(out.add(r * out_stride), m, _mm512_min_ps(_mm512_max_ps(c[r], lo), hi));
+            }
         }
     }
 }
 
+/// `R` rows of a 32-channel panel, `V` vectors per row: 2, or 1 when at most 16
+/// columns are valid (the second vector's accumulators then stay unused).
 #[target_feature(enable = "avx512f")]
-unsafe fn tile_avx512_r<const R: usize>(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
+#[inline]
+unsafe fn tile_avx512_r<const R: usize, const V: usize>(t: &Tile<'_>, clamp: Clamp, out: *mut f32, out_stride: usize) {
     const MR: usize = 8;
     const NR: usize = 32;
     // SAFETY: `t.bias` is a panel's bias, NR floats (Packed pads bias to whole panels).
@@ -317,22 +445,26 @@ unsafe fn tile_avx512_r<const R: usize>(t: &Tile<'_>, clamp: Clamp, out: *mut f3
                     _mm_prefetch::<_MM_HINT_T0>(bt.wrapping_add((kk + 18) * NR) as *const i8);
                     for u in 0..U {
                         let w0 = _mm512_loadu_ps(bt.add((kk + u) * NR));
-                        let w1 = _mm512_loadu_ps(bt.add((kk + u) * NR + 16));
+                        let w1 = if V == 2 { _mm512_loadu_ps(bt.add((kk + u) * NR + 16)) } else { z };
                         for r in 0..R {
                             let av = _mm512_set1_ps(*a[r].add(kk + u));
                             p0[u][r] = _mm512_fmadd_ps(av, w0, p0[u][r]);
-                            p1[u][r] = _mm512_fmadd_ps(av, w1, p1[u][r]);
+                            if V == 2 {
+                                p1[u][r] = _mm512_fmadd_ps(av, w1, p1[u][r]);
+                            }
                         }
                     }
                     kk += U;
                 }
                 while kk < t.k {
                     let w0 = _mm512_loadu_ps(bt.add(kk * NR));
-                    let w1 = _mm512_loadu_ps(bt.add(kk * NR + 16));
+                    let w1 = if V == 2 { _mm512_loadu_ps(bt.add(kk * NR + 16)) } else { z };
                     for r in 0..R {
                         let av = _mm512_set1_ps(*a[r].add(kk));
                         p0[0][r] = _mm512_fmadd_ps(av, w0, p0[0][r]);
-                        p1[0][r] = _mm512_fmadd_ps(av, w1, p1[0][r]);
+                        if V == 2 {
+                            p1[0][r] = _mm512_fmadd_ps(av, w1, p1[0][r]);
+                        }
                     }
                     kk += 1;
                 }
@@ -353,11 +485,13 @@ unsafe fn tile_avx512_r<const R: usize>(t: &Tile<'_>, clamp: Clamp, out: *mut f3
                 let mut bp = t.b.as_ptr().add(tap * t.k * NR);
                 for kk in 0..t.k {
                     let w0 = _mm512_loadu_ps(bp);
-                    let w1 = _mm512_loadu_ps(bp.add(16));
+                    let w1 = if V == 2 { _mm512_loadu_ps(bp.add(16)) } else { w0 };
                     for r in 0..R {
                         let av = _mm512_set1_ps(*a[r].add(kk));
                         c0[r] = _mm512_fmadd_ps(av, w0, c0[r]);
-                        c1[r] = _mm512_fmadd_ps(av, w1, c1[r]);
+                        if V == 2 {
+                            c1[r] = _mm512_fmadd_ps(av, w1, c1[r]);
+                        }
                     }
                     bp = bp.add(NR);
                 }
@@ -374,16 +508,27 @@ unsafe fn tile_avx512_r<const R: usize>(t: &Tile<'_>, clamp: Clamp, out: *mut f3
     } else {
         0
     };
-    // SAFETY: rows r < t.rows <= R and masked lanes within `t.cols`: the
-    // outputs `out + r * out_stride + j`, j < cols, that `run_tile` lets us write.
+    // SAFETY: rows r < t.rows <= R and lanes within `t.cols` (whole vectors only
+    // when all 16 or 32 columns are valid, else masked): the outputs
+    // `out + r * out_stride + j`, j < cols, that `run_tile` lets us write.
     unsafe {
-        for r in 0..t.rows {
-            let o = out.add(r * out_stride);
-            let v0 = _mm512_min_ps(_mm512_max_ps(c0[r], lo), hi);
-            let v1 = _mm512_min_ps(_mm512_max_ps(c1[r], lo), hi);
-            _mm512_mask_storeu_ps(o, m0, v0);
-            if m1 != 0 {
-                _mm512_mask_storeu_ps(o.add(16), m1, v1);
+        if t.cols == NR {
+            // Full panels store whole vectors: a masked store costs more than a
+            // plain one on this CPU family, and full panels are most of them.
+            for r in 0..t.rows {
+                let o = out.add(r * out_stride);
+                _mm512_storeu_ps(o, _mm512_min_ps(_mm512_max_ps(c0[r], lo), hi));
+                _mm512_storeu_ps(o.add(16), _mm512_min_ps(_mm512_max_ps(c1[r], lo), hi));
+            }
+        } else {
+            for r in 0..t.rows {
+                let o = out.add(r * out_stride);
+                let v0 = _mm512_min_ps(_mm512_max_ps(c0[r], lo), hi);
+                _mm512_mask_storeu_ps(o, m0, v0);
+                if V == 2 && m1 != 0 {
+                    let v1 = _mm512_min_ps(_mm512_max_ps(c1[r], lo), hi);
+                    _mm512_mask_storeu_ps(o.add(16), m1, v1);
+                }
             }
         }
     }
