@@ -1517,3 +1517,235 @@ unsafe fn pixel_tile<const T: usize>(r: &PixelRow, j: usize, c0: usize, np: usiz
         }
     }
 }
+
+/// Whether [`dw_rows_flat`] serves a multiplier-1 depthwise layer of `c` channels:
+/// 8 or 24 channels (a whole number of half vectors per pixel, so the channel
+/// pattern repeats every 16 or 48 floats), 3- or 5-wide filters at horizontal
+/// stride 1 without horizontal dilation, at most 5 tall (the laid-out weights stay
+/// on the stack), on maps at least 16 pixels wide (narrower ones stay on the
+/// kernels tuned for them).
+pub(super) fn flat_fit(c: usize, g: &Window) -> bool {
+    matches!(c, 8 | 16 | 24) && g.stride_w == 1 && g.dil_w == 1 && matches!(g.k_w, 3 | 5) && (1..=5).contains(&g.k_h) && g.out_w >= 16
+}
+
+/// Output rows `rows` of a multiplier-1 depthwise convolution that [`flat_fit`]
+/// (`out` holding rows `rows.start..`), with AVX-512, each row taken as one flat
+/// run of floats. At stride 1 the input under tap `kx` of an output float is the
+/// one `kx * c` floats further along the input row, whatever its channel, so a
+/// tile of output vectors reads whole input vectors: those at a half-vector offset
+/// (`kx * c` is a multiple of 8 floats) are put together from two loaded ones by a
+/// lane shuffle. Every lane does useful work: the per-pixel tiles left half of each
+/// vector idle at 8 channels (a pixel pair per vector in the lane kernel needed a
+/// permutation per load) and a quarter at 24, and loaded each pixel across a cache
+/// line at 96 bytes apart. Pixels whose taps leave the row (the borders) and the
+/// few past the last whole tile go through [`dw_edge_avx512`], one at a time.
+/// Returns false, leaving `out` unspecified, without AVX-512, for another
+/// geometry, or if a range check fails; the caller then takes another path.
+///
+/// Every output sums bias, then the taps inside the input by filter row and
+/// column, as the other kernels do.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn dw_rows_flat(
+    input: &[f32],
+    c: usize,
+    w: &[f32],
+    bias: Option<&[f32]>,
+    g: &Window,
+    clamp: Clamp,
+    out: &mut [f32],
+    rows: std::ops::Range<usize>,
+) -> bool {
+    if !depthwise_masks_tails() || !flat_fit(c, g) || g.k_h == 0 {
+        return false;
+    }
+    let taps = g.k_h * g.k_w;
+    if w.len() < taps * c || bias.is_some_and(|b| b.len() < c) || out.len() < rows.len() * g.out_w * c {
+        return false;
+    }
+    // Lane l of vector j of a period (16 / 8 = 2 pixels at 8 channels, 48 / 16 = 3
+    // vectors at 24) is channel (16 j + l) % c: the weights and bias laid out so,
+    // once per call, each tap's `period` vectors side by side.
+    let period = c / gcd16(c);
+    let lay = |src: &[f32], j: usize| -> __m512 {
+        let mut v = [0.0f32; 16];
+        for (l, f) in v.iter_mut().enumerate() {
+            *f = src[(16 * j + l) % c];
+        }
+        // SAFETY: an unaligned load of a 16-float array.
+        unsafe { _mm512_loadu_ps(v.as_ptr()) }
+    };
+    // On the stack (at most 5x5 taps of 3 vectors): a run allocates nothing.
+    // SAFETY: AVX-512F present (checked above).
+    let zv = unsafe { _mm512_setzero_ps() };
+    let mut wv = [zv; 75];
+    for (i, v) in wv.iter_mut().enumerate().take(taps * period) {
+        *v = lay(&w[i / period * c..], i % period);
+    }
+    let zero = [0.0f32; 24];
+    let mut bv = [zv; 3];
+    for (j, v) in bv.iter_mut().enumerate().take(period) {
+        *v = lay(bias.unwrap_or(&zero[..c]), j);
+    }
+    let in_row = g.in_w * c;
+    let x_lo = g.pad_left;
+    let x_hi = (g.in_w + g.pad_left).saturating_sub(g.k_w - 1).min(g.out_w);
+    for row in rows.clone() {
+        let (n, oy) = (row / g.out_h, row % g.out_h);
+        let o = &mut out[(row - rows.start) * g.out_w * c..][..g.out_w * c];
+        let ky_lo = (0..g.k_h).find(|&ky| g.in_y(oy, ky).is_some());
+        let ky_hi = (0..g.k_h).rev().find(|&ky| g.in_y(oy, ky).is_some()).map_or(0, |k| k + 1);
+        // First input float of the rows read (filter rows ky_lo..ky_hi, inside the image).
+        let first = match ky_lo.and_then(|k| g.in_y(oy, k).map(|y| (k, y))) {
+            Some((k, y)) => {
+                let first = (n * g.in_h + y) * in_row;
+                if first + ((ky_hi - 1 - k) * g.dil_h + 1) * in_row > input.len() {
+                    return false;
+                }
+                Some(first)
+            }
+            None => None,
+        };
+        let ky = (ky_lo.unwrap_or(0), ky_hi);
+        let mut ox = 0;
+        while ox < g.out_w {
+            if let Some(first) = first.filter(|_| ox >= x_lo) {
+                // Input pixel under tap 0 of output pixel ox: ox - pad_left (inside).
+                let x = input[first + (ox - x_lo) * c..].as_ptr();
+                let fr = FlatRow { x, row_step: g.dil_h * in_row, ky, w: wv.as_ptr(), bias: bv.as_ptr(), clamp };
+                let dst = o[ox * c..].as_mut_ptr();
+                // Pixels per tile: 8 vectors (16 pixels) at 8 channels, 6 (4 pixels) at 24.
+                let (big, small) = match c {
+                    8 => (24, 2),
+                    16 => (12, 1),
+                    _ => (8, 2),
+                };
+                macro_rules! tile {
+                    ($c:literal, $t:literal) => {
+                        // SAFETY: AVX-512F present; every pixel of the tile has its taps
+                        // inside the row (ox >= x_lo, ox + pixels <= x_hi), in the rows
+                        // ky range-checked above; weights and bias laid out above for
+                        // `taps` taps; stores to the tile's pixels inside `o`.
+                        unsafe {
+                            if g.k_w == 3 {
+                                dw_flat_tile::<$c, 3, $t>(&fr, dst)
+                            } else {
+                                dw_flat_tile::<$c, 5, $t>(&fr, dst)
+                            }
+                        }
+                    };
+                }
+                if ox + big <= x_hi {
+                    match c {
+                        8 => tile!(8, 12),
+                        16 => tile!(16, 12),
+                        _ => tile!(24, 12),
+                    }
+                    ox += big;
+                    continue;
+                }
+                if ox + small <= x_hi {
+                    match c {
+                        8 => tile!(8, 1),
+                        16 => tile!(16, 1),
+                        _ => tile!(24, 3),
+                    }
+                    ox += small;
+                    continue;
+                }
+            }
+            // A border pixel, or one past the last whole tile: taps checked.
+            let kx_lo = (0..g.k_w).find(|&kx| g.in_x(ox, kx).is_some());
+            let kx_hi = (0..g.k_w).rev().find(|&kx| g.in_x(ox, kx).is_some()).map_or(0, |k| k + 1);
+            let (taps_y, taps_x, start) = match (first, kx_lo) {
+                (Some(first), Some(kx_lo)) => (ky, (kx_lo, kx_hi), first + (ox + kx_lo - x_lo) * c),
+                // No tap lands inside the input: the bias alone, nothing read.
+                _ => ((0, 0), (0, 0), 0),
+            };
+            // SAFETY: AVX-512F present; the taps read lie inside the rows range-checked
+            // above and inside the row (kx_lo..kx_hi); weights of taps < k_h * k_w;
+            // writes to one pixel of `o`.
+            unsafe {
+                dw_edge_avx512(input.as_ptr().wrapping_add(start), c, in_row, g, taps_y, taps_x, w.as_ptr(), bias, c, c, clamp, o[ox * c..].as_mut_ptr())
+            };
+            ox += 1;
+        }
+    }
+    true
+}
+
+/// The greatest common divisor of `c` and 16: `c / gcd16(c)` vectors hold a whole
+/// number of pixels.
+const fn gcd16(c: usize) -> usize {
+    let mut d = 16;
+    while !c.is_multiple_of(d) {
+        d /= 2;
+    }
+    d
+}
+
+/// What stays the same across the tiles of one output row of [`dw_rows_flat`].
+struct FlatRow {
+    /// The input pixel under tap (ky.0, 0) of the tile's first output pixel.
+    x: *const f32,
+    /// Floats between the input rows of consecutive filter rows.
+    row_step: usize,
+    /// The filter rows inside the image.
+    ky: (usize, usize),
+    /// Weights laid out by [`dw_rows_flat`]: tap t's vector j at `t * period + j`.
+    w: *const __m512,
+    /// The bias laid out the same way (`period` vectors).
+    bias: *const __m512,
+    clamp: Clamp,
+}
+
+/// `T` output vectors (`16 T / C` pixels, `T` a multiple of the period `C / 8`)
+/// of a [`dw_rows_flat`] row from `r.x`, stored from `o`: per filter row, the
+/// `T + (KW - 1) C / 16` input vectors under the tile are loaded once, and tap `kx`
+/// of output vector `j` reads the 16 floats `16 j + kx C` along: a loaded vector,
+/// or (at a half-vector offset) the upper half of one and the lower half of the next.
+///
+/// # Safety
+/// AVX-512F; the tile's pixels have all their taps inside the row, in filter rows
+/// `r.ky` readable from `r.x` at `r.row_step` apart; `r.w` holds the laid-out
+/// weights of filter rows up to `r.ky.1` and `r.bias` one period; `o` is writable
+/// for `16 T` floats.
+#[target_feature(enable = "avx512f")]
+unsafe fn dw_flat_tile<const C: usize, const KW: usize, const T: usize>(r: &FlatRow, o: *mut f32) {
+    let period = C / gcd16(C);
+    let mut acc = [_mm512_setzero_ps(); T];
+    for (j, a) in acc.iter_mut().enumerate() {
+        // SAFETY: `period` bias vectors (contract).
+        *a = unsafe { *r.bias.add(j % period) };
+    }
+    // At most T + 6 input vectors (24 channels, 5 wide).
+    let nv = T + (KW - 1) * C / 16;
+    for ky in r.ky.0..r.ky.1 {
+        let xr = r.x.wrapping_add((ky - r.ky.0) * r.row_step);
+        let mut v = [_mm512_setzero_ps(); 32];
+        for (i, vi) in v.iter_mut().enumerate().take(nv) {
+            // SAFETY: the tile's input in this filter row is `16 T + (KW - 1) C`
+            // floats from `xr` (its pixels and the KW - 1 after them), all inside the
+            // row (contract).
+            *vi = unsafe { _mm512_loadu_ps(xr.add(16 * i)) };
+        }
+        for kx in 0..KW {
+            for (j, a) in acc.iter_mut().enumerate() {
+                let f = 16 * j + kx * C;
+                let xv = if f.is_multiple_of(16) {
+                    v[f / 16]
+                } else {
+                    // Lanes 8..16 of one vector, then lanes 0..8 of the next.
+                    _mm512_shuffle_f32x4::<0b01_00_11_10>(v[f / 16], v[f / 16 + 1])
+                };
+                // SAFETY: tap (ky, kx)'s laid-out vectors (contract).
+                let wk = unsafe { *r.w.add((ky * KW + kx) * period + j % period) };
+                *a = _mm512_fmadd_ps(xv, wk, *a);
+            }
+        }
+    }
+    let (lo, hi) = (_mm512_set1_ps(r.clamp.min), _mm512_set1_ps(r.clamp.max));
+    for (j, a) in acc.iter().enumerate() {
+        // SAFETY: `o` is writable for 16 T floats (contract).
+        unsafe { _mm512_storeu_ps(o.add(16 * j), _mm512_min_ps(_mm512_max_ps(*a, lo), hi)) };
+    }
+}
