@@ -335,6 +335,10 @@ fn float_depthwise_benches() {
         (34, 192, 3, 2),
         (20, 528, 5, 2),
         (64, 144, 5, 2),
+        (96, 32, 5, 1),
+        (48, 64, 5, 1),
+        (24, 128, 5, 1),
+        (12, 256, 5, 1),
     ];
     let filter = std::env::var("FDW_ONLY").unwrap_or_default();
     for (hw, c, k, s) in cases {
