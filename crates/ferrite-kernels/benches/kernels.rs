@@ -339,6 +339,9 @@ fn float_depthwise_benches() {
         (48, 64, 5, 1),
         (24, 128, 5, 1),
         (12, 256, 5, 1),
+        (64, 8, 5, 1),
+        (64, 16, 5, 1),
+        (64, 24, 5, 1),
     ];
     let filter = std::env::var("FDW_ONLY").unwrap_or_default();
     for (hw, c, k, s) in cases {
