@@ -193,6 +193,12 @@ simd_fn! {
         // One input channel under a multiplier of 8, 16, ... (first layers on gray
         // images and spectrograms) at horizontal stride 1 or 2: pixels along the
         // lanes, so each input load feeds 8 channels and no lane waits on a broadcast.
+        // Multiplier 1 over 8 or 24 channels at horizontal stride 1 on maps at least
+        // 16 wide: each row as one flat run of floats, every lane useful.
+        #[cfg(target_arch = "x86_64")]
+        if depthwise_masks_tails() && multiplier == 1 && x86_64::flat_fit(in_c, g) && x86_64::dw_rows_flat(input, in_c, w, bias, g, clamp, out, rows.clone()) {
+            return;
+        }
         #[cfg(target_arch = "x86_64")]
         if depthwise_masks_tails()
             && in_c == 1
@@ -1148,6 +1154,41 @@ mod tests {
                     whole[start * out_w * c..end * out_w * c].iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                     "{l:?} {g:?} c{c} rows {start}..{end}"
                 );
+            }
+        });
+    }
+
+    /// Multiplier 1 over 8, 16 and 24 channels at horizontal stride 1 (the AVX-512
+    /// flat-row tiles, with half-vector shuffles at 8 and 24 channels), and 40 and
+    /// 32 beside them: 3- and 5-wide filters 1-5 tall, maps 14-70 pixels wide (whole
+    /// tiles, the 2-pixel and single-pixel remainders, both borders), vertical
+    /// stride 1-2 and dilation 1-2, SAME and VALID, batch 2, bias or none, ReLU6 or
+    /// none, row ranges starting mid-image, under every vector level.
+    #[test]
+    fn depthwise_flat_rows_match_naive() {
+        let mut next = crate::testutil::xorshift(0x7f4a_7c15);
+        crate::level::each(|l| {
+            for case in 0..160 {
+                let c = [8, 8, 16, 24, 24, 40, 32][next(7)];
+                let k_w = [3, 5][next(2)];
+                let k_h = 1 + next(5);
+                let (in_h, in_w) = (1 + next(8), 14 + next(57));
+                let (stride_h, dil_h) = (1 + next(2), 1 + next(2));
+                let same = next(3) != 0;
+                let Some((out_h, pad_top)) = out_size_and_pad(in_h, k_h, stride_h, dil_h, same) else { continue };
+                let Some((out_w, pad_left)) = out_size_and_pad(in_w, k_w, 1, 1, same) else { continue };
+                if out_h == 0 || out_w == 0 {
+                    continue;
+                }
+                let batch = 2;
+                let g = Window { batch, in_h, in_w, out_h, out_w, k_h, k_w, stride_h, stride_w: 1, dil_h, dil_w: 1, pad_top, pad_left };
+                let x: Vec<f32> = (0..batch * in_h * in_w * c).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
+                let w: Vec<f32> = (0..k_h * k_w * c).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
+                let b: Vec<f32> = (0..c).map(|_| next(1000) as f32 * 0.001).collect();
+                let clamp = if case % 3 == 0 { Clamp::RELU6 } else { Clamp::NONE };
+                let bias = (case % 4 != 1).then_some(&b[..]);
+                let start = next(batch * out_h);
+                depthwise_rows_match_definition(&l, &x, c, 1, &w, bias, &g, clamp, start);
             }
         });
     }

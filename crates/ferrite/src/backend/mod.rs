@@ -222,6 +222,8 @@ pub enum Packing {
     QGemm,
     /// Depthwise weights tiled along output rows of this many pixels.
     DepthwiseRows(usize),
+    /// Float32 weights copied as they are onto cache lines (64-byte aligned).
+    Lines,
     /// The outputs of an op on constants, evaluated at prepare (`tensor` is its
     /// first output).
     Folded,

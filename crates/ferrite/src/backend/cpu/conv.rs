@@ -350,11 +350,24 @@ pub(crate) fn depthwise(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<
         });
     }
     let kmult = if kc == ic { mult } else { 1 };
+    // Constant weights copied onto cache lines once (a model file's tensors lie at
+    // whatever alignment it gives them): the AVX-512 tiles load a channel block of
+    // weights per tap, which at 4-byte alignment spans two lines.
+    let lined = match wt.value {
+        Some(bytes) if wt.constant && conv::depthwise_masks_tails() => {
+            let key = PackKey { subgraph: op.subgraph, tensor: wt.tensor, with: None, packing: Packing::Lines };
+            Some(ctx.packed(key, || Ok(ferrite_kernels::aligned::LineVec::from_slice(typed::<f32>(bytes)?)))?)
+        }
+        _ => None,
+    };
     Ok(Built {
         outputs: vec![(DType::F32, vec![g.batch, g.out_h, g.out_w, oc])],
         kernel: Box::new(move |ins, outs| {
             let bias = if has_bias { Some(typed::<f32>(arg(ins, 2)?)?) } else { None };
-            let w = typed::<f32>(arg(ins, 1)?)?;
+            let w = match &lined {
+                Some(l) => &l[..],
+                None => typed::<f32>(arg(ins, 1)?)?,
+            };
             let out = typed_mut::<f32>(outs[0])?;
             with_input(ins, &mut |input| {
                 for_row_chunks(pool.as_deref(), flops, &mut *out, rows, g.out_w * oc, &|_, r, out| {
