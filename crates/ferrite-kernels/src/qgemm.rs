@@ -1003,11 +1003,7 @@ fn depthwise_8bit(input: &[u8], d: &mut Depthwise, bias: Option<&[i32]>, q: &QCo
         // buffers hold `g.batch` images (asserted on entry), `params` every
         // block and the bias `out_c` values (checked just above).
         unsafe {
-            if left {
-                dw_avx512::one_channel::<true>(one, &g, d.out_c, d.flip, input, bias, &d.rq, params, out);
-            } else {
-                dw_avx512::one_channel::<false>(one, &g, d.out_c, d.flip, input, bias, &d.rq, params, out);
-            }
+            dw_avx512::one_channel(one, &g, d.out_c, d.flip, input, bias, &d.rq, params, left, out);
         }
         return;
     }
