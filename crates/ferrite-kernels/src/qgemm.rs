@@ -705,7 +705,7 @@ impl Depthwise {
     /// are short, the channel counts disagree or the zero point is out of range.
     pub fn new(w: &[i8], q: &QConv) -> Depthwise {
         assert!((-128..=127).contains(&q.w_zp) && (-128..=127).contains(&q.in_zp), "depthwise: int8 zero points out of range");
-        Depthwise::prepare(w.len(), |i| i16::from(w[i]) - q.w_zp as i16, q, 0, &q.rq)
+        Depthwise::prepare(w.len(), &|i| i16::from(w[i]) - q.w_zp as i16, q, 0, &q.rq)
     }
 
     /// Prepares uint8 weights for [`depthwise_u8`]: `q` in uint8 terms (zero
@@ -714,12 +714,15 @@ impl Depthwise {
         assert!((0..=255).contains(&q.w_zp) && (0..=255).contains(&q.in_zp), "depthwise: uint8 zero points out of range");
         // The output requantized in int8 terms, then shifted back.
         let rq = Requant { out_zp: q.rq.out_zp - 128, min: q.rq.min - 128, max: q.rq.max - 128, ..q.rq.clone() };
-        Depthwise::prepare(w.len(), |i| i16::from(w[i]) - q.w_zp as i16, q, 0x80, &rq)
+        Depthwise::prepare(w.len(), &|i| i16::from(w[i]) - q.w_zp as i16, q, 0x80, &rq)
     }
 
     /// `weight(i)`: element `i` of the `[1, kh, kw, out_c]` weights less their
     /// zero point; `flip` turns the input bytes into int8 (0x80 for uint8).
-    fn prepare(len: usize, weight: impl Fn(usize) -> i16, q: &QConv, flip: u8, rq: &Requant) -> Depthwise {
+    /// A `dyn` reader, so that one instance serves int8 and uint8 weights (a
+    /// copy of the weights as int16 instead would change where the kernels'
+    /// buffers land on the heap, which moved the int8 depthwise rows by 3%).
+    fn prepare(len: usize, weight: &dyn Fn(usize) -> i16, q: &QConv, flip: u8, rq: &Requant) -> Depthwise {
         let w_len = len;
         let g = column_as_row(q.g);
         let m = q.depth_multiplier.max(1);
@@ -1003,11 +1006,7 @@ fn depthwise_8bit(input: &[u8], d: &mut Depthwise, bias: Option<&[i32]>, q: &QCo
         // buffers hold `g.batch` images (asserted on entry), `params` every
         // block and the bias `out_c` values (checked just above).
         unsafe {
-            if left {
-                dw_avx512::one_channel::<true>(one, &g, d.out_c, d.flip, input, bias, &d.rq, params, out);
-            } else {
-                dw_avx512::one_channel::<false>(one, &g, d.out_c, d.flip, input, bias, &d.rq, params, out);
-            }
+            dw_avx512::one_channel(one, &g, d.out_c, d.flip, input, bias, &d.rq, params, left, out);
         }
         return;
     }

@@ -74,6 +74,8 @@ struct Rq16 {
     offset: __m512i,
     m: __m512i,
     m_odd: __m512i,
+    /// Whether any channel shifts left ([`block_params`]' flag).
+    shifts: bool,
     left: __m512i,
     right: __m512i,
     mask: __m512i,
@@ -90,13 +92,14 @@ impl Rq16 {
     /// offsets (both halves for a row of two pixels per vector).
     #[inline]
     #[target_feature(enable = "avx512f")]
-    unsafe fn load(p: *const i32, rq: &RowRequant, offset: __m512i) -> Rq16 {
+    unsafe fn load(p: *const i32, rq: &RowRequant, offset: __m512i, shifts: bool) -> Rq16 {
         // SAFETY: vector i of the block (contract).
         let v = |i: usize| unsafe { _mm512_loadu_si512(p.add(16 * i) as *const _) };
         Rq16 {
             offset,
             m: v(0),
             m_odd: v(1),
+            shifts,
             left: v(2),
             right: v(3),
             mask: v(4),
@@ -112,9 +115,12 @@ impl Rq16 {
     /// point and clamp, as 16 bytes.
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-    fn bytes<const LEFT: bool>(&self, acc: __m512i) -> __m128i {
+    fn bytes(&self, acc: __m512i) -> __m128i {
         let half = _mm512_set1_epi64(1 << 30);
-        let x = if LEFT { _mm512_sllv_epi32(acc, self.left) } else { acc };
+        // A constant in the row kernels (their `LEFT`), a run-time test in the
+        // one-channel kernel (a first layer, run once per inference): one
+        // instance of it, not two, for one instruction few layers need.
+        let x = if self.shifts { _mm512_sllv_epi32(acc, self.left) } else { acc };
         // `(x * m + 2^30) >> 31` fits in 32 bits (m < 2^31): bits 31..62 of the
         // 64-bit sum, brought to the low half (even lanes) or the high half
         // (odd lanes) of each 64-bit lane by one shift.
@@ -201,7 +207,8 @@ unsafe fn tile_pairs<const T: usize, const P: usize>(r: &DwRow<'_>, x: usize, in
 
 /// One output row of `super::depthwise_i8`, requantized by `rq` (its
 /// per-channel parameters laid out by [`block_params`] in `params`; `LEFT`
-/// where any channel shifts left) into `out` (`out_w * out_c` bytes, int8).
+/// where any channel shifts left: a constant, so that the row kernels test
+/// nothing per vector) into `out` (`out_w * out_c` bytes, int8).
 ///
 /// # Safety
 /// The CPU must support AVX-512F/BW/VL and VNNI ([`available`]); `r.in_bounds`
@@ -236,9 +243,9 @@ unsafe fn row<const LEFT: bool, const P: usize>(r: &DwRow<'_>, rq: &RowRequant, 
         // SAFETY: the `cols` offsets (out_c of them), repeated in both halves.
         let offset = _mm512_broadcast_i64x4(unsafe { _mm256_maskz_loadu_epi32(k16 as __mmask8, rq.offset.as_ptr()) });
         // SAFETY: the one block of `params` (contract).
-        let p = unsafe { Rq16::load(params.as_ptr(), rq, offset) };
+        let p = unsafe { Rq16::load(params.as_ptr(), rq, offset, LEFT) };
         let store2 = |ox: usize, v: __m512i| {
-            let b = p.bytes::<LEFT>(v);
+            let b = p.bytes(v);
             // SAFETY: pixels ox and ox + 1 < out_w, `cols` bytes each.
             unsafe {
                 if cols == 8 {
@@ -268,7 +275,7 @@ unsafe fn row<const LEFT: bool, const P: usize>(r: &DwRow<'_>, rq: &RowRequant, 
             // SAFETY: pixel ox < out_w, its 8 channels' 16 values (in_bounds).
             let [v] = unsafe { tile::<1, P>(r, ox * r.px_step, r.w.as_ptr(), 0xFFFF, p.offset) };
             // SAFETY: pixel ox < out_w, `cols` bytes.
-            unsafe { _mm_mask_storeu_epi8(o.add(ox * cols), k16, p.bytes::<LEFT>(v)) };
+            unsafe { _mm_mask_storeu_epi8(o.add(ox * cols), k16, p.bytes(v)) };
         }
         return;
     }
@@ -280,11 +287,11 @@ unsafe fn row<const LEFT: bool, const P: usize>(r: &DwRow<'_>, rq: &RowRequant, 
         let cols = (r.out_c - base).min(16);
         let ok: __mmask16 = if cols == 16 { !0 } else { (1 << cols) - 1 };
         // SAFETY: offsets base..base + cols of out_c; block cb of `params` (contract).
-        let p = unsafe { Rq16::load(params.as_ptr().add(cb * PARAMS * 16), rq, _mm512_maskz_loadu_epi32(ok, rq.offset.as_ptr().add(base))) };
+        let p = unsafe { Rq16::load(params.as_ptr().add(cb * PARAMS * 16), rq, _mm512_maskz_loadu_epi32(ok, rq.offset.as_ptr().add(base)), LEFT) };
         // SAFETY: block cb of filter row 0's weights (in_bounds).
         let w = unsafe { r.w.as_ptr().add(base * 2) };
         let store = |ox: usize, v: __m512i| {
-            let b = p.bytes::<LEFT>(v);
+            let b = p.bytes(v);
             // SAFETY: pixel ox < out_w, channels base..base + cols <= out_c.
             unsafe {
                 if cols == 16 {
@@ -542,7 +549,7 @@ impl OneChannel {
 /// `bias`, where given, `out_c` values and `rq` `out_c` channels.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) unsafe fn one_channel<const LEFT: bool>(
+pub(super) unsafe fn one_channel(
     oc: &mut OneChannel,
     g: &crate::conv::Window,
     out_c: usize,
@@ -551,6 +558,7 @@ pub(super) unsafe fn one_channel<const LEFT: bool>(
     bias: Option<&[i32]>,
     rq: &RowRequant,
     params: &[i32],
+    left: bool,
     out: &mut [i8],
 ) {
     for (o, (s, &c)) in oc.start.iter_mut().zip(&oc.correction).enumerate() {
@@ -563,12 +571,12 @@ pub(super) unsafe fn one_channel<const LEFT: bool>(
         // SAFETY: the caller's contract; the plane was just filled.
         unsafe {
             match (oc.groups, out_c <= 8) {
-                (1, false) => one_channel_image::<LEFT, 1, false>(oc, g, out_c, rq, params, o),
-                (1, true) => one_channel_image::<LEFT, 1, true>(oc, g, out_c, rq, params, o),
-                (2, false) => one_channel_image::<LEFT, 2, false>(oc, g, out_c, rq, params, o),
-                (2, true) => one_channel_image::<LEFT, 2, true>(oc, g, out_c, rq, params, o),
-                (_, false) => one_channel_image::<LEFT, 0, false>(oc, g, out_c, rq, params, o),
-                (_, true) => one_channel_image::<LEFT, 0, true>(oc, g, out_c, rq, params, o),
+                (1, false) => one_channel_image::<1, false>(oc, g, out_c, rq, params, left, o),
+                (1, true) => one_channel_image::<1, true>(oc, g, out_c, rq, params, left, o),
+                (2, false) => one_channel_image::<2, false>(oc, g, out_c, rq, params, left, o),
+                (2, true) => one_channel_image::<2, true>(oc, g, out_c, rq, params, left, o),
+                (_, false) => one_channel_image::<0, false>(oc, g, out_c, rq, params, left, o),
+                (_, true) => one_channel_image::<0, true>(oc, g, out_c, rq, params, left, o),
             }
         }
     }
@@ -591,12 +599,13 @@ unsafe fn four(p: *const u8) -> i32 {
 /// # Safety
 /// As [`one_channel`]; `out` holds one image's output.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn one_channel_image<const LEFT: bool, const G: usize, const PAIRS: bool>(
+unsafe fn one_channel_image<const G: usize, const PAIRS: bool>(
     oc: &OneChannel,
     g: &crate::conv::Window,
     out_c: usize,
     rq: &RowRequant,
     params: &[i32],
+    left: bool,
     out: &mut [i8],
 ) {
     let groups = if G == 0 { oc.groups } else { G };
@@ -635,9 +644,9 @@ unsafe fn one_channel_image<const LEFT: bool, const G: usize, const PAIRS: bool>
         // SAFETY: the `out_c` starting values, repeated in both halves.
         let start = _mm512_broadcast_i64x4(unsafe { _mm256_maskz_loadu_epi32(k16 as __mmask8, oc.start.as_ptr()) });
         // SAFETY: the one block of `params` (contract).
-        let p = unsafe { Rq16::load(params.as_ptr(), rq, start) };
+        let p = unsafe { Rq16::load(params.as_ptr(), rq, start, left) };
         let store2 = |at: usize, v: __m512i| {
-            let b = p.bytes::<LEFT>(v);
+            let b = p.bytes(v);
             // SAFETY: pixels at and at + 1 of the image, `out_c` bytes each.
             unsafe {
                 if out_c == 8 {
@@ -682,7 +691,7 @@ unsafe fn one_channel_image<const LEFT: bool, const G: usize, const PAIRS: bool>
                 };
                 tile0(&mut one);
                 // SAFETY: pixel ox of the image, `out_c` bytes.
-                unsafe { _mm_mask_storeu_epi8(o.add((at + ox) * out_c), k16, p.bytes::<LEFT>(one[0])) };
+                unsafe { _mm_mask_storeu_epi8(o.add((at + ox) * out_c), k16, p.bytes(one[0])) };
             }
         }
         return;
@@ -693,9 +702,9 @@ unsafe fn one_channel_image<const LEFT: bool, const G: usize, const PAIRS: bool>
         let ok: __mmask16 = if cols == 16 { !0 } else { (1 << cols) - 1 };
         // SAFETY: starting values base..base + cols of out_c; block cb of
         // `params` (contract).
-        let p = unsafe { Rq16::load(params.as_ptr().add(cb * PARAMS * 16), rq, _mm512_maskz_loadu_epi32(ok, oc.start.as_ptr().add(base))) };
+        let p = unsafe { Rq16::load(params.as_ptr().add(cb * PARAMS * 16), rq, _mm512_maskz_loadu_epi32(ok, oc.start.as_ptr().add(base)), left) };
         let store = |at: usize, v: __m512i| {
-            let b = p.bytes::<LEFT>(v);
+            let b = p.bytes(v);
             // SAFETY: pixel at of the image, channels base..base + cols <= out_c.
             unsafe {
                 if cols == 16 {

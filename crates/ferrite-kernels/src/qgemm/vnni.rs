@@ -452,12 +452,35 @@ unsafe fn tile<const R: usize, const P: usize>(t: &Tile, a: *const u8, w: *const
         }
         return;
     }
-    for p in 0..P {
-        let (j, k) = lanes(p);
+    // SAFETY: the accumulators of R pixels by P panels; the rest is the caller's contract.
+    unsafe { finish_scaled(t, acc.as_ptr() as *const __m512i, R, P, rq, p0, out) }
+}
+
+/// The epilogue of [`tile`] for `rows` pixels by `pc` panels where the layer
+/// has no merged terms (one rounding, or two whose terms do not fit them):
+/// every accumulator requantized through [`Scale16`] and stored as bytes. One
+/// instance for every tile shape, out of line: inlined into each
+/// `tile::<R, P>` (28 of them) it was a third of [`dispatch`]'s code. The
+/// merged epilogue, which most int8 layers take, stays inlined: its
+/// accumulators go from registers to the stores without a copy.
+///
+/// # Safety
+/// As [`tile`], with `R` = `rows` and `P` = `pc`; `acc` holds `rows * pc`
+/// accumulators, pixel `r`'s panel `p` at `r * pc + p`.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn finish_scaled(t: &Tile, acc: *const __m512i, rows: usize, pc: usize, rq: &RowRequant, p0: usize, out: *mut i8) {
+    for p in 0..pc {
+        let j = (p0 + p) * NR;
+        let cols = NR.min(t.ldo - j);
+        let k: __mmask16 = if cols >= NR { 0xFFFF } else { (1u16 << cols) - 1 };
         // SAFETY: the `cols` channels from j of `rq`'s arrays of ldo (contract).
         let s = unsafe { Scale16::load(rq, j, k) };
-        for (r, acc) in acc.iter().enumerate() {
-            let v = if t.single { s.single(acc[p]) } else { s.double(acc[p]) };
+        for r in 0..rows {
+            // SAFETY: accumulator (r, p), r < rows and p < pc (contract).
+            let a = unsafe { acc.add(r * pc + p).read() };
+            let v = if t.single { s.single(a) } else { s.double(a) };
             // SAFETY: pixel r's channels j..j + cols inside its row of ldo (contract);
             // the features are this function's.
             unsafe { store16(out.add(r * t.ldo + j), k, v, t.flip) };
