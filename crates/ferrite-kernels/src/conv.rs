@@ -445,7 +445,7 @@ simd_fn! {
 mod aarch64;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
-mod first;
+pub mod first;
 pub use first::{FirstLayer, FirstScratch};
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
