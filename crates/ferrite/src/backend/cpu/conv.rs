@@ -192,8 +192,9 @@ pub(crate) fn conv2d(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Bui
         return conv2d_few_outputs(op, ctx, g, ic, oc, has_bias, clamp);
     }
     // First layers (1-4 input channels, at most 64 outputs, a filter of more than
-    // one tap) on AVX-512: the direct kernel, outputs along the lanes (it declines
-    // other CPUs and shapes, which take the GEMM below).
+    // one tap, rows at least one kernel block wide) on AVX-512: the direct kernel,
+    // outputs along the lanes (it declines other CPUs and shapes, which take the
+    // GEMM below).
     if ic <= conv::first::MAX_IN && oc <= conv::first::MAX_OUT && kh * kw > 1 {
         if let Some(built) = conv2d_first_layer(op, g, ic, oc, kh, kw, has_bias, clamp, ctx)? {
             return Ok(built);
@@ -271,7 +272,8 @@ fn conv2d_first_layer(
     } else {
         conv::FirstLayer::new(&vec![0.0; oc * kh * kw * ic], None, oc, kh, kw, ic)
     };
-    let Some(layer) = layer else { return Ok(None) };
+    // Rows narrower than one kernel block stay on the GEMM (see `block_pixels`).
+    let Some(layer) = layer.filter(|l| g.out_w >= l.block_pixels()) else { return Ok(None) };
     // Its scratch holds the input rows the filter reaches, widened: sized from the
     // geometry, so bounded first.
     let Some(len) = layer.scratch_len(&g) else { return Ok(None) };
