@@ -79,6 +79,8 @@ pub struct FirstScratch {
     /// Which input row (batch * in_h + y) each slot holds.
     tags: Vec<usize>,
     /// Per tap: byte offset of its input in `lines` (for output pixel 0), and of its weights.
+    // Read by the x86-64 kernel only (elsewhere `run` declines).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     taps: Vec<(usize, usize)>,
     phase_len: usize,
 }
@@ -263,6 +265,7 @@ impl FirstLayer {
 /// Copies one input row into a slot: padded column `x + pad_left` goes to phase
 /// `(x + pad_left) % stride_w`, pixel `(x + pad_left) / stride_w`, as 4 floats
 /// (lanes past `c` are never read).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn widen_row(src: &[f32], c: usize, g: &Window, len: usize, slot: &mut [f32]) {
     let s = g.stride_w;
     // Phase by phase: its columns are `s` input pixels apart and land on
