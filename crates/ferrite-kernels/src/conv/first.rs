@@ -83,6 +83,8 @@ pub struct FirstScratch {
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     taps: Vec<(usize, usize)>,
     phase_len: usize,
+    /// The window whose padding columns `lines` holds as zeros (None: not zeroed yet).
+    zeroed_for: Option<Window>,
 }
 
 impl FirstLayer {
@@ -143,7 +145,13 @@ impl FirstLayer {
     pub fn scratch(&self, g: &Window) -> FirstScratch {
         let Some(len) = self.phase_len(g) else { return FirstScratch::default() };
         let floats = crate::product(&[self.kh, g.stride_w, len, 4]).unwrap_or(0);
-        FirstScratch { lines: vec![0.0; floats], tags: vec![usize::MAX; self.kh], taps: Vec::with_capacity(self.kh * self.kw * self.c), phase_len: len }
+        FirstScratch {
+            lines: vec![0.0; floats],
+            tags: vec![usize::MAX; self.kh],
+            taps: Vec::with_capacity(self.kh * self.kw * self.c),
+            phase_len: len,
+            zeroed_for: None,
+        }
     }
 
     /// Floats of scratch [`FirstLayer::scratch`] allocates for `g` (None if that overflows),
@@ -187,11 +195,16 @@ impl FirstLayer {
     #[allow(clippy::too_many_arguments)]
     fn rows(&self, input: &[f32], g: &Window, clamp: Clamp, out: &mut [f32], rows: std::ops::Range<usize>, scratch: &mut FirstScratch) {
         let (n, c, kh, kw) = (self.n, self.c, self.kh, self.kw);
-        let FirstScratch { lines, tags, taps, phase_len: len } = scratch;
+        let FirstScratch { lines, tags, taps, phase_len: len, zeroed_for } = scratch;
         let len = *len;
         let slot = g.stride_w * len * 4;
-        // Padding columns stay zero for the whole call: only input columns are written.
-        lines.fill(0.0);
+        // Only input columns are ever written, the same ones for every call with this
+        // window: its padding columns stay zero from one call to the next (an epilogue
+        // makes a call per few rows), and are cleared once per window.
+        if *zeroed_for != Some(*g) {
+            lines.fill(0.0);
+            *zeroed_for = Some(*g);
+        }
         tags.fill(usize::MAX);
         let v = self.blocking.vectors * 16;
         let px = self.blocking.pixels();
@@ -525,6 +538,15 @@ mod tests {
         assert!(!fl.run(&x[1..], &g, Clamp::NONE, &mut out, 0..oh, &mut sc));
         assert!(!fl.run(&x, &g, Clamp::NONE, &mut out[1..], 0..oh, &mut sc));
         assert!(!fl.run(&x, &g, Clamp::NONE, &mut out, 0..oh + 1, &mut sc));
+        // The same scratch after a window with other padding columns: re-zeroed.
+        let shifted = Window { pad_left: 1, pad_top: 1, ..g };
+        let mut want = vec![0.0; oh * oh * 24];
+        assert!(fl.run(&x, &shifted, Clamp::NONE, &mut want, 0..oh, &mut fl.scratch(&shifted)));
+        let mut sc2 = fl.scratch(&g);
+        assert!(fl.run(&x, &g, Clamp::NONE, &mut out, 0..oh, &mut sc2));
+        let mut got = vec![0.0; oh * oh * 24];
+        assert!(fl.run(&x, &shifted, Clamp::NONE, &mut got, 0..oh, &mut sc2));
+        assert_eq!(got, want);
         let wide = Window { in_w: 40, out_w: 20, ..g };
         assert!(!fl.run(&vec![1.0; 20 * 40 * 3], &wide, Clamp::NONE, &mut vec![0.0; oh * 20 * 24], 0..oh, &mut sc));
     }
