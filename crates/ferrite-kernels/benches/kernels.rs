@@ -337,6 +337,87 @@ fn int8_benches(filter: &str) {
     }
 }
 
+/// CPU time this thread has run, in seconds (`CLOCK_THREAD_CPUTIME_ID`; 0 where
+/// it cannot be read).
+fn thread_cpu_secs() -> f64 {
+    #[cfg(target_os = "linux")]
+    {
+        extern "C" {
+            fn clock_gettime(clock: i32, ts: *mut [i64; 2]) -> i32;
+        }
+        const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+        let mut ts = [0i64; 2];
+        // SAFETY: `ts` is a writable timespec (two 64-bit fields on 64-bit Linux).
+        if unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) } == 0 {
+            return ts[0] as f64 + ts[1] as f64 * 1e-9;
+        }
+    }
+    #[allow(unreachable_code)]
+    0.0
+}
+
+/// First layers of image models (RGB and gray inputs, 3x3 to 7x7 filters at
+/// stride 1 and 2, 8 to 64 output channels, SAME padding, a ReLU6) in GFLOP/s:
+/// the implicit GEMM with merged filter rows, then [`conv::FirstLayer`].
+fn first_layer_benches(filter: &str) {
+    use ferrite_kernels::conv::FirstLayer;
+    let isa = Isa::detect();
+    let cases = [
+        (224usize, 3usize, 24usize, 3usize, 2usize),
+        (256, 3, 24, 3, 2),
+        (256, 3, 16, 3, 2),
+        (192, 3, 32, 5, 2),
+        (224, 3, 32, 3, 2),
+        (224, 3, 64, 7, 2),
+        (128, 3, 8, 3, 1),
+        (128, 3, 16, 3, 1),
+        (96, 1, 16, 3, 2),
+        (96, 1, 32, 3, 1),
+        (160, 4, 40, 3, 2),
+        (112, 3, 48, 3, 2),
+        (64, 3, 12, 5, 1),
+    ];
+    let relu6 = Clamp { min: 0.0, max: 6.0 };
+    for (hw, c, n, k, s) in cases {
+        let name = format!("first {k}x{k}/{s}: {hw}x{hw}x{c} -> {n}");
+        if !name.contains(filter) {
+            continue;
+        }
+        let g = square_same(hw, k, s);
+        let oh = g.out_h;
+        let x: Vec<f32> = (0..hw * hw * c).map(|i| (i % 13) as f32 * 0.1).collect();
+        let w: Vec<f32> = (0..n * k * k * c).map(|i| (i % 7) as f32 * 0.01).collect();
+        let b: Vec<f32> = (0..n).map(|i| (i % 5) as f32 * 0.1).collect();
+        let mut out = vec![0.0f32; oh * oh * n];
+        let flops = 2.0 * (oh * oh * n * k * k * c) as f64;
+        // The least CPU time of many calls: this machine may be shared, and a call
+        // preempted midway would count the other programs' time in wall-clock terms.
+        let best = |f: &mut dyn FnMut()| {
+            f();
+            (0..200)
+                .map(|_| {
+                    let t0 = thread_cpu_secs();
+                    f();
+                    thread_cpu_secs() - t0
+                })
+                .fold(f64::INFINITY, f64::min)
+        };
+        let pk = Packed::with_merged_rows(Isa::for_channels(n), &w, Some(&b), n, k, k, c);
+        let mut scratch = pk.scratch(&g);
+        let gemm = best(&mut || {
+            igemm::conv2d(std::hint::black_box(&x), &pk, &g, relu6, &mut out, 0..oh, &mut scratch);
+        });
+        let first = FirstLayer::new(&w, Some(&b), n, k, k, c).map(|fl| {
+            let mut sc = fl.scratch(&g);
+            best(&mut || {
+                fl.run(std::hint::black_box(&x), &g, relu6, &mut out, 0..oh, &mut sc);
+            })
+        });
+        let first = first.map_or("-".to_string(), |t| format!("{:7.1} GFLOP/s ({:6.1} us)", flops / t / 1e9, t * 1e6));
+        println!("{name:<36} gemm {:7.1} GFLOP/s ({:6.1} us)  first {first}  [{isa:?}]", flops / gemm / 1e9, gemm * 1e6);
+    }
+}
+
 /// Float depthwise layers of the shapes mobile vision models use (3x3 and 5x5
 /// filters at stride 1 and 2, SAME padding, channel counts that are multiples of 8
 /// and of 16, maps from 7 to 112 pixels wide, a ReLU6), in GFLOP/s.
@@ -420,6 +501,12 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "int8") {
         int8_benches(args.get(i + 1).filter(|f| !f.starts_with("--")).map_or("", |f| f.as_str()));
+        return;
+    }
+    // `cargo bench -p ferrite-kernels -- first`: first-layer convolutions (1-4
+    // input channels), the implicit GEMM beside the first-layer kernel.
+    if let Some(i) = args.iter().position(|a| a == "first") {
+        first_layer_benches(args.get(i + 1).filter(|f| !f.starts_with("--")).map_or("", |f| f.as_str()));
         return;
     }
     // `cargo bench -p ferrite-kernels -- dw`: the float depthwise families alone.

@@ -451,6 +451,8 @@ simd_fn! {
 mod aarch64;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+pub mod first;
+pub use first::{FirstLayer, FirstScratch};
 #[cfg(target_arch = "x86_64")]
 mod few_x86_64;
 #[cfg(target_arch = "x86_64")]

@@ -191,6 +191,15 @@ pub(crate) fn conv2d(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Bui
     if oc <= conv::FEW_OUTPUTS && kh * kw >= 4 && g.out_w.saturating_mul(ic) <= 1 << 16 && g.indices_fit(ic) {
         return conv2d_few_outputs(op, ctx, g, ic, oc, has_bias, clamp);
     }
+    // First layers (1-4 input channels, at most 64 outputs, a filter of more than
+    // one tap, rows at least one kernel block wide) on AVX-512: the direct kernel,
+    // outputs along the lanes (it declines other CPUs and shapes, which take the
+    // GEMM below).
+    if ic <= conv::first::MAX_IN && oc <= conv::first::MAX_OUT && kh * kw > 1 {
+        if let Some(built) = conv2d_first_layer(op, g, ic, oc, kh, kw, has_bias, clamp, ctx)? {
+            return Ok(built);
+        }
+    }
     // Few input channels: merge each filter row into one tap (k = kw * in_c), so
     // the GEMM's inner loop is the whole window row rather than a few channels.
     let merged_kw = if ic <= 8 && kw > 1 && g.dil_w == 1 { kw } else { 1 };
@@ -238,6 +247,61 @@ pub(crate) fn conv2d(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Bui
             })
         }),
     })
+}
+
+/// CONV_2D on [`conv::FirstLayer`], or `None` where it declines the shape or the
+/// CPU. Constant weights are packed here; others are repacked on every run.
+#[allow(clippy::too_many_arguments)]
+fn conv2d_first_layer(
+    op: &OpContext<'_>,
+    g: Window,
+    ic: usize,
+    oc: usize,
+    kh: usize,
+    kw: usize,
+    has_bias: bool,
+    clamp: Clamp,
+    ctx: &mut BackendContext,
+) -> Result<Option<Built>> {
+    let (w, bias) = (op.input(1)?, op.opt_input(2));
+    let constant = w.constant && bias.is_none_or(|b| b.constant);
+    let layer = if constant {
+        let wv = typed::<f32>(w.value.ok_or_else(|| op.bad("constant weights without data"))?)?;
+        let bv = bias.and_then(|b| b.value).map(typed::<f32>).transpose()?;
+        conv::FirstLayer::new(wv, bv, oc, kh, kw, ic)
+    } else {
+        conv::FirstLayer::new(&vec![0.0; oc * kh * kw * ic], None, oc, kh, kw, ic)
+    };
+    // Rows narrower than one kernel block stay on the GEMM (see `block_pixels`).
+    let Some(layer) = layer.filter(|l| g.out_w >= l.block_pixels()) else { return Ok(None) };
+    // Its scratch holds the input rows the filter reaches, widened: sized from the
+    // geometry, so bounded first.
+    let Some(len) = layer.scratch_len(&g) else { return Ok(None) };
+    op.checked_elements(&[len.max(1)], 4)?;
+    let scratch: Vec<Mutex<conv::FirstScratch>> = (0..ctx.threads).map(|_| Mutex::new(layer.scratch(&g))).collect();
+    let layer = Mutex::new(layer);
+    let pool = ctx.pool();
+    let rows = g.batch * g.out_h;
+    let flops = 2 * rows * g.out_w * oc * kh * kw * ic;
+    let epilogue = op.epilogue.clone();
+    Ok(Some(Built {
+        outputs: vec![(DType::F32, vec![g.batch, g.out_h, g.out_w, oc])],
+        kernel: Box::new(move |ins, outs| {
+            let input = typed::<f32>(arg(ins, 0)?)?;
+            let mut layer = layer.lock().unwrap_or_else(|e| e.into_inner());
+            if !constant {
+                let bias = if has_bias { Some(typed::<f32>(arg(ins, 2)?)?) } else { None };
+                layer.repack(typed::<f32>(arg(ins, 1)?)?, bias);
+            }
+            let layer = &*layer;
+            let out = typed_mut::<f32>(outs[0])?;
+            // Every pixel's sum is the same wherever a chunk starts: any row split works.
+            for_row_chunks(pool.as_deref(), flops, out, rows, g.out_w * oc, &|i, r, out| {
+                let mut sc = scratch[i].lock().unwrap_or_else(|e| e.into_inner());
+                rows_with_epilogue(epilogue.as_ref(), ins, oc, g.out_w * oc, 1, r, out, |r, out| layer.run(input, &g, clamp, out, r, &mut sc))
+            })
+        }),
+    }))
 }
 
 /// CONV_2D with at most [`conv::FEW_OUTPUTS`] output channels, on
