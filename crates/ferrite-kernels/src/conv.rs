@@ -706,7 +706,24 @@ simd_fn! {
 mod tests {
     use super::*;
 
-    fn naive_conv(input: &[f32], in_c: usize, w: &[f32], out_c: usize, g: &Window) -> Vec<f32> {
+    /// The window of a randomized case (`same` or VALID padding), or `None` where it
+    /// has no output.
+    fn batch_window(
+        batch: usize,
+        (in_h, in_w): (usize, usize),
+        (k_h, k_w): (usize, usize),
+        (stride_h, stride_w): (usize, usize),
+        (dil_h, dil_w): (usize, usize),
+        same: bool,
+    ) -> Option<Window> {
+        let (out_h, pad_top) = out_size_and_pad(in_h, k_h, stride_h, dil_h, same)?;
+        let (out_w, pad_left) = out_size_and_pad(in_w, k_w, stride_w, dil_w, same)?;
+        (out_h > 0 && out_w > 0).then_some(Window { batch, in_h, in_w, out_h, out_w, k_h, k_w, stride_h, stride_w, dil_h, dil_w, pad_top, pad_left })
+    }
+
+    /// The definition of CONV_2D without bias (`[oc, kh, kw, ic]` weights), the
+    /// kernels' tests' reference.
+    pub(super) fn naive_conv(input: &[f32], in_c: usize, w: &[f32], out_c: usize, g: &Window) -> Vec<f32> {
         let mut out = vec![0.0; g.batch * g.out_h * g.out_w * out_c];
         for n in 0..g.batch {
             for oy in 0..g.out_h {
@@ -886,13 +903,9 @@ mod tests {
                 let (dil_h, dil_w) = if next(3) == 0 { (1 + next(2), 1 + next(2)) } else { (1, 1) };
                 let same = next(2) == 0;
                 let (in_h, in_w) = (1 + next(11), 1 + next(37));
-                let Some((out_h, pad_top)) = out_size_and_pad(in_h, k_h, stride_h, dil_h, same) else { continue };
-                let Some((out_w, pad_left)) = out_size_and_pad(in_w, k_w, stride_w, dil_w, same) else { continue };
-                if out_h == 0 || out_w == 0 {
-                    continue;
-                }
                 let batch = 2;
-                let g = Window { batch, in_h, in_w, out_h, out_w, k_h, k_w, stride_h, stride_w, dil_h, dil_w, pad_top, pad_left };
+                let Some(g) = batch_window(batch, (in_h, in_w), (k_h, k_w), (stride_h, stride_w), (dil_h, dil_w), same) else { continue };
+                let (out_h, out_w) = (g.out_h, g.out_w);
                 let x: Vec<f32> = (0..batch * in_h * in_w * ic).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
                 let w: Vec<f32> = (0..oc * k_h * k_w * ic).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
                 let b: Vec<f32> = (0..oc).map(|_| next(1000) as f32 * 0.001).collect();
@@ -934,13 +947,9 @@ mod tests {
                 let (dil_h, dil_w) = if next(3) == 0 { (1 + next(2), 1 + next(2)) } else { (1, 1) };
                 let same = next(2) == 0;
                 let (in_h, in_w) = (1 + next(9), 1 + next(70));
-                let Some((out_h, pad_top)) = out_size_and_pad(in_h, k_h, stride_h, dil_h, same) else { continue };
-                let Some((out_w, pad_left)) = out_size_and_pad(in_w, k_w, 1, dil_w, same) else { continue };
-                if out_h == 0 || out_w == 0 {
-                    continue;
-                }
                 let batch = 2;
-                let g = Window { batch, in_h, in_w, out_h, out_w, k_h, k_w, stride_h, stride_w: 1, dil_h, dil_w, pad_top, pad_left };
+                let Some(g) = batch_window(batch, (in_h, in_w), (k_h, k_w), (stride_h, 1), (dil_h, dil_w), same) else { continue };
+                let (out_h, out_w) = (g.out_h, g.out_w);
                 let x: Vec<f32> = (0..batch * in_h * in_w * ic).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
                 let w: Vec<f32> = (0..oc * k_h * k_w * ic).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
                 let b: Vec<f32> = (0..oc).map(|_| next(1000) as f32 * 0.001).collect();
@@ -1060,13 +1069,9 @@ mod tests {
                 // A quarter are one column wide ([batch, T, 1, C] audio shapes).
                 let (in_h, in_w) = (1 + next(12), if next(4) == 0 { 1 } else { 1 + next(40) });
                 let (k_h, k_w) = if in_w == 1 && next(2) == 0 { (k_h.max(k_w), 1) } else { (k_h, k_w) };
-                let Some((out_h, pad_top)) = out_size_and_pad(in_h, k_h, stride_h, dil_h, same) else { continue };
-                let Some((out_w, pad_left)) = out_size_and_pad(in_w, k_w, stride_w, dil_w, same) else { continue };
-                if out_h == 0 || out_w == 0 {
-                    continue;
-                }
                 let batch = 2;
-                let g = Window { batch, in_h, in_w, out_h, out_w, k_h, k_w, stride_h, stride_w, dil_h, dil_w, pad_top, pad_left };
+                let Some(g) = batch_window(batch, (in_h, in_w), (k_h, k_w), (stride_h, stride_w), (dil_h, dil_w), same) else { continue };
+                let out_h = g.out_h;
                 let oc = c * mult;
                 let x: Vec<f32> = (0..batch * in_h * in_w * c).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
                 let w: Vec<f32> = (0..k_h * k_w * oc).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
@@ -1099,13 +1104,9 @@ mod tests {
                 let (stride_h, stride_w) = if column { (1 + next(2), 1) } else { (1 + next(2), 1 + next(2)) };
                 let dil_h = 1 + next(2);
                 let same = next(3) != 0;
-                let Some((out_h, pad_top)) = out_size_and_pad(in_h, k_h, stride_h, dil_h, same) else { continue };
-                let Some((out_w, pad_left)) = out_size_and_pad(in_w, k_w, stride_w, 1, same) else { continue };
-                if out_h == 0 || out_w == 0 {
-                    continue;
-                }
                 let batch = 2;
-                let g = Window { batch, in_h, in_w, out_h, out_w, k_h, k_w, stride_h, stride_w, dil_h, dil_w: 1, pad_top, pad_left };
+                let Some(g) = batch_window(batch, (in_h, in_w), (k_h, k_w), (stride_h, stride_w), (dil_h, 1), same) else { continue };
+                let out_h = g.out_h;
                 let x: Vec<f32> = (0..batch * in_h * in_w * in_c).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
                 let w: Vec<f32> = (0..k_h * k_w * c).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
                 let b: Vec<f32> = (0..c).map(|_| next(1000) as f32 * 0.001).collect();
@@ -1177,13 +1178,9 @@ mod tests {
                 let (in_h, in_w) = (1 + next(8), 14 + next(57));
                 let (stride_h, dil_h) = (1 + next(2), 1 + next(2));
                 let same = next(3) != 0;
-                let Some((out_h, pad_top)) = out_size_and_pad(in_h, k_h, stride_h, dil_h, same) else { continue };
-                let Some((out_w, pad_left)) = out_size_and_pad(in_w, k_w, 1, 1, same) else { continue };
-                if out_h == 0 || out_w == 0 {
-                    continue;
-                }
                 let batch = 2;
-                let g = Window { batch, in_h, in_w, out_h, out_w, k_h, k_w, stride_h, stride_w: 1, dil_h, dil_w: 1, pad_top, pad_left };
+                let Some(g) = batch_window(batch, (in_h, in_w), (k_h, k_w), (stride_h, 1), (dil_h, 1), same) else { continue };
+                let out_h = g.out_h;
                 let x: Vec<f32> = (0..batch * in_h * in_w * c).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
                 let w: Vec<f32> = (0..k_h * k_w * c).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
                 let b: Vec<f32> = (0..c).map(|_| next(1000) as f32 * 0.001).collect();
@@ -1214,13 +1211,9 @@ mod tests {
                 let (stride_h, stride_w) = if column { (1 + next(2), 1) } else { (1 + next(3), 1 + next(2)) };
                 let (dil_h, dil_w) = if next(3) == 0 { (1 + next(3), if column { 1 } else { 1 + next(3) }) } else { (1, 1) };
                 let same = next(3) != 0;
-                let Some((out_h, pad_top)) = out_size_and_pad(in_h, k_h, stride_h, dil_h, same) else { continue };
-                let Some((out_w, pad_left)) = out_size_and_pad(in_w, k_w, stride_w, dil_w, same) else { continue };
-                if out_h == 0 || out_w == 0 {
-                    continue;
-                }
                 let batch = 2;
-                let g = Window { batch, in_h, in_w, out_h, out_w, k_h, k_w, stride_h, stride_w, dil_h, dil_w, pad_top, pad_left };
+                let Some(g) = batch_window(batch, (in_h, in_w), (k_h, k_w), (stride_h, stride_w), (dil_h, dil_w), same) else { continue };
+                let out_h = g.out_h;
                 let x: Vec<f32> = (0..batch * in_h * in_w).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
                 let w: Vec<f32> = (0..k_h * k_w * mult).map(|_| next(1000) as f32 * 0.002 - 1.0).collect();
                 let b: Vec<f32> = (0..mult).map(|_| next(1000) as f32 * 0.001).collect();

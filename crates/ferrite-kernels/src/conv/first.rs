@@ -415,29 +415,11 @@ mod tests {
     use super::*;
     use crate::conv::out_size_and_pad;
 
+    /// The definition (the convolution module's naive sum), then bias and clamp.
     fn naive(input: &[f32], c: usize, w: &[f32], bias: Option<&[f32]>, n: usize, g: &Window, clamp: Clamp) -> Vec<f32> {
-        let mut out = vec![0.0; g.batch * g.out_h * g.out_w * n];
-        for b in 0..g.batch {
-            for oy in 0..g.out_h {
-                for ox in 0..g.out_w {
-                    for o in 0..n {
-                        let mut s = bias.map_or(0.0, |b| b[o]);
-                        for ky in 0..g.k_h {
-                            for kx in 0..g.k_w {
-                                let y = (oy * g.stride_h + ky * g.dil_h) as isize - g.pad_top as isize;
-                                let x = (ox * g.stride_w + kx * g.dil_w) as isize - g.pad_left as isize;
-                                if y < 0 || x < 0 || y >= g.in_h as isize || x >= g.in_w as isize {
-                                    continue;
-                                }
-                                for i in 0..c {
-                                    s += input[((b * g.in_h + y as usize) * g.in_w + x as usize) * c + i] * w[((o * g.k_h + ky) * g.k_w + kx) * c + i];
-                                }
-                            }
-                        }
-                        out[((b * g.out_h + oy) * g.out_w + ox) * n + o] = clamp.apply(s);
-                    }
-                }
-            }
+        let mut out = crate::conv::tests::naive_conv(input, c, w, n, g);
+        for (i, v) in out.iter_mut().enumerate() {
+            *v = clamp.apply(*v + bias.map_or(0.0, |b| b[i % n]));
         }
         out
     }
