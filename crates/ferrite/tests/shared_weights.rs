@@ -221,3 +221,33 @@ fn corpus_models_give_the_same_bits_shared_and_separate() {
     }
     assert!(checked >= 1);
 }
+
+/// A first layer (3 input channels, 3x3 stride 2): its weights are prepared once
+/// for both sessions (by the direct first-layer kernel where AVX-512 runs, else by
+/// the GEMM), and both sessions give a separate load's bits.
+#[test]
+fn a_first_layer_convolution_is_packed_once_for_both_sessions() {
+    let mut m = ModelSpec::default();
+    let x = m.add_tensor(TensorSpec::activation("x", TensorType::FLOAT32, &[1, 33, 33, 3]));
+    let w: Vec<f32> = (0..24 * 9 * 3).map(|i| ((i * 29) % 83) as f32 / 83.0 - 0.5).collect();
+    let w = m.add_tensor(TensorSpec::const_f32("w", &[24, 3, 3, 3], &w));
+    let b = m.add_tensor(TensorSpec::const_f32("b", &[24], &(0..24).map(|i| i as f32 / 24.0).collect::<Vec<_>>()));
+    let y = m.add_tensor(TensorSpec::activation("y", TensorType::FLOAT32, &[1, 16, 16, 24]));
+    let conv = Options::Conv2D { padding: Padding::VALID, stride: (2, 2), dilation: (1, 1), activation: Activation::RELU6 };
+    m.add_op(OpCode::Builtin(W::CONV_2D), &[x, w, b], &[y], conv);
+    m.inputs = vec![x];
+    m.outputs = vec![y];
+    let bytes = m.to_bytes().unwrap();
+    let model = load(&bytes);
+    let mut first = session(&model, 1);
+    let shared = model.shared_constant_count();
+    assert!(shared >= 1, "the packed weights are in the model's cache");
+    let mut second = session(&model, 2);
+    assert_eq!(model.shared_constant_count(), shared, "the second session found them there");
+    let mut separate = session(&load(&bytes), 1);
+    for seed in 0..3 {
+        let want = run(&mut separate, seed);
+        assert_eq!(run(&mut first, seed), want);
+        assert_eq!(run(&mut second, seed), want);
+    }
+}

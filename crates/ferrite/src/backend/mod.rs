@@ -224,6 +224,9 @@ pub enum Packing {
     DepthwiseRows(usize),
     /// Float32 weights copied as they are onto cache lines (64-byte aligned).
     Lines,
+    /// A first-layer CONV_2D's weights and bias in its direct kernel's layout
+    /// (`ferrite_kernels::conv::FirstLayer`).
+    FirstLayer,
     /// The outputs of an op on constants, evaluated at prepare (`tensor` is its
     /// first output).
     Folded,

@@ -250,7 +250,8 @@ pub(crate) fn conv2d(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Bui
 }
 
 /// CONV_2D on [`conv::FirstLayer`], or `None` where it declines the shape or the
-/// CPU. Constant weights are packed here; others are repacked on every run.
+/// CPU. Constant weights are packed here, once for every session of the model (the
+/// shared cache); others are repacked on every run.
 #[allow(clippy::too_many_arguments)]
 fn conv2d_first_layer(
     op: &OpContext<'_>,
@@ -265,21 +266,35 @@ fn conv2d_first_layer(
 ) -> Result<Option<Built>> {
     let (w, bias) = (op.input(1)?, op.opt_input(2));
     let constant = w.constant && bias.is_none_or(|b| b.constant);
-    let layer = if constant {
-        let wv = typed::<f32>(w.value.ok_or_else(|| op.bad("constant weights without data"))?)?;
-        let bv = bias.and_then(|b| b.value).map(typed::<f32>).transpose()?;
-        conv::FirstLayer::new(wv, bv, oc, kh, kw, ic)
-    } else {
-        conv::FirstLayer::new(&vec![0.0; oc * kh * kw * ic], None, oc, kh, kw, ic)
-    };
+    // Whether the kernel takes this shape on this CPU, and its scratch size: a
+    // layer of zeros answers both before anything is packed for real.
+    let Some(probe) = conv::FirstLayer::new(&vec![0.0; oc * kh * kw * ic], None, oc, kh, kw, ic) else { return Ok(None) };
     // Rows narrower than one kernel block stay on the GEMM (see `block_pixels`).
-    let Some(layer) = layer.filter(|l| g.out_w >= l.block_pixels()) else { return Ok(None) };
+    if g.out_w < probe.block_pixels() {
+        return Ok(None);
+    }
     // Its scratch holds the input rows the filter reaches, widened: sized from the
     // geometry, so bounded first.
-    let Some(len) = layer.scratch_len(&g) else { return Ok(None) };
+    let Some(len) = probe.scratch_len(&g) else { return Ok(None) };
     op.checked_elements(&[len.max(1)], 4)?;
-    let scratch: Vec<Mutex<conv::FirstScratch>> = (0..ctx.threads).map(|_| Mutex::new(layer.scratch(&g))).collect();
-    let layer = Mutex::new(layer);
+    let scratch: Vec<Mutex<conv::FirstScratch>> = (0..ctx.threads).map(|_| Mutex::new(probe.scratch(&g))).collect();
+    enum Layer {
+        /// Packed once from constants, shared by the model's sessions.
+        Shared(Arc<conv::FirstLayer>),
+        /// Repacked from the weights on every run.
+        Own(Mutex<conv::FirstLayer>),
+    }
+    let layer = if constant {
+        let key = PackKey { subgraph: op.subgraph, tensor: w.tensor, with: bias.map(|b| b.tensor), packing: Packing::FirstLayer };
+        let shared = ctx.packed(key, || {
+            let wv = typed::<f32>(w.value.ok_or_else(|| op.bad("constant weights without data"))?)?;
+            let bv = bias.and_then(|b| b.value).map(typed::<f32>).transpose()?;
+            conv::FirstLayer::new(wv, bv, oc, kh, kw, ic).ok_or_else(|| op.bad("first-layer kernel declined constant weights it took as zeros"))
+        })?;
+        Layer::Shared(shared)
+    } else {
+        Layer::Own(Mutex::new(probe))
+    };
     let pool = ctx.pool();
     let rows = g.batch * g.out_h;
     let flops = 2 * rows * g.out_w * oc * kh * kw * ic;
@@ -288,12 +303,18 @@ fn conv2d_first_layer(
         outputs: vec![(DType::F32, vec![g.batch, g.out_h, g.out_w, oc])],
         kernel: Box::new(move |ins, outs| {
             let input = typed::<f32>(arg(ins, 0)?)?;
-            let mut layer = layer.lock().unwrap_or_else(|e| e.into_inner());
-            if !constant {
-                let bias = if has_bias { Some(typed::<f32>(arg(ins, 2)?)?) } else { None };
-                layer.repack(typed::<f32>(arg(ins, 1)?)?, bias);
-            }
-            let layer = &*layer;
+            // Weights computed at run time are repacked into this session's own layer.
+            let guard;
+            let layer: &conv::FirstLayer = match &layer {
+                Layer::Shared(shared) => shared,
+                Layer::Own(own) => {
+                    let mut l = own.lock().unwrap_or_else(|e| e.into_inner());
+                    let bias = if has_bias { Some(typed::<f32>(arg(ins, 2)?)?) } else { None };
+                    l.repack(typed::<f32>(arg(ins, 1)?)?, bias);
+                    guard = l;
+                    &guard
+                }
+            };
             let out = typed_mut::<f32>(outs[0])?;
             // Every pixel's sum is the same wherever a chunk starts: any row split works.
             for_row_chunks(pool.as_deref(), flops, out, rows, g.out_w * oc, &|i, r, out| {
