@@ -828,6 +828,8 @@ fn gemm_rows(input: &[f32], batch: usize, pk: &Packed, clamp: Clamp, out: &mut [
     if pk.taps != 1 || !holds(input.len(), &[batch, k]) || !holds(out.len(), &[batch, n]) {
         return false;
     }
+    // Rows the whole-tile loops below took (x86-64 only; elsewhere none).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut start = 0;
     // Narrow layers (one panel of at most 16 channels): whole tiles in one call.
     #[cfg(target_arch = "x86_64")]
