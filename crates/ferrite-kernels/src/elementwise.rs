@@ -739,7 +739,7 @@ mod tests {
                             ia += k * stra[d];
                             ib += k * strb[d];
                         }
-                        let want = naive(op, a[ia], b[ib]).max(-4.0).min(6.0);
+                        let want = naive(op, a[ia], b[ib]).max(clamp.min).min(clamp.max);
                         assert_eq!(got.to_bits(), want.to_bits(), "{op:?} {sa:?} {sb:?} at {i}");
                     }
                 }
