@@ -349,26 +349,226 @@ fn binary_f32_scalar(op: Binary, a: &[f32], a_shape: &[usize], b: &[f32], b_shap
     }
 }
 
-simd_fn! {
-    /// The vectorizable ops of [`binary_f32`].
-    fn binary_f32_simd(op: Binary, a: &[f32], a_shape: &[usize], b: &[f32], b_shape: &[usize], out: &mut [f32], out_shape: &[usize], clamp: crate::Clamp) {
-        let (lo, hi) = (clamp.min, clamp.max);
-        macro_rules! go {
-            ($f:expr) => {
-                binary(a, a_shape, b, b_shape, out, out_shape, |x: f32, y: f32| $f(x, y).max(lo).min(hi))
+/// One vectorizable float binary op, a type so that each op's row loops are
+/// their own (generic) functions.
+trait BinaryOp {
+    fn f(x: f32, y: f32) -> f32;
+}
+
+macro_rules! binary_ops {
+    ($($name:ident => |$x:ident, $y:ident| $e:expr;)*) => {
+        $(
+            struct $name;
+            impl BinaryOp for $name {
+                #[inline(always)]
+                fn f($x: f32, $y: f32) -> f32 {
+                    $e
+                }
+            }
+        )*
+    };
+}
+binary_ops! {
+    OpAdd => |x, y| x + y;
+    OpSub => |x, y| x - y;
+    OpMul => |x, y| x * y;
+    OpDiv => |x, y| x / y;
+    OpMax => |x, y| x.max(y);
+    OpMin => |x, y| x.min(y);
+    OpSquaredDifference => |x, y| (x - y) * (x - y);
+    OpFloorDiv => |x, y| (x / y).floor();
+    OpPrelu => |x, y| if x >= 0.0 { x } else { x * y };
+}
+
+/// One op's row loops at one vector level: both operands full, `b` one value, `a`
+/// one value; each result clamped to `[lo, hi]`. Every broadcast form of
+/// [`binary_f32`] is a sequence of these rows, so an op has three vectorized loops
+/// per level instead of one per form (the flat, per-channel and N-d paths each had
+/// their own copies, 160 kB over the ops and levels).
+///
+/// Made only by [`binary_rows`], which picks a level the CPU supports.
+#[derive(Clone, Copy)]
+struct BinaryRows {
+    zip_fn: unsafe fn(&mut [f32], &[f32], &[f32], f32, f32),
+    b_one_fn: unsafe fn(&mut [f32], &[f32], f32, f32, f32),
+    a_one_fn: unsafe fn(&mut [f32], f32, &[f32], f32, f32),
+    zip_repeat_b_fn: unsafe fn(&mut [f32], &[f32], &[f32], f32, f32),
+}
+
+impl BinaryRows {
+    /// `o[i] = clamp(op(a[i], b[i]))`.
+    fn zip(&self, o: &mut [f32], a: &[f32], b: &[f32], lo: f32, hi: f32) {
+        // SAFETY: the loops are of a vector level the CPU supports (`binary_rows`)
+        // and only iterate over the slices given.
+        unsafe { (self.zip_fn)(o, a, b, lo, hi) }
+    }
+
+    /// `o[i] = clamp(op(a[i], y))`.
+    fn b_one(&self, o: &mut [f32], a: &[f32], y: f32, lo: f32, hi: f32) {
+        // SAFETY: as in `zip`.
+        unsafe { (self.b_one_fn)(o, a, y, lo, hi) }
+    }
+
+    /// `o[i] = clamp(op(x, b[i]))`.
+    fn a_one(&self, o: &mut [f32], x: f32, b: &[f32], lo: f32, hi: f32) {
+        // SAFETY: as in `zip`.
+        unsafe { (self.a_one_fn)(o, x, b, lo, hi) }
+    }
+
+    /// `zip` over each `b.len()` chunk of `o` and `a` against all of `b`.
+    fn zip_repeat_b(&self, o: &mut [f32], a: &[f32], b: &[f32], lo: f32, hi: f32) {
+        // SAFETY: as in `zip`.
+        unsafe { (self.zip_repeat_b_fn)(o, a, b, lo, hi) }
+    }
+}
+
+/// The row loops of [`BinaryRows`] as generic functions of one vector level.
+macro_rules! binary_row_loops {
+    ($(#[$m:meta])* mod $level:ident) => {
+        mod $level {
+            use super::BinaryOp;
+            $(#[$m])*
+            #[inline(never)]
+            pub(super) unsafe fn zip<F: BinaryOp>(o: &mut [f32], a: &[f32], b: &[f32], lo: f32, hi: f32) {
+                for ((o, &x), &y) in o.iter_mut().zip(a).zip(b) {
+                    *o = F::f(x, y).max(lo).min(hi);
+                }
+            }
+            // Its own loop, not a call of `zip` per chunk: per-channel operands
+            // (PRELU's alpha, a bias) repeat every few channels, where a call per
+            // chunk made mediapipe's PRELU layers 50 % slower.
+            $(#[$m])*
+            #[inline(never)]
+            pub(super) unsafe fn zip_repeat_b<F: BinaryOp>(o: &mut [f32], a: &[f32], b: &[f32], lo: f32, hi: f32) {
+                for (oc, ac) in o.chunks_exact_mut(b.len()).zip(a.chunks_exact(b.len())) {
+                    for ((o, &x), &y) in oc.iter_mut().zip(ac).zip(b) {
+                        *o = F::f(x, y).max(lo).min(hi);
+                    }
+                }
+            }
+            $(#[$m])*
+            #[inline(never)]
+            pub(super) unsafe fn b_one<F: BinaryOp>(o: &mut [f32], a: &[f32], y: f32, lo: f32, hi: f32) {
+                for (o, &x) in o.iter_mut().zip(a) {
+                    *o = F::f(x, y).max(lo).min(hi);
+                }
+            }
+            $(#[$m])*
+            #[inline(never)]
+            pub(super) unsafe fn a_one<F: BinaryOp>(o: &mut [f32], x: f32, b: &[f32], lo: f32, hi: f32) {
+                for (o, &y) in o.iter_mut().zip(b) {
+                    *o = F::f(x, y).max(lo).min(hi);
+                }
+            }
+        }
+    };
+}
+#[cfg(target_arch = "x86_64")]
+binary_row_loops!(#[target_feature(enable = "avx512f")] mod rows_avx512);
+#[cfg(target_arch = "x86_64")]
+binary_row_loops!(#[target_feature(enable = "avx2,fma")] mod rows_avx2);
+binary_row_loops!(mod rows_base);
+
+/// `F`'s row loops at the widest vector level the CPU has.
+fn binary_rows<F: BinaryOp>() -> BinaryRows {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if crate::level::has_avx512f() {
+            return BinaryRows {
+                zip_fn: rows_avx512::zip::<F>,
+                b_one_fn: rows_avx512::b_one::<F>,
+                a_one_fn: rows_avx512::a_one::<F>,
+                zip_repeat_b_fn: rows_avx512::zip_repeat_b::<F>,
             };
         }
-        match op {
-            Binary::Add => go!(|x, y| x + y),
-            Binary::Sub => go!(|x, y| x - y),
-            Binary::Mul => go!(|x, y| x * y),
-            Binary::Div => go!(|x, y| x / y),
-            Binary::Max => go!(|x: f32, y| x.max(y)),
-            Binary::Min => go!(|x: f32, y| x.min(y)),
-            Binary::SquaredDifference => go!(|x: f32, y: f32| (x - y) * (x - y)),
-            Binary::FloorDiv => go!(|x: f32, y: f32| (x / y).floor()),
-            Binary::Prelu => go!(|x: f32, alpha: f32| if x >= 0.0 { x } else { x * alpha }),
-            Binary::Pow | Binary::FloorMod => binary_f32_scalar(op, a, a_shape, b, b_shape, out, out_shape, clamp),
+        if crate::level::has_avx2_fma() {
+            return BinaryRows {
+                zip_fn: rows_avx2::zip::<F>,
+                b_one_fn: rows_avx2::b_one::<F>,
+                a_one_fn: rows_avx2::a_one::<F>,
+                zip_repeat_b_fn: rows_avx2::zip_repeat_b::<F>,
+            };
+        }
+    }
+    BinaryRows { zip_fn: rows_base::zip::<F>, b_one_fn: rows_base::b_one::<F>, a_one_fn: rows_base::a_one::<F>, zip_repeat_b_fn: rows_base::zip_repeat_b::<F> }
+}
+
+/// The vectorizable ops of [`binary_f32`]: the broadcast walk of [`binary`], once
+/// for every op, over the op's row loops.
+#[allow(clippy::too_many_arguments)]
+fn binary_f32_simd(op: Binary, a: &[f32], a_shape: &[usize], b: &[f32], b_shape: &[usize], out: &mut [f32], out_shape: &[usize], clamp: crate::Clamp) {
+    let rows = match op {
+        Binary::Add => binary_rows::<OpAdd>(),
+        Binary::Sub => binary_rows::<OpSub>(),
+        Binary::Mul => binary_rows::<OpMul>(),
+        Binary::Div => binary_rows::<OpDiv>(),
+        Binary::Max => binary_rows::<OpMax>(),
+        Binary::Min => binary_rows::<OpMin>(),
+        Binary::SquaredDifference => binary_rows::<OpSquaredDifference>(),
+        Binary::FloorDiv => binary_rows::<OpFloorDiv>(),
+        Binary::Prelu => binary_rows::<OpPrelu>(),
+        Binary::Pow | Binary::FloorMod => return binary_f32_scalar(op, a, a_shape, b, b_shape, out, out_shape, clamp),
+    };
+    let (lo, hi) = (clamp.min, clamp.max);
+    let n = out.len();
+    if a.len() == n && b.len() == n {
+        return rows.zip(out, a, b, lo, hi);
+    }
+    if b.len() == 1 && a.len() == n {
+        return rows.b_one(out, a, b[0], lo, hi);
+    }
+    if a.len() == 1 && b.len() == n {
+        return rows.a_one(out, a[0], b, lo, hi);
+    }
+    if n == 0 {
+        return;
+    }
+    // One operand is the trailing dims of the output (per-channel alpha, bias or
+    // scale): zip each output chunk against it.
+    let trailing = |s: &[usize]| {
+        let s = &s[s.iter().take_while(|&&d| d == 1).count()..];
+        s.len() <= out_shape.len() && s == &out_shape[out_shape.len() - s.len()..]
+    };
+    if a.len() == n && !b.is_empty() && trailing(b_shape) {
+        return rows.zip_repeat_b(out, a, b, lo, hi);
+    }
+    if b.len() == n && !a.is_empty() && trailing(a_shape) {
+        for (oc, bc) in out.chunks_exact_mut(a.len()).zip(b.chunks_exact(a.len())) {
+            rows.zip(oc, a, bc, lo, hi);
+        }
+        return;
+    }
+    let r = out_shape.len();
+    let sa = broadcast_strides(a_shape, out_shape);
+    let sb = broadcast_strides(b_shape, out_shape);
+    let inner = out_shape[r - 1];
+    let (ia, ib) = (sa[r - 1], sb[r - 1]);
+    let mut idx = [0usize; crate::MAX_DIMS];
+    let mut o = 0;
+    while o < n {
+        let oa: usize = (0..r - 1).map(|d| idx[d] * sa[d]).sum();
+        let ob: usize = (0..r - 1).map(|d| idx[d] * sb[d]).sum();
+        let o_row = &mut out[o..o + inner];
+        match (ia, ib) {
+            (1, 1) => rows.zip(o_row, &a[oa..oa + inner], &b[ob..ob + inner], lo, hi),
+            (1, 0) => rows.b_one(o_row, &a[oa..oa + inner], b[ob], lo, hi),
+            (0, 1) => rows.a_one(o_row, a[oa], &b[ob..ob + inner], lo, hi),
+            // The last dim's strides are 0 or 1; anything else goes one element
+            // at a time.
+            _ => {
+                for (k, ov) in o_row.iter_mut().enumerate() {
+                    rows.b_one(std::slice::from_mut(ov), &a[oa + k * ia..oa + k * ia + 1], b[ob + k * ib], lo, hi);
+                }
+            }
+        }
+        o += inner;
+        // Advance the outer index (all dims but the last).
+        for d in (0..r - 1).rev() {
+            idx[d] += 1;
+            if idx[d] < out_shape[d] {
+                break;
+            }
+            idx[d] = 0;
         }
     }
 }
@@ -485,6 +685,92 @@ mod tests {
     fn broadcast_shapes() {
         assert_eq!(broadcast_shape(&[2, 1, 3], &[4, 1]), Some(vec![2, 4, 3]));
         assert_eq!(broadcast_shape(&[2, 3], &[4]), None);
+    }
+
+    /// Every broadcast form of `binary_f32` (flat, one-value operand, trailing
+    /// operand, N-d rows with either operand broadcast in the last dim, rows of one)
+    /// against the naive element loop, for each op and vector level, with odd lengths
+    /// so the row loops' remainders run.
+    #[test]
+    fn binary_f32_forms_match_naive() {
+        let ops = [
+            Binary::Add,
+            Binary::Sub,
+            Binary::Mul,
+            Binary::Div,
+            Binary::Max,
+            Binary::Min,
+            Binary::SquaredDifference,
+            Binary::FloorDiv,
+            Binary::Prelu,
+            Binary::Pow,
+            Binary::FloorMod,
+        ];
+        let shapes: &[(&[usize], &[usize])] = &[
+            (&[3, 37], &[3, 37]),
+            (&[3, 37], &[1]),
+            (&[1], &[2, 19]),
+            (&[5, 3, 19], &[19]),
+            (&[1, 19], &[5, 3, 19]),
+            (&[2, 3, 21], &[2, 1, 1]),
+            (&[2, 1, 1], &[2, 3, 21]),
+            (&[2, 1, 35], &[1, 3, 35]),
+            (&[4, 3, 1], &[1, 3, 1]),
+        ];
+        let naive = |op: Binary, x: f32, y: f32| -> f32 {
+            match op {
+                Binary::Add => x + y,
+                Binary::Sub => x - y,
+                Binary::Mul => x * y,
+                Binary::Div => x / y,
+                Binary::Max => x.max(y),
+                Binary::Min => x.min(y),
+                Binary::SquaredDifference => (x - y) * (x - y),
+                Binary::FloorDiv => (x / y).floor(),
+                Binary::Prelu => {
+                    if x >= 0.0 {
+                        x
+                    } else {
+                        x * y
+                    }
+                }
+                Binary::Pow => x.powf(y),
+                Binary::FloorMod => {
+                    let r = x % y;
+                    if r != 0.0 && ((r < 0.0) != (y < 0.0)) {
+                        r + y
+                    } else {
+                        r
+                    }
+                }
+            }
+        };
+        crate::level::each(|_| {
+            for &(sa, sb) in shapes {
+                let os = broadcast_shape(sa, sb).unwrap();
+                let (na, nb): (usize, usize) = (sa.iter().product(), sb.iter().product());
+                let a: Vec<f32> = (0..na).map(|i| ((i * 7 % 23) as f32 - 11.0) * 0.37).collect();
+                let b: Vec<f32> = (0..nb).map(|i| ((i * 5 % 17) as f32 - 8.5) * 0.29).collect();
+                let (stra, strb) = (broadcast_strides(sa, &os), broadcast_strides(sb, &os));
+                let n: usize = os.iter().product();
+                for op in ops {
+                    let clamp = crate::Clamp { min: -4.0, max: 6.0 };
+                    let mut out = vec![0.0; n];
+                    binary_f32(op, &a, sa, &b, sb, &mut out, &os, clamp);
+                    for (i, &got) in out.iter().enumerate() {
+                        let (mut rem, mut ia, mut ib) = (i, 0, 0);
+                        for d in (0..os.len()).rev() {
+                            let k = rem % os[d];
+                            rem /= os[d];
+                            ia += k * stra[d];
+                            ib += k * strb[d];
+                        }
+                        let want = naive(op, a[ia], b[ib]).max(clamp.min).min(clamp.max);
+                        assert_eq!(got.to_bits(), want.to_bits(), "{op:?} {sa:?} {sb:?} at {i}");
+                    }
+                }
+            }
+        });
     }
 
     #[test]
