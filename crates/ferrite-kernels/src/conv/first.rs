@@ -84,6 +84,8 @@ pub struct FirstScratch {
     taps: Vec<(usize, usize)>,
     phase_len: usize,
     /// The window whose padding columns `lines` holds as zeros (None: not zeroed yet).
+    // Read by the x86-64 kernel only, as `taps`.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     zeroed_for: Option<Window>,
 }
 
