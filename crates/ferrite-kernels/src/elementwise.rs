@@ -31,53 +31,91 @@ pub fn broadcast_strides(shape: &[usize], out: &[usize]) -> [usize; crate::MAX_D
     b
 }
 
+/// The row loops a broadcast walk ([`broadcast_rows`]) runs: `out` against two
+/// operand rows, one operand a single value, or `b` repeated along `a`.
+trait RowOps<A, B, O> {
+    /// `o[i] = op(a[i], b[i])`.
+    fn zip(&mut self, o: &mut [O], a: &[A], b: &[B]);
+    /// `o[i] = op(a[i], y)`.
+    fn b_one(&mut self, o: &mut [O], a: &[A], y: B);
+    /// `o[i] = op(x, b[i])`.
+    fn a_one(&mut self, o: &mut [O], x: A, b: &[B]);
+    /// `zip` over each `b.len()` chunk of `o` and `a` against all of `b`.
+    fn zip_repeat_b(&mut self, o: &mut [O], a: &[A], b: &[B]) {
+        for (oc, ac) in o.chunks_exact_mut(b.len()).zip(a.chunks_exact(b.len())) {
+            self.zip(oc, ac, b);
+        }
+    }
+}
+
+/// A closure's row loops (slice loops the compiler vectorizes where it can).
+struct Each<F>(F);
+
+impl<A: Copy, B: Copy, O, F: FnMut(A, B) -> O> RowOps<A, B, O> for Each<F> {
+    #[inline(always)]
+    fn zip(&mut self, o: &mut [O], a: &[A], b: &[B]) {
+        for ((o, &x), &y) in o.iter_mut().zip(a).zip(b) {
+            *o = (self.0)(x, y);
+        }
+    }
+    #[inline(always)]
+    fn b_one(&mut self, o: &mut [O], a: &[A], y: B) {
+        for (o, &x) in o.iter_mut().zip(a) {
+            *o = (self.0)(x, y);
+        }
+    }
+    #[inline(always)]
+    fn a_one(&mut self, o: &mut [O], x: A, b: &[B]) {
+        for (o, &y) in o.iter_mut().zip(b) {
+            *o = (self.0)(x, y);
+        }
+    }
+}
+
 /// Applies `f` element-wise over `a` and `b` broadcast to `out_shape`.
 /// The caller guarantees `out_shape` is the broadcast of the two input shapes.
 #[inline(always)]
-pub fn binary<A: Copy, B: Copy, O>(a: &[A], a_shape: &[usize], b: &[B], b_shape: &[usize], out: &mut [O], out_shape: &[usize], mut f: impl FnMut(A, B) -> O) {
+pub fn binary<A: Copy, B: Copy, O>(a: &[A], a_shape: &[usize], b: &[B], b_shape: &[usize], out: &mut [O], out_shape: &[usize], f: impl FnMut(A, B) -> O) {
+    broadcast_rows(&mut Each(f), a, a_shape, b, b_shape, out, out_shape);
+}
+
+/// The broadcast walk of every binary op: whole operands, a single value or a
+/// repeated trailing operand (per-channel alpha, bias or scale) in one call of
+/// `rows`, else row by row of the output's last dim.
+#[inline(always)]
+fn broadcast_rows<A: Copy, B: Copy, O>(
+    rows: &mut impl RowOps<A, B, O>,
+    a: &[A],
+    a_shape: &[usize],
+    b: &[B],
+    b_shape: &[usize],
+    out: &mut [O],
+    out_shape: &[usize],
+) {
     let n = out.len();
     if a.len() == n && b.len() == n {
-        for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
-            *o = f(x, y);
-        }
-        return;
+        return rows.zip(out, a, b);
     }
     if b.len() == 1 && a.len() == n {
-        let y = b[0];
-        for (o, &x) in out.iter_mut().zip(a) {
-            *o = f(x, y);
-        }
-        return;
+        return rows.b_one(out, a, b[0]);
     }
     if a.len() == 1 && b.len() == n {
-        let x = a[0];
-        for (o, &y) in out.iter_mut().zip(b) {
-            *o = f(x, y);
-        }
-        return;
+        return rows.a_one(out, a[0], b);
     }
     if n == 0 {
         return;
     }
-    // One operand is the trailing dims of the output (per-channel alpha, bias or
-    // scale): zip each output chunk against it.
+    // One operand is the trailing dims of the output: zip each output chunk against it.
     let trailing = |s: &[usize]| {
         let s = &s[s.iter().take_while(|&&d| d == 1).count()..];
         s.len() <= out_shape.len() && s == &out_shape[out_shape.len() - s.len()..]
     };
     if a.len() == n && !b.is_empty() && trailing(b_shape) {
-        for (oc, ac) in out.chunks_exact_mut(b.len()).zip(a.chunks_exact(b.len())) {
-            for ((o, &x), &y) in oc.iter_mut().zip(ac).zip(b) {
-                *o = f(x, y);
-            }
-        }
-        return;
+        return rows.zip_repeat_b(out, a, b);
     }
     if b.len() == n && !a.is_empty() && trailing(a_shape) {
         for (oc, bc) in out.chunks_exact_mut(a.len()).zip(b.chunks_exact(a.len())) {
-            for ((o, &x), &y) in oc.iter_mut().zip(a).zip(bc) {
-                *o = f(x, y);
-            }
+            rows.zip(oc, a, bc);
         }
         return;
     }
@@ -91,30 +129,16 @@ pub fn binary<A: Copy, B: Copy, O>(a: &[A], a_shape: &[usize], b: &[B], b_shape:
     while o < n {
         let oa: usize = (0..r - 1).map(|d| idx[d] * sa[d]).sum();
         let ob: usize = (0..r - 1).map(|d| idx[d] * sb[d]).sum();
-        // Contiguous or scalar operands in the inner dimension get slice loops the
-        // compiler vectorizes; other strides fall back to indexed access.
         let o_row = &mut out[o..o + inner];
         match (ia, ib) {
-            (1, 1) => {
-                for ((ov, &x), &y) in o_row.iter_mut().zip(&a[oa..oa + inner]).zip(&b[ob..ob + inner]) {
-                    *ov = f(x, y);
-                }
-            }
-            (1, 0) => {
-                let y = b[ob];
-                for (ov, &x) in o_row.iter_mut().zip(&a[oa..oa + inner]) {
-                    *ov = f(x, y);
-                }
-            }
-            (0, 1) => {
-                let x = a[oa];
-                for (ov, &y) in o_row.iter_mut().zip(&b[ob..ob + inner]) {
-                    *ov = f(x, y);
-                }
-            }
+            (1, 1) => rows.zip(o_row, &a[oa..oa + inner], &b[ob..ob + inner]),
+            (1, 0) => rows.b_one(o_row, &a[oa..oa + inner], b[ob]),
+            (0, 1) => rows.a_one(o_row, a[oa], &b[ob..ob + inner]),
+            // The last dim's strides are 0 or 1; anything else goes one element
+            // at a time.
             _ => {
                 for (k, ov) in o_row.iter_mut().enumerate() {
-                    *ov = f(a[oa + k * ia], b[ob + k * ib]);
+                    rows.b_one(std::slice::from_mut(ov), std::slice::from_ref(&a[oa + k * ia]), b[ob + k * ib]);
                 }
             }
         }
@@ -509,67 +533,28 @@ fn binary_f32_simd(op: Binary, a: &[f32], a_shape: &[usize], b: &[f32], b_shape:
         Binary::Prelu => binary_rows::<OpPrelu>(),
         Binary::Pow | Binary::FloorMod => return binary_f32_scalar(op, a, a_shape, b, b_shape, out, out_shape, clamp),
     };
-    let (lo, hi) = (clamp.min, clamp.max);
-    let n = out.len();
-    if a.len() == n && b.len() == n {
-        return rows.zip(out, a, b, lo, hi);
+    broadcast_rows(&mut Clamped { rows, lo: clamp.min, hi: clamp.max }, a, a_shape, b, b_shape, out, out_shape);
+}
+
+/// An op's row loops at one vector level with the clamp of its fused activation.
+struct Clamped {
+    rows: BinaryRows,
+    lo: f32,
+    hi: f32,
+}
+
+impl RowOps<f32, f32, f32> for Clamped {
+    fn zip(&mut self, o: &mut [f32], a: &[f32], b: &[f32]) {
+        self.rows.zip(o, a, b, self.lo, self.hi)
     }
-    if b.len() == 1 && a.len() == n {
-        return rows.b_one(out, a, b[0], lo, hi);
+    fn b_one(&mut self, o: &mut [f32], a: &[f32], y: f32) {
+        self.rows.b_one(o, a, y, self.lo, self.hi)
     }
-    if a.len() == 1 && b.len() == n {
-        return rows.a_one(out, a[0], b, lo, hi);
+    fn a_one(&mut self, o: &mut [f32], x: f32, b: &[f32]) {
+        self.rows.a_one(o, x, b, self.lo, self.hi)
     }
-    if n == 0 {
-        return;
-    }
-    // One operand is the trailing dims of the output (per-channel alpha, bias or
-    // scale): zip each output chunk against it.
-    let trailing = |s: &[usize]| {
-        let s = &s[s.iter().take_while(|&&d| d == 1).count()..];
-        s.len() <= out_shape.len() && s == &out_shape[out_shape.len() - s.len()..]
-    };
-    if a.len() == n && !b.is_empty() && trailing(b_shape) {
-        return rows.zip_repeat_b(out, a, b, lo, hi);
-    }
-    if b.len() == n && !a.is_empty() && trailing(a_shape) {
-        for (oc, bc) in out.chunks_exact_mut(a.len()).zip(b.chunks_exact(a.len())) {
-            rows.zip(oc, a, bc, lo, hi);
-        }
-        return;
-    }
-    let r = out_shape.len();
-    let sa = broadcast_strides(a_shape, out_shape);
-    let sb = broadcast_strides(b_shape, out_shape);
-    let inner = out_shape[r - 1];
-    let (ia, ib) = (sa[r - 1], sb[r - 1]);
-    let mut idx = [0usize; crate::MAX_DIMS];
-    let mut o = 0;
-    while o < n {
-        let oa: usize = (0..r - 1).map(|d| idx[d] * sa[d]).sum();
-        let ob: usize = (0..r - 1).map(|d| idx[d] * sb[d]).sum();
-        let o_row = &mut out[o..o + inner];
-        match (ia, ib) {
-            (1, 1) => rows.zip(o_row, &a[oa..oa + inner], &b[ob..ob + inner], lo, hi),
-            (1, 0) => rows.b_one(o_row, &a[oa..oa + inner], b[ob], lo, hi),
-            (0, 1) => rows.a_one(o_row, a[oa], &b[ob..ob + inner], lo, hi),
-            // The last dim's strides are 0 or 1; anything else goes one element
-            // at a time.
-            _ => {
-                for (k, ov) in o_row.iter_mut().enumerate() {
-                    rows.b_one(std::slice::from_mut(ov), &a[oa + k * ia..oa + k * ia + 1], b[ob + k * ib], lo, hi);
-                }
-            }
-        }
-        o += inner;
-        // Advance the outer index (all dims but the last).
-        for d in (0..r - 1).rev() {
-            idx[d] += 1;
-            if idx[d] < out_shape[d] {
-                break;
-            }
-            idx[d] = 0;
-        }
+    fn zip_repeat_b(&mut self, o: &mut [f32], a: &[f32], b: &[f32]) {
+        self.rows.zip_repeat_b(o, a, b, self.lo, self.hi)
     }
 }
 
