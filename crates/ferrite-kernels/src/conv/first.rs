@@ -23,7 +23,7 @@ pub const MAX_IN: usize = 4;
 pub const MAX_OUT: usize = 64;
 /// Most taps (filter positions times input channels) it takes: its tap list is
 /// scratch sized from them, and larger filters are no first layer.
-const MAX_TAPS: usize = 1024;
+pub const MAX_TAPS: usize = 1024;
 
 /// Register blocking for a channel count: `vectors` output vectors per unit of
 /// `unit` pixels (1, or 2 for pairs), `block` units per call of the kernel.

@@ -195,7 +195,7 @@ pub(crate) fn conv2d(op: &OpContext<'_>, ctx: &mut BackendContext) -> Result<Bui
     // one tap, rows at least one kernel block wide) on AVX-512: the direct kernel,
     // outputs along the lanes (it declines other CPUs and shapes, which take the
     // GEMM below).
-    if ic <= conv::first::MAX_IN && oc <= conv::first::MAX_OUT && kh * kw > 1 {
+    if ic <= conv::first::MAX_IN && oc <= conv::first::MAX_OUT && kh.saturating_mul(kw) > 1 {
         if let Some(built) = conv2d_first_layer(op, g, ic, oc, kh, kw, has_bias, clamp, ctx)? {
             return Ok(built);
         }
@@ -266,6 +266,11 @@ fn conv2d_first_layer(
 ) -> Result<Option<Built>> {
     let (w, bias) = (op.input(1)?, op.opt_input(2));
     let constant = w.constant && bias.is_none_or(|b| b.constant);
+    // Filters past the kernel's tap limit are no first layer (and the probe below
+    // must not be sized by an unchecked filter shape).
+    if kh.checked_mul(kw).and_then(|t| t.checked_mul(ic)).is_none_or(|t| t > conv::first::MAX_TAPS) {
+        return Ok(None);
+    }
     // Whether the kernel takes this shape on this CPU, and its scratch size: a
     // layer of zeros answers both before anything is packed for real.
     let Some(probe) = conv::FirstLayer::new(&vec![0.0; oc * kh * kw * ic], None, oc, kh, kw, ic) else { return Ok(None) };
